@@ -1,0 +1,71 @@
+"""Linear step-time predictors (paper Eq. 9) and their least-squares fit.
+
+    L_prefill(p) = alpha_p * utok(p) + beta_p      (uncached prompt tokens of the batch)
+    L_decode(d)  = alpha_d * req(d)  + beta_d      (requests in the decode batch)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+
+class CostModel(BaseModel):
+    """Step-time coefficients, in seconds. Defaults: SmolLM2-135M, float32, 2 CPU cores."""
+
+    alpha_p: float = Field(default=2.4e-4, ge=0, description="seconds per uncached prefill token")
+    beta_p: float = Field(default=0.020, ge=0, description="fixed seconds per prefill step")
+    alpha_d: float = Field(default=2.5e-3, ge=0, description="seconds per request in a decode step")
+    beta_d: float = Field(default=0.040, ge=0, description="fixed seconds per decode step")
+    #: where the figures come from ("default", "calibrated <date> on <machine>", a preset name)
+    source: str = "default"
+
+    def prefill(self, uncached_tokens: float) -> float:
+        return self.alpha_p * uncached_tokens + self.beta_p
+
+    def decode(self, num_requests: float) -> float:
+        return self.alpha_d * num_requests + self.beta_d
+
+    def mixed(self, uncached_tokens: float, num_decode: float) -> float:
+        """A step that both prefills and decodes (chunked prefill): one fixed cost, both slopes."""
+        if uncached_tokens <= 0:
+            return self.decode(num_decode)
+        return self.alpha_p * uncached_tokens + self.alpha_d * num_decode + max(self.beta_p, self.beta_d)
+
+
+#: Cost models of larger setups, for the simulator (figures derived from the RelServe paper's
+#: Fig. 7 scale for OPT-13B on one A100, and a 70B model on 4 A100s; rough, for what-if studies).
+PRESETS: dict[str, CostModel] = {
+    "smollm2-135m-cpu": CostModel(),
+    "opt-13b-a100": CostModel(alpha_p=1.1e-4, beta_p=0.012, alpha_d=1.6e-4, beta_d=0.022, source="preset opt-13b-a100"),
+    "llama2-70b-4xa100": CostModel(alpha_p=2.6e-4, beta_p=0.030, alpha_d=3.0e-4, beta_d=0.045, source="preset llama2-70b-4xa100"),
+}
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    slope: float
+    intercept: float
+    r_squared: float
+    n: int
+
+
+def fit_line(xs: Sequence[float], ys: Sequence[float]) -> LinearFit:
+    """Ordinary least squares y = slope * x + intercept, with R^2."""
+    n = len(xs)
+    if n != len(ys) or n < 2:
+        raise ValueError(f"need at least two (x, y) points of equal count, got {len(xs)} and {len(ys)}")
+    mx = sum(xs) / n
+    my = sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        raise ValueError("all x values are equal; cannot fit a slope")
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    slope = sxy / sxx
+    intercept = my - slope * mx
+    ss_tot = sum((y - my) ** 2 for y in ys)
+    ss_res = sum((y - (slope * x + intercept)) ** 2 for x, y in zip(xs, ys))
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+    return LinearFit(slope, intercept, r2, n)

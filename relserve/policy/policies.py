@@ -1,0 +1,163 @@
+"""The scheduling policies: RelServe, its ablations, and the paper's baselines."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from relserve.policy.aba import AdaptiveBatchArranger, Transitional
+from relserve.policy.batching import fill_prefill_batch
+from relserve.policy.cost_model import CostModel
+from relserve.policy.dpu import DynamicPriorityUpdater
+from relserve.policy.relqueries import RelQueryGroup, RelQueryTracker
+from relserve.policy.settings import PolicySettings
+from relserve.policy.types import StepKind, StepPlan, StepView
+
+
+class Policy:
+    """Decides each step's batch from a ``StepView``. Subclasses implement ``_schedule``."""
+
+    name = "base"
+    #: whether the policy runs through relserve's scheduler plug-in (False: vLLM's own scheduler)
+    uses_plugin = True
+
+    def __init__(self, cost: CostModel | None = None, settings: PolicySettings | None = None) -> None:
+        self.cost = cost or CostModel()
+        self.settings = settings or PolicySettings()
+        self.tracker = RelQueryTracker()
+        #: seconds spent deciding, split as the paper's Table 6 does
+        self.dpu_seconds = 0.0
+        self.aba_seconds = 0.0
+        self.steps = 0
+
+    def schedule(self, view: StepView) -> StepPlan:
+        self.steps += 1
+        return self._schedule(view)
+
+    def _schedule(self, view: StepView) -> StepPlan:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def overhead_seconds(self) -> float:
+        return self.dpu_seconds + self.aba_seconds
+
+
+class FCFSPolicy(Policy):
+    """The paper's vLLM baseline: arrival order, each step a prefill or a decode, prefill first."""
+
+    name = "fcfs"
+
+    def _schedule(self, view: StepView) -> StepPlan:
+        t0 = time.perf_counter()
+        batch, _ = fill_prefill_batch(view.waiting, view)
+        plan = self._prefill_first(view, batch)
+        self.aba_seconds += time.perf_counter() - t0
+        return plan
+
+    @staticmethod
+    def _prefill_first(view: StepView, batch, priorities: Mapping[str, float] | None = None) -> StepPlan:
+        prios = dict(priorities or {})
+        if batch:
+            return StepPlan(StepKind.PREFILL, admit=batch, priorities=prios, reason="prefill-first")
+        if view.running:
+            return StepPlan(StepKind.DECODE, priorities=prios, reason="decode")
+        return StepPlan(StepKind.IDLE, priorities=prios, reason="idle")
+
+
+class StaticPriorityPolicy(FCFSPolicy):
+    """vLLM-SP: a priority fixed at arrival (Eq. 6-7), prefill first, batches across relQueries."""
+
+    name = "sp"
+
+    def __init__(self, cost: CostModel | None = None, settings: PolicySettings | None = None) -> None:
+        super().__init__(cost, settings)
+        self._static: dict[str, float] = {}
+
+    def request_priority(self, prompt_tokens: int, max_tokens: int) -> float:
+        """Eq. 6 with linear L1, L2: prefill time of the prompt plus decode time of the output alone."""
+        return self.cost.alpha_p * prompt_tokens + (self.cost.alpha_d + self.cost.beta_d) * max_tokens
+
+    def _schedule(self, view: StepView) -> StepPlan:
+        t0 = time.perf_counter()
+        groups = self.tracker.group(view)
+        for g in groups.values():
+            if g.rel_id not in self._static:
+                # Eq. 7: the sum over the relQuery's requests; scaled to its announced size
+                # in case the host has not seen all of them yet.
+                reqs = g.waiting + g.running
+                mean = sum(self.request_priority(r.prompt_tokens, r.max_tokens) for r in reqs) / len(reqs)
+                self._static[g.rel_id] = mean * g.size
+        if len(self._static) > 4 * len(groups) + 256:
+            self._static = {k: v for k, v in self._static.items() if k in groups}
+        prios = {rid: self._static[rid] for rid in groups}
+        t1 = time.perf_counter()
+        queue = sorted(view.waiting, key=lambda r: (prios[r.rel_id], r.arrival, self.tracker.seq(r.rel_id)))
+        batch, _ = fill_prefill_batch(queue, view)
+        plan = self._prefill_first(view, batch, prios)
+        t2 = time.perf_counter()
+        self.dpu_seconds += t1 - t0
+        self.aba_seconds += t2 - t1
+        return plan
+
+
+class SarathiPolicy(Policy):
+    """Sarathi-Serve: FCFS, chunked prefill mixed into decode steps within a small token budget."""
+
+    name = "sarathi"
+
+    def _schedule(self, view: StepView) -> StepPlan:
+        if not view.waiting and not view.running:
+            return StepPlan(StepKind.IDLE, reason="idle")
+        return StepPlan(StepKind.MIXED, admit=list(view.waiting), token_budget=self.settings.sarathi_chunk_tokens, reason="mixed")
+
+
+class StockVLLMPolicy(Policy):
+    """Stock vLLM v1 as installed: FCFS continuous batching with its default token budget.
+
+    The engine runs vLLM's own scheduler for this policy; the simulator uses this description.
+    """
+
+    name = "vllm"
+    uses_plugin = False
+
+    def _schedule(self, view: StepView) -> StepPlan:
+        if not view.waiting and not view.running:
+            return StepPlan(StepKind.IDLE, reason="idle")
+        return StepPlan(StepKind.MIXED, admit=list(view.waiting), token_budget=None, reason="mixed")
+
+
+class RelServePolicy(Policy):
+    """RelServe: Dynamic Priority Updater + Adaptive Batch Arranger + starvation prevention."""
+
+    name = "relserve"
+    transitional = Transitional.ADAPTIVE
+
+    def __init__(self, cost: CostModel | None = None, settings: PolicySettings | None = None) -> None:
+        super().__init__(cost, settings)
+        self.dpu = DynamicPriorityUpdater(self.cost, self.settings)
+        self.aba = AdaptiveBatchArranger(self.cost, self.transitional)
+
+    def _schedule(self, view: StepView) -> StepPlan:
+        t0 = time.perf_counter()
+        groups: dict[str, RelQueryGroup] = self.tracker.group(view)
+        prios = self.dpu.update(groups, view)
+        t1 = time.perf_counter()
+        plan = self.aba.arrange(view, groups, prios)
+        t2 = time.perf_counter()
+        self.dpu_seconds += t1 - t0
+        self.aba_seconds += t2 - t1
+        return plan
+
+
+class RelServePrefillFirst(RelServePolicy):
+    """Ablation RelServe (PP): the transitional case always prefills first."""
+
+    name = "relserve-pp"
+    transitional = Transitional.PREFILL
+
+
+class RelServeDecodeFirst(RelServePolicy):
+    """Ablation RelServe (DP): the transitional case always decodes first."""
+
+    name = "relserve-dp"
+    transitional = Transitional.DECODE

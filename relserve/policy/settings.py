@@ -1,0 +1,22 @@
+"""Knobs of the scheduling policies."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class PolicySettings(BaseModel):
+    #: Starvation prevention (Eq. 13): a relQuery whose waiting time divided by its request count
+    #: exceeds this many seconds gets priority 0. None turns it off.
+    starvation_threshold: float | None = Field(default=2.0, gt=0)
+    #: Requests sampled per relQuery to estimate its prefix-cache miss ratio (Eq. 11).
+    cache_sample_size: int = Field(default=8, ge=1)
+    #: Reuse a relQuery's priority while all its requests keep waiting (Eq. 12).
+    reuse_priorities: bool = True
+    #: The paper drops already-prefilled requests from the decomposition (Section 4.2). When
+    #: True, a relQuery's remaining decode steps are added to its priority instead.
+    count_running_decode: bool = False
+    #: Sarathi's chunk: the token budget of each mixed step.
+    sarathi_chunk_tokens: int = Field(default=512, ge=16)
+    #: Seed for the cache-miss sampling, so simulations repeat exactly.
+    seed: int = 0

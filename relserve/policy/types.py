@@ -1,0 +1,92 @@
+"""What a scheduling policy sees each step and what it answers.
+
+A *host* (the vLLM scheduler plug-in, or the simulator) describes its queues as a ``StepView``
+and applies the ``StepPlan`` the policy returns. Nothing here imports vLLM, so both hosts share
+one implementation of every policy.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True, eq=False)
+class Req:
+    """One request (one row of a relQuery) as the policy sees it."""
+
+    req_id: str
+    rel_id: str
+    #: arrival time of the request's relQuery, on the host clock (seconds)
+    arrival: float
+    #: number of requests the relQuery had when it arrived, req(R_0)
+    rel_size: int
+    prompt_tokens: int
+    max_tokens: int
+    #: output tokens generated so far
+    output_tokens: int = 0
+    #: prompt tokens already in the KV cache for this request (prefill progress)
+    computed_tokens: int = 0
+    #: the host's own object for this request (a vLLM ``Request``, a simulator record)
+    handle: object = None
+
+    @property
+    def remaining_output(self) -> int:
+        return max(self.max_tokens - self.output_tokens, 0)
+
+
+@dataclass(slots=True, frozen=True)
+class Limits:
+    """The host's batch and memory limits (vLLM's scheduler config and KV cache manager)."""
+
+    #: most prompt tokens one prefill batch may compute (vLLM ``max_num_batched_tokens``)
+    max_num_batched_tokens: int
+    #: most requests that may be running at once (vLLM ``max_num_seqs``)
+    max_num_seqs: int
+    #: tokens the whole KV cache holds (the paper's ``cap``)
+    kv_capacity_tokens: int
+    #: tokens the KV cache can still give out now (free plus evictable cached blocks)
+    kv_free_tokens: int
+    #: KV cache block size in tokens (prefix caching works in whole blocks)
+    block_size: int = 16
+
+
+class StepKind(enum.Enum):
+    IDLE = "idle"
+    #: admit ``StepPlan.admit`` and prefill them; running requests wait this step
+    PREFILL = "prefill"
+    #: decode every running request by one token; nothing is admitted
+    DECODE = "decode"
+    #: vLLM's own continuous batching: running first, then waiting requests (chunked) within
+    #: ``StepPlan.token_budget`` (stock vLLM and Sarathi)
+    MIXED = "mixed"
+
+
+@dataclass(slots=True, frozen=True)
+class StepView:
+    """The host's state at the start of one scheduling step."""
+
+    now: float
+    #: requests not yet admitted, in arrival order
+    waiting: Sequence[Req]
+    #: admitted requests (prefilled or prefilling, then decoding)
+    running: Sequence[Req]
+    limits: Limits
+    #: prompt tokens of a waiting request that the prefix cache already holds (host lookup)
+    cached_tokens: Callable[[Req], int] = lambda req: 0
+
+
+@dataclass(slots=True)
+class StepPlan:
+    kind: StepKind
+    #: for PREFILL: the waiting requests to admit this step, in order; for MIXED: the order in
+    #: which waiting requests may be admitted
+    admit: list[Req] = field(default_factory=list)
+    #: for MIXED: the step's token budget (Sarathi's chunk size); None keeps the host's own
+    token_budget: int | None = None
+    #: priority of each relQuery this step (lower runs first); empty for FCFS policies
+    priorities: dict[str, float] = field(default_factory=dict)
+    #: which ABA case decided the step (for traces and tests): "only-prefill", "only-decode",
+    #: "preemption", "internal", "transitional-prefill", "transitional-decode", "fcfs", ...
+    reason: str = ""
