@@ -1,0 +1,52 @@
+"""A discrete-event simulator of one vLLM engine driven by the same policy objects as the engine.
+
+Typical use::
+
+    from relserve.sim import simulate_many, markdown_table
+    from relserve.workloads import generate_trace
+    results = simulate_many(generate_trace("beer_reviews", 100, 0.5), ["vllm", "fcfs", "relserve"])
+    print(markdown_table(results))
+"""
+
+from relserve.sim.engine import EngineSim, EngineStats, SimulationError
+from relserve.sim.metrics import PolicySummary, RelQueryTiming, SimResult
+from relserve.sim.prefix_cache import BlockPool, block_hashes
+from relserve.sim.prompts import PreparedTrace, prepare_trace, template_renderer, word_tokenizer
+from relserve.sim.report import markdown_table, results_to_dict, sweep_markdown, write_results
+from relserve.sim.run import DEFAULT_LIMITS, ISOLATED_POLICY, as_prepared, default_limits, isolated_latencies, simulate, simulate_many
+from relserve.sim.sweep import DEFAULT_THRESHOLDS, StarvationSweep, SweepPoint, choose_threshold, sweep_starvation
+from relserve.workloads.traces import generate_trace, read_trace, write_trace
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "DEFAULT_THRESHOLDS",
+    "ISOLATED_POLICY",
+    "BlockPool",
+    "EngineSim",
+    "EngineStats",
+    "PolicySummary",
+    "PreparedTrace",
+    "RelQueryTiming",
+    "SimResult",
+    "SimulationError",
+    "StarvationSweep",
+    "SweepPoint",
+    "as_prepared",
+    "block_hashes",
+    "choose_threshold",
+    "default_limits",
+    "generate_trace",
+    "isolated_latencies",
+    "markdown_table",
+    "prepare_trace",
+    "read_trace",
+    "results_to_dict",
+    "simulate",
+    "simulate_many",
+    "sweep_markdown",
+    "sweep_starvation",
+    "template_renderer",
+    "word_tokenizer",
+    "write_results",
+    "write_trace",
+]

@@ -1,0 +1,80 @@
+"""Writing simulation results as JSON and as Markdown tables."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from relserve.sim.metrics import SimResult
+from relserve.sim.sweep import StarvationSweep
+
+
+def results_to_dict(results: Mapping[str, SimResult], *, per_relquery: bool = True) -> dict[str, Any]:
+    out = {}
+    for name, res in results.items():
+        d = res.model_dump(mode="json")
+        if not per_relquery:
+            d.pop("relqueries")
+        out[name] = d
+    return out
+
+
+def _fmt(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def markdown_table(results: Mapping[str, SimResult]) -> str:
+    """One row per policy: latency figures (s), Eq. 2 breakdown, throughput, cache, steps, overhead."""
+    head = (
+        "| policy | mean (s) | P50 | P95 | max | waiting | core | tail | slowdown | req/s | relQ/s "
+        "| prefix hits | steps P/D/M | preempt | policy overhead |"
+    )
+    sep = "|" + "---|" * 15
+    rows = [head, sep]
+    for name, res in results.items():
+        s = res.summary
+        st = s.steps
+        rows.append(
+            f"| {name} | {_fmt(s.mean_latency)} | {_fmt(s.p50_latency)} | {_fmt(s.p95_latency)} | {_fmt(s.max_latency)} "
+            f"| {_fmt(s.mean_waiting)} | {_fmt(s.mean_core)} | {_fmt(s.mean_tail)} | {_fmt(s.mean_slowdown)} "
+            f"| {_fmt(s.throughput_requests_per_s)} | {_fmt(s.throughput_relqueries_per_s, 3)} | {s.prefix_hit_rate:.1%} "
+            f"| {st.get('prefill', 0)}/{st.get('decode', 0)}/{st.get('mixed', 0)} | {s.preemptions} "
+            f"| {s.policy_overhead_share:.2%} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def sweep_markdown(sweep: StarvationSweep) -> str:
+    rows = ["| threshold (s/request) | mean (s) | P95 | max | boosts |", "|---|---|---|---|---|"]
+    for p in sweep.points:
+        mark = " **chosen**" if p == sweep.chosen else ""
+        th = "off" if p.threshold is None else f"{p.threshold:g}"
+        rows.append(f"| {th}{mark} | {_fmt(p.mean_latency)} | {_fmt(p.p95_latency)} | {_fmt(p.max_latency)} | {p.starved_boosts} |")
+    return "\n".join(rows) + f"\n\nRule: {sweep.rule}.\n"
+
+
+def write_results(
+    results: Mapping[str, SimResult],
+    json_path: str | os.PathLike[str],
+    markdown_path: str | os.PathLike[str] | None = None,
+    *,
+    sweep: StarvationSweep | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> None:
+    """JSON with everything (per-relQuery timings included), and optionally the Markdown tables."""
+    doc: dict[str, Any] = {"meta": dict(meta or {}), "policies": results_to_dict(results)}
+    if sweep is not None:
+        doc["starvation_sweep"] = sweep.model_dump(mode="json")
+    path = Path(json_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1))
+    if markdown_path is not None:
+        text = markdown_table(results)
+        if sweep is not None:
+            text += "\n" + sweep_markdown(sweep)
+        md = Path(markdown_path)
+        md.parent.mkdir(parents=True, exist_ok=True)
+        md.write_text(text)
