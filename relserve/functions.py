@@ -1,0 +1,280 @@
+"""What ``llm_map``, ``llm_filter``, ``llm_classify`` and ``llm_extract`` mean, for every surface.
+
+DuckDB, polars and any other surface build an ``LLMCall`` (function + template + labels or schema +
+options) and hand it, with the rows' placeholder values, to ``relserve.planner``. This module owns
+the parts that decide an answer: the options and their defaults, the validation of labels and
+schemas, the line appended to the prompt that states the answer format, and the conversion of the
+model's text into the declared type.
+
+===============  ==========================  ======================================
+function         answer constrained to       returned value
+===============  ==========================  ======================================
+``llm_map``      nothing (free text)         ``str``
+``llm_filter``   ``yes`` / ``no``            ``bool``
+``llm_classify`` one of the given labels     ``str`` (one of the labels)
+``llm_extract``  JSON valid for the schema   ``str`` holding that JSON
+===============  ==========================  ======================================
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from relserve.errors import ConfigError, RowError, TemplateError
+from relserve.template import Template
+
+OnError = Literal["null", "raise"]
+ON_ERROR_VALUES = ("null", "raise")
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """Per-call settings shared by all four functions.
+
+    ``None`` for ``max_tokens`` means the function's own default (a yes/no answer needs fewer
+    tokens than free text). ``model`` None means the default engine's model.
+    """
+
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float = 0.0
+    #: "null": a failed row gives NULL and its error is recorded; "raise": the call fails
+    on_error: OnError = "null"
+    #: allow per-row field reordering (prompt becomes instruction + {"field": value} JSON)
+    reorder_fields: bool = False
+
+    def __post_init__(self) -> None:
+        if self.model is not None and (not isinstance(self.model, str) or not self.model):
+            raise ConfigError(f"model must be a non-empty string, got {self.model!r}")
+        if self.max_tokens is not None and (
+            isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1
+        ):
+            raise ConfigError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+        if (
+            isinstance(self.temperature, bool)
+            or not isinstance(self.temperature, (int, float))
+            or not math.isfinite(self.temperature)
+            or self.temperature < 0
+        ):
+            raise ConfigError(f"temperature must be a number >= 0, got {self.temperature!r}")
+        if self.on_error not in ON_ERROR_VALUES:
+            raise ConfigError(f"on_error must be 'null' or 'raise', got {self.on_error!r}")
+        if not isinstance(self.reorder_fields, bool):
+            raise ConfigError(f"reorder_fields must be true or false, got {self.reorder_fields!r}")
+        object.__setattr__(self, "temperature", float(self.temperature))
+
+    def updated(self, settings: Mapping[str, Any] | None = None, **more: Any) -> CallOptions:
+        """These options with the given settings applied; ``None`` values leave a setting as it is."""
+        given = {**(settings or {}), **more}
+        unknown = sorted(set(given) - set(OPTION_NAMES))
+        if unknown:
+            raise ConfigError(f"unknown option(s) {', '.join(unknown)}; known options: {', '.join(OPTION_NAMES)}")
+        changes = {k: v for k, v in given.items() if v is not None}
+        return replace(self, **changes) if changes else self
+
+
+OPTION_NAMES: tuple[str, ...] = ("model", "max_tokens", "temperature", "on_error", "reorder_fields")
+
+
+@dataclass(frozen=True)
+class LLMFunction:
+    """One of the four functions: its name, its answer constraint and its return type."""
+
+    name: str
+    #: "map" | "filter" | "classify" | "extract"
+    kind: str
+    default_max_tokens: int
+    returns: str
+    #: name of the extra argument after the template (labels or schema), if any
+    spec_argument: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+
+LLM_MAP = LLMFunction("llm_map", "map", 64, "text")
+LLM_FILTER = LLMFunction("llm_filter", "filter", 2, "boolean")
+LLM_CLASSIFY = LLMFunction("llm_classify", "classify", 16, "one of the labels", spec_argument="labels")
+LLM_EXTRACT = LLMFunction("llm_extract", "extract", 256, "JSON valid against the schema", spec_argument="json_schema")
+
+FUNCTIONS: dict[str, LLMFunction] = {f.name: f for f in (LLM_MAP, LLM_FILTER, LLM_CLASSIFY, LLM_EXTRACT)}
+
+FILTER_CHOICES = ("yes", "no")
+
+
+def function(name: str) -> LLMFunction:
+    try:
+        return FUNCTIONS[name.lower()]
+    except KeyError:
+        raise ConfigError(f"unknown LLM function {name!r}; known: {', '.join(FUNCTIONS)}") from None
+
+
+@dataclass(frozen=True)
+class LLMCall:
+    """Everything that fixes the answer for a row except the row's own values.
+
+    Hashable, so surfaces can group rows by call. Build it with ``make_call``.
+    """
+
+    function: LLMFunction
+    template: Template
+    labels: tuple[str, ...] | None = None
+    #: canonical JSON text of the schema (hashable); see ``json_schema`` for the object
+    schema_json: str | None = None
+    options: CallOptions = field(default_factory=CallOptions)
+
+    @property
+    def max_tokens(self) -> int:
+        return self.options.max_tokens or self.function.default_max_tokens
+
+    @property
+    def choices(self) -> tuple[str, ...] | None:
+        if self.function.kind == "filter":
+            return FILTER_CHOICES
+        if self.function.kind == "classify":
+            return self.labels
+        return None
+
+    @property
+    def json_schema(self) -> dict | None:
+        return json.loads(self.schema_json) if self.schema_json is not None else None
+
+    @property
+    def answer_instruction(self) -> str:
+        """The line appended to every prompt that states the answer format.
+
+        The engine constrains the answer anyway; saying so in the prompt keeps a small model's
+        probability mass on the allowed answers. It is a suffix, so it never splits a shared prefix.
+        """
+        kind = self.function.kind
+        if kind == "filter":
+            return "\nAnswer yes or no."
+        if kind == "classify":
+            return "\nAnswer with one of: " + ", ".join(self.labels or ()) + "."
+        if kind == "extract":
+            return "\nAnswer with JSON that matches this schema: " + (self.schema_json or "")
+        return ""
+
+    @property
+    def deterministic(self) -> bool:
+        """Greedy decoding: the same prompt always gets the same answer, so results may be cached."""
+        return self.options.temperature == 0.0
+
+    def sampling_settings(self) -> dict[str, Any]:
+        """The settings that change an answer, besides the model and the prompt (result-cache key)."""
+        return {
+            "max_tokens": self.max_tokens,
+            "temperature": self.options.temperature,
+            "choices": list(self.choices) if self.choices else None,
+            "json_schema": self.schema_json,
+        }
+
+    def convert(self, text: str) -> Any:
+        """The model's text as the function's declared type; ``RowError`` if it does not fit."""
+        kind = self.function.kind
+        if kind == "map":
+            return text
+        answer = text.strip()
+        if kind == "filter":
+            low = answer.lower().rstrip(".!")
+            if low in ("yes", "true"):
+                return True
+            if low in ("no", "false"):
+                return False
+            raise RowError(f"llm_filter answer {text!r} is neither yes nor no")
+        if kind == "classify":
+            if answer in (self.labels or ()):
+                return answer
+            for label in self.labels or ():
+                if answer.lower() == label.lower():
+                    return label
+            raise RowError(f"llm_classify answer {text!r} is not one of the labels {list(self.labels or ())!r}")
+        if kind == "extract":
+            try:
+                value = json.loads(answer)
+            except json.JSONDecodeError as e:
+                raise RowError(f"llm_extract answer is not valid JSON ({e.msg}): {text[:200]!r}") from None
+            import jsonschema
+
+            try:
+                jsonschema.validate(value, self.json_schema)
+            except jsonschema.ValidationError as e:
+                raise RowError(f"llm_extract answer does not match the schema: {e.message}") from None
+            return json.dumps(value, ensure_ascii=False)
+        raise AssertionError(kind)
+
+
+def make_call(
+    fn: LLMFunction | str,
+    template: str | Template,
+    *,
+    labels: Any = None,
+    json_schema: Any = None,
+    options: CallOptions | None = None,
+    **settings: Any,
+) -> LLMCall:
+    """Validate everything that can be checked before any row runs, with errors that name the problem."""
+    fn = function(fn) if isinstance(fn, str) else fn
+    parsed = template if isinstance(template, Template) else Template.parse(template)
+    if not parsed.fields:
+        raise TemplateError(
+            f"{fn.name}: template {parsed.source!r} has no {{column}} placeholder, so every row would get the "
+            "same prompt; name the column(s) to use, e.g. 'Is {review} positive?'"
+        )
+    opts = (options or CallOptions()).updated(settings)
+    checked_labels = validate_labels(labels) if fn.kind == "classify" else None
+    if fn.kind != "classify" and labels is not None:
+        raise ConfigError(f"{fn.name} takes no labels")
+    schema_json = None
+    if fn.kind == "extract":
+        schema_json = json.dumps(validate_schema(json_schema), sort_keys=True, separators=(",", ":"))
+    elif json_schema is not None:
+        raise ConfigError(f"{fn.name} takes no JSON schema")
+    return LLMCall(fn, parsed, checked_labels, schema_json, opts)
+
+
+def validate_labels(labels: Any) -> tuple[str, ...]:
+    """Labels must be a non-empty list of distinct, non-empty strings."""
+    if labels is None:
+        raise ConfigError("llm_classify needs labels: a non-empty list of strings, e.g. ['positive', 'negative']")
+    if isinstance(labels, (str, bytes)) or not isinstance(labels, (Sequence, tuple)) and not _is_array_like(labels):
+        raise ConfigError(f"llm_classify labels must be a non-empty list of strings, got {labels!r}")
+    items = list(labels)
+    if not items:
+        raise ConfigError("llm_classify labels must be a non-empty list of strings, got an empty list")
+    bad = [x for x in items if not isinstance(x, str) or not x.strip()]
+    if bad:
+        raise ConfigError(f"llm_classify labels must be non-empty strings; bad label(s): {bad!r}")
+    dupes = sorted({x for x in items if items.count(x) > 1})
+    if dupes:
+        raise ConfigError(f"llm_classify labels must be distinct; repeated: {dupes!r}")
+    return tuple(items)
+
+
+def validate_schema(schema: Any) -> dict:
+    """A JSON schema given as an object or as JSON text, checked against its metaschema."""
+    if schema is None:
+        raise ConfigError("llm_extract needs a JSON schema, e.g. '{\"type\": \"object\", \"properties\": {...}}'")
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"llm_extract: the JSON schema is not valid JSON: {e}") from None
+    if not isinstance(schema, dict):
+        raise ConfigError(f"llm_extract: the JSON schema must be a JSON object, got {type(schema).__name__}")
+    import jsonschema
+
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as e:
+        raise ConfigError(f"llm_extract: invalid JSON schema: {e.message}") from None
+    return schema
+
+
+def _is_array_like(value: Any) -> bool:
+    # numpy arrays and Arrow/polars lists arrive as non-Sequence iterables
+    return hasattr(value, "__iter__") and hasattr(value, "__len__") and not isinstance(value, Mapping)

@@ -1,0 +1,39 @@
+"""The planner shared by every surface: one LLM call over a table becomes one relQuery.
+
+``run_call(call, columns)`` deduplicates identical prompts, answers what it can from the persistent
+result cache, orders the rest for prefix sharing (GGR), pins the shared prefix, runs one relQuery,
+and returns every row's value in input order. ``run_call(..., explain_only=True)`` returns the
+EXPLAIN instead of running.
+"""
+
+from relserve.planner.cache import ResultCache, clear_result_cache, shared_cache
+from relserve.planner.engine_ref import EngineRef
+from relserve.planner.execute import CallOutcome, recent_outcomes, run_call
+from relserve.planner.explain import Explain, explain_plan
+from relserve.planner.ggr import GGR, Ordering, ggr, sort_rows
+from relserve.planner.hit_rate import HitStats, PrefixCacheModel, predict_hits
+from relserve.planner.plan import CallPlan, plan_call
+from relserve.planner.tokens import TokenSource, token_source
+
+__all__ = [
+    "GGR",
+    "CallOutcome",
+    "CallPlan",
+    "EngineRef",
+    "Explain",
+    "HitStats",
+    "Ordering",
+    "PrefixCacheModel",
+    "ResultCache",
+    "TokenSource",
+    "clear_result_cache",
+    "explain_plan",
+    "ggr",
+    "plan_call",
+    "predict_hits",
+    "recent_outcomes",
+    "run_call",
+    "shared_cache",
+    "sort_rows",
+    "token_source",
+]

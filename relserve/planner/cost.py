@@ -1,0 +1,54 @@
+"""Run-time estimate of a relQuery from the engine's step-time cost model.
+
+Prefill: the uncached prompt tokens, in steps of at most ``token_budget`` tokens.
+Decode: rows in waves of ``max_seqs``, each wave decoding ``output_tokens`` steps.
+A coarse figure, meant to compare plans (original vs planned) rather than to promise a time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+DEFAULT_MAX_SEQS = 32
+DEFAULT_TOKEN_BUDGET = 2048
+
+
+def cost_model_of(engine: Any) -> Any:
+    model = getattr(engine, "cost_model", None) if engine is not None else None
+    if model is None:
+        from relserve.policy.cost_model import CostModel
+
+        model = CostModel()
+    return model
+
+
+def expected_output_tokens(max_tokens: int, constrained_choices: bool) -> int:
+    # a label or yes/no ends after a couple of tokens; free text may run to max_tokens
+    return min(max_tokens, 2) if constrained_choices else max_tokens
+
+
+def estimate_seconds(
+    cost_model: Any,
+    rows: int,
+    uncached_tokens: int,
+    output_tokens: int,
+    *,
+    max_seqs: int = DEFAULT_MAX_SEQS,
+    token_budget: int = DEFAULT_TOKEN_BUDGET,
+) -> float:
+    if rows <= 0:
+        return 0.0
+    prefill_steps = max(1, math.ceil(uncached_tokens / token_budget))
+    prefill = cost_model.alpha_p * uncached_tokens + cost_model.beta_p * prefill_steps
+    waves = math.ceil(rows / max_seqs)
+    per_wave = min(rows, max_seqs)
+    decode = waves * output_tokens * cost_model.decode(per_wave)
+    return prefill + decode
+
+
+def engine_limits(engine: Any) -> tuple[int, int]:
+    """(max concurrent sequences, prefill token budget per step) of the engine, or defaults."""
+    seqs = getattr(engine, "max_num_seqs", None) or DEFAULT_MAX_SEQS
+    budget = getattr(engine, "max_num_batched_tokens", None) or DEFAULT_TOKEN_BUDGET
+    return int(seqs), int(budget)

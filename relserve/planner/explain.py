@@ -1,0 +1,168 @@
+"""EXPLAIN for one LLM call: what the plan does and what it is expected to save.
+
+Compares the call as it would run unplanned (every row, rendered as written, in input order)
+with the plan (distinct prompts not in the result cache, in planned order, static prefix pinned):
+predicted prefix-cache hit rate, prompt tokens, and the run time the cost model expects.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds, expected_output_tokens
+from relserve.planner.hit_rate import predict_hits
+from relserve.planner.plan import CallPlan
+from relserve.planner.tokens import TokenSource
+
+DEFAULT_BLOCK_SIZE = 16  # vLLM's default, when no engine says otherwise
+
+
+@dataclass(frozen=True)
+class Explain:
+    function: str
+    template: str
+    model_id: str
+    rows: int
+    #: rows that cannot run (NULL placeholder value): NULL + error
+    error_rows: int
+    distinct_prompts: int
+    cache_hits: int
+    to_run: int
+    #: "off", "rows" or "rows+fields"
+    reorder: str
+    planner_s: float
+    #: predicted prefix-cache hit rate of the engine, unplanned vs planned
+    hit_rate_original: float
+    hit_rate_planned: float
+    prompt_tokens_original: int
+    prompt_tokens_planned: int
+    #: estimated engine time, unplanned vs planned (cost model)
+    estimate_original_s: float
+    estimate_planned_s: float
+    pinned_prefix_tokens: int
+    block_size: int
+    cache_capacity_blocks: int | None
+    token_source: str
+    cost_model: str
+    sample_prompt: str | None
+    explain_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def speedup(self) -> float | None:
+        return self.estimate_original_s / self.estimate_planned_s if self.estimate_planned_s > 0 else None
+
+    def __str__(self) -> str:
+        cap = "unbounded" if self.cache_capacity_blocks is None else f"{self.cache_capacity_blocks} blocks"
+        speed = f" ({self.speedup:.1f}x)" if self.speedup else ""
+        lines = [
+            f"{self.function}({self.template!r})  model={self.model_id}",
+            f"  rows                  {self.rows:>10,}",
+            f"  rows with errors      {self.error_rows:>10,}   (NULL placeholder value: NULL result)",
+            f"  distinct prompts      {self.distinct_prompts:>10,}",
+            f"  result-cache hits     {self.cache_hits:>10,}",
+            f"  prompts to run        {self.to_run:>10,}   order: {self.reorder}",
+            f"  prefix hit rate       {self.hit_rate_original:>9.1%} -> {self.hit_rate_planned:.1%}"
+            f"   (predicted, original -> planned; block {self.block_size}, cache {cap}, tokens: {self.token_source})",
+            f"  prompt tokens         {self.prompt_tokens_original:>10,} -> {self.prompt_tokens_planned:,}",
+            f"  pinned prefix         {self.pinned_prefix_tokens:>10,} tokens",
+            f"  estimated run time    {self.estimate_original_s:>9.1f}s -> {self.estimate_planned_s:.1f}s{speed}"
+            f"   (cost model: {self.cost_model})",
+            f"  planner time          {self.planner_s * 1000:>9.1f} ms",
+        ]
+        if self.sample_prompt is not None:
+            sample = self.sample_prompt if len(self.sample_prompt) <= 300 else self.sample_prompt[:297] + "..."
+            lines.append("  first prompt to run   " + sample.replace("\n", "\\n"))
+        return "\n".join(lines)
+
+
+def explain_plan(
+    plan: CallPlan,
+    tokens: TokenSource,
+    *,
+    engine: Any = None,
+    block_size: int | None = None,
+    capacity_blocks: int | None = None,
+) -> Explain:
+    t0 = time.perf_counter()
+    block = block_size or getattr(engine, "block_size", None) or DEFAULT_BLOCK_SIZE
+    if capacity_blocks is None:
+        capacity_blocks = kv_capacity_blocks(engine)
+    cost = cost_model_of(engine)
+    seqs, budget = engine_limits(engine)
+    call = plan.call
+    out_tokens = expected_output_tokens(call.max_tokens, call.choices is not None)
+
+    baseline = tokens.many(plan.baseline_prompts())
+    original = predict_hits(baseline, block, capacity_blocks)
+
+    run = tokens.many(plan.run_prompts)
+    prefix = plan.shared_prefix()
+    pinned = pinned_prefix_tokens(tokens, prefix, block) if len(run) > 1 else []
+    planned = predict_hits(run, block, capacity_blocks, warm=[pinned] if pinned else [])
+    est_original = estimate_seconds(cost, original.prompts, original.uncached_tokens, out_tokens, max_seqs=seqs, token_budget=budget)
+    est_planned = estimate_seconds(
+        cost, planned.prompts, planned.uncached_tokens + len(pinned), out_tokens, max_seqs=seqs, token_budget=budget
+    )
+    return Explain(
+        function=call.function.name,
+        template=call.template.source,
+        model_id=plan.model_id,
+        rows=plan.rows,
+        error_rows=len(plan.row_errors),
+        distinct_prompts=plan.distinct_prompts,
+        cache_hits=plan.cache_hits,
+        to_run=len(plan.run_order),
+        reorder=plan.reorder,
+        planner_s=plan.planner_s,
+        hit_rate_original=original.rate,
+        hit_rate_planned=planned.rate,
+        prompt_tokens_original=original.prompt_tokens,
+        prompt_tokens_planned=planned.prompt_tokens,
+        estimate_original_s=est_original,
+        estimate_planned_s=est_planned,
+        pinned_prefix_tokens=len(pinned),
+        block_size=block,
+        cache_capacity_blocks=capacity_blocks,
+        token_source=tokens.kind,
+        cost_model=getattr(cost, "source", "default"),
+        sample_prompt=plan.run_prompts[0] if plan.run_order else None,
+        explain_s=time.perf_counter() - t0,
+    )
+
+
+def pinned_prefix_tokens(tokens: TokenSource, prefix: str, block_size: int) -> list[int]:
+    """Token ids of the shared prefix worth pinning: whole blocks only, as the cache keeps them.
+
+    The chat template wraps the prompt, so the prefix's ids are taken from the start of a real
+    prompt's ids rather than from tokenizing the prefix alone (whose last token may differ).
+    """
+    if not prefix:
+        return []
+    ids = tokens.tokenize(prefix)
+    # drop the tail the chat template appends after the user text, and the last (unstable) token
+    keep = ((max(0, _user_text_token_count(tokens, ids, prefix) - 1)) // block_size) * block_size
+    return ids[:keep]
+
+
+def _user_text_token_count(tokens: TokenSource, ids: list[int], prefix: str) -> int:
+    # tokens of (chat template head + prefix): ids minus the template's tail, measured on an empty prompt
+    empty = tokens.tokenize("")
+    head = 0
+    while head < len(empty) and head < len(ids) and empty[head] == ids[head]:
+        head += 1
+    tail = len(empty) - head
+    return len(ids) - tail
+
+
+def kv_capacity_blocks(engine: Any) -> int | None:
+    """How many KV blocks the engine's prefix cache holds, if the engine says."""
+    for name in ("num_kv_blocks", "kv_cache_blocks", "num_gpu_blocks"):
+        value = getattr(engine, name, None) if engine is not None else None
+        if isinstance(value, int) and value > 0:
+            return value
+    return None

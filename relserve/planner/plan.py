@@ -1,0 +1,169 @@
+"""Plan one LLM call over a table: which prompts run, in which order, and which are already known.
+
+Steps, each cheap next to one LLM request:
+1. collapse rows with equal placeholder values, and rows that render to the same prompt;
+2. set aside rows that cannot run (a NULL value): they get NULL and an error, the rest go on;
+3. with ``reorder_fields``, let GGR choose the row order and each row's field order, and render
+   rows as instruction + ``{"field": value}`` JSON; otherwise keep the template's text;
+4. look the prompts up in the result cache (greedy calls only);
+5. order the prompts left to run so that shared prefixes sit side by side.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from relserve.errors import RowError
+from relserve.functions import LLMCall
+from relserve.planner.cache import ResultCache
+from relserve.planner.ggr import ggr, sort_rows
+from relserve.template import format_value
+from relserve.planner.prompts import (
+    DistinctRows,
+    distinct_rows,
+    field_lengths,
+    null_error,
+    render,
+    render_with_fields,
+)
+
+
+@dataclass
+class CallPlan:
+    call: LLMCall
+    model_id: str
+    #: number of input rows
+    rows: int
+    #: per input row, the index of its prompt in ``prompts``, or -1 when the row cannot run
+    row_to_prompt: list[int]
+    #: input row -> why it cannot run
+    row_errors: dict[int, str]
+    #: distinct prompts, as the engine will get them
+    prompts: list[str]
+    #: prompt index -> answer text from the result cache
+    cached: dict[int, str]
+    #: prompt indices to send to the engine, in planned order
+    run_order: list[int]
+    #: "off" (original order), "rows", or "rows+fields"
+    reorder: str
+    planner_s: float
+    distinct: DistinctRows = field(repr=False)
+
+    @property
+    def distinct_prompts(self) -> int:
+        return len(self.prompts)
+
+    @property
+    def cache_hits(self) -> int:
+        """Distinct prompts answered from the result cache."""
+        return len(self.cached)
+
+    @property
+    def run_prompts(self) -> list[str]:
+        return [self.prompts[i] for i in self.run_order]
+
+    def shared_prefix(self) -> str:
+        """Text every prompt to run starts with (the template's static part, at least)."""
+        run = self.run_prompts
+        if len(run) < 2:
+            return ""
+        return os.path.commonprefix([min(run), max(run)])
+
+    def baseline_prompts(self) -> list[str]:
+        """What would run without planning: every row, rendered as written, in input order."""
+        out = []
+        for d in self.distinct.row_to_distinct:
+            try:
+                out.append(render(self.call, self.distinct.values[d]))
+            except RowError:
+                continue
+        return out
+
+
+def plan_call(
+    call: LLMCall,
+    columns: Sequence[Sequence[object]],
+    *,
+    model_id: str,
+    cache: ResultCache | None = None,
+    optimize: bool = True,
+) -> CallPlan:
+    """Plan ``call`` over rows given as columns aligned with ``call.template.columns``."""
+    t0 = time.perf_counter()
+    if len(columns) != len(call.template.columns):
+        raise ValueError(f"expected {len(call.template.columns)} value columns, got {len(columns)}")
+    n = len(columns[0]) if columns else 0
+    distinct = distinct_rows(columns)
+    # which distinct value tuples can run at all
+    bad: dict[int, str] = {}
+    for d, values in enumerate(distinct.values):
+        err = null_error(call, values)
+        if err is not None:
+            bad[d] = err
+    good = [d for d in range(len(distinct.values)) if d not in bad]
+
+    fields_reordered = call.options.reorder_fields and optimize and len(good) > 1
+    if fields_reordered:
+        table = [distinct.values[d] for d in good]
+        # GGR groups equal values as they appear in the prompt
+        cols = [[format_value(t[c]) for t in table] for c in range(len(call.template.columns))]
+        ordering = ggr(cols, field_lengths(call, table))
+        ggr_rendered = [(good[r], render_with_fields(call, table[r], f)) for r, f in zip(ordering.rows, ordering.fields)]
+        rendered = dict(ggr_rendered)
+    else:
+        rendered = {}
+        for d in good:
+            try:
+                rendered[d] = render(call, distinct.values[d])
+            except RowError as e:
+                bad[d] = f"{call.function.name}: {e}"
+
+    prompt_index: dict[str, int] = {}
+    distinct_to_prompt: dict[int, int] = {}
+    for d in good:
+        if d in rendered:
+            distinct_to_prompt[d] = prompt_index.setdefault(rendered[d], len(prompt_index))
+    prompts = list(prompt_index)
+
+    row_to_prompt = [distinct_to_prompt.get(d, -1) for d in distinct.row_to_distinct]
+    row_errors = {i: bad[d] for i, d in enumerate(distinct.row_to_distinct) if d in bad}
+
+    cached: dict[int, str] = {}
+    if cache is not None and call.deterministic and prompts:
+        cached = cache.get_many(model_id, call.sampling_settings(), prompts)
+
+    if fields_reordered:
+        seen: set[int] = set()
+        run_order = []
+        for d, _ in ggr_rendered:
+            p = distinct_to_prompt[d]
+            if p not in cached and p not in seen:
+                seen.add(p)
+                run_order.append(p)
+        reorder = "rows+fields"
+    else:
+        misses = [p for p in range(len(prompts)) if p not in cached]
+        if optimize:
+            order = sort_rows([prompts[p] for p in misses])
+            run_order = [misses[i] for i in order]
+            reorder = "rows"
+        else:
+            run_order = misses
+            reorder = "off"
+
+    return CallPlan(
+        call=call,
+        model_id=model_id,
+        rows=n,
+        row_to_prompt=row_to_prompt,
+        row_errors=row_errors,
+        prompts=prompts,
+        cached=cached,
+        run_order=run_order,
+        reorder=reorder,
+        planner_s=time.perf_counter() - t0,
+        distinct=distinct,
+    )

@@ -1,0 +1,79 @@
+"""From rows of placeholder values to distinct prompts: exact deduplication and rendering."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from relserve.errors import RowError
+from relserve.functions import LLMCall
+from relserve.template import format_value
+
+
+@dataclass
+class DistinctRows:
+    """Rows with equal placeholder values collapsed into one."""
+
+    #: per input row, its index in ``values``
+    row_to_distinct: list[int]
+    #: the distinct value tuples (aligned with ``call.template.columns``), in first-seen order
+    values: list[tuple]
+
+
+def distinct_rows(columns: Sequence[Sequence[object]]) -> DistinctRows:
+    index: dict[tuple, int] = {}
+    values: list[tuple] = []
+    row_to_distinct: list[int] = []
+    for t in zip(*columns):
+        try:
+            k = index.setdefault(t, len(index))
+        except TypeError:  # lists or structs in a cell: compare them by their JSON text
+            k = index.setdefault(tuple(_freeze(v) for v in t), len(index))
+        if k == len(values):
+            values.append(t)
+        row_to_distinct.append(k)
+    return DistinctRows(row_to_distinct, values)
+
+
+def _freeze(value: object) -> object:
+    if isinstance(value, (list, dict, tuple)):
+        return json.dumps(value, sort_keys=True, default=str)
+    return value
+
+
+def render(call: LLMCall, values: tuple) -> str:
+    """The prompt for one row in the template's own field order; ``RowError`` for a NULL value."""
+    return call.template.render(dict(zip(call.template.columns, values))) + call.answer_instruction
+
+
+def render_with_fields(call: LLMCall, values: tuple, order: Sequence[int]) -> str:
+    """The prompt for one row with its fields as ``{"field": value}`` JSON in the given order."""
+    cols = call.template.columns
+    row = dict(zip(cols, values))
+    return call.template.render_fields(row, [cols[i] for i in order]) + call.answer_instruction
+
+
+def null_error(call: LLMCall, values: tuple) -> str | None:
+    """The error a row gets before running (a NULL placeholder value), or None."""
+    for name, v in zip(call.template.columns, values):
+        if v is None:
+            return f"{call.function.name}: placeholder {{{name}}} is NULL in this row"
+    return None
+
+
+def field_lengths(call: LLMCall, values: Sequence[tuple]) -> list[list[int]]:
+    """Characters each value occupies in a ``{"field": value}`` rendering (GGR's len(v))."""
+    cols = call.template.columns
+    out = []
+    for c, name in enumerate(cols):
+        key = len(name) + 6  # quotes, colon, comma, spaces
+        out.append([key + len(format_value(t[c])) for t in values])
+    return out
+
+
+def safe_render(call: LLMCall, values: tuple) -> str | RowError:
+    try:
+        return render(call, values)
+    except RowError as e:
+        return e

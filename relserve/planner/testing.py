@@ -1,0 +1,133 @@
+"""``ScriptedEngine``: the engine's API with answers from a Python function, for tests and demos
+of the planner and the surfaces where starting vLLM is not wanted.
+
+It records every relQuery it gets, so a test can check how many calls and which prompts reached
+the engine.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from relserve.planner.hit_rate import PrefixCacheModel
+from relserve.planner.tokens import approximate_tokens
+from relserve.policy.cost_model import CostModel
+
+Answer = Callable[[str, Any], str]
+
+
+def default_answer(prompt: str, rq: Any) -> str:
+    """Deterministic answers that respect the relQuery's constraint."""
+    choices = getattr(rq, "choices", None)
+    if choices:
+        return choices[sum(prompt.encode()) % len(choices)]
+    if getattr(rq, "json_schema", None) is not None:
+        return "{}"
+    return "answer to: " + prompt[-40:]
+
+
+@dataclass
+class _Row:
+    index: int
+    text: str | None = None
+    error: str | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    finish_reason: str | None = "stop"
+
+
+@dataclass
+class _Stats:
+    rel_id: str
+    num_rows: int
+    num_errors: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+@dataclass
+class _Result:
+    rows: list[_Row]
+    stats: _Stats
+
+    @property
+    def texts(self) -> list[str | None]:
+        return [r.text for r in self.rows]
+
+
+class _Handle:
+    def __init__(self, result: _Result) -> None:
+        self._result = result
+        self.cancelled = False
+
+    def __iter__(self) -> Iterator[_Row]:
+        return iter(self._result.rows)
+
+    @property
+    def progress(self) -> tuple[int, int]:
+        return len(self._result.rows), len(self._result.rows)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def result(self) -> _Result:
+        return self._result
+
+
+@dataclass
+class ScriptedEngine:
+    answer: Answer = default_answer
+    model_id: str = "scripted-model"
+    block_size: int = 16
+    cost_model: CostModel = field(default_factory=CostModel)
+    #: prompts of every relQuery submitted, in submission order
+    submitted: list[list[str]] = field(default_factory=list)
+    warmed: list[str] = field(default_factory=list)
+    #: prefix-cache capacity in blocks for the cached-token counts (None: unbounded)
+    num_kv_blocks: int | None = None
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._prefix_cache = PrefixCacheModel(self.block_size, self.num_kv_blocks)
+
+    def prompt_token_ids(self, text: str) -> list[int]:
+        return [1] + approximate_tokens(text) + [2]
+
+    def warm_prefix(self, text: str) -> None:
+        self.warmed.append(text)
+        self._prefix_cache.admit(self.prompt_token_ids(text))
+
+    def submit(self, rq: Any) -> _Handle:
+        prompts = [r["prompt"] for r in rq.rows] if getattr(rq, "prompts", None) is None else list(rq.prompts)
+        with self._lock:
+            self.submitted.append(prompts)
+            rows = []
+            for i, p in enumerate(prompts):
+                ids = self.prompt_token_ids(p)
+                cached = self._prefix_cache.admit(ids)
+                try:
+                    rows.append(_Row(i, self.answer(p, rq), None, len(ids), 1, cached))
+                except Exception as e:  # a failing row, as the engine reports it
+                    rows.append(_Row(i, None, str(e), len(ids), 0, cached, "error"))
+        stats = _Stats(
+            rel_id=str(getattr(rq, "rel_id", "")),
+            num_rows=len(rows),
+            num_errors=sum(r.error is not None for r in rows),
+            prompt_tokens=sum(r.prompt_tokens for r in rows),
+            cached_tokens=sum(r.cached_tokens for r in rows),
+            output_tokens=sum(r.output_tokens for r in rows),
+        )
+        return _Handle(_Result(rows, stats))
+
+    @property
+    def rows_answered(self) -> int:
+        return sum(len(p) for p in self.submitted)
