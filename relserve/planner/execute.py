@@ -81,7 +81,7 @@ def run_call(
 
     if call.options.on_error == "raise" and plan.row_errors:
         first = min(plan.row_errors)
-        raise RowError(f"row {first}: {plan.row_errors[first]}")
+        raise RowError(f"{_row_label(plan, first)}: {plan.row_errors[first]}")
 
     answers: dict[int, str] = dict(plan.cached)
     failed: dict[int, str] = {}
@@ -100,8 +100,21 @@ def run_call(
         _recent.items.append(outcome)
     if call.options.on_error == "raise" and outcome.failures:
         i, err = outcome.failures[0]
-        raise RowError(f"row {i}: {err}")
+        raise RowError(f"{_row_label(plan, i)}: {err}")
     return outcome
+
+
+def _row_label(plan: CallPlan, row: int) -> str:
+    """'row 3 (review='Great film')': names the row by position and placeholder values."""
+    values = plan.distinct.values[plan.distinct.row_to_distinct[row]]
+    shown = ", ".join(f"{name}={_short(v)}" for name, v in zip(plan.call.template.columns, values))
+    return f"row {row} ({shown})"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
 
 
 def _run_on_engine(

@@ -1,0 +1,190 @@
+"""The DuckDB surface: ``install``, ``sql``, ``explain``, ``errors`` and a connection wrapper."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from relserve.errors import ConfigError
+from relserve.planner.explain import Explain
+from relserve.duckdb_ext.planned import StatementRun, explain_planned, run_planned
+from relserve.duckdb_ext.session import install, session_of
+from relserve.duckdb_ext.statement import analyze, split_statements
+
+
+def sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> duckdb.DuckDBPyRelation | None:
+    """Run ``query`` with each LLM call site sent as one relQuery over all its rows.
+
+    Like ``con.sql``: a query gives a relation (``.fetchall()``, ``.pl()``, ``.arrow()``,
+    ``.show()``), other statements give None. Several statements separated by ``;`` run in order;
+    the last one's result is returned. Failed rows are NULL; ``errors(con)`` lists them.
+    """
+    session = session_of(con)
+    texts = split_statements(query)
+    if params is not None and len(texts) > 1:
+        raise ConfigError("parameters can only be given for a single statement")
+    with session.lock:
+        session.failures.clear()
+    result = None
+    for text in texts:
+        statement = analyze(text)
+        if not statement.planned:
+            # no LLM call, or a kind of statement that does not run now (CREATE VIEW, ...):
+            # DuckDB runs it, and any calls run per chunk
+            result = con.sql(text, params=params) if params is not None else con.sql(text)
+            continue
+        table, run = run_planned(con, session, statement, params)
+        session.last_run = run
+        result = con.from_arrow(table) if table is not None else None
+    return result
+
+
+@dataclass
+class SiteExplain:
+    index: int
+    call: str
+    depends_on: list[int]
+    stage: int
+    #: rows the collection pass sent to this site (an upper bound when it depends on other sites)
+    rows_seen: int
+    plans: list[Explain] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["plans"] = [p.to_dict() for p in self.plans]
+        return d
+
+
+@dataclass
+class StatementExplain:
+    statement: str
+    sites: list[SiteExplain]
+    #: why the statement is not planned, if it is not
+    unplanned_reason: str | None
+    collect_s: float
+
+    @property
+    def stages(self) -> int:
+        return max((s.stage for s in self.sites), default=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "statement": self.statement,
+            "stages": self.stages,
+            "unplanned_reason": self.unplanned_reason,
+            "collect_s": self.collect_s,
+            "sites": [s.to_dict() for s in self.sites],
+        }
+
+    def __str__(self) -> str:
+        if self.unplanned_reason:
+            return f"LLM EXPLAIN: not planned: {self.unplanned_reason}"
+        if not self.sites:
+            return "LLM EXPLAIN: no LLM calls in this statement"
+        lines = [
+            f"LLM EXPLAIN: {len(self.sites)} call site(s) in {self.stages} stage(s); "
+            f"collection pass {self.collect_s * 1000:.0f} ms"
+        ]
+        for s in self.sites:
+            waits = f", waits for #{', #'.join(map(str, s.depends_on))}" if s.depends_on else ""
+            lines.append(f"#{s.index} stage {s.stage}{waits}: {s.call}")
+            if s.depends_on:
+                lines.append(
+                    "   (rows counted as if the sites it waits for let every row through: an upper bound)"
+                )
+            if not s.plans:
+                lines.append("   no rows reach this call")
+            for plan in s.plans:
+                lines.extend("   " + line for line in str(plan).splitlines())
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
+
+
+def explain(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> StatementExplain:
+    """What ``sql(con, query)`` would do, without calling the engine (the rows are read once)."""
+    session = session_of(con)
+    texts = split_statements(query)
+    if len(texts) != 1:
+        raise ConfigError(f"explain takes one statement, got {len(texts)}")
+    statement = analyze(texts[0])
+    if not statement.planned:
+        return StatementExplain(statement.text, [], statement.unplanned_reason if statement.sites else None, 0.0)
+    run = explain_planned(con, session, statement, params)
+    return _statement_explain(run)
+
+
+def _statement_explain(run: StatementRun) -> StatementExplain:
+    sites = run.statement.sites
+    stage: dict[int, int] = {}
+
+    def stage_of(i: int, visiting: frozenset = frozenset()) -> int:
+        if i not in stage:
+            deps = [d for d in sites[i].depends_on if d not in visiting]
+            stage[i] = 1 + max((stage_of(d, visiting | {i}) for d in deps), default=0)
+        return stage[i]
+
+    out = [
+        SiteExplain(
+            s.site.index, s.site.text, sorted(s.site.depends_on), stage_of(s.site.index), s.rows_seen, list(s.explains)
+        )
+        for s in run.sites
+    ]
+    return StatementExplain(run.statement.text, out, None, run.seconds)
+
+
+def errors(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
+    """Rows that got NULL because their call failed: since the last ``sql(con, ...)`` statement
+    (or, for calls on the plain connection, since then), as a relation with the columns
+    function, template, arguments (the placeholder values as JSON) and error."""
+    session = session_of(con)
+    with session.lock:
+        items = list(session.failures)
+    table = pa.table(
+        {
+            "function": pa.array([f.function for f in items], pa.string()),
+            "template": pa.array([f.template for f in items], pa.string()),
+            "arguments": pa.array([f.arguments for f in items], pa.string()),
+            "error": pa.array([f.error for f in items], pa.string()),
+        }
+    )
+    return con.from_arrow(table)
+
+
+class Connection:
+    """A DuckDB connection whose ``sql`` plans LLM calls; everything else is DuckDB's own.
+
+    >>> con = relserve.duckdb.connect()
+    >>> con.sql("SELECT llm_filter('Is {review} positive?', review) FROM reviews").fetchall()
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, **defaults: Any) -> None:
+        self.con = install(con, **defaults)
+
+    def sql(self, query: str, params: Any = None) -> duckdb.DuckDBPyRelation | None:
+        return sql(self.con, query, params)
+
+    def explain(self, query: str, params: Any = None) -> StatementExplain:
+        return explain(self.con, query, params)
+
+    def errors(self) -> duckdb.DuckDBPyRelation:
+        return errors(self.con)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.con, name)
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.con.close()
+
+
+def connect(database: str = ":memory:", *, read_only: bool = False, config: dict | None = None, **defaults: Any) -> Connection:
+    """``duckdb.connect`` with the LLM functions installed and statement planning in ``sql``."""
+    con = duckdb.connect(database, read_only=read_only, config=config or {})
+    return Connection(con, **defaults)

@@ -1,0 +1,264 @@
+"""Planned execution of a statement: every call site is one relQuery over all its rows.
+
+DuckDB calls a UDF per chunk of 2,048 rows and has no Python table functions, so the statement
+runs in passes. Each call site gets its own UDF for the statement. In a pass, a site answers the
+rows it already knows and records the others, answering them with a stand-in (TRUE for
+``llm_filter``, so rows still reach later sites). After a pass, every site with recorded rows
+whose upstream sites (``statement.py``) have none becomes one relQuery over its distinct
+argument tuples. The pass in which no site meets an unknown row computed the true result.
+
+A statement that changes data runs its read-only query for the collection passes and then the
+statement itself once, with every site answering from what was collected (rows that still turn
+up unknown, for instance through ``random()``, are answered per chunk on the spot).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from relserve.errors import RowError
+from relserve.functions import LLMCall, LLMFunction
+from relserve.planner.explain import Explain
+from relserve.duckdb_ext.arguments import decode_chunk
+from relserve.duckdb_ext.session import RETURN_TYPES, Session, answer_chunk, to_arrow
+from relserve.duckdb_ext.statement import CallSite, Statement, analyze
+
+#: stand-in answers during collection passes
+_STAND_IN = {"map": "", "filter": True, "classify": None, "extract": "{}"}
+
+
+def _key(values: tuple) -> Any:
+    try:
+        hash(values)
+        return values
+    except TypeError:
+        return json.dumps(values, sort_keys=True, default=str)
+
+
+@dataclass
+class SiteState:
+    """What one call site knows and what it still needs, across the passes of a statement."""
+
+    site: CallSite
+    session: Session
+    answers: dict[LLMCall, dict[Any, tuple[Any, str | None]]] = field(default_factory=dict)
+    pending: dict[LLMCall, dict[Any, tuple]] = field(default_factory=dict)
+    #: "collect": unknown rows get a stand-in; "inline": unknown rows run at once, per chunk
+    mode: str = "collect"
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    explains: list[Explain] = field(default_factory=list)
+    #: for EXPLAIN: every row's values in arrival order, so the unplanned baseline is exact
+    arrivals: dict[LLMCall, list[tuple]] | None = None
+    relqueries: int = 0
+    rows_seen: int = 0
+
+    @property
+    def function(self) -> LLMFunction:
+        return self.site.function
+
+    def __call__(self, *arrays: pa.Array) -> pa.Array:
+        fn = self.function
+        chunk = decode_chunk(fn, arrays, self.session.defaults)
+        if self.mode == "inline":
+            return to_arrow(fn, answer_chunk(fn, chunk, self.session, self._answer_or_run))
+        if chunk.errors:
+            modes = {g.call.options.on_error for g in chunk.groups} or {self.session.defaults.on_error}
+            if "raise" in modes:
+                raise RowError(f"{self.site.text}: {chunk.errors[min(chunk.errors)]}")
+            self.session.record_chunk_errors(fn, chunk.errors)
+        out: list[Any] = [None] * chunk.size
+        stand_in = _STAND_IN[fn.kind]
+        with self.lock:
+            self.rows_seen += chunk.size
+            for group in chunk.groups:
+                if self.arrivals is not None:
+                    self.arrivals.setdefault(group.call, []).extend(group.values)
+                known = self.answers.get(group.call, {})
+                wanted = None
+                for r, values in zip(group.rows, group.values):
+                    k = _key(values)
+                    hit = known.get(k)
+                    if hit is not None:
+                        out[r] = hit[0]
+                        continue
+                    if wanted is None:
+                        wanted = self.pending.setdefault(group.call, {})
+                    wanted.setdefault(k, values)
+                    out[r] = stand_in if fn.kind != "classify" else group.call.labels[0]
+        return to_arrow(fn, out)
+
+    def _answer_or_run(self, call: LLMCall, values: list[tuple]):
+        """Inline mode: known rows from the answers, the rest run now as one relQuery."""
+        known = self.answers.get(call, {})
+        missing = [v for v in values if _key(v) not in known]
+        if missing:
+            # answer_chunk logs these rows' errors, so _run_call does not
+            self._run_call(call, list({_key(v): v for v in missing}.values()), record=False)
+            known = self.answers[call]
+        return _Outcome([known[_key(v)][0] for v in values], [known[_key(v)][1] for v in values])
+
+    def has_pending(self) -> bool:
+        return any(self.pending.values())
+
+    def run_pending(self) -> None:
+        """One relQuery per call (normally one per site) over the distinct unknown argument tuples."""
+        todo, self.pending = self.pending, {}
+        for call, wanted in todo.items():
+            self._run_call(call, list(wanted.values()))
+
+    def explain_arrivals(self) -> None:
+        for call, values in (self.arrivals or {}).items():
+            outcome = self.session.run(call, values, explain_only=True)
+            self.explains.append(outcome.explain)
+
+    def _run_call(self, call: LLMCall, values: list[tuple], *, record: bool = True) -> None:
+        try:
+            outcome = self.session.run(call, values)
+        except RowError as e:
+            raise RowError(f"{self.site.text}: {e}") from None
+        self.relqueries += 1
+        if record:
+            self.session.record_failures(call, values, outcome.errors)
+        with self.lock:
+            known = self.answers.setdefault(call, {})
+            for v, value, err in zip(values, outcome.values, outcome.errors):
+                known[_key(v)] = (value, err)
+
+
+@dataclass
+class _Outcome:
+    values: list
+    errors: list
+
+
+@dataclass
+class StatementRun:
+    """What planned execution did, for EXPLAIN and tests."""
+
+    statement: Statement
+    sites: list[SiteState]
+    passes: int = 0
+    seconds: float = 0.0
+
+
+class PlannedStatement:
+    """Registers one UDF per call site for the life of a statement run."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, session: Session, statement: Statement) -> None:
+        self.con = con
+        self.session = session
+        self.statement = statement
+        token = uuid.uuid4().hex[:10]
+        self.names = [f"llm_site_{token}_{s.index}" for s in statement.sites]
+        self.states = [SiteState(s, session) for s in statement.sites]
+
+    def __enter__(self) -> PlannedStatement:
+        for name, state in zip(self.names, self.states):
+            self.con.create_function(
+                name,
+                state,
+                None,
+                RETURN_TYPES[state.function.kind],
+                type="arrow",
+                null_handling="special",
+                side_effects=True,
+            )
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for name in self.names:
+            try:
+                self.con.remove_function(name)
+            except duckdb.Error:
+                pass
+
+    def collect(self, params: Any = None) -> pa.Table | None:
+        sql = self.statement.collection_sql(self.names)
+        return _fetch(self.con, sql, params)
+
+    def ready_sites(self) -> list[SiteState]:
+        """Sites with unknown rows whose upstream sites have none (all of them if none qualify)."""
+        pending = {s.site.index for s in self.states if s.has_pending()}
+        ready = [s for s in self.states if s.site.index in pending and not (s.site.depends_on & pending)]
+        return ready or [s for s in self.states if s.site.index in pending]
+
+
+def _fetch(con: duckdb.DuckDBPyConnection, sql: str, params: Any) -> pa.Table | None:
+    """Run ``sql``; the rows of a query, None for other statements."""
+    relation = con.sql(sql, params=params) if params is not None else con.sql(sql)
+    return relation.to_arrow_table() if relation is not None else None
+
+
+def run_planned(
+    con: duckdb.DuckDBPyConnection,
+    session: Session,
+    statement: Statement,
+    params: Any = None,
+    *,
+    max_passes: int | None = None,
+) -> tuple[pa.Table | None, StatementRun]:
+    """Run a statement with one relQuery per call site; returns (result rows or None, run record)."""
+    t0 = time.perf_counter()
+    limit = max_passes or len(statement.sites) + 2
+    with PlannedStatement(con, session, statement) as planned:
+        run = StatementRun(statement, planned.states)
+        table = None
+        settled = False
+        while run.passes < limit:
+            table = planned.collect(params)
+            run.passes += 1
+            ready = planned.ready_sites()
+            if not ready:
+                settled = True
+                break
+            _run_sites(ready)
+        if statement.writes or not settled:
+            # data-changing statements run once; an unsettled query runs with answers filled in
+            for state in planned.states:
+                state.mode = "inline"
+            table = _fetch(con, statement.with_site_names(planned.names), params)
+            run.passes += 1
+            if statement.writes:
+                table = None
+    run.seconds = time.perf_counter() - t0
+    return table, run
+
+
+def _run_sites(ready: list[SiteState]) -> None:
+    """Submit every ready site's relQuery at once: the engine schedules them side by side."""
+    if len(ready) == 1:
+        ready[0].run_pending()
+        return
+    with ThreadPoolExecutor(max_workers=len(ready)) as pool:
+        for future in [pool.submit(s.run_pending) for s in ready]:
+            future.result()
+
+
+def explain_planned(
+    con: duckdb.DuckDBPyConnection, session: Session, statement: Statement, params: Any = None
+) -> StatementRun:
+    """One collection pass, then an EXPLAIN of each site's relQuery (nothing runs on the engine)."""
+    t0 = time.perf_counter()
+    with PlannedStatement(con, session, statement) as planned:
+        run = StatementRun(statement, planned.states)
+        for state in planned.states:
+            state.arrivals = {}
+        planned.collect(params)
+        run.passes = 1
+        for state in planned.states:
+            state.explain_arrivals()
+    run.seconds = time.perf_counter() - t0
+    return run
+
+
+def analyze_statement(text: str) -> Statement:
+    return analyze(text)

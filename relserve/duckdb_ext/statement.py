@@ -1,0 +1,319 @@
+"""Find the LLM call sites of a SQL statement and which of them must wait for which (sqlglot).
+
+A call site is one ``llm_*(...)`` in the text. Site B waits for site A when A's answers can change
+which rows reach B or what B's arguments are:
+* A is nested in B's arguments;
+* A sits in a SELECT whose output flows into B's (a CTE, a derived table, and what those read);
+* A filters or groups rows in B's own SELECT before B is evaluated (JOIN ... ON, WHERE, GROUP BY,
+  HAVING, QUALIFY; filters in one clause apply in the order written), or B sits in a subquery
+  evaluated per row of A's SELECT;
+* B names the column alias that A's result gets in the same SELECT.
+Missing a dependency never gives wrong answers (the statement runs until no site has unknown
+rows); it only costs LLM calls on rows a filter would have removed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.tokens import TokenType
+
+from relserve.functions import FUNCTIONS, LLMFunction
+
+_PHASE = {"joins": 0, "where": 1, "group": 2, "having": 3, "qualify": 4, "expressions": 5, "order": 6}
+_ROW_SHAPING = {"joins", "where", "group", "having", "qualify"}
+_SOURCE_CLAUSES = ("from", "joins", "with")
+
+
+@dataclass
+class CallSite:
+    index: int
+    function: LLMFunction
+    node: exp.Anonymous = field(repr=False)
+    #: span of the function's name in the statement text (end exclusive)
+    name_start: int
+    name_end: int
+    #: the call's SQL text, for EXPLAIN and error messages
+    text: str
+    depends_on: frozenset[int] = frozenset()
+
+
+@dataclass
+class Statement:
+    text: str
+    tree: exp.Expression | None
+    sites: list[CallSite]
+    #: a statement that changes data (CREATE TABLE AS, INSERT, UPDATE, DELETE, COPY) runs once,
+    #: so its rows are collected with a read-only query over the same rows
+    writes: bool
+    #: the read-only query for collection passes, or None when the statement itself is one
+    read_query: exp.Expression | None = None
+    #: why the statement is not planned (sites in a statement kind that is not executed now)
+    unplanned_reason: str | None = None
+
+    @property
+    def planned(self) -> bool:
+        return bool(self.sites) and self.unplanned_reason is None
+
+    def with_site_names(self, names: list[str]) -> str:
+        """The statement's own text with each site's function renamed (nothing else changes)."""
+        out = []
+        pos = 0
+        for site in sorted(self.sites, key=lambda s: s.name_start):
+            out.append(self.text[pos : site.name_start])
+            out.append(names[site.index])
+            pos = site.name_end
+        out.append(self.text[pos:])
+        return "".join(out)
+
+    def collection_sql(self, names: list[str]) -> str:
+        """SQL that evaluates every site over the statement's rows without changing any data."""
+        if self.read_query is None:
+            return self.with_site_names(names)
+        saved = [(s.node, s.node.this) for s in self.sites]
+        try:
+            for s in self.sites:
+                s.node.set("this", names[s.index])
+            return self.read_query.sql(dialect="duckdb")
+        finally:
+            for node, name in saved:
+                node.set("this", name)
+
+
+def split_statements(sql: str) -> list[str]:
+    """Statement texts of a script, split at top-level semicolons."""
+    try:
+        tokens = sqlglot.Dialect.get_or_raise("duckdb").tokenize(sql)
+    except Exception:
+        return [sql]
+    parts = []
+    start = 0
+    for tok in tokens:
+        if tok.token_type == TokenType.SEMICOLON:
+            parts.append(sql[start : tok.start])
+            start = tok.end + 1
+    parts.append(sql[start:])
+    return [p for p in parts if p.strip()]
+
+
+def analyze(text: str) -> Statement:
+    try:
+        tree = sqlglot.parse_one(text, dialect="duckdb")
+        tokens = sqlglot.Dialect.get_or_raise("duckdb").tokenize(text)
+    except Exception:
+        return Statement(text, None, [], False, unplanned_reason="sqlglot cannot parse it")
+    call_ends = _call_ends(tokens)
+    sites: list[CallSite] = []
+    nodes = [n for n in tree.find_all(exp.Anonymous) if str(n.name).lower() in FUNCTIONS and "start" in n.meta]
+    for node in sorted(nodes, key=lambda n: n.meta["start"]):
+        start, end = node.meta["start"], node.meta["end"] + 1
+        if text[start:end].lower() != str(node.name).lower():
+            return Statement(text, tree, [], False, unplanned_reason="cannot locate a call in the text")
+        call_end = call_ends.get(start, end)
+        sites.append(CallSite(len(sites), FUNCTIONS[str(node.name).lower()], node, start, end, text[start:call_end]))
+    statement = Statement(text, tree, sites, writes=False)
+    if not sites:
+        return statement
+    _classify(statement)
+    if statement.unplanned_reason is None:
+        _set_dependencies(statement)
+    return statement
+
+
+def _call_ends(tokens) -> dict[int, int]:
+    """Start of a function name -> end of its closing parenthesis (exclusive)."""
+    ends = {}
+    for i, tok in enumerate(tokens[:-1]):
+        if tokens[i + 1].token_type != TokenType.L_PAREN:
+            continue
+        depth = 0
+        for later in tokens[i + 1 :]:
+            if later.token_type == TokenType.L_PAREN:
+                depth += 1
+            elif later.token_type == TokenType.R_PAREN:
+                depth -= 1
+                if depth == 0:
+                    ends[tok.start] = later.end + 1
+                    break
+    return ends
+
+
+def _classify(st: Statement) -> None:
+    """Decide whether the statement reads or writes, and find the query over its rows."""
+    tree = st.tree
+    if isinstance(tree, exp.Query):
+        return
+    st.writes = True
+    if isinstance(tree, exp.Create) and isinstance(tree.expression, exp.Query) and str(tree.kind).upper() == "TABLE":
+        st.read_query = tree.expression
+    elif isinstance(tree, exp.Insert) and isinstance(tree.expression, exp.Query):
+        st.read_query = tree.expression
+    elif isinstance(tree, exp.Insert) and isinstance(tree.expression, exp.Values):
+        st.read_query = exp.select("*").from_(tree.expression.copy().subquery("v"))
+        _reattach(st, st.read_query)
+    elif isinstance(tree, exp.Copy) and isinstance(tree.this, exp.Subquery):
+        st.read_query = tree.this.this
+    elif isinstance(tree, exp.Update):
+        st.read_query = _update_query(tree)
+    elif isinstance(tree, exp.Delete):
+        st.read_query = _delete_query(tree)
+    else:
+        st.writes = False
+        st.unplanned_reason = f"{type(tree).__name__.upper()} statements are not planned (the calls run per chunk)"
+
+
+def _update_query(tree: exp.Update) -> exp.Expression:
+    # SELECT <new values> FROM <table> [FROM ...] WHERE <condition>: the rows UPDATE will touch.
+    # Built from the statement's own nodes, so the sites' nodes are the ones renamed later.
+    select = exp.Select(expressions=[eq.expression for eq in tree.expressions])
+    select.set("from", exp.From(this=tree.this))
+    extra = tree.args.get("from")
+    if extra is not None:
+        select.set("joins", [exp.Join(this=extra.this)])
+    if tree.args.get("where") is not None:
+        select.set("where", tree.args["where"])
+    if tree.args.get("with") is not None:
+        select.set("with", tree.args["with"])
+    return select
+
+
+def _delete_query(tree: exp.Delete) -> exp.Expression:
+    select = exp.Select(expressions=[exp.Literal.number(1)])
+    select.set("from", exp.From(this=tree.this))
+    if tree.args.get("where") is not None:
+        select.set("where", tree.args["where"])
+    return select
+
+
+def _reattach(st: Statement, query: exp.Expression) -> None:
+    """Point the sites at the nodes inside a copied query (so renaming affects what is generated)."""
+    copies = [n for n in query.find_all(exp.Anonymous) if str(n.name).lower() in FUNCTIONS]
+    copies.sort(key=lambda n: n.meta.get("start", 0))
+    for site, node in zip(st.sites, copies):
+        site.node = node
+
+
+# -- dependencies -------------------------------------------------------------------------------
+
+
+def _scope_of(node: exp.Expression) -> exp.Expression:
+    scope = node.find_ancestor(exp.Select)
+    return scope if scope is not None else node.root()
+
+
+def _clause_of(node: exp.Expression, scope: exp.Expression) -> str:
+    child = node
+    while child.parent is not None and child.parent is not scope:
+        child = child.parent
+    return child.arg_key or ""
+
+
+def _cte_bodies(tree: exp.Expression) -> dict[str, list[exp.Expression]]:
+    bodies: dict[str, list[exp.Expression]] = {}
+    for cte in tree.find_all(exp.CTE):
+        bodies.setdefault(cte.alias_or_name.lower(), []).append(cte.this)
+    return bodies
+
+
+def _direct_sources(scope: exp.Expression, ctes: dict[str, list[exp.Expression]]) -> list[exp.Expression]:
+    """SELECTs evaluated before ``scope`` whose rows flow into it."""
+    out: list[exp.Expression] = []
+    for key in _SOURCE_CLAUSES:
+        value = scope.args.get(key)
+        for part in value if isinstance(value, list) else [value]:
+            if part is None:
+                continue
+            out.extend(part.find_all(exp.Select))
+            for table in part.find_all(exp.Table):
+                for body in ctes.get(table.name.lower(), []):
+                    out.extend(body.find_all(exp.Select))
+    return [s for s in out if s is not scope]
+
+
+def _enclosing(scope: exp.Expression) -> tuple[exp.Expression | None, str]:
+    """The SELECT around ``scope`` and whether ``scope`` is its source or a per-row subquery."""
+    if scope.parent is None:
+        return None, ""
+    outer = scope.parent.find_ancestor(exp.Select)
+    if outer is None:
+        return None, ""
+    clause = _clause_of(scope, outer)
+    return outer, ("source" if clause in _SOURCE_CLAUSES else "inner")
+
+
+def _upstream(scope: exp.Expression, ctes: dict[str, list[exp.Expression]]) -> set[int]:
+    """ids of every SELECT whose output can reach ``scope``."""
+    seen: set[int] = set()
+    result: set[int] = set()
+    stack = [scope]
+    while stack:
+        s = stack.pop()
+        if id(s) in seen:
+            continue
+        seen.add(id(s))
+        for src in _direct_sources(s, ctes):
+            result.add(id(src))
+            stack.append(src)
+        outer, relation = _enclosing(s)
+        if outer is not None and relation == "inner":
+            stack.append(outer)  # a per-row subquery also sees what its outer SELECT reads
+    return result
+
+
+def _alias_of(node: exp.Expression, scope: exp.Expression) -> str | None:
+    child = node
+    while child.parent is not None and child.parent is not scope:
+        child = child.parent
+    return child.alias.lower() if isinstance(child, exp.Alias) and child.alias else None
+
+
+def _is_inner_of(scope: exp.Expression, outer: exp.Expression) -> bool:
+    s = scope
+    while True:
+        up, relation = _enclosing(s)
+        if up is None:
+            return False
+        if up is outer:
+            return relation == "inner"
+        s = up
+
+
+def _set_dependencies(st: Statement) -> None:
+    ctes = _cte_bodies(st.tree)
+    info = []
+    for site in st.sites:
+        scope = _scope_of(site.node)
+        clause = _clause_of(site.node, scope)
+        info.append((scope, clause, _upstream(scope, ctes), _alias_of(site.node, scope) if clause == "expressions" else None))
+    for b in st.sites:
+        scope_b, clause_b, upstream_b, _ = info[b.index]
+        columns_b = {c.name.lower() for c in b.node.find_all(exp.Column)}
+        deps = set()
+        for a in st.sites:
+            if a is b:
+                continue
+            scope_a, clause_a, _, alias_a = info[a.index]
+            if _contains(b.node, a.node) or id(scope_a) in upstream_b:
+                deps.add(a.index)
+            elif scope_a is scope_b:
+                phase_a, phase_b = _PHASE.get(clause_a, 5), _PHASE.get(clause_b, 5)
+                if clause_a in _ROW_SHAPING and (
+                    phase_a < phase_b or (phase_a == phase_b and a.name_start < b.name_start)
+                ):
+                    deps.add(a.index)
+                elif alias_a is not None and alias_a in columns_b:
+                    deps.add(a.index)
+            elif clause_a in _ROW_SHAPING and _is_inner_of(scope_b, scope_a):
+                deps.add(a.index)
+        b.depends_on = frozenset(deps)
+
+
+def _contains(outer: exp.Expression, inner: exp.Expression) -> bool:
+    node = inner.parent
+    while node is not None:
+        if node is outer:
+            return True
+        node = node.parent
+    return False

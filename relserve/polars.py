@@ -1,0 +1,303 @@
+"""LLM functions as polars expressions: ``pl.col("review").llm.map(...)``, one relQuery per call.
+
+    import polars as pl
+    import relserve.polars  # registers the .llm namespaces
+
+    df.with_columns(pl.col("review").llm.filter("Is {review} positive?").alias("positive"))
+    df.with_columns(pl.struct("title", "text").llm.map("Summarize {title}: {text}").alias("summary"))
+    df.llm.classify("Sentiment of {text}", ["positive", "negative"], alias="sentiment")
+
+Binding: a struct expression binds placeholders by field name; any other expression must fill a
+template with exactly one placeholder. The frame namespace (``df.llm`` / ``lf.llm``) binds by
+column name and checks the columns before anything runs.
+
+The expression sees the whole column (``map_batches`` is not elementwise), so eager and lazy
+frames alike send one relQuery per call (per group inside ``group_by().agg``).
+(This module is ``relserve.polars``; ``import polars`` inside the package still means polars.)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from relserve.errors import TemplateError
+from relserve.functions import LLM_CLASSIFY, LLM_EXTRACT, LLM_FILTER, LLM_MAP, LLMCall, LLMFunction, make_call
+from relserve.planner.execute import CallOutcome, run_call
+from relserve.planner.explain import Explain
+
+__all__ = ["LLMExpr", "LLMFrame", "configure", "errors", "explain"]
+
+_settings: dict[str, Any] = {"engine": None, "optimize": True, "progress": True}
+_settings_lock = threading.Lock()
+
+
+def configure(*, engine: Any = None, optimize: bool | None = None, progress: bool | None = None) -> None:
+    """Process-wide defaults for polars calls: the engine (None: the default engine), whether to
+    order rows for prefix sharing, and whether to show progress bars."""
+    with _settings_lock:
+        _settings["engine"] = engine
+        if optimize is not None:
+            _settings["optimize"] = optimize
+        if progress is not None:
+            _settings["progress"] = progress
+
+
+@dataclass(frozen=True)
+class _Failure:
+    call: int
+    function: str
+    template: str
+    row: int
+    error: str
+
+
+_failures: deque = deque(maxlen=10_000)
+_calls = [0]
+_lock = threading.Lock()
+
+
+def errors() -> pl.DataFrame:
+    """Rows that got NULL in recent polars LLM calls: call number, function, template, row index
+    within the call's input, and the error."""
+    with _lock:
+        items = list(_failures)
+    return pl.DataFrame(
+        {
+            "call": [f.call for f in items],
+            "function": [f.function for f in items],
+            "template": [f.template for f in items],
+            "row": [f.row for f in items],
+            "error": [f.error for f in items],
+        },
+        schema={"call": pl.Int64, "function": pl.String, "template": pl.String, "row": pl.Int64, "error": pl.String},
+    )
+
+
+class _ExplainRecorder:
+    """While active, calls plan and record their EXPLAIN instead of running."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active = 0
+        self.items: list[Explain] = []
+
+
+_recorder = _ExplainRecorder()
+
+
+def explain(frame: pl.LazyFrame | Callable[[], Any]) -> list[Explain]:
+    """EXPLAIN every LLM call of a lazy frame (or of a function that builds a frame), without
+    calling the engine. Each element prints as a text block and has ``to_dict()``."""
+    with _recorder.lock:
+        _recorder.active += 1
+        start = len(_recorder.items)
+    try:
+        result = frame() if callable(frame) and not isinstance(frame, pl.LazyFrame) else frame
+        if isinstance(result, pl.LazyFrame):
+            result.collect()
+    finally:
+        with _recorder.lock:
+            _recorder.active -= 1
+            found = _recorder.items[start:]
+            if not _recorder.active:
+                _recorder.items.clear()
+    return found
+
+
+# -- the batch function ---------------------------------------------------------------------------
+
+
+def _dtype(call: LLMCall) -> pl.DataType:
+    kind = call.function.kind
+    if kind == "filter":
+        return pl.Boolean()
+    if kind == "classify":
+        return pl.Enum(list(call.labels or ()))
+    return pl.String()
+
+
+def _columns(call: LLMCall, series: pl.Series) -> list[list[Any]]:
+    names = call.template.columns
+    if isinstance(series.dtype, pl.Struct):
+        fields = series.struct.fields
+        missing = [c for c in names if c not in fields]
+        if missing:
+            raise TemplateError(
+                f"{call.function.name}: template {call.template.source!r} names unknown column(s) "
+                f"{', '.join(map(repr, missing))}; the struct has fields {', '.join(map(repr, fields))}"
+            )
+        struct_null = series.is_null().to_list() if series.null_count() else None
+        cols = []
+        for c in names:
+            values = series.struct.field(c).to_list()
+            if struct_null is not None:
+                values = [None if gone else v for v, gone in zip(values, struct_null)]
+            cols.append(values)
+        return cols
+    if len(names) != 1:
+        raise TemplateError(
+            f"{call.function.name}: template {call.template.source!r} has {len(names)} placeholders "
+            f"({', '.join('{' + c + '}' for c in names)}) but the expression gives one column "
+            f"{series.name!r}; use pl.struct(...) or df.llm.{call.function.kind}(...) to bind by column name"
+        )
+    return [series.to_list()]
+
+
+def _batch_function(call: LLMCall, engine: Any) -> Callable[[pl.Series], pl.Series]:
+    dtype = _dtype(call)
+
+    def run(series: pl.Series) -> pl.Series:
+        columns = _columns(call, series)
+        with _settings_lock:
+            use_engine = engine if engine is not None else _settings["engine"]
+            optimize, progress = _settings["optimize"], _settings["progress"]
+        explaining = _recorder.active > 0
+        outcome: CallOutcome = run_call(
+            call, columns, engine=use_engine, optimize=optimize, progress=progress, explain_only=explaining
+        )
+        if explaining:
+            with _recorder.lock:
+                _recorder.items.append(outcome.explain)
+        else:
+            _record(call, outcome)
+        return pl.Series(series.name, outcome.values, dtype=dtype)
+
+    return run
+
+
+def _record(call: LLMCall, outcome: CallOutcome) -> None:
+    with _lock:
+        _calls[0] += 1
+        number = _calls[0]
+        for row, err in outcome.failures:
+            _failures.append(_Failure(number, call.function.name, call.template.source, row, err))
+
+
+def _expr(expr: pl.Expr, fn: LLMFunction, template: str, engine: Any, **kwargs: Any) -> pl.Expr:
+    call = make_call(fn, template, **kwargs)
+    return expr.map_batches(_batch_function(call, engine), return_dtype=_dtype(call))
+
+
+# -- namespaces -------------------------------------------------------------------------------
+
+
+@pl.api.register_expr_namespace("llm")
+class LLMExpr:
+    """``expr.llm.map/filter/classify/extract``: an LLM call over the expression's values."""
+
+    def __init__(self, expr: pl.Expr) -> None:
+        self._expr = expr
+
+    def map(
+        self,
+        template: str,
+        *,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        on_error: str | None = None,
+        reorder_fields: bool | None = None,
+        engine: Any = None,
+    ) -> pl.Expr:
+        """Free-text answer per row (String)."""
+        return _expr(self._expr, LLM_MAP, template, engine, **_opts(locals()))
+
+    def filter(
+        self,
+        template: str,
+        *,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        on_error: str | None = None,
+        reorder_fields: bool | None = None,
+        engine: Any = None,
+    ) -> pl.Expr:
+        """Yes/no answer per row (Boolean)."""
+        return _expr(self._expr, LLM_FILTER, template, engine, **_opts(locals()))
+
+    def classify(
+        self,
+        template: str,
+        labels: list[str],
+        *,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        on_error: str | None = None,
+        reorder_fields: bool | None = None,
+        engine: Any = None,
+    ) -> pl.Expr:
+        """One of ``labels`` per row (Enum of the labels)."""
+        return _expr(self._expr, LLM_CLASSIFY, template, engine, labels=labels, **_opts(locals()))
+
+    def extract(
+        self,
+        template: str,
+        json_schema: dict | str,
+        *,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        on_error: str | None = None,
+        reorder_fields: bool | None = None,
+        engine: Any = None,
+    ) -> pl.Expr:
+        """JSON text valid against ``json_schema`` per row (String; ``.str.json_decode()`` it)."""
+        return _expr(self._expr, LLM_EXTRACT, template, engine, json_schema=json_schema, **_opts(locals()))
+
+
+def _opts(given: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: v
+        for k, v in given.items()
+        if k in ("model", "max_tokens", "temperature", "on_error", "reorder_fields") and v is not None
+    }
+
+
+class LLMFrame:
+    """``df.llm`` / ``lf.llm``: placeholders bind to the frame's columns by name."""
+
+    def __init__(self, frame: pl.DataFrame | pl.LazyFrame) -> None:
+        self._frame = frame
+
+    def _struct(self, template: str, fn: LLMFunction) -> pl.Expr:
+        call = make_call(fn, template)  # parse and check the template before touching data
+        names = (
+            self._frame.collect_schema().names() if isinstance(self._frame, pl.LazyFrame) else self._frame.columns
+        )
+        try:
+            call.template.check_columns(names)
+        except TemplateError as e:
+            raise TemplateError(f"{fn.name}: {e}") from None
+        return pl.struct(list(call.template.columns))
+
+    def map(self, template: str, *, alias: str = "llm_map", **options: Any):
+        """The frame with a new String column ``alias``."""
+        expr = self._struct(template, LLM_MAP).llm.map(template, **options)
+        return self._frame.with_columns(expr.alias(alias))
+
+    def filter(self, template: str, **options: Any):
+        """The rows for which the answer is yes (rows whose call failed are dropped too)."""
+        expr = self._struct(template, LLM_FILTER).llm.filter(template, **options)
+        return self._frame.filter(expr)
+
+    def classify(self, template: str, labels: list[str], *, alias: str = "llm_classify", **options: Any):
+        """The frame with a new Enum column ``alias`` holding one of ``labels`` per row."""
+        expr = self._struct(template, LLM_CLASSIFY).llm.classify(template, labels, **options)
+        return self._frame.with_columns(expr.alias(alias))
+
+    def extract(self, template: str, json_schema: dict | str, *, alias: str = "llm_extract", **options: Any):
+        """The frame with a new String column ``alias`` of JSON valid against ``json_schema``."""
+        expr = self._struct(template, LLM_EXTRACT).llm.extract(template, json_schema, **options)
+        return self._frame.with_columns(expr.alias(alias))
+
+
+pl.api.register_dataframe_namespace("llm")(LLMFrame)
+pl.api.register_lazyframe_namespace("llm")(LLMFrame)
