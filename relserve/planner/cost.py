@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-DEFAULT_MAX_SEQS = 32
-DEFAULT_TOKEN_BUDGET = 2048
+# the engine's defaults (relserve.engine.settings)
+DEFAULT_MAX_SEQS = 256
+DEFAULT_TOKEN_BUDGET = 4096
 
 
 def cost_model_of(engine: Any) -> Any:
@@ -49,6 +50,7 @@ def estimate_seconds(
 
 def engine_limits(engine: Any) -> tuple[int, int]:
     """(max concurrent sequences, prefill token budget per step) of the engine, or defaults."""
-    seqs = getattr(engine, "max_num_seqs", None) or DEFAULT_MAX_SEQS
-    budget = getattr(engine, "max_num_batched_tokens", None) or DEFAULT_TOKEN_BUDGET
+    settings = getattr(engine, "settings", None)
+    seqs = getattr(settings, "max_num_seqs", None) or DEFAULT_MAX_SEQS
+    budget = getattr(settings, "max_num_batched_tokens", None) or DEFAULT_TOKEN_BUDGET
     return int(seqs), int(budget)

@@ -46,13 +46,7 @@ class EngineRef:
         """The engine if it is already running, else None (never starts one)."""
         if self._engine is not None:
             return self._engine
-        try:
-            import relserve
-
-            running = getattr(relserve, "running_default_engine", None)
-            engine = running() if callable(running) else None
-        except Exception:
-            engine = None
+        engine = _running_default_engine()
         if engine is not None and (self._model is None or _model_id_of(self._model) == engine.model_id):
             return engine
         return None
@@ -77,17 +71,27 @@ def _model_id_of(model: str | None) -> str | None:
 
 
 def _default_engine(model: str | None) -> Any:
-    import relserve
-
-    factory = getattr(relserve, "default_engine", None)
-    if factory is None:
-        raise ConfigError("no engine was given and relserve.default_engine() is not available")
-    if model is None:
-        return factory()
     try:
-        return factory(model=model)
-    except TypeError:
-        engine = factory()
-        if _model_id_of(model) not in (None, engine.model_id):
-            raise ConfigError(f"the default engine serves {engine.model_id!r}, not {model!r}") from None
-        return engine
+        from relserve.engine import default_engine
+    except ImportError as e:
+        raise ConfigError(f"no engine was given and the embedded engine is not available: {e}") from None
+    engine = default_engine(model=model) if model is not None else default_engine()
+    if model is not None and _model_id_of(model) not in (None, engine.model_id):
+        raise ConfigError(
+            f"model {model!r} was asked for, but this process's default engine serves {engine.model_id!r}; "
+            "pass an engine that serves it"
+        )
+    return engine
+
+
+def _running_default_engine() -> Any:
+    """The process's default engine if it has been started (EXPLAIN uses it, never starts it)."""
+    try:
+        from relserve.engine import engine as engine_module
+    except ImportError:
+        return None
+    running = getattr(engine_module, "running_default_engine", None)
+    if callable(running):
+        return running()
+    engine = getattr(engine_module, "_default", None)
+    return None if engine is None or getattr(engine, "_closed", False) else engine

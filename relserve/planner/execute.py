@@ -13,9 +13,9 @@ from relserve.errors import RowError
 from relserve.functions import LLMCall
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
-from relserve.planner.explain import Explain, explain_plan, pinned_prefix_tokens
+from relserve.planner.explain import Explain, explain_plan
 from relserve.planner.plan import CallPlan, plan_call
-from relserve.planner.tokens import TokenSource, token_source
+from relserve.planner.tokens import token_source
 from relserve.progress import progress_bar
 
 
@@ -133,10 +133,11 @@ def _run_on_engine(
 
     call = plan.call
     prompts = plan.run_prompts
-    if pin_prefix and len(prompts) > 1 and hasattr(engine, "warm_prefix"):
+    if pin_prefix and len(prompts) > 1:
         prefix = plan.shared_prefix()
-        block = getattr(engine, "block_size", 16)
-        if pinned_prefix_tokens(TokenSource(engine.prompt_token_ids, "engine"), prefix, block):
+        if prefix:
+            # prefill the shared prefix once, before the rows, instead of in every row of the
+            # first batch (the engine skips prefixes shorter than one KV block)
             engine.warm_prefix(prefix)
     rq = RelQuery.from_prompts(
         prompts,

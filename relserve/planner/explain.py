@@ -16,7 +16,7 @@ from relserve.planner.hit_rate import predict_hits
 from relserve.planner.plan import CallPlan
 from relserve.planner.tokens import TokenSource
 
-DEFAULT_BLOCK_SIZE = 16  # vLLM's default, when no engine says otherwise
+DEFAULT_BLOCK_SIZE = 32  # the engine's default (vLLM's CPU attention needs a multiple of 32)
 
 
 @dataclass(frozen=True)
@@ -161,8 +161,11 @@ def _user_text_token_count(tokens: TokenSource, ids: list[int], prefix: str) -> 
 
 def kv_capacity_blocks(engine: Any) -> int | None:
     """How many KV blocks the engine's prefix cache holds, if the engine says."""
-    for name in ("num_kv_blocks", "kv_cache_blocks", "num_gpu_blocks"):
-        value = getattr(engine, name, None) if engine is not None else None
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+    if engine is None:
+        return None
+    tokens = getattr(engine, "kv_capacity_tokens", None)
+    block = getattr(engine, "block_size", None)
+    if isinstance(tokens, int) and tokens > 0 and block:
+        return tokens // block
+    value = getattr(engine, "num_kv_blocks", None)
+    return value if isinstance(value, int) and value > 0 else None

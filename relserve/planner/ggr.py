@@ -43,10 +43,18 @@ def sort_rows(keys: Sequence[str]) -> list[int]:
 
 
 def factorize(values: Sequence[object]) -> tuple[np.ndarray, list[object]]:
-    """Integer codes for a column (equal values, equal codes) and the distinct values."""
-    index: dict[object, int] = {}
-    codes = np.fromiter((index.setdefault(v, len(index)) for v in values), dtype=np.int64, count=len(values))
-    return codes, list(index)
+    """Integer codes for a column (equal values, equal codes) and the distinct values.
+
+    Codes follow the values' sort order, so sorting on codes sorts on values.
+    """
+    distinct = list(dict.fromkeys(values))
+    try:
+        distinct.sort()
+    except TypeError:  # mixed types: first-seen order still groups equal values
+        pass
+    index = {v: i for i, v in enumerate(distinct)}
+    codes = np.fromiter((index[v] for v in values), dtype=np.int64, count=len(values))
+    return codes, distinct
 
 
 class GGR:

@@ -92,12 +92,13 @@ class ScriptedEngine:
     #: prompts of every relQuery submitted, in submission order
     submitted: list[list[str]] = field(default_factory=list)
     warmed: list[str] = field(default_factory=list)
-    #: prefix-cache capacity in blocks for the cached-token counts (None: unbounded)
-    num_kv_blocks: int | None = None
+    #: prefix-cache capacity in tokens for the cached-token counts (None: unbounded)
+    kv_capacity_tokens: int | None = None
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self._prefix_cache = PrefixCacheModel(self.block_size, self.num_kv_blocks)
+        blocks = self.kv_capacity_tokens // self.block_size if self.kv_capacity_tokens else None
+        self._prefix_cache = PrefixCacheModel(self.block_size, blocks)
 
     def prompt_token_ids(self, text: str) -> list[int]:
         return [1] + approximate_tokens(text) + [2]
