@@ -18,8 +18,8 @@ from relserve.duckdb_ext.statement import analyze, split_statements
 def sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> duckdb.DuckDBPyRelation | None:
     """Run ``query`` with each LLM call site sent as one relQuery over all its rows.
 
-    Like ``con.sql``: a query gives a relation (``.fetchall()``, ``.pl()``, ``.arrow()``,
-    ``.show()``), other statements give None. Several statements separated by ``;`` run in order;
+    Like ``con.sql``: the statement's result as a relation (``.fetchall()``, ``.pl()``,
+    ``.to_arrow_table()``, ``.show()``). Several statements separated by ``;`` run in order;
     the last one's result is returned. Failed rows are NULL; ``errors(con)`` lists them.
     """
     session = session_of(con)

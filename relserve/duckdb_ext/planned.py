@@ -60,12 +60,21 @@ class SiteState:
     arrivals: dict[LLMCall, list[tuple]] | None = None
     relqueries: int = 0
     rows_seen: int = 0
+    #: the exception this site raised inside DuckDB, re-raised as is by ``run_planned``
+    failure: BaseException | None = None
 
     @property
     def function(self) -> LLMFunction:
         return self.site.function
 
     def __call__(self, *arrays: pa.Array) -> pa.Array:
+        try:
+            return self._answer(arrays)
+        except Exception as e:
+            self.failure = e
+            raise
+
+    def _answer(self, arrays: tuple[pa.Array, ...]) -> pa.Array:
         fn = self.function
         chunk = decode_chunk(fn, arrays, self.session.defaults)
         if self.mode == "inline":
@@ -182,8 +191,17 @@ class PlannedStatement:
                 pass
 
     def collect(self, params: Any = None) -> pa.Table | None:
-        sql = self.statement.collection_sql(self.names)
-        return _fetch(self.con, sql, params)
+        return self.fetch(self.statement.collection_sql(self.names), params)
+
+    def fetch(self, sql: str, params: Any = None) -> pa.Table | None:
+        """Run ``sql``; an error a site raised surfaces as itself, not wrapped by DuckDB."""
+        try:
+            return _fetch(self.con, sql, params)
+        except duckdb.Error:
+            for state in self.states:
+                if state.failure is not None:
+                    raise state.failure from None
+            raise
 
     def ready_sites(self) -> list[SiteState]:
         """Sites with unknown rows whose upstream sites have none (all of them if none qualify)."""
@@ -206,7 +224,11 @@ def run_planned(
     *,
     max_passes: int | None = None,
 ) -> tuple[pa.Table | None, StatementRun]:
-    """Run a statement with one relQuery per call site; returns (result rows or None, run record)."""
+    """Run a statement with one relQuery per call site; returns (its result, run record).
+
+    The result is what DuckDB gives for the statement: its rows, or for a data-changing
+    statement the count DuckDB reports (None if DuckDB gives nothing).
+    """
     t0 = time.perf_counter()
     limit = max_passes or len(statement.sites) + 2
     with PlannedStatement(con, session, statement) as planned:
@@ -214,6 +236,10 @@ def run_planned(
         table = None
         settled = False
         while run.passes < limit:
+            for state in planned.states:
+                # what a site met while waiting for an upstream site may be rows that never
+                # reach it; each pass records afresh
+                state.pending = {}
             table = planned.collect(params)
             run.passes += 1
             ready = planned.ready_sites()
@@ -225,10 +251,8 @@ def run_planned(
             # data-changing statements run once; an unsettled query runs with answers filled in
             for state in planned.states:
                 state.mode = "inline"
-            table = _fetch(con, statement.with_site_names(planned.names), params)
+            table = planned.fetch(statement.with_site_names(planned.names), params)
             run.passes += 1
-            if statement.writes:
-                table = None
     run.seconds = time.perf_counter() - t0
     return table, run
 

@@ -24,7 +24,8 @@ from relserve.functions import FUNCTIONS, LLMFunction
 
 _PHASE = {"joins": 0, "where": 1, "group": 2, "having": 3, "qualify": 4, "expressions": 5, "order": 6}
 _ROW_SHAPING = {"joins", "where", "group", "having", "qualify"}
-_SOURCE_CLAUSES = ("from", "joins", "with")
+# sqlglot renamed some args over versions (from -> from_, with -> with_); accept both
+_SOURCE_CLAUSES = ("from", "from_", "joins", "with", "with_", "laterals")
 
 
 @dataclass
@@ -151,8 +152,7 @@ def _classify(st: Statement) -> None:
     elif isinstance(tree, exp.Insert) and isinstance(tree.expression, exp.Query):
         st.read_query = tree.expression
     elif isinstance(tree, exp.Insert) and isinstance(tree.expression, exp.Values):
-        st.read_query = exp.select("*").from_(tree.expression.copy().subquery("v"))
-        _reattach(st, st.read_query)
+        st.read_query = exp.Select().select(exp.Star(), copy=False).from_(tree.expression, copy=False)
     elif isinstance(tree, exp.Copy) and isinstance(tree.this, exp.Subquery):
         st.read_query = tree.this.this
     elif isinstance(tree, exp.Update):
@@ -165,34 +165,37 @@ def _classify(st: Statement) -> None:
 
 
 def _update_query(tree: exp.Update) -> exp.Expression:
-    # SELECT <new values> FROM <table> [FROM ...] WHERE <condition>: the rows UPDATE will touch.
-    # Built from the statement's own nodes, so the sites' nodes are the ones renamed later.
-    select = exp.Select(expressions=[eq.expression for eq in tree.expressions])
-    select.set("from", exp.From(this=tree.this))
-    extra = tree.args.get("from")
+    # SELECT <new values> FROM <table> [, <FROM tables>] WHERE <condition>: the rows UPDATE
+    # touches. Built from the statement's own nodes (copy=False), so renaming a site's node
+    # renames it in this query too.
+    select = exp.Select().select(*[eq.expression for eq in tree.expressions], copy=False)
+    select = select.from_(tree.this, copy=False)
+    extra = _arg(tree, "from")
     if extra is not None:
-        select.set("joins", [exp.Join(this=extra.this)])
-    if tree.args.get("where") is not None:
-        select.set("where", tree.args["where"])
-    if tree.args.get("with") is not None:
-        select.set("with", tree.args["with"])
-    return select
+        select = select.join(extra.this, join_type="cross", copy=False)
+    return _with_where_and_ctes(select, tree)
 
 
 def _delete_query(tree: exp.Delete) -> exp.Expression:
-    select = exp.Select(expressions=[exp.Literal.number(1)])
-    select.set("from", exp.From(this=tree.this))
-    if tree.args.get("where") is not None:
-        select.set("where", tree.args["where"])
+    select = exp.Select().select(exp.Literal.number(1), copy=False).from_(tree.this, copy=False)
+    for table in tree.args.get("using") or []:
+        select = select.join(table, join_type="cross", copy=False)
+    return _with_where_and_ctes(select, tree)
+
+
+def _with_where_and_ctes(select: exp.Select, tree: exp.Expression) -> exp.Select:
+    where = tree.args.get("where")
+    if where is not None:
+        select = select.where(where.this, copy=False)
+    with_ = _arg(tree, "with")
+    if with_ is not None:
+        select.set("with_" if "with_" in exp.Select.arg_types else "with", with_)
     return select
 
 
-def _reattach(st: Statement, query: exp.Expression) -> None:
-    """Point the sites at the nodes inside a copied query (so renaming affects what is generated)."""
-    copies = [n for n in query.find_all(exp.Anonymous) if str(n.name).lower() in FUNCTIONS]
-    copies.sort(key=lambda n: n.meta.get("start", 0))
-    for site, node in zip(st.sites, copies):
-        site.node = node
+def _arg(node: exp.Expression, name: str) -> exp.Expression | None:
+    value = node.args.get(name + "_")
+    return value if value is not None else node.args.get(name)
 
 
 # -- dependencies -------------------------------------------------------------------------------

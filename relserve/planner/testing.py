@@ -91,6 +91,8 @@ class ScriptedEngine:
     cost_model: CostModel = field(default_factory=CostModel)
     #: prompts of every relQuery submitted, in submission order
     submitted: list[list[str]] = field(default_factory=list)
+    #: the relQueries themselves (options such as max_tokens and choices)
+    relqueries: list[Any] = field(default_factory=list)
     warmed: list[str] = field(default_factory=list)
     #: prefix-cache capacity in tokens for the cached-token counts (None: unbounded)
     kv_capacity_tokens: int | None = None
@@ -111,6 +113,7 @@ class ScriptedEngine:
         prompts = [r["prompt"] for r in rq.rows] if getattr(rq, "prompts", None) is None else list(rq.prompts)
         with self._lock:
             self.submitted.append(prompts)
+            self.relqueries.append(rq)
             rows = []
             for i, p in enumerate(prompts):
                 ids = self.prompt_token_ids(p)

@@ -1,0 +1,279 @@
+"""The DuckDB surface on real DuckDB, with the scripted engine (test_duckdb_engine.py uses vLLM)."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pytest
+
+import relserve.duckdb
+from relserve.errors import ConfigError, RowError, TemplateError
+from relserve.planner.testing import ScriptedEngine
+
+
+@pytest.fixture(autouse=True)
+def private_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))
+
+
+def answer(prompt, rq):
+    """'yes' for reviews containing 'good'; labels by length; otherwise echo what follows ':'."""
+    if rq.json_schema is not None:
+        return json.dumps({"length": len(prompt)})
+    if rq.choices == ["yes", "no"]:
+        return "yes" if "good" in prompt else "no"
+    if rq.choices:
+        return rq.choices[len(prompt) % len(rq.choices)]
+    return prompt.split(":", 1)[1].split("\n")[0].strip()
+
+
+@pytest.fixture
+def engine():
+    return ScriptedEngine(answer=answer)
+
+
+@pytest.fixture
+def con(engine):
+    c = duckdb.connect()
+    relserve.duckdb.install(c, engine=engine)
+    c.execute(
+        "CREATE TABLE reviews AS SELECT range::INTEGER AS id, "
+        "CASE WHEN range % 3 = 0 THEN 'good film ' ELSE 'bad film ' END || (range % 40) AS review, "
+        "'movie ' || (range % 7) AS movie FROM range(5000)"
+    )
+    yield c
+    c.close()
+
+
+def expected_review(i: int) -> str:
+    return ("good film " if i % 3 == 0 else "bad film ") + str(i % 40)
+
+
+# -- plain connection ----------------------------------------------------------------------------
+
+
+def test_functions_work_on_a_plain_connection(con, engine):
+    rows = con.sql("SELECT id, llm_map('Echo: {review}', review) FROM reviews ORDER BY id").fetchall()
+    assert rows == [(i, expected_review(i)) for i in range(5000)]
+    # per chunk of 2,048 rows, each deduplicated: 80 distinct reviews ('good film k' and
+    # 'bad film k' for 40 k), all in the first chunk; the result cache answers the later chunks
+    assert [len(p) for p in engine.submitted] == [80]
+
+
+def test_filter_in_where_cte_and_join_on_a_plain_connection(con):
+    con.execute("CREATE TABLE movies AS SELECT 'movie ' || range AS movie, range AS year FROM range(7)")
+    rows = con.execute(
+        """
+        WITH liked AS (SELECT id, movie FROM reviews WHERE llm_filter('Is {review} positive?', review))
+        SELECT count(*), min(l.id), max(m.year) FROM liked l JOIN movies m USING (movie)
+        """
+    ).fetchone()
+    liked = [i for i in range(5000) if i % 3 == 0]
+    assert rows == (len(liked), 0, 6)
+
+
+def test_declared_result_types(con):
+    types = con.execute(
+        """SELECT typeof(llm_map('Echo: {review}', review)), typeof(llm_filter('Is {review} good?', review)),
+                  typeof(llm_classify('Kind of {review}', ['a', 'b'], review)),
+                  typeof(llm_extract('Facts: {review}', '{"type": "object"}', review))
+           FROM reviews LIMIT 1"""
+    ).fetchone()
+    assert types == ("VARCHAR", "BOOLEAN", "VARCHAR", "JSON")
+
+
+def test_struct_argument_binds_by_field_name(con):
+    rows = con.sql(
+        "SELECT llm_map('Echo: {movie} / {review}', r), llm_map('Echo: {m}', {'m': movie}) FROM reviews r WHERE id = 4"
+    ).fetchall()
+    assert rows == [(f"movie 4 / {expected_review(4)}", "movie 4")]
+
+
+def test_positional_arguments_fill_placeholders_in_order(con):
+    rows = con.sql("SELECT llm_map('Echo: {a} then {b} then {a}', movie, id) FROM reviews WHERE id = 2").fetchall()
+    assert rows == [("movie 2 then 2 then movie 2",)]
+
+
+def test_unknown_struct_field_is_a_clear_error(con):
+    with pytest.raises(duckdb.Error, match=r"unknown column\(s\) 'rating'; the struct argument has fields 'id', 'review', 'movie'"):
+        con.sql("SELECT llm_map('Echo: {rating}', r) FROM reviews r").fetchall()
+
+
+def test_wrong_number_of_values_is_a_clear_error(con):
+    with pytest.raises(duckdb.Error, match=r"has 2 placeholder\(s\) \(\{a\}, \{b\}\) but 1 value argument"):
+        con.sql("SELECT llm_map('{a} {b}', review) FROM reviews").fetchall()
+
+
+def test_null_argument_gives_null_and_a_logged_error(con):
+    rows = con.sql(
+        "SELECT id, llm_map('Echo: {review}', CASE WHEN id = 1 THEN NULL ELSE review END) FROM reviews WHERE id < 3 ORDER BY id"
+    ).fetchall()
+    assert rows == [(0, expected_review(0)), (1, None), (2, expected_review(2))]
+    failures = relserve.duckdb.errors(con).fetchall()
+    assert failures == [("llm_map", "Echo: {review}", '{"review": null}', "llm_map: placeholder {review} is NULL in this row")]
+
+
+def test_options_override_the_connection_defaults(con, engine):
+    con.sql("SELECT llm_map('Echo: {review}', review, llm_options(max_tokens := 7)) FROM reviews WHERE id < 2").fetchall()
+    assert engine.relqueries[-1].max_tokens == 7
+    relserve.duckdb.install(con, engine=engine, max_tokens=11)
+    con.sql("SELECT llm_map('Echo again: {review}', review) FROM reviews WHERE id < 2").fetchall()
+    assert engine.relqueries[-1].max_tokens == 11
+
+
+def test_on_error_raise_fails_the_statement(con):
+    with pytest.raises(duckdb.Error, match="placeholder {review} is NULL"):
+        con.sql("SELECT llm_map('Echo: {review}', NULL::VARCHAR, llm_options(on_error := 'raise')) FROM reviews").fetchall()
+
+
+def test_bad_labels_and_schema_are_clear_errors(con):
+    with pytest.raises(duckdb.Error, match="labels must be a non-empty list of strings"):
+        con.sql("SELECT llm_classify('Kind {review}', 'positive', review) FROM reviews").fetchall()
+    with pytest.raises(duckdb.Error, match="invalid JSON schema"):
+        con.sql("""SELECT llm_extract('Facts {review}', '{"type": "nonsense"}', review) FROM reviews""").fetchall()
+
+
+# -- planned statements --------------------------------------------------------------------------
+
+
+def test_planned_statement_sends_one_relquery_per_call_site(con, engine):
+    rel = relserve.duckdb.sql(con, "SELECT id, llm_map('Echo: {review} in {movie}', review, movie) AS s FROM reviews ORDER BY id")
+    assert rel.fetchall() == [(i, f"{expected_review(i)} in movie {i % 7}") for i in range(5000)]
+    # 5000 rows in 3 chunks, 560 distinct (review, movie) pairs: one relQuery with all of them
+    assert [len(p) for p in engine.submitted] == [560]
+    assert engine.submitted[0] == sorted(engine.submitted[0])
+
+
+def test_filter_runs_before_the_calls_it_guards(con, engine):
+    rows = relserve.duckdb.sql(
+        con,
+        """SELECT id, llm_map('Echo: {review}', review) AS s FROM reviews
+           WHERE llm_filter('Is {review} positive?', review) ORDER BY id""",
+    ).fetchall()
+    assert rows == [(i, expected_review(i)) for i in range(0, 5000, 3)]
+    filter_prompts, map_prompts = engine.submitted
+    assert len(filter_prompts) == 80
+    # the map ran only on the reviews the filter kept (every third id: all 40 'good film k')
+    assert map_prompts == sorted(f"Echo: good film {k}" for k in range(40))
+    run = con_run(con)
+    assert run.passes == 3 and [s.relqueries for s in run.sites] == [1, 1]
+
+
+def con_run(con):
+    from relserve.duckdb_ext.session import session_of
+
+    return session_of(con).last_run
+
+
+def test_cte_classification_feeds_an_outer_map(con, engine):
+    rows = relserve.duckdb.sql(
+        con,
+        """WITH s AS (SELECT id, review, llm_classify('Kind: {review}', ['x', 'y'], review) AS kind FROM reviews)
+           SELECT id, kind, llm_map('Echo: {review}', review) FROM s WHERE kind = 'x' ORDER BY id LIMIT 3""",
+    ).fetchall()
+    classify_prompts = engine.submitted[0]
+    assert len(classify_prompts) == 80
+    kinds = {p: answer(p, engine.relqueries[0]) for p in classify_prompts}
+    x_reviews = {p.split(": ", 1)[1].split("\n")[0] for p, k in kinds.items() if k == "x"}
+    assert all(row[1] == "x" and row[2] in x_reviews for row in rows)
+    assert sorted(p.removeprefix("Echo: ") for p in engine.submitted[1]) == sorted(x_reviews)
+
+
+def test_independent_call_sites_run_in_one_stage(con, engine):
+    relserve.duckdb.sql(
+        con, "SELECT llm_map('Echo: {review}', review), llm_map('Echo: {movie}', movie) FROM reviews"
+    ).fetchall()
+    run = con_run(con)
+    assert run.passes == 2  # one collection pass, both relQueries together, one answering pass
+    assert sorted(len(p) for p in engine.submitted) == [7, 80]
+
+
+def test_nested_calls_run_inner_first(con, engine):
+    rows = relserve.duckdb.sql(
+        con, "SELECT llm_map('Echo: again {x}', llm_map('Echo: {m}', movie)) FROM reviews WHERE id < 3 ORDER BY id"
+    ).fetchall()
+    assert rows == [("again movie 0",), ("again movie 1",), ("again movie 2",)]
+    assert engine.submitted == [
+        ["Echo: movie 0", "Echo: movie 1", "Echo: movie 2"],
+        ["Echo: again movie 0", "Echo: again movie 1", "Echo: again movie 2"],
+    ]
+
+
+def test_a_repeated_planned_query_does_not_call_the_engine(con, engine):
+    query = "SELECT id, llm_filter('Is {review} positive?', review) FROM reviews ORDER BY id"
+    first = relserve.duckdb.sql(con, query).fetchall()
+    calls = len(engine.submitted)
+    second = relserve.duckdb.sql(con, query).fetchall()
+    assert first == second == [(i, i % 3 == 0) for i in range(5000)]
+    assert len(engine.submitted) == calls == 1
+
+
+def test_create_insert_update_run_once_with_planned_calls(con, engine):
+    relserve.duckdb.sql(con, "CREATE TABLE echoed AS SELECT id, llm_map('Echo: {review}', review) AS s FROM reviews WHERE id < 10")
+    assert con.execute("SELECT count(*), min(s) FROM echoed").fetchall() == [(10, min(expected_review(i) for i in range(10)))]
+    relserve.duckdb.sql(con, "INSERT INTO echoed SELECT id, llm_map('Echo: {movie}', movie) FROM reviews WHERE id = 10")
+    assert con.sql("SELECT s FROM echoed WHERE id = 10").fetchall() == [("movie 3",)]
+    relserve.duckdb.sql(
+        con, "UPDATE echoed SET s = llm_map('Echo: {m}', {'m': s}) || '!' WHERE llm_filter('Is {s} positive?', s)"
+    )
+    assert con.execute("SELECT count(*) FROM echoed WHERE s LIKE '%!'").fetchall() == [(4,)]  # ids 0, 3, 6, 9
+    assert con.execute("SELECT count(*) FROM echoed").fetchall() == [(11,)]
+
+
+def test_planned_errors_are_nulls_with_messages(con):
+    rows = relserve.duckdb.sql(
+        con,
+        "SELECT id, llm_map('Echo: {review}', CASE WHEN id = 1 THEN NULL ELSE review END) FROM reviews WHERE id < 3 ORDER BY id",
+    ).fetchall()
+    assert rows == [(0, expected_review(0)), (1, None), (2, expected_review(2))]
+    assert relserve.duckdb.errors(con).fetchall() == [
+        ("llm_map", "Echo: {review}", '{"review": null}', "llm_map: placeholder {review} is NULL in this row")
+    ]
+
+
+def test_planned_on_error_raise_names_the_arguments(con):
+    with pytest.raises(RowError, match=r"llm_map\('Echo: \{review\}'.*row 0 \(review=None\)"):
+        relserve.duckdb.sql(
+            con, "SELECT llm_map('Echo: {review}', NULL::VARCHAR, llm_options(on_error := 'raise')) FROM reviews"
+        )
+
+
+def test_planned_template_errors_surface_as_themselves(con):
+    with pytest.raises(TemplateError, match="unknown column"):
+        relserve.duckdb.sql(con, "SELECT llm_map('Echo: {rating}', r) FROM reviews r")
+    with pytest.raises(ConfigError, match="labels"):
+        relserve.duckdb.sql(con, "SELECT llm_classify('Kind {review}', [], review) FROM reviews")
+
+
+def test_several_statements_and_the_connection_wrapper(engine):
+    with relserve.duckdb.connect(engine=engine) as rcon:
+        result = rcon.sql(
+            "CREATE TABLE t AS SELECT 'good ' || range AS v FROM range(3); "
+            "SELECT llm_filter('Is {v} good?', v) FROM t"
+        )
+        assert result.fetchall() == [(True,), (True,), (True,)]
+        assert rcon.execute("SELECT count(*) FROM t").fetchall() == [(3,)]
+
+
+def test_statements_without_calls_pass_through(con):
+    assert relserve.duckdb.sql(con, "SELECT 42").fetchall() == [(42,)]
+    relserve.duckdb.sql(con, "CREATE TABLE empty_t (a INT)")
+    assert con.execute("SELECT count(*) FROM empty_t").fetchall() == [(0,)]
+
+
+def test_explain_reports_each_call_site_without_running(con, engine):
+    ex = relserve.duckdb.explain(
+        con,
+        """SELECT llm_map('Echo: {review}', review) FROM reviews
+           WHERE llm_filter('Is {review} positive?', review)""",
+    )
+    assert engine.submitted == []
+    assert [(s.index, s.depends_on, s.stage) for s in ex.sites] == [(0, [1], 2), (1, [], 1)]
+    map_plan, filter_plan = ex.sites[0].plans[0], ex.sites[1].plans[0]
+    assert (filter_plan.rows, filter_plan.distinct_prompts, filter_plan.cache_hits) == (5000, 80, 0)
+    assert map_plan.rows == 5000  # an upper bound: every row counted as passing the filter
+    text = str(ex)
+    assert "2 call site(s) in 2 stage(s)" in text
+    assert "#0 stage 2, waits for #1: llm_map('Echo: {review}', review)" in text
+    assert ex.to_dict()["sites"][1]["plans"][0]["distinct_prompts"] == 80
