@@ -30,6 +30,7 @@ from relserve.errors import TemplateError
 from relserve.functions import LLM_CLASSIFY, LLM_EXTRACT, LLM_FILTER, LLM_MAP, LLMCall, LLMFunction, make_call
 from relserve.planner.execute import CallOutcome, run_call
 from relserve.planner.explain import Explain
+from relserve.template import Template
 
 __all__ = ["LLMExpr", "LLMFrame", "configure", "errors", "explain"]
 
@@ -268,15 +269,16 @@ class LLMFrame:
         self._frame = frame
 
     def _struct(self, template: str, fn: LLMFunction) -> pl.Expr:
-        call = make_call(fn, template)  # parse and check the template before touching data
+        """The struct of the columns the template names, checked before any data is touched."""
+        parsed = Template.parse(template)
         names = (
             self._frame.collect_schema().names() if isinstance(self._frame, pl.LazyFrame) else self._frame.columns
         )
         try:
-            call.template.check_columns(names)
+            parsed.check_columns(names)
         except TemplateError as e:
             raise TemplateError(f"{fn.name}: {e}") from None
-        return pl.struct(list(call.template.columns))
+        return pl.struct(list(parsed.columns))
 
     def map(self, template: str, *, alias: str = "llm_map", **options: Any):
         """The frame with a new String column ``alias``."""
