@@ -91,19 +91,34 @@ class SiteState:
             for group in chunk.groups:
                 if self.arrivals is not None:
                     self.arrivals.setdefault(group.call, []).extend(group.values)
-                known = self.answers.get(group.call, {})
-                wanted = None
-                for r, values in zip(group.rows, group.values):
-                    k = _key(values)
+                known = self.answers.setdefault(group.call, {})
+                keys = [_key(v) for v in group.values]
+                unknown: dict[Any, tuple] = {}
+                for k, values in zip(keys, group.values):
+                    if k not in known:
+                        unknown.setdefault(k, values)
+                if unknown and self.arrivals is None:
+                    self._take_cached(group.call, known, unknown)
+                if unknown:
+                    self.pending.setdefault(group.call, {}).update(unknown)
+                filler = stand_in if fn.kind != "classify" else group.call.labels[0]
+                for r, k in zip(group.rows, keys):
                     hit = known.get(k)
-                    if hit is not None:
-                        out[r] = hit[0]
-                        continue
-                    if wanted is None:
-                        wanted = self.pending.setdefault(group.call, {})
-                    wanted.setdefault(k, values)
-                    out[r] = stand_in if fn.kind != "classify" else group.call.labels[0]
+                    out[r] = hit[0] if hit is not None else filler
         return to_arrow(fn, out)
+
+    def _take_cached(self, call: LLMCall, known: dict, unknown: dict) -> None:
+        """Move rows whose answer is in the result cache from ``unknown`` to ``known``: they
+        need no relQuery, and when every row is cached the statement settles in this pass."""
+        missing = list(unknown.items())
+        values = [v for _, v in missing]
+        found = self.session.cached(call, values)
+        for i, answer in found.items():
+            known[missing[i][0]] = answer
+            del unknown[missing[i][0]]
+        failed = [(values[i], a[1]) for i, a in found.items() if a[1] is not None]
+        if failed:
+            self.session.record_failures(call, [v for v, _ in failed], [e for _, e in failed])
 
     def _answer_or_run(self, call: LLMCall, values: list[tuple]):
         """Inline mode: known rows from the answers, the rest run now as one relQuery."""

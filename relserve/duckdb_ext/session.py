@@ -22,7 +22,7 @@ from relserve.errors import RowError
 from relserve.functions import FUNCTIONS, CallOptions, LLMCall, LLMFunction
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
-from relserve.planner.execute import CallOutcome, run_call
+from relserve.planner.execute import CallOutcome, cached_values, run_call
 from relserve.duckdb_ext.arguments import DecodedChunk, decode_chunk, options_macro_sql
 
 #: DuckDB return type of each function
@@ -70,6 +70,11 @@ class Session:
             progress=self.progress,
             explain_only=explain_only,
         )
+
+    def cached(self, call: LLMCall, values: list[tuple]) -> dict[int, tuple[Any, str | None]]:
+        """Answers already in the result cache, by position in ``values``."""
+        cache = self.cache if self.cache is not None else shared_cache()
+        return cached_values(call, values, model_id=self.engine_for(call).model_id, cache=cache)
 
     def record_failures(self, call: LLMCall, values: list[tuple], errors: list[str | None]) -> None:
         names = call.template.columns

@@ -15,6 +15,7 @@ from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.explain import Explain, explain_plan
 from relserve.planner.plan import CallPlan, plan_call
+from relserve.planner.prompts import Renderer, null_error
 from relserve.planner.tokens import token_source
 from relserve.progress import progress_bar
 
@@ -115,6 +116,28 @@ def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
+
+
+def cached_values(
+    call: LLMCall, values: Sequence[tuple], *, model_id: str, cache: ResultCache | None
+) -> dict[int, tuple[Any, str | None]]:
+    """(value, error) of the rows whose answer is in the result cache, by position in ``values``.
+
+    For surfaces that meet rows a chunk at a time: known rows need not wait for the relQuery.
+    Field reordering decides prompts over the whole table, so such calls are not looked up here.
+    """
+    if cache is None or not call.deterministic or call.options.reorder_fields or not values:
+        return {}
+    render = Renderer(call)
+    runnable = [i for i, v in enumerate(values) if null_error(call, v) is None]
+    hits = cache.get_many(model_id, call.sampling_settings(), [render(values[i]) for i in runnable])
+    out: dict[int, tuple[Any, str | None]] = {}
+    for j, text in hits.items():
+        try:
+            out[runnable[j]] = (call.convert(text), None)
+        except RowError as e:
+            out[runnable[j]] = (None, str(e))
+    return out
 
 
 def _run_on_engine(

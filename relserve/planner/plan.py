@@ -25,6 +25,7 @@ from relserve.planner.prompts import (
     DistinctRows,
     distinct_rows,
     field_lengths,
+    Renderer,
     null_error,
     render,
     render_with_fields,
@@ -114,12 +115,8 @@ def plan_call(
         ggr_rendered = [(good[r], render_with_fields(call, table[r], f)) for r, f in zip(ordering.rows, ordering.fields)]
         rendered = dict(ggr_rendered)
     else:
-        rendered = {}
-        for d in good:
-            try:
-                rendered[d] = render(call, distinct.values[d])
-            except RowError as e:
-                bad[d] = f"{call.function.name}: {e}"
+        fast = Renderer(call)
+        rendered = {d: fast(distinct.values[d]) for d in good}
 
     prompt_index: dict[str, int] = {}
     distinct_to_prompt: dict[int, int] = {}
