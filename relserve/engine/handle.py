@@ -1,0 +1,125 @@
+"""``RelQueryHandle``: a submitted relQuery, consumable from threads and from asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import NamedTuple
+
+from relserve.errors import RowError
+from relserve.results import RelQueryResult, RowResult
+
+
+class Progress(NamedTuple):
+    done: int
+    total: int
+
+
+class RelQueryHandle:
+    """Results of one relQuery as they arrive.
+
+    ``result()`` (or ``await handle``) gives every row in input order; iterating (``for`` or
+    ``async for``) gives rows in the order they finish, each carrying its input ``index``.
+    """
+
+    def __init__(self, rel_id: str, total: int, on_error: str, cancel: Callable[[], None]) -> None:
+        self.rel_id = rel_id
+        self.total = total
+        self._on_error = on_error
+        self._cancel = cancel
+        self._rows: list[RowResult | None] = [None] * total
+        self._order: list[int] = []
+        self._cond = threading.Condition()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._future: concurrent.futures.Future[RelQueryResult] = concurrent.futures.Future()
+        self.cancelled = False
+
+    # ------------------------------------------------------------ producer side (engine thread)
+
+    def _row_done(self, row: RowResult) -> None:
+        with self._cond:
+            if self._rows[row.index] is not None:
+                return
+            self._rows[row.index] = row
+            self._order.append(row.index)
+            self._cond.notify_all()
+            waiters, self._waiters = self._waiters, []
+        for loop, ev in waiters:
+            loop.call_soon_threadsafe(ev.set)
+
+    def _finish(self, result: RelQueryResult | BaseException) -> None:
+        with self._cond:
+            if isinstance(result, BaseException):
+                self._future.set_exception(result)
+            else:
+                self._future.set_result(result)
+            self._cond.notify_all()
+            waiters, self._waiters = self._waiters, []
+        for loop, ev in waiters:
+            loop.call_soon_threadsafe(ev.set)
+
+    # ------------------------------------------------------------ consumer side
+
+    @property
+    def progress(self) -> Progress:
+        return Progress(len(self._order), self.total)
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def cancel(self) -> None:
+        """Abort the relQuery's unfinished requests; finished rows keep their answers."""
+        self.cancelled = True
+        self._cancel()
+
+    def result(self, timeout: float | None = None) -> RelQueryResult:
+        result = self._future.result(timeout)
+        self._raise_if_asked(result)
+        return result
+
+    def _raise_if_asked(self, result: RelQueryResult) -> None:
+        if self._on_error == "raise" and not result.cancelled:
+            for row in result.rows:
+                if row.error is not None:
+                    raise RowError(f"row {row.index}: {row.error}")
+
+    def __await__(self):
+        return self._await().__await__()
+
+    async def _await(self) -> RelQueryResult:
+        result = await asyncio.wrap_future(self._future)
+        self._raise_if_asked(result)
+        return result
+
+    def __iter__(self) -> Iterator[RowResult]:
+        i = 0
+        while True:
+            with self._cond:
+                while i >= len(self._order) and not self._future.done():
+                    self._cond.wait()
+                ready = self._order[i:]
+            for idx in ready:
+                yield self._rows[idx]  # type: ignore[misc]
+            i += len(ready)
+            if not ready and self._future.done():
+                return
+
+    async def __aiter__(self) -> AsyncIterator[RowResult]:
+        i = 0
+        loop = asyncio.get_running_loop()
+        while True:
+            ev = asyncio.Event()
+            with self._cond:
+                ready = self._order[i:]
+                finished = self._future.done()
+                if not ready and not finished:
+                    self._waiters.append((loop, ev))
+            for idx in ready:
+                yield self._rows[idx]  # type: ignore[misc]
+            i += len(ready)
+            if not ready:
+                if finished:
+                    return
+                await ev.wait()

@@ -1,0 +1,55 @@
+"""Rendering user prompts through the model's chat template into token ids."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+_SENTINEL = "\x00relserve-prompt\x00"
+
+
+class ChatPrompter:
+    """Applies the chat template to user prompts and tokenizes them, in bulk.
+
+    The template is rendered once around a sentinel and split into a prefix and a suffix, so a
+    relQuery of 10,000 rows costs one Jinja render, not 10,000. Templates that transform the
+    message text (the sentinel does not come back exactly once) fall back to per-prompt renders.
+    """
+
+    def __init__(self, tokenizer, system: str | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.system = system
+        self._split = self._split_template(system)
+
+    def _messages(self, text: str, system: str | None) -> list[dict]:
+        msgs = [{"role": "system", "content": system}] if system else []
+        return msgs + [{"role": "user", "content": text}]
+
+    def _split_template(self, system: str | None) -> tuple[str, str] | None:
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            return ("", "")
+        rendered = self.tokenizer.apply_chat_template(
+            self._messages(_SENTINEL, system), tokenize=False, add_generation_prompt=True
+        )
+        if rendered.count(_SENTINEL) != 1:
+            return None
+        prefix, suffix = rendered.split(_SENTINEL)
+        return prefix, suffix
+
+    def text(self, prompt: str, system: str | None = None) -> str:
+        split = self._split if system == self.system else self._split_template(system)
+        if split is not None:
+            return split[0] + prompt + split[1]
+        return self.tokenizer.apply_chat_template(
+            self._messages(prompt, system), tokenize=False, add_generation_prompt=True
+        )
+
+    def token_ids(self, prompts: Sequence[str], system: str | None = None) -> list[list[int]]:
+        if not prompts:
+            return []
+        texts = [self.text(p, system) for p in prompts]
+        return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+    def prefix_text(self, system: str | None = None) -> str:
+        """The chat template's text before the user's words (shared by every prompt)."""
+        split = self._split if system == self.system else self._split_template(system)
+        return split[0] if split else ""

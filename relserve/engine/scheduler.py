@@ -1,0 +1,268 @@
+"""The vLLM scheduler plug-in: vLLM's own Scheduler, with each step's shape chosen by a policy.
+
+Installed through vLLM's ``scheduler_cls``; runs in the engine-core process. vLLM's v1 scheduler
+has no prefill or decode phase (it first serves ``self.running``, then admits from
+``self.waiting``), so a step is shaped by what the base class is allowed to see:
+
+* PREFILL: the running requests are hidden and ``waiting`` holds only the policy's batch;
+* DECODE:  ``waiting`` is hidden, so nothing is admitted;
+* MIXED:   the base class runs as usual (running first, then waiting), with the policy's
+           admission order and token budget (Sarathi's chunk).
+
+Everything else (KV allocation, prefix caching, preemption, outputs) stays vLLM's.
+The host-side control channel is a utility method added to the engine core (``relserve_rpc``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import deque
+from typing import Any
+
+from vllm.v1.core.sched.request_queue import create_request_queue
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import Request, RequestStatus
+
+from relserve.policy import CostModel, Limits, PolicySettings, Req, StepKind, StepView, make_policy
+
+#: environment variable carrying the plug-in's start-up configuration (JSON) to the engine core.
+#: (vLLM's additional_config would do, but it is part of the compile-cache hash.)
+CONFIG_ENV = "RELSERVE_SCHEDULER_CONFIG"
+
+_ADMISSIBLE = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+
+
+class RelServeScheduler(Scheduler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cfg = json.loads(os.environ.get(CONFIG_ENV, "{}"))
+        self._set_policy(cfg.get("policy", "relserve"), cfg.get("cost_model"), cfg.get("settings"))
+        self._reqs: dict[str, Req] = {}
+        self._step_log: deque[dict] = deque(maxlen=cfg.get("step_log_size", 20000))
+        self._pending_step: dict | None = None
+        self._kv_capacity = self.kv_cache_config.num_blocks * self.block_size
+        # rel_id -> [requests added so far, monotonic time the first one was added]
+        self._arrived: dict[str, list] = {}
+        self._assembly_timeout = float(cfg.get("assembly_timeout_s", 0.25))
+        _install_rpc()
+
+    # ----------------------------------------------------------------- control channel
+
+    def _set_policy(self, name: str, cost: dict | None, settings: dict | None) -> None:
+        self._policy = make_policy(
+            name,
+            CostModel(**cost) if cost else None,
+            PolicySettings(**settings) if settings else None,
+        )
+
+    def relserve_rpc(self, command: str, payload: dict) -> dict:
+        if command == "set_policy":
+            if self.running or self.waiting:
+                raise RuntimeError("cannot change the policy while requests are in the engine")
+            self._set_policy(payload["policy"], payload.get("cost_model"), payload.get("settings"))
+            return {"policy": self._policy.name}
+        if command == "stats":
+            steps = list(self._step_log) if payload.get("steps") else []
+            if payload.get("clear"):
+                self._step_log.clear()
+            p = self._policy
+            return {
+                "policy": p.name,
+                "steps": p.steps,
+                "dpu_seconds": p.dpu_seconds,
+                "aba_seconds": p.aba_seconds,
+                "step_log": steps,
+                "kv_capacity_tokens": self._kv_capacity,
+                "block_size": self.block_size,
+            }
+        if command == "reset_stats":
+            p = self._policy
+            p.dpu_seconds = p.aba_seconds = 0.0
+            p.steps = 0
+            self._step_log.clear()
+            return {}
+        raise ValueError(f"unknown relserve rpc command {command!r}")
+
+    # ----------------------------------------------------------------- the policy's view
+
+    def _req(self, request: Request) -> Req:
+        req = self._reqs.get(request.request_id)
+        if req is None:
+            meta = (request.sampling_params.extra_args or {}).get("relserve", {}) if request.sampling_params else {}
+            req = Req(
+                req_id=request.request_id,
+                rel_id=meta.get("rel_id", request.request_id),
+                arrival=float(meta.get("arrival", time.monotonic())),
+                rel_size=int(meta.get("rel_size", 1)),
+                prompt_tokens=request.num_prompt_tokens,
+                max_tokens=request.max_tokens,
+                handle=request,
+            )
+            self._reqs[request.request_id] = req
+        # A preempted request recomputes its output so far as part of its prompt.
+        req.prompt_tokens = request.num_prompt_tokens if request.status == RequestStatus.RUNNING else request.num_tokens
+        req.output_tokens = request.num_output_tokens
+        req.computed_tokens = request.num_computed_tokens
+        return req
+
+    def add_request(self, request: Request) -> None:
+        super().add_request(request)
+        req = self._req(request)
+        entry = self._arrived.get(req.rel_id)
+        if entry is None:
+            self._arrived[req.rel_id] = [1, time.monotonic()]
+        else:
+            entry[0] += 1
+
+    def _assembled(self, req: Req, now: float) -> bool:
+        """Whether all of the relQuery's requests have reached the scheduler.
+
+        The front end adds a relQuery's rows one request at a time; scheduling the first rows
+        before the rest arrive would plan (and batch) a fraction of the relQuery. A relQuery
+        whose rows stop coming (a cancelled submission) is released after a short timeout.
+        """
+        entry = self._arrived.get(req.rel_id)
+        return entry is None or entry[0] >= req.rel_size or now - entry[1] > self._assembly_timeout
+
+    def _admissible(self, request: Request) -> bool:
+        if request.status in _ADMISSIBLE:
+            return True
+        # The base class promotes a request whose grammar has compiled only when it looks at it;
+        # a PREFILL step shows it just the chosen batch, so promote here.
+        return self._is_blocked_waiting_status(request.status) and self._handle_blocked_waiting_request(request)
+
+    def _cached_tokens(self, req: Req) -> int:
+        request: Request = req.handle  # type: ignore[assignment]
+        if request.num_computed_tokens:
+            return request.num_computed_tokens
+        return self.kv_cache_manager.get_computed_blocks(request)[1]
+
+    def _view(self) -> StepView:
+        now = time.monotonic()
+        waiting = [self._req(r) for r in self.waiting if self._admissible(r)]
+        waiting = [r for r in waiting if self._assembled(r, now)]
+        waiting.sort(key=lambda r: r.arrival)
+        running = [self._req(r) for r in self.running]
+        if len(self._reqs) > 2 * (len(self.waiting) + len(self.running)) + 256:
+            live = {r.request_id for r in self.waiting} | {r.request_id for r in self.running}
+            self._reqs = {k: v for k, v in self._reqs.items() if k in live}
+            rels = {r.rel_id for r in self._reqs.values()}
+            self._arrived = {k: v for k, v in self._arrived.items() if k in rels}
+        free = self.kv_cache_manager.block_pool.get_num_free_blocks() * self.block_size
+        limits = Limits(
+            max_num_batched_tokens=self.scheduler_config.max_num_batched_tokens,
+            max_num_seqs=self.max_num_running_reqs,
+            kv_capacity_tokens=self._kv_capacity,
+            kv_free_tokens=free,
+            block_size=self.block_size,
+        )
+        return StepView(now, waiting, running, limits, self._cached_tokens)
+
+    # ----------------------------------------------------------------- one step
+
+    def schedule(self, *args: Any, **kwargs: Any):
+        t0 = time.perf_counter()
+        plan = self._policy.schedule(self._view())
+        t_policy = time.perf_counter() - t0
+        admit = [r.handle for r in plan.admit]
+        if plan.kind is StepKind.PREFILL:
+            out = self._schedule_waiting(admit, True, None, *args, **kwargs)
+            if out.total_num_scheduled_tokens == 0 and self.running:
+                # The batch did not fit after all (KV allocation): decode instead of idling.
+                out = self._schedule_decode(*args, **kwargs)
+        elif plan.kind is StepKind.MIXED:
+            out = self._schedule_waiting(admit, False, plan.token_budget, *args, **kwargs)
+        else:  # DECODE, or IDLE: nothing may be admitted
+            out = self._schedule_decode(*args, **kwargs)
+        self._pending_step = self._describe(out, plan.kind.value, plan.reason, t_policy)
+        return out
+
+    def _schedule_waiting(self, batch: list[Request], hide_running: bool, budget: int | None, *args: Any, **kwargs: Any):
+        """Run the base scheduler with ``waiting`` holding just ``batch``, in that order."""
+        hidden_running, hidden_waiting = self.running, self.waiting
+        chosen = set(batch)
+        if hide_running:
+            self.running = []
+        self.waiting = create_request_queue(self.policy)
+        for r in batch:
+            self.waiting.add_request(r)
+        rest = [r for r in hidden_waiting if r not in chosen]
+        cfg = self.scheduler_config
+        saved_budget = self.max_num_scheduled_tokens, cfg.max_num_batched_tokens
+        if budget is not None:
+            self.max_num_scheduled_tokens = cfg.max_num_batched_tokens = min(budget, saved_budget[0])
+        try:
+            out = super().schedule(*args, **kwargs)
+        finally:
+            self.max_num_scheduled_tokens, cfg.max_num_batched_tokens = saved_budget
+            if hide_running:
+                self.running = hidden_running + self.running
+            leftover = list(self.waiting)  # not admitted, or preempted by the base class
+            self.waiting = create_request_queue(self.policy)
+            for r in leftover + rest:
+                self.waiting.add_request(r)
+        return out
+
+    def _schedule_decode(self, *args: Any, **kwargs: Any):
+        hidden_waiting = self.waiting
+        self.waiting = create_request_queue(self.policy)
+        try:
+            out = super().schedule(*args, **kwargs)
+        finally:
+            preempted = list(self.waiting)  # requests vLLM preempted to make room
+            self.waiting = hidden_waiting
+            if preempted:
+                self.waiting.prepend_requests(preempted)
+        return out
+
+    # ----------------------------------------------------------------- step log
+
+    def _describe(self, out, kind: str, reason: str, t_policy: float) -> dict:
+        prefill_tokens = 0
+        prefill_reqs = 0
+        decode_reqs = 0
+        for req_id, n in out.num_scheduled_tokens.items():
+            request = self.requests.get(req_id)
+            if request is not None and request.num_computed_tokens - n < request.num_prompt_tokens:
+                prefill_tokens += n
+                prefill_reqs += 1
+            else:
+                decode_reqs += 1
+        return {
+            "kind": kind,
+            "reason": reason,
+            "prefill_tokens": prefill_tokens,
+            "prefill_reqs": prefill_reqs,
+            "decode_reqs": decode_reqs,
+            "policy_s": t_policy,
+            "start": time.monotonic(),
+        }
+
+    def update_from_output(self, scheduler_output, model_runner_output):
+        step = self._pending_step
+        if step is not None and scheduler_output.total_num_scheduled_tokens:
+            step["duration"] = time.monotonic() - step["start"]
+            self._step_log.append(step)
+        self._pending_step = None
+        return super().update_from_output(scheduler_output, model_runner_output)
+
+
+def _install_rpc() -> None:
+    """Give the engine core a utility method that forwards to this scheduler.
+
+    ``AsyncLLM.engine_core.call_utility_async("relserve_rpc", command, payload_json)`` reaches it.
+    """
+    from vllm.v1.engine.core import EngineCore
+
+    if getattr(EngineCore, "relserve_rpc", None) is not None:
+        return
+
+    def relserve_rpc(self, command: str, payload_json: str) -> str:
+        scheduler = self.scheduler
+        if not isinstance(scheduler, RelServeScheduler):
+            raise RuntimeError("the engine does not run the relserve scheduler")
+        return json.dumps(scheduler.relserve_rpc(command, json.loads(payload_json or "{}")))
+
+    EngineCore.relserve_rpc = relserve_rpc  # type: ignore[attr-defined]

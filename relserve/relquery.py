@@ -1,0 +1,176 @@
+"""``RelQuery``: one task template over N rows, the unit the engine schedules."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from relserve.errors import ConfigError, RowError, TemplateError
+from relserve.template import Template
+
+OnError = Literal["null", "raise"]
+
+
+def rows_to_dicts(rows: Any) -> list[dict[str, Any]]:
+    """Accept a list of mappings, a dict of columns, a pyarrow Table/RecordBatch, or a
+    polars/pandas DataFrame, and return one dict per row."""
+    if rows is None:
+        raise ConfigError("rows must be given (a list of mappings, an Arrow table or a data frame)")
+    mod = type(rows).__module__
+    if mod.startswith("pyarrow"):
+        return rows.to_pylist()
+    if mod.startswith("polars"):
+        if hasattr(rows, "collect"):  # LazyFrame
+            rows = rows.collect()
+        return rows.to_dicts()
+    if mod.startswith("pandas"):
+        return [{k: _pandas_null(v) for k, v in r.items()} for r in rows.to_dict("records")]
+    if isinstance(rows, Mapping):
+        cols = {k: list(v) for k, v in rows.items()}
+        lengths = {len(v) for v in cols.values()}
+        if len(lengths) > 1:
+            raise ConfigError(f"columns have different lengths: { {k: len(v) for k, v in cols.items()} }")
+        n = lengths.pop() if lengths else 0
+        return [{k: v[i] for k, v in cols.items()} for i in range(n)]
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence | tuple | list) and not hasattr(rows, "__iter__"):
+        raise ConfigError(f"rows must be a list of mappings or a table, got {type(rows).__name__}")
+    out = []
+    for i, r in enumerate(rows):
+        if not isinstance(r, Mapping):
+            raise ConfigError(f"row {i} is a {type(r).__name__}, not a mapping of column to value")
+        out.append(dict(r))
+    return out
+
+
+def _pandas_null(v: Any) -> Any:
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
+def check_choices(choices: Any) -> list[str] | None:
+    if choices is None:
+        return None
+    if isinstance(choices, str) or not isinstance(choices, Sequence) or not choices:
+        raise ConfigError(f"labels must be a non-empty list of strings, got {choices!r}")
+    bad = [c for c in choices if not isinstance(c, str) or not c]
+    if bad:
+        raise ConfigError(f"labels must be non-empty strings; bad label(s): {bad!r}")
+    return list(dict.fromkeys(choices))
+
+
+def check_json_schema(schema: Any) -> dict | None:
+    if schema is None:
+        return None
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"JSON schema is not valid JSON: {e}") from None
+    if not isinstance(schema, dict):
+        raise ConfigError(f"JSON schema must be an object, got {type(schema).__name__}")
+    import jsonschema
+
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as e:
+        raise ConfigError(f"invalid JSON schema: {e.message}") from None
+    return schema
+
+
+@dataclass
+class RelQuery:
+    """An LLM call over rows: ``template`` rendered for every row, one request per row.
+
+    >>> RelQuery("Is this review positive? {review}", [{"review": "Great!"}], max_tokens=4)
+    """
+
+    template: str | None
+    rows: Any = None
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    #: constrained decoding: the answer is one of these strings
+    choices: Sequence[str] | None = None
+    #: structured output: the answer is JSON valid against this schema
+    json_schema: dict | str | None = None
+    #: "null": a failed row gets text None and an error; "raise": the first failed row raises
+    on_error: OnError = "null"
+    rel_id: str | None = None
+    #: optional system message put before every prompt
+    system: str | None = None
+    #: already-rendered prompts (see ``from_prompts``); then ``template`` is None
+    prompts: list[str] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.prompts is None:
+            self.parsed = Template.parse(self.template)  # type: ignore[arg-type]
+            self.parsed.require_placeholders()
+            self.rows = rows_to_dicts(self.rows)
+            self._check_rows()
+        else:
+            self.parsed = None
+            self.rows = [{"prompt": p} for p in self.prompts]
+        if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
+            raise ConfigError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
+            raise ConfigError(f"temperature must be a number >= 0, got {self.temperature!r}")
+        if self.on_error not in ("null", "raise"):
+            raise ConfigError(f"on_error must be 'null' or 'raise', got {self.on_error!r}")
+        self.choices = check_choices(self.choices)
+        self.json_schema = check_json_schema(self.json_schema)
+        if self.choices and self.json_schema:
+            raise ConfigError("give either choices or json_schema, not both")
+        if self.rel_id is None:
+            self.rel_id = uuid.uuid4().hex[:12]
+
+    @classmethod
+    def from_prompts(cls, prompts: Sequence[str], **options: Any) -> RelQuery:
+        """A relQuery whose prompts are already rendered (for example by the planner)."""
+        prompts = list(prompts)
+        for i, p in enumerate(prompts):
+            if p is not None and not isinstance(p, str):
+                raise ConfigError(f"prompt {i} is a {type(p).__name__}, not a string")
+        return cls(None, prompts=prompts, **options)
+
+    def _check_rows(self) -> None:
+        cols = self.parsed.columns
+        if not self.rows:
+            return
+        first = self.rows[0]
+        self.parsed.check_columns(first.keys())
+        for i, row in enumerate(self.rows):
+            missing = [c for c in cols if c not in row]
+            if missing:
+                raise TemplateError(f"row {i} has no column(s) {', '.join(map(repr, missing))} named in the template")
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def render(self) -> list[str | RowError]:
+        """The prompt of every row, or the ``RowError`` that row has."""
+        if self.prompts is not None:
+            return [p if p is not None else RowError("prompt is NULL") for p in self.prompts]
+        out: list[str | RowError] = []
+        for row in self.rows:
+            try:
+                out.append(self.parsed.render(row))
+            except RowError as e:
+                out.append(e)
+        return out
+
+    @property
+    def sampling_key(self) -> dict[str, Any]:
+        """The settings that change an answer (for result caches)."""
+        return {
+            "max_tokens": self.max_tokens,
+            "temperature": float(self.temperature),
+            "top_p": float(self.top_p),
+            "seed": self.seed,
+            "choices": self.choices,
+            "json_schema": self.json_schema,
+            "system": self.system,
+        }

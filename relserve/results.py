@@ -1,0 +1,77 @@
+"""What a relQuery returns: one ``RowResult`` per input row, and the relQuery's statistics."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(slots=True)
+class RowResult:
+    #: position of the row in the relQuery's input
+    index: int
+    text: str | None = None
+    error: str | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    #: prompt tokens served from the engine's prefix cache
+    cached_tokens: int = 0
+    finish_reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(slots=True)
+class RelQueryStats:
+    """A finished relQuery's latency breakdown (paper Eq. 2) and token accounting, in seconds."""
+
+    rel_id: str
+    num_rows: int
+    num_errors: int = 0
+    #: arrival to the start of its first prefill batch
+    waiting_s: float = 0.0
+    #: first prefill start to the end of its last prefill batch
+    core_s: float = 0.0
+    #: end of the last prefill batch to the end of its last decode batch
+    tail_s: float = 0.0
+    #: arrival to the last row's result
+    latency_s: float = 0.0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    policy: str = ""
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["prefix_hit_rate"] = self.prefix_hit_rate
+        return d
+
+
+@dataclass
+class RelQueryResult:
+    rows: list[RowResult]
+    stats: RelQueryStats
+    cancelled: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def texts(self) -> list[str | None]:
+        return [r.text for r in self.rows]
+
+    @property
+    def errors(self) -> list[str | None]:
+        return [r.error for r in self.rows]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __getitem__(self, i: int) -> RowResult:
+        return self.rows[i]

@@ -1,0 +1,44 @@
+"""Shared fixtures. One real vLLM engine serves every engine test of the session (a start costs
+about 25 s on these CPUs); tests that need another policy switch it and switch back."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+#: The test engine's limits: small enough that a 60-row relQuery runs in several waves.
+TEST_ENGINE_OPTIONS = dict(policy="relserve", max_num_seqs=16, max_num_batched_tokens=1024, kv_cache_gb=1.0)
+
+
+@pytest.fixture(scope="session")
+def engine():
+    from relserve import Engine, set_default_engine
+
+    eng = Engine(**TEST_ENGINE_OPTIONS)
+    set_default_engine(eng)
+    yield eng
+    set_default_engine(None)
+    eng.close()
+
+
+@contextlib.contextmanager
+def using_policy(engine, name: str, **settings):
+    """Run a block under another policy, then return to the session's default."""
+    from relserve import PolicySettings
+
+    engine.set_policy(name, PolicySettings(**settings) if settings else None)
+    try:
+        yield engine
+    finally:
+        engine.wait_idle()
+        engine.set_policy(TEST_ENGINE_OPTIONS["policy"])
+
+
+@pytest.fixture
+def with_policy(engine):
+    """``with with_policy("fcfs"): ...`` runs the block on the shared engine under that policy."""
+    return lambda name, **settings: using_policy(engine, name, **settings)

@@ -1,0 +1,150 @@
+"""The real engine: SmolLM2 on vLLM with the relserve scheduler plug-in."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from relserve import ConfigError, Engine, RelQuery, RowError, TemplateError
+
+pytestmark = pytest.mark.engine
+
+WORDS = ["apple", "river", "mountain", "violin", "candle", "tiger", "planet", "garden"]
+
+
+def test_answers_come_back_one_per_row_in_row_order(engine):
+    template = "Repeat this word three times, separated by spaces: {word}"
+    rows = [{"word": w} for w in WORDS]
+    result = engine.run(RelQuery(template, rows, max_tokens=12))
+    assert [r.index for r in result.rows] == list(range(len(rows)))
+    # Each row's answer is the one that row gets when it runs alone (greedy decoding).
+    alone = [engine.run(RelQuery(template, [row], max_tokens=12)).texts[0] for row in rows]
+    assert result.texts == alone
+    assert len(set(result.texts)) == len(rows)  # distinct answers, so a mix-up would show
+    s = result.stats
+    assert s.num_rows == len(rows) and s.num_errors == 0
+    assert s.prompt_tokens == sum(r.prompt_tokens for r in result.rows) > 0
+    assert s.output_tokens == sum(r.output_tokens for r in result.rows) > 0
+    # Eq. 2: the three periods add up to the latency (timestamps from two clocks' reads).
+    assert s.waiting_s >= 0 and s.core_s >= 0 and s.tail_s > 0
+    assert s.waiting_s + s.core_s + s.tail_s == pytest.approx(s.latency_s, abs=0.15)
+
+
+def test_repeated_prompts_hit_the_prefix_cache(engine):
+    rows = [{"word": w} for w in WORDS[:4]]
+    template = "Here is a word from a list of common English nouns used in a quiz: {word}. Spell it backwards."
+    engine.run(RelQuery(template, rows, max_tokens=4))
+    again = engine.run(RelQuery(template, rows, max_tokens=4))
+    # All but the last, partial block of each prompt is served from the cache.
+    for r in again.rows:
+        assert r.cached_tokens >= r.prompt_tokens - engine.block_size
+    assert again.stats.cached_tokens == sum(r.cached_tokens for r in again.rows)
+
+
+def _race(engine, big_rows: int = 60, small_rows: int = 3):
+    """A big relQuery, then a small one 50 ms later; returns (big_finish, small_finish) times."""
+    template = "Write a long story about a dragon named {name}."
+    big = RelQuery(template, [{"name": f"Big{i}"} for i in range(big_rows)], max_tokens=16)
+    small = RelQuery(template, [{"name": f"Small{i}"} for i in range(small_rows)], max_tokens=16)
+    finished = {}
+    hb = engine.submit(big)
+    time.sleep(0.05)
+    hs = engine.submit(small)
+    for name, h in (("small", hs), ("big", hb)):
+        threading.Thread(target=lambda n=name, h=h: (h.result(), finished.__setitem__(n, time.monotonic())), daemon=True).start()
+    rs, rb = hs.result(), hb.result()
+    engine.wait_idle()
+    assert rs.stats.num_errors == 0 and rb.stats.num_errors == 0
+    return rb, rs
+
+
+def test_small_relquery_overtakes_big_one_under_relserve_not_fcfs(engine, with_policy):
+    with with_policy("relserve"):
+        big, small = _race(engine)
+    # relserve: the 3-row relQuery is done long before the 60-row one (it jumps the queue).
+    assert small.stats.latency_s + 0.05 < big.stats.latency_s - 1.0
+    with with_policy("fcfs"):
+        big_f, small_f = _race(engine)
+    # fcfs: the small one waits until every row of the big one has been admitted.
+    assert small_f.stats.latency_s + 0.05 >= big_f.stats.latency_s - 0.3
+    assert small_f.stats.waiting_s > small.stats.waiting_s
+
+
+def test_cancel_frees_the_relquery_while_another_keeps_running(engine):
+    long_rq = RelQuery("Write a very long essay about {topic}.", [{"topic": f"topic {i}"} for i in range(24)], max_tokens=200)
+    other = RelQuery("Write a very long essay about {topic}.", [{"topic": f"subject {i}"} for i in range(4)], max_tokens=24)
+    h_long = engine.submit(long_rq)
+    h_other = engine.submit(other)
+    time.sleep(1.5)
+    h_long.cancel()
+    res_long = h_long.result(timeout=60)
+    res_other = h_other.result(timeout=120)
+    assert res_long.cancelled
+    assert sum(r.error == "cancelled" for r in res_long.rows) > 0
+    assert all(r.error is None and r.text for r in res_other.rows)
+    assert engine.wait_idle(30)
+    # The engine has no requests left and keeps serving.
+    after = engine.run(RelQuery("Say hello to {name}.", [{"name": "Ada"}], max_tokens=4))
+    assert after.rows[0].error is None
+
+
+def test_null_value_and_too_long_row_fail_alone(engine):
+    long_text = "word " * 3000
+    rows = [{"review": "Great film."}, {"review": None}, {"review": long_text}, {"review": "Dull."}]
+    result = engine.run(RelQuery("Is this review positive? {review}", rows, max_tokens=4))
+    assert result.rows[1].error == "column 'review' is NULL"
+    assert "exceeds the model's context of 2048 tokens" in result.rows[2].error
+    assert result.rows[0].error is None and result.rows[0].text
+    assert result.rows[3].error is None and result.rows[3].text
+    assert result.stats.num_errors == 2
+    with pytest.raises(RowError, match="row 1: column 'review' is NULL"):
+        engine.run(RelQuery("Is this review positive? {review}", rows, max_tokens=4, on_error="raise"))
+
+
+def test_choices_and_json_schema_constrain_the_answer(engine):
+    rows = [{"review": "I loved every minute."}, {"review": "Awful acting and a boring plot."}]
+    labels = ["positive", "negative"]
+    res = engine.run(RelQuery("Sentiment of this review: {review}", rows, max_tokens=8, choices=labels))
+    assert all(t in labels for t in res.texts)
+    schema = {"type": "object", "properties": {"stars": {"type": "integer"}}, "required": ["stars"]}
+    res = engine.run(RelQuery("Rate this review from 1 to 5 stars: {review}", rows, max_tokens=24, json_schema=schema))
+    for t in res.texts:
+        assert isinstance(json.loads(t)["stars"], int)
+
+
+def test_bad_template_and_rows_fail_before_anything_runs():
+    with pytest.raises(TemplateError, match="unknown column\\(s\\) 'reviw'"):
+        RelQuery("Is {reviw} positive?", [{"review": "ok"}])
+    with pytest.raises(TemplateError, match="row 1 has no column\\(s\\) 'review'"):
+        RelQuery("Is {review} positive?", [{"review": "ok"}, {"text": "ok"}])
+    with pytest.raises(TemplateError, match="no \\{column\\} placeholder"):
+        RelQuery("Is it positive?", [{"review": "ok"}])
+
+
+def test_unknown_policy_or_model_is_a_clear_error():
+    with pytest.raises(ConfigError, match="unknown policy 'fastest'; choose one of vllm, fcfs, sarathi, sp, relserve"):
+        Engine(policy="fastest")
+    with pytest.raises(ConfigError, match="unknown model 'no-such-model'"):
+        Engine(model="no-such-model")
+
+
+def test_async_and_iteration_interfaces(engine):
+    import asyncio
+
+    rows = [{"word": w} for w in WORDS[:5]]
+
+    async def main():
+        h = engine.submit(RelQuery("Spell {word}.", rows, max_tokens=6))
+        seen = [r.index async for r in h]
+        result = await h
+        return seen, result
+
+    seen, result = asyncio.run(main())
+    assert sorted(seen) == list(range(5))
+    assert len(result.rows) == 5
+    h = engine.submit(RelQuery("Spell {word}.", rows, max_tokens=6))
+    assert sorted(r.index for r in h) == list(range(5))
+    assert h.progress == (5, 5)
