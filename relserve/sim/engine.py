@@ -24,6 +24,7 @@ queue to recompute its prompt and the tokens generated so far.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -111,6 +112,17 @@ class EngineSim:
     # -- the event loop ---------------------------------------------------------------------------
 
     def run(self) -> EngineStats:
+        # The loop allocates many short-lived tuples while ~10^5 long-lived request objects exist;
+        # the cyclic collector would rescan those over and over, so it is paused for the run.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run()
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _run(self) -> EngineStats:
         pending = self.pending
         while True:
             while pending and pending[0].arrival <= self.now:
@@ -196,24 +208,24 @@ class EngineSim:
             self._complete(scheduled, dt)
             return dt
         if kind is StepKind.MIXED:
-            budget = plan.token_budget if plan.token_budget is not None else self.limits.max_num_batched_tokens
-            budget, preempted = self._schedule_running(budget, scheduled, decode_only=False)
-            decodes = len(scheduled) - sum(1 for sr, _ in scheduled if sr.computed < sr.prefill_end)
+            budget0 = plan.token_budget if plan.token_budget is not None else self.limits.max_num_batched_tokens
+            budget, preempted, decodes = self._schedule_running(budget0, scheduled, decode_only=False)
             if not preempted:  # vLLM admits nothing in a step that had to preempt
-                self._admit(plan.admit, budget, scheduled)
+                budget = self._admit(plan.admit, budget, scheduled)
             if not scheduled:
                 return None
             steps["mixed"] += 1
-            prefill_tokens = sum(n for sr, n in scheduled if sr.computed < sr.prefill_end)
-            dt = self.cost.mixed(prefill_tokens, decodes)
+            # every scheduled token that is not a decode is a prefill (or chunk) token
+            dt = self.cost.mixed(budget0 - budget - decodes, decodes)
             self._complete(scheduled, dt)
             return dt
         raise SimulationError(f"unknown step kind {kind!r}")
 
-    def _admit(self, queue: Sequence[Req], budget: float, scheduled: list[tuple[SimRequest, int]]) -> None:
-        """Admit waiting requests in ``queue`` order while the budget, max_num_seqs and KV allow."""
+    def _admit(self, queue: Sequence[Req], budget: float, scheduled: list[tuple[SimRequest, int]]) -> float:
+        """Admit waiting requests in ``queue`` order while the budget, max_num_seqs and KV allow;
+        returns the budget left."""
         max_seqs = self.limits.max_num_seqs
-        admitted = False
+        admitted: list[Req] = []
         for req in queue:
             if budget <= 0 or len(self.running) >= max_seqs:
                 break
@@ -227,9 +239,24 @@ class EngineSim:
             self.running.append(req)
             scheduled.append((sr, n))
             budget -= n
-            admitted = True
+            admitted.append(req)
         if admitted:
-            self.waiting = [r for r in self.waiting if r.handle.state == WAITING]
+            self._remove_waiting(admitted)
+        return budget
+
+    def _remove_waiting(self, admitted: list[Req]) -> None:
+        """Drop admitted requests from the waiting list, keeping its order.
+
+        Policies admit a run of consecutive waiting requests (the queue's head, or the head of one
+        relQuery), so a slice deletion usually does it without a Python-level pass over the list.
+        """
+        waiting = self.waiting
+        start = waiting.index(admitted[0])
+        end = start + len(admitted)
+        if waiting[start:end] == admitted:  # identity comparison: Req has eq=False
+            del waiting[start:end]
+        else:
+            self.waiting = [r for r in waiting if r.handle.state == WAITING]
 
     def _allocate_for_admission(self, sr: SimRequest, budget: float) -> int:
         """Prefix-cache lookup and block allocation for a waiting request; tokens scheduled or 0."""
@@ -269,25 +296,45 @@ class EngineSim:
 
     def _grow(self, sr: SimRequest, n: int) -> bool:
         """Blocks for ``n`` more tokens of a running request."""
-        need = -(-(sr.computed + n) // self.block_size) - len(sr.owned) - sr.anon
+        bs = self.block_size
+        upto = sr.computed + n
+        need = -(-upto // bs) - len(sr.owned) - sr.anon
         if need > 0:
             if not self.pool.take(need):
                 return False
             sr.anon += need
-        self._publish(sr, sr.computed + n)
+        if sr.next_block < len(sr.hashes) and upto // bs > sr.next_block:  # only chunked prefills publish here
+            self._publish(sr, upto)
         return True
 
-    def _schedule_running(self, budget: float, scheduled: list[tuple[SimRequest, int]], *, decode_only: bool) -> tuple[float, bool]:
-        """vLLM v1's first loop: give tokens to running requests in order, preempting from the back."""
+    def _schedule_running(
+        self, budget: float, scheduled: list[tuple[SimRequest, int]], *, decode_only: bool
+    ) -> tuple[float, bool, int]:
+        """vLLM v1's first loop: give tokens to running requests in order, preempting from the back.
+
+        Returns the budget left, whether anything was preempted, and the number of decodes."""
         running = self.running
+        bs = self.block_size
         preempted = False
+        decodes = 0
         i = 0
         while i < len(running) and budget > 0:
             sr: SimRequest = running[i].handle
-            if decode_only and sr.computed < sr.prefill_end:
+            computed = sr.computed
+            if computed >= sr.prefill_end:
+                # decoding: one token; the common case needs no new block
+                if computed < (len(sr.owned) + sr.anon) * bs:
+                    scheduled.append((sr, 1))
+                    budget -= 1
+                    decodes += 1
+                    i += 1
+                    continue
+                n = 1
+            elif decode_only:
                 i += 1  # a pure decode step leaves a half-prefilled request alone
                 continue
-            n = min(sr.num_tokens - sr.computed, budget)
+            else:
+                n = min(sr.num_tokens - computed, budget)
             ok = self._grow(sr, n)
             while not ok:
                 victim: SimRequest = running.pop().handle
@@ -300,8 +347,10 @@ class EngineSim:
                 break
             scheduled.append((sr, int(n)))
             budget -= n
+            if computed >= sr.prefill_end:
+                decodes += 1
             i += 1
-        return budget, preempted
+        return budget, preempted, decodes
 
     def _preempt(self, sr: SimRequest) -> None:
         self.pool.release(sr.owned, sr.anon)
