@@ -176,6 +176,16 @@ def test_mixed_step_chunks_the_prefill(policy, lim, settings):
     assert res.summary.output_tokens == 4
 
 
+def test_prompt_over_the_token_budget_is_chunked_across_prefill_and_decode_steps():
+    res = simulate([rq("A", 0.0, [words("a", 20)], 2)], "fcfs", COST, limits(mnbt=16), isolated=False)
+    # t=0     PREFILL computes 16 of 20 tokens under the budget: prefill(16) = 0.026, no token yet
+    # t=0.026 DECODE carries the last 4 prompt tokens (as vLLM's running loop does): mixed(4, 0) = 0.024
+    # t=0.050 decode(1) = 0.022 -> 0.072
+    a = timing(res, "A")
+    assert (a.first_prefill_start, a.last_prefill_end, a.finish) == pytest.approx((0.0, 0.050, 0.072), **EXACT)
+    assert res.summary.steps == {"idle": 0, "prefill": 1, "decode": 2, "mixed": 0}
+
+
 def test_output_lengths_shorten_requests():
     trace = [rq("A", 0.0, [words("a", 10), words("b", 10)], 3), rq("B", 0.05, [words("c", 20)], 2)]
     res = simulate(trace, "fcfs", COST, limits(), output_lengths={"A": [1, 2]}, isolated=False)

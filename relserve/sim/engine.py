@@ -3,10 +3,14 @@
 Each step the host describes its queues as a ``StepView``, asks the policy for a ``StepPlan`` and
 applies it with the same meaning the vLLM scheduler plug-in gives it:
 
-* PREFILL: admit ``plan.admit`` in order, each whole prompt in this step (stop at the first
-  request that does not fit ``max_num_seqs`` or the KV cache); time ``cost.prefill(uncached)``.
-* DECODE: every running request that has finished its prefill gets one token; time
-  ``cost.decode(n)``.
+* PREFILL: admit ``plan.admit`` in order, running requests set aside (stop at the first request
+  that does not fit ``max_num_seqs`` or the KV cache); each admitted request computes its
+  uncached prompt within ``max_num_batched_tokens`` (the policy keeps batches within it, so a
+  prompt is chunked only when the first one alone exceeds it); time ``cost.prefill(uncached)``.
+  If not even the first fits beside the running requests, the step decodes instead.
+* DECODE: nothing admitted; every running request gets one token (a request still prefilling
+  from a chunked PREFILL gets its next chunk), as vLLM's scheduler does with an empty waiting
+  queue; time ``cost.decode(n)`` (``cost.mixed`` if a chunk rode along).
 * MIXED: vLLM v1 continuous batching within a token budget: running requests first (a decoding
   one takes 1 token, a prefilling one the rest of its prompt up to the budget: chunked prefill),
   then waiting requests in ``plan.admit`` order; time ``cost.mixed(prefill tokens, decodes)``.
@@ -17,15 +21,15 @@ Token bookkeeping follows vLLM: a request has ``num_tokens`` (prompt plus genera
 reaches ``num_tokens`` at the step's end the request samples one token. So a decode schedules 1
 token, and a prefill emits the first output token at the end of the step that completes it.
 When the KV cache runs out for a running request, the most recently admitted running request is
-preempted (vLLM's FCFS rule): its blocks are released and it goes back to the front of the waiting
-queue to recompute its prompt and the tokens generated so far.
+preempted (vLLM's FCFS rule): its blocks are released and it goes back to the waiting queue (in
+arrival order, as the plug-in presents it) to recompute its prompt and the tokens generated so far.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import gc
-import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,7 +40,6 @@ from relserve.sim.prefix_cache import BlockPool
 from relserve.sim.prompts import PreparedRelQuery
 
 WAITING, RUNNING, FINISHED = 0, 1, 2
-_INF = math.inf
 
 
 class SimulationError(RelServeError, RuntimeError):
@@ -64,11 +67,15 @@ class RelQueryLog:
 class SimRequest:
     """The simulator's side of one request; ``req`` is what the policy sees."""
 
-    __slots__ = ("req", "rel", "hashes", "out_len", "num_tokens", "computed", "prefill_end", "owned", "anon", "next_block", "state")
+    __slots__ = (
+        "req", "order", "rel", "prompt", "hashes", "out_len", "num_tokens", "computed", "prefill_end", "owned", "anon", "next_block", "state",
+    )
 
-    def __init__(self, req: Req, rel: RelQueryLog, hashes: tuple[int, ...], out_len: int) -> None:
+    def __init__(self, req: Req, order: int, rel: RelQueryLog, hashes: tuple[int, ...], out_len: int) -> None:
         self.req = req
+        self.order = order  # position in arrival order (keeps the waiting list sorted)
         self.rel = rel
+        self.prompt = req.prompt_tokens
         self.hashes = hashes
         self.out_len = out_len
         self.num_tokens = req.prompt_tokens  # prompt plus generated tokens
@@ -108,6 +115,7 @@ class EngineSim:
         self.logs: list[RelQueryLog] = []
         self.stats = EngineStats()
         self.now = 0.0
+        self._arrived = 0
 
     # -- the event loop ---------------------------------------------------------------------------
 
@@ -162,7 +170,8 @@ class EngineSim:
                     f"{blocks * bs} tokens of KV cache (limits.kv_capacity_tokens)"
                 )
             req = Req(f"{q.id}#{i}", q.id, q.arrival, q.size, prompt, q.max_tokens)
-            req.handle = SimRequest(req, log, q.hashes[i], out_len)
+            req.handle = SimRequest(req, self._arrived, log, q.hashes[i], out_len)
+            self._arrived += 1
             self.waiting.append(req)
 
     def _view_limits(self) -> Limits:
@@ -183,8 +192,9 @@ class EngineSim:
         if kind is StepKind.IDLE:
             steps["idle"] += 1
             return None
+        budget0 = self.limits.max_num_batched_tokens
         if kind is StepKind.PREFILL:
-            self._admit(plan.admit, _INF, scheduled)
+            self._admit(plan.admit, budget0, scheduled)
             if scheduled:
                 steps["prefill"] += 1
                 dt = self.cost.prefill(sum(n for _, n in scheduled))
@@ -200,16 +210,18 @@ class EngineSim:
             self.stats.kv_blocked_prefills += 1
             kind = StepKind.DECODE
         if kind is StepKind.DECODE:
-            self._schedule_running(_INF, scheduled, decode_only=True)
+            budget, _, decodes = self._schedule_running(budget0, scheduled)
             if not scheduled:
                 return None
             steps["decode"] += 1
-            dt = self.cost.decode(len(scheduled))
+            chunk_tokens = budget0 - budget - decodes
+            dt = self.cost.mixed(chunk_tokens, decodes) if chunk_tokens else self.cost.decode(decodes)
             self._complete(scheduled, dt)
             return dt
         if kind is StepKind.MIXED:
-            budget0 = plan.token_budget if plan.token_budget is not None else self.limits.max_num_batched_tokens
-            budget, preempted, decodes = self._schedule_running(budget0, scheduled, decode_only=False)
+            if plan.token_budget is not None:
+                budget0 = plan.token_budget
+            budget, preempted, decodes = self._schedule_running(budget0, scheduled)
             if not preempted:  # vLLM admits nothing in a step that had to preempt
                 budget = self._admit(plan.admit, budget, scheduled)
             if not scheduled:
@@ -221,7 +233,7 @@ class EngineSim:
             return dt
         raise SimulationError(f"unknown step kind {kind!r}")
 
-    def _admit(self, queue: Sequence[Req], budget: float, scheduled: list[tuple[SimRequest, int]]) -> float:
+    def _admit(self, queue: Sequence[Req], budget: int, scheduled: list[tuple[SimRequest, int]]) -> int:
         """Admit waiting requests in ``queue`` order while the budget, max_num_seqs and KV allow;
         returns the budget left."""
         max_seqs = self.limits.max_num_seqs
@@ -258,7 +270,7 @@ class EngineSim:
         else:
             self.waiting = [r for r in waiting if r.handle.state == WAITING]
 
-    def _allocate_for_admission(self, sr: SimRequest, budget: float) -> int:
+    def _allocate_for_admission(self, sr: SimRequest, budget: int) -> int:
         """Prefix-cache lookup and block allocation for a waiting request; tokens scheduled or 0."""
         pool, bs = self.pool, self.block_size
         k = pool.hit_blocks(sr.hashes, sr.num_tokens)
@@ -277,11 +289,12 @@ class EngineSim:
         sr.next_block = k
         sr.computed = cached
         sr.prefill_end = sr.num_tokens
-        sr.req.computed_tokens = min(cached, sr.req.prompt_tokens)
+        sr.req.prompt_tokens = sr.prompt
+        sr.req.computed_tokens = cached
         self._publish(sr, cached + n)
         self.stats.prefill_tokens += sr.num_tokens
         self.stats.cached_tokens += cached
-        return int(n)
+        return n
 
     def _publish(self, sr: SimRequest, upto_tokens: int) -> None:
         """Blocks become cached as soon as the step that fills them is scheduled (as in vLLM)."""
@@ -307,9 +320,7 @@ class EngineSim:
             self._publish(sr, upto)
         return True
 
-    def _schedule_running(
-        self, budget: float, scheduled: list[tuple[SimRequest, int]], *, decode_only: bool
-    ) -> tuple[float, bool, int]:
+    def _schedule_running(self, budget: int, scheduled: list[tuple[SimRequest, int]]) -> tuple[int, bool, int]:
         """vLLM v1's first loop: give tokens to running requests in order, preempting from the back.
 
         Returns the budget left, whether anything was preempted, and the number of decodes."""
@@ -330,9 +341,6 @@ class EngineSim:
                     i += 1
                     continue
                 n = 1
-            elif decode_only:
-                i += 1  # a pure decode step leaves a half-prefilled request alone
-                continue
             else:
                 n = min(sr.num_tokens - computed, budget)
             ok = self._grow(sr, n)
@@ -345,7 +353,7 @@ class EngineSim:
                 ok = self._grow(sr, n)
             if not ok:
                 break
-            scheduled.append((sr, int(n)))
+            scheduled.append((sr, n))
             budget -= n
             if computed >= sr.prefill_end:
                 decodes += 1
@@ -359,8 +367,10 @@ class EngineSim:
         sr.next_block = 0
         sr.computed = 0
         sr.state = WAITING
+        # as the plug-in shows it: a preempted request's prompt is everything it must recompute
+        sr.req.prompt_tokens = sr.num_tokens
         sr.req.computed_tokens = 0
-        self.waiting.insert(0, sr.req)
+        bisect.insort(self.waiting, sr.req, key=_arrival_order)
         self.stats.preemptions += 1
 
     def _complete(self, scheduled: list[tuple[SimRequest, int]], dt: float) -> None:
@@ -376,10 +386,9 @@ class EngineSim:
                 rel.last_prefill_end = end
             sr.computed += n
             req = sr.req
+            req.computed_tokens = sr.computed  # vLLM's num_computed_tokens (prompt and output)
             if sr.computed < sr.num_tokens:
-                req.computed_tokens = min(sr.computed, req.prompt_tokens)
                 continue
-            req.computed_tokens = req.prompt_tokens
             sr.num_tokens += 1
             req.output_tokens += 1
             out_tokens += 1
@@ -396,3 +405,7 @@ class EngineSim:
         self.stats.output_tokens += out_tokens
         if finished:
             self.running = [r for r in self.running if r.handle.state == RUNNING]
+
+
+def _arrival_order(req: Req) -> int:
+    return req.handle.order
