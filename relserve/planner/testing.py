@@ -135,3 +135,48 @@ class ScriptedEngine:
     @property
     def rows_answered(self) -> int:
         return sum(len(p) for p in self.submitted)
+
+
+class RecordingEngine:
+    """Wraps a real engine and records what reaches it: every relQuery's prompts and answers.
+
+    Lets a test on the real engine check that each row got the answer the engine gave for that
+    row's prompt, and count relQueries, without relying on the model's wording.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+        #: prompts of every relQuery submitted, in submission order
+        self.submitted: list[list[str]] = []
+        #: prompt -> answer text, from every finished relQuery
+        self.answers: dict[str, str | None] = {}
+        self.relqueries: list[Any] = []
+
+    def submit(self, rq: Any) -> Any:
+        prompts = list(rq.prompts) if getattr(rq, "prompts", None) is not None else [str(r) for r in rq.rows]
+        self.submitted.append(prompts)
+        self.relqueries.append(rq)
+        handle = self._engine.submit(rq)
+        return _RecordingHandle(handle, prompts, self.answers)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+
+class _RecordingHandle:
+    def __init__(self, handle: Any, prompts: list[str], answers: dict[str, str | None]) -> None:
+        self._handle = handle
+        self._prompts = prompts
+        self._answers = answers
+
+    def __iter__(self):
+        return iter(self._handle)
+
+    def result(self, *args: Any, **kwargs: Any) -> Any:
+        result = self._handle.result(*args, **kwargs)
+        for row in result.rows:
+            self._answers[self._prompts[row.index]] = row.text
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handle, name)

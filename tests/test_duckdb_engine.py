@@ -1,0 +1,102 @@
+"""The DuckDB surface on the real engine and real DuckDB: few rows, short answers."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pytest
+
+import relserve.duckdb
+from relserve.planner.testing import RecordingEngine
+
+pytestmark = pytest.mark.engine
+
+SCHEMA = '{"type": "object", "properties": {"mood": {"type": "string"}}, "required": ["mood"]}'
+
+
+@pytest.fixture(autouse=True)
+def private_home(engine, tmp_path, monkeypatch):
+    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture
+def recording(engine):
+    return RecordingEngine(engine)
+
+
+@pytest.fixture
+def con(recording):
+    c = duckdb.connect()
+    relserve.duckdb.install(c, engine=recording, max_tokens=6)
+    c.execute(
+        """CREATE TABLE reviews AS SELECT * FROM (VALUES
+             (1, 'Alien', 'A wonderful, moving film.'),
+             (2, 'Heat', 'Boring and far too long.'),
+             (3, 'Alien', 'A wonderful, moving film.'),
+             (4, 'Up', NULL),
+             (5, 'Up', 'I loved every minute.')) t(id, movie, review)"""
+    )
+    yield c
+    c.close()
+
+
+def test_plain_connection_answers_every_row(con, recording):
+    rows = con.sql("SELECT id, llm_map('Summarize in three words: {review}', review) FROM reviews ORDER BY id").fetchall()
+    answers = recording.answers
+    assert rows == [
+        (1, answers["Summarize in three words: A wonderful, moving film."]),
+        (2, answers["Summarize in three words: Boring and far too long."]),
+        (3, answers["Summarize in three words: A wonderful, moving film."]),
+        (4, None),
+        (5, answers["Summarize in three words: I loved every minute."]),
+    ]
+    assert [len(p) for p in recording.submitted] == [3]
+
+
+def test_planned_statement_one_relquery_per_site_and_declared_types(con, recording):
+    rows = relserve.duckdb.sql(
+        con,
+        f"""SELECT id,
+                  llm_filter('Is this review positive? {{review}}', review) AS positive,
+                  llm_classify('Sentiment of: {{review}}', ['positive', 'negative'], review) AS sentiment,
+                  llm_extract('Extract the mood of: {{review}}', '{SCHEMA}', review, llm_options(max_tokens := 32)) AS mood
+           FROM reviews ORDER BY id""",
+    ).fetchall()
+    assert [len(p) for p in recording.submitted] == [3, 3, 3]
+    assert [r[0] for r in rows] == [1, 2, 3, 4, 5]
+    assert rows[3][1:] == (None, None, None)
+    for _, positive, sentiment, mood in [rows[i] for i in (0, 1, 2, 4)]:
+        assert type(positive) is bool
+        assert sentiment in ("positive", "negative")
+        assert mood is None or isinstance(json.loads(mood)["mood"], str)
+    assert rows[0][1:] == rows[2][1:]  # equal reviews, equal answers
+    failures = relserve.duckdb.errors(con).fetchall()
+    assert ("llm_filter", "Is this review positive? {review}", '{"review": null}',
+            "llm_filter: placeholder {review} is NULL in this row") in failures
+
+
+def test_filter_then_map_and_a_cached_rerun(con, recording):
+    query = """SELECT id, llm_map('One word for: {review}', review) AS word FROM reviews
+               WHERE llm_filter('Is this review positive? {review}', review) ORDER BY id"""
+    first = relserve.duckdb.sql(con, query).fetchall()
+    filter_prompts, *rest = recording.submitted
+    kept = [p.split("? ", 1)[1].split("\n")[0] for p in filter_prompts if recording.answers[p] == "yes"]
+    assert [r[1] for r in first] == [recording.answers[f"One word for: {r}"] for r in
+                                     ["A wonderful, moving film.", "Boring and far too long.", "A wonderful, moving film.",
+                                      "I loved every minute."] if r in kept]
+    # the map ran on the kept reviews only
+    assert sorted(p.removeprefix("One word for: ") for p in (rest[0] if rest else [])) == sorted(kept)
+    calls = len(recording.submitted)
+    assert relserve.duckdb.sql(con, query).fetchall() == first
+    assert len(recording.submitted) == calls
+
+
+def test_struct_binding_and_explain(con, recording):
+    ex = relserve.duckdb.explain(con, "SELECT llm_map('Movie {movie}: {review}. One word:', r) FROM reviews r")
+    assert recording.submitted == []
+    plan = ex.sites[0].plans[0]
+    assert (plan.rows, plan.error_rows, plan.distinct_prompts) == (5, 1, 3)
+    assert plan.token_source == "engine"
+    rows = relserve.duckdb.sql(con, "SELECT id, llm_map('Movie {movie}: {review}. One word:', r) FROM reviews r ORDER BY id").fetchall()
+    assert rows[1] == (2, recording.answers["Movie Heat: Boring and far too long.. One word:"])

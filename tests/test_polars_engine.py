@@ -1,0 +1,62 @@
+"""The polars surface on the real engine: few rows, short answers."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+import relserve.polars
+from relserve.planner.testing import RecordingEngine
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(autouse=True)
+def private_home(engine, tmp_path, monkeypatch):
+    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture
+def recording(engine):
+    rec = RecordingEngine(engine)
+    relserve.polars.configure(engine=rec)
+    yield rec
+    relserve.polars.configure(engine=None)
+
+
+@pytest.fixture
+def df():
+    return pl.DataFrame(
+        {
+            "movie": ["Alien", "Heat", "Alien", "Up"],
+            "review": ["A wonderful, moving film.", "Boring and far too long.", "A wonderful, moving film.", None],
+        }
+    )
+
+
+def test_eager_and_lazy_calls_are_one_relquery_each(df, recording):
+    eager = df.with_columns(pl.col("review").llm.map("One word for: {review}", max_tokens=4).alias("word"))
+    assert [len(p) for p in recording.submitted] == [2]
+    assert eager["word"].to_list() == [
+        recording.answers["One word for: A wonderful, moving film."],
+        recording.answers["One word for: Boring and far too long."],
+        recording.answers["One word for: A wonderful, moving film."],
+        None,
+    ]
+    lazy = (
+        df.lazy()
+        .with_columns(pl.struct("movie", "review").llm.filter("Is the review of {movie} positive? {review}").alias("pos"))
+        .collect()
+    )
+    assert [len(p) for p in recording.submitted] == [2, 2]
+    assert lazy.schema["pos"] == pl.Boolean
+    assert lazy["pos"][0] == lazy["pos"][2] and lazy["pos"][3] is None
+
+
+def test_classify_returns_labels_and_repeats_come_from_the_cache(df, recording):
+    out = df.llm.classify("Sentiment of: {review}", ["positive", "negative"], alias="sentiment")
+    assert out.schema["sentiment"] == pl.Enum(["positive", "negative"])
+    assert set(out["sentiment"].drop_nulls().to_list()) <= {"positive", "negative"}
+    again = df.llm.classify("Sentiment of: {review}", ["positive", "negative"], alias="sentiment")
+    assert again.equals(out)
+    assert len(recording.submitted) == 1
