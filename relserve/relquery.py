@@ -102,6 +102,8 @@ class RelQuery:
     rel_id: str | None = None
     #: optional system message put before every prompt
     system: str | None = None
+    #: generate exactly max_tokens tokens (benchmarks and calibration)
+    ignore_eos: bool = False
     #: already-rendered prompts (see ``from_prompts``); then ``template`` is None
     prompts: list[str] | None = field(default=None, repr=False)
 

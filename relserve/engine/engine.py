@@ -307,6 +307,7 @@ class Engine:
             top_p=float(rq.top_p),
             seed=rq.seed,
             structured_outputs=structured,
+            ignore_eos=rq.ignore_eos,
             output_kind=RequestOutputKind.FINAL_ONLY,
             extra_args={"relserve": {"rel_id": rq.rel_id, "rel_size": rel_size, "arrival": arrival}},
         )

@@ -1,0 +1,42 @@
+"""``relserve calibrate``: fit the step-time predictors on this machine and store them."""
+
+from __future__ import annotations
+
+import typer
+
+from relserve.cli import app
+
+
+@app.command()
+def calibrate(
+    model: str = typer.Option("smollm2", help="Model name or local folder."),
+    save: bool = typer.Option(True, help="Store the fit for this model and machine."),
+) -> None:
+    """Measure prefill time against uncached tokens and decode time against batch size."""
+    from rich.console import Console
+    from rich.table import Table
+    from tqdm import tqdm
+
+    from relserve import Engine
+    from relserve.calibration import save_cost_model
+    from relserve.engine.calibrate import calibrate as run_calibration
+
+    console = Console()
+    with console.status("starting the engine..."):
+        engine = Engine(model=model, policy="fcfs")
+    try:
+        with tqdm(total=5 * 3 + 7, desc="probes", unit="probe") as bar:
+            cal = run_calibration(engine, progress=lambda: bar.update(1))
+    finally:
+        engine.close()
+    table = Table("predictor", "slope (alpha)", "intercept (beta)", "R^2", "points")
+    table.add_row("prefill: s per uncached token", f"{cal.prefill.slope:.3e}", f"{cal.prefill.intercept:.4f} s", f"{cal.prefill.r_squared:.4f}", str(cal.prefill.n))
+    table.add_row("decode: s per request in batch", f"{cal.decode.slope:.3e}", f"{cal.decode.intercept:.4f} s", f"{cal.decode.r_squared:.4f}", str(cal.decode.n))
+    console.print(table)
+    if save:
+        path = save_cost_model(
+            engine.model_id,
+            cal.cost_model,
+            {"prefill_r2": cal.prefill.r_squared, "decode_r2": cal.decode.r_squared, "prefill_points": cal.prefill_points, "decode_points": cal.decode_points},
+        )
+        console.print(f"saved to {path}; engines for this model on this machine now use it")

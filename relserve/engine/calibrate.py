@@ -1,0 +1,75 @@
+"""Measuring the step-time predictors (paper Eq. 9) on a running engine.
+
+Prefill probes: relQueries of unique prompts with ``max_tokens=1`` on a cold prefix cache, so
+every step is a prefill of known uncached tokens. Decode probes: relQueries of b rows that each
+generate exactly ``decode_steps`` tokens, so decode steps run at batch size b. The scheduler
+plug-in logs every step's size and duration; least squares fits each line.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from dataclasses import dataclass
+
+from relserve.policy import CostModel, fit_line
+from relserve.policy.cost_model import LinearFit
+from relserve.relquery import RelQuery
+
+
+@dataclass
+class Calibration:
+    cost_model: CostModel
+    prefill: LinearFit
+    decode: LinearFit
+    prefill_points: list[tuple[float, float]]
+    decode_points: list[tuple[float, float]]
+
+
+def _words(rng: random.Random, n: int) -> str:
+    return " ".join("".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 8))) for _ in range(n))
+
+
+def calibrate(
+    engine,
+    prefill_sizes=(1, 2, 4, 8, 16),
+    prompt_words=(20, 60, 150),
+    decode_sizes=(1, 2, 4, 8, 16, 32, 64),
+    decode_steps: int = 16,
+    seed: int = 0,
+    progress=None,
+) -> Calibration:
+    rng = random.Random(seed)
+    previous = engine.policy
+    engine.set_policy("fcfs")  # pure prefill or pure decode steps
+    try:
+        engine.scheduler_stats(clear=True)
+        for n in prefill_sizes:
+            for words in prompt_words:
+                engine.reset_prefix_cache()
+                rows = [{"text": _words(rng, words)} for _ in range(n)]
+                engine.run(RelQuery("{text}", rows, max_tokens=1))
+                if progress:
+                    progress()
+        prefill_log = engine.scheduler_stats(steps=True, clear=True)["step_log"]
+        max_seqs = engine.settings.max_num_seqs
+        for b in (b for b in decode_sizes if b <= max_seqs):
+            rows = [{"text": "Tell me a story about " + _words(rng, 3)} for _ in range(b)]
+            engine.run(RelQuery("{text}", rows, max_tokens=decode_steps, ignore_eos=True))
+            if progress:
+                progress()
+        decode_log = engine.scheduler_stats(steps=True, clear=True)["step_log"]
+    finally:
+        engine.set_policy(previous)
+    pre = [(s["prefill_tokens"], s["duration"]) for s in prefill_log if s["kind"] == "prefill" and s["decode_reqs"] == 0 and s["prefill_tokens"]]
+    dec = [(s["decode_reqs"], s["duration"]) for s in decode_log if s["kind"] == "decode" and s["decode_reqs"]]
+    fp = fit_line([x for x, _ in pre], [y for _, y in pre])
+    fd = fit_line([x for x, _ in dec], [y for _, y in dec])
+    cost = CostModel(
+        alpha_p=max(fp.slope, 0.0),
+        beta_p=max(fp.intercept, 0.0),
+        alpha_d=max(fd.slope, 0.0),
+        beta_d=max(fd.intercept, 0.0),
+        source=f"calibrated on {engine.model_id}",
+    )
+    return Calibration(cost, fp, fd, pre, dec)
