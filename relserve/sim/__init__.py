@@ -1,5 +1,15 @@
 """A discrete-event simulator of one vLLM engine driven by the same policy objects as the engine.
 
+* ``engine.py``: the step loop and its host semantics (PREFILL / DECODE / MIXED / IDLE, KV blocks,
+  preemption), matching the vLLM scheduler plug-in;
+* ``prefix_cache.py``: vLLM-style automatic prefix caching (chained block hashes, LRU eviction);
+* ``prompts.py``: rendering and tokenizing each row once (``render``, ``tokenize`` are pluggable);
+* ``run.py``: ``simulate`` / ``simulate_many`` and the isolated latencies behind the slowdown
+  metric (each relQuery alone on an empty engine under FCFS, the same reference for every policy);
+* ``metrics.py``: Eq. 2 waiting / core / tail per relQuery and the per-policy summary;
+* ``sweep.py``: the starvation-threshold sweep and the rule that picks a threshold;
+* ``report.py``: JSON and Markdown output.
+
 Typical use::
 
     from relserve.sim import simulate_many, markdown_table
