@@ -104,6 +104,11 @@ class RelQuery:
     system: str | None = None
     #: generate exactly max_tokens tokens (benchmarks and calibration)
     ignore_eos: bool = False
+    #: priority class: lower runs sooner (0 is normal); FCFS policies ignore it
+    priority: int = 0
+    #: seconds from submission by which the user wants the answers; a relQuery at risk of
+    #: missing it is scheduled first (relserve policies)
+    deadline_s: float | None = None
     #: already-rendered prompts (see ``from_prompts``); then ``template`` is None
     prompts: list[str] | None = field(default=None, repr=False)
 
@@ -120,6 +125,10 @@ class RelQuery:
             raise ConfigError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
         if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
             raise ConfigError(f"temperature must be a number >= 0, got {self.temperature!r}")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise ConfigError(f"priority must be an integer, got {self.priority!r}")
+        if self.deadline_s is not None and (not isinstance(self.deadline_s, (int, float)) or self.deadline_s <= 0):
+            raise ConfigError(f"deadline_s must be a positive number of seconds, got {self.deadline_s!r}")
         if self.on_error not in ("null", "raise"):
             raise ConfigError(f"on_error must be 'null' or 'raise', got {self.on_error!r}")
         self.choices = check_choices(self.choices)

@@ -239,3 +239,31 @@ def test_policy_package_does_not_import_vllm():
     code = "import sys, relserve.policy, relserve.sim; print('vllm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ----------------------------------------------------------------- user hints
+
+
+def test_priority_class_goes_before_estimated_time():
+    p = make_policy("relserve", COST, PolicySettings(starvation_threshold=None))
+    big = reqs("BIG", 20)
+    for r in big:
+        r.hint = -1  # the user marked it urgent
+    plan = p.schedule(view(waiting=reqs("S", 2) + big))
+    assert {r.rel_id for r in plan.admit} == {"BIG"}
+
+
+def test_deadline_at_risk_runs_first():
+    # BIG's estimate: 20 x 100 tokens in one batch + 10 decode steps of 20 = 2.01 + 10 x 0.06 = 2.61 s.
+    # With a deadline 2 s away it cannot wait behind S: priority 0.
+    p = make_policy("relserve", COST, PolicySettings(starvation_threshold=None))
+    big = reqs("BIG", 20)
+    for r in big:
+        r.deadline = 3.0
+    plan = p.schedule(view(waiting=reqs("S", 2) + big, now=1.0))
+    assert plan.priorities["BIG"] == 0.0 and {r.rel_id for r in plan.admit} == {"BIG"}
+    # A deadline far away changes nothing.
+    for r in big:
+        r.deadline = 100.0
+    plan = make_policy("relserve", COST, PolicySettings(starvation_threshold=None)).schedule(view(waiting=reqs("S", 2) + big, now=1.0))
+    assert plan.priorities["BIG"] == pytest.approx(2.61) and {r.rel_id for r in plan.admit} == {"S"}

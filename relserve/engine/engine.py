@@ -309,7 +309,15 @@ class Engine:
             structured_outputs=structured,
             ignore_eos=rq.ignore_eos,
             output_kind=RequestOutputKind.FINAL_ONLY,
-            extra_args={"relserve": {"rel_id": rq.rel_id, "rel_size": rel_size, "arrival": arrival}},
+            extra_args={
+                "relserve": {
+                    "rel_id": rq.rel_id,
+                    "rel_size": rel_size,
+                    "arrival": arrival,
+                    "priority": rq.priority,
+                    "deadline": arrival + rq.deadline_s if rq.deadline_s is not None else None,
+                }
+            },
         )
 
     async def _run(self, running: _Running, rows: list[tuple[int, list[int]]]) -> None:

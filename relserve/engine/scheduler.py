@@ -99,6 +99,8 @@ class RelServeScheduler(Scheduler):
                 prompt_tokens=request.num_prompt_tokens,
                 max_tokens=request.max_tokens,
                 handle=request,
+                hint=int(meta.get("priority", 0)),
+                deadline=meta.get("deadline"),
             )
             self._reqs[request.request_id] = req
         # A preempted request recomputes its output so far as part of its prompt.

@@ -7,8 +7,8 @@ of the first relQuery in priority order, within the batch and KV limits), then p
 * m- == m+ (the candidate's relQuery is the top one) -> prefill: keep its core phase going
 * m- > m+  (transitional)                           -> prefill iff Delta < 0 (Eq. 15-17)
 
-Priorities compare as (priority, arrival, first-seen order), so equal priorities of two
-different relQueries still order one before the other.
+Priorities compare as (user priority class, priority, arrival, first-seen order), so equal
+priorities of two different relQueries still order one before the other.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ class Transitional(enum.Enum):
     DECODE = "decode"  # RelServe (DP) ablation: always decode first
 
 
-def priority_key(g: RelQueryGroup, prios: Mapping[str, float]) -> tuple[float, float, int]:
-    return (prios[g.rel_id], g.arrival, g.seq)
+def priority_key(g: RelQueryGroup, prios: Mapping[str, float]) -> tuple[int, float, float, int]:
+    """The user's priority class first, then the estimated remaining time, then arrival."""
+    return (g.hint, prios[g.rel_id], g.arrival, g.seq)
 
 
 def transitional_delta(

@@ -92,6 +92,10 @@ class DynamicPriorityUpdater:
             if threshold is not None and g.waiting and (view.now - g.arrival) / max(g.size, 1) > threshold:
                 prio = 0.0
                 self.starved.add(rel_id)
+            elif g.deadline is not None and view.now + prio >= g.deadline:
+                # Its deadline is at risk: run it now, as a starved relQuery would.
+                prio = 0.0
+                self.starved.add(rel_id)
             prios[rel_id] = prio
         self.num_starved += len(self.starved)
         self._memo = memo

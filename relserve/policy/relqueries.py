@@ -18,6 +18,9 @@ class RelQueryGroup:
     seq: int
     waiting: list[Req] = field(default_factory=list)
     running: list[Req] = field(default_factory=list)
+    #: user hints carried by its requests: priority class and deadline
+    hint: int = 0
+    deadline: float | None = None
 
     @property
     def output_len(self) -> int:
@@ -47,7 +50,9 @@ class RelQueryTracker:
                     if seq is None:
                         seq = self._seq[req.rel_id] = self._next
                         self._next += 1
-                    g = groups[req.rel_id] = RelQueryGroup(req.rel_id, req.arrival, req.rel_size, seq)
+                    g = groups[req.rel_id] = RelQueryGroup(
+                        req.rel_id, req.arrival, req.rel_size, seq, hint=req.hint, deadline=req.deadline
+                    )
                 getattr(g, queue_name).append(req)
         # Forget relQueries that have finished, so the table stays as small as the engine's queues.
         if len(self._seq) > 2 * len(groups) + 64:

@@ -30,6 +30,10 @@ class Req:
     computed_tokens: int = 0
     #: the host's own object for this request (a vLLM ``Request``, a simulator record)
     handle: object = None
+    #: the user's priority class for the relQuery (lower runs sooner; 0 is normal)
+    hint: int = 0
+    #: the relQuery's deadline on the host clock, if the user gave one
+    deadline: float | None = None
 
     @property
     def remaining_output(self) -> int:
