@@ -277,3 +277,11 @@ def test_explain_reports_each_call_site_without_running(con, engine):
     assert "2 call site(s) in 2 stage(s)" in text
     assert "#0 stage 2, waits for #1: llm_map('Echo: {review}', review)" in text
     assert ex.to_dict()["sites"][1]["plans"][0]["distinct_prompts"] == 80
+
+
+def test_parameters_reach_the_planned_statement(con, engine):
+    rows = relserve.duckdb.sql(
+        con, "SELECT id, llm_map('Echo: {movie}', movie) FROM reviews WHERE id < ? ORDER BY id", params=[2]
+    ).fetchall()
+    assert rows == [(0, "movie 0"), (1, "movie 1")]
+    assert engine.submitted == [["Echo: movie 0", "Echo: movie 1"]]

@@ -456,3 +456,21 @@ def test_progress_can_be_switched_off(monkeypatch):
 def test_options_update_ignores_unset_values():
     base = CallOptions(max_tokens=5)
     assert base.updated({"max_tokens": None, "temperature": 0.5}) == CallOptions(max_tokens=5, temperature=0.5)
+
+
+def test_fast_renderer_matches_the_template():
+    import datetime
+    from decimal import Decimal
+
+    from relserve.planner.prompts import Renderer, render
+
+    call = make_call("llm_filter", "A {a}, b {b}, a again {a}; {{literal}} {c}")
+    rows = [
+        ("text", 3, 2.0),
+        (1.5, [1, "x"], {"k": "v"}),
+        (datetime.date(2024, 5, 1), Decimal("1.10"), b"bytes"),
+    ]
+    fast = Renderer(call)
+    for values in rows:
+        assert fast(values) == render(call, values)
+    assert fast(rows[0]) == "A text, b 3, a again text; {literal} 2\nAnswer yes or no."
