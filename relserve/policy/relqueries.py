@@ -21,16 +21,12 @@ class RelQueryGroup:
     #: user hints carried by its requests: priority class and deadline
     hint: int = 0
     deadline: float | None = None
-
-    @property
-    def output_len(self) -> int:
-        """OL(R): the longest output any of its requests may produce."""
-        return max(r.max_tokens for r in (self.waiting or self.running))
-
-    @property
-    def remaining_output_len(self) -> int:
-        """Decode steps its running requests may still need."""
-        return max((r.remaining_output for r in self.running), default=0)
+    #: OL(R): the longest output any of its requests may produce
+    output_len: int = 0
+    #: decode steps its running requests may still need
+    remaining_output_len: int = 0
+    #: sum over its running requests of the decode tokens they may still produce
+    remaining_output_total: int = 0
 
 
 class RelQueryTracker:
@@ -40,20 +36,35 @@ class RelQueryTracker:
         self._seq: dict[str, int] = {}
         self._next = 0
 
+    def _new_group(self, req: Req) -> RelQueryGroup:
+        seq = self._seq.get(req.rel_id)
+        if seq is None:
+            seq = self._seq[req.rel_id] = self._next
+            self._next += 1
+        return RelQueryGroup(req.rel_id, req.arrival, req.rel_size, seq, hint=req.hint, deadline=req.deadline)
+
     def group(self, view: StepView) -> dict[str, RelQueryGroup]:
         groups: dict[str, RelQueryGroup] = {}
-        for queue_name, queue in (("waiting", view.waiting), ("running", view.running)):
-            for req in queue:
-                g = groups.get(req.rel_id)
-                if g is None:
-                    seq = self._seq.get(req.rel_id)
-                    if seq is None:
-                        seq = self._seq[req.rel_id] = self._next
-                        self._next += 1
-                    g = groups[req.rel_id] = RelQueryGroup(
-                        req.rel_id, req.arrival, req.rel_size, seq, hint=req.hint, deadline=req.deadline
-                    )
-                getattr(g, queue_name).append(req)
+        get = groups.get
+        for req in view.waiting:
+            g = get(req.rel_id)
+            if g is None:
+                g = groups[req.rel_id] = self._new_group(req)
+            g.waiting.append(req)
+            if req.max_tokens > g.output_len:
+                g.output_len = req.max_tokens
+        for req in view.running:
+            g = get(req.rel_id)
+            if g is None:
+                g = groups[req.rel_id] = self._new_group(req)
+            g.running.append(req)
+            left = req.max_tokens - req.output_tokens
+            if left > 0:
+                g.remaining_output_total += left
+                if left > g.remaining_output_len:
+                    g.remaining_output_len = left
+            if req.max_tokens > g.output_len:
+                g.output_len = req.max_tokens
         # Forget relQueries that have finished, so the table stays as small as the engine's queues.
         if len(self._seq) > 2 * len(groups) + 64:
             self._seq = {k: v for k, v in self._seq.items() if k in groups}

@@ -1,0 +1,165 @@
+"""Benchmark output: JSON, a Markdown table, and the paper's Fig. 9-11 as PNG plots."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from relserve.benchmark.run import BenchmarkReport
+
+
+def _f(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def ratios(report: BenchmarkReport) -> list[dict]:
+    """relserve's mean latency against each other policy, per load (higher is better)."""
+    by = {(s.load, s.policy): s for s in report.summaries}
+    out = []
+    for load in sorted({s.load for s in report.summaries}):
+        mine = by.get((load, "relserve"))
+        if mine is None:
+            continue
+        for (ld, pol), s in sorted(by.items()):
+            if ld == load and pol != "relserve" and mine.mean_latency > 0:
+                out.append({"load": load, "versus": pol, "speedup": s.mean_latency / mine.mean_latency})
+    return out
+
+
+def markdown(report: BenchmarkReport) -> str:
+    lines = [
+        f"Trace: {len({r for r in report.isolated}) or '?'} relQueries at {report.trace_rate:.3f} relQueries/s (load x1). "
+        f"Wall time of the whole benchmark: {report.wall_s / 60:.1f} min.",
+        "",
+        "| load (relQ/s) | policy | mean (s) | P50 | P95 | max | waiting | core | tail | slowdown | rows/s | prefix hit | overhead | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in sorted(report.summaries, key=lambda s: (s.load, s.mean_latency)):
+        lines.append(
+            f"| {s.rate:.3f} | {s.policy} | {_f(s.mean_latency)} | {_f(s.p50_latency)} | {_f(s.p95_latency)} | {_f(s.max_latency)} "
+            f"| {_f(s.mean_waiting)} | {_f(s.mean_core)} | {_f(s.mean_tail)} | {_f(s.mean_slowdown)} "
+            f"| {_f(s.throughput_rows_per_s)} | {s.prefix_hit_rate:.1%} "
+            f"| {'-' if s.overhead_share is None else f'{s.overhead_share:.3%}'} | {s.errors} |"
+        )
+    r = ratios(report)
+    if r:
+        lines += ["", "relserve's mean latency, times lower than:", ""]
+        lines += [f"- load {x['load']:g}: {x['versus']} {x['speedup']:.2f}x" for x in r]
+    if report.simulated:
+        lines += [
+            "",
+            "Simulator against the real engine (same trace, calibrated cost model, measured output lengths):",
+            "",
+            "| load | policy | measured mean (s) | simulated mean (s) | error |",
+            "|---|---|---|---|---|",
+        ]
+        for x in report.simulated:
+            err = x["relative_error"]
+            lines.append(
+                f"| {x['load']:g} | {x['policy']} | {_f(x['measured_mean_latency'])} | {_f(x['simulated_mean_latency'])} "
+                f"| {'-' if err is None else f'{err:+.0%}'} |"
+            )
+        lines += ["", f"Policies rank the same in simulation: {ranks_agree(report)}"]
+    return "\n".join(lines) + "\n"
+
+
+def ranks_agree(report: BenchmarkReport) -> dict[str, bool]:
+    """Per load: do measured and simulated mean latencies order the policies the same way?"""
+    by_load: dict[float, list[dict]] = defaultdict(list)
+    for x in report.simulated:
+        by_load[x["load"]].append(x)
+    out = {}
+    for load, xs in by_load.items():
+        real = [x["policy"] for x in sorted(xs, key=lambda x: x["measured_mean_latency"])]
+        sim = [x["policy"] for x in sorted(xs, key=lambda x: x["simulated_mean_latency"])]
+        out[f"{load:g}"] = real == sim
+    return out
+
+
+def write(report: BenchmarkReport, json_path: str | Path | None, md_path: str | Path | None, plots_dir: str | Path | None) -> list[Path]:
+    written = []
+    if json_path:
+        p = Path(json_path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(report.as_dict(), indent=1))
+        written.append(p)
+    if md_path:
+        p = Path(md_path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(markdown(report))
+        written.append(p)
+    if plots_dir:
+        written += plot(report, Path(plots_dir))
+    return written
+
+
+def plot(report: BenchmarkReport, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    by_policy = defaultdict(list)
+    for s in report.summaries:
+        by_policy[s.policy].append(s)
+
+    # Fig. 9: mean latency against load, one line per policy
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for pol, xs in sorted(by_policy.items()):
+        xs.sort(key=lambda s: s.rate)
+        ax.plot([s.rate for s in xs], [s.mean_latency for s in xs], marker="o", label=pol)
+    ax.set_xlabel("load (relQueries/s)")
+    ax.set_ylabel("mean relQuery latency (s)")
+    ax.set_title("Latency against load (cf. paper Fig. 9)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    files.append(_save(fig, out / "fig9_latency_vs_load.png"))
+
+    # Fig. 10: prefill/decode arrangement ablation, normalised to relserve
+    abl = [p for p in ("relserve", "relserve-pp", "relserve-dp") if p in by_policy]
+    if len(abl) > 1 and "relserve" in by_policy:
+        base = {s.load: s.mean_latency for s in by_policy["relserve"]}
+        fig, ax = plt.subplots(figsize=(6, 4))
+        loads = sorted(base)
+        width = 0.8 / len(abl)
+        for k, pol in enumerate(abl):
+            vals = {s.load: s.mean_latency / base[s.load] for s in by_policy[pol] if base.get(s.load)}
+            ax.bar([i + k * width for i in range(len(loads))], [vals.get(l, 0) for l in loads], width, label=pol)
+        ax.set_xticks([i + width * (len(abl) - 1) / 2 for i in range(len(loads))])
+        ax.set_xticklabels([f"{report.trace_rate * l:.2f}" for l in loads])
+        ax.set_xlabel("load (relQueries/s)")
+        ax.set_ylabel("mean latency / relserve's")
+        ax.set_title("Prefill/decode arrangement (cf. paper Fig. 10)")
+        ax.legend(fontsize=8)
+        files.append(_save(fig, out / "fig10_arrangement_ablation.png"))
+
+    # Fig. 11: latency breakdown at the highest load
+    top = max((s.load for s in report.summaries), default=None)
+    if top is not None:
+        xs = sorted((s for s in report.summaries if s.load == top), key=lambda s: s.mean_latency)
+        fig, ax = plt.subplots(figsize=(6, 4))
+        names = [s.policy for s in xs]
+        w = [s.mean_waiting for s in xs]
+        c = [s.mean_core for s in xs]
+        t = [s.mean_tail for s in xs]
+        ax.bar(names, w, label="waiting")
+        ax.bar(names, c, bottom=w, label="core running")
+        ax.bar(names, t, bottom=[a + b for a, b in zip(w, c)], label="tail running")
+        ax.set_ylabel("mean time (s)")
+        ax.set_title(f"Latency breakdown at {report.trace_rate * top:.2f} relQueries/s (cf. Fig. 11)")
+        ax.tick_params(axis="x", rotation=30)
+        ax.legend(fontsize=8)
+        files.append(_save(fig, out / "fig11_latency_breakdown.png"))
+    return files
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path

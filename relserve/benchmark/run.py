@@ -1,0 +1,198 @@
+"""The real-engine benchmark: one trace, several loads, every policy, in one run.
+
+Plug-in policies share one engine (switched with ``Engine.set_policy``, prefix cache reset before
+each replay); stock ``vllm`` gets its own engine with the same settings. Each relQuery's isolated
+execution time (alone on an idle engine, cold prefix cache, FCFS) is measured once for the
+slowdown metric. The simulator then replays the same trace with the engine's calibrated cost
+model, limits, tokenizer and the output lengths each policy really produced, so simulated and
+measured latencies can be compared side by side.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from relserve.benchmark.replay import ReplayResult, replay, scale_arrivals
+from relserve.benchmark.summary import RunSummary, summarize
+from relserve.policy import POLICY_NAMES, CostModel, Limits, policy_class
+from relserve.relquery import RelQuery
+from relserve.workloads.traces import TraceQuery
+
+
+class BenchmarkConfig(BaseModel):
+    policies: list[str] = Field(default_factory=lambda: list(POLICY_NAMES))
+    #: load factors: arrivals come this many times as fast as in the trace
+    loads: list[float] = Field(default_factory=lambda: [1.0])
+    engine: dict[str, Any] = Field(default_factory=dict)
+    isolated: bool = True
+    simulate: bool = True
+
+
+@dataclass
+class BenchmarkReport:
+    config: BenchmarkConfig
+    trace_rate: float
+    summaries: list[RunSummary] = field(default_factory=list)
+    runs: dict[str, dict] = field(default_factory=dict)
+    isolated: dict[str, float] = field(default_factory=dict)
+    simulated: list[dict] = field(default_factory=list)
+    cost_model: dict | None = None
+    limits: dict | None = None
+    wall_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "config": self.config.model_dump(),
+            "trace_rate": self.trace_rate,
+            "summaries": [s.model_dump() for s in self.summaries],
+            "simulated": self.simulated,
+            "isolated": self.isolated,
+            "cost_model": self.cost_model,
+            "limits": self.limits,
+            "wall_s": self.wall_s,
+            "runs": self.runs,
+        }
+
+
+def trace_rate(trace: Sequence[TraceQuery]) -> float:
+    """relQueries per second offered by the trace (N over the arrival span)."""
+    last = max((q.arrival_s for q in trace), default=0.0)
+    return (len(trace) - 1) / last if last > 0 and len(trace) > 1 else float("inf")
+
+
+def measure_isolated(engine, trace: Sequence[TraceQuery], progress: Callable[[str], None] | None = None) -> dict[str, float]:
+    """Each relQuery alone on the idle engine with a cold prefix cache, under FCFS."""
+    previous = engine.policy
+    if engine.uses_plugin and previous != "fcfs":
+        engine.set_policy("fcfs")
+    out: dict[str, float] = {}
+    try:
+        for q in trace:
+            engine.reset_prefix_cache()
+            res = engine.run(RelQuery(q.template, q.rows, max_tokens=q.max_tokens))
+            out[q.id] = res.stats.latency_s
+            if progress:
+                progress(f"isolated {q.id}: {res.stats.latency_s:.2f} s")
+    finally:
+        if engine.uses_plugin and previous != "fcfs":
+            engine.set_policy(previous)
+    return out
+
+
+def run_benchmark(
+    trace: Sequence[TraceQuery],
+    config: BenchmarkConfig,
+    progress: Callable[[str], None] | None = None,
+) -> BenchmarkReport:
+    from relserve.engine import Engine
+
+    say = progress or (lambda msg: None)
+    for p in config.policies:
+        policy_class(p)  # unknown names fail before any engine starts
+    t_start = time.monotonic()
+    rate = trace_rate(trace)
+    report = BenchmarkReport(config, rate)
+    plugin = [p for p in config.policies if policy_class(p).uses_plugin]
+    stock = [p for p in config.policies if not policy_class(p).uses_plugin]
+    prepared_for_sim: dict[str, Any] = {}
+
+    def one(engine, policy: str, load: float) -> None:
+        if engine.uses_plugin:
+            engine.set_policy(policy)
+        engine.reset_prefix_cache()
+        say(f"load x{load:g} ({rate * load:.3f} relQueries/s), policy {policy}: replaying {len(trace)} relQueries")
+        run: ReplayResult = replay(engine, scale_arrivals(trace, load))
+        s = summarize(policy, load, rate * load, run, report.isolated or None)
+        report.summaries.append(s)
+        report.runs[f"{policy}@{load:g}"] = run.as_dict()
+        say(f"  mean latency {s.mean_latency:.2f} s, p95 {s.p95_latency:.2f} s, span {s.span_s:.1f} s")
+
+    for group in (plugin, stock):
+        if not group:
+            continue
+        engine = Engine(policy=group[0], **config.engine)
+        try:
+            if config.isolated and not report.isolated:
+                say(f"measuring isolated execution times of {len(trace)} relQueries")
+                report.isolated = measure_isolated(engine, trace)
+            if report.cost_model is None or engine.uses_plugin:
+                report.cost_model = engine.cost_model.model_dump()
+                prepared_for_sim["engine"] = _sim_inputs(engine)
+                report.limits = prepared_for_sim["engine"]["limits_dict"]
+            for load in config.loads:
+                for policy in group:
+                    one(engine, policy, load)
+        finally:
+            engine.close()
+
+    if config.simulate and prepared_for_sim:
+        report.simulated = simulate_like(trace, report, prepared_for_sim["engine"])
+    report.wall_s = time.monotonic() - t_start
+    return report
+
+
+def _sim_inputs(engine) -> dict:
+    """What the simulator needs to imitate this engine: tokenizer, chat template, limits."""
+    from relserve.engine.prompts import ChatPrompter
+
+    prompter = ChatPrompter(engine.tokenizer)
+    tok = engine.tokenizer
+    s = engine.settings
+    kv = engine.kv_capacity_tokens or int(s.kv_cache_gb * (1 << 30)) // 46_080
+    limits = Limits(
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        max_num_seqs=s.max_num_seqs,
+        kv_capacity_tokens=kv,
+        kv_free_tokens=kv,
+        block_size=engine.block_size,
+    )
+    return {
+        "render_wrap": prompter.text,
+        "tokenize": lambda text: tok(text, add_special_tokens=False)["input_ids"],
+        "limits": limits,
+        "limits_dict": {
+            "max_num_batched_tokens": limits.max_num_batched_tokens,
+            "max_num_seqs": limits.max_num_seqs,
+            "kv_capacity_tokens": limits.kv_capacity_tokens,
+            "block_size": limits.block_size,
+        },
+    }
+
+
+def simulate_like(trace: Sequence[TraceQuery], report: BenchmarkReport, inputs: dict) -> list[dict]:
+    """The simulator on the same trace, loads and policies, with each run's real output lengths."""
+    from relserve.sim import simulate, template_renderer
+
+    cost = CostModel(**report.cost_model)
+    render = template_renderer(wrap=inputs["render_wrap"])
+    out = []
+    for s in report.summaries:
+        run = report.runs[f"{s.policy}@{s.load:g}"]
+        lengths = {r["id"]: r["output_lengths"] for r in run["records"]}
+        res = simulate(
+            scale_arrivals(trace, s.load),
+            s.policy,
+            cost,
+            inputs["limits"],
+            tokenize=inputs["tokenize"],
+            render=render,
+            output_lengths=lengths,
+            isolated=False,
+        )
+        out.append(
+            {
+                "policy": s.policy,
+                "load": s.load,
+                "measured_mean_latency": s.mean_latency,
+                "simulated_mean_latency": res.summary.mean_latency,
+                "relative_error": (res.summary.mean_latency - s.mean_latency) / s.mean_latency if s.mean_latency else None,
+                "simulated_p95_latency": res.summary.p95_latency,
+                "simulated_span_s": res.summary.simulated_seconds,
+            }
+        )
+    return out

@@ -1,0 +1,71 @@
+"""``relserve bench ...``: write traces and replay them on the real engine, policy against policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from relserve.cli import app
+
+bench_app = typer.Typer(no_args_is_help=True, help="Traces and real-engine benchmarks.")
+app.add_typer(bench_app, name="bench")
+
+
+def _csv(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+@bench_app.command("trace")
+def trace(
+    out: Path = typer.Option(..., "--out", "-o", help="JSON Lines file to write."),
+    table: str = typer.Option("rotten_tomatoes", help="Table(s) from ../shared/datasets, comma-separated."),
+    n: int = typer.Option(100, help="Number of relQueries."),
+    rate: float = typer.Option(1.0, help="Poisson arrival rate (relQueries/s)."),
+    rows: str = typer.Option("1,100", help="Rows per relQuery: 'lo,hi' (uniform)."),
+    types: str = typer.Option("", help="Query types to draw from (default: all five)."),
+    seed: int = typer.Option(0, help="Random seed."),
+) -> None:
+    """Generate a trace: N relQueries, uniform row counts, the five query types, Poisson arrivals."""
+    from relserve.workloads import generate_trace, trace_stats, write_trace
+
+    lo, hi = (int(x) for x in rows.split(","))
+    queries = generate_trace(_csv(table), n, rate, rows=(lo, hi), types=_csv(types) or None, seed=seed)
+    write_trace(queries, out)
+    typer.echo(f"wrote {out}: {trace_stats(queries)}")
+
+
+@bench_app.command("run")
+def run(
+    trace: Path = typer.Option(..., "--trace", "-t", help="Trace (JSON Lines) to replay."),
+    policies: str = typer.Option("vllm,fcfs,sarathi,sp,relserve,relserve-pp,relserve-dp", help="Policies, comma-separated."),
+    loads: str = typer.Option("1", help="Load factors: arrivals this many times as fast as in the trace."),
+    json_out: Path = typer.Option(None, "--json", help="Write the full results as JSON."),
+    markdown_out: Path = typer.Option(None, "--markdown", help="Write the summary table as Markdown."),
+    plots: Path = typer.Option(None, "--plots", help="Directory for the PNG plots (Fig. 9-11)."),
+    isolated: bool = typer.Option(True, help="Measure each relQuery alone for the slowdown metric."),
+    simulate: bool = typer.Option(True, help="Also simulate the same runs and compare."),
+    kv_cache_gb: float = typer.Option(2.0, help="KV cache size of the engine."),
+    max_num_seqs: int = typer.Option(256, help="Most requests running at once."),
+    max_num_batched_tokens: int = typer.Option(4096, help="Token budget of a step."),
+) -> None:
+    """Replay TRACE once per policy and load on the real engine and report them side by side."""
+    from rich.console import Console
+
+    from relserve.benchmark import BenchmarkConfig, run_benchmark
+    from relserve.benchmark.report import markdown, write
+    from relserve.workloads import read_trace
+
+    console = Console()
+    queries = read_trace(trace)
+    cfg = BenchmarkConfig(
+        policies=_csv(policies),
+        loads=[float(x) for x in _csv(loads)],
+        engine={"kv_cache_gb": kv_cache_gb, "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens},
+        isolated=isolated,
+        simulate=simulate,
+    )
+    report = run_benchmark(queries, cfg, progress=lambda msg: console.log(msg))
+    console.print(markdown(report))
+    for path in write(report, json_out, markdown_out, plots):
+        console.print(f"wrote {path}")
