@@ -1,0 +1,76 @@
+"""``relserve sim``: replay a trace on the simulator, policy against policy, and tune the starvation knob."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from relserve.cli import app
+
+
+def _csv(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+@app.command()
+def sim(
+    trace: Path = typer.Option(..., "--trace", "-t", help="Trace (JSON Lines) to replay."),
+    policies: str = typer.Option("vllm,fcfs,sarathi,sp,relserve,relserve-pp,relserve-dp", help="Policies, comma-separated."),
+    json_out: Path = typer.Option(None, "--json", help="Write results as JSON."),
+    markdown_out: Path = typer.Option(None, "--markdown", help="Write the summary as Markdown."),
+    preset: str = typer.Option("", help="Cost model preset (e.g. opt-13b-a100); default: this machine's calibration."),
+    model: str = typer.Option("smollm2", help="Model whose calibration and tokenizer to use."),
+    load: float = typer.Option(1.0, help="Load factor: arrivals this many times as fast as in the trace."),
+    sweep: str = typer.Option("", help="Starvation thresholds to sweep for relserve, e.g. '1,2,4,8,none'."),
+    kv_capacity_tokens: int = typer.Option(46_592, help="KV cache capacity in tokens."),
+    max_num_seqs: int = typer.Option(256, help="Most requests running at once."),
+    max_num_batched_tokens: int = typer.Option(4096, help="Token budget of a step."),
+    block_size: int = typer.Option(32, help="KV block size (prefix caching granularity)."),
+) -> None:
+    """Simulate TRACE under each policy with the calibrated cost model (or a preset)."""
+    from rich.console import Console
+
+    from relserve.benchmark.replay import scale_arrivals
+    from relserve.calibration import load_cost_model
+    from relserve.errors import ConfigError
+    from relserve.model import resolve_model
+    from relserve.policy import PRESETS, CostModel
+    from relserve.sim import default_limits, markdown_table, simulate_many, sweep_markdown, sweep_starvation, write_results
+    from relserve.sim.prompts import template_renderer
+    from relserve.workloads import read_trace
+
+    console = Console()
+    queries = scale_arrivals(read_trace(trace), load)
+    spec = resolve_model(model)
+    if preset:
+        if preset not in PRESETS:
+            raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+        cost = PRESETS[preset]
+    else:
+        cost = load_cost_model(spec.model_id) or CostModel()
+    from transformers import AutoTokenizer
+
+    from relserve.engine.prompts import ChatPrompter
+
+    tok = AutoTokenizer.from_pretrained(spec.path)
+    render = template_renderer(wrap=ChatPrompter(tok).text)
+    tokenize = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    limits = default_limits(
+        kv_capacity_tokens=kv_capacity_tokens,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        block_size=block_size,
+    )
+    console.log(f"cost model: {cost.model_dump()}")
+    results = simulate_many(queries, _csv(policies), cost, limits, tokenize=tokenize, render=render)
+    console.print(markdown_table(results))
+    swept = None
+    if sweep:
+        thresholds = [None if x.lower() == "none" else float(x) for x in _csv(sweep)]
+        swept = sweep_starvation(queries, thresholds, cost, limits, tokenize=tokenize, render=render)
+        console.print(sweep_markdown(swept))
+    if markdown_out and not json_out:
+        json_out = markdown_out.with_suffix(".json")
+    if json_out:
+        write_results(results, json_out, markdown_out, sweep=swept, meta={"trace": str(trace), "load": load, "cost_model": cost.model_dump()})
