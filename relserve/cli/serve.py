@@ -1,0 +1,63 @@
+"""``relserve serve``: the HTTP server (FastAPI on uvicorn) around one embedded engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from relserve.cli import app
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0 for every interface)."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+    tenants: Path | None = typer.Option(
+        None, help="Tenants file (TOML or JSON) with API keys and limits; without it the server is open (single tenant)."
+    ),
+    model: str = typer.Option("smollm2", help="Model name or local folder."),
+    policy: str = typer.Option("relserve", help="Scheduling policy (relserve, fcfs, sp, sarathi, vllm, ...)."),
+    cache: bool = typer.Option(True, help="Answer repeated greedy prompts from the persistent result cache."),
+    public_url: str | None = typer.Option(None, help="Address clients use (written into the Office add-in manifest)."),
+    ssl_keyfile: Path | None = typer.Option(None, help="TLS key (Office add-ins need https)."),
+    ssl_certfile: Path | None = typer.Option(None, help="TLS certificate."),
+    cors_origin: list[str] = typer.Option([], help="Allow browser calls from this origin (repeatable)."),
+    log_level: str = typer.Option("info", help="uvicorn log level."),
+    hash_key: str | None = typer.Option(None, help="Print the key_sha256 for this API key (for the tenants file) and exit."),
+) -> None:
+    """Serve relQueries over HTTP: /v1/relqueries, /v1/cells, OpenAI-compatible /v1/completions, /metrics, /sheet."""
+    from relserve.server.tenants import hash_key as _hash
+
+    if hash_key is not None:
+        typer.echo(_hash(hash_key))
+        return
+
+    import uvicorn
+
+    from relserve import Engine
+    from relserve.errors import ConfigError
+    from relserve.server import Tenants, create_app
+
+    try:
+        tenant_cfg = Tenants.coerce(tenants)
+    except ConfigError as e:
+        raise typer.BadParameter(str(e), param_hint="--tenants") from None
+    typer.echo(f"starting the engine ({model}, policy {policy}; about 25 s)...")
+    engine = Engine(model=model, policy=policy)
+    try:
+        web = create_app(engine, tenants=tenant_cfg, cache=cache, public_url=public_url, cors_origins=cors_origin)
+        scheme = "https" if ssl_certfile else "http"
+        mode = "open (no API key needed)" if tenant_cfg.open else f"{len(tenant_cfg.names)} tenant(s)"
+        typer.echo(f"relserve on {scheme}://{host}:{port}  [{mode}]  spreadsheet: {scheme}://{host}:{port}/sheet")
+        uvicorn.run(
+            web,
+            host=host,
+            port=port,
+            log_level=log_level,
+            ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None,
+            ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
+            timeout_graceful_shutdown=10,
+        )
+    finally:
+        engine.close()

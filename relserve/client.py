@@ -1,0 +1,282 @@
+"""A Python client for a relserve server (httpx), used by the Postgres functions and by anyone
+who wants relQueries without an engine in their own process.
+
+>>> from relserve.client import Client
+>>> with Client("http://127.0.0.1:8000", api_key="...") as c:
+...     c.map("Is this review positive? {review}", [{"review": "Great!"}], function="filter")
+[True]
+
+``run``/``map`` stream the rows back and wait for all of them; leaving early (an exception, a
+``break`` out of ``stream``) closes the connection, which cancels the relQuery on the server.
+Server errors raise ``ServerError`` carrying the HTTP status and the server's message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from relserve.errors import RelServeError
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class ServerError(RelServeError):
+    """The server refused a request or could not be reached (``status`` 0)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{message} (HTTP {status})" if status else message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class RemoteRow:
+    index: int
+    #: the answer in the function's type (llm_filter: bool); None when the row failed
+    value: Any = None
+    text: str | None = None
+    error: str | None = None
+    #: answered from the server's result cache
+    cached: bool = False
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    finish_reason: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RemoteRow:
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass
+class RemoteResult:
+    id: str
+    status: str
+    #: every row, in input order
+    rows: list[RemoteRow]
+    stats: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def values(self) -> list[Any]:
+        return [r.value for r in self.rows]
+
+    @property
+    def texts(self) -> list[str | None]:
+        return [r.text for r in self.rows]
+
+    @property
+    def errors(self) -> list[str | None]:
+        return [r.error for r in self.rows]
+
+
+class RelQueryStream:
+    """Rows of a relQuery as they finish. ``close()`` (or leaving a ``with`` block) before the
+    end drops the connection, and the server cancels the relQuery."""
+
+    def __init__(self, cm, response: httpx.Response) -> None:
+        self._cm = cm
+        self._lines = response.iter_lines()
+        head = self._next_event()
+        self.id: str = head["id"]
+        self.total: int = head.get("rows", head.get("cells", 0))
+        self.header = head
+        self.done: dict[str, Any] | None = None
+
+    def _next_event(self) -> dict[str, Any]:
+        for line in self._lines:
+            if line.strip():
+                return json.loads(line)
+        raise ServerError(0, "the server closed the stream before its end")
+
+    def __iter__(self) -> Iterator[RemoteRow]:
+        try:
+            while self.done is None:
+                event = self._next_event()
+                kind = event.pop("event", None)
+                if kind == "done":
+                    self.done = event
+                elif kind in ("row", "cell"):
+                    yield RemoteRow.from_dict(event) if kind == "row" else event  # type: ignore[misc]
+        except httpx.HTTPError as e:
+            raise ServerError(0, f"the stream from the relserve server broke: {e}") from None
+        finally:
+            if self.done is not None:
+                self.close()
+
+    def close(self) -> None:
+        if self._cm is not None:
+            cm, self._cm = self._cm, None
+            cm.__exit__(None, None, None)
+
+    def __enter__(self) -> RelQueryStream:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Client:
+    """A connection pool to one server. Thread-safe (httpx.Client is)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+        *,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = (url or os.environ.get("RELSERVE_URL") or DEFAULT_URL).rstrip("/")
+        key = api_key if api_key is not None else os.environ.get("RELSERVE_API_KEY")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._http = httpx.Client(
+            base_url=self.url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout, connect=10.0),
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _request(self, method: str, path: str, json_body: Any = None, **kw: Any) -> Any:
+        if json_body is not None:
+            kw["content"] = _dumps(json_body)
+            kw["headers"] = {"Content-Type": "application/json"}
+        try:
+            r = self._http.request(method, path, **kw)
+        except httpx.HTTPError as e:
+            raise ServerError(0, f"cannot reach the relserve server at {self.url}: {e}") from None
+        _raise_for(r)
+        return r.json() if r.headers.get("content-type", "").startswith("application/json") else r.text
+
+    def _stream(self, path: str, body: dict[str, Any]) -> RelQueryStream:
+        headers = {"Accept": "application/x-ndjson", "Content-Type": "application/json"}
+        cm = self._http.stream("POST", path, content=_dumps(body), headers=headers)
+        try:
+            response = cm.__enter__()
+        except httpx.HTTPError as e:
+            raise ServerError(0, f"cannot reach the relserve server at {self.url}: {e}") from None
+        if response.status_code >= 400:
+            try:
+                response.read()
+                _raise_for(response)
+            finally:
+                cm.__exit__(None, None, None)
+        try:
+            return RelQueryStream(cm, response)
+        except BaseException:
+            cm.__exit__(None, None, None)
+            raise
+
+    # ------------------------------------------------------------------ relQueries
+
+    def submit(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None, **options: Any) -> str:
+        """Start a relQuery and return its id at once (see ``run`` for the options)."""
+        return self._request("POST", "/v1/relqueries", _body(template, rows, options))["id"]
+
+    def stream(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None, **options: Any) -> RelQueryStream:
+        """Submit and iterate the rows as they finish (each carries its input ``index``)."""
+        return self._stream("/v1/relqueries", {**_body(template, rows, options), "stream": "ndjson"})
+
+    def run(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None, **options: Any) -> RemoteResult:
+        """Submit, wait for every row, return them in input order.
+
+        ``rows``: a list of mappings whose keys include the template's placeholders; or
+        ``prompts=[...]`` instead of template and rows. Options: ``function`` (map, filter,
+        classify, extract), ``labels``, ``json_schema``, ``max_tokens``, ``temperature``,
+        ``top_p``, ``seed``, ``system``, ``on_error`` ("null"/"raise"), ``cache``,
+        ``priority`` (lower runs sooner), ``deadline_s``.
+        """
+        with self.stream(template, rows, **options) as s:
+            got = {r.index: r for r in s}
+            done = s.done or {}
+        ordered = [got.get(i) or RemoteRow(i, error="no answer") for i in range(s.total)]
+        return RemoteResult(s.id, done.get("status", "unknown"), ordered, done.get("stats", {}), done.get("error"))
+
+    def map(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None, **options: Any) -> list[Any]:
+        """The value of every row, in input order (None where a row failed)."""
+        return self.run(template, rows, **options).values
+
+    def status(self, relquery_id: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/relqueries/{relquery_id}")
+
+    def result(self, relquery_id: str, wait: bool = True, timeout: float = 600.0) -> RemoteResult:
+        d = self._request("GET", f"/v1/relqueries/{relquery_id}/result", params={"wait": wait, "timeout": timeout})
+        rows = [RemoteRow.from_dict(r) if r is not None else RemoteRow(i) for i, r in enumerate(d["rows"])]
+        return RemoteResult(d["id"], d["status"], rows, d.get("stats", {}), d.get("error"))
+
+    def cancel(self, relquery_id: str) -> dict[str, Any]:
+        return self._request("DELETE", f"/v1/relqueries/{relquery_id}")
+
+    def list(self) -> list[dict[str, Any]]:
+        return self._request("GET", "/v1/relqueries")["relqueries"]
+
+    # ------------------------------------------------------------------ spreadsheet cells
+
+    def cells(self, cells: Sequence[Mapping[str, Any]], **options: Any) -> dict[str, dict[str, Any]]:
+        """Evaluate cells ({"id", "template", "args"}) as one batch; answers by cell id."""
+        d = self._request("POST", "/v1/cells", {"cells": list(cells), "stream": False, **options})
+        return {c["id"]: c for c in d["cells"]}
+
+    def stream_cells(self, cells: Sequence[Mapping[str, Any]], **options: Any) -> RelQueryStream:
+        """Cells as they finish: dicts with id, value, text, error, cached."""
+        return self._stream("/v1/cells", {"cells": list(cells), "stream": True, **options})
+
+    # ------------------------------------------------------------------ single calls and operations
+
+    def complete(self, prompt: str | list[str], **options: Any) -> dict[str, Any]:
+        """OpenAI-style /v1/completions."""
+        return self._request("POST", "/v1/completions", {"prompt": prompt, **options})
+
+    def chat(self, messages: list[dict[str, Any]], **options: Any) -> dict[str, Any]:
+        """OpenAI-style /v1/chat/completions."""
+        return self._request("POST", "/v1/chat/completions", {"messages": messages, **options})
+
+    def health(self) -> dict[str, Any]:
+        return self._request("GET", "/health")
+
+    def metrics(self) -> str:
+        return self._request("GET", "/metrics")
+
+
+def _body(template: str | None, rows: Sequence[Mapping[str, Any]] | None, options: dict[str, Any]) -> dict[str, Any]:
+    body = {k: v for k, v in options.items() if v is not None}
+    if template is not None:
+        body["template"] = template
+    if rows is not None:
+        body["rows"] = [dict(r) for r in rows]
+    return body
+
+
+def _dumps(body: Any) -> bytes:
+    # database values (Decimal, date, UUID) are sent as their text
+    return json.dumps(body, ensure_ascii=False, default=str).encode()
+
+
+def _raise_for(r: httpx.Response) -> None:
+    if r.status_code < 400:
+        return
+    try:
+        message = r.json()["error"]["message"]
+    except Exception:
+        message = r.text[:500] or r.reason_phrase
+    raise ServerError(r.status_code, message)
+
+
+__all__ = ["Client", "RelQueryStream", "RemoteResult", "RemoteRow", "ServerError"]

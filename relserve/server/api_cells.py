@@ -1,0 +1,47 @@
+"""/v1/cells: the formula cells of one spreadsheet recalculation, answered per cell.
+
+All cells of a request become ONE relQuery (different templates included); a prompt repeated
+in the batch runs once, and a prompt answered before comes from the result cache (the
+planner's persistent ``ResultCache``, shared with DuckDB and polars calls). Cache hits are sent
+first, then the other cells as their rows finish.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
+
+from relserve.server.batches import RowOut, plan_cells
+from relserve.server.jobs import Job
+from relserve.server.schemas import CellsRequest
+from relserve.server.state import ServerState, current_tenant, get_state
+from relserve.server.streaming import job_stream
+from relserve.server.tenants import Tenant
+from relserve.server.waiting import wait_or_cancel
+
+router = APIRouter(prefix="/v1", tags=["spreadsheet"])
+
+
+@router.post("/cells", summary="Evaluate the LLM cells of one recalculation as one relQuery")
+async def cells(
+    body: CellsRequest,
+    request: Request,
+    tenant: Tenant = Depends(current_tenant),
+    state: ServerState = Depends(get_state),
+):
+    state.check_size(len(body.cells), tenant, "cells")
+    batch = await run_in_threadpool(plan_cells, body, state.engine.model_id, state.cache)
+    job = Job(batch, tenant.name, "cells", priority=body.priority, deadline_s=body.deadline_s, top_p=body.top_p, seed=body.seed)
+    state.launch(job, tenant)
+    ids = [c.id for c in body.cells]
+
+    def cell(r: RowOut) -> dict:
+        return {"id": ids[r.index], "value": r.value, "text": r.text, "error": r.error, "cached": r.cached}
+
+    if body.stream:
+        header = {"event": "batch", "id": job.id, "cells": job.total, "cached": batch.cached_rows, "engine_rows": job.engine_total}
+        return job_stream(job, "ndjson", header=header, row=cell, done=lambda j: j.describe(), row_event="cell")
+    await wait_or_cancel(job, request)
+    out = job.describe()
+    out["cells"] = [cell(r) for r in job.rows if r is not None]
+    return out

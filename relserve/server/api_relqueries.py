@@ -1,0 +1,118 @@
+"""/v1/relqueries: submit a relQuery, stream its rows, read its progress, cancel it."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from relserve.server.batches import plan_relquery
+from relserve.server.jobs import Job
+from relserve.server.schemas import RelQueryRequest
+from relserve.server.state import ServerState, current_tenant, get_state
+from relserve.server.streaming import NDJSON, SSE, job_stream
+from relserve.server.tenants import Tenant
+from relserve.server.waiting import wait_or_cancel
+
+router = APIRouter(prefix="/v1/relqueries", tags=["relqueries"])
+
+StreamFormat = Literal["ndjson", "sse"]
+
+
+def _wanted_format(request: Request, asked: str | None) -> str | None:
+    if asked:
+        return asked
+    accept = request.headers.get("accept", "")
+    if SSE in accept:
+        return "sse"
+    if NDJSON in accept:
+        return "ndjson"
+    return None
+
+
+def _row(r) -> dict:
+    return r.as_dict()
+
+
+def _done(job: Job) -> dict:
+    return job.describe()
+
+
+@router.post("", status_code=201, summary="Submit a relQuery (optionally streaming its rows back)")
+async def submit(
+    body: RelQueryRequest,
+    request: Request,
+    stream: StreamFormat | None = Query(None, description="stream rows back in this response (or use the body's `stream`)"),
+    tenant: Tenant = Depends(current_tenant),
+    state: ServerState = Depends(get_state),
+):
+    state.check_size(body.size, tenant)
+    batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache)
+    job = Job(
+        batch,
+        tenant.name,
+        "relquery",
+        priority=body.priority,
+        deadline_s=body.deadline_s,
+        fail_fast=body.on_error == "raise",
+        top_p=body.top_p,
+        seed=body.seed,
+    )
+    state.launch(job, tenant)
+    fmt = _wanted_format(request, body.stream or stream)
+    if fmt is None:
+        return JSONResponse(job.describe(), status_code=201, headers={"Location": f"/v1/relqueries/{job.id}"})
+    header = {"id": job.id, "rows": job.total, "cached_rows": batch.cached_rows, "engine_rows": job.engine_total}
+    return job_stream(job, fmt, header=header, row=_row, done=_done, cancel_on_disconnect=True)
+
+
+@router.get("", summary="The caller's relQueries (running, and finished in the last minutes)")
+async def list_relqueries(tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)):
+    return {"relqueries": [j.describe() for j in state.jobs.list(tenant.name)]}
+
+
+@router.get("/{job_id}", summary="Status and progress of a relQuery")
+async def status(job_id: str, tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)):
+    return state.job_of(job_id, tenant).describe()
+
+
+@router.get("/{job_id}/result", summary="Every row of a relQuery, in input order")
+async def result(
+    job_id: str,
+    request: Request,
+    wait: bool = Query(True, description="wait for the relQuery to finish"),
+    timeout: float = Query(600.0, gt=0, description="seconds to wait at most"),
+    tenant: Tenant = Depends(current_tenant),
+    state: ServerState = Depends(get_state),
+):
+    job = state.job_of(job_id, tenant)
+    if wait:
+        await wait_or_cancel(job, request, timeout, cancel=False)
+    out = job.describe()
+    out["rows"] = [r.as_dict() if r is not None else None for r in job.rows]
+    return out
+
+
+@router.get("/{job_id}/stream", summary="Stream a relQuery's rows as they finish (those already finished first)")
+async def watch(
+    job_id: str,
+    request: Request,
+    format: StreamFormat = Query("ndjson"),
+    start: int = Query(0, ge=0, alias="from", description="skip this many already-streamed rows"),
+    cancel_on_disconnect: bool = Query(False, description="cancel the relQuery if this stream is dropped"),
+    tenant: Tenant = Depends(current_tenant),
+    state: ServerState = Depends(get_state),
+):
+    job = state.job_of(job_id, tenant)
+    header = {"id": job.id, "rows": job.total, "engine_rows": job.engine_total}
+    return job_stream(job, format, header=header, row=_row, done=_done, start=start, cancel_on_disconnect=cancel_on_disconnect)
+
+
+@router.delete("/{job_id}", summary="Cancel a relQuery: its unfinished rows are aborted")
+async def cancel(job_id: str, request: Request, tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)):
+    job = state.job_of(job_id, tenant)
+    job.cancel("cancelled by the client")
+    await wait_or_cancel(job, request, timeout=30.0, cancel=False)
+    return job.describe()

@@ -1,0 +1,70 @@
+"""``create_app``: the FastAPI application around one engine."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+
+from relserve.planner.cache import ResultCache, shared_cache
+from relserve.server import api_cells, api_meta, api_openai, api_relqueries, pages
+from relserve.server.body_limit import BodyLimitMiddleware
+from relserve.server.errors import install_error_handlers
+from relserve.server.jobs import JobRegistry
+from relserve.server.metrics import ServerMetrics
+from relserve.server.state import ServerState
+from relserve.server.tenants import Tenants
+
+
+def create_app(
+    engine: Any,
+    *,
+    tenants: Tenants | dict | str | Path | None = None,
+    cache: ResultCache | bool | None = True,
+    public_url: str | None = None,
+    cors_origins: list[str] | tuple[str, ...] = (),
+    keep_finished_s: float = 600.0,
+) -> FastAPI:
+    """A server for ``engine`` (an ``Engine``; it is not closed when the app stops).
+
+    ``tenants``: a ``Tenants``, a dict, or the path of a TOML/JSON file; None runs open
+    single-tenant mode. ``cache``: True for the planner's persistent result cache, a
+    ``ResultCache`` for another one, False/None for none. ``public_url``: the address clients
+    use (written into the Office add-in manifest); by default the request's own.
+    """
+    tenant_cfg = Tenants.coerce(tenants)
+    jobs = JobRegistry(keep_finished_s=keep_finished_s)
+    metrics = ServerMetrics(jobs, lambda: tenant_cfg.names, engine)
+    store = shared_cache() if cache is True else (cache if isinstance(cache, ResultCache) else None)
+    state = ServerState(engine, tenant_cfg, jobs, metrics, store, public_url.rstrip("/") if public_url else None)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        await state.shutdown()
+
+    app = FastAPI(
+        title="relserve",
+        version="0.1.0",
+        summary="LLM calls over table rows (relQueries) served by one shared engine",
+        lifespan=lifespan,
+    )
+    app.state.relserve = state
+    install_error_handlers(app, on_reject=lambda status: metrics.rejected.labels(str(status)).inc())
+
+    def body_limit(authorization: str | None) -> int:
+        tenant = tenant_cfg.lookup(authorization)
+        return (tenant.limits if tenant else tenant_cfg.default_limits).max_body_bytes
+
+    app.add_middleware(BodyLimitMiddleware, limit_for=body_limit)
+    if cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"], allow_headers=["*"]
+        )
+    for module in (api_relqueries, api_cells, api_openai, api_meta, pages):
+        app.include_router(module.router)
+    return app

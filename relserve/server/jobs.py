@@ -1,0 +1,334 @@
+"""Server-side relQueries ("jobs"): one per request, owned by a tenant, run as ONE engine
+relQuery, with their rows fanned back out to the request's rows as they finish.
+
+Everything here runs on the server's event loop, except ``Engine.submit`` (tokenizing) and the
+result-cache write, which go to a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from relserve.errors import RowError
+from relserve.planner.cache import ResultCache
+from relserve.relquery import RelQuery
+from relserve.results import RelQueryStats, RowResult
+from relserve.server.batches import Batch, RowOut
+
+RUNNING, FINISHED, CANCELLED, FAILED = "running", "finished", "cancelled", "failed"
+
+#: RelQuery fields that carry scheduling hints, once the engine has them
+_RELQUERY_FIELDS = {f.name for f in dataclasses.fields(RelQuery)}
+
+
+def engine_hints(priority: int, deadline_s: float | None) -> dict[str, Any]:
+    """The hints the installed RelQuery accepts; the others are kept on the job only."""
+    hints: dict[str, Any] = {}
+    if "priority" in _RELQUERY_FIELDS:
+        hints["priority"] = priority
+    if "deadline_s" in _RELQUERY_FIELDS and deadline_s is not None:
+        hints["deadline_s"] = deadline_s
+    return hints
+
+
+class Job:
+    def __init__(
+        self,
+        batch: Batch,
+        tenant: str,
+        kind: str,
+        *,
+        priority: int = 0,
+        deadline_s: float | None = None,
+        fail_fast: bool = False,
+        top_p: float = 1.0,
+        seed: int | None = None,
+    ) -> None:
+        self.id = uuid.uuid4().hex[:16]
+        self.batch = batch
+        self.tenant = tenant
+        self.kind = kind
+        self.priority = priority
+        self.deadline_s = deadline_s
+        self.fail_fast = fail_fast
+        self.top_p = top_p
+        self.seed = seed
+        self.received = time.monotonic()
+        self.created_at = time.time()
+        self.finished_at: float | None = None
+        self.status = RUNNING
+        self.error: str | None = None
+        self.rows: list[RowOut | None] = [None] * batch.total
+        self.order: list[int] = []
+        self.engine_total = len(batch.prompts)
+        self.engine_done = 0
+        self.engine_stats: RelQueryStats | None = None
+        self.handle = None
+        self._cancel_reason: str | None = None
+        #: fail-fast: the first row error, which fails the whole job
+        self._failure: str | None = None
+        self._changed = asyncio.Condition()
+        self._answers: list[tuple[str, str]] = []
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def total(self) -> int:
+        return self.batch.total
+
+    @property
+    def done(self) -> bool:
+        return self.status != RUNNING
+
+    @property
+    def engine_pending(self) -> int:
+        return 0 if self.done else self.engine_total - self.engine_done
+
+    @property
+    def latency_s(self) -> float:
+        end = self.finished_at if self.finished_at is not None else time.monotonic()
+        return end - self.received
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Abort the unfinished rows (they get the error ``reason``); finished rows keep their answers."""
+        if self.done or self._cancel_reason is not None:
+            return
+        self._cancel_reason = reason
+        if self.handle is not None:
+            self.handle.cancel()
+
+    def _put(self, row: RowOut) -> None:
+        if self.rows[row.index] is None:
+            self.rows[row.index] = row
+            self.order.append(row.index)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # ------------------------------------------------------------------ running
+
+    async def run(self, engine: Any, cache: ResultCache | None, on_finish: Callable[[Job], None]) -> None:
+        """Drive the job to its end: ready rows first, then the engine's rows as they finish."""
+        b = self.batch
+        try:
+            for row in sorted(b.ready, key=lambda r: r.index):
+                self._put(row)
+                if row.error is not None:
+                    self._row_failed(row.index, row.error)
+            await self._notify()
+            if b.prompts and self._cancel_reason is None:
+                rq = RelQuery.from_prompts(
+                    b.prompts,
+                    max_tokens=b.call.max_tokens,
+                    temperature=b.call.options.temperature,
+                    top_p=self.top_p,
+                    seed=self.seed,
+                    choices=list(b.call.choices) if b.call.choices else None,
+                    json_schema=b.call.json_schema,
+                    system=b.system,
+                    rel_id=self.id,
+                    on_error="null",
+                    **engine_hints(self.priority, self._deadline_left()),
+                )
+                self.handle = await run_in_threadpool(engine.submit, rq)
+                if self._cancel_reason is not None:  # cancelled while the engine was tokenizing
+                    self.handle.cancel()
+                async for er in self.handle:
+                    self._engine_row(er)
+                    await self._notify()
+                result = await self.handle
+                self.engine_stats = result.stats
+            self._close(CANCELLED if self._cancel_reason else FINISHED)
+        except Exception as e:  # an engine failure fails this job, never the server
+            self._close(FAILED, f"{type(e).__name__}: {e}")
+        finally:
+            if cache is not None and b.cache_settings is not None and self._answers:
+                try:
+                    await run_in_threadpool(cache.put_many, engine.model_id, b.cache_settings, self._answers)
+                except Exception:  # a full disk must not lose the answers already streamed
+                    pass
+            await self._notify()
+            on_finish(self)
+
+    def _deadline_left(self) -> float | None:
+        if self.deadline_s is None:
+            return None
+        return max(self.deadline_s - (time.monotonic() - self.received), 1e-3)
+
+    def _engine_row(self, er: RowResult) -> None:
+        self.engine_done += 1
+        call = self.batch.call
+        value, error = None, er.error
+        if error == "cancelled" and self._cancel_reason:
+            error = self._cancel_reason
+        if error is None and er.text is not None:
+            self._answers.append((self.batch.prompts[er.index], er.text))
+            try:
+                value = call.convert(er.text)
+            except RowError as e:
+                error = str(e)
+        elif error is None:
+            error = "no answer"
+        for row in self.batch.targets[er.index]:
+            self._put(
+                RowOut(
+                    row,
+                    value=value,
+                    text=er.text,
+                    error=error,
+                    prompt_tokens=er.prompt_tokens,
+                    output_tokens=er.output_tokens,
+                    cached_tokens=er.cached_tokens,
+                    finish_reason=er.finish_reason,
+                )
+            )
+        if error is not None:
+            self._row_failed(min(self.batch.targets[er.index]), error)
+
+    def _row_failed(self, index: int, error: str) -> None:
+        if self.fail_fast and self._failure is None:
+            self._failure = f"row {index}: {error}"
+            self.cancel(f"not run: row {index} failed and on_error is 'raise'")
+
+    def _close(self, status: str, error: str | None = None) -> None:
+        reason = error or self._cancel_reason or "cancelled"
+        for i in range(self.total):  # every row gets exactly one answer or one error
+            if self.rows[i] is None:
+                self._put(RowOut(i, error=reason))
+        if self._failure is not None and status != FAILED:
+            status, error = FAILED, self._failure
+        self.status = status
+        self.error = error if status == FAILED else (self._cancel_reason if status == CANCELLED else None)
+        self.finished_at = time.monotonic()
+
+    # ------------------------------------------------------------------ reading
+
+    async def follow(self, start: int = 0, idle_s: float | None = None) -> AsyncIterator[RowOut | None]:
+        """Rows in the order they finished, from the ``start``-th on, until the job ends.
+
+        With ``idle_s``, yields None after that long without a row (for keep-alive pings)."""
+        i = start
+        while True:
+            async with self._changed:
+                try:
+                    await asyncio.wait_for(self._changed.wait_for(lambda: len(self.order) > i or self.done), idle_s)
+                except asyncio.TimeoutError:
+                    ready, finished = [], False
+                else:
+                    ready = self.order[i:]
+                    finished = self.done
+            if not ready and not finished:
+                yield None
+                continue
+            for idx in ready:
+                yield self.rows[idx]  # type: ignore[misc]
+            i += len(ready)
+            if finished and i >= len(self.order):
+                return
+
+    async def wait(self) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.done)
+
+    def stats(self) -> dict[str, Any]:
+        rows = [r for r in self.rows if r is not None]
+        out: dict[str, Any] = {
+            "rows": self.total,
+            "errors": sum(r.error is not None for r in rows),
+            "cached_rows": sum(r.cached for r in rows),
+            "engine_rows": self.engine_total,
+            "latency_s": round(self.latency_s, 4),
+        }
+        s = self.engine_stats
+        if s is not None:
+            out.update(
+                waiting_s=round(s.waiting_s, 4),
+                core_s=round(s.core_s, 4),
+                tail_s=round(s.tail_s, 4),
+                engine_latency_s=round(s.latency_s, 4),
+                prompt_tokens=s.prompt_tokens,
+                output_tokens=s.output_tokens,
+                cached_tokens=s.cached_tokens,
+                prefix_hit_rate=round(s.prefix_hit_rate, 4),
+                policy=s.policy,
+            )
+        if self.deadline_s is not None and self.done:
+            out["deadline_met"] = self.latency_s <= self.deadline_s
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "status": self.status,
+            "error": self.error,
+            "created": self.created_at,
+            "progress": {"done": len(self.order), "total": self.total},
+            "priority": self.priority,
+            "deadline_s": self.deadline_s,
+            "stats": self.stats(),
+        }
+
+
+class LimitExceeded(Exception):
+    """A tenant's rows-in-flight limit would be passed (HTTP 429)."""
+
+
+class JobRegistry:
+    """Jobs by id; finished ones are kept a while so their results can still be read."""
+
+    def __init__(self, keep_finished_s: float = 600.0, max_finished: int = 1000) -> None:
+        self.keep_finished_s = keep_finished_s
+        self.max_finished = max_finished
+        self._jobs: dict[str, Job] = {}
+
+    def rows_in_flight(self, tenant: str | None = None) -> int:
+        return sum(j.engine_pending for j in self._jobs.values() if tenant is None or j.tenant == tenant)
+
+    def running(self, tenant: str | None = None) -> list[Job]:
+        return [j for j in self._jobs.values() if not j.done and (tenant is None or j.tenant == tenant)]
+
+    def admit(self, job: Job, max_rows_in_flight: int) -> None:
+        """Register ``job`` if its tenant stays within its limit. Runs on the event loop, so the
+        check and the registration cannot interleave with another admission."""
+        self.prune()
+        busy = self.rows_in_flight(job.tenant)
+        if job.engine_total and busy + job.engine_total > max_rows_in_flight:
+            raise LimitExceeded(
+                f"tenant {job.tenant!r} would have {busy + job.engine_total} rows in flight "
+                f"({busy} running + {job.engine_total} new); the limit is {max_rows_in_flight}. "
+                "Retry when some finish, or send fewer rows."
+            )
+        self._jobs[job.id] = job
+
+    def get(self, job_id: str, tenant: str) -> Job | None:
+        job = self._jobs.get(job_id)
+        # another tenant's job is reported exactly like a missing one
+        return job if job is not None and job.tenant == tenant else None
+
+    def list(self, tenant: str) -> list[Job]:
+        return [j for j in self._jobs.values() if j.tenant == tenant]
+
+    def all(self) -> list[Job]:
+        return list(self._jobs.values())
+
+    def prune(self) -> None:
+        now = time.monotonic()
+        finished = [j for j in self._jobs.values() if j.done]
+        finished.sort(key=lambda j: j.finished_at or 0.0)
+        excess = len(finished) - self.max_finished
+        for i, j in enumerate(finished):
+            if i < excess or now - (j.finished_at or now) > self.keep_finished_s:
+                self._jobs.pop(j.id, None)
+
+    def cancel_all(self, reason: str) -> None:
+        for j in self.running():
+            j.cancel(reason)

@@ -1,0 +1,184 @@
+"""HTTP request bodies (pydantic). Unknown fields are rejected so that a typo names itself,
+except in the OpenAI-compatible bodies, whose clients send many optional fields."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+FunctionName = Literal["map", "filter", "classify", "extract"]
+
+
+def _function_name(value: Any) -> Any:
+    # "llm_filter" and "filter" both name the function, as in SQL
+    if isinstance(value, str) and value.lower().startswith("llm_"):
+        return value[4:].lower()
+    return value
+
+
+class CallFields(BaseModel):
+    """What every LLM call says: the answer's form and the sampling settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: map: free text; filter: yes/no -> boolean; classify: one of ``labels``; extract: JSON for ``json_schema``
+    function: FunctionName = "map"
+    labels: list[str] | None = None
+    json_schema: dict[str, Any] | str | None = None
+    #: None: the function's default (map 64, filter 2, classify 16, extract 256)
+    max_tokens: int | None = Field(None, ge=1, le=32768)
+    temperature: float = Field(0.0, ge=0.0, le=10.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    seed: int | None = None
+    system: str | None = None
+    #: scheduling hints: lower priority runs sooner; deadline in seconds from submission
+    priority: int = Field(0, ge=-1000, le=1000)
+    deadline_s: float | None = Field(None, gt=0.0)
+
+    @field_validator("function", mode="before")
+    @classmethod
+    def _strip_llm_prefix(cls, value: Any) -> Any:
+        return _function_name(value)
+
+
+class RelQueryRequest(CallFields):
+    """One template over rows (``template`` + ``rows``), or already-rendered ``prompts``."""
+
+    template: str | None = None
+    rows: list[dict[str, Any]] | None = None
+    prompts: list[str | None] | None = None
+    #: "null": a failed row gets value null and an error; "raise": the first failed row fails the relQuery
+    on_error: Literal["null", "raise"] = "null"
+    #: answer repeated greedy prompts from the server's result cache
+    cache: bool = True
+    #: stream the rows back in this response as they finish; None: return the id at once
+    stream: Literal["ndjson", "sse"] | None = None
+
+    @model_validator(mode="after")
+    def _rows_or_prompts(self) -> RelQueryRequest:
+        if self.prompts is not None:
+            if self.template is not None or self.rows is not None:
+                raise ValueError("give either template and rows, or prompts, not both")
+        elif self.template is None or self.rows is None:
+            raise ValueError("give template and rows (a list of objects), or prompts (a list of strings)")
+        return self
+
+    @property
+    def size(self) -> int:
+        return len(self.prompts if self.prompts is not None else self.rows or [])
+
+
+class Cell(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    #: the cell's address (e.g. "B2"); answers come back under it
+    id: str = Field(min_length=1, max_length=128)
+    template: str
+    #: values bound to the template's placeholders in order of first appearance
+    args: list[Any] = Field(default_factory=list)
+    #: or values by placeholder name
+    values: dict[str, Any] | None = None
+
+
+class CellsRequest(CallFields):
+    """The formula cells of one recalculation: run as one relQuery, answered per cell."""
+
+    cells: list[Cell] = Field(min_length=1)
+    #: NDJSON lines as cells finish (true), or one JSON answer at the end (false)
+    stream: bool = True
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> CellsRequest:
+        seen: set[str] = set()
+        dupes = sorted({c.id for c in self.cells if c.id in seen or seen.add(c.id)})  # type: ignore[func-returns-value]
+        if dupes:
+            raise ValueError(f"cell ids must be unique; repeated: {', '.join(dupes[:10])}")
+        return self
+
+
+class _OpenAIBase(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1, le=32768)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    n: int = Field(1, ge=1)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    # relserve extensions
+    priority: int = Field(0, ge=-1000, le=1000)
+    deadline_s: float | None = Field(None, gt=0.0)
+
+    @model_validator(mode="after")
+    def _supported(self) -> _OpenAIBase:
+        if self.n != 1:
+            raise ValueError("n > 1 is not supported: send the prompt n times (as a list of prompts)")
+        if self.stop:
+            raise ValueError("stop sequences are not supported by this server")
+        return self
+
+
+class CompletionRequest(_OpenAIBase):
+    prompt: str | list[str]
+
+    @property
+    def prompts(self) -> list[str]:
+        return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart]
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content)
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+
+class ChatRequest(_OpenAIBase):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1, le=32768)
+    response_format: ResponseFormat | None = None
+
+    @model_validator(mode="after")
+    def _single_turn(self) -> ChatRequest:
+        *before, last = self.messages
+        if last.role != "user":
+            raise ValueError("the last message must come from the user")
+        others = [m.role for m in before if m.role not in ("system", "developer")]
+        if others:
+            raise ValueError(
+                "only single-turn chats are supported: system messages, then one user message "
+                f"(got earlier {', '.join(others)} message(s))"
+            )
+        return self
+
+    @property
+    def system(self) -> str | None:
+        parts = [m.text for m in self.messages[:-1]]
+        return "\n\n".join(parts) if parts else None
+
+    @property
+    def user(self) -> str:
+        return self.messages[-1].text

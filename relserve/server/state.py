@@ -1,0 +1,61 @@
+"""What the routes share: the engine, the tenants, the jobs, the metrics and the result cache."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Header, Request
+
+from relserve.planner.cache import ResultCache
+from relserve.server.errors import ApiError
+from relserve.server.jobs import Job, JobRegistry
+from relserve.server.metrics import ServerMetrics
+from relserve.server.tenants import Tenant, Tenants
+
+
+@dataclass
+class ServerState:
+    engine: Any
+    tenants: Tenants
+    jobs: JobRegistry
+    metrics: ServerMetrics
+    #: the result cache for repeated greedy prompts (None: off)
+    cache: ResultCache | None
+    #: the address clients use to reach the server (for the add-in manifest); None: from the request
+    public_url: str | None = None
+    _tasks: set[asyncio.Task] = field(default_factory=set)
+
+    def launch(self, job: Job, tenant: Tenant) -> Job:
+        """Admit ``job`` within its tenant's limit and start it on the event loop."""
+        self.jobs.admit(job, tenant.limits.max_rows_in_flight)
+        task = asyncio.get_running_loop().create_task(job.run(self.engine, self.cache, self.metrics.job_finished))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return job
+
+    def job_of(self, job_id: str, tenant: Tenant) -> Job:
+        job = self.jobs.get(job_id, tenant.name)
+        if job is None:
+            raise ApiError(404, f"no relQuery with id {job_id!r}")
+        return job
+
+    def check_size(self, n: int, tenant: Tenant, what: str = "rows") -> None:
+        limit = tenant.limits.max_rows_per_request
+        if n > limit:
+            raise ApiError(413, f"too many {what} in one request: {n}, the limit is {limit}; split the request")
+
+    async def shutdown(self) -> None:
+        self.jobs.cancel_all("cancelled: the server is shutting down")
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=30)
+
+
+def get_state(request: Request) -> ServerState:
+    return request.app.state.relserve
+
+
+def current_tenant(request: Request, authorization: str | None = Header(None)) -> Tenant:
+    """The caller's tenant from ``Authorization: Bearer <key>`` (401 if missing or unknown)."""
+    return get_state(request).tenants.authenticate(authorization)

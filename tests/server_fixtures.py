@@ -1,0 +1,68 @@
+"""Helpers shared by the server, Postgres and spreadsheet tests (not a test module).
+
+``running_server`` serves an app for an engine on a loopback port in a background thread.
+``FakeEngine`` answers instantly (or slowly) without a model: for the HTTP-level tests of
+auth, limits and validation, whose outcome does not depend on the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+
+from relserve.engine.handle import RelQueryHandle
+from relserve.results import RelQueryResult, RelQueryStats, RowResult
+from relserve.server import ServerThread, create_app
+
+
+@contextlib.contextmanager
+def running_server(engine, **app_options) -> Iterator[ServerThread]:
+    app = create_app(engine, **app_options)
+    with ServerThread(app) as srv:
+        yield srv
+
+
+class FakeEngine:
+    """Answers every prompt with ``"echo: <prompt>"`` after ``delay`` seconds per row."""
+
+    model_id = "fake-model"
+    policy = "fake"
+    uses_plugin = False
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.submitted: list = []
+        self.cancelled: list[str] = []
+
+    def submit(self, rq):
+        prompts = rq.render()
+        self.submitted.append(rq)
+        stop = threading.Event()
+
+        def cancel():
+            self.cancelled.append(rq.rel_id)
+            stop.set()
+
+        handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, cancel)
+
+        def work():
+            t0 = time.monotonic()
+            rows = []
+            for i, p in enumerate(prompts):
+                if stop.wait(self.delay) or stop.is_set():
+                    row = RowResult(i, error="cancelled", finish_reason="abort")
+                else:
+                    text = rq.choices[0] if rq.choices else f"echo: {p}"
+                    row = RowResult(i, text=text, prompt_tokens=len(str(p).split()), output_tokens=2, finish_reason="stop")
+                rows.append(row)
+                handle._row_done(row)
+            stats = RelQueryStats(rq.rel_id, len(rows), num_errors=sum(r.error is not None for r in rows), policy=self.policy)
+            stats.latency_s = time.monotonic() - t0
+            stats.prompt_tokens = sum(r.prompt_tokens for r in rows)
+            stats.output_tokens = sum(r.output_tokens for r in rows)
+            handle._finish(RelQueryResult(rows, stats, cancelled=stop.is_set()))
+
+        threading.Thread(target=work, daemon=True).start()
+        return handle
