@@ -148,3 +148,17 @@ def test_async_and_iteration_interfaces(engine):
     h = engine.submit(RelQuery("Spell {word}.", rows, max_tokens=6))
     assert sorted(r.index for r in h) == list(range(5))
     assert h.progress == (5, 5)
+
+
+def test_engine_is_shared_by_threads(engine):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def work(k: int):
+        rows = [{"word": f"{w}{k}"} for w in WORDS[:3]]
+        return engine.run(RelQuery("Spell {word}.", rows, max_tokens=4))
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(work, range(4)))
+    assert [len(r.rows) for r in results] == [3, 3, 3, 3]
+    assert all(r.stats.num_errors == 0 for r in results)
+    assert len({r.stats.rel_id for r in results}) == 4

@@ -36,6 +36,7 @@ def calibrate(
     prompt_words=(20, 60, 150),
     decode_sizes=(1, 2, 4, 8, 16, 32, 64),
     decode_steps: int = 16,
+    repeats: int = 2,
     seed: int = 0,
     progress=None,
 ) -> Calibration:
@@ -43,19 +44,23 @@ def calibrate(
     previous = engine.policy
     engine.set_policy("fcfs")  # pure prefill or pure decode steps
     try:
+        # warm-up: the first steps of a fresh engine are slower than the rest
+        engine.run(RelQuery("{text}", [{"text": _words(rng, 40)} for _ in range(4)], max_tokens=4))
         engine.scheduler_stats(clear=True)
         for n in prefill_sizes:
             for words in prompt_words:
-                engine.reset_prefix_cache()
-                rows = [{"text": _words(rng, words)} for _ in range(n)]
-                engine.run(RelQuery("{text}", rows, max_tokens=1))
+                for _ in range(repeats):
+                    engine.reset_prefix_cache()
+                    rows = [{"text": _words(rng, words)} for _ in range(n)]
+                    engine.run(RelQuery("{text}", rows, max_tokens=1))
                 if progress:
                     progress()
         prefill_log = engine.scheduler_stats(steps=True, clear=True)["step_log"]
         max_seqs = engine.settings.max_num_seqs
         for b in (b for b in decode_sizes if b <= max_seqs):
-            rows = [{"text": "Tell me a story about " + _words(rng, 3)} for _ in range(b)]
-            engine.run(RelQuery("{text}", rows, max_tokens=decode_steps, ignore_eos=True))
+            for _ in range(repeats):
+                rows = [{"text": "Tell me a story about " + _words(rng, 3)} for _ in range(b)]
+                engine.run(RelQuery("{text}", rows, max_tokens=decode_steps, ignore_eos=True))
             if progress:
                 progress()
         decode_log = engine.scheduler_stats(steps=True, clear=True)["step_log"]
