@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
@@ -32,6 +34,11 @@ async def index():
     return RedirectResponse("/sheet")
 
 
+@router.get("/favicon.ico")
+async def favicon():
+    return _file(ADDIN, "icon-32.png")
+
+
 @router.get("/sheet")
 async def sheet():
     return _file(STATIC, "sheet.html")
@@ -46,13 +53,31 @@ def base_url(request: Request, state: ServerState) -> str:
     return (state.public_url or str(request.base_url)).rstrip("/")
 
 
-@router.get("/addin/manifest.xml")
-async def manifest(request: Request, state: ServerState = Depends(get_state)):
-    """The add-in manifest with this server's address filled in (Office needs absolute https URLs)."""
-    text = (ADDIN / "manifest.xml").read_text().replace("https://localhost:8443", base_url(request, state))
-    return Response(text, media_type=_TYPES[".xml"], headers={"Content-Disposition": 'attachment; filename="relserve-manifest.xml"'})
+#: add-in files written for the server that serves them: its address, and the caller's key
+_RENDERED = {"manifest.xml", "functions.js", "functions.html", "functions.json"}
+_PLACEHOLDER_URL = "https://localhost:8443"
+
+
+def _render_addin(name: str, request: Request, state: ServerState, key: str | None) -> Response:
+    text = (ADDIN / name).read_text()
+    text = text.replace(_PLACEHOLDER_URL, base_url(request, state))
+    text = text.replace("__RELSERVE_KEY_QUERY__", f"?key={quote(key)}" if key else "")
+    if name == "functions.js":
+        text = text.replace('"__RELSERVE_API_KEY__"', json.dumps(key or ""))
+    headers = {"Cache-Control": "no-cache"}
+    if name == "manifest.xml":
+        headers["Content-Disposition"] = 'attachment; filename="relserve-manifest.xml"'
+    return Response(text, media_type=_TYPES[Path(name).suffix], headers=headers)
 
 
 @router.get("/addin/{name}")
-async def addin(name: str):
-    return _file(ADDIN, name)
+async def addin(name: str, request: Request, key: str | None = None, state: ServerState = Depends(get_state)):
+    """The Office add-in: manifest.xml (sideload it), functions.js/.json/.html, icons.
+
+    ``?key=...`` writes that API key into the files (checked first), for servers with tenants.
+    """
+    if name not in _RENDERED:
+        return _file(ADDIN, name)
+    if key is not None and not state.tenants.open:
+        state.tenants.authenticate(f"Bearer {key}")  # 401 for an unknown key
+    return _render_addin(name, request, state, key)
