@@ -474,3 +474,23 @@ def test_fast_renderer_matches_the_template():
     for values in rows:
         assert fast(values) == render(call, values)
     assert fast(rows[0]) == "A text, b 3, a again text; {literal} 2\nAnswer yes or no."
+
+
+def test_a_fully_cached_call_never_starts_the_default_engine(monkeypatch):
+    import relserve.engine
+    import relserve.model
+    from relserve.planner import engine_ref
+
+    def no_engine(**options):
+        raise AssertionError("the default engine was started")
+
+    spec = relserve.model.ModelSpec("/nowhere", "cached-model")
+    monkeypatch.setattr(relserve.model, "resolve_model", lambda name=None, prepare=True: spec)
+    monkeypatch.setattr(relserve.engine, "default_engine", no_engine)
+    monkeypatch.setattr(engine_ref, "_resolved", {})
+    call = make_call("llm_map", "Echo: {review}")
+    shared_cache().put_many("cached-model", call.sampling_settings(), [("Echo: a", "A"), ("Echo: b", "B")])
+    out = run_call(call, [["b", "a", "b"]])  # no engine given: the default one would be used
+    assert out.values == ["B", "A", "B"] and out.ran == 0
+    with pytest.raises(AssertionError, match="default engine was started"):
+        run_call(call, [["c"]])

@@ -30,7 +30,7 @@ from relserve.functions import LLMCall, LLMFunction
 from relserve.planner.explain import Explain
 from relserve.duckdb_ext.arguments import decode_chunk
 from relserve.duckdb_ext.session import RETURN_TYPES, Session, answer_chunk, to_arrow
-from relserve.duckdb_ext.statement import CallSite, Statement, analyze
+from relserve.duckdb_ext.statement import CallSite, Statement
 
 #: stand-in answers during collection passes
 _STAND_IN = {"map": "", "filter": True, "classify": None, "extract": "{}"}
@@ -297,7 +297,3 @@ def explain_planned(
             state.explain_arrivals()
     run.seconds = time.perf_counter() - t0
     return run
-
-
-def analyze_statement(text: str) -> Statement:
-    return analyze(text)

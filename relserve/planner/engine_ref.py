@@ -56,18 +56,25 @@ class EngineRef:
         return self._model
 
 
+_resolved: dict[str | None, str] = {}
+
+
 def _model_id_of(model: str | None) -> str | None:
     """The engine's name for a model without loading it (None when that cannot be told)."""
+    if model in _resolved:
+        return _resolved[model]
     try:
         from relserve.model import resolve_model
     except ImportError:
         return model
     try:
-        return resolve_model(model, prepare=False).model_id
+        model_id = resolve_model(model, prepare=False).model_id
     except ConfigError as e:
         if model is not None and "unknown model" in str(e):
             raise
-        return None
+        return None  # not prepared yet: ask again next time
+    _resolved[model] = model_id
+    return model_id
 
 
 def _default_engine(model: str | None) -> Any:
