@@ -7,8 +7,9 @@ One run, side by side, on rotten_tomatoes, amazon_reviews and beer_ratings (../s
               10,000 rows in original vs planned order (engine tokens, engine KV capacity);
 2. engine  -- the same llm_map over the first --rows rows, unplanned (every row as written, in
               table order: vLLM's prefix caching alone) vs planned (dedup, GGR rows+fields,
-              pinned prefix), with the engine's prefix cache reset before each; hit rate as the
-              engine counts it (cached / prompt tokens of the relQuery) and wall time;
+              pinned prefix; with --rows-only also without field reordering), with the
+              engine's prefix cache reset before each; hit rate as the engine counts it
+              (cached / prompt tokens of the relQuery) and wall time;
 3. cached  -- a 100,000-row llm_map in DuckDB whose answers are all in the result cache:
               relserve.duckdb.sql in this process (memory + SQLite) and in a fresh process
               (SQLite only); the engine must not be called.
@@ -116,7 +117,7 @@ def bench_solver(engine, solver_rows: int) -> list[dict]:
 # -- 2. engine -----------------------------------------------------------------------------------
 
 
-def bench_engine(engine, rows: int, max_tokens: int) -> list[dict]:
+def bench_engine(engine, rows: int, max_tokens: int, rows_only: bool) -> list[dict]:
     from relserve import RelQuery
     from relserve.functions import make_call
     from relserve.planner import run_call
@@ -140,6 +141,16 @@ def bench_engine(engine, rows: int, max_tokens: int) -> list[dict]:
         planned = run_call(call, cols, engine=engine, cache=None, progress=False)
         planned_s = time.perf_counter() - t0
         stats = planned.engine_stats
+        extra = {}
+        if rows_only:
+            # planning without field reordering: dedup, sorted rows, pinned prefix
+            engine.reset_prefix_cache()
+            t0 = time.perf_counter()
+            sorted_run = run_call(plain, cols, engine=engine, cache=None, progress=False)
+            extra = {
+                "hit_rows_only": sorted_run.engine_stats.prefix_hit_rate,
+                "seconds_rows_only": time.perf_counter() - t0,
+            }
         row = {
             "table": name,
             "rows": len(prompts),
@@ -154,11 +165,13 @@ def bench_engine(engine, rows: int, max_tokens: int) -> list[dict]:
             "planner_s": planned.plan.planner_s,
             "errors_original": base.stats.num_errors,
             "errors_planned": sum(e is not None for e in planned.errors),
+            **extra,
         }
         out.append(row)
         print(
             f"  {name:16} {row['rows']:>5} rows  hit {row['hit_original']:6.1%} -> {row['hit_planned']:6.1%}  "
-            f"time {base_s:6.1f} s -> {planned_s:6.1f} s  ({row['speedup']:.2f}x)",
+            f"time {base_s:6.1f} s -> {planned_s:6.1f} s  ({row['speedup']:.2f}x)"
+            + (f"  rows only: hit {extra['hit_rows_only']:6.1%}, {extra['seconds_rows_only']:6.1f} s" if extra else ""),
             flush=True,
         )
     return out
@@ -259,6 +272,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--kv-cache-gb", type=float, default=0.25, help="engine KV cache (default 0.25 GB)")
     parser.add_argument("--no-engine", action="store_true", help="skip the engine runs")
+    parser.add_argument("--rows-only", action="store_true", help="also run the plan without field reordering")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "planner.json")
     args = parser.parse_args()
 
@@ -289,7 +303,7 @@ def main() -> None:
     report["solver"] = bench_solver(engine, args.solver_rows)
     if engine is not None:
         print(f"\n2. engine: llm_map over the first {args.rows} rows, unplanned vs planned", flush=True)
-        report["engine_runs"] = bench_engine(engine, args.rows, args.max_tokens)
+        report["engine_runs"] = bench_engine(engine, args.rows, args.max_tokens, args.rows_only)
     model_id = engine.model_id if engine is not None else "SmolLM2-135M-Instruct"
     print(f"\n3. fully cached llm_map in DuckDB", flush=True)
     report["cached"] = bench_cached(model_id, args.cached_rows, cache_path)
