@@ -285,3 +285,9 @@ def test_parameters_reach_the_planned_statement(con, engine):
     ).fetchall()
     assert rows == [(0, "movie 0"), (1, "movie 1")]
     assert engine.submitted == [["Echo: movie 0", "Echo: movie 1"]]
+
+
+def test_an_unknown_model_is_a_clear_error(con, engine):
+    with pytest.raises(ConfigError, match="unknown model 'no-such-model'"):
+        relserve.duckdb.sql(con, "SELECT llm_map('Echo: {review}', review, llm_options(model := 'no-such-model')) FROM reviews")
+    assert engine.submitted == []

@@ -100,3 +100,17 @@ def test_struct_binding_and_explain(con, recording):
     assert plan.token_source == "engine"
     rows = relserve.duckdb.sql(con, "SELECT id, llm_map('Movie {movie}: {review}. One word:', r) FROM reviews r ORDER BY id").fetchall()
     assert rows[1] == (2, recording.answers["Movie Heat: Boring and far too long.. One word:"])
+
+
+def test_bad_input_fails_before_the_engine_is_reached(con, recording):
+    from relserve.errors import ConfigError, TemplateError
+
+    with pytest.raises(TemplateError, match=r"unknown column\(s\) 'rating'"):
+        relserve.duckdb.sql(con, "SELECT llm_map('Rate {rating}', r) FROM reviews r")
+    with pytest.raises(ConfigError, match="labels must be a non-empty list of strings"):
+        relserve.duckdb.sql(con, "SELECT llm_classify('Tone of {review}', 'positive', review) FROM reviews")
+    with pytest.raises(ConfigError, match="invalid JSON schema"):
+        relserve.duckdb.sql(con, """SELECT llm_extract('Facts {review}', '{"type": 5}', review) FROM reviews""")
+    with pytest.raises(TemplateError, match="no {column} placeholder"):
+        relserve.duckdb.sql(con, "SELECT llm_map('Say hello', review) FROM reviews")
+    assert recording.submitted == []
