@@ -268,6 +268,8 @@ def run_planned(
                 state.mode = "inline"
             table = planned.fetch(statement.with_site_names(planned.names), params)
             run.passes += 1
+    for state in run.sites:
+        state.answers = {}  # the run record is kept (last_run); the answers are not needed
     run.seconds = time.perf_counter() - t0
     return table, run
 

@@ -8,7 +8,7 @@ EXPLAIN instead of running.
 
 from relserve.planner.cache import ResultCache, clear_result_cache, shared_cache
 from relserve.planner.engine_ref import EngineRef
-from relserve.planner.execute import CallOutcome, recent_outcomes, run_call
+from relserve.planner.execute import CallOutcome, cached_values, run_call
 from relserve.planner.explain import Explain, explain_plan
 from relserve.planner.ggr import GGR, Ordering, ggr, sort_rows
 from relserve.planner.hit_rate import HitStats, PrefixCacheModel, predict_hits
@@ -26,12 +26,12 @@ __all__ = [
     "PrefixCacheModel",
     "ResultCache",
     "TokenSource",
+    "cached_values",
     "clear_result_cache",
     "explain_plan",
     "ggr",
     "plan_call",
     "predict_hits",
-    "recent_outcomes",
     "run_call",
     "shared_cache",
     "sort_rows",

@@ -3,10 +3,8 @@ store the new answers in the result cache, and give every input row its value in
 
 from __future__ import annotations
 
-import threading
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from relserve.errors import RowError
@@ -36,22 +34,6 @@ class CallOutcome:
     @property
     def failures(self) -> list[tuple[int, str]]:
         return [(i, e) for i, e in enumerate(self.errors) if e is not None]
-
-
-@dataclass
-class _Recent:
-    """The last few outcomes of this process, so surfaces can show a call's errors afterwards."""
-
-    items: deque = field(default_factory=lambda: deque(maxlen=64))
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-_recent = _Recent()
-
-
-def recent_outcomes() -> list[CallOutcome]:
-    with _recent.lock:
-        return list(_recent.items)
 
 
 def run_call(
@@ -97,8 +79,6 @@ def run_call(
     outcome = _fan_out(plan, answers, failed)
     outcome.engine_stats = stats
     outcome.ran = len(plan.run_order)
-    with _recent.lock:
-        _recent.items.append(outcome)
     if call.options.on_error == "raise" and outcome.failures:
         i, err = outcome.failures[0]
         raise RowError(f"{_row_label(plan, i)}: {err}")
