@@ -80,7 +80,7 @@ def decode_chunk(fn: LLMFunction, arrays: Sequence[pa.Array], defaults: CallOpti
             f"{fn.name} got no values for its template's placeholders; pass them after the "
             f"template{', ' + fn.spec_argument if fn.spec_argument else ''}, e.g. {_example(fn)}"
         )
-    _check_value_types(fn, value_arrays)
+    _check_options_last(fn, value_arrays)
 
     errors: dict[int, str] = {}
     templates = _per_row(template_array)
@@ -171,7 +171,7 @@ class _Binder:
         return tuple(col[r] for col in self.columns)
 
 
-def _check_value_types(fn: LLMFunction, value_arrays: list[pa.Array]) -> None:
+def _check_options_last(fn: LLMFunction, value_arrays: list[pa.Array]) -> None:
     for a in value_arrays:
         if _is_options(a):
             raise ConfigError(f"{fn.name}: llm_options(...) must be the last argument")
