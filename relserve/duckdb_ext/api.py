@@ -64,7 +64,10 @@ class StatementExplain:
     sites: list[SiteExplain]
     #: why the statement is not planned, if it is not
     unplanned_reason: str | None
+    #: reading the rows (one collection pass)
     collect_s: float
+    #: the whole EXPLAIN, tokenizing the prompts included
+    explain_s: float = 0.0
 
     @property
     def stages(self) -> int:
@@ -76,6 +79,7 @@ class StatementExplain:
             "stages": self.stages,
             "unplanned_reason": self.unplanned_reason,
             "collect_s": self.collect_s,
+            "explain_s": self.explain_s,
             "sites": [s.to_dict() for s in self.sites],
         }
 
@@ -86,7 +90,7 @@ class StatementExplain:
             return "LLM EXPLAIN: no LLM calls in this statement"
         lines = [
             f"LLM EXPLAIN: {len(self.sites)} call site(s) in {self.stages} stage(s); "
-            f"collection pass {self.collect_s * 1000:.0f} ms"
+            f"reading the rows {self.collect_s * 1000:.0f} ms, explaining {self.explain_s * 1000:.0f} ms"
         ]
         for s in self.sites:
             waits = f", waits for #{', #'.join(map(str, s.depends_on))}" if s.depends_on else ""
@@ -134,7 +138,7 @@ def _statement_explain(run: StatementRun) -> StatementExplain:
         )
         for s in run.sites
     ]
-    return StatementExplain(run.statement.text, out, None, run.seconds)
+    return StatementExplain(run.statement.text, out, None, run.collect_s, run.seconds)
 
 
 def errors(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:

@@ -172,6 +172,8 @@ class StatementRun:
     sites: list[SiteState]
     passes: int = 0
     seconds: float = 0.0
+    #: time of the collection passes alone
+    collect_s: float = 0.0
 
 
 class PlannedStatement:
@@ -293,7 +295,9 @@ def explain_planned(
         run = StatementRun(statement, planned.states)
         for state in planned.states:
             state.arrivals = {}
+        t1 = time.perf_counter()
         planned.collect(params)
+        run.collect_s = time.perf_counter() - t1
         run.passes = 1
         for state in planned.states:
             state.explain_arrivals()

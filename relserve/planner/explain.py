@@ -97,10 +97,15 @@ def explain_plan(
     call = plan.call
     out_tokens = expected_output_tokens(call.max_tokens, call.choices is not None)
 
-    baseline = tokens.many(plan.baseline_prompts())
+    baseline_texts = plan.baseline_prompts()
+    run_texts = plan.run_prompts
+    # each distinct text is tokenized once: without field reordering both lists hold the same texts
+    distinct = list(dict.fromkeys(baseline_texts + run_texts))
+    ids = dict(zip(distinct, tokens.many(distinct)))
+    baseline = [ids[t] for t in baseline_texts]
     original = predict_hits(baseline, block, capacity_blocks)
 
-    run = tokens.many(plan.run_prompts)
+    run = [ids[t] for t in run_texts]
     prefix = plan.shared_prefix()
     pinned = pinned_prefix_tokens(tokens, prefix, block) if len(run) > 1 else []
     planned = predict_hits(run, block, capacity_blocks, warm=[pinned] if pinned else [])
