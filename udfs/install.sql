@@ -188,8 +188,8 @@ def over_query(function, template, query, options, spec=None):
         fail(f"{name}: on_error must be 'raise', 'null' or 'fail', got {on_error!r}")
     try:
         result_rows = plpy.execute(query)
-    except plpy.SPIError as e:
-        plpy.error(f"{name}: the query failed: {e}")
+    except plpy.SPIError as e:  # keep the query's own SQLSTATE (42P01 for a missing table, ...)
+        fail(f"{name}: the query failed: {e}", getattr(e, "sqlstate", None) or "42000")
     rows = [dict(r) for r in result_rows]
     if not rows:
         return []

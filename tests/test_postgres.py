@@ -1,0 +1,240 @@
+"""The plpython3u functions in a real PostgreSQL 15 (a throwaway cluster on loopback) calling a
+real relserve server on the session engine, from several psycopg connections at once."""
+
+from __future__ import annotations
+
+import sysconfig
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+from pg_cluster import PgCluster, missing_requirements
+from server_fixtures import running_server
+
+from relserve.client import Client
+from relserve.functions import make_call
+from relserve.planner import run_call
+from relserve.planner.cache import ResultCache
+
+pytestmark = [pytest.mark.postgres, pytest.mark.engine]
+
+INSTALL_SQL = Path(__file__).resolve().parents[1] / "udfs" / "install.sql"
+KEY = "postgres-tenant-key"
+DB = "relserve_test"
+REVIEWS = [
+    (1, "I loved every minute of it.", 5),
+    (2, "Boring and far too long.", 1),
+    (3, "The actors were wonderful.", 4),
+    (4, "A waste of money.", 1),
+    (5, "Best film of the year!", 5),
+    (6, "I fell asleep halfway.", 2),
+]
+MAP_TEMPLATE = "Is this review positive? {review} Answer yes or no."
+
+
+@pytest.fixture(scope="module")
+def server(engine, tmp_path_factory):
+    cache = ResultCache(tmp_path_factory.mktemp("pg-cache") / "results.sqlite")
+    with running_server(engine, tenants={"tenants": {"pg": {"key": KEY}}}, cache=cache) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def cluster(server):
+    problem = missing_requirements()
+    assert problem is None, problem
+    pg = PgCluster().start()
+    try:
+        with psycopg.connect(pg.conninfo(), autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE {DB}")
+        with psycopg.connect(pg.conninfo(DB), autocommit=True) as db:
+            db.execute("CREATE EXTENSION plpython3u")
+            db.execute(INSTALL_SQL.read_text())
+            site_packages = sysconfig.get_paths()["purelib"]  # this venv: relserve (editable) and httpx
+            db.execute(f"ALTER DATABASE {DB} SET relserve.url = '{server.url}'")
+            db.execute(f"ALTER DATABASE {DB} SET relserve.api_key = '{KEY}'")
+            db.execute(f"ALTER DATABASE {DB} SET relserve.python_path = '{site_packages}'")
+            db.execute("CREATE TABLE reviews (id int PRIMARY KEY, review text, stars int)")
+            with db.cursor() as cur:
+                cur.executemany("INSERT INTO reviews VALUES (%s, %s, %s)", REVIEWS)
+            db.execute("INSERT INTO reviews VALUES (7, NULL, 3)")
+        yield pg
+    finally:
+        pg.stop()
+
+
+def connect(cluster) -> psycopg.Connection:
+    return psycopg.connect(cluster.conninfo(DB), autocommit=True)
+
+
+def expected(engine, fn: str, template: str, values: list, **kw) -> list:
+    """What the same call answers through the planner (DuckDB/polars semantics), no cache."""
+    return run_call(make_call(fn, template, **kw), [values], engine=engine, cache=False, progress=False).values
+
+
+def jobs_of(server) -> dict[str, dict]:
+    with Client(server.url, api_key=KEY) as c:
+        return {j["id"]: j for j in c.list()}
+
+
+def test_install_creates_every_function(cluster):
+    with connect(cluster) as db:
+        names = db.execute(
+            "SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')' FROM pg_proc p "
+            "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.proname LIKE 'llm_%'"
+        ).fetchall()
+    assert sorted(n for (n,) in names) == sorted([
+        "llm_classify(template text, labels text[], fields jsonb)",
+        "llm_classify(template text, labels text[], VARIADIC vals text[])",
+        "llm_classify_query(template text, labels text[], query text, options jsonb)",
+        "llm_extract(template text, json_schema jsonb, VARIADIC vals text[])",
+        "llm_extract_query(template text, json_schema jsonb, query text, options jsonb)",
+        "llm_filter(template text, fields jsonb)",
+        "llm_filter(template text, VARIADIC vals text[])",
+        "llm_filter_query(template text, query text, options jsonb)",
+        "llm_map(template text, fields jsonb)",
+        "llm_map(template text, VARIADIC vals text[])",
+        "llm_map_query(template text, query text, options jsonb)",
+    ])
+
+
+def test_scalar_llm_map_answers_each_row_with_one_request_per_call(engine, server, cluster):
+    want = expected(engine, "llm_map", MAP_TEMPLATE, [r for _, r, _ in REVIEWS], max_tokens=6)
+    before = jobs_of(server)
+    with connect(cluster) as db:
+        db.execute("SET relserve.max_tokens = 6")
+        got = db.execute(f"SELECT id, llm_map('{MAP_TEMPLATE}', review) FROM reviews WHERE id <= 6 ORDER BY id").fetchall()
+    assert got == [(i, w) for (i, _, _), w in zip(REVIEWS, want)]
+    new = [j for k, j in jobs_of(server).items() if k not in before]
+    assert len(new) == len(REVIEWS) and all(j["progress"]["total"] == 1 for j in new)
+
+
+def test_query_form_sends_one_relquery_for_the_whole_result(engine, server, cluster):
+    want = expected(engine, "llm_map", MAP_TEMPLATE, [r for _, r, _ in REVIEWS], max_tokens=6)
+    before = jobs_of(server)
+    with connect(cluster) as db:
+        got = db.execute(
+            f"SELECT ord, (input->>'id')::int, answer, error FROM llm_map_query('{MAP_TEMPLATE}', "
+            "'SELECT id, review FROM reviews WHERE id <= 6 ORDER BY id', '{\"max_tokens\": 6, \"cache\": false}') ORDER BY ord"
+        ).fetchall()
+    assert got == [(n + 1, i, w, None) for n, ((i, _, _), w) in enumerate(zip(REVIEWS, want))]
+    new = [j for k, j in jobs_of(server).items() if k not in before]
+    assert len(new) == 1
+    assert new[0]["progress"] == {"done": 6, "total": 6} and new[0]["stats"]["engine_rows"] == 6
+
+
+def test_filter_and_classify_agree_with_the_planner(engine, cluster):
+    reviews = [r for _, r, _ in REVIEWS]
+    want_filter = expected(engine, "llm_filter", "Is this review positive? {review}", reviews)
+    want_class = expected(engine, "llm_classify", "What is the sentiment of this review? {review}", reviews,
+                          labels=["positive", "negative"], max_tokens=4)
+    with connect(cluster) as db:
+        rows = db.execute(
+            "SELECT answer FROM llm_filter_query('Is this review positive? {review}', "
+            "'SELECT review FROM reviews WHERE id <= 6 ORDER BY id') ORDER BY ord"
+        ).fetchall()
+        assert [a for (a,) in rows] == want_filter
+        db.execute("SET relserve.max_tokens = 4")
+        rows = db.execute(
+            "SELECT llm_classify('What is the sentiment of this review? {r}', ARRAY['positive','negative'], review) "
+            "FROM reviews WHERE id <= 6 ORDER BY id"
+        ).fetchall()
+        assert [a for (a,) in rows] == want_class
+
+
+def test_several_connections_at_once(engine, cluster):
+    reviews = [r for _, r, _ in REVIEWS]
+    want_map = expected(engine, "llm_map", MAP_TEMPLATE, reviews, max_tokens=5)
+    want_filter = expected(engine, "llm_filter", "Does this review praise the film? {review}", reviews)
+    queries = {
+        "map_query": (
+            f"SELECT answer FROM llm_map_query('{MAP_TEMPLATE}', 'SELECT review FROM reviews WHERE id <= 6 ORDER BY id', "
+            "'{\"max_tokens\": 5, \"cache\": false}') ORDER BY ord",
+            want_map,
+        ),
+        "filter_query": (
+            "SELECT answer FROM llm_filter_query('Does this review praise the film? {review}', "
+            "'SELECT review FROM reviews WHERE id <= 6 ORDER BY id', '{\"cache\": false}') ORDER BY ord",
+            want_filter,
+        ),
+        "map_scalar": (f"SELECT llm_map('{MAP_TEMPLATE}', review) FROM reviews WHERE id <= 3 ORDER BY id", want_map[:3]),
+        "filter_scalar": (
+            "SELECT llm_filter('Does this review praise the film? {review}', to_jsonb(r)) FROM reviews r WHERE id > 3 AND id <= 6 ORDER BY id",
+            want_filter[3:],
+        ),
+    }
+    got: dict[str, list] = {}
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(queries))
+
+    def run(name: str, sql: str) -> None:
+        try:
+            with connect(cluster) as db:
+                db.execute("SET relserve.max_tokens = 5" if "map" in name else "RESET relserve.max_tokens")
+                start.wait(30)
+                got[name] = [a for (a,) in db.execute(sql).fetchall()]
+        except BaseException as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(name, sql)) for name, (sql, _) in queries.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    assert got == {name: want for name, (_, want) in queries.items()}
+
+
+def test_a_null_value_gives_a_null_row_with_its_error(cluster):
+    with connect(cluster) as db:
+        notices: list[str] = []
+        db.add_notice_handler(lambda d: notices.append(d.message_primary))
+        rows = db.execute(
+            "SELECT (input->>'id')::int, answer, error FROM llm_map_query('Is {review} good?', "
+            "'SELECT id, review FROM reviews WHERE id = 7', '{\"max_tokens\": 2}')"
+        ).fetchall()
+        assert rows == [(7, None, "llm_map: placeholder {review} is NULL in this row")]
+        assert db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 7").fetchone() == (None,)
+        assert notices[-1] == "llm_map: NULL for this row: llm_map: placeholder {r} is NULL in this row"
+        db.execute("SET relserve.on_error = 'fail'")
+        with pytest.raises(psycopg.errors.DataException, match=r"llm_map: llm_map: placeholder \{r\} is NULL in this row"):
+            db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 7")
+
+
+def test_bad_input_and_server_errors_are_sql_errors_with_clear_messages(cluster):
+    with connect(cluster) as db:
+        with pytest.raises(psycopg.errors.InvalidParameterValue,
+                           match=r"llm_map_query: template names unknown column\(s\) 'opinion'; available columns: 'id', 'review' \(HTTP 400\)"):
+            db.execute("SELECT * FROM llm_map_query('Is {opinion} good?', 'SELECT id, review FROM reviews')")
+        with pytest.raises(psycopg.errors.InvalidParameterValue,
+                           match=r"llm_map: the template has 2 placeholder\(s\) \(\{a\}, \{b\}\) but 1 value\(s\) were given"):
+            db.execute("SELECT llm_map('Compare {a} with {b}', review) FROM reviews")
+        with pytest.raises(psycopg.errors.UndefinedTable, match=r'llm_map_query: the query failed: relation "no_such_table" does not exist'):
+            db.execute("SELECT * FROM llm_map_query('Is {x} good?', 'SELECT x FROM no_such_table')")
+        db.execute("SET relserve.api_key = 'not-the-key'")
+        with pytest.raises(psycopg.errors.InvalidAuthorizationSpecification, match=r"llm_map: unknown API key \(HTTP 401\)"):
+            db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1")
+        db.execute("SET relserve.url = 'http://127.0.0.1:9'")
+        with pytest.raises(psycopg.errors.SqlclientUnableToEstablishSqlconnection,
+                           match=r"llm_map: cannot reach the relserve server at http://127.0.0.1:9"):
+            db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1")
+        db.execute("SET relserve.on_error = 'null'")  # asked for: NULL rows instead of an error
+        rows = db.execute(
+            "SELECT ord, answer, error FROM llm_map_query('Is {review} good?', 'SELECT review FROM reviews WHERE id <= 2 ORDER BY id')"
+        ).fetchall()
+        assert [(o, a) for o, a, _ in rows] == [(1, None), (2, None)]
+        assert all(e.startswith("cannot reach the relserve server at http://127.0.0.1:9") for _, _, e in rows)
+        assert db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1").fetchone() == (None,)
+        db.execute("SET relserve.on_error = 'sometimes'")
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"relserve.on_error must be 'raise', 'null' or 'fail', got 'sometimes'"):
+            db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1")
+
+
+def test_missing_python_path_names_the_setting(cluster):
+    with connect(cluster) as db:
+        db.execute("SET relserve.python_path = ''")
+        # this fresh session has not imported the client yet, and the system Python has no relserve
+        with pytest.raises(psycopg.errors.SystemError, match=r"relserve: cannot import the relserve client") as e:
+            db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1")
+        assert "relserve.python_path" in (e.value.diag.message_hint or "")

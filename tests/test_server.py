@@ -1,0 +1,182 @@
+"""The server on the real engine (the session's shared SmolLM2 engine): answers over HTTP are the
+engine's own, concurrent clients get their own rows, a dropped client frees the engine,
+OpenAI-compatible calls, metrics."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from server_fixtures import running_server
+
+from relserve import RelQuery
+from relserve.client import Client
+from relserve.planner.cache import ResultCache
+
+pytestmark = pytest.mark.engine
+
+TEMPLATE = "Is this review positive? {review} Answer yes or no."
+REVIEWS = ["I loved every minute of it.", "Boring and far too long.", "The actors were wonderful.",
+           "A waste of money.", "Best film of the year!", "I fell asleep halfway."]
+KEY = "server-test-key"
+
+
+@pytest.fixture(scope="module")
+def server(engine, tmp_path_factory):
+    cache = ResultCache(tmp_path_factory.mktemp("server-cache") / "results.sqlite")
+    with running_server(engine, tenants={"tenants": {"t": {"key": KEY}}}, cache=cache) as srv:
+        yield srv
+
+
+@pytest.fixture
+def client(server):
+    with Client(server.url, api_key=KEY) as c:
+        yield c
+
+
+def _metrics(server) -> dict:
+    text = httpx.get(server.url + "/metrics").text
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def test_rows_over_http_are_the_engines_own_answers(engine, client):
+    rows = [{"review": r} for r in REVIEWS]
+    expected = engine.run(RelQuery(TEMPLATE, rows, max_tokens=8)).texts
+    res = client.run(TEMPLATE, rows, max_tokens=8, cache=False)
+    assert res.status == "finished"
+    assert res.texts == expected and res.values == expected
+    assert [r.index for r in res.rows] == list(range(len(rows)))
+    assert all(r.error is None and r.output_tokens > 0 and r.prompt_tokens > 0 for r in res.rows)
+    s = res.stats
+    assert s["rows"] == s["engine_rows"] == len(rows) and s["errors"] == 0
+    assert s["prompt_tokens"] == sum(r.prompt_tokens for r in res.rows)
+    assert s["output_tokens"] == sum(r.output_tokens for r in res.rows)
+    assert s["policy"] == "relserve"
+    assert client.status(res.id)["progress"] == {"done": len(rows), "total": len(rows)}
+
+
+def test_filter_over_http_matches_the_planner(engine, client):
+    from relserve.functions import make_call
+    from relserve.planner import run_call
+
+    call = make_call("llm_filter", "Is this review positive? {review}")
+    expected = run_call(call, [REVIEWS[:4]], engine=engine, cache=False, progress=False).values
+    got = client.map("Is this review positive? {review}", [{"review": r} for r in REVIEWS[:4]], function="filter", cache=False)
+    assert got == expected and all(isinstance(v, bool) for v in got)
+
+
+def test_concurrent_clients_each_get_exactly_their_rows(engine, server):
+    jobs = {
+        f"c{i}": [{"review": f"{REVIEWS[(i + j) % len(REVIEWS)]} (#{i}.{j})"} for j in range(2 + i % 2)]
+        for i in range(4)
+    }
+    expected = {name: engine.run(RelQuery(TEMPLATE, rows, max_tokens=6)).texts for name, rows in jobs.items()}
+    got: dict[str, list] = {}
+    errors: list[BaseException] = []
+
+    def session(name: str) -> None:
+        try:
+            with Client(server.url, api_key=KEY) as c:
+                got[name] = c.run(TEMPLATE, jobs[name], max_tokens=6, cache=False).texts
+        except BaseException as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=session, args=(n,)) for n in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    assert got == expected
+
+
+def test_a_client_that_disconnects_cancels_its_relquery(engine, server, client):
+    rows = [{"topic": f"the history of city number {i}"} for i in range(16)]
+    t0 = time.monotonic()
+    stream = client.stream("Write a very long essay about {topic}.", rows, max_tokens=200, cache=False)
+    time.sleep(1.0)  # the engine is busy with it
+    assert client.status(stream.id)["status"] == "running"
+    stream.close()  # drop the connection without reading
+    st = client.status(stream.id)
+    deadline = time.monotonic() + 20
+    while st["status"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        st = client.status(stream.id)
+    assert st["status"] == "cancelled" and st["error"] == "cancelled: the client disconnected"
+    assert engine.wait_idle(20)
+    # 16 rows x 200 tokens take well over a minute here; cancelling frees the engine in seconds
+    assert time.monotonic() - t0 < 25
+    res = client.result(stream.id)
+    assert {r.error for r in res.rows if r.error} == {"cancelled: the client disconnected"}
+    assert sum(r.error is None for r in res.rows) < len(rows)
+    assert client.map(TEMPLATE, [{"review": REVIEWS[0]}], max_tokens=4, cache=False)[0]  # still serving
+
+
+def test_openai_completions_and_chat_are_the_engines_answers(engine, server):
+    prompts = ["Name a colour.", "Name an animal."]
+    expected = engine.run(RelQuery.from_prompts(prompts, max_tokens=8)).texts
+    h = {"Authorization": f"Bearer {KEY}"}
+    r = httpx.post(server.url + "/v1/completions", headers=h, timeout=60,
+                   json={"model": engine.model_id, "prompt": prompts, "max_tokens": 8, "temperature": 0})
+    body = r.json()
+    assert r.status_code == 200 and body["object"] == "text_completion"
+    assert [c["text"] for c in sorted(body["choices"], key=lambda c: c["index"])] == expected
+    assert body["usage"]["completion_tokens"] > 0
+
+    system = "You answer in one word."
+    expected_chat = engine.run(RelQuery.from_prompts(["Name a fruit."], system=system, max_tokens=8)).texts[0]
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Name a fruit."}]
+    r = httpx.post(server.url + "/v1/chat/completions", headers=h, timeout=60, json={"messages": msgs, "max_tokens": 8, "temperature": 0})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"] == {"role": "assistant", "content": expected_chat}
+
+    with httpx.stream("POST", server.url + "/v1/chat/completions", headers=h, timeout=60,
+                      json={"messages": msgs, "max_tokens": 8, "temperature": 0, "stream": True}) as resp:
+        lines = [line for line in resp.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line[len("data: "):]) for line in lines[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == expected_chat
+    assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_priority_and_deadline_hints_are_kept(client):
+    rid = client.submit(TEMPLATE, [{"review": REVIEWS[2]}], max_tokens=4, priority=-3, deadline_s=120, cache=False)
+    res = client.result(rid)
+    st = client.status(rid)
+    assert (st["priority"], st["deadline_s"]) == (-3, 120)
+    assert res.status == "finished" and st["stats"]["deadline_met"] is True
+
+
+def test_cells_on_the_engine_run_once_and_then_come_from_the_cache(engine, client):
+    values = ["Great popcorn movie", "Dull plot", "Great popcorn movie"]
+    cells = [{"id": f"B{i + 2}", "template": "Is {A} positive? Answer yes or no.", "args": [v]} for i, v in enumerate(values)]
+    expected = engine.run(RelQuery.from_prompts([f"Is {v} positive? Answer yes or no." for v in values[:2]], max_tokens=6)).texts
+    first = client.cells(cells, max_tokens=6)
+    assert [first[c]["value"] for c in ("B2", "B3", "B4")] == [expected[0], expected[1], expected[0]]
+    assert not any(v["cached"] for v in first.values())
+    again = client.cells(cells, max_tokens=6)
+    assert all(v["cached"] for v in again.values())
+    assert {k: v["value"] for k, v in again.items()} == {k: v["value"] for k, v in first.items()}
+
+
+def test_metrics_count_tokens_latency_and_scheduler_overhead(server, client):
+    before = _metrics(server)
+    res = client.run(TEMPLATE, [{"review": r} for r in REVIEWS[:3]], max_tokens=5, cache=False)
+    after = _metrics(server)
+
+    def sample(families, name, suffix="_total", **labels):
+        for s in families[name].samples:
+            if s.name == name + suffix and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+        return 0.0
+
+    assert sample(after, "relserve_tokens", kind="prompt") - sample(before, "relserve_tokens", kind="prompt") == res.stats["prompt_tokens"]
+    assert sample(after, "relserve_tokens", kind="output") - sample(before, "relserve_tokens", kind="output") == res.stats["output_tokens"]
+    assert sample(after, "relserve_relquery_latency_seconds", "_count", kind="relquery") == sample(before, "relserve_relquery_latency_seconds", "_count", kind="relquery") + 1
+    assert 0.0 <= sample(after, "relserve_prefix_cache_hit_ratio", "") <= 1.0
+    assert sample(after, "relserve_scheduler_steps") > sample(before, "relserve_scheduler_steps")
+    assert sample(after, "relserve_scheduler_policy_seconds", part="dpu") > 0
+    assert sample(after, "relserve_scheduler_policy_info", "", policy="relserve") == 1.0

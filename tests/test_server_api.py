@@ -1,0 +1,360 @@
+"""The HTTP server's contract, with an instant stand-in engine: auth and tenants, limits, bad
+input, job bookkeeping, metrics, the cells endpoint's cache, the add-in files. What the real
+model answers is tested in test_server.py."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+from server_fixtures import FakeEngine, running_server
+
+from relserve.client import Client, ServerError
+from relserve.errors import ConfigError
+from relserve.planner.cache import ResultCache
+from relserve.server import Tenants, hash_key
+
+ALICE, BOB = "alice-secret-key", "bobby-secret-key"
+TENANTS = {
+    "limits": {"max_rows_in_flight": 50, "max_rows_per_request": 40, "max_body_bytes": 4096},
+    "tenants": {
+        "alice": {"key_sha256": hash_key(ALICE)},
+        "bob": {"key": BOB, "max_rows_in_flight": 5},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def fake():
+    return FakeEngine(delay=0.0)
+
+
+@pytest.fixture(scope="module")
+def server(fake, tmp_path_factory):
+    cache = ResultCache(tmp_path_factory.mktemp("cache") / "results.sqlite")
+    with running_server(fake, tenants=TENANTS, cache=cache) as srv:
+        yield srv
+
+
+def _post(srv, path, body=None, key=ALICE, **kw):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.post(srv.url + path, json=body, headers=headers, timeout=30, **kw)
+
+
+def _error(r: httpx.Response) -> str:
+    return r.json()["error"]["message"]
+
+
+# ---------------------------------------------------------------- tenants config
+
+
+def test_tenants_file_toml_and_json_give_the_same_tenants(tmp_path):
+    toml = tmp_path / "t.toml"
+    toml.write_text(
+        '[limits]\nmax_rows_in_flight = 7\n[tenants.a]\nkey = "a-long-key"\n[tenants.b]\n'
+        f'key_sha256 = "{hash_key("b-long-key")}"\nmax_rows_per_request = 3\n'
+    )
+    js = tmp_path / "t.json"
+    js.write_text(json.dumps({"limits": {"max_rows_in_flight": 7}, "tenants": {"a": {"key": "a-long-key"}, "b": {"key_sha256": hash_key("b-long-key"), "max_rows_per_request": 3}}}))
+    for path in (toml, js):
+        t = Tenants.from_file(path)
+        assert not t.open and t.names == ["a", "b"]
+        a, b = t.authenticate("Bearer a-long-key"), t.authenticate("Bearer b-long-key")
+        assert (a.name, a.limits.max_rows_in_flight, a.limits.max_rows_per_request) == ("a", 7, 10_000)
+        assert (b.name, b.limits.max_rows_in_flight, b.limits.max_rows_per_request) == ("b", 7, 3)
+
+
+def test_bad_tenants_files_name_the_problem(tmp_path):
+    with pytest.raises(ConfigError, match=r"tenants.a: Value error, give exactly one of key or key_sha256"):
+        Tenants.from_dict({"tenants": {"a": {}}})
+    with pytest.raises(ConfigError, match=r"limits.max_rows_in_flgiht: Extra inputs are not permitted"):
+        Tenants.from_dict({"limits": {"max_rows_in_flgiht": 3}})
+    with pytest.raises(ConfigError, match=r"tenants 'a' and 'b' have the same key"):
+        Tenants.from_dict({"tenants": {"a": {"key": "same-key-1"}, "b": {"key": "same-key-1"}}})
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[tenants.a\n")
+    with pytest.raises(ConfigError, match=r"is not valid TOML"):
+        Tenants.from_file(bad)
+
+
+def test_open_mode_needs_no_key(fake):
+    with running_server(fake, cache=False) as srv:
+        c = Client(srv.url)
+        assert c.health()["auth"] == "open"
+        assert c.map("Say {x}", [{"x": "hi"}]) == ["echo: Say hi"]
+        assert c.list()[0]["id"]
+
+
+# ---------------------------------------------------------------- auth and isolation
+
+
+def test_missing_or_unknown_key_is_401(server):
+    r = _post(server, "/v1/relqueries", {"template": "Say {x}", "rows": [{"x": 1}]}, key=None)
+    assert r.status_code == 401 and _error(r) == "missing API key: send the header 'Authorization: Bearer <key>'"
+    assert r.headers["www-authenticate"] == "Bearer"
+    r = _post(server, "/v1/relqueries", {"template": "Say {x}", "rows": [{"x": 1}]}, key="not-a-tenant-key")
+    assert r.status_code == 401 and _error(r) == "unknown API key"
+
+
+def test_another_tenants_relquery_is_404_and_cannot_be_cancelled(server):
+    alice, bob = Client(server.url, api_key=ALICE), Client(server.url, api_key=BOB)
+    rid = alice.submit("Say {x}", [{"x": i} for i in range(3)])
+    for call in (lambda: bob.status(rid), lambda: bob.cancel(rid), lambda: bob.result(rid)):
+        with pytest.raises(ServerError) as e:
+            call()
+        assert e.value.status == 404 and e.value.message == f"no relQuery with id {rid!r}"
+    assert rid not in {j["id"] for j in bob.list()}
+    assert alice.result(rid).texts == ["echo: Say 0", "echo: Say 1", "echo: Say 2"]
+    with pytest.raises(ServerError) as e:
+        alice.status("0123456789abcdef")
+    assert e.value.status == 404
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_malformed_json_body_is_400(server):
+    r = httpx.post(server.url + "/v1/relqueries", content=b'{"template": "x {a}", rows: [}',
+                   headers={"Authorization": f"Bearer {ALICE}", "Content-Type": "application/json"})
+    assert r.status_code == 400
+    assert _error(r).startswith("request body is not valid JSON: Expecting property name enclosed in double quotes")
+
+
+def test_invalid_bodies_are_422_naming_the_field(server):
+    cases = {
+        "invalid request: rowz: Extra inputs are not permitted": {"template": "x {a}", "rows": [], "rowz": []},
+        "invalid request: give template and rows (a list of objects), or prompts (a list of strings)": {"template": "x {a}"},
+        "invalid request: rows.1: Input should be a valid dictionary": {"template": "x {a}", "rows": [{"a": 1}, 5]},
+        "invalid request: max_tokens: Input should be greater than or equal to 1": {"template": "x {a}", "rows": [], "max_tokens": 0},
+        "invalid request: function: Input should be 'map', 'filter', 'classify' or 'extract'": {"template": "x {a}", "rows": [], "function": "sum"},
+    }
+    for message, body in cases.items():
+        r = _post(server, "/v1/relqueries", body)
+        assert (r.status_code, _error(r)) == (422, message)
+    r = httpx.post(server.url + "/v1/relqueries", headers={"Authorization": f"Bearer {ALICE}"})
+    assert r.status_code == 422 and "the request body is missing" in _error(r)
+
+
+def test_template_naming_a_missing_column_is_400(server):
+    r = _post(server, "/v1/relqueries", {"template": "Is {review} good?", "rows": [{"text": "ok"}]})
+    assert r.status_code == 400
+    assert _error(r) == "template names unknown column(s) 'review'; available columns: 'text'"
+    r = _post(server, "/v1/relqueries", {"template": "Is {review} good?", "rows": [{"review": "a"}, {"text": "b"}]})
+    assert (r.status_code, _error(r)) == (400, "row 1 has no column(s) 'review' named in the template")
+    r = _post(server, "/v1/relqueries", {"template": "Is it good?", "rows": [{"review": "a"}]})
+    assert r.status_code == 400 and "has no {column} placeholder" in _error(r)
+    r = _post(server, "/v1/relqueries", {"template": "{x}", "rows": [{"x": "a"}], "function": "classify"})
+    assert r.status_code == 400 and "llm_classify needs labels" in _error(r)
+
+
+def test_oversized_requests_are_413(server):
+    big = {"template": "Say {x}", "rows": [{"x": "y" * 100} for _ in range(39)]}  # > 4096 bytes
+    r = _post(server, "/v1/relqueries", big)
+    assert r.status_code == 413
+    assert _error(r).startswith("request body too large: ") and _error(r).endswith("the limit is 4096 bytes; send fewer rows per request")
+
+    def chunked():  # no Content-Length: the limit is enforced on the bytes received
+        yield json.dumps(big).encode()
+
+    r = httpx.post(server.url + "/v1/relqueries", content=chunked(),
+                   headers={"Authorization": f"Bearer {ALICE}", "Content-Type": "application/json"})
+    assert r.status_code == 413 and "the limit is 4096 bytes" in _error(r)
+    r = _post(server, "/v1/relqueries", {"template": "{x}", "rows": [{"x": i} for i in range(41)]})
+    assert (r.status_code, _error(r)) == (413, "too many rows in one request: 41, the limit is 40; split the request")
+    r = _post(server, "/v1/cells", {"cells": [{"id": f"A{i}", "template": "{x}", "args": [i]} for i in range(41)]})
+    assert (r.status_code, _error(r)) == (413, "too many cells in one request: 41, the limit is 40; split the request")
+
+
+def test_rows_in_flight_limit_is_429_per_tenant(tmp_path):
+    slow = FakeEngine(delay=0.2)
+    with running_server(slow, tenants=TENANTS, cache=False) as srv:
+        bob, alice = Client(srv.url, api_key=BOB), Client(srv.url, api_key=ALICE)
+        first = bob.submit("Say {x}", [{"x": i} for i in range(4)])
+        with pytest.raises(ServerError) as e:
+            bob.submit("Say {x}", [{"x": i} for i in range(2)])
+        assert e.value.status == 429
+        assert e.value.message.startswith("tenant 'bob' would have 6 rows in flight (4 running + 2 new); the limit is 5")
+        assert alice.submit("Say {x}", [{"x": i} for i in range(2)])  # another tenant is not held back
+        assert bob.result(first).status == "finished"
+        assert bob.submit("Say {x}", [{"x": i} for i in range(2)])  # room again
+
+
+def test_openai_bodies_that_cannot_be_served_are_refused(server):
+    r = _post(server, "/v1/completions", {"prompt": "hi", "n": 2})
+    assert r.status_code == 422 and "n > 1 is not supported" in _error(r)
+    r = _post(server, "/v1/completions", {"prompt": "hi", "stop": ["\n"]})
+    assert r.status_code == 422 and "stop sequences are not supported" in _error(r)
+    r = _post(server, "/v1/completions", {"prompt": "hi", "model": "gpt-4"})
+    assert (r.status_code, _error(r)) == (404, "model 'gpt-4' is not served here; this server serves 'fake-model'")
+    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]
+    r = _post(server, "/v1/chat/completions", {"messages": msgs})
+    assert r.status_code == 422 and "only single-turn chats are supported" in _error(r)
+
+
+def test_unknown_route_and_method(server):
+    r = httpx.get(server.url + "/v2/nothing")
+    assert (r.status_code, _error(r)) == (404, "no such endpoint: GET /v2/nothing")
+    r = httpx.put(server.url + "/health")
+    assert r.status_code == 405 and _error(r) == "method PUT is not allowed on /health"
+
+
+# ---------------------------------------------------------------- results, streaming, cells
+
+
+def test_every_row_gets_one_answer_in_input_order_with_duplicates_run_once(server, fake):
+    c = Client(server.url, api_key=ALICE)
+    before = len(fake.submitted)
+    rows = [{"x": "a"}, {"x": "b"}, {"x": "a"}, {"x": None}, {"x": "c"}]
+    res = c.run("Say {x}", rows, cache=False)
+    assert res.status == "finished"
+    assert res.texts == ["echo: Say a", "echo: Say b", "echo: Say a", None, "echo: Say c"]
+    assert res.errors[3] == "llm_map: placeholder {x} is NULL in this row"
+    assert len(fake.submitted) == before + 1  # one relQuery ...
+    assert sorted(fake.submitted[-1].prompts) == ["Say a", "Say b", "Say c"]  # ... of the distinct prompts
+    assert res.stats["rows"] == 5 and res.stats["engine_rows"] == 3 and res.stats["errors"] == 1
+
+
+def test_filter_values_are_booleans_and_sse_stream_has_every_row(server):
+    with httpx.stream("POST", server.url + "/v1/relqueries", headers={"Authorization": f"Bearer {ALICE}"},
+                      json={"template": "Is {x} good?", "rows": [{"x": 1}, {"x": 2}], "function": "filter", "stream": "sse"}) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        text = r.read().decode()
+    events = [block for block in text.split("\n\n") if block.strip()]
+    names = [b.split("\n")[0] for b in events]
+    assert names == ["event: accepted", "event: row", "event: row", "event: done"]
+    rows = [json.loads(b.split("\n")[1][len("data: "):]) for b in events[1:3]]
+    assert sorted((r["index"], r["value"], r["text"]) for r in rows) == [(0, True, "yes"), (1, True, "yes")]
+    done = json.loads(events[3].split("\n")[1][len("data: "):])
+    assert done["status"] == "finished" and done["progress"] == {"done": 2, "total": 2}
+
+
+def test_on_error_raise_fails_the_relquery_at_the_first_bad_row(server):
+    c = Client(server.url, api_key=ALICE)
+    res = c.run("Say {x}", [{"x": "a"}, {"x": None}, {"x": "b"}], on_error="raise", cache=False)
+    assert res.status == "failed"
+    assert res.error == "row 1: llm_map: placeholder {x} is NULL in this row"
+    assert all(e is not None for e in res.errors[1:])  # nothing ran after the failure
+    assert res.rows[0].error is not None  # the engine was never asked
+
+
+def test_cells_batch_is_one_relquery_and_repeats_come_from_the_cache(server, fake):
+    c = Client(server.url, api_key=ALICE)
+    cells = [
+        {"id": "B2", "template": "Rate {A} now", "args": ["cell one"]},
+        {"id": "B3", "template": "Rate {A} now", "args": ["cell two"]},
+        {"id": "B4", "template": "Rate {A} now", "args": ["cell one"]},
+        {"id": "C2", "template": "Compare {A} and {B} now", "args": ["cell one", 3]},
+        {"id": "C3", "template": "Compare {A} and {B} now", "args": ["cell one"]},
+        {"id": "C4", "template": "Name {x} now", "values": {"x": "by name"}},
+    ]
+    before = len(fake.submitted)
+    first = c.cells(cells)
+    assert len(fake.submitted) == before + 1
+    assert sorted(fake.submitted[-1].prompts) == ["Compare cell one and 3 now", "Name by name now", "Rate cell one now", "Rate cell two now"]
+    assert first["B2"]["value"] == first["B4"]["value"] == "echo: Rate cell one now"
+    assert first["C2"]["value"] == "echo: Compare cell one and 3 now"
+    assert first["C3"]["error"] == ("cell C3: the template has 2 placeholder(s) ({A}, {B}) but 1 value(s) were given; "
+                                    "values fill the placeholders in order of first appearance")
+    assert first["C4"]["value"] == "echo: Name by name now"
+    assert not any(cell["cached"] for cell in first.values())
+    again = c.cells(cells)
+    assert len(fake.submitted) == before + 1  # nothing new ran
+    assert {k: v["cached"] for k, v in again.items()} == {"B2": True, "B3": True, "B4": True, "C2": True, "C3": False, "C4": True}
+    assert {k: v["value"] for k, v in again.items()} == {k: v["value"] for k, v in first.items()}
+
+
+def test_cells_stream_sends_cached_cells_before_the_engine_answers(tmp_path):
+    slow = FakeEngine(delay=0.3)
+    with running_server(slow, cache=ResultCache(tmp_path / "results.sqlite")) as srv:
+        c = Client(srv.url)
+        c.cells([{"id": "A1", "template": "Stream {v} please", "args": ["known"]}])
+        with c.stream_cells([{"id": "A1", "template": "Stream {v} please", "args": ["new one"]},
+                             {"id": "A2", "template": "Stream {v} please", "args": ["known"]}]) as s:
+            assert (s.header["cells"], s.header["cached"], s.header["engine_rows"]) == (2, 1, 1)
+            order = [(cell["id"], cell["cached"], cell["value"]) for cell in s]
+    assert order == [("A2", True, "echo: Stream known please"), ("A1", False, "echo: Stream new one please")]
+
+
+def test_cancel_aborts_unfinished_rows_and_keeps_finished_ones():
+    slow = FakeEngine(delay=0.3)
+    with running_server(slow, cache=False) as srv:
+        c = Client(srv.url)
+        rid = c.submit("Say {x}", [{"x": i} for i in range(20)])
+        deadline = time.monotonic() + 10
+        while c.status(rid)["progress"]["done"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        st = c.cancel(rid)
+        assert st["status"] == "cancelled" and st["error"] == "cancelled by the client"
+        res = c.result(rid)
+        answered = [r for r in res.rows if r.error is None]
+        assert 2 <= len(answered) < 20
+        assert all(r.text == f"echo: Say {r.index}" for r in answered)
+        assert {r.error for r in res.rows if r.error is not None} == {"cancelled by the client"}
+        assert slow.cancelled == [rid]
+
+
+def test_dropping_the_stream_cancels_the_relquery():
+    slow = FakeEngine(delay=0.2)
+    with running_server(slow, cache=False) as srv:
+        c = Client(srv.url)
+        s = c.stream("Say {x}", [{"x": i} for i in range(30)])
+        it = iter(s)
+        first = next(it)
+        assert first.text == f"echo: Say {first.index}"
+        s.close()  # the client goes away mid-stream
+        deadline = time.monotonic() + 10
+        while not slow.cancelled and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert slow.cancelled == [s.id]
+        st = c.status(s.id)
+        assert st["status"] == "cancelled" and st["error"] == "cancelled: the client disconnected"
+
+
+# ---------------------------------------------------------------- operations
+
+
+def test_metrics_are_prometheus_text_with_the_expected_series(server):
+    c = Client(server.url, api_key=ALICE)
+    c.run("Metric {x}", [{"x": i} for i in range(3)], cache=False)
+    text = httpx.get(server.url + "/metrics").text
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in ("relserve_relqueries", "relserve_rows", "relserve_relquery_latency_seconds", "relserve_tokens",
+                 "relserve_relqueries_in_flight", "relserve_rows_in_flight", "relserve_prefix_cache_hit_ratio",
+                 "relserve_relquery_phase_seconds"):
+        assert name in families, name
+    finished = {tuple(sorted(s.labels.items())): s.value for s in families["relserve_relqueries"].samples if s.name.endswith("_total")}
+    assert finished[(("kind", "relquery"), ("status", "finished"), ("tenant", "alice"))] >= 1
+    in_flight = {s.labels["tenant"]: s.value for s in families["relserve_relqueries_in_flight"].samples}
+    assert set(in_flight) == {"alice", "bob"}
+
+
+def test_health_and_addin_files(server):
+    h = httpx.get(server.url + "/health").json()
+    assert h["status"] == "ok" and h["model"] == "fake-model" and h["auth"] == "api-key"
+    manifest = httpx.get(server.url + "/addin/manifest.xml").text
+    assert "https://localhost:8443" not in manifest and f"{server.url}/addin/functions.js\"" in manifest
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(manifest.encode())
+    ns = {"o": "http://schemas.microsoft.com/office/appforoffice/1.1", "bt": "http://schemas.microsoft.com/office/officeappbasictypes/1.0"}
+    urls = {u.get("id"): u.get("DefaultValue") for u in root.iter("{%s}Url" % ns["bt"])}
+    assert urls == {
+        "Functions.Script.Url": f"{server.url}/addin/functions.js",
+        "Functions.Metadata.Url": f"{server.url}/addin/functions.json",
+        "Functions.Page.Url": f"{server.url}/addin/functions.html",
+    }
+    keyed = httpx.get(server.url + f"/addin/manifest.xml?key={ALICE}").text
+    assert f"{server.url}/addin/functions.js?key={ALICE}\"" in keyed
+    js = httpx.get(server.url + f"/addin/functions.js?key={ALICE}").text
+    assert f'var RELSERVE_URL = "{server.url}";' in js and f'var RELSERVE_API_KEY = "{ALICE}";' in js
+    assert httpx.get(server.url + "/addin/manifest.xml?key=wrong-key-here").status_code == 401
+    meta = httpx.get(server.url + "/addin/functions.json").json()
+    assert [f["id"] for f in meta["functions"]] == ["LLM"]
+    assert httpx.get(server.url + "/addin/icon-32.png").content[:8] == b"\x89PNG\r\n\x1a\n"
+    assert httpx.get(server.url + "/addin/../app.py").status_code == 404
+    page = httpx.get(server.url + "/sheet")
+    assert page.status_code == 200 and '<script src="/static/sheet.js"></script>' in page.text
