@@ -3,13 +3,18 @@ real relserve server on the session engine, from several psycopg connections at 
 
 from __future__ import annotations
 
+import os
+import pwd
+import shutil
+import socket
+import subprocess
 import sysconfig
+import tempfile
 import threading
 from pathlib import Path
 
 import psycopg
 import pytest
-from pg_cluster import PgCluster, missing_requirements
 from server_fixtures import running_server
 
 from relserve.client import Client
@@ -18,6 +23,74 @@ from relserve.planner import run_call
 from relserve.planner.cache import ResultCache
 
 pytestmark = [pytest.mark.postgres, pytest.mark.engine]
+
+# ---------------------------------------------------------------- a throwaway cluster
+# initdb into a temp dir, start on a free loopback port with its socket in that dir, stop and
+# delete afterwards. PostgreSQL refuses to run as root, so as root the server commands run as
+# the ``postgres`` OS user (runuser), which owns the temp dir.
+
+PG_BIN = Path(os.environ.get("RELSERVE_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+
+def missing_requirements() -> str | None:
+    """Why a cluster cannot be started here, or None."""
+    if not (PG_BIN / "postgres").exists():
+        return f"PostgreSQL 15 is not installed ({PG_BIN}/postgres missing); scripts/install.sh --test installs it"
+    if not (PG_BIN.parent / "lib" / "plpython3.so").exists():
+        return "plpython3u is not installed (postgresql-plpython3-15); scripts/install.sh --test installs it"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PgCluster:
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="relserve-pg-"))
+        self.data = self.root / "data"
+        self.port = _free_port()
+        self.as_root = os.geteuid() == 0
+        if self.as_root:
+            pw = pwd.getpwnam("postgres")
+            os.chown(self.root, pw.pw_uid, pw.pw_gid)
+        os.chmod(self.root, 0o755)
+
+    def _run(self, *cmd: str) -> subprocess.CompletedProcess:
+        args = [str(c) for c in cmd]
+        if self.as_root:
+            args = ["runuser", "-u", "postgres", "--", *args]
+        out = subprocess.run(args, capture_output=True, text=True, cwd=self.root)
+        if out.returncode != 0:
+            log = self.root / "server.log"
+            tail = log.read_text()[-2000:] if log.exists() else ""
+            raise RuntimeError(f"{' '.join(args)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}\n{tail}")
+        return out
+
+    def start(self) -> PgCluster:
+        self._run(PG_BIN / "initdb", "-D", self.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions")
+        opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=20"
+        self._run(PG_BIN / "pg_ctl", "-D", self.data, "-l", self.root / "server.log", "-o", opts, "-w", "-t", "60", "start")
+        return self
+
+    def stop(self) -> None:
+        try:
+            self._run(PG_BIN / "pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop")
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def conninfo(self, dbname: str = "postgres") -> str:
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
+
+    @property
+    def log(self) -> str:
+        p = self.root / "server.log"
+        return p.read_text() if p.exists() else ""
+
+
+# ---------------------------------------------------------------- fixtures
 
 INSTALL_SQL = Path(__file__).resolve().parents[1] / "udfs" / "install.sql"
 KEY = "postgres-tenant-key"
