@@ -263,3 +263,17 @@ def test_deadline_at_risk_runs_first():
         r.deadline = 100.0
     plan = make_policy("relserve", COST, PolicySettings(starvation_threshold=None)).schedule(view(waiting=reqs("S", 2) + big, now=1.0))
     assert plan.priorities["BIG"] == pytest.approx(2.61) and {r.rel_id for r in plan.admit} == {"S"}
+
+
+def test_least_squares_fit_and_outlier_rejection():
+    from relserve.policy.cost_model import fit_line, fit_line_robust
+
+    xs = [100, 200, 300, 400, 500, 600]
+    ys = [0.002 * x + 0.05 for x in xs]
+    fit = fit_line(xs, ys)
+    assert (fit.slope, fit.intercept, fit.r_squared) == (pytest.approx(0.002), pytest.approx(0.05), pytest.approx(1.0))
+    # one stalled step (20 s) tilts plain least squares but not the robust fit
+    ys_bad = ys[:3] + [20.0] + ys[4:]
+    assert fit_line(xs, ys_bad).slope != pytest.approx(0.002, rel=0.1)
+    robust = fit_line_robust(xs, [y + 0.001 * (-1) ** i for i, y in enumerate(ys_bad)])
+    assert robust.dropped == 1 and robust.slope == pytest.approx(0.002, rel=0.02)

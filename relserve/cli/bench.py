@@ -47,7 +47,7 @@ def run(
     simulate: bool = typer.Option(True, help="Also simulate the same runs and compare."),
     kv_cache_gb: float = typer.Option(2.0, help="KV cache size of the engine."),
     max_num_seqs: int = typer.Option(256, help="Most requests running at once."),
-    max_num_batched_tokens: int = typer.Option(4096, help="Token budget of a step."),
+    max_num_batched_tokens: int = typer.Option(1024, help="Token budget of a step."),
 ) -> None:
     """Replay TRACE once per policy and load on the real engine and report them side by side."""
     from rich.console import Console

@@ -25,13 +25,13 @@ def calibrate(
     with console.status("starting the engine..."):
         engine = Engine(model=model, policy="fcfs")
     try:
-        with tqdm(total=5 * 3 + 7, desc="probes", unit="probe") as bar:
+        with tqdm(total=6 + 7, desc="probes", unit="probe") as bar:
             cal = run_calibration(engine, progress=lambda: bar.update(1))
     finally:
         engine.close()
-    table = Table("predictor", "slope (alpha)", "intercept (beta)", "R^2", "points")
-    table.add_row("prefill: s per uncached token", f"{cal.prefill.slope:.3e}", f"{cal.prefill.intercept:.4f} s", f"{cal.prefill.r_squared:.4f}", str(cal.prefill.n))
-    table.add_row("decode: s per request in batch", f"{cal.decode.slope:.3e}", f"{cal.decode.intercept:.4f} s", f"{cal.decode.r_squared:.4f}", str(cal.decode.n))
+    table = Table("predictor", "slope (alpha)", "intercept (beta)", "R^2", "points (outliers left out)")
+    for name, fit in (("prefill: s per uncached token", cal.prefill), ("decode: s per request in batch", cal.decode)):
+        table.add_row(name, f"{fit.slope:.3e}", f"{fit.intercept:.4f} s", f"{fit.r_squared:.4f}", f"{fit.n} ({fit.dropped})")
     console.print(table)
     if save:
         path = save_cost_model(

@@ -25,7 +25,7 @@ def sim(
     sweep: str = typer.Option("", help="Starvation thresholds to sweep for relserve, e.g. '1,2,4,8,none'."),
     kv_capacity_tokens: int = typer.Option(46_592, help="KV cache capacity in tokens."),
     max_num_seqs: int = typer.Option(256, help="Most requests running at once."),
-    max_num_batched_tokens: int = typer.Option(4096, help="Token budget of a step."),
+    max_num_batched_tokens: int = typer.Option(1024, help="Token budget of a step."),
     block_size: int = typer.Option(32, help="KV block size (prefix caching granularity)."),
 ) -> None:
     """Simulate TRACE under each policy with the calibrated cost model (or a preset)."""

@@ -12,8 +12,8 @@ import random
 import string
 from dataclasses import dataclass
 
-from relserve.policy import CostModel, fit_line
-from relserve.policy.cost_model import LinearFit
+from relserve.policy import CostModel
+from relserve.policy.cost_model import LinearFit, fit_line_robust
 from relserve.relquery import RelQuery
 
 
@@ -30,31 +30,45 @@ def _words(rng: random.Random, n: int) -> str:
     return " ".join("".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 8))) for _ in range(n))
 
 
+def _prompt_of(engine, rng: random.Random, tokens: int) -> str:
+    """Random words whose chat-templated prompt has about ``tokens`` tokens."""
+    words = max(1, tokens // 3)
+    text = _words(rng, words)
+    while len(engine.prompt_token_ids(text)) < tokens:
+        text += " " + _words(rng, max(1, (tokens - len(engine.prompt_token_ids(text))) // 3))
+    return text
+
+
 def calibrate(
     engine,
-    prefill_sizes=(1, 2, 4, 8, 16),
-    prompt_words=(20, 60, 150),
+    prefill_fractions=(0.06, 0.125, 0.25, 0.5, 0.75, 1.0),
+    prompts_per_batch=(1, 4, 8),
     decode_sizes=(1, 2, 4, 8, 16, 32, 64),
     decode_steps: int = 16,
     repeats: int = 2,
     seed: int = 0,
     progress=None,
 ) -> Calibration:
+    """Fit the predictors over the engine's own range: prefill batches up to its token budget."""
     rng = random.Random(seed)
     previous = engine.policy
     engine.set_policy("fcfs")  # pure prefill or pure decode steps
+    budget = engine.settings.max_num_batched_tokens
     try:
         # warm-up: the first steps of a fresh engine are slower than the rest
         engine.run(RelQuery("{text}", [{"text": _words(rng, 40)} for _ in range(4)], max_tokens=4))
         engine.scheduler_stats(clear=True)
-        for n in prefill_sizes:
-            for words in prompt_words:
+        for fraction in prefill_fractions:
+            for n in prompts_per_batch:
+                per_prompt = int(budget * fraction) // n
+                if per_prompt < 40:
+                    continue
                 for _ in range(repeats):
                     engine.reset_prefix_cache()
-                    rows = [{"text": _words(rng, words)} for _ in range(n)]
+                    rows = [{"text": _prompt_of(engine, rng, per_prompt)} for _ in range(n)]
                     engine.run(RelQuery("{text}", rows, max_tokens=1))
-                if progress:
-                    progress()
+            if progress:
+                progress()
         prefill_log = engine.scheduler_stats(steps=True, clear=True)["step_log"]
         max_seqs = engine.settings.max_num_seqs
         for b in (b for b in decode_sizes if b <= max_seqs):
@@ -68,8 +82,8 @@ def calibrate(
         engine.set_policy(previous)
     pre = [(s["prefill_tokens"], s["duration"]) for s in prefill_log if s["kind"] == "prefill" and s["decode_reqs"] == 0 and s["prefill_tokens"]]
     dec = [(s["decode_reqs"], s["duration"]) for s in decode_log if s["kind"] == "decode" and s["decode_reqs"]]
-    fp = fit_line([x for x, _ in pre], [y for _, y in pre])
-    fd = fit_line([x for x, _ in dec], [y for _, y in dec])
+    fp = fit_line_robust([x for x, _ in pre], [y for _, y in pre])
+    fd = fit_line_robust([x for x, _ in dec], [y for _, y in dec])
     cost = CostModel(
         alpha_p=max(fp.slope, 0.0),
         beta_p=max(fp.intercept, 0.0),

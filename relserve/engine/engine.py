@@ -8,6 +8,7 @@ returns a ``RelQueryHandle`` that both worlds can wait on.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import gc
 import json
 import os
@@ -234,6 +235,10 @@ class Engine:
         """The token ids the engine sees for a user prompt (chat template applied)."""
         return self._prompter(system).token_ids([text])[0]
 
+    def prompt_token_ids_many(self, texts: Sequence[str], system: str | None = None) -> list[list[int]]:
+        """``prompt_token_ids`` for many prompts in one tokenizer call."""
+        return self._prompter(system).token_ids(list(texts))
+
     def warm_prefix(self, text: str = "", system: str | None = None) -> int:
         """Prefill the chat template's prefix plus ``text`` so its KV blocks are cached.
 
@@ -420,7 +425,20 @@ def default_engine(**options: Any) -> Engine:
     with _default_lock:
         if _default is None or _default._closed:
             _default = Engine(**options)
+            atexit.register(_close_default)
         return _default
+
+
+def running_default_engine() -> Engine | None:
+    """The shared Engine if one is running; never starts one (EXPLAIN uses this)."""
+    eng = _default
+    return eng if eng is not None and not eng._closed else None
+
+
+def _close_default() -> None:
+    eng = _default
+    if eng is not None and not eng._closed:
+        eng.close()
 
 
 def set_default_engine(engine: Engine | None) -> None:
@@ -430,4 +448,4 @@ def set_default_engine(engine: Engine | None) -> None:
         _default = engine
 
 
-__all__ = ["POLICY_NAMES", "Engine", "default_engine", "set_default_engine"]
+__all__ = ["POLICY_NAMES", "Engine", "default_engine", "running_default_engine", "set_default_engine"]

@@ -17,7 +17,9 @@ class EngineSettings(BaseSettings):
     policy: str = "relserve"
     max_model_len: int = Field(default=2048, ge=64)
     max_num_seqs: int = Field(default=256, ge=1)
-    max_num_batched_tokens: int = Field(default=4096, ge=64)
+    #: token budget of one step; prefill time on these 2-core CPUs grows faster than linearly
+    #: above about 1-2k tokens a step (see `relserve calibrate`), so the default stays below
+    max_num_batched_tokens: int = Field(default=1024, ge=64)
     #: memory for the KV cache (on CPU this is host memory)
     kv_cache_gb: float = Field(default=2.0, gt=0)
     #: KV block size in tokens; vLLM's CPU attention needs a multiple of 32

@@ -93,12 +93,6 @@ def _default_engine(model: str | None) -> Any:
 
 def _running_default_engine() -> Any:
     """The process's default engine if it has been started (EXPLAIN uses it, never starts it)."""
-    try:
-        from relserve.engine import engine as engine_module
-    except ImportError:
-        return None
-    running = getattr(engine_module, "running_default_engine", None)
-    if callable(running):
-        return running()
-    engine = getattr(engine_module, "_default", None)
-    return None if engine is None or getattr(engine, "_closed", False) else engine
+    from relserve.engine import running_default_engine
+
+    return running_default_engine()

@@ -50,6 +50,31 @@ class LinearFit:
     intercept: float
     r_squared: float
     n: int
+    #: points left out as outliers (see ``fit_line_robust``)
+    dropped: int = 0
+
+
+def fit_line_robust(xs: Sequence[float], ys: Sequence[float], k: float = 3.5, rounds: int = 3) -> LinearFit:
+    """Least squares, refitted without points whose residual exceeds k robust sigmas (MAD).
+
+    A shared 2-core machine now and then stalls one step for seconds; one such point would tilt
+    the whole line. Up to ``rounds`` refits, until no point is left out.
+    """
+    keep = list(range(len(xs)))
+    fit = fit_line(xs, ys)
+    for _ in range(rounds):
+        res = {i: ys[i] - (fit.slope * xs[i] + fit.intercept) for i in keep}
+        ordered = sorted(res.values())
+        med = ordered[len(ordered) // 2]
+        mad = sorted(abs(r - med) for r in ordered)[len(ordered) // 2]
+        if mad == 0:
+            break
+        kept = [i for i in keep if abs(res[i] - med) <= k * 1.4826 * mad]
+        if len(kept) == len(keep) or len(kept) < 2:
+            break
+        keep = kept
+        fit = fit_line([xs[i] for i in keep], [ys[i] for i in keep])
+    return LinearFit(fit.slope, fit.intercept, fit.r_squared, fit.n, len(xs) - len(keep))
 
 
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> LinearFit:
