@@ -149,7 +149,18 @@ def test_template_naming_a_missing_column_is_400(server):
     assert r.status_code == 400 and "llm_classify needs labels" in _error(r)
 
 
+def _rejected(srv, status: int) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for f in text_string_to_metric_families(httpx.get(srv.url + "/metrics").text):
+        for sample in f.samples:
+            if sample.name == "relserve_requests_rejected_total" and sample.labels["status"] == str(status):
+                return sample.value
+    return 0.0
+
+
 def test_oversized_requests_are_413(server):
+    rejected_before = _rejected(server, 413)
     big = {"template": "Say {x}", "rows": [{"x": "y" * 100} for _ in range(39)]}  # > 4096 bytes
     r = _post(server, "/v1/relqueries", big)
     assert r.status_code == 413
@@ -165,6 +176,7 @@ def test_oversized_requests_are_413(server):
     assert (r.status_code, _error(r)) == (413, "too many rows in one request: 41, the limit is 40; split the request")
     r = _post(server, "/v1/cells", {"cells": [{"id": f"A{i}", "template": "{x}", "args": [i]} for i in range(41)]})
     assert (r.status_code, _error(r)) == (413, "too many cells in one request: 41, the limit is 40; split the request")
+    assert _rejected(server, 413) == rejected_before + 4
 
 
 def test_rows_in_flight_limit_is_429_per_tenant(tmp_path):

@@ -52,13 +52,16 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.relserve = state
-    install_error_handlers(app, on_reject=lambda status: metrics.rejected.labels(str(status)).inc())
+    def rejected(status: int) -> None:
+        metrics.rejected.labels(str(status)).inc()
+
+    install_error_handlers(app, on_reject=rejected)
 
     def body_limit(authorization: str | None) -> int:
         tenant = tenant_cfg.lookup(authorization)
         return (tenant.limits if tenant else tenant_cfg.default_limits).max_body_bytes
 
-    app.add_middleware(BodyLimitMiddleware, limit_for=body_limit)
+    app.add_middleware(BodyLimitMiddleware, limit_for=body_limit, on_reject=rejected)
     if cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 

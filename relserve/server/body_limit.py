@@ -14,9 +14,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, limit_for: Callable[[str | None], int]) -> None:
+    def __init__(self, app: ASGIApp, limit_for: Callable[[str | None], int], on_reject: Callable[[int], None] | None = None) -> None:
         self.app = app
         self.limit_for = limit_for
+        self.on_reject = on_reject
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -27,6 +28,8 @@ class BodyLimitMiddleware:
         limit = self.limit_for(auth.decode("latin-1") if auth else None)
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
+            if self.on_reject is not None:
+                self.on_reject(413)
             await _send_413(send, int(length), limit)
             return
         seen = 0
