@@ -2,6 +2,12 @@
 mixed sizes for a while, once under the relserve policy and once under fcfs, on the same engine
 and the same seeded sequence of requests.
 
+By default the sessions are open loop: each sends its relQueries at seeded Poisson times
+(``--rate`` relQueries per second over all sessions) whether or not the previous ones have
+finished, as independent users do, so both policies see the same arrivals. ``--closed-loop``
+makes each session wait for its relQuery before sending the next; that keeps the engine
+saturated, and by Little's law the mean latency then follows throughput, whatever the order.
+
 Checks that every submitted row gets exactly one answer or one error (nothing lost, nothing
 duplicated), and reports each session's throughput and latency and the mean relQuery latency of
 relserve against fcfs: over everything finished in each phase, and paired (the relQueries that
@@ -90,49 +96,79 @@ def load_texts(n: int = 4000) -> list[str]:
         return [" ".join(rng.choice(words) for _ in range(25)) for _ in range(n)]
 
 
-def plan_session(session: int, texts: list[str], count: int, seed: int) -> list[tuple[str, list[dict], float]]:
-    """The session's relQueries (template, rows, think time before it): the same in every phase."""
+def plan_session(session: int, texts: list[str], count: int, seed: int, mean_gap_s: float) -> list[tuple[str, list[dict], float]]:
+    """The session's relQueries (template, rows, gap before it): the same in every phase.
+
+    Open loop: the gap is the time since the session's previous submission (Poisson arrivals).
+    Closed loop: it is a think time after the previous relQuery finished."""
     rng = random.Random(seed * 1000 + session)
     sizes, weights = zip(*SIZE_MIX)
     out = []
     for _ in range(count):
         n = rng.choices(sizes, weights)[0]
         rows = [{"review": t} for t in rng.sample(texts, n)]
-        out.append((rng.choice(TEMPLATES), rows, rng.expovariate(1 / 0.3)))
+        out.append((rng.choice(TEMPLATES), rows, rng.expovariate(1 / mean_gap_s)))
     return out
 
 
-def run_session(url: str, session: int, plan, end: float, max_tokens: int, results: list[Done], lock: threading.Lock) -> None:
-    from relserve.client import Client, ServerError
+def run_relquery(client, session: int, seq: int, template: str, rows: list[dict], max_tokens: int) -> Done:
+    """Stream one relQuery and check that each row came back exactly once, with an answer or an error."""
+    from relserve.client import ServerError
 
-    with Client(url, timeout=900) as client:
-        for seq, (template, rows, think) in enumerate(plan):
-            time.sleep(think)
-            if time.monotonic() >= end:
-                return
-            t0 = time.monotonic()
-            seen: list[int] = []
-            answers = errors = 0
-            status = "error"
-            try:
-                with client.stream(template, rows, max_tokens=max_tokens, cache=False) as s:
-                    for row in s:
-                        seen.append(row.index)
-                        if (row.text is None) == (row.error is None):
-                            errors += 1  # neither or both: counts as a broken row
-                        elif row.error is None:
-                            answers += 1
-                        else:
-                            errors += 1
-                    status = (s.done or {}).get("status", "unknown")
-            except ServerError as e:
-                print(f"session {session}: {e}")
-            latency = time.monotonic() - t0
-            counts = {i: seen.count(i) for i in set(seen)}
-            missing = sum(1 for i in range(len(rows)) if i not in counts)
-            duplicated = sum(c - 1 for c in counts.values()) + sum(1 for i in counts if not 0 <= i < len(rows))
-            with lock:
-                results.append(Done(session, seq, len(rows), latency, answers, errors, missing, duplicated, status))
+    t0 = time.monotonic()
+    seen: list[int] = []
+    answers = errors = 0
+    status = "error"
+    try:
+        with client.stream(template, rows, max_tokens=max_tokens, cache=False) as s:
+            for row in s:
+                seen.append(row.index)
+                if (row.text is None) == (row.error is None):
+                    errors += 1  # neither or both: a broken row
+                elif row.error is None:
+                    answers += 1
+                else:
+                    errors += 1
+            status = (s.done or {}).get("status", "unknown")
+    except ServerError as e:
+        print(f"session {session}: {e}")
+    latency = time.monotonic() - t0
+    counts = {i: seen.count(i) for i in set(seen)}
+    missing = sum(1 for i in range(len(rows)) if i not in counts)
+    duplicated = sum(c - 1 for c in counts.values()) + sum(1 for i in counts if not 0 <= i < len(rows))
+    return Done(session, seq, len(rows), latency, answers, errors, missing, duplicated, status)
+
+
+def run_session(url: str, session: int, plan, start: float, end: float, max_tokens: int, open_loop: bool,
+                results: list[Done], lock: threading.Lock) -> None:
+    from relserve.client import Client
+
+    def record(done: Done) -> None:
+        with lock:
+            results.append(done)
+
+    with Client(url, timeout=1800) as client:
+        if not open_loop:
+            for seq, (template, rows, think) in enumerate(plan):
+                time.sleep(think)
+                if time.monotonic() >= end:
+                    return
+                record(run_relquery(client, session, seq, template, rows, max_tokens))
+            return
+        workers = []
+        due = start
+        for seq, (template, rows, gap) in enumerate(plan):
+            due += gap
+            if due >= end:
+                break
+            time.sleep(max(0.0, due - time.monotonic()))
+            t = threading.Thread(
+                target=lambda *a: record(run_relquery(*a)), args=(client, session, seq, template, rows, max_tokens), daemon=True
+            )
+            t.start()
+            workers.append(t)
+        for t in workers:
+            t.join()
 
 
 def pct(values: list[float], q: float) -> float:
@@ -142,7 +178,7 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
-def run_phase(engine, url: str, policy: str, plans, duration: float, max_tokens: int) -> tuple[PhaseReport, list[Done]]:
+def run_phase(engine, url: str, policy: str, plans, duration: float, max_tokens: int, open_loop: bool) -> tuple[PhaseReport, list[Done]]:
     engine.wait_idle()
     engine.set_policy(policy)
     engine.reset_prefix_cache()
@@ -152,13 +188,13 @@ def run_phase(engine, url: str, policy: str, plans, duration: float, max_tokens:
     t0 = time.monotonic()
     end = t0 + duration
     threads = [
-        threading.Thread(target=run_session, args=(url, s, plan, end, max_tokens, results, lock), daemon=True)
+        threading.Thread(target=run_session, args=(url, s, plan, t0, end, max_tokens, open_loop, results, lock), daemon=True)
         for s, plan in enumerate(plans)
     ]
     for t in threads:
         t.start()
     for t in threads:
-        t.join()  # sessions stop submitting at `end` and finish what they sent
+        t.join()  # sessions stop submitting at `end` and wait for what they sent
     wall = time.monotonic() - t0
     st = engine.scheduler_stats()
     sessions = []
@@ -214,6 +250,10 @@ def main() -> None:
     ap.add_argument("--policies", default="relserve,fcfs")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--max-num-seqs", type=int, default=64)
+    ap.add_argument("--rate", type=float, default=1.0,
+                    help="open loop: relQueries per second over all sessions (this machine serves about 1.2/s of this mix)")
+    ap.add_argument("--closed-loop", action="store_true",
+                    help="each session waits for its relQuery, thinks ~0.3 s, sends the next (saturates the engine)")
     ap.add_argument("--out", type=Path, default=OUT / "server.json")
     args = ap.parse_args()
 
@@ -223,17 +263,19 @@ def main() -> None:
     texts = load_texts()
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     # enough relQueries per session for any duration; a phase stops at its time limit
-    plans = [plan_session(s, texts, 400, args.seed) for s in range(args.sessions)]
+    mean_gap = 0.3 if args.closed_loop else args.sessions / args.rate
+    plans = [plan_session(s, texts, 400, args.seed, mean_gap) for s in range(args.sessions)]
     t0 = time.monotonic()
     engine = Engine(policy=policies[0], max_num_seqs=args.max_num_seqs)
+    load = "closed loop" if args.closed_loop else f"open loop, {args.rate} relQueries/s"
     print(f"engine ready in {time.monotonic() - t0:.0f} s ({engine.model_id}); "
-          f"{args.sessions} sessions x {args.duration:.0f} s per policy, max_tokens {args.max_tokens}")
+          f"{args.sessions} sessions x {args.duration:.0f} s per policy, {load}, max_tokens {args.max_tokens}")
     reports: list[PhaseReport] = []
     raw: dict[str, list[Done]] = {}
     try:
         with ServerThread(create_app(engine, cache=False)) as srv:
             for policy in policies:
-                report, done = run_phase(engine, srv.url, policy, plans, args.duration, args.max_tokens)
+                report, done = run_phase(engine, srv.url, policy, plans, args.duration, args.max_tokens, not args.closed_loop)
                 reports.append(report)
                 raw[policy] = done
                 print_phase(report)
@@ -241,6 +283,7 @@ def main() -> None:
         engine.close()
 
     summary: dict = {"sessions": args.sessions, "duration_s": args.duration, "max_tokens": args.max_tokens,
+                     "load": "closed" if args.closed_loop else {"open_loop_rate_per_s": args.rate},
                      "size_mix": SIZE_MIX, "phases": [asdict(r) for r in reports]}
     if len(reports) >= 2:
         a, b = reports[0], reports[1]

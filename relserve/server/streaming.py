@@ -7,7 +7,6 @@ response's ``finally`` cancels the unfinished rows in the engine.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
