@@ -25,7 +25,7 @@ def calibrate(
     with console.status("starting the engine..."):
         engine = Engine(model=model, policy="fcfs")
     try:
-        with tqdm(total=6 + 7, desc="probes", unit="probe") as bar:
+        with tqdm(total=5 + 8, desc="probes", unit="probe") as bar:
             cal = run_calibration(engine, progress=lambda: bar.update(1))
     finally:
         engine.close()

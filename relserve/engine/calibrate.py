@@ -41,15 +41,16 @@ def _prompt_of(engine, rng: random.Random, tokens: int) -> str:
 
 def calibrate(
     engine,
-    prefill_fractions=(0.06, 0.125, 0.25, 0.5, 0.75, 1.0),
-    prompts_per_batch=(1, 4, 8),
-    decode_sizes=(1, 2, 4, 8, 16, 32, 64),
+    prompt_tokens=(64, 128, 256),
+    batch_fractions=(0.1, 0.25, 0.5, 0.75, 1.0),
+    decode_sizes=(1, 2, 4, 8, 16, 32, 64, 128),
     decode_steps: int = 16,
     repeats: int = 2,
     seed: int = 0,
     progress=None,
 ) -> Calibration:
-    """Fit the predictors over the engine's own range: prefill batches up to its token budget."""
+    """Fit the predictors over the engine's own range: prefill batches of prompts of typical
+    lengths (attention makes a long prompt dearer per token) up to the step's token budget."""
     rng = random.Random(seed)
     previous = engine.policy
     engine.set_policy("fcfs")  # pure prefill or pure decode steps
@@ -58,14 +59,12 @@ def calibrate(
         # warm-up: the first steps of a fresh engine are slower than the rest
         engine.run(RelQuery("{text}", [{"text": _words(rng, 40)} for _ in range(4)], max_tokens=4))
         engine.scheduler_stats(clear=True)
-        for fraction in prefill_fractions:
-            for n in prompts_per_batch:
-                per_prompt = int(budget * fraction) // n
-                if per_prompt < 40:
-                    continue
+        for fraction in batch_fractions:
+            for length in prompt_tokens:
+                n = max(1, int(budget * fraction) // length)
                 for _ in range(repeats):
                     engine.reset_prefix_cache()
-                    rows = [{"text": _prompt_of(engine, rng, per_prompt)} for _ in range(n)]
+                    rows = [{"text": _prompt_of(engine, rng, length)} for _ in range(n)]
                     engine.run(RelQuery("{text}", rows, max_tokens=1))
             if progress:
                 progress()
@@ -84,6 +83,9 @@ def calibrate(
     dec = [(s["decode_reqs"], s["duration"]) for s in decode_log if s["kind"] == "decode" and s["decode_reqs"]]
     fp = fit_line_robust([x for x, _ in pre], [y for _, y in pre])
     fd = fit_line_robust([x for x, _ in dec], [y for _, y in dec])
+    if fp.intercept < 0:
+        # a line through the origin rather than a negative fixed cost
+        fp = _through_origin(pre, fp)
     cost = CostModel(
         alpha_p=max(fp.slope, 0.0),
         beta_p=max(fp.intercept, 0.0),
@@ -92,3 +94,13 @@ def calibrate(
         source=f"calibrated on {engine.model_id}",
     )
     return Calibration(cost, fp, fd, pre, dec)
+
+
+def _through_origin(points: list[tuple[float, float]], fit: LinearFit) -> LinearFit:
+    xs = [x for x, _ in points]
+    ys = [y for _, y in points]
+    slope = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+    my = sum(ys) / len(ys)
+    ss_tot = sum((y - my) ** 2 for y in ys)
+    ss_res = sum((y - slope * x) ** 2 for x, y in zip(xs, ys))
+    return LinearFit(slope, 0.0, 1 - ss_res / ss_tot if ss_tot else 1.0, len(xs), fit.dropped)
