@@ -8,7 +8,7 @@ import duckdb
 import pytest
 
 import relserve.duckdb
-from relserve.planner.testing import RecordingEngine
+from engine_doubles import RecordingEngine
 
 pytestmark = pytest.mark.engine
 

@@ -29,7 +29,7 @@ from relserve.planner import (
 )
 from relserve.planner.dependencies import find_dependencies
 from relserve.planner.hit_rate import PrefixCacheModel
-from relserve.planner.testing import ScriptedEngine
+from engine_doubles import ScriptedEngine
 from relserve.planner.tokens import TokenSource
 from relserve.progress import enabled, progress_bar
 

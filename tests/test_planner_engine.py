@@ -8,7 +8,7 @@ import pytest
 
 from relserve.functions import make_call
 from relserve.planner import run_call, token_source
-from relserve.planner.testing import RecordingEngine
+from engine_doubles import RecordingEngine
 
 pytestmark = pytest.mark.engine
 

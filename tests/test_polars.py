@@ -9,7 +9,7 @@ import pytest
 
 import relserve.polars
 from relserve.errors import ConfigError, RowError, TemplateError
-from relserve.planner.testing import ScriptedEngine
+from engine_doubles import ScriptedEngine
 
 
 @pytest.fixture(autouse=True)

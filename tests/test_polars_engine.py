@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 import relserve.polars
-from relserve.planner.testing import RecordingEngine
+from engine_doubles import RecordingEngine
 
 pytestmark = pytest.mark.engine
 

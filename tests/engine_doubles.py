@@ -1,5 +1,6 @@
-"""``ScriptedEngine``: the engine's API with answers from a Python function, for tests and demos
-of the planner and the surfaces where starting vLLM is not wanted.
+"""Test doubles of the engine. ``ScriptedEngine`` has the engine's API with answers from a Python
+function: the fast layer of the planner and surface tests (the real engine runs in the
+``*_engine.py`` tests). ``RecordingEngine`` wraps the real engine and records what reached it.
 
 It records every relQuery it gets, so a test can check how many calls and which prompts reached
 the engine.
