@@ -215,6 +215,16 @@ def test_unknown_route_and_method(server):
 # ---------------------------------------------------------------- results, streaming, cells
 
 
+def test_priority_and_deadline_reach_the_engine(server, fake):
+    c = Client(server.url, api_key=ALICE)
+    rid = c.submit("Hint {x}", [{"x": 1}], priority=-2, deadline_s=30, cache=False)
+    st = c.result(rid)
+    rq = fake.submitted[-1]
+    assert rq.rel_id == rid and rq.priority == -2
+    assert 29.0 < rq.deadline_s <= 30.0  # what is left of it when the engine gets the relQuery
+    assert st.status == "finished" and c.status(rid)["stats"]["deadline_met"] is True
+
+
 def test_every_row_gets_one_answer_in_input_order_with_duplicates_run_once(server, fake):
     c = Client(server.url, api_key=ALICE)
     before = len(fake.submitted)

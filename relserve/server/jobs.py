@@ -8,7 +8,6 @@ result-cache write, which go to a worker thread.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -23,20 +22,6 @@ from relserve.results import RelQueryStats, RowResult
 from relserve.server.batches import Batch, RowOut
 
 RUNNING, FINISHED, CANCELLED, FAILED = "running", "finished", "cancelled", "failed"
-
-#: RelQuery fields that carry scheduling hints, once the engine has them
-_RELQUERY_FIELDS = {f.name for f in dataclasses.fields(RelQuery)}
-
-
-def engine_hints(priority: int, deadline_s: float | None) -> dict[str, Any]:
-    """The hints the installed RelQuery accepts; the others are kept on the job only."""
-    hints: dict[str, Any] = {}
-    if "priority" in _RELQUERY_FIELDS:
-        hints["priority"] = priority
-    if "deadline_s" in _RELQUERY_FIELDS and deadline_s is not None:
-        hints["deadline_s"] = deadline_s
-    return hints
-
 
 class Job:
     def __init__(
@@ -136,7 +121,8 @@ class Job:
                     system=b.system,
                     rel_id=self.id,
                     on_error="null",
-                    **engine_hints(self.priority, self._deadline_left()),
+                    priority=self.priority,
+                    deadline_s=self._deadline_left(),
                 )
                 self.handle = await run_in_threadpool(engine.submit, rq)
                 if self._cancel_reason is not None:  # cancelled while the engine was tokenizing
@@ -159,6 +145,7 @@ class Job:
             on_finish(self)
 
     def _deadline_left(self) -> float | None:
+        # the engine counts from its own submission: take off the time spent here before it
         if self.deadline_s is None:
             return None
         return max(self.deadline_s - (time.monotonic() - self.received), 1e-3)
