@@ -380,3 +380,35 @@ def test_health_and_addin_files(server):
     assert httpx.get(server.url + "/addin/../app.py").status_code == 404
     page = httpx.get(server.url + "/sheet")
     assert page.status_code == 200 and '<script src="/static/sheet.js"></script>' in page.text
+
+
+def test_a_waiting_client_that_goes_away_cancels_its_cells():
+    slow = FakeEngine(delay=0.5)
+    with running_server(slow, cache=False) as srv:
+        body = {"cells": [{"id": f"B{i}", "template": "Slow {A}", "args": [i]} for i in range(10)], "stream": False}
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(srv.url + "/v1/cells", json=body, timeout=1.0)  # gives up while the batch runs
+        deadline = time.monotonic() + 10
+        while not slow.cancelled and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(slow.cancelled) == 1
+        (job,) = Client(srv.url).list()
+        assert job["kind"] == "cells" and job["status"] == "cancelled" and job["error"] == "cancelled: the client disconnected"
+
+
+def test_serve_command_checks_the_tenants_file_before_starting_the_engine(tmp_path):
+    from typer.testing import CliRunner
+
+    from relserve.cli import app
+
+    runner = CliRunner()
+    r = runner.invoke(app, ["serve", "--hash-key", "sheets-secret-key"])
+    assert r.exit_code == 0 and r.output.strip() == hash_key("sheets-secret-key")
+    bad = tmp_path / "tenants.toml"
+    bad.write_text('[tenants.a]\nkey = "short"\n')
+    r = runner.invoke(app, ["serve", "--tenants", str(bad)])
+    assert r.exit_code == 2
+    import re
+
+    text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", r.output).split())  # rich draws a box around the error
+    assert "tenants config: tenants.a.key: String should have at least 8 characters" in text
