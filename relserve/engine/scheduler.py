@@ -42,6 +42,7 @@ class RelServeScheduler(Scheduler):
         self._reqs: dict[str, Req] = {}
         self._step_log: deque[dict] = deque(maxlen=cfg.get("step_log_size", 20000))
         self._pending_step: dict | None = None
+        self._preemptions = 0
         self._kv_capacity = self.kv_cache_config.num_blocks * self.block_size
         # rel_id -> [requests added so far, monotonic time the first one was added]
         self._arrived: dict[str, list] = {}
@@ -75,12 +76,14 @@ class RelServeScheduler(Scheduler):
                 "aba_seconds": p.aba_seconds,
                 "step_log": steps,
                 "kv_capacity_tokens": self._kv_capacity,
+                "preemptions": self._preemptions,
                 "block_size": self.block_size,
             }
         if command == "reset_stats":
             p = self._policy
             p.dpu_seconds = p.aba_seconds = 0.0
             p.steps = 0
+            self._preemptions = 0
             self._step_log.clear()
             return {}
         raise ValueError(f"unknown relserve rpc command {command!r}")
@@ -179,7 +182,15 @@ class RelServeScheduler(Scheduler):
         else:  # DECODE, or IDLE: nothing may be admitted
             out = self._schedule_decode(*args, **kwargs)
         self._pending_step = self._describe(out, plan.kind.value, plan.reason, t_policy)
+        self._pending_step["planned_admit"] = len(admit)
+        self._pending_step["waiting"] = len(self.waiting)
+        self._pending_step["running"] = len(self.running)
+        self._pending_step["free_blocks"] = self.kv_cache_manager.block_pool.get_num_free_blocks()
         return out
+
+    def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        self._preemptions += 1
+        super()._preempt_request(request, *args, **kwargs)
 
     def _schedule_waiting(self, batch: list[Request], hide_running: bool, budget: int | None, *args: Any, **kwargs: Any):
         """Run the base scheduler with ``waiting`` holding just ``batch``, in that order."""
