@@ -237,41 +237,41 @@ def make_call(
     return LLMCall(fn, parsed, checked_labels, schema_json, opts)
 
 
-def validate_labels(labels: Any) -> tuple[str, ...]:
+def validate_labels(labels: Any, who: str = "llm_classify") -> tuple[str, ...]:
     """Labels must be a non-empty list of distinct, non-empty strings."""
     if labels is None:
-        raise ConfigError("llm_classify needs labels: a non-empty list of strings, e.g. ['positive', 'negative']")
+        raise ConfigError(f"{who} needs labels: a non-empty list of strings, e.g. ['positive', 'negative']")
     if isinstance(labels, (str, bytes)) or not isinstance(labels, (Sequence, tuple)) and not _is_array_like(labels):
-        raise ConfigError(f"llm_classify labels must be a non-empty list of strings, got {labels!r}")
+        raise ConfigError(f"{who} labels must be a non-empty list of strings, got {labels!r}")
     items = list(labels)
     if not items:
-        raise ConfigError("llm_classify labels must be a non-empty list of strings, got an empty list")
+        raise ConfigError(f"{who} labels must be a non-empty list of strings, got an empty list")
     bad = [x for x in items if not isinstance(x, str) or not x.strip()]
     if bad:
-        raise ConfigError(f"llm_classify labels must be non-empty strings; bad label(s): {bad!r}")
+        raise ConfigError(f"{who} labels must be non-empty strings; bad label(s): {bad!r}")
     dupes = sorted({x for x in items if items.count(x) > 1})
     if dupes:
-        raise ConfigError(f"llm_classify labels must be distinct; repeated: {dupes!r}")
+        raise ConfigError(f"{who} labels must be distinct; repeated: {dupes!r}")
     return tuple(items)
 
 
-def validate_schema(schema: Any) -> dict:
+def validate_schema(schema: Any, who: str = "llm_extract") -> dict:
     """A JSON schema given as an object or as JSON text, checked against its metaschema."""
     if schema is None:
-        raise ConfigError("llm_extract needs a JSON schema, e.g. '{\"type\": \"object\", \"properties\": {...}}'")
+        raise ConfigError(f"{who} needs a JSON schema, e.g. '{{\"type\": \"object\", \"properties\": {{...}}}}'")
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
         except json.JSONDecodeError as e:
-            raise ConfigError(f"llm_extract: the JSON schema is not valid JSON: {e}") from None
+            raise ConfigError(f"{who}: the JSON schema is not valid JSON: {e}") from None
     if not isinstance(schema, dict):
-        raise ConfigError(f"llm_extract: the JSON schema must be a JSON object, got {type(schema).__name__}")
+        raise ConfigError(f"{who}: the JSON schema must be a JSON object, got {type(schema).__name__}")
     import jsonschema
 
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as e:
-        raise ConfigError(f"llm_extract: invalid JSON schema: {e.message}") from None
+        raise ConfigError(f"{who}: invalid JSON schema: {e.message}") from None
     return schema
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import uuid
 from collections.abc import Mapping, Sequence
@@ -48,36 +47,6 @@ def rows_to_dicts(rows: Any) -> list[dict[str, Any]]:
 
 def _pandas_null(v: Any) -> Any:
     return None if isinstance(v, float) and math.isnan(v) else v
-
-
-def check_choices(choices: Any) -> list[str] | None:
-    if choices is None:
-        return None
-    if isinstance(choices, str) or not isinstance(choices, Sequence) or not choices:
-        raise ConfigError(f"labels must be a non-empty list of strings, got {choices!r}")
-    bad = [c for c in choices if not isinstance(c, str) or not c]
-    if bad:
-        raise ConfigError(f"labels must be non-empty strings; bad label(s): {bad!r}")
-    return list(dict.fromkeys(choices))
-
-
-def check_json_schema(schema: Any) -> dict | None:
-    if schema is None:
-        return None
-    if isinstance(schema, str):
-        try:
-            schema = json.loads(schema)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"JSON schema is not valid JSON: {e}") from None
-    if not isinstance(schema, dict):
-        raise ConfigError(f"JSON schema must be an object, got {type(schema).__name__}")
-    import jsonschema
-
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.SchemaError as e:
-        raise ConfigError(f"invalid JSON schema: {e.message}") from None
-    return schema
 
 
 @dataclass
@@ -131,8 +100,12 @@ class RelQuery:
             raise ConfigError(f"deadline_s must be a positive number of seconds, got {self.deadline_s!r}")
         if self.on_error not in ("null", "raise"):
             raise ConfigError(f"on_error must be 'null' or 'raise', got {self.on_error!r}")
-        self.choices = check_choices(self.choices)
-        self.json_schema = check_json_schema(self.json_schema)
+        from relserve.functions import validate_labels, validate_schema
+
+        if self.choices is not None:
+            self.choices = list(validate_labels(self.choices, "RelQuery"))
+        if self.json_schema is not None:
+            self.json_schema = validate_schema(self.json_schema, "RelQuery")
         if self.choices and self.json_schema:
             raise ConfigError("give either choices or json_schema, not both")
         if self.rel_id is None:
