@@ -32,6 +32,14 @@ _SCHEDULER_CLS = "relserve.engine.scheduler.RelServeScheduler"
 _start_lock = threading.Lock()
 
 
+def _cpu_threads(setting: str) -> None:
+    """Let vLLM-CPU's model threads use every core (set before vLLM starts its processes)."""
+    if setting == "all" and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        cores = sorted(os.sched_getaffinity(0))
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores))
+        os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+
+
 def _quiet_vllm(quiet: bool) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -90,6 +98,8 @@ class Engine:
         self.block_size = s.block_size
         self.max_model_len = s.max_model_len
         _quiet_vllm(s.quiet)
+        if _on_cpu():
+            _cpu_threads(s.cpu_threads)
 
         from transformers import AutoTokenizer
 

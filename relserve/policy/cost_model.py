@@ -14,12 +14,13 @@ from pydantic import BaseModel, Field
 
 class CostModel(BaseModel):
     """Step-time coefficients, in seconds. Defaults: `relserve calibrate` for SmolLM2-135M
-    (float32, eager) on the 2-core Xeon these machines have (R^2 0.984 prefill, 0.997 decode)."""
+    (float32, eager, model threads on both cores) on the 2-core Xeon these machines have
+    (R^2 0.996 prefill, 0.993 decode)."""
 
-    alpha_p: float = Field(default=1.55e-3, ge=0, description="seconds per uncached prefill token")
-    beta_p: float = Field(default=0.028, ge=0, description="fixed seconds per prefill step")
-    alpha_d: float = Field(default=1.95e-3, ge=0, description="seconds per request in a decode step")
-    beta_d: float = Field(default=0.062, ge=0, description="fixed seconds per decode step")
+    alpha_p: float = Field(default=7.6e-4, ge=0, description="seconds per uncached prefill token")
+    beta_p: float = Field(default=0.035, ge=0, description="fixed seconds per prefill step")
+    alpha_d: float = Field(default=1.11e-3, ge=0, description="seconds per request in a decode step")
+    beta_d: float = Field(default=0.045, ge=0, description="fixed seconds per decode step")
     #: where the figures come from ("default", "calibrated <date> on <machine>", a preset name)
     source: str = "default"
 
