@@ -277,3 +277,17 @@ def test_least_squares_fit_and_outlier_rejection():
     assert fit_line(xs, ys_bad).slope != pytest.approx(0.002, rel=0.1)
     robust = fit_line_robust(xs, [y + 0.001 * (-1) ** i for i, y in enumerate(ys_bad)])
     assert robust.dropped == 1 and robust.slope == pytest.approx(0.002, rel=0.02)
+
+
+def test_mixed_steps_use_the_fitted_plane_when_calibrated():
+    from relserve.policy.cost_model import fit_plane
+
+    us, vs = [100, 200, 300, 100, 400, 250], [4, 8, 2, 16, 10, 1]
+    ys = [0.0006 * u + 0.0018 * n + 0.06 for u, n in zip(us, vs)]
+    fit = fit_plane(us, vs, ys)
+    assert (fit.a, fit.b, fit.c, fit.r_squared) == (pytest.approx(0.0006), pytest.approx(0.0018), pytest.approx(0.06), pytest.approx(1.0))
+    plain = CostModel(alpha_p=0.001, beta_p=0.01, alpha_d=0.002, beta_d=0.02)
+    assert plain.mixed(100, 5) == pytest.approx(0.1 + 0.01 + 0.02)  # the two lines, one fixed cost
+    assert plain.mixed(100, 0) == plain.prefill(100) and plain.mixed(0, 5) == plain.decode(5)
+    fitted = plain.model_copy(update={"alpha_mp": fit.a, "alpha_md": fit.b, "beta_m": fit.c})
+    assert fitted.mixed(100, 5) == pytest.approx(0.06 + 0.009 + 0.06)

@@ -167,11 +167,12 @@ def test_relserve_small_after_big_exact():
 def test_mixed_step_chunks_the_prefill(policy, lim, settings):
     trace = [rq("A", 0.0, [words("a", 10), words("b", 10)], 2)]
     res = simulate(trace, policy, COST, lim, settings=settings, isolated=False)
-    # t=0     A0 takes 10 tokens, A1 the 6 left of the budget: mixed(16, 0) = 0.036
-    # t=0.036 A0 decodes (1), A1 finishes its prompt (4): mixed(4, 1) = 0.026 -> 0.062, A0 done
-    # t=0.062 A1 decodes alone: decode(1) = 0.022 -> 0.084
+    # t=0     A0 takes 10 tokens, A1 the 6 left of the budget, nothing decodes: prefill(16) = 0.026
+    # t=0.026 A0 decodes (1), A1 finishes its prompt (4): mixed(4, 1) = 0.004 + 0.002 + max(0.01, 0.02)
+    #         = 0.026 -> 0.052, A0 done
+    # t=0.052 A1 decodes alone: decode(1) = 0.022 -> 0.074
     a = timing(res, "A")
-    assert (a.first_prefill_start, a.last_prefill_end, a.finish) == pytest.approx((0.0, 0.062, 0.084), **EXACT)
+    assert (a.first_prefill_start, a.last_prefill_end, a.finish) == pytest.approx((0.0, 0.052, 0.074), **EXACT)
     assert res.summary.steps["mixed"] == 3
     assert res.summary.output_tokens == 4
 
@@ -179,10 +180,11 @@ def test_mixed_step_chunks_the_prefill(policy, lim, settings):
 def test_prompt_over_the_token_budget_is_chunked_across_prefill_and_decode_steps():
     res = simulate([rq("A", 0.0, [words("a", 20)], 2)], "fcfs", COST, limits(mnbt=16), isolated=False)
     # t=0     PREFILL computes 16 of 20 tokens under the budget: prefill(16) = 0.026, no token yet
-    # t=0.026 DECODE carries the last 4 prompt tokens (as vLLM's running loop does): mixed(4, 0) = 0.024
-    # t=0.050 decode(1) = 0.022 -> 0.072
+    # t=0.026 DECODE carries the last 4 prompt tokens (as vLLM's running loop does), nothing else
+    #         runs: prefill(4) = 0.014
+    # t=0.040 decode(1) = 0.022 -> 0.062
     a = timing(res, "A")
-    assert (a.first_prefill_start, a.last_prefill_end, a.finish) == pytest.approx((0.0, 0.050, 0.072), **EXACT)
+    assert (a.first_prefill_start, a.last_prefill_end, a.finish) == pytest.approx((0.0, 0.040, 0.062), **EXACT)
     assert res.summary.steps == {"idle": 0, "prefill": 1, "decode": 2, "mixed": 0}
 
 
@@ -254,16 +256,17 @@ def test_tight_kv_preempts_and_recomputes():
     trace = [rq("A", 0.0, [words("a", 4), words("b", 4)], 6)]
     engine = run_engine(trace, "vllm", limits(kv=12, bs=4))
     st = engine.stats
-    # t=0 both prefill (mixed 8, 0: 0.028); at t=0.028 A1 finds no block and preempts itself;
-    # A0 decodes alone (0.022 each) to t=0.138, evicting A1's cached block on the way; A1 then
-    # recomputes its prompt plus its first token (5 tokens: 0.025) and decodes 4 more tokens
+    # t=0 both prefill (8 tokens, no decode: prefill(8) = 0.018); at t=0.018 A1 finds no block and
+    # preempts itself; A0 decodes alone (0.022 each) to t=0.128, evicting A1's cached block on the
+    # way; A1 then recomputes its prompt plus its first token (prefill(5) = 0.015, to 0.143) and
+    # decodes 4 more tokens (to 0.231)
     assert st.preemptions == 1
     assert st.evictions == 2
     assert st.prefill_tokens == 4 + 4 + 5
     assert st.output_tokens == 12
     assert st.steps["mixed"] == 11
     (log,) = engine.logs
-    assert (log.last_prefill_end, log.finish) == pytest.approx((0.163, 0.251), **EXACT)
+    assert (log.last_prefill_end, log.finish) == pytest.approx((0.143, 0.231), **EXACT)
 
 
 def test_request_larger_than_kv_cache_is_an_error():

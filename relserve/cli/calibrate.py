@@ -25,18 +25,34 @@ def calibrate(
     with console.status("starting the engine..."):
         engine = Engine(model=model, policy="fcfs")
     try:
-        with tqdm(total=5 + 8, desc="probes", unit="probe") as bar:
+        with tqdm(total=5 + 9 + 4, desc="probes", unit="probe") as bar:
             cal = run_calibration(engine, progress=lambda: bar.update(1))
     finally:
         engine.close()
     table = Table("predictor", "slope (alpha)", "intercept (beta)", "R^2", "points (outliers left out)")
     for name, fit in (("prefill: s per uncached token", cal.prefill), ("decode: s per request in batch", cal.decode)):
         table.add_row(name, f"{fit.slope:.3e}", f"{fit.intercept:.4f} s", f"{fit.r_squared:.4f}", f"{fit.n} ({fit.dropped})")
+    if cal.mixed is not None:
+        m = cal.mixed
+        table.add_row(
+            "mixed: s per prefill token, per decode request",
+            f"{m.a:.3e}, {m.b:.3e}",
+            f"{m.c:.4f} s",
+            f"{m.r_squared:.4f}",
+            f"{m.n} (0)",
+        )
     console.print(table)
     if save:
         path = save_cost_model(
             engine.model_id,
             cal.cost_model,
-            {"prefill_r2": cal.prefill.r_squared, "decode_r2": cal.decode.r_squared, "prefill_points": cal.prefill_points, "decode_points": cal.decode_points},
+            {
+                "prefill_r2": cal.prefill.r_squared,
+                "decode_r2": cal.decode.r_squared,
+                "mixed_r2": cal.mixed.r_squared if cal.mixed else None,
+                "prefill_points": cal.prefill_points,
+                "decode_points": cal.decode_points,
+                "mixed_points": cal.mixed_points,
+            },
         )
         console.print(f"saved to {path}; engines for this model on this machine now use it")

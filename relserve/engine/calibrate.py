@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import random
 import string
+import time
 from dataclasses import dataclass
 
 from relserve.policy import CostModel
-from relserve.policy.cost_model import LinearFit, fit_line_robust
+from relserve.policy.cost_model import LinearFit, PlaneFit, fit_line_robust, fit_plane
 from relserve.relquery import RelQuery
 
 
@@ -24,6 +25,8 @@ class Calibration:
     decode: LinearFit
     prefill_points: list[tuple[float, float]]
     decode_points: list[tuple[float, float]]
+    mixed: PlaneFit | None = None
+    mixed_points: list[tuple[float, float, float]] | None = None
 
 
 def _words(rng: random.Random, n: int) -> str:
@@ -43,14 +46,17 @@ def calibrate(
     engine,
     prompt_tokens=(64, 128, 256),
     batch_fractions=(0.1, 0.25, 0.5, 0.75, 1.0),
-    decode_sizes=(1, 2, 4, 8, 16, 32, 64, 128),
+    decode_sizes=(1, 2, 4, 8, 16, 32, 64, 128, 192),
     decode_steps: int = 16,
+    decode_context: int = 160,
     repeats: int = 2,
+    mixed: bool = True,
     seed: int = 0,
     progress=None,
 ) -> Calibration:
     """Fit the predictors over the engine's own range: prefill batches of prompts of typical
-    lengths (attention makes a long prompt dearer per token) up to the step's token budget."""
+    lengths (attention makes a long prompt dearer per token) up to the step's token budget, and
+    decode batches whose requests hold a typical context (``decode_context`` prompt tokens)."""
     rng = random.Random(seed)
     previous = engine.policy
     engine.set_policy("fcfs")  # pure prefill or pure decode steps
@@ -72,11 +78,13 @@ def calibrate(
         max_seqs = engine.settings.max_num_seqs
         for b in (b for b in decode_sizes if b <= max_seqs):
             for _ in range(repeats):
-                rows = [{"text": "Tell me a story about " + _words(rng, 3)} for _ in range(b)]
+                # decode reads every cached token of its request: give it a typical context
+                rows = [{"text": _prompt_of(engine, rng, decode_context)} for _ in range(b)]
                 engine.run(RelQuery("{text}", rows, max_tokens=decode_steps, ignore_eos=True))
             if progress:
                 progress()
         decode_log = engine.scheduler_stats(steps=True, clear=True)["step_log"]
+        mixed_log = _mixed_probes(engine, rng, decode_context, progress) if mixed else []
     finally:
         engine.set_policy(previous)
     pre = [(s["prefill_tokens"], s["duration"]) for s in prefill_log if s["kind"] == "prefill" and s["decode_reqs"] == 0 and s["prefill_tokens"]]
@@ -93,7 +101,32 @@ def calibrate(
         beta_d=max(fd.intercept, 0.0),
         source=f"calibrated on {engine.model_id}",
     )
-    return Calibration(cost, fp, fd, pre, dec)
+    mix = [(s["prefill_tokens"], s["decode_reqs"], s["duration"]) for s in mixed_log if s["kind"] == "mixed" and s["prefill_tokens"] and s["decode_reqs"]]
+    fm = None
+    if len(mix) >= 8:
+        fm = fit_plane([u for u, _, _ in mix], [n for _, n, _ in mix], [t for _, _, t in mix])
+        if min(fm.a, fm.b, fm.c) >= 0:
+            cost = cost.model_copy(update={"alpha_mp": fm.a, "alpha_md": fm.b, "beta_m": fm.c})
+    return Calibration(cost, fp, fd, pre, dec, fm, mix)
+
+
+def _mixed_probes(engine, rng: random.Random, context: int, progress) -> list[dict]:
+    """Steps that prefill and decode at once: prompts arriving while a batch decodes, under
+    Sarathi's chunked prefill (stock vLLM and Sarathi run such steps)."""
+    engine.set_policy("sarathi")
+    engine.scheduler_stats(clear=True)
+    for b in (4, 16, 48, 96):
+        decoding = engine.submit(
+            RelQuery("{text}", [{"text": _prompt_of(engine, rng, context)} for _ in range(b)], max_tokens=40, ignore_eos=True)
+        )
+        for m in (1, 3, 6):
+            time.sleep(0.3)
+            rows = [{"text": _prompt_of(engine, rng, context)} for _ in range(m)]
+            engine.run(RelQuery("{text}", rows, max_tokens=1))
+        decoding.result()
+        if progress:
+            progress()
+    return engine.scheduler_stats(steps=True, clear=True)["step_log"]
 
 
 def _through_origin(points: list[tuple[float, float]], fit: LinearFit) -> LinearFit:

@@ -2,6 +2,10 @@
 
     L_prefill(p) = alpha_p * utok(p) + beta_p      (uncached prompt tokens of the batch)
     L_decode(d)  = alpha_d * req(d)  + beta_d      (requests in the decode batch)
+
+vLLM v1 also runs mixed steps (stock vLLM, Sarathi): prefill tokens and decode requests in one
+forward pass. The paper has no predictor for them; ``mixed`` is a plane fitted the same way,
+L_mixed = alpha_mp * utok + alpha_md * req + beta_m, else the sum of the two lines.
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ class CostModel(BaseModel):
     beta_p: float = Field(default=0.035, ge=0, description="fixed seconds per prefill step")
     alpha_d: float = Field(default=1.11e-3, ge=0, description="seconds per request in a decode step")
     beta_d: float = Field(default=0.045, ge=0, description="fixed seconds per decode step")
+    #: mixed steps (None: not calibrated; the two lines are added up instead)
+    alpha_mp: float | None = Field(default=None, ge=0, description="seconds per prefill token in a mixed step")
+    alpha_md: float | None = Field(default=None, ge=0, description="seconds per decode request in a mixed step")
+    beta_m: float | None = Field(default=None, ge=0, description="fixed seconds per mixed step")
     #: where the figures come from ("default", "calibrated <date> on <machine>", a preset name)
     source: str = "default"
 
@@ -31,9 +39,13 @@ class CostModel(BaseModel):
         return self.alpha_d * num_requests + self.beta_d
 
     def mixed(self, uncached_tokens: float, num_decode: float) -> float:
-        """A step that both prefills and decodes (chunked prefill): one fixed cost, both slopes."""
+        """A step that both prefills and decodes (chunked prefill)."""
         if uncached_tokens <= 0:
             return self.decode(num_decode)
+        if num_decode <= 0:
+            return self.prefill(uncached_tokens)
+        if self.alpha_mp is not None and self.alpha_md is not None and self.beta_m is not None:
+            return self.alpha_mp * uncached_tokens + self.alpha_md * num_decode + self.beta_m
         return self.alpha_p * uncached_tokens + self.alpha_d * num_decode + max(self.beta_p, self.beta_d)
 
 
@@ -77,6 +89,37 @@ def fit_line_robust(xs: Sequence[float], ys: Sequence[float], k: float = 3.5, ro
         keep = kept
         fit = fit_line([xs[i] for i in keep], [ys[i] for i in keep])
     return LinearFit(fit.slope, fit.intercept, fit.r_squared, fit.n, len(xs) - len(keep))
+
+
+@dataclass(frozen=True)
+class PlaneFit:
+    a: float
+    b: float
+    c: float
+    r_squared: float
+    n: int
+
+
+def fit_plane(us: Sequence[float], vs: Sequence[float], ys: Sequence[float]) -> PlaneFit:
+    """Ordinary least squares y = a * u + b * v + c (normal equations, 3 x 3)."""
+    n = len(ys)
+    if n < 3 or len(us) != n or len(vs) != n:
+        raise ValueError(f"need at least three (u, v, y) points, got {n}")
+    mu, mv, my = sum(us) / n, sum(vs) / n, sum(ys) / n
+    suu = sum((u - mu) ** 2 for u in us)
+    svv = sum((v - mv) ** 2 for v in vs)
+    suv = sum((u - mu) * (v - mv) for u, v in zip(us, vs))
+    suy = sum((u - mu) * (y - my) for u, y in zip(us, ys))
+    svy = sum((v - mv) * (y - my) for v, y in zip(vs, ys))
+    det = suu * svv - suv * suv
+    if det == 0:
+        raise ValueError("the points do not span a plane (u and v vary together)")
+    a = (suy * svv - svy * suv) / det
+    b = (svy * suu - suy * suv) / det
+    c = my - a * mu - b * mv
+    ss_tot = sum((y - my) ** 2 for y in ys)
+    ss_res = sum((y - (a * u + b * v + c)) ** 2 for u, v, y in zip(us, vs, ys))
+    return PlaneFit(a, b, c, 1 - ss_res / ss_tot if ss_tot else 1.0, n)
 
 
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> LinearFit:
