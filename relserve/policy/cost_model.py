@@ -19,12 +19,12 @@ from pydantic import BaseModel, Field
 class CostModel(BaseModel):
     """Step-time coefficients, in seconds. Defaults: `relserve calibrate` for SmolLM2-135M
     (float32, eager, model threads on both cores) on the 2-core Xeon these machines have
-    (R^2 0.996 prefill, 0.993 decode)."""
+    (R^2 0.991 prefill, 0.997 decode; decode requests holding ~160-token contexts)."""
 
-    alpha_p: float = Field(default=7.6e-4, ge=0, description="seconds per uncached prefill token")
-    beta_p: float = Field(default=0.035, ge=0, description="fixed seconds per prefill step")
-    alpha_d: float = Field(default=1.11e-3, ge=0, description="seconds per request in a decode step")
-    beta_d: float = Field(default=0.045, ge=0, description="fixed seconds per decode step")
+    alpha_p: float = Field(default=8.55e-4, ge=0, description="seconds per uncached prefill token")
+    beta_p: float = Field(default=0.018, ge=0, description="fixed seconds per prefill step")
+    alpha_d: float = Field(default=1.68e-3, ge=0, description="seconds per request in a decode step")
+    beta_d: float = Field(default=0.0475, ge=0, description="fixed seconds per decode step")
     #: mixed steps (None: not calibrated; the two lines are added up instead)
     alpha_mp: float | None = Field(default=None, ge=0, description="seconds per prefill token in a mixed step")
     alpha_md: float | None = Field(default=None, ge=0, description="seconds per decode request in a mixed step")
