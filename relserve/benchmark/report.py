@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from itertools import combinations
 from pathlib import Path
 
 from relserve.benchmark.run import BenchmarkReport
@@ -60,20 +61,32 @@ def markdown(report: BenchmarkReport) -> str:
                 f"| {x['load']:g} | {x['policy']} | {_f(x['measured_mean_latency'])} | {_f(x['simulated_mean_latency'])} "
                 f"| {'-' if err is None else f'{err:+.0%}'} |"
             )
-        lines += ["", f"Policies rank the same in simulation: {ranks_agree(report)}"]
+        lines += ["", "Policy order, simulated against measured (pairs of policies ordered the same way):", ""]
+        for load, agr in rank_agreement(report).items():
+            swapped = ", ".join(f"{a}/{b} (measured {gap:.0%} apart)" for a, b, gap in agr["swapped"])
+            lines.append(f"- load {load}: {agr['agree']}/{agr['pairs']}" + (f"; swapped: {swapped}" if swapped else ""))
     return "\n".join(lines) + "\n"
 
 
-def ranks_agree(report: BenchmarkReport) -> dict[str, bool]:
-    """Per load: do measured and simulated mean latencies order the policies the same way?"""
-    by_load: dict[float, list[dict]] = defaultdict(list)
+def rank_agreement(report: BenchmarkReport) -> dict[str, dict]:
+    """Per load: how many pairs of policies the simulator orders as the engine did, and which not.
+
+    A swapped pair carries its measured gap (relative to the faster one), so that a swap of two
+    policies a few percent apart reads differently from a real disagreement.
+    """
+    by_load: dict[float, dict[str, tuple[float, float]]] = defaultdict(dict)
     for x in report.simulated:
-        by_load[x["load"]].append(x)
+        if x["simulated_mean_latency"] is not None:
+            by_load[x["load"]][x["policy"]] = (x["measured_mean_latency"], x["simulated_mean_latency"])
     out = {}
-    for load, xs in by_load.items():
-        real = [x["policy"] for x in sorted(xs, key=lambda x: x["measured_mean_latency"])]
-        sim = [x["policy"] for x in sorted(xs, key=lambda x: x["simulated_mean_latency"])]
-        out[f"{load:g}"] = real == sim
+    for load, xs in sorted(by_load.items()):
+        pairs = list(combinations(sorted(xs), 2))
+        swapped = []
+        for a, b in pairs:
+            (ma, sa), (mb, sb) = xs[a], xs[b]
+            if (ma - mb) * (sa - sb) < 0:
+                swapped.append((a, b, abs(ma - mb) / min(ma, mb)))
+        out[f"{load:g}"] = {"pairs": len(pairs), "agree": len(pairs) - len(swapped), "swapped": swapped}
     return out
 
 

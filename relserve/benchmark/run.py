@@ -58,6 +58,21 @@ class BenchmarkReport:
             "runs": self.runs,
         }
 
+    @classmethod
+    def from_dict(cls, d: dict) -> BenchmarkReport:
+        """The report as :meth:`as_dict` wrote it (to render a saved run again)."""
+        return cls(
+            config=BenchmarkConfig.model_validate(d["config"]),
+            trace_rate=d["trace_rate"],
+            summaries=[RunSummary.model_validate(s) for s in d["summaries"]],
+            runs=d.get("runs", {}),
+            isolated=d.get("isolated", {}),
+            simulated=d.get("simulated", []),
+            cost_model=d.get("cost_model"),
+            limits=d.get("limits"),
+            wall_s=d.get("wall_s", 0.0),
+        )
+
 
 def trace_rate(trace: Sequence[TraceQuery]) -> float:
     """relQueries per second offered by the trace (N over the arrival span)."""

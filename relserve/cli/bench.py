@@ -69,3 +69,27 @@ def run(
     console.print(markdown(report))
     for path in write(report, json_out, markdown_out, plots):
         console.print(f"wrote {path}")
+
+
+@bench_app.command("report")
+def report(
+    json_in: Path = typer.Argument(..., help="Results written by `relserve bench run --json`."),
+    markdown_out: Path = typer.Option(None, "--markdown", help="Write the summary table as Markdown."),
+    plots: Path = typer.Option(None, "--plots", help="Directory for the PNG plots (Fig. 9-11)."),
+) -> None:
+    """Render a saved benchmark run again: the table, the ratios, the simulator check, the plots."""
+    import json
+
+    from rich.console import Console
+
+    from relserve.benchmark import BenchmarkReport
+    from relserve.benchmark.report import markdown, write
+
+    console = Console()
+    try:
+        saved = BenchmarkReport.from_dict(json.loads(json_in.read_text()))
+    except (OSError, ValueError, KeyError) as exc:
+        raise typer.BadParameter(f"{json_in}: not a benchmark result ({exc})") from exc
+    console.print(markdown(saved))
+    for path in write(saved, None, markdown_out, plots):
+        console.print(f"wrote {path}")
