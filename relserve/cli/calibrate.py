@@ -25,8 +25,13 @@ def calibrate(
     with console.status("starting the engine..."):
         engine = Engine(model=model, policy="fcfs")
     try:
-        with tqdm(total=5 + 9 + 4, desc="probes", unit="probe") as bar:
-            cal = run_calibration(engine, progress=lambda: bar.update(1))
+        with tqdm(desc="probes", unit="probe") as bar:
+
+            def tick(total: int) -> None:
+                bar.total = total
+                bar.update(1)
+
+            cal = run_calibration(engine, progress=tick)
     finally:
         engine.close()
     table = Table("predictor", "slope (alpha)", "intercept (beta)", "R^2", "points (outliers left out)")

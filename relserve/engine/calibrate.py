@@ -56,8 +56,13 @@ def calibrate(
 ) -> Calibration:
     """Fit the predictors over the engine's own range: prefill batches of prompts of typical
     lengths (attention makes a long prompt dearer per token) up to the step's token budget, and
-    decode batches whose requests hold a typical context (``decode_context`` prompt tokens)."""
+    decode batches whose requests hold a typical context (``decode_context`` prompt tokens).
+
+    ``progress(total)`` is called after each probe with the number of probes in all."""
     rng = random.Random(seed)
+    sizes = [b for b in decode_sizes if b <= engine.settings.max_num_seqs]
+    total = len(batch_fractions) + len(sizes) + (len(_MIXED_DECODE_SIZES) if mixed else 0)
+    tick = (lambda: progress(total)) if progress else None
     previous = engine.policy
     engine.set_policy("fcfs")  # pure prefill or pure decode steps
     budget = engine.settings.max_num_batched_tokens
@@ -72,19 +77,18 @@ def calibrate(
                     engine.reset_prefix_cache()
                     rows = [{"text": _prompt_of(engine, rng, length)} for _ in range(n)]
                     engine.run(RelQuery("{text}", rows, max_tokens=1))
-            if progress:
-                progress()
+            if tick:
+                tick()
         prefill_log = engine.scheduler_stats(steps=True, clear=True)["step_log"]
-        max_seqs = engine.settings.max_num_seqs
-        for b in (b for b in decode_sizes if b <= max_seqs):
+        for b in sizes:
             for _ in range(repeats):
                 # decode reads every cached token of its request: give it a typical context
                 rows = [{"text": _prompt_of(engine, rng, decode_context)} for _ in range(b)]
                 engine.run(RelQuery("{text}", rows, max_tokens=decode_steps, ignore_eos=True))
-            if progress:
-                progress()
+            if tick:
+                tick()
         decode_log = engine.scheduler_stats(steps=True, clear=True)["step_log"]
-        mixed_log = _mixed_probes(engine, rng, decode_context, progress) if mixed else []
+        mixed_log = _mixed_probes(engine, rng, decode_context, tick) if mixed else []
     finally:
         engine.set_policy(previous)
     pre = [(s["prefill_tokens"], s["duration"]) for s in prefill_log if s["kind"] == "prefill" and s["decode_reqs"] == 0 and s["prefill_tokens"]]
@@ -110,12 +114,16 @@ def calibrate(
     return Calibration(cost, fp, fd, pre, dec, fm, mix)
 
 
-def _mixed_probes(engine, rng: random.Random, context: int, progress) -> list[dict]:
+#: decode batch sizes of the mixed-step probes
+_MIXED_DECODE_SIZES = (4, 16, 48, 96)
+
+
+def _mixed_probes(engine, rng: random.Random, context: int, tick) -> list[dict]:
     """Steps that prefill and decode at once: prompts arriving while a batch decodes, under
     Sarathi's chunked prefill (stock vLLM and Sarathi run such steps)."""
     engine.set_policy("sarathi")
     engine.scheduler_stats(clear=True)
-    for b in (4, 16, 48, 96):
+    for b in _MIXED_DECODE_SIZES:
         decoding = engine.submit(
             RelQuery("{text}", [{"text": _prompt_of(engine, rng, context)} for _ in range(b)], max_tokens=40, ignore_eos=True)
         )
@@ -124,8 +132,8 @@ def _mixed_probes(engine, rng: random.Random, context: int, progress) -> list[di
             rows = [{"text": _prompt_of(engine, rng, context)} for _ in range(m)]
             engine.run(RelQuery("{text}", rows, max_tokens=1))
         decoding.result()
-        if progress:
-            progress()
+        if tick:
+            tick()
     return engine.scheduler_stats(steps=True, clear=True)["step_log"]
 
 
