@@ -38,6 +38,7 @@ def serve(
     from relserve import Engine
     from relserve.errors import ConfigError
     from relserve.server import Tenants, create_app
+    from relserve.server.runner import Server
 
     try:
         tenant_cfg = Tenants.coerce(tenants)
@@ -50,7 +51,7 @@ def serve(
         scheme = "https" if ssl_certfile else "http"
         mode = "open (no API key needed)" if tenant_cfg.open else f"{len(tenant_cfg.names)} tenant(s)"
         typer.echo(f"relserve on {scheme}://{host}:{port}  [{mode}]  spreadsheet: {scheme}://{host}:{port}/sheet")
-        uvicorn.run(
+        config = uvicorn.Config(
             web,
             host=host,
             port=port,
@@ -59,5 +60,6 @@ def serve(
             ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
             timeout_graceful_shutdown=10,
         )
+        Server(config).run()
     finally:
         engine.close()

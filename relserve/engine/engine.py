@@ -122,6 +122,18 @@ class Engine:
     # ------------------------------------------------------------------ lifecycle
 
     @property
+    def dead_reason(self) -> str | None:
+        """Why the engine can no longer serve (its processes died), or None while it can."""
+        llm = getattr(self, "_llm", None)
+        if llm is not None and llm.errored:
+            return "the engine's processes died (killed, or out of memory); start a new Engine"
+        return None
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self.dead_reason is None
+
+    @property
     def uses_plugin(self) -> bool:
         return policy_class(self.policy).uses_plugin
 
@@ -277,8 +289,11 @@ class Engine:
         """Start a relQuery; returns at once with a handle on its results."""
         if not isinstance(rq, RelQuery):
             raise ConfigError(f"submit() takes a RelQuery, got {type(rq).__name__}")
+        dead = self.dead_reason
+        if dead is not None:
+            raise EngineError(dead)
         arrival = time.monotonic()
-        prompts = rq.render()
+        prompts = [_encodable(p) for p in rq.render()]
         good = [i for i, p in enumerate(prompts) if not isinstance(p, RowError)]
         ids = self._prompter(rq.system).token_ids([prompts[i] for i in good])  # type: ignore[misc]
         handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, lambda: self._cancel(rq.rel_id))
@@ -358,6 +373,10 @@ class Engine:
                 running.tasks.append(asyncio.create_task(self._row(running, i, len(ids), gen)))
             if running.tasks:
                 await asyncio.gather(*running.tasks, return_exceptions=True)
+            dead = self.dead_reason
+            if dead is not None:  # not a row's fault: every caller hears that the engine died
+                running.handle._finish(EngineError(f"relQuery {rq.rel_id} failed: {dead}"))
+                return
             result = self._result(running)
             running.handle._finish(result)
         except BaseException as e:  # never leave a caller waiting forever
@@ -425,6 +444,20 @@ class Engine:
         self._loop.call_soon_threadsafe(_do)
 
 
+def _encodable(prompt: str | RowError) -> str | RowError:
+    """The prompt, or a RowError if it is not valid Unicode text (the tokenizer would fail the
+    whole batch on one lone surrogate, losing every other row)."""
+    if isinstance(prompt, RowError):
+        return prompt
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return RowError(
+            f"the prompt is not valid Unicode text: {e.reason} {prompt[e.start:e.end]!a} at character {e.start}"
+        )
+    return prompt
+
+
 _default: Engine | None = None
 _default_lock = threading.Lock()
 
@@ -433,7 +466,9 @@ def default_engine(**options: Any) -> Engine:
     """The process-wide shared Engine, started on first use (settings from ``RELSERVE_*``)."""
     global _default
     with _default_lock:
-        if _default is None or _default._closed:
+        if _default is None or not _default.alive:
+            if _default is not None and not _default._closed:
+                _default.close()
             _default = Engine(**options)
             atexit.register(_close_default)
         return _default
@@ -442,7 +477,7 @@ def default_engine(**options: Any) -> Engine:
 def running_default_engine() -> Engine | None:
     """The shared Engine if one is running; never starts one (EXPLAIN uses this)."""
     eng = _default
-    return eng if eng is not None and not eng._closed else None
+    return eng if eng is not None and eng.alive else None
 
 
 def _close_default() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 _SENTINEL = "\x00relserve-prompt\x00"
+#: "the prompter's own system message" (None means "no system message")
+_OWN = object()
 
 
 class ChatPrompter:
@@ -35,7 +37,9 @@ class ChatPrompter:
         prefix, suffix = rendered.split(_SENTINEL)
         return prefix, suffix
 
-    def text(self, prompt: str, system: str | None = None) -> str:
+    def text(self, prompt: str, system: str | None | object = _OWN) -> str:
+        if system is _OWN:
+            system = self.system
         split = self._split if system == self.system else self._split_template(system)
         if split is not None:
             return split[0] + prompt + split[1]
@@ -43,13 +47,15 @@ class ChatPrompter:
             self._messages(prompt, system), tokenize=False, add_generation_prompt=True
         )
 
-    def token_ids(self, prompts: Sequence[str], system: str | None = None) -> list[list[int]]:
+    def token_ids(self, prompts: Sequence[str], system: str | None | object = _OWN) -> list[list[int]]:
         if not prompts:
             return []
         texts = [self.text(p, system) for p in prompts]
         return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
 
-    def prefix_text(self, system: str | None = None) -> str:
+    def prefix_text(self, system: str | None | object = _OWN) -> str:
         """The chat template's text before the user's words (shared by every prompt)."""
+        if system is _OWN:
+            system = self.system
         split = self._split if system == self.system else self._split_template(system)
         return split[0] if split else ""

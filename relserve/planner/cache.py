@@ -123,6 +123,12 @@ class ResultCache:
                 self._remember(k, a)
         return len(rows)
 
+    def scoped(self, **extra: Any) -> ResultCache | CacheView:
+        """A view whose keys also hold ``extra`` (entries that are None are left out, so
+        ``scoped()`` is this cache itself): e.g. the system message, or a server's tenant."""
+        extra = {k: v for k, v in extra.items() if v is not None}
+        return CacheView(self, extra) if extra else self
+
     def _remember(self, key: bytes, answer: str) -> None:
         self._memo[key] = answer
         if len(self._memo) > MEMO_ENTRIES:
@@ -145,6 +151,35 @@ class ResultCache:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+class CacheView:
+    """A ``ResultCache`` seen through extra key fields: the same answers under other keys.
+
+    The server keys answers by what changes them beyond the call (the system message) and by
+    who may read them (the tenant, or the tenants' shared cache group), so a tenant never
+    learns another's prompts from a cache hit.
+    """
+
+    def __init__(self, cache: ResultCache, extra: Mapping[str, Any]) -> None:
+        self.cache = cache
+        self.extra = dict(extra)
+
+    def _settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+        clash = set(settings) & set(self.extra)
+        if clash:
+            raise ValueError(f"cache view fields {sorted(clash)} are already call settings")
+        return {**settings, **self.extra}
+
+    def scoped(self, **extra: Any) -> CacheView:
+        more = {k: v for k, v in extra.items() if v is not None}
+        return CacheView(self.cache, {**self.extra, **more}) if more else self
+
+    def get_many(self, model_id: str, settings: Mapping[str, Any], prompts: Sequence[str]) -> dict[int, str]:
+        return self.cache.get_many(model_id, self._settings(settings), prompts)
+
+    def put_many(self, model_id: str, settings: Mapping[str, Any], items: Iterable[tuple[str, str]]) -> int:
+        return self.cache.put_many(model_id, self._settings(settings), items)
 
 
 _shared: dict[Path, ResultCache] = {}

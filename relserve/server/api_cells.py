@@ -30,7 +30,7 @@ async def cells(
     state: ServerState = Depends(get_state),
 ):
     state.check_size(len(body.cells), tenant, "cells")
-    batch = await run_in_threadpool(plan_cells, body, state.engine.model_id, state.cache)
+    batch = await run_in_threadpool(plan_cells, body, state.engine.model_id, state.cache_for(tenant))
     job = Job(batch, tenant.name, "cells", priority=body.priority, deadline_s=body.deadline_s, top_p=body.top_p, seed=body.seed)
     state.launch(job, tenant)
     ids = [c.id for c in body.cells]

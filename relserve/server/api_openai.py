@@ -52,7 +52,7 @@ async def models(tenant: Tenant = Depends(current_tenant), state: ServerState = 
 
 async def _start(state: ServerState, tenant: Tenant, fields: CallFields, prompts: list[str], kind: str, body: _OpenAIBase) -> Job:
     state.check_size(len(prompts), tenant, "prompts")
-    batch = await run_in_threadpool(plan_prompts, fields, prompts, state.engine.model_id, state.cache)
+    batch = await run_in_threadpool(plan_prompts, fields, prompts, state.engine.model_id, state.cache_for(tenant))
     job = Job(batch, tenant.name, kind, priority=body.priority, deadline_s=body.deadline_s, top_p=body.top_p, seed=body.seed)
     return state.launch(job, tenant)
 

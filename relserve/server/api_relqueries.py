@@ -49,7 +49,7 @@ async def submit(
     state: ServerState = Depends(get_state),
 ):
     state.check_size(body.size, tenant)
-    batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache)
+    batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant))
     job = Job(
         batch,
         tenant.name,
@@ -62,15 +62,24 @@ async def submit(
     )
     state.launch(job, tenant)
     fmt = _wanted_format(request, body.stream or stream)
+    location = {"Location": f"/v1/relqueries/{job.id}"}
     if fmt is None:
-        return JSONResponse(job.describe(), status_code=201, headers={"Location": f"/v1/relqueries/{job.id}"})
+        return JSONResponse(job.describe(), status_code=201, headers=location)
     header = {"id": job.id, "rows": job.total, "cached_rows": batch.cached_rows, "engine_rows": job.engine_total}
-    return job_stream(job, fmt, header=header, row=_row, done=_done, cancel_on_disconnect=True)
+    return job_stream(job, fmt, header=header, row=_row, done=_done, cancel_on_disconnect=True, status_code=201, headers=location)
 
 
 @router.get("", summary="The caller's relQueries (running, and finished in the last minutes)")
 async def list_relqueries(tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)):
-    return {"relqueries": [j.describe() for j in state.jobs.list(tenant.name)]}
+    return {"relqueries": [_listed(j) for j in state.jobs.list(tenant.name)]}
+
+
+def _listed(job: Job) -> dict:
+    # one job that cannot be described must not hide the tenant's others
+    try:
+        return job.describe()
+    except Exception as e:
+        return {"id": job.id, "kind": job.kind, "status": job.status, "error": f"cannot describe this relQuery: {e}"}
 
 
 @router.get("/{job_id}", summary="Status and progress of a relQuery")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from relserve.planner.cache import ResultCache, shared_cache
-from relserve.server import api_cells, api_meta, api_openai, api_relqueries, pages
+from relserve.server import api_cells, api_meta, api_openai, api_relqueries, log_redaction, pages
 from relserve.server.body_limit import BodyLimitMiddleware
 from relserve.server.errors import install_error_handlers
 from relserve.server.jobs import JobRegistry
@@ -34,6 +35,7 @@ def create_app(
     ``ResultCache`` for another one, False/None for none. ``public_url``: the address clients
     use (written into the Office add-in manifest); by default the request's own.
     """
+    log_redaction.install()
     tenant_cfg = Tenants.coerce(tenants)
     jobs = JobRegistry(keep_finished_s=keep_finished_s)
     metrics = ServerMetrics(jobs, lambda: tenant_cfg.names, engine)
@@ -42,6 +44,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        state.loop = asyncio.get_running_loop()
         yield
         await state.shutdown()
 

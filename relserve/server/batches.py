@@ -14,7 +14,7 @@ from typing import Any
 
 from relserve.errors import RowError, TemplateError
 from relserve.functions import LLMCall, make_call
-from relserve.planner.cache import ResultCache
+from relserve.planner.cache import CacheView, ResultCache
 from relserve.planner.plan import plan_call
 from relserve.server.schemas import CallFields, Cell, CellsRequest, RelQueryRequest
 from relserve.template import Template
@@ -56,6 +56,8 @@ class Batch:
     #: settings to store new answers under in the result cache; None: do not store
     cache_settings: dict[str, Any] | None = None
     system: str | None = None
+    #: the result cache (as the tenant sees it) the answers were looked up in and go to
+    cache: ResultCache | CacheView | None = None
 
     @property
     def cached_rows(self) -> int:
@@ -79,7 +81,7 @@ class _Builder:
     total: int
     model_id: str
     #: the result cache to read (None: no lookups)
-    cache: ResultCache | None
+    cache: ResultCache | CacheView | None
     system: str | None = None
     ready: list[RowOut] = field(default_factory=list)
     prompts: list[str] = field(default_factory=list)
@@ -113,18 +115,21 @@ class _Builder:
     def build(self, call: LLMCall) -> Batch:
         call = self.call or call
         store = call.sampling_settings() if self.cache is not None else None
-        return Batch(call, self.total, self.ready, self.prompts, self.targets, store, self.system)
+        return Batch(call, self.total, self.ready, self.prompts, self.targets, store, self.system, self.cache)
 
 
-def _cache_for(call: LLMCall, cache: ResultCache | None, system: str | None, wanted: bool = True) -> ResultCache | None:
-    # A system message changes the answer but is not part of the planner's cache key, and
-    # sampled answers must not be replayed: neither is cached.
-    if not wanted or cache is None or not call.deterministic or system:
+Cache = ResultCache | CacheView
+
+
+def _cache_for(call: LLMCall, cache: Cache | None, system: str | None, wanted: bool = True) -> Cache | None:
+    # Sampled answers must not be replayed; a system message changes the answer, so it is
+    # part of the key.
+    if not wanted or cache is None or not call.deterministic:
         return None
-    return cache
+    return cache.scoped(system=system)
 
 
-def plan_relquery(req: RelQueryRequest, model_id: str, cache: ResultCache | None) -> Batch:
+def plan_relquery(req: RelQueryRequest, model_id: str, cache: Cache | None) -> Batch:
     """``template`` + ``rows`` (placeholders name columns), or already-rendered ``prompts``."""
     if req.prompts is not None:
         call = make_request_call(req, "{prompt}")
@@ -146,7 +151,7 @@ def plan_relquery(req: RelQueryRequest, model_id: str, cache: ResultCache | None
     return b.build(call)
 
 
-def plan_prompts(req: CallFields, prompts: list[str], model_id: str, cache: ResultCache | None) -> Batch:
+def plan_prompts(req: CallFields, prompts: list[str], model_id: str, cache: Cache | None) -> Batch:
     """Plain prompts (OpenAI-compatible endpoints)."""
     call = make_request_call(req, "{prompt}")
     b = _Builder(len(prompts), model_id, _cache_for(call, cache, req.system), req.system)
@@ -154,7 +159,7 @@ def plan_prompts(req: CallFields, prompts: list[str], model_id: str, cache: Resu
     return b.build(call)
 
 
-def plan_cells(req: CellsRequest, model_id: str, cache: ResultCache | None) -> Batch:
+def plan_cells(req: CellsRequest, model_id: str, cache: Cache | None) -> Batch:
     """Cells may carry different templates; all of them go into one relQuery.
 
     A cell whose formula is wrong (bad template, wrong number of values) gets its own error,

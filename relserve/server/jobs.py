@@ -8,6 +8,7 @@ result-cache write, which go to a worker thread.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -16,7 +17,6 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from relserve.errors import RowError
-from relserve.planner.cache import ResultCache
 from relserve.relquery import RelQuery
 from relserve.results import RelQueryStats, RowResult
 from relserve.server.batches import Batch, RowOut
@@ -100,7 +100,7 @@ class Job:
 
     # ------------------------------------------------------------------ running
 
-    async def run(self, engine: Any, cache: ResultCache | None, on_finish: Callable[[Job], None]) -> None:
+    async def run(self, engine: Any, on_finish: Callable[[Job], None]) -> None:
         """Drive the job to its end: ready rows first, then the engine's rows as they finish."""
         b = self.batch
         try:
@@ -136,9 +136,9 @@ class Job:
         except Exception as e:  # an engine failure fails this job, never the server
             self._close(FAILED, f"{type(e).__name__}: {e}")
         finally:
-            if cache is not None and b.cache_settings is not None and self._answers:
+            if b.cache is not None and b.cache_settings is not None and self._answers:
                 try:
-                    await run_in_threadpool(cache.put_many, engine.model_id, b.cache_settings, self._answers)
+                    await run_in_threadpool(b.cache.put_many, engine.model_id, b.cache_settings, self._answers)
                 except Exception:  # a full disk must not lose the answers already streamed
                     pass
             await self._notify()
@@ -252,7 +252,8 @@ class Job:
         return out
 
     def describe(self) -> dict[str, Any]:
-        return {
+        """The job as JSON: always serialisable (a non-finite number becomes null)."""
+        return json_safe({
             "id": self.id,
             "kind": self.kind,
             "status": self.status,
@@ -262,7 +263,18 @@ class Job:
             "priority": self.priority,
             "deadline_s": self.deadline_s,
             "stats": self.stats(),
-        }
+        })
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with NaN and infinities replaced by None (JSON has no such numbers)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 class LimitExceeded(Exception):

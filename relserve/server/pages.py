@@ -50,7 +50,18 @@ async def static(name: str):
 
 
 def base_url(request: Request, state: ServerState) -> str:
-    return (state.public_url or str(request.base_url)).rstrip("/")
+    """The address written into the add-in files: ``--public-url``, else the address the
+    connection came in on. Never the request's ``Host`` header: a client chooses that, and a
+    manifest pointing elsewhere would send a victim's cells (and key) to another host."""
+    if state.public_url:
+        return state.public_url
+    server = request.scope.get("server")
+    if not server or server[1] is None:
+        raise ApiError(503, "this server does not know its own address; start it with --public-url")
+    host, port = server
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    return f"{request.url.scheme}://{host}:{port}"
 
 
 #: add-in files written for the server that serves them: its address, and the caller's key

@@ -10,6 +10,24 @@ import time
 import uvicorn
 
 
+class Server(uvicorn.Server):
+    """uvicorn's server, telling the app when it is asked to stop (SIGTERM, SIGINT, ``stop()``)
+    so that running relQueries end with a final event instead of a cut stream."""
+
+    def handle_exit(self, sig, frame) -> None:
+        begin_shutdown(self.config.app)
+        super().handle_exit(sig, frame)
+        # uvicorn re-raises the signal after its graceful shutdown, which would kill the process
+        # before `relserve serve` closes its engine; a stopped server returns normally instead
+        self._captured_signals.clear()
+
+
+def begin_shutdown(app) -> None:
+    state = getattr(getattr(app, "state", None), "relserve", None)
+    if state is not None:
+        state.begin_shutdown()
+
+
 class ServerThread:
     """``with ServerThread(app) as srv: httpx.get(srv.url + "/health")``"""
 
@@ -19,7 +37,7 @@ class ServerThread:
         self.sock.bind((host, port))  # port 0: the OS picks a free one, with no race
         self.host, self.port = self.sock.getsockname()[:2]
         config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5)
-        self.server = uvicorn.Server(config)
+        self.server = Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True, name="relserve-http")
 
     @property
@@ -36,6 +54,7 @@ class ServerThread:
         return self
 
     def stop(self) -> None:
+        begin_shutdown(self.server.config.app)
         self.server.should_exit = True
         self.thread.join(15)
         self.sock.close()

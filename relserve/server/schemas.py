@@ -3,11 +3,47 @@ except in the OpenAI-compatible bodies, whose clients send many optional fields.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 FunctionName = Literal["map", "filter", "classify", "extract"]
+
+
+def _non_finite(value: Any, path: str = "") -> str | None:
+    """The path of the first NaN or infinite number in a parsed JSON body, or None.
+
+    Python's JSON parser accepts ``NaN`` and ``Infinity``; JSON does not, and they break the
+    responses that echo them, so no body may carry one anywhere (rows and schemas included).
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return path or "body"
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for k, v in items:
+        found = _non_finite(v, f"{path}[{k}]" if isinstance(k, int) else (f"{path}.{k}" if path else str(k)))
+        if found:
+            return found
+    return None
+
+
+class Body(BaseModel):
+    """Every request body: numbers must be finite (see ``_non_finite``)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _finite_numbers(cls, data: Any) -> Any:
+        where = _non_finite(data)
+        if where is not None:
+            raise ValueError(f"{where}: NaN and Infinity are not JSON numbers; send a finite number or null")
+        return data
 
 
 def _function_name(value: Any) -> Any:
@@ -17,10 +53,10 @@ def _function_name(value: Any) -> Any:
     return value
 
 
-class CallFields(BaseModel):
+class CallFields(Body):
     """What every LLM call says: the answer's form and the sampling settings."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     #: map: free text; filter: yes/no -> boolean; classify: one of ``labels``; extract: JSON for ``json_schema``
     function: FunctionName = "map"
@@ -69,8 +105,8 @@ class RelQueryRequest(CallFields):
         return len(self.prompts if self.prompts is not None else self.rows or [])
 
 
-class Cell(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Cell(Body):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     #: the cell's address (e.g. "B2"); answers come back under it
     id: str = Field(min_length=1, max_length=128)
@@ -97,8 +133,8 @@ class CellsRequest(CallFields):
         return self
 
 
-class _OpenAIBase(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class _OpenAIBase(Body):
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1, le=32768)

@@ -8,11 +8,15 @@ from typing import Any
 
 from fastapi import Header, Request
 
-from relserve.planner.cache import ResultCache
+from relserve.planner.cache import CacheView, ResultCache
 from relserve.server.errors import ApiError
 from relserve.server.jobs import Job, JobRegistry
 from relserve.server.metrics import ServerMetrics
 from relserve.server.tenants import Tenant, Tenants
+
+
+#: the error of rows cut short because the server stops
+STOPPING = "cancelled: the server is stopping"
 
 
 @dataclass
@@ -26,11 +30,20 @@ class ServerState:
     #: the address clients use to reach the server (for the add-in manifest); None: from the request
     public_url: str | None = None
     _tasks: set[asyncio.Task] = field(default_factory=set)
+    #: set once the server is stopping: new work is refused, running work is cancelled
+    stopping: bool = False
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def cache_for(self, tenant: Tenant) -> ResultCache | CacheView | None:
+        """The result cache as ``tenant`` may see it: its own answers, or its cache group's."""
+        return self.cache.scoped(scope=tenant.cache_scope) if self.cache is not None else None
 
     def launch(self, job: Job, tenant: Tenant) -> Job:
         """Admit ``job`` within its tenant's limit and start it on the event loop."""
+        if self.stopping:
+            raise ApiError(503, "the server is stopping; retry on another server or after it restarts", {"Retry-After": "5"})
         self.jobs.admit(job, tenant.limits.max_rows_in_flight)
-        task = asyncio.get_running_loop().create_task(job.run(self.engine, self.cache, self.metrics.job_finished))
+        task = asyncio.get_running_loop().create_task(job.run(self.engine, self.metrics.job_finished))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return job
@@ -46,8 +59,21 @@ class ServerState:
         if n > limit:
             raise ApiError(413, f"too many {what} in one request: {n}, the limit is {limit}; split the request")
 
+    def begin_shutdown(self) -> None:
+        """Stop taking work and cancel what runs, so that streams end with a final event
+        saying why (instead of being cut) within the server's grace period. Thread-safe."""
+        def stop() -> None:
+            self.stopping = True
+            self.jobs.cancel_all(STOPPING)
+
+        if self.loop is None or self.loop.is_closed():
+            stop()
+        else:
+            self.loop.call_soon_threadsafe(stop)
+
     async def shutdown(self) -> None:
-        self.jobs.cancel_all("cancelled: the server is shutting down")
+        self.stopping = True
+        self.jobs.cancel_all(STOPPING)
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=30)
 

@@ -32,8 +32,17 @@ def sse_event(event: str, obj: dict[str, Any]) -> bytes:
 class JobStreamResponse(StreamingResponse):
     """A streaming response that cancels ``job`` if it ends before the job does."""
 
-    def __init__(self, job: Job, events: AsyncIterator[bytes], media_type: str, cancel_on_disconnect: bool) -> None:
-        super().__init__(events, media_type=media_type, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    def __init__(
+        self,
+        job: Job,
+        events: AsyncIterator[bytes],
+        media_type: str,
+        cancel_on_disconnect: bool,
+        status_code: int = 200,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})}
+        super().__init__(events, status_code=status_code, media_type=media_type, headers=headers)
         self.job = job
         self.cancel_on_disconnect = cancel_on_disconnect
 
@@ -55,6 +64,8 @@ def job_stream(
     start: int = 0,
     cancel_on_disconnect: bool = True,
     row_event: str = "row",
+    status_code: int = 200,
+    headers: dict[str, str] | None = None,
 ) -> JobStreamResponse:
     """``header`` first, then ``row(r)`` per finished row, then ``done(job)``; as NDJSON or SSE."""
     sse = fmt == "sse"
@@ -71,4 +82,4 @@ def job_stream(
                 yield encode(row_event, row(r))
         yield encode("done", done(job))
 
-    return JobStreamResponse(job, events(), SSE if sse else NDJSON, cancel_on_disconnect)
+    return JobStreamResponse(job, events(), SSE if sse else NDJSON, cancel_on_disconnect, status_code, headers)

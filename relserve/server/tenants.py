@@ -13,6 +13,10 @@ A file looks like this (TOML; the JSON form has the same structure)::
 
     [tenants.sheets]
     key = "sheets-secret"          # a plain key is accepted too
+    cache_group = "finance"        # share result-cache answers with the group's other tenants
+
+Each tenant's result-cache answers are its own (a cache hit would tell another tenant that
+someone sent the same prompt) unless tenants name the same ``cache_group``.
 
 With no file, or a file without tenants, the server runs in open single-tenant mode: no key is
 needed, and everyone is the tenant ``default`` with the file's (or the built-in) limits.
@@ -50,6 +54,7 @@ class _TenantEntry(BaseModel):
     max_rows_in_flight: int | None = Field(None, ge=1)
     max_rows_per_request: int | None = Field(None, ge=1)
     max_body_bytes: int | None = Field(None, ge=1024)
+    cache_group: str | None = Field(None, min_length=1, max_length=128)
 
     @model_validator(mode="after")
     def _one_key(self) -> _TenantEntry:
@@ -69,6 +74,8 @@ class _File(BaseModel):
 class Tenant:
     name: str
     limits: Limits
+    #: whose result-cache answers this tenant reads and writes; None: the open server's one cache
+    cache_scope: str | None = None
 
 
 def hash_key(key: str) -> str:
@@ -105,8 +112,9 @@ class Tenants:
         base = parsed.limits
         by_hash: dict[str, Tenant] = {}
         for name, entry in parsed.tenants.items():
-            own = {k: v for k, v in entry.model_dump(exclude={"key", "key_sha256"}).items() if v is not None}
-            tenant = Tenant(name, base.model_copy(update=own))
+            own = {k: v for k, v in entry.model_dump(exclude={"key", "key_sha256", "cache_group"}).items() if v is not None}
+            scope = f"group:{entry.cache_group}" if entry.cache_group else f"tenant:{name}"
+            tenant = Tenant(name, base.model_copy(update=own), scope)
             digest = (entry.key_sha256 or hash_key(entry.key or "")).lower()
             if digest in by_hash:
                 raise ConfigError(f"tenants config: tenants {by_hash[digest].name!r} and {name!r} have the same key")
