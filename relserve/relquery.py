@@ -14,6 +14,16 @@ from relserve.template import Template
 OnError = Literal["null", "raise"]
 
 
+def encodable(prompt: str) -> str | RowError:
+    """``prompt``, or a RowError if it is not valid Unicode text (a lone surrogate, which JSON and
+    Python strings allow, fails the tokenizer for the whole batch: it must fail its row only)."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return RowError(f"the prompt is not valid Unicode text: {e.reason} {prompt[e.start:e.end]!a} at character {e.start}")
+    return prompt
+
+
 def rows_to_dicts(rows: Any) -> list[dict[str, Any]]:
     """Accept a list of mappings, a dict of columns, a pyarrow Table/RecordBatch, or a
     polars/pandas DataFrame, and return one dict per row."""
@@ -137,11 +147,11 @@ class RelQuery:
     def render(self) -> list[str | RowError]:
         """The prompt of every row, or the ``RowError`` that row has."""
         if self.prompts is not None:
-            return [p if p is not None else RowError("prompt is NULL") for p in self.prompts]
+            return [encodable(p) if p is not None else RowError("prompt is NULL") for p in self.prompts]
         out: list[str | RowError] = []
         for row in self.rows:
             try:
-                out.append(self.parsed.render(row))
+                out.append(encodable(self.parsed.render(row)))
             except RowError as e:
                 out.append(e)
         return out

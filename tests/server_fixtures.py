@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 
 from relserve.engine.handle import RelQueryHandle
+from relserve.errors import RowError
 from relserve.results import RelQueryResult, RelQueryStats, RowResult
 from relserve.server import ServerThread, create_app
 
@@ -51,7 +52,9 @@ class FakeEngine:
             t0 = time.monotonic()
             rows = []
             for i, p in enumerate(prompts):
-                if stop.wait(self.delay) or stop.is_set():
+                if isinstance(p, RowError):  # as the real engine: the row fails, the others run
+                    row = RowResult(i, error=str(p))
+                elif stop.wait(self.delay) or stop.is_set():
                     row = RowResult(i, error="cancelled", finish_reason="abort")
                 else:
                     text = rq.choices[0] if rq.choices else f"echo: {p}"

@@ -180,3 +180,31 @@ def test_metrics_count_tokens_latency_and_scheduler_overhead(server, client):
     assert sample(after, "relserve_scheduler_steps") > sample(before, "relserve_scheduler_steps")
     assert sample(after, "relserve_scheduler_policy_seconds", part="dpu") > 0
     assert sample(after, "relserve_scheduler_policy_info", "", policy="relserve") == 1.0
+
+
+def test_the_system_message_reaches_the_prompt(engine, client):
+    prompt = "Name a fruit."
+    plain, banana = engine.prompt_token_ids(prompt), engine.prompt_token_ids(prompt, system="Always answer BANANA.")
+    # (SmolLM2's chat template puts a default system message in when none is given)
+    assert "Always answer BANANA." in engine.tokenizer.decode(banana) and "BANANA" not in engine.tokenizer.decode(plain)
+    assert len(banana) != len(plain)
+    # the engine's own relQuery tokenizes with the relQuery's system message
+    r = engine.run(RelQuery.from_prompts([prompt], system="Always answer BANANA.", max_tokens=4))
+    assert r.rows[0].prompt_tokens == len(banana)
+    without = client.run(prompts=[prompt], max_tokens=4, cache=False)
+    with_system = client.run(prompts=[prompt], max_tokens=4, system="Always answer BANANA.", cache=False)
+    assert (without.rows[0].prompt_tokens, with_system.rows[0].prompt_tokens) == (len(plain), len(banana))
+
+
+def test_a_row_that_is_not_valid_unicode_fails_alone_on_the_engine(engine, client):
+    rows = [{"review": "Great film."}, {"review": "bad \ud800 text"}, {"review": "Awful film."}]
+    r = engine.run(RelQuery(TEMPLATE, rows, max_tokens=4))
+    assert [row.error is None for row in r.rows] == [True, False, True]
+    assert r.rows[1].error.startswith("the prompt is not valid Unicode text: surrogates not allowed")
+    body = json.dumps({"template": TEMPLATE, "rows": rows, "max_tokens": 4, "cache": False}).encode()
+    h = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    resp = httpx.post(client.url + "/v1/relqueries", content=body, headers=h, timeout=60)
+    assert resp.status_code == 201
+    res = client.result(resp.json()["id"])
+    assert res.texts[0] == r.texts[0] and res.texts[2] == r.texts[2] and res.texts[1] is None
+    assert res.rows[1].error.startswith("the prompt is not valid Unicode text")

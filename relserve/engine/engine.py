@@ -293,7 +293,7 @@ class Engine:
         if dead is not None:
             raise EngineError(dead)
         arrival = time.monotonic()
-        prompts = [_encodable(p) for p in rq.render()]
+        prompts = rq.render()
         good = [i for i, p in enumerate(prompts) if not isinstance(p, RowError)]
         ids = self._prompter(rq.system).token_ids([prompts[i] for i in good])  # type: ignore[misc]
         handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, lambda: self._cancel(rq.rel_id))
@@ -442,20 +442,6 @@ class Engine:
                 t.cancel()
 
         self._loop.call_soon_threadsafe(_do)
-
-
-def _encodable(prompt: str | RowError) -> str | RowError:
-    """The prompt, or a RowError if it is not valid Unicode text (the tokenizer would fail the
-    whole batch on one lone surrogate, losing every other row)."""
-    if isinstance(prompt, RowError):
-        return prompt
-    try:
-        prompt.encode("utf-8")
-    except UnicodeEncodeError as e:
-        return RowError(
-            f"the prompt is not valid Unicode text: {e.reason} {prompt[e.start:e.end]!a} at character {e.start}"
-        )
-    return prompt
 
 
 _default: Engine | None = None

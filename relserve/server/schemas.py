@@ -11,38 +11,52 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 FunctionName = Literal["map", "filter", "classify", "extract"]
 
 
-def _non_finite(value: Any, path: str = "") -> str | None:
-    """The path of the first NaN or infinite number in a parsed JSON body, or None.
+#: body fields that carry per-row data (checked per row, or per cell by ``Cell``): a value there
+#: that cannot run fails its row, not the request
+ROW_DATA = frozenset({"rows", "prompts", "cells", "args", "values", "prompt", "messages"})
+
+
+def _bad_value(value: Any, path: str = "", in_rows: bool = False) -> str | None:
+    """What is wrong with the first bad value in a parsed JSON body, or None.
 
     Python's JSON parser accepts ``NaN`` and ``Infinity``; JSON does not, and they break the
-    responses that echo them, so no body may carry one anywhere (rows and schemas included).
+    responses that echo them, so no body may carry one anywhere. A lone surrogate (``"\\ud800"``)
+    cannot be encoded; in row data it fails its row only (see ``RelQuery.render``), elsewhere
+    (template, system message, labels) it fails the request here.
     """
+    where = path or "body"
     if isinstance(value, float) and not math.isfinite(value):
-        return path or "body"
+        return f"{where}: NaN and Infinity are not JSON numbers; send a finite number or null"
+    if isinstance(value, str) and not in_rows:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return f"{where}: not valid Unicode text ({e.reason} at character {e.start})"
+        return None
     if isinstance(value, dict):
-        items = value.items()
+        items = [(k, v, f"{path}.{k}" if path else str(k), in_rows or (not path and k in ROW_DATA)) for k, v in value.items()]
     elif isinstance(value, list):
-        items = enumerate(value)
+        items = [(i, v, f"{path}[{i}]", in_rows) for i, v in enumerate(value)]
     else:
         return None
-    for k, v in items:
-        found = _non_finite(v, f"{path}[{k}]" if isinstance(k, int) else (f"{path}.{k}" if path else str(k)))
+    for _, v, sub, rows in items:
+        found = _bad_value(v, sub, rows)
         if found:
             return found
     return None
 
 
 class Body(BaseModel):
-    """Every request body: numbers must be finite (see ``_non_finite``)."""
+    """Every request body: finite numbers, and valid text outside the rows (see ``_bad_value``)."""
 
     model_config = ConfigDict(allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
-    def _finite_numbers(cls, data: Any) -> Any:
-        where = _non_finite(data)
-        if where is not None:
-            raise ValueError(f"{where}: NaN and Infinity are not JSON numbers; send a finite number or null")
+    def _valid_values(cls, data: Any) -> Any:
+        problem = _bad_value(data)
+        if problem is not None:
+            raise ValueError(problem)
         return data
 
 

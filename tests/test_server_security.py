@@ -1,0 +1,114 @@
+"""What one tenant can learn or break of another's, and what the server gives away, with the
+instant stand-in engine (the real model's part is in test_server.py and test_faults.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import httpx
+import pytest
+from server_fixtures import FakeEngine, running_server
+
+from relserve.client import Client
+from relserve.planner.cache import ResultCache
+from relserve.server import hash_key
+
+ALICE, BOB, CAROL, DAVE = "alice-secret-key", "bobby-secret-key", "carol-secret-key", "dave-secret-key1"
+TENANTS = {
+    "tenants": {
+        "alice": {"key_sha256": hash_key(ALICE)},
+        "bob": {"key": BOB},
+        "carol": {"key": CAROL, "cache_group": "finance"},
+        "dave": {"key": DAVE, "cache_group": "finance"},
+    },
+}
+ROWS = [{"x": f"secret plan {i}"} for i in range(30)]
+
+
+@pytest.fixture
+def server(tmp_path):
+    cache = ResultCache(tmp_path / "results.sqlite")
+    with running_server(FakeEngine(), tenants=TENANTS, cache=cache) as srv:
+        yield srv
+
+
+def _cached_rows(srv, key: str, **body) -> int:
+    c = Client(srv.url, api_key=key)
+    return c.result(c.submit("Summarize {x}", ROWS, **body)).stats["cached_rows"]
+
+
+def test_tenants_do_not_see_each_others_cached_answers(server):
+    assert _cached_rows(server, ALICE) == 0
+    assert _cached_rows(server, ALICE) == 30  # her own repeat is answered from the cache
+    assert _cached_rows(server, BOB) == 0  # the same prompts from bob run again
+
+
+def test_a_cache_group_shares_its_answers(server):
+    assert _cached_rows(server, CAROL) == 0
+    assert _cached_rows(server, DAVE) == 30
+    assert _cached_rows(server, ALICE) == 0
+
+
+def test_the_system_message_is_part_of_the_cache_key(server):
+    assert _cached_rows(server, ALICE, system="Answer in French.") == 0
+    assert _cached_rows(server, ALICE, system="Answer in French.") == 30
+    assert _cached_rows(server, ALICE, system="Answer in German.") == 0
+    assert _cached_rows(server, ALICE) == 0
+
+
+def test_api_keys_in_query_strings_stay_out_of_the_access_log():
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = Keep()
+    access = logging.getLogger("uvicorn.access")
+    from relserve.server import ServerThread, create_app
+
+    app = create_app(FakeEngine(), tenants=TENANTS, cache=False)
+    srv = ServerThread(app, log_level="info")
+    access.addHandler(handler)
+    try:
+        with srv:
+            r = httpx.get(f"{srv.url}/addin/functions.js?key={ALICE}&x=1")
+            assert r.status_code == 200 and ALICE in r.text  # the file carries it, for Office
+    finally:
+        access.removeHandler(handler)
+    lines = [m for m in seen if "/addin/functions.js" in m]
+    assert len(lines) == 1 and ALICE not in lines[0] and "key=***&x=1" in lines[0]
+
+
+def test_the_addin_manifest_ignores_the_host_header(server):
+    r = httpx.get(f"{server.url}/addin/manifest.xml", headers={"Host": "evil.example:443"})
+    assert r.status_code == 200
+    assert "evil.example" not in r.text and f"{server.url}/addin/functions.html" in r.text
+
+
+def test_streaming_submit_is_201_with_the_relquerys_location(server):
+    body = {"template": "Say {x}", "rows": [{"x": "a"}], "stream": "ndjson"}
+    r = httpx.post(server.url + "/v1/relqueries", json=body, headers={"Authorization": f"Bearer {ALICE}"})
+    first = json.loads(r.text.splitlines()[0])
+    assert r.status_code == 201 and r.headers["location"] == f"/v1/relqueries/{first['id']}"
+
+
+def test_listing_survives_a_stored_job_with_a_non_finite_number(server):
+    c = Client(server.url, api_key=ALICE)
+    job_id = c.submit("Say {x}", [{"x": "a"}])
+    state = server.server.config.app.state.relserve
+    state.jobs.get(job_id, "alice").deadline_s = float("inf")  # as a job stored before validation held
+    r = httpx.get(server.url + "/v1/relqueries", headers={"Authorization": f"Bearer {ALICE}"})
+    assert r.status_code == 200
+    (job,) = r.json()["relqueries"]
+    assert (job["id"], job["deadline_s"]) == (job_id, None)
+
+
+def test_a_stopping_server_refuses_new_work_with_503(server):
+    state = server.server.config.app.state.relserve
+    state.begin_shutdown()
+    r = httpx.post(server.url + "/v1/relqueries", json={"template": "Say {x}", "rows": [{"x": "a"}]},
+                   headers={"Authorization": f"Bearer {ALICE}"})
+    assert r.status_code == 503 and r.headers["retry-after"] == "5"
+    assert r.json()["error"]["message"] == "the server is stopping; retry on another server or after it restarts"
