@@ -17,8 +17,10 @@ import httpx
 import psutil
 import pytest
 from conftest import TEST_ENGINE_OPTIONS
+from server_fixtures import running_server
 
 from relserve import Engine, RelQuery
+from relserve.client import Client
 from relserve.errors import EngineError
 
 pytestmark = pytest.mark.engine
@@ -70,6 +72,12 @@ def test_killing_the_engine_core_fails_every_waiting_caller_and_a_new_engine_sta
         assert not engine.alive
         with pytest.raises(EngineError, match=r"start a new Engine"):
             engine.submit(RelQuery("Say {x}.", [{"x": "hi"}], max_tokens=2))
+        with running_server(engine, cache=False) as srv:  # a server on it says so, and fails work
+            r = httpx.get(srv.url + "/health")
+            assert (r.status_code, r.json()["status"]) == (503, "engine-dead")
+            c = Client(srv.url)
+            res = c.result(c.submit("Say {x}.", [{"x": "hi"}], max_tokens=2))
+            assert res.status == "failed" and "the engine's processes died" in res.error
     finally:
         t0 = time.monotonic()
         engine.close()

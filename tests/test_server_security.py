@@ -112,3 +112,5 @@ def test_a_stopping_server_refuses_new_work_with_503(server):
                    headers={"Authorization": f"Bearer {ALICE}"})
     assert r.status_code == 503 and r.headers["retry-after"] == "5"
     assert r.json()["error"]["message"] == "the server is stopping; retry on another server or after it restarts"
+    r = httpx.get(server.url + "/health")
+    assert (r.status_code, r.json()["status"]) == (503, "stopping")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from relserve.server.metrics import CONTENT_TYPE
@@ -15,6 +15,11 @@ router = APIRouter(tags=["operations"])
 @router.get("/health", summary="Liveness and what the server serves")
 async def health(state: ServerState = Depends(get_state)):
     engine = state.engine
+    # 503 when this server can no longer answer, so a load balancer or supervisor acts on it
+    dead = getattr(engine, "dead_reason", None)
+    problem = ("stopping", "the server is stopping") if state.stopping else (("engine-dead", dead) if dead else None)
+    if problem is not None:
+        return JSONResponse({"status": problem[0], "error": problem[1], "model": engine.model_id}, status_code=503)
     return {
         "status": "ok",
         "model": engine.model_id,
