@@ -14,6 +14,10 @@ from relserve.template import Template
 OnError = Literal["null", "raise"]
 
 
+def _finite_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def encodable(prompt: str) -> str | RowError:
     """``prompt``, or a RowError if it is not valid Unicode text (a lone surrogate, which JSON and
     Python strings allow, fails the tokenizer for the whole batch: it must fail its row only)."""
@@ -102,12 +106,14 @@ class RelQuery:
             self.rows = [{"prompt": p} for p in self.prompts]
         if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
             raise ConfigError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
-        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
+        if not _finite_number(self.temperature) or self.temperature < 0:
             raise ConfigError(f"temperature must be a number >= 0, got {self.temperature!r}")
+        if not _finite_number(self.top_p) or not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be a number in (0, 1], got {self.top_p!r}")
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
             raise ConfigError(f"priority must be an integer, got {self.priority!r}")
-        if self.deadline_s is not None and (not isinstance(self.deadline_s, (int, float)) or self.deadline_s <= 0):
-            raise ConfigError(f"deadline_s must be a positive number of seconds, got {self.deadline_s!r}")
+        if self.deadline_s is not None and (not _finite_number(self.deadline_s) or self.deadline_s <= 0):
+            raise ConfigError(f"deadline_s must be a positive, finite number of seconds, got {self.deadline_s!r}")
         if self.on_error not in ("null", "raise"):
             raise ConfigError(f"on_error must be 'null' or 'raise', got {self.on_error!r}")
         from relserve.functions import validate_labels, validate_schema

@@ -124,6 +124,17 @@ def test_bad_template_and_rows_fail_before_anything_runs():
         RelQuery("Is it positive?", [{"review": "ok"}])
 
 
+def test_non_finite_numbers_are_refused_by_name():
+    rows = [{"review": "ok"}]
+    for option, value, message in [
+        ("deadline_s", float("inf"), "deadline_s must be a positive, finite number of seconds, got inf"),
+        ("temperature", float("nan"), "temperature must be a number >= 0, got nan"),
+        ("top_p", float("inf"), r"top_p must be a number in \(0, 1\], got inf"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            RelQuery("Is {review} positive?", rows, **{option: value})
+
+
 def test_unknown_policy_or_model_is_a_clear_error():
     with pytest.raises(ConfigError, match="unknown policy 'fastest'; choose one of vllm, fcfs, sarathi, sp, relserve"):
         Engine(policy="fastest")
