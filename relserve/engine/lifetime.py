@@ -17,6 +17,8 @@ import signal
 import sys
 
 _PR_SET_PDEATHSIG = 1
+#: the names vLLM gives the processes it starts (engine core, multiprocessing workers)
+_VLLM_PROCESSES = ("EngineCore", "VllmWorker")
 _installed = False
 
 
@@ -26,7 +28,9 @@ def install() -> None:
     if _installed or not sys.platform.startswith("linux"):
         return
     parent = multiprocessing.parent_process()
-    if parent is None:  # the user's process: vLLM loads plugins there too
+    # only vLLM's own processes: vLLM loads plugins in the user's process too, which may itself
+    # be a multiprocessing child with a life of its own
+    if parent is None or not multiprocessing.current_process().name.startswith(_VLLM_PROCESSES):
         return
     _installed = True
     libc = ctypes.CDLL(None, use_errno=True)
