@@ -142,3 +142,31 @@ def test_text_outside_the_rows_must_be_valid_unicode(server):
     assert _message(r) == "invalid request: template: not valid Unicode text (surrogates not allowed at character 8)"
     r = _send(server, "/v1/relqueries", _raw({"template": "Say {x}", "rows": [{"x": "a"}], "system": "\udfff"}))
     assert (r.status_code, _message(r)) == (422, "invalid request: system: not valid Unicode text (surrogates not allowed at character 0)")
+
+
+def _routes():
+    app = create_app(FakeEngine(), cache=False)
+    for r in app.routes:
+        for method in sorted(getattr(r, "methods", ()) or ()):
+            if method != "HEAD":
+                yield method, r.path
+
+
+API_ROUTES = sorted((m, p) for m, p in _routes() if p.startswith("/v1/"))
+
+
+@pytest.mark.parametrize("method,path", API_ROUTES, ids=[f"{m} {p}" for m, p in API_ROUTES])
+def test_every_api_route_needs_a_key(server, method, path):
+    r = httpx.request(method, server.url + path.replace("{job_id}", "0123456789abcdef"), timeout=30)
+    assert (r.status_code, _message(r)) == (401, "missing API key: send the header 'Authorization: Bearer <key>'")
+
+
+JOB_ROUTES = [(m, p) for m, p in API_ROUTES if "{job_id}" in p]
+
+
+@pytest.mark.parametrize("method,path", JOB_ROUTES, ids=[f"{m} {p}" for m, p in JOB_ROUTES])
+def test_another_tenants_relquery_is_404_on_every_route(server, method, path):
+    r = _send(server, "/v1/relqueries", _raw(VALID["/v1/relqueries"][0]), key=OTHER)
+    theirs = r.json()["id"]
+    r = httpx.request(method, server.url + path.replace("{job_id}", theirs), headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
+    assert (r.status_code, _message(r)) == (404, f"no relQuery with id {theirs!r}")
