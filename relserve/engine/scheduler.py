@@ -111,6 +111,8 @@ class RelServeScheduler(Scheduler):
                 "kv_capacity_tokens": self._kv_capacity,
                 "preemptions": self._preemptions,
                 "block_size": self.block_size,
+                "scheduler": type(self).__name__,
+                "async_scheduling": isinstance(self, AsyncScheduler),
             }
         if command == "reset_stats":
             p = self._policy
