@@ -209,14 +209,15 @@ class RelServeScheduler(Scheduler):
 
     def schedule(self, *args: Any, **kwargs: Any):
         t0 = time.perf_counter()
-        plan = self._policy.schedule(self._view())
+        view = self._view()
+        plan = self._policy.schedule(view)
         t_policy = time.perf_counter() - t0
         kind, reason = plan.kind, plan.reason
         if self._decode_next and kind is StepKind.PREFILL:
             kind, reason = StepKind.DECODE, "kv-blocked-decode"
         self._decode_next = False
         if plan.priorities and len(self.running) > 1:
-            self.running = preemption_order(self.running, [self._req(r) for r in self.running], plan.priorities)
+            self.running = preemption_order(self.running, view.running, plan.priorities)
         admit = [r.handle for r in plan.admit]
         if kind is StepKind.PREFILL:
             out = self._schedule_waiting(admit, True, None, *args, **kwargs)
