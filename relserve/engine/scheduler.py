@@ -9,23 +9,38 @@ has no prefill or decode phase (it first serves ``self.running``, then admits fr
 * MIXED:   the base class runs as usual (running first, then waiting), with the policy's
            admission order and token budget (Sarathi's chunk).
 
+Each step calls the base class's ``schedule`` exactly once: that call also hands the workers the
+ids of finished and preempted requests, KV block copies and blocks to zero, and advances the step
+counter, so a second call in one step would lose what the first one took. Before each call the
+running requests are put in the policy's order, so when vLLM must preempt, its victim
+(``running[-1]``) is a request of the relQuery the policy ranks last.
+
+On GPUs vLLM schedules the next step while the current one runs (``AsyncScheduler``); vLLM builds
+``RelServeScheduler(...)`` and gets the async variant whenever its config turns async scheduling on.
+
 Everything else (KV allocation, prefix caching, preemption, outputs) stays vLLM's.
 The host-side control channel is a utility method added to the engine core (``relserve_rpc``).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import os
 import time
 from collections import deque
 from typing import Any
 
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
 from relserve.policy import CostModel, Limits, PolicySettings, Req, StepKind, StepView, make_policy
+from relserve.policy.preemption import preemption_order
+
+log = logging.getLogger(__name__)
 
 #: environment variable carrying the plug-in's start-up configuration (JSON) to the engine core.
 #: (vLLM's additional_config would do, but it is part of the compile-cache hash.)
@@ -35,13 +50,31 @@ _ADMISSIBLE = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 
 
 class RelServeScheduler(Scheduler):
+    def __new__(cls, *args: Any, **kwargs: Any):
+        # vLLM builds ``scheduler_cls(vllm_config=..., ...)``. With async scheduling on (vLLM's
+        # default on GPUs) a plain Scheduler subclass would silently run without it, so the
+        # class vLLM is given picks its async variant from that same config.
+        if cls is RelServeScheduler:
+            vllm_config = kwargs["vllm_config"] if "vllm_config" in kwargs else args[0]
+            if vllm_config.scheduler_config.async_scheduling:
+                cls = RelServeAsyncScheduler
+        return super().__new__(cls)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        log.info(
+            "relserve scheduler: %s (async scheduling %s)",
+            type(self).__name__,
+            "on" if isinstance(self, AsyncScheduler) else "off",
+        )
         cfg = json.loads(os.environ.get(CONFIG_ENV, "{}"))
         self._set_policy(cfg.get("policy", "relserve"), cfg.get("cost_model"), cfg.get("settings"))
         self._reqs: dict[str, Req] = {}
         self._step_log: deque[dict] = deque(maxlen=cfg.get("step_log_size", 20000))
-        self._pending_step: dict | None = None
+        # step-log entries of scheduled steps, by id of their output (async: two in flight)
+        self._pending_steps: dict[int, dict] = {}
+        # the last step's PREFILL batch did not fit beside the running requests: decode next
+        self._decode_next = False
         self._preemptions = 0
         self._kv_capacity = self.kv_cache_config.num_blocks * self.block_size
         # rel_id -> [requests added so far, monotonic time the first one was added]
@@ -78,6 +111,8 @@ class RelServeScheduler(Scheduler):
                 "kv_capacity_tokens": self._kv_capacity,
                 "preemptions": self._preemptions,
                 "block_size": self.block_size,
+                "scheduler": type(self).__name__,
+                "async_scheduling": isinstance(self, AsyncScheduler),
             }
         if command == "reset_stats":
             p = self._policy
@@ -146,12 +181,13 @@ class RelServeScheduler(Scheduler):
 
     def _view(self) -> StepView:
         now = time.monotonic()
-        waiting = [self._req(r) for r in self.waiting if self._admissible(r)]
+        # vLLM admits from kv_holding_waiting (requests that hold KV blocks) before waiting.
+        waiting = [self._req(r) for r in self._all_waiting() if self._admissible(r)]
         waiting = [r for r in waiting if self._assembled(r, now)]
         waiting.sort(key=lambda r: r.arrival)
         running = [self._req(r) for r in self.running]
-        if len(self._reqs) > 2 * (len(self.waiting) + len(self.running)) + 256:
-            live = {r.request_id for r in self.waiting} | {r.request_id for r in self.running}
+        if len(self._reqs) > 2 * (len(self.waiting) + len(self.kv_holding_waiting) + len(self.running)) + 256:
+            live = {r.request_id for r in self._all_waiting()} | {r.request_id for r in self.running}
             self._reqs = {k: v for k, v in self._reqs.items() if k in live}
             rels = {r.rel_id for r in self._reqs.values()}
             self._arrived = {k: v for k, v in self._arrived.items() if k in rels}
@@ -162,72 +198,113 @@ class RelServeScheduler(Scheduler):
             kv_capacity_tokens=self._kv_capacity,
             kv_free_tokens=free,
             block_size=self.block_size,
+            watermark_blocks=self.kv_cache_manager.watermark_blocks,
         )
         return StepView(now, waiting, running, limits, self._cached_tokens)
 
     # ----------------------------------------------------------------- one step
 
+    def _all_waiting(self):
+        return itertools.chain(self.kv_holding_waiting, self.waiting)
+
     def schedule(self, *args: Any, **kwargs: Any):
         t0 = time.perf_counter()
-        plan = self._policy.schedule(self._view())
+        view = self._view()
+        plan = self._policy.schedule(view)
         t_policy = time.perf_counter() - t0
+        kind, reason = plan.kind, plan.reason
+        if self._decode_next and kind is StepKind.PREFILL:
+            kind, reason = StepKind.DECODE, "kv-blocked-decode"
+        self._decode_next = False
+        if plan.priorities and len(self.running) > 1:
+            self.running = preemption_order(self.running, view.running, plan.priorities)
         admit = [r.handle for r in plan.admit]
-        if plan.kind is StepKind.PREFILL:
+        if kind is StepKind.PREFILL:
             out = self._schedule_waiting(admit, True, None, *args, **kwargs)
             if out.total_num_scheduled_tokens == 0 and self.running:
-                # The batch did not fit after all (KV allocation): decode instead of idling.
-                out = self._schedule_decode(*args, **kwargs)
-        elif plan.kind is StepKind.MIXED:
+                # The batch did not fit after all (KV allocation). This empty output still goes to
+                # the workers (it carries finished ids and the like); the next step decodes.
+                self._decode_next = True
+                reason = "kv-blocked"
+        elif kind is StepKind.MIXED:
             out = self._schedule_waiting(admit, False, plan.token_budget, *args, **kwargs)
         else:  # DECODE, or IDLE: nothing may be admitted
             out = self._schedule_decode(*args, **kwargs)
-        self._pending_step = self._describe(out, plan.kind.value, plan.reason, t_policy)
-        self._pending_step["planned_admit"] = len(admit)
-        self._pending_step["waiting"] = len(self.waiting)
-        self._pending_step["running"] = len(self.running)
-        self._pending_step["free_blocks"] = self.kv_cache_manager.block_pool.get_num_free_blocks()
+        step = self._describe(out, kind.value, reason, t_policy)
+        step["planned_admit"] = len(admit)
+        step["waiting"] = len(self.waiting) + len(self.kv_holding_waiting)
+        step["running"] = len(self.running)
+        step["free_blocks"] = self.kv_cache_manager.block_pool.get_num_free_blocks()
+        if out.total_num_scheduled_tokens:
+            self._pending_steps[id(out)] = step
         return out
 
     def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
         self._preemptions += 1
         super()._preempt_request(request, *args, **kwargs)
 
+    def _hide_waiting(self) -> tuple:
+        hidden = self.waiting, self.kv_holding_waiting
+        self.waiting = create_request_queue(self.policy)
+        self.kv_holding_waiting = create_request_queue(self.policy)
+        return hidden
+
+    def _restore_waiting(self, hidden: tuple, rest: list[Request] | None) -> None:
+        """Put back the waiting queues hidden from the base class.
+
+        What the base class left in the stand-in queues (not admitted, or preempted by it) goes in
+        front, each request in the queue vLLM keeps it in. ``rest``: the hidden requests that were
+        not shown (None: all of them were hidden, and the hidden queues are intact).
+        """
+        leftover = list(self.kv_holding_waiting) + list(self.waiting)
+        self.waiting, self.kv_holding_waiting = hidden
+        if rest is None:
+            for queue, holds in ((self.waiting, False), (self.kv_holding_waiting, True)):
+                mine = [r for r in leftover if self._holds_kv_blocks(r) == holds]
+                if mine:
+                    queue.prepend_requests(mine)
+            return
+        queues = create_request_queue(self.policy), create_request_queue(self.policy)
+        for r in leftover + rest:
+            queues[self._holds_kv_blocks(r)].add_request(r)
+        self.waiting, self.kv_holding_waiting = queues
+
     def _schedule_waiting(self, batch: list[Request], hide_running: bool, budget: int | None, *args: Any, **kwargs: Any):
-        """Run the base scheduler with ``waiting`` holding just ``batch``, in that order."""
-        hidden_running, hidden_waiting = self.running, self.waiting
+        """Run the base scheduler with the waiting queues holding just ``batch``, in that order."""
+        hidden_running = self.running
         chosen = set(batch)
+        rest = [r for r in self._all_waiting() if r not in chosen]
+        hidden = self._hide_waiting()
         if hide_running:
             self.running = []
-        self.waiting = create_request_queue(self.policy)
         for r in batch:
-            self.waiting.add_request(r)
-        rest = [r for r in hidden_waiting if r not in chosen]
+            (self.kv_holding_waiting if self._holds_kv_blocks(r) else self.waiting).add_request(r)
         cfg = self.scheduler_config
         saved_budget = self.max_num_scheduled_tokens, cfg.max_num_batched_tokens
         if budget is not None:
             self.max_num_scheduled_tokens = cfg.max_num_batched_tokens = min(budget, saved_budget[0])
+        kv = self.kv_cache_manager
+        if hide_running and hidden_running:
+            # vLLM keeps its watermark free when admitting beside running requests; they are only
+            # hidden, so the first admission of the batch must keep it too.
+            allocate = kv.allocate_slots
+            kv.allocate_slots = lambda *a, **kw: allocate(*a, **{**kw, "has_scheduled_reqs": True})
         try:
             out = super().schedule(*args, **kwargs)
         finally:
+            kv.__dict__.pop("allocate_slots", None)
             self.max_num_scheduled_tokens, cfg.max_num_batched_tokens = saved_budget
             if hide_running:
                 self.running = hidden_running + self.running
-            leftover = list(self.waiting)  # not admitted, or preempted by the base class
-            self.waiting = create_request_queue(self.policy)
-            for r in leftover + rest:
-                self.waiting.add_request(r)
+            self._restore_waiting(hidden, rest)
         return out
 
     def _schedule_decode(self, *args: Any, **kwargs: Any):
-        hidden_waiting = self.waiting
-        self.waiting = create_request_queue(self.policy)
+        hidden = self._hide_waiting()
         try:
             out = super().schedule(*args, **kwargs)
         finally:
-            preempted = list(self.waiting)  # requests vLLM preempted to make room
-            self.waiting = hidden_waiting
-            if preempted:
-                self.waiting.prepend_requests(preempted)
+            self._restore_waiting(hidden, None)  # requests vLLM preempted to make room go in front
         return out
 
     # ----------------------------------------------------------------- step log
@@ -254,12 +331,15 @@ class RelServeScheduler(Scheduler):
         }
 
     def update_from_output(self, scheduler_output, model_runner_output):
-        step = self._pending_step
-        if step is not None and scheduler_output.total_num_scheduled_tokens:
+        step = self._pending_steps.pop(id(scheduler_output), None)
+        if step is not None:
             step["duration"] = time.monotonic() - step["start"]
             self._step_log.append(step)
-        self._pending_step = None
         return super().update_from_output(scheduler_output, model_runner_output)
+
+
+class RelServeAsyncScheduler(RelServeScheduler, AsyncScheduler):
+    """The plug-in over vLLM's AsyncScheduler (MRO: the plug-in, then AsyncScheduler, then Scheduler)."""
 
 
 def _install_rpc() -> None:

@@ -4,25 +4,39 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from relserve.policy.dpu import uncached_tokens
 from relserve.policy.types import Req, StepView
 
 
+def blocks(tokens: int, block_size: int) -> int:
+    """Whole KV blocks holding ``tokens`` tokens (vLLM allocates nothing smaller)."""
+    return -(-tokens // block_size)
+
+
 def kv_headroom(view: StepView) -> int:
-    """KV tokens left for new requests once running requests have room to finish decoding."""
-    reserve = sum(r.remaining_output for r in view.running)
-    return view.limits.kv_free_tokens - reserve
+    """KV blocks left for new requests once running requests have blocks to finish decoding.
+
+    A running request holds the blocks of its computed tokens and will need those of its whole
+    sequence (prompt plus ``max_tokens``).
+    """
+    bs = view.limits.block_size
+    reserve = sum(
+        max(blocks(r.prompt_tokens + r.max_tokens, bs) - blocks(r.computed_tokens, bs), 0) for r in view.running
+    )
+    return view.limits.kv_free_blocks - reserve
 
 
 def fill_prefill_batch(queue: Iterable[Req], view: StepView) -> tuple[list[Req], int]:
     """Take requests from the front of ``queue`` while they fit; stop at the first that does not.
 
     Limits: ``max_num_batched_tokens`` on uncached prompt tokens, ``max_num_seqs`` on running plus
-    admitted requests, and the KV cache (prompt plus room for ``max_tokens`` per request).
-    Returns the batch and its uncached token count. Stopping at the first misfit keeps the queue's
-    order, as vLLM does (head-of-line semantics).
+    admitted requests, and the KV cache in whole blocks, as vLLM allocates them: blocks for the
+    request's whole sequence (prompt plus room for ``max_tokens``) less the prefix-cached ones,
+    keeping the watermark free once anything runs beside it. Returns the batch and its uncached
+    token count. Stopping at the first misfit keeps the queue's order, as vLLM does
+    (head-of-line semantics).
     """
     lim = view.limits
+    bs = lim.block_size
     slots = lim.max_num_seqs - len(view.running)
     kv_left = kv_headroom(view)
     batch: list[Req] = []
@@ -30,11 +44,12 @@ def fill_prefill_batch(queue: Iterable[Req], view: StepView) -> tuple[list[Req],
     for req in queue:
         if len(batch) >= slots:
             break
-        u = uncached_tokens(req, view)
+        cached = max(view.cached_tokens(req), req.computed_tokens)
+        u = max(req.prompt_tokens - cached, 0)
         if batch and tokens + u > lim.max_num_batched_tokens:
             break
-        need = req.prompt_tokens + req.remaining_output
-        if need > kv_left and (batch or view.running):
+        need = blocks(req.prompt_tokens + req.remaining_output, bs) - min(cached, req.prompt_tokens) // bs
+        if (batch or view.running) and need + lim.watermark_blocks > kv_left:
             # An empty engine still admits one request: vLLM decides whether it really fits.
             break
         batch.append(req)

@@ -54,6 +54,12 @@ class Limits:
     kv_free_tokens: int
     #: KV cache block size in tokens (prefix caching works in whole blocks)
     block_size: int = 16
+    #: blocks the host keeps free when admitting beside running requests (vLLM's watermark)
+    watermark_blocks: int = 0
+
+    @property
+    def kv_free_blocks(self) -> int:
+        return self.kv_free_tokens // self.block_size
 
 
 class StepKind(enum.Enum):
