@@ -327,3 +327,23 @@ def test_missing_python_path_says_where_the_admin_sets_it(cluster):
             db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1")
         assert "relserve.config" in (e.value.diag.message_hint or "")
         db.rollback()
+
+
+def test_install_again_keeps_the_configuration_and_uninstall_removes_everything(cluster):
+    with connect(cluster) as db:
+        db.execute(INSTALL_SQL.read_text())  # an upgrade: the admin's rows stay
+        assert db.execute("SELECT count(*) FROM relserve.api_keys").fetchone() == (1 + len(ROLE_KEYS) + 1,)
+        assert db.execute("SELECT count(*) FROM relserve.config").fetchone() == (1,)
+    with psycopg.connect(cluster.conninfo(DB)) as db:  # a transaction, rolled back: the other tests keep the install
+        db.execute((REPO / "udfs" / "uninstall.sql").read_text())
+        assert db.execute("SELECT count(*) FROM pg_proc WHERE proname LIKE 'llm_%'").fetchone() == (0,)
+        assert db.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'relserve'").fetchone() == (0,)
+        db.rollback()
+
+
+def test_install_refuses_a_relserve_schema_another_role_owns(cluster):
+    with psycopg.connect(cluster.conninfo(DB)) as db:
+        db.execute("ALTER SCHEMA relserve OWNER TO mallory")  # as if mallory had made it before the install
+        with pytest.raises(psycopg.errors.RaiseException, match=r"schema relserve exists and is not owned by a superuser"):
+            db.execute(INSTALL_SQL.read_text())
+        db.rollback()
