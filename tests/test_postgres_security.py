@@ -194,3 +194,22 @@ def test_relserve_timeout_cancels_the_relquery_with_a_clear_error(server, cluste
     assert 2.0 <= elapsed < 5.0, elapsed
     _assert_cancelled_on_the_server(server, before)
 
+
+
+def test_client_cancel_can_bound_its_own_wait():
+    """The functions cancel on the way out of an interrupted statement with a short bound of their own."""
+    import httpx
+
+    seen: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.extensions["timeout"])
+        return httpx.Response(200, json={"id": "x", "status": "cancelled"})
+
+    with Client("http://relserve.test", api_key="k", timeout=600, transport=httpx.MockTransport(handler)) as c:
+        assert c.cancel("x", timeout=5.0) == {"id": "x", "status": "cancelled"}
+        c.cancel("x")
+    assert seen == [
+        {"connect": 5.0, "read": 5.0, "write": 5.0, "pool": 5.0},
+        {"connect": 10.0, "read": 600, "write": 600, "pool": 600},
+    ]

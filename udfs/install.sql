@@ -96,6 +96,7 @@ key_plan = plpy.prepare("SELECT api_key FROM relserve.my_api_key")
 interrupt_plan = plpy.prepare("SELECT pg_catalog.pg_sleep(0)")
 DEFAULT_TIMEOUT_S = 120.0
 WAIT_SLICE_S = 0.1
+CANCEL_TIMEOUT_S = 5.0  # an interrupted statement waits at most this long for the server to confirm the cancel
 clients = {}
 added_paths = set()
 
@@ -247,7 +248,7 @@ def give_up(c, box, started, abandoned):
     started.wait(5)
     if "id" in box:
         try:
-            c.cancel(box["id"])
+            c.cancel(box["id"], timeout=CANCEL_TIMEOUT_S)
         except Exception as e:
             plpy.warning(f"relserve: could not cancel relQuery {box['id']} on the server: {e}")
 
