@@ -221,8 +221,11 @@ class Client:
         rows = [RemoteRow.from_dict(r) if r is not None else RemoteRow(i) for i, r in enumerate(d["rows"])]
         return RemoteResult(d["id"], d["status"], rows, d.get("stats", {}), d.get("error"))
 
-    def cancel(self, relquery_id: str) -> dict[str, Any]:
-        return self._request("DELETE", f"/v1/relqueries/{relquery_id}")
+    def cancel(self, relquery_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """Cancel and wait for the relQuery to end; ``timeout`` bounds this request alone (the
+        Postgres functions cancel on the way out of an interrupted statement and must not hang)."""
+        kw = {} if timeout is None else {"timeout": httpx.Timeout(timeout, connect=min(timeout, 10.0))}
+        return self._request("DELETE", f"/v1/relqueries/{relquery_id}", **kw)
 
     def list(self) -> list[dict[str, Any]]:
         return self._request("GET", "/v1/relqueries")["relqueries"]

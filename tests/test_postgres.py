@@ -92,8 +92,11 @@ class PgCluster:
 
 # ---------------------------------------------------------------- fixtures
 
-INSTALL_SQL = Path(__file__).resolve().parents[1] / "udfs" / "install.sql"
+REPO = Path(__file__).resolve().parents[1]
+INSTALL_SQL = REPO / "udfs" / "install.sql"
 KEY = "postgres-tenant-key"
+# two roles without superuser rights, each with its own tenant (test_postgres_security.py)
+ROLE_KEYS = {"alice": "alice-tenant-key", "bob": "bob-tenant-key"}
 DB = "relserve_test"
 REVIEWS = [
     (1, "I loved every minute of it.", 5),
@@ -109,7 +112,8 @@ MAP_TEMPLATE = "Is this review positive? {review} Answer yes or no."
 @pytest.fixture(scope="module")
 def server(engine, tmp_path_factory):
     cache = ResultCache(tmp_path_factory.mktemp("pg-cache") / "results.sqlite")
-    with running_server(engine, tenants={"tenants": {"pg": {"key": KEY}}}, cache=cache) as srv:
+    tenants = {"pg": {"key": KEY}, **{role: {"key": key} for role, key in ROLE_KEYS.items()}}
+    with running_server(engine, tenants={"tenants": tenants}, cache=cache) as srv:
         yield srv
 
 
@@ -124,11 +128,20 @@ def cluster(server):
         with psycopg.connect(pg.conninfo(DB), autocommit=True) as db:
             db.execute("CREATE EXTENSION plpython3u")
             db.execute(INSTALL_SQL.read_text())
-            site_packages = sysconfig.get_paths()["purelib"]  # this venv: relserve (editable) and httpx
+            # this checkout first (its relserve wins over the venv's editable install, which may
+            # point at another checkout), then the venv's site-packages for httpx and the rest
+            site_packages = sysconfig.get_paths()["purelib"]
+            db.execute("INSERT INTO relserve.config VALUES ('python_path', %s)", [f"{REPO}:{site_packages}"])
+            db.execute("INSERT INTO relserve.api_keys VALUES ('postgres', %s)", [KEY])
             db.execute(f"ALTER DATABASE {DB} SET relserve.url = '{server.url}'")
-            db.execute(f"ALTER DATABASE {DB} SET relserve.api_key = '{KEY}'")
-            db.execute(f"ALTER DATABASE {DB} SET relserve.python_path = '{site_packages}'")
+            for role, key in ROLE_KEYS.items():
+                db.execute(f"CREATE ROLE {role} LOGIN")
+                db.execute("INSERT INTO relserve.api_keys VALUES (%s, %s)", [role, key])
+            db.execute("CREATE ROLE mallory LOGIN")  # no key, no rights: the attacker
+            db.execute("CREATE ROLE carol LOGIN")
+            db.execute("INSERT INTO relserve.api_keys VALUES ('carol', 'not-the-key')")
             db.execute("CREATE TABLE reviews (id int PRIMARY KEY, review text, stars int)")
+            db.execute("GRANT SELECT ON reviews TO PUBLIC")
             with db.cursor() as cur:
                 cur.executemany("INSERT INTO reviews VALUES (%s, %s, %s)", REVIEWS)
             db.execute("INSERT INTO reviews VALUES (7, NULL, 3)")
@@ -137,8 +150,8 @@ def cluster(server):
         pg.stop()
 
 
-def connect(cluster) -> psycopg.Connection:
-    return psycopg.connect(cluster.conninfo(DB), autocommit=True)
+def connect(cluster, role: str = "postgres") -> psycopg.Connection:
+    return psycopg.connect(cluster.conninfo(DB).replace("user=postgres", f"user={role}"), autocommit=True)
 
 
 def expected(engine, fn: str, template: str, values: list, **kw) -> list:
@@ -285,9 +298,11 @@ def test_bad_input_and_server_errors_are_sql_errors_with_clear_messages(cluster)
             db.execute("SELECT llm_map('Compare {a} with {b}', review) FROM reviews")
         with pytest.raises(psycopg.errors.UndefinedTable, match=r'llm_map_query: the query failed: relation "no_such_table" does not exist'):
             db.execute("SELECT * FROM llm_map_query('Is {x} good?', 'SELECT x FROM no_such_table')")
-        db.execute("SET relserve.api_key = 'not-the-key'")
-        with pytest.raises(psycopg.errors.InvalidAuthorizationSpecification, match=r"llm_map: unknown API key \(HTTP 401\)"):
+        db.execute("SET ROLE carol")  # the key stored for carol is not one the server knows
+        with pytest.raises(psycopg.errors.InvalidAuthorizationSpecification, match=r"llm_map: unknown API key \(HTTP 401\)") as e:
             db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1")
+        assert "relserve.api_keys" in (e.value.diag.message_hint or "")
+        db.execute("RESET ROLE")
         db.execute("SET relserve.url = 'http://127.0.0.1:9'")
         with pytest.raises(psycopg.errors.SqlclientUnableToEstablishSqlconnection,
                            match=r"llm_map: cannot reach the relserve server at http://127.0.0.1:9"):
@@ -304,10 +319,31 @@ def test_bad_input_and_server_errors_are_sql_errors_with_clear_messages(cluster)
             db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1")
 
 
-def test_missing_python_path_names_the_setting(cluster):
-    with connect(cluster) as db:
-        db.execute("SET relserve.python_path = ''")
+def test_missing_python_path_says_where_the_admin_sets_it(cluster):
+    with psycopg.connect(cluster.conninfo(DB)) as db:  # a transaction: the row comes back on rollback
+        db.execute("DELETE FROM relserve.config WHERE name = 'python_path'")
         # this fresh session has not imported the client yet, and the system Python has no relserve
         with pytest.raises(psycopg.errors.SystemError, match=r"relserve: cannot import the relserve client") as e:
             db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1")
-        assert "relserve.python_path" in (e.value.diag.message_hint or "")
+        assert "relserve.config" in (e.value.diag.message_hint or "")
+        db.rollback()
+
+
+def test_install_again_keeps_the_configuration_and_uninstall_removes_everything(cluster):
+    with connect(cluster) as db:
+        db.execute(INSTALL_SQL.read_text())  # an upgrade: the admin's rows stay
+        assert db.execute("SELECT count(*) FROM relserve.api_keys").fetchone() == (1 + len(ROLE_KEYS) + 1,)
+        assert db.execute("SELECT count(*) FROM relserve.config").fetchone() == (1,)
+    with psycopg.connect(cluster.conninfo(DB)) as db:  # a transaction, rolled back: the other tests keep the install
+        db.execute((REPO / "udfs" / "uninstall.sql").read_text())
+        assert db.execute("SELECT count(*) FROM pg_proc WHERE proname LIKE 'llm_%'").fetchone() == (0,)
+        assert db.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'relserve'").fetchone() == (0,)
+        db.rollback()
+
+
+def test_install_refuses_a_relserve_schema_another_role_owns(cluster):
+    with psycopg.connect(cluster.conninfo(DB)) as db:
+        db.execute("ALTER SCHEMA relserve OWNER TO mallory")  # as if mallory had made it before the install
+        with pytest.raises(psycopg.errors.RaiseException, match=r"schema relserve exists and is not owned by a superuser"):
+            db.execute(INSTALL_SQL.read_text())
+        db.rollback()

@@ -3,29 +3,71 @@
 -- Install (as a superuser: plpython3u is an untrusted language), in the database that uses them:
 --     psql -d mydb -f udfs/install.sql
 --     ALTER DATABASE mydb SET relserve.url = 'http://127.0.0.1:8000';
---     ALTER DATABASE mydb SET relserve.api_key = '...';             -- if the server has tenants
---     ALTER DATABASE mydb SET relserve.python_path = '/path/to/relserve/.venv/lib/python3.11/site-packages';
+-- and, as a superuser (only superusers can write these two tables; see "Security" in the docs):
+--     INSERT INTO relserve.config VALUES ('python_path', '/path/to/relserve/.venv/lib/python3.11/site-packages')
+--         ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
+--     INSERT INTO relserve.api_keys VALUES ('alice', 'alice-tenant-key');   -- per role, if the server has tenants
 -- The user-facing functions are created in the current schema (the first one on search_path);
--- the helper they share lives in the schema "relserve". See docs/server-postgres-spreadsheet.md.
+-- the helper they share and the two tables live in the schema "relserve". See docs/server-postgres-spreadsheet.md.
 --
+-- Superuser-owned configuration (any role reads relserve.config; a role reads only its own key):
+--     relserve.config     ('python_path', ...)  site-packages folder(s), ':'-separated (the first wins),
+--                                               where relserve and httpx are installed. Not a setting:
+--                                               site.addsitedir runs the folder's .pth files as postgres.
+--     relserve.api_keys   (role, api_key)       the tenant key of each role (sent as Authorization: Bearer),
+--                                               read through the view relserve.my_api_key (current_user's row)
 -- Settings (SET, ALTER DATABASE/ROLE ... SET):
 --     relserve.url          the server (default http://127.0.0.1:8000)
---     relserve.api_key      the tenant's key (sent as Authorization: Bearer)
---     relserve.python_path  site-packages folder(s), ':'-separated, where relserve and httpx are installed
---     relserve.timeout      seconds to wait for the server (default 600)
+--     relserve.timeout      seconds a call waits for its relQuery before cancelling it (default 120);
+--                           statement_timeout and pg_cancel_backend also cancel the relQuery
 --     relserve.on_error     raise (default): a server error is a SQL error, a failed row is NULL
 --                           null:  a server error also gives NULL rows (and a WARNING)
 --                           fail:  a failed row is a SQL error too
 --     relserve.max_tokens   answer length (default: the function's own: map 64, filter 2, classify 16, extract 256)
 --     relserve.temperature  sampling temperature (default 0: greedy, cacheable)
+-- relserve.python_path and relserve.api_key are refused as settings (an error says where they went).
 --
 -- Two forms of every function:
 --   * scalar, one request per call:   SELECT llm_map('Is {r} positive?', review) FROM reviews;
 --   * over a whole query, ONE relQuery for all its rows (much faster, see the docs):
 --         SELECT * FROM llm_map_query('Is {review} positive?', 'SELECT id, review FROM reviews');
 
+-- A schema "relserve" made earlier by another role would let that role replace what is below.
+DO $check$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
+               WHERE n.nspname = 'relserve' AND NOT r.rolsuper) THEN
+        RAISE EXCEPTION 'schema relserve exists and is not owned by a superuser; drop it or change its owner first';
+    END IF;
+END
+$check$;
+
 CREATE SCHEMA IF NOT EXISTS relserve;
-GRANT USAGE ON SCHEMA relserve TO PUBLIC;
+REVOKE ALL ON SCHEMA relserve FROM PUBLIC;
+GRANT USAGE ON SCHEMA relserve TO PUBLIC;  -- use, not create: nobody else may put objects here
+
+-- What only a superuser decides. Every role may read it (nothing secret), none but superusers write it.
+CREATE TABLE IF NOT EXISTS relserve.config (
+    name text PRIMARY KEY CHECK (name IN ('python_path')),
+    value text NOT NULL
+);
+REVOKE ALL ON relserve.config FROM PUBLIC;
+GRANT SELECT ON relserve.config TO PUBLIC;
+
+-- Tenant keys by role, like a user mapping's options: only superusers read the table ...
+CREATE TABLE IF NOT EXISTS relserve.api_keys (
+    role name PRIMARY KEY,
+    api_key text NOT NULL
+);
+REVOKE ALL ON relserve.api_keys FROM PUBLIC;
+
+-- ... and a role reads its own row through this view (a view reads its tables with its owner's
+-- rights, but current_user is the caller). security_barrier: a caller's own function in WHERE
+-- (e.g. one that RAISEs its argument) is not run before the view's filter, so it sees no other row.
+CREATE OR REPLACE VIEW relserve.my_api_key WITH (security_barrier) AS
+    SELECT k.api_key FROM relserve.api_keys k WHERE k.role = current_user;
+REVOKE ALL ON relserve.my_api_key FROM PUBLIC;
+GRANT SELECT ON relserve.my_api_key TO PUBLIC;
 
 -- The shared helper: defines, once per session, what the functions below call (kept in GD).
 CREATE OR REPLACE FUNCTION relserve._load() RETURNS void
@@ -33,11 +75,28 @@ LANGUAGE plpython3u AS $relserve$
 import json
 import site
 import sys
+import threading
+import time
 
-SETTING_NAMES = ("url", "api_key", "python_path", "timeout", "on_error", "max_tokens", "temperature")
+SETTING_NAMES = ("url", "timeout", "on_error", "max_tokens", "temperature")
+# settings any role may set in its session; these two were settings once and are refused now
+REFUSED = {
+    "python_path": "relserve.python_path is not read from settings: any role could point it at a folder whose .pth "
+    "files then run as the postgres OS user. A superuser sets it in the table relserve.config.",
+    "api_key": "relserve.api_key is not read from settings: every role can read settings (SHOW, current_setting, "
+    "pg_db_role_setting). A superuser stores each role's key in the table relserve.api_keys.",
+}
+# pg_catalog spelled out: a caller's search_path must not swap in its own current_setting
 settings_plan = plpy.prepare(
-    "SELECT " + ", ".join(f"current_setting('relserve.{n}', true) AS {n}" for n in SETTING_NAMES)
+    "SELECT " + ", ".join(f"pg_catalog.current_setting('relserve.{n}', true) AS {n}" for n in SETTING_NAMES + tuple(REFUSED))
 )
+config_plan = plpy.prepare("SELECT name, value FROM relserve.config")  # filtered here: no operator to resolve
+key_plan = plpy.prepare("SELECT api_key FROM relserve.my_api_key")
+# a query that checks for interrupts: a pending cancel or statement timeout raises QueryCanceled here
+interrupt_plan = plpy.prepare("SELECT pg_catalog.pg_sleep(0)")
+DEFAULT_TIMEOUT_S = 120.0
+WAIT_SLICE_S = 0.1
+CANCEL_TIMEOUT_S = 5.0  # an interrupted statement waits at most this long for the server to confirm the cancel
 clients = {}
 added_paths = set()
 
@@ -54,7 +113,8 @@ def server_error(name, e):
     if status == 0:
         fail(f"{name}: {e}", "08001", hint="Is the relserve server running at relserve.url?")
     if status == 401:
-        fail(f"{name}: {e}", "28000", hint="Set relserve.api_key to a key from the server's tenants file.")
+        fail(f"{name}: {e}", "28000", hint="A superuser stores this role's key (from the server's tenants file) "
+             "in relserve.api_keys: INSERT INTO relserve.api_keys VALUES ('<role>', '<key>')")
     if status in (413, 429):
         fail(f"{name}: {e}", "54000")
     fail(f"{name}: {e}", "22023" if 400 <= status < 500 else "XX000")
@@ -63,24 +123,38 @@ def server_error(name, e):
 def settings():
     row = plpy.execute(settings_plan)[0]
     s = {k: (v.strip() if isinstance(v, str) and v.strip() else None) for k, v in row.items()}
+    for name, why in REFUSED.items():
+        if s.pop(name):
+            fail(why, "42501", hint=f"RESET relserve.{name}; ALTER DATABASE/ROLE ... RESET relserve.{name}; "
+                 "see 'Security' in docs/server-postgres-spreadsheet.md")
     s["on_error"] = (s["on_error"] or "raise").lower()
     if s["on_error"] not in ("raise", "null", "fail"):
         fail(f"relserve.on_error must be 'raise', 'null' or 'fail', got {s['on_error']!r}")
     return s
 
 
+def python_path():
+    """The superuser's relserve.config row, never a setting (see REFUSED)."""
+    return {r["name"]: r["value"] for r in plpy.execute(config_plan)}.get("python_path")
+
+
 def add_python_path(path):
-    # the virtual env goes first, so its packages win over the system Python's
+    # the configured folders go first, in their order, so their packages win over the system Python's
+    before = list(sys.path)
+    new = []
     for entry in (path or "").split(":"):
         if entry and entry not in added_paths:
-            before = list(sys.path)
             site.addsitedir(entry)  # also runs its .pth files (editable installs)
-            sys.path[:] = [p for p in sys.path if p not in before] + before
             added_paths.add(entry)
+            new.append(entry)
+    if new:
+        added = [p for p in sys.path if p not in before]
+        sys.path[:] = [e for e in new if e in added] + [p for p in added if p not in new] + before
 
 
 def modules(s):
-    add_python_path(s["python_path"])
+    if not added_paths:
+        add_python_path(python_path())
     try:
         from relserve import client as relserve_client
         from relserve.template import Template
@@ -88,24 +162,95 @@ def modules(s):
         fail(
             f"relserve: cannot import the relserve client ({e})",
             "58000",
-            hint="Set relserve.python_path to the site-packages folder of the Python environment where relserve "
-            "is installed, e.g. ALTER DATABASE mydb SET relserve.python_path = "
-            "'/srv/relserve/.venv/lib/python3.11/site-packages'",
+            hint="A superuser sets python_path in relserve.config to the site-packages folder of the Python "
+            "environment where relserve is installed: INSERT INTO relserve.config VALUES ('python_path', "
+            "'/srv/relserve/.venv/lib/python3.11/site-packages') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
         )
     return relserve_client, Template
+
+
+def timeout_of(s):
+    try:
+        timeout = float(s["timeout"] or DEFAULT_TIMEOUT_S)
+    except ValueError:
+        timeout = -1
+    if not 0 < timeout < float("inf"):
+        fail(f"relserve.timeout must be a positive number of seconds, got {s['timeout']!r}")
+    return timeout
 
 
 def client(s):
     mod, _ = modules(s)
     url = s["url"] or mod.DEFAULT_URL
-    try:
-        timeout = float(s["timeout"] or 600)
-    except ValueError:
-        fail(f"relserve.timeout must be a number of seconds, got {s['timeout']!r}")
-    key = (url, s["api_key"], timeout)
-    if key not in clients:  # one connection pool per session and server
-        clients[key] = mod.Client(url, api_key=s["api_key"] or "", timeout=timeout)
+    rows = plpy.execute(key_plan)  # the current role's key, or none
+    api_key = rows[0]["api_key"] if rows else ""
+    # the wait for the relQuery is timed in run(); the socket's own timeout is a backstop behind it
+    key = (url, api_key, timeout_of(s) + 30.0)
+    if key not in clients:  # one connection pool per session, server and key
+        clients[key] = mod.Client(url, api_key=api_key, timeout=key[2])
     return clients[key]
+
+
+def run(name, s, template, rows, opts):
+    """client.run, but waiting in short slices that let PostgreSQL interrupt the call.
+
+    Python code in a backend only sees a cancel or a statement timeout when it calls into the
+    backend: the stream is read in a thread while this one checks for interrupts every slice.
+    Interrupted (or past relserve.timeout), the relQuery is cancelled on the server and the
+    interrupt raised again, with PostgreSQL's own error."""
+    mod, _ = modules(s)
+    c = client(s)
+    timeout = timeout_of(s)
+    box = {"rows": {}}
+    started = threading.Event()
+    abandoned = threading.Event()
+
+    def read():
+        try:
+            with c.stream(template, rows, **opts) as st:
+                box["id"], box["total"] = st.id, st.total
+                started.set()
+                for r in st:
+                    box["rows"][r.index] = r
+                    if abandoned.is_set():
+                        return
+                box["done"] = st.done or {}
+        except BaseException as e:  # handed to the waiting thread
+            box["error"] = e
+        finally:
+            started.set()
+
+    worker = threading.Thread(target=read, name="relserve-stream", daemon=True)
+    worker.start()
+    end = time.monotonic() + timeout
+    try:
+        while worker.is_alive():
+            worker.join(WAIT_SLICE_S)
+            plpy.execute(interrupt_plan)
+            if time.monotonic() > end and worker.is_alive():
+                give_up(c, box, started, abandoned)
+                fail(f"{name}: no answer from the relserve server within relserve.timeout = {timeout:g} s; "
+                     "its relQuery was cancelled", "57014", hint="SET relserve.timeout = <seconds> for longer calls")
+    except plpy.SPIError:
+        if worker.is_alive():  # the cancel / statement timeout arrived while waiting
+            give_up(c, box, started, abandoned)
+        raise
+    if "error" in box:
+        raise box["error"]
+    done = box["done"]
+    ordered = [box["rows"].get(i) or mod.RemoteRow(i, error="no answer") for i in range(box["total"])]
+    return mod.RemoteResult(box["id"], done.get("status", "unknown"), ordered, done.get("stats", {}), done.get("error"))
+
+
+def give_up(c, box, started, abandoned):
+    """Cancel the relQuery on the server (best effort: the statement ends either way)."""
+    abandoned.set()
+    started.wait(5)
+    if "id" in box:
+        try:
+            c.cancel(box["id"], timeout=CANCEL_TIMEOUT_S)
+        except Exception as e:
+            plpy.warning(f"relserve: could not cancel relQuery {box['id']} on the server: {e}")
 
 
 def call_options(s, function, spec, extra=None):
@@ -158,7 +303,7 @@ def scalar(function, template, vals=None, fields=None, spec=None):
     mod, Template = modules(s)
     row = bind(name, Template, template, vals, fields)
     try:
-        result = client(s).run(template, [row], **call_options(s, function, spec))
+        result = run(name, s, template, [row], call_options(s, function, spec))
     except mod.ServerError as e:
         if s["on_error"] == "null":
             plpy.warning(f"{name}: relserve server error, NULL returned: {e}")
@@ -195,7 +340,7 @@ def over_query(function, template, query, options, spec=None):
         return []
     inputs = [json.dumps(r, default=str, ensure_ascii=False) for r in rows]
     try:
-        result = client(s).run(template, rows, **call_options(s, function, spec, extra))
+        result = run(name, s, template, rows, call_options(s, function, spec, extra))
     except mod.ServerError as e:
         if on_error != "null":
             server_error(name, e)

@@ -1,4 +1,5 @@
--- Remove the relserve functions (run in the schema they were installed in).
+-- Remove the relserve functions (run in the schema they were installed in), and the schema relserve
+-- with its configuration and the roles' keys.
 DROP FUNCTION IF EXISTS llm_map(text, text[]);
 DROP FUNCTION IF EXISTS llm_map(text, jsonb);
 DROP FUNCTION IF EXISTS llm_filter(text, text[]);
@@ -11,4 +12,7 @@ DROP FUNCTION IF EXISTS llm_filter_query(text, text, jsonb);
 DROP FUNCTION IF EXISTS llm_classify_query(text, text[], text, jsonb);
 DROP FUNCTION IF EXISTS llm_extract_query(text, jsonb, text, jsonb);
 DROP FUNCTION IF EXISTS relserve._load();
+DROP VIEW IF EXISTS relserve.my_api_key;
+DROP TABLE IF EXISTS relserve.api_keys;
+DROP TABLE IF EXISTS relserve.config;
 DROP SCHEMA IF EXISTS relserve;

@@ -1,0 +1,215 @@
+"""What a role without superuser rights can do with the plpython3u functions (issue 9, items 1-3),
+on the real PostgreSQL 15 cluster and server of test_postgres.py: it cannot make them load code
+from a folder of its choosing, cannot read another role's key, and a cancel or a statement
+timeout ends the statement within seconds and cancels its relQuery on the server."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from test_postgres import KEY, ROLE_KEYS, cluster, connect, server  # noqa: F401 (fixtures)
+
+from relserve.client import Client
+
+pytestmark = [pytest.mark.postgres, pytest.mark.engine]
+
+ONE_ROW = "SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1"
+# 300 rows of long answers: about 35 s of engine work on 2 cores, far longer than the waits below
+LONG = (
+    "SELECT count(*) FROM llm_map_query('Write a long story about the number {n}.', "
+    "'SELECT g AS n FROM generate_series(1, 300) g', '{\"max_tokens\": 64, \"cache\": false}')"
+)
+
+
+def jobs(server, key: str) -> dict[str, dict]:
+    with Client(server.url, api_key=key) as c:
+        return {j["id"]: j for j in c.list()}
+
+
+# ---------------------------------------------------------------- 1. no code from a role's own folder
+
+
+def _evil_folder(cluster, name: str) -> tuple[Path, Path]:
+    """A folder whose .pth file, if site.addsitedir ever reads it, writes a marker as the backend's OS user."""
+    folder = cluster.root / name
+    folder.mkdir()
+    marker = cluster.root / f"{name}.marker"
+    (folder / "evil.pth").write_text(f"import os; open({str(marker)!r}, 'w').write(str(os.getuid()))\n")
+    os.chmod(folder, 0o755)
+    return folder, marker
+
+
+def test_a_role_cannot_point_python_path_at_its_own_code(cluster):
+    folder, marker = _evil_folder(cluster, "evil-set")
+    with connect(cluster, "mallory") as db:  # a fresh backend: nothing imported yet
+        db.execute(f"SET relserve.python_path = '{folder}'")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match=r"relserve.python_path is not read from settings") as e:
+            db.execute(ONE_ROW)
+        assert "relserve.config" in str(e.value)
+        # nor can it make the setting its own default (PostgreSQL 15: no ALTER ROLE SET of an unknown setting)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            db.execute(f"ALTER ROLE mallory SET relserve.python_path = '{folder}'")
+    assert not marker.exists()
+
+
+def test_only_a_superuser_writes_the_configured_path(cluster):
+    folder, marker = _evil_folder(cluster, "evil-table")
+    with connect(cluster, "mallory") as db:
+        for sql in (
+            f"INSERT INTO relserve.config VALUES ('python_path', '{folder}') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+            f"UPDATE relserve.config SET value = '{folder}'",
+            "DELETE FROM relserve.config",
+            "CREATE FUNCTION relserve._load2() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+            "CREATE TABLE relserve.config2 (x int)",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                db.execute(sql)
+        # the configured path still loads the client: the call reaches the server (mallory has no key)
+        with pytest.raises(psycopg.errors.InvalidAuthorizationSpecification, match=r"\(HTTP 401\)"):
+            db.execute(ONE_ROW)
+        assert db.execute("SELECT value FROM relserve.config WHERE name = 'python_path'").fetchone()[0].startswith("/")
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------- 2. keys: each role reads only its own
+
+
+def test_a_role_cannot_read_another_roles_key(cluster):
+    with connect(cluster) as admin:
+        admin.execute("CREATE SCHEMA IF NOT EXISTS bob AUTHORIZATION bob")
+    with connect(cluster, "bob") as db:
+        notices: list[str] = []
+        db.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            db.execute("SELECT * FROM relserve.api_keys")
+        assert db.execute("SELECT api_key FROM relserve.my_api_key").fetchall() == [("bob-tenant-key",)]
+        assert db.execute("SELECT pg_catalog.current_setting('relserve.api_key', true)").fetchone() == (None,)
+        with pytest.raises(psycopg.errors.UndefinedObject):
+            db.execute("SHOW relserve.api_key")
+        settings = db.execute("SELECT coalesce(string_agg(array_to_string(setconfig, ','), ';'), '') FROM pg_db_role_setting").fetchone()[0]
+        assert "tenant-key" not in settings and KEY not in settings
+        # a leaky function of bob's in WHERE must not run on rows the view filters out (security_barrier)
+        db.execute(
+            "CREATE FUNCTION bob.leak(k text) RETURNS boolean LANGUAGE plpgsql COST 0.0000001 AS "
+            "$$ BEGIN RAISE NOTICE 'leak %', k; RETURN true; END $$"
+        )
+        assert db.execute("SELECT api_key FROM relserve.my_api_key WHERE bob.leak(api_key)").fetchall() == [("bob-tenant-key",)]
+        assert notices == ["leak bob-tenant-key"]
+        # nor can bob pass off alice's name: SET ROLE needs membership
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            db.execute("SET ROLE alice")
+
+
+def test_a_key_set_as_a_setting_is_refused_with_where_keys_go(cluster):
+    with connect(cluster, "bob") as db:
+        db.execute("SET relserve.api_key = 'bob-tenant-key'")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match=r"relserve.api_key is not read from settings") as e:
+            db.execute(ONE_ROW)
+        assert "relserve.api_keys" in str(e.value)
+
+
+def test_each_roles_calls_reach_the_server_with_its_own_key(server, cluster):
+    before = {role: jobs(server, key) for role, key in ROLE_KEYS.items()}
+    for role in ROLE_KEYS:
+        with connect(cluster, role) as db:
+            rows = db.execute(
+                "SELECT answer, error FROM llm_map_query('Is {review} good?', "
+                "'SELECT review FROM reviews WHERE id <= 2 ORDER BY id', '{\"max_tokens\": 2}')"
+            ).fetchall()
+            assert len(rows) == 2 and all(a is not None and e is None for a, e in rows)
+    for role, key in ROLE_KEYS.items():
+        new = [j for k, j in jobs(server, key).items() if k not in before[role]]
+        assert len(new) == 1 and new[0]["progress"]["total"] == 2, (role, new)  # its own call only
+
+
+# ---------------------------------------------------------------- 3. cancel and timeouts reach the relQuery
+
+
+def _assert_cancelled_on_the_server(server, before: set[str]) -> None:
+    new = [j for k, j in jobs(server, ROLE_KEYS["alice"]).items() if k not in before]
+    assert len(new) == 1, new
+    job = new[0]
+    assert job["status"] == "cancelled", job
+    answered = job["stats"]["rows"] - job["stats"]["errors"]
+    assert answered < 300, job
+    time.sleep(1.0)  # nothing runs on: the count of answered rows stays put
+    again = jobs(server, ROLE_KEYS["alice"])[job["id"]]
+    assert again["stats"]["rows"] - again["stats"]["errors"] == answered
+
+
+def test_statement_timeout_ends_the_statement_and_cancels_the_relquery(server, cluster):
+    before = set(jobs(server, ROLE_KEYS["alice"]))
+    with connect(cluster, "alice") as db:
+        db.execute("SET statement_timeout = '3s'")
+        t0 = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled, match=r"canceling statement due to statement timeout"):
+            db.execute(LONG)
+        elapsed = time.monotonic() - t0
+    assert 3.0 <= elapsed < 6.0, elapsed
+    _assert_cancelled_on_the_server(server, before)
+
+
+def test_pg_cancel_backend_ends_the_statement_and_cancels_the_relquery(server, cluster):
+    before = set(jobs(server, ROLE_KEYS["alice"]))
+    with connect(cluster, "alice") as db:
+        pid = db.execute("SELECT pg_backend_pid()").fetchone()[0]
+
+        def cancel_soon() -> None:
+            time.sleep(2.0)
+            with connect(cluster, "alice") as other:  # a role may cancel its own backends
+                assert other.execute("SELECT pg_cancel_backend(%s)", [pid]).fetchone() == (True,)
+
+        canceller = threading.Thread(target=cancel_soon)
+        canceller.start()
+        t0 = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled, match=r"canceling statement due to user request"):
+            db.execute(LONG)
+        elapsed = time.monotonic() - t0
+        canceller.join()
+        assert 2.0 <= elapsed < 5.0, elapsed
+        _assert_cancelled_on_the_server(server, before)
+        # the session is usable afterwards, and a short call still works
+        assert db.execute("SELECT count(*) FROM llm_map_query('Is {review} good?', "
+                          "'SELECT review FROM reviews WHERE id = 1', '{\"max_tokens\": 2}')").fetchone() == (1,)
+
+
+def test_relserve_timeout_cancels_the_relquery_with_a_clear_error(server, cluster):
+    before = set(jobs(server, ROLE_KEYS["alice"]))
+    with connect(cluster, "alice") as db:
+        db.execute("SET relserve.timeout = 2")
+        t0 = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled,
+                           match=r"llm_map_query: no answer from the relserve server within relserve.timeout = 2 s; "
+                                 r"its relQuery was cancelled"):
+            db.execute(LONG)
+        elapsed = time.monotonic() - t0
+        db.execute("SET relserve.timeout = 'soon'")
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"relserve.timeout must be a positive number of seconds, got 'soon'"):
+            db.execute(ONE_ROW)
+    assert 2.0 <= elapsed < 5.0, elapsed
+    _assert_cancelled_on_the_server(server, before)
+
+
+
+def test_client_cancel_can_bound_its_own_wait():
+    """The functions cancel on the way out of an interrupted statement with a short bound of their own."""
+    import httpx
+
+    seen: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.extensions["timeout"])
+        return httpx.Response(200, json={"id": "x", "status": "cancelled"})
+
+    with Client("http://relserve.test", api_key="k", timeout=600, transport=httpx.MockTransport(handler)) as c:
+        assert c.cancel("x", timeout=5.0) == {"id": "x", "status": "cancelled"}
+        c.cancel("x")
+    assert seen == [
+        {"connect": 5.0, "read": 5.0, "write": 5.0, "pool": 5.0},
+        {"connect": 10.0, "read": 600, "write": 600, "pool": 600},
+    ]
