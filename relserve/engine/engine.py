@@ -22,6 +22,7 @@ from relserve.calibration import load_cost_model
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.prompts import ChatPrompter
 from relserve.engine.settings import EngineSettings
+from relserve.engine.spawn import check_not_bootstrapping, hidden_main
 from relserve.errors import ConfigError, EngineError, RowError
 from relserve.model import resolve_model
 from relserve.policy import POLICY_NAMES, CostModel, PolicySettings, policy_class
@@ -84,6 +85,7 @@ class Engine:
     """
 
     def __init__(self, model: str | None = None, policy: str | None = None, **options: Any) -> None:
+        check_not_bootstrapping()
         if model is not None:
             options["model"] = model
         if policy is not None:
@@ -152,7 +154,9 @@ class Engine:
             # The engine-core process reads its policy from the environment it inherits.
             os.environ[CONFIG_ENV] = json.dumps(self._plugin_config(self.policy, s.policy_settings))
             try:
-                self._llm = AsyncLLM.from_engine_args(args)
+                # vLLM spawns its engine process here; the user's script must not run again in it
+                with hidden_main():
+                    self._llm = AsyncLLM.from_engine_args(args)
             except Exception as e:
                 raise EngineError(f"vLLM failed to start with model {self.model_path!r}: {e}") from e
         self.kv_capacity_tokens = None
