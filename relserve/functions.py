@@ -30,6 +30,15 @@ from relserve.template import Template
 OnError = Literal["null", "raise"]
 ON_ERROR_VALUES = ("null", "raise")
 
+#: How llm_filter and llm_classify choose a label (llm_map and llm_extract ignore it):
+#: "generate"  constrained decoding, token by token (what vLLM does with ``choice=``);
+#: "score"     every label scored by the model's log-probability of the whole label;
+#: "calibrate" "score" with the model's prior over the labels divided out, measured once per
+#:             template on content-free rows (Zhao et al. 2021). The default: it removes the
+#:             label bias that made a small model answer one label for every row (issue 12).
+LABEL_METHODS = ("generate", "score", "calibrate")
+DEFAULT_LABEL_METHOD = "calibrate"
+
 
 @dataclass(frozen=True)
 class CallOptions:
@@ -46,6 +55,8 @@ class CallOptions:
     on_error: OnError = "null"
     #: allow per-row field reordering (prompt becomes instruction + {"field": value} JSON)
     reorder_fields: bool = False
+    #: how llm_filter / llm_classify pick a label: see ``LABEL_METHODS`` (None: the default)
+    method: str | None = None
 
     def __post_init__(self) -> None:
         if self.model is not None and (not isinstance(self.model, str) or not self.model):
@@ -65,6 +76,8 @@ class CallOptions:
             raise ConfigError(f"on_error must be 'null' or 'raise', got {self.on_error!r}")
         if not isinstance(self.reorder_fields, bool):
             raise ConfigError(f"reorder_fields must be true or false, got {self.reorder_fields!r}")
+        if self.method is not None and self.method not in LABEL_METHODS:
+            raise ConfigError(f"method must be one of {', '.join(LABEL_METHODS)}, got {self.method!r}")
         object.__setattr__(self, "temperature", float(self.temperature))
 
     def updated(self, settings: Mapping[str, Any] | None = None, **more: Any) -> CallOptions:
@@ -77,7 +90,7 @@ class CallOptions:
         return replace(self, **changes) if changes else self
 
 
-OPTION_NAMES: tuple[str, ...] = ("model", "max_tokens", "temperature", "on_error", "reorder_fields")
+OPTION_NAMES: tuple[str, ...] = ("model", "max_tokens", "temperature", "on_error", "reorder_fields", "method")
 
 
 @dataclass(frozen=True)
@@ -140,6 +153,18 @@ class LLMCall:
         return None
 
     @property
+    def label_method(self) -> str | None:
+        """How the label is chosen (filter and classify), None for free text and JSON.
+
+        Sampling (temperature > 0) asks for variation, which scoring cannot give: it decodes.
+        """
+        if self.choices is None:
+            return None
+        if self.options.temperature > 0:
+            return "generate"
+        return self.options.method or DEFAULT_LABEL_METHOD
+
+    @property
     def json_schema(self) -> dict | None:
         return json.loads(self.schema_json) if self.schema_json is not None else None
 
@@ -171,7 +196,18 @@ class LLMCall:
             "temperature": self.options.temperature,
             "choices": list(self.choices) if self.choices else None,
             "json_schema": self.schema_json,
+            **self._label_settings(),
         }
+
+    def _label_settings(self) -> dict[str, Any]:
+        method = self.label_method
+        if method is None or method == "generate":
+            return {}  # keys as before: answers cached by earlier versions stay valid
+        out: dict[str, Any] = {"method": method}
+        if method == "calibrate":
+            # the prior is measured on this template, so two templates rendering one prompt differ
+            out["template"] = self.template.source
+        return out
 
     def convert(self, text: str) -> Any:
         """The model's text as the function's declared type; ``RowError`` if it does not fit."""

@@ -27,7 +27,16 @@ from typing import Any
 import polars as pl
 
 from relserve.errors import TemplateError
-from relserve.functions import LLM_CLASSIFY, LLM_EXTRACT, LLM_FILTER, LLM_MAP, LLMCall, LLMFunction, make_call
+from relserve.functions import (
+    LLM_CLASSIFY,
+    LLM_EXTRACT,
+    LLM_FILTER,
+    LLM_MAP,
+    OPTION_NAMES,
+    LLMCall,
+    LLMFunction,
+    make_call,
+)
 from relserve.planner.execute import CallOutcome, run_call
 from relserve.planner.explain import Explain
 from relserve.template import Template
@@ -218,6 +227,7 @@ class LLMExpr:
         temperature: float | None = None,
         on_error: str | None = None,
         reorder_fields: bool | None = None,
+        method: str | None = None,
         engine: Any = None,
     ) -> pl.Expr:
         """Yes/no answer per row (Boolean)."""
@@ -233,6 +243,7 @@ class LLMExpr:
         temperature: float | None = None,
         on_error: str | None = None,
         reorder_fields: bool | None = None,
+        method: str | None = None,
         engine: Any = None,
     ) -> pl.Expr:
         """One of ``labels`` per row (Enum of the labels)."""
@@ -258,7 +269,7 @@ def _opts(given: dict[str, Any]) -> dict[str, Any]:
     return {
         k: v
         for k, v in given.items()
-        if k in ("model", "max_tokens", "temperature", "on_error", "reorder_fields") and v is not None
+        if k in OPTION_NAMES and v is not None
     }
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from relserve.calibration import load_cost_model
 from relserve.engine.handle import RelQueryHandle
+from relserve.engine.label_scoring import LabelTrie, pick
 from relserve.engine.prompts import ChatPrompter
 from relserve.engine.settings import EngineSettings
 from relserve.engine.spawn import check_not_bootstrapping, hidden_main
@@ -108,6 +109,7 @@ class Engine:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self._prompters: dict[str | None, ChatPrompter] = {None: ChatPrompter(self.tokenizer)}
         self._inflight: dict[str, _Running] = {}
+        self._tries: dict[tuple[str, ...], LabelTrie] = {}
         self._idle = threading.Event()
         self._idle.set()
         self._closed = False
@@ -353,8 +355,14 @@ class Engine:
 
         rq = running.rq
         try:
-            sp = self._sampling_params(rq, len(rows), running.arrival)
             running.remaining = len(rows)
+            if rq.score_labels:
+                trie = self._label_trie(tuple(rq.choices or ()))
+                for i, ids in rows:
+                    running.tasks.append(asyncio.create_task(self._scored_row(running, i, ids, trie, len(rows))))
+                rows = []
+            else:
+                sp = self._sampling_params(rq, len(rows), running.arrival)
             for i, ids in rows:
                 request_id = f"{rq.rel_id}-{i}"
                 running.request_ids[request_id] = i
@@ -399,6 +407,77 @@ class Engine:
             handle._row_done(RowResult(index, error="cancelled", prompt_tokens=prompt_len))
         except Exception as e:
             handle._row_done(RowResult(index, error=f"{type(e).__name__}: {e}", prompt_tokens=prompt_len))
+
+    # ------------------------------------------------------------------ label scoring
+
+    def _label_trie(self, labels: tuple[str, ...]) -> LabelTrie:
+        trie = self._tries.get(labels)
+        if trie is None:
+            encode = lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+            trie = self._tries[labels] = LabelTrie.build(labels, encode, self.tokenizer.eos_token_id)
+        return trie
+
+    async def _scored_row(self, running: _Running, index: int, ids: list[int], trie: LabelTrie, rows: int) -> None:
+        """One row of a ``score_labels`` relQuery: one one-token request per trie node, all
+        sharing the row's prompt (prefix cache), then the best label after the prior."""
+        from vllm import SamplingParams, TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        rq = running.rq
+        handle = running.handle
+        relserve_args = {
+            "rel_id": rq.rel_id,
+            "rel_size": rows * len(trie.nodes),
+            "arrival": running.arrival,
+            "priority": rq.priority,
+            "deadline": running.arrival + rq.deadline_s if rq.deadline_s is not None else None,
+        }
+
+        async def node(n: int, prefix: tuple[int, ...], wanted: tuple[int, ...]):
+            sp = SamplingParams(
+                max_tokens=1,
+                temperature=0.0,
+                logprob_token_ids=list(wanted),
+                output_kind=RequestOutputKind.FINAL_ONLY,
+                extra_args={"relserve": relserve_args},
+            )
+            request_id = f"{rq.rel_id}-{index}-{n}"
+            running.request_ids[request_id] = index
+            final = None
+            async for out in self._llm.generate(TokensPrompt(prompt_token_ids=ids + list(prefix)), sp, request_id):
+                final = out
+            if final is None or not final.outputs or final.outputs[0].logprobs is None:
+                raise EngineError("the engine returned no log-probabilities")
+            c = final.outputs[0]
+            if c.finish_reason == "abort":
+                raise asyncio.CancelledError
+            got = {t: lp.logprob for t, lp in c.logprobs[0].items()}
+            return prefix, {t: got[t] for t in wanted}, final
+
+        try:
+            outs = await asyncio.gather(*(node(n, p, w) for n, (p, w) in enumerate(trie.nodes.items())))
+            label_lps = trie.label_logprobs({p: lps for p, lps, _ in outs})
+            finals = [f for _, _, f in outs]
+            times = [(f.metrics.scheduled_ts, f.metrics.first_token_ts, f.metrics.last_token_ts) for f in finals
+                     if f.metrics is not None and f.metrics.scheduled_ts]
+            if times:
+                running.times[index] = (min(t[0] for t in times), max(t[1] for t in times), max(t[2] for t in times))
+            handle._row_done(
+                RowResult(
+                    index,
+                    text=pick(label_lps, rq.label_prior),
+                    prompt_tokens=len(ids),
+                    output_tokens=len(finals),
+                    # the row's prompt, counted once: the prefix cache serves its other requests
+                    cached_tokens=min((f.num_cached_tokens or 0) for f in finals),
+                    finish_reason="scored",
+                    label_logprobs=label_lps,
+                )
+            )
+        except asyncio.CancelledError:
+            handle._row_done(RowResult(index, error="cancelled", prompt_tokens=len(ids)))
+        except Exception as e:
+            handle._row_done(RowResult(index, error=f"{type(e).__name__}: {e}", prompt_tokens=len(ids)))
 
     def _result(self, running: _Running) -> RelQueryResult:
         rows = [r if r is not None else RowResult(i, error="cancelled") for i, r in enumerate(running.handle._rows)]
