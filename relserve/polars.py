@@ -213,6 +213,7 @@ class LLMExpr:
         temperature: float | None = None,
         on_error: str | None = None,
         reorder_fields: bool | None = None,
+        examples: list[dict] | None = None,
         engine: Any = None,
     ) -> pl.Expr:
         """Free-text answer per row (String)."""
@@ -228,6 +229,7 @@ class LLMExpr:
         on_error: str | None = None,
         reorder_fields: bool | None = None,
         method: str | None = None,
+        examples: list[dict] | None = None,
         engine: Any = None,
     ) -> pl.Expr:
         """Yes/no answer per row (Boolean)."""
@@ -244,6 +246,7 @@ class LLMExpr:
         on_error: str | None = None,
         reorder_fields: bool | None = None,
         method: str | None = None,
+        examples: list[dict] | None = None,
         engine: Any = None,
     ) -> pl.Expr:
         """One of ``labels`` per row (Enum of the labels)."""
@@ -259,6 +262,7 @@ class LLMExpr:
         temperature: float | None = None,
         on_error: str | None = None,
         reorder_fields: bool | None = None,
+        examples: list[dict] | None = None,
         engine: Any = None,
     ) -> pl.Expr:
         """JSON text valid against ``json_schema`` per row (String; ``.str.json_decode()`` it)."""

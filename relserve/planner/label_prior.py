@@ -37,7 +37,7 @@ def content_free_prompts(call: LLMCall) -> list[str]:
 
 def label_prior(call: LLMCall, engine: Any, model_id: str) -> dict[str, float]:
     """The model's average probability of each label on content-free rows (sums to 1)."""
-    key = (model_id, call.function.kind, call.template.source, call.choices, call.answer_instruction)
+    key = (model_id, call.function.kind, call.template.source, call.choices, call.answer_instruction, call.examples_prefix)
     with _lock:
         got = _priors.get(key)
     if got is not None:
