@@ -12,7 +12,7 @@ from relserve.functions import LLMCall
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.explain import Explain, explain_plan
-from relserve.planner.label_prior import label_prior
+from relserve.planner.label_prior import label_options
 from relserve.planner.plan import CallPlan, plan_call
 from relserve.planner.prompts import Renderer, null_error
 from relserve.planner.tokens import token_source
@@ -143,12 +143,7 @@ def _run_on_engine(
             # prefill the shared prefix once, before the rows, instead of in every row of the
             # first batch (the engine skips prefixes shorter than one KV block)
             engine.warm_prefix(prefix)
-    method = call.label_method
-    scoring = {}
-    if method in ("score", "calibrate"):
-        scoring["score_labels"] = True
-        if method == "calibrate":
-            scoring["label_prior"] = label_prior(call, engine, plan.model_id)
+    scoring = label_options(call, engine, plan.model_id)
     rq = RelQuery.from_prompts(
         prompts,
         max_tokens=call.max_tokens,

@@ -35,9 +35,19 @@ def content_free_prompts(call: LLMCall) -> list[str]:
     return [render((value,) * n) for value in CONTENT_FREE]
 
 
-def label_prior(call: LLMCall, engine: Any, model_id: str) -> dict[str, float]:
+def label_options(call: LLMCall, engine: Any, model_id: str, system: str | None = None) -> dict[str, Any]:
+    """The ``RelQuery`` options that make the engine choose labels as ``call.label_method`` says."""
+    method = call.label_method
+    if method not in ("score", "calibrate"):
+        return {}
+    if method == "score":
+        return {"score_labels": True}
+    return {"score_labels": True, "label_prior": label_prior(call, engine, model_id, system)}
+
+
+def label_prior(call: LLMCall, engine: Any, model_id: str, system: str | None = None) -> dict[str, float]:
     """The model's average probability of each label on content-free rows (sums to 1)."""
-    key = (model_id, call.function.kind, call.template.source, call.choices, call.answer_instruction, call.examples_prefix)
+    key = (model_id, call.function.kind, call.template.source, call.choices, call.answer_instruction, call.examples_prefix, system)
     with _lock:
         got = _priors.get(key)
     if got is not None:
@@ -46,7 +56,8 @@ def label_prior(call: LLMCall, engine: Any, model_id: str) -> dict[str, float]:
 
     labels = list(call.choices or ())
     rq = RelQuery.from_prompts(
-        content_free_prompts(call), choices=labels, score_labels=True, on_error="raise", rel_id=PROBE_PREFIX + uuid.uuid4().hex[:8]
+        content_free_prompts(call), choices=labels, score_labels=True, on_error="raise",
+        rel_id=PROBE_PREFIX + uuid.uuid4().hex[:8], system=system,
     )
     result = engine.submit(rq).result()
     mean = {label: sum(math.exp(r.label_logprobs[label]) for r in result.rows) / len(result.rows) for label in labels}
