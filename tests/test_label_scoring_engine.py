@@ -72,3 +72,13 @@ def test_filter_and_classify_default_to_calibrated_scores(engine):
     assert not generated.score_labels
     prior = next(p for k, p in known_priors().items() if k[2] == "Review: {review}\nIs this review positive?")
     assert sum(prior.values()) == pytest.approx(1.0)
+
+
+def test_many_labels_are_scored_past_vllms_twenty_logprobs_per_request(engine):
+    # 14 labels and their capitalised spellings: 28 first tokens, more than one request returns
+    labels = ["red", "green", "blue", "black", "white", "pink", "gray", "brown", "gold", "silver", "cyan", "teal", "navy", "lime"]
+    res = engine.run(RelQuery("What colour is {thing}?", [{"thing": "grass"}, {"thing": "snow"}], choices=labels, score_labels=True))
+    assert res.stats.num_errors == 0, [r.error for r in res.rows]
+    for row in res.rows:
+        assert set(row.label_logprobs) == set(labels)
+        assert sum(math.exp(v) for v in row.label_logprobs.values()) == pytest.approx(1.0)

@@ -32,6 +32,8 @@ from relserve.results import RelQueryResult, RelQueryStats, RowResult
 
 _SCHEDULER_CLS = "relserve.engine.scheduler.RelServeScheduler"
 _start_lock = threading.Lock()
+#: vLLM's default cap on log-probabilities per request (ModelConfig.max_logprobs)
+_MAX_LOGPROBS = 20
 
 
 def _cpu_threads(setting: str) -> None:
@@ -427,7 +429,7 @@ class Engine:
         handle = running.handle
         relserve_args = {
             "rel_id": rq.rel_id,
-            "rel_size": rows * len(trie.nodes),
+            "rel_size": rows * sum(-(-len(w) // _MAX_LOGPROBS) for w in trie.nodes.values()),
             "arrival": running.arrival,
             "priority": rq.priority,
             "deadline": running.arrival + rq.deadline_s if rq.deadline_s is not None else None,
@@ -454,9 +456,15 @@ class Engine:
             got = {t: lp.logprob for t, lp in c.logprobs[0].items()}
             return prefix, {t: got[t] for t in wanted}, final
 
+        # vLLM returns at most max_logprobs (20) log-probabilities per request: a node with more
+        # next tokens (many labels) is asked in several requests, all on the same cached prefix
+        asks = [(p, w[k : k + _MAX_LOGPROBS]) for p, w in trie.nodes.items() for k in range(0, len(w), _MAX_LOGPROBS)]
         try:
-            outs = await asyncio.gather(*(node(n, p, w) for n, (p, w) in enumerate(trie.nodes.items())))
-            label_lps = trie.label_logprobs({p: lps for p, lps, _ in outs})
+            outs = await asyncio.gather(*(node(n, p, w) for n, (p, w) in enumerate(asks)))
+            node_lps: dict[tuple[int, ...], dict[int, float]] = {}
+            for p, lps, _ in outs:
+                node_lps.setdefault(p, {}).update(lps)
+            label_lps = trie.label_logprobs(node_lps)
             finals = [f for _, _, f in outs]
             times = [(f.metrics.scheduled_ts, f.metrics.first_token_ts, f.metrics.last_token_ts) for f in finals
                      if f.metrics is not None and f.metrics.scheduled_ts]
