@@ -30,6 +30,15 @@ from relserve.template import Template
 OnError = Literal["null", "raise"]
 ON_ERROR_VALUES = ("null", "raise")
 
+#: How llm_filter and llm_classify choose a label (llm_map and llm_extract ignore it):
+#: "generate"  constrained decoding, token by token (what vLLM does with ``choice=``);
+#: "score"     every label scored by the model's log-probability of the whole label;
+#: "calibrate" "score" with the model's prior over the labels divided out, measured once per
+#:             template on content-free rows (Zhao et al. 2021). The default: it removes the
+#:             label bias that made a small model answer one label for every row (issue 12).
+LABEL_METHODS = ("generate", "score", "calibrate")
+DEFAULT_LABEL_METHOD = "calibrate"
+
 
 @dataclass(frozen=True)
 class CallOptions:
@@ -46,6 +55,11 @@ class CallOptions:
     on_error: OnError = "null"
     #: allow per-row field reordering (prompt becomes instruction + {"field": value} JSON)
     reorder_fields: bool = False
+    #: how llm_filter / llm_classify pick a label: see ``LABEL_METHODS`` (None: the default)
+    method: str | None = None
+    #: few-shot examples: rows (placeholder values plus "answer") shown before every row; they
+    #: are the same text in every prompt, so the prefix cache prefills them once
+    examples: Any = None
 
     def __post_init__(self) -> None:
         if self.model is not None and (not isinstance(self.model, str) or not self.model):
@@ -65,7 +79,10 @@ class CallOptions:
             raise ConfigError(f"on_error must be 'null' or 'raise', got {self.on_error!r}")
         if not isinstance(self.reorder_fields, bool):
             raise ConfigError(f"reorder_fields must be true or false, got {self.reorder_fields!r}")
+        if self.method is not None and self.method not in LABEL_METHODS:
+            raise ConfigError(f"method must be one of {', '.join(LABEL_METHODS)}, got {self.method!r}")
         object.__setattr__(self, "temperature", float(self.temperature))
+        object.__setattr__(self, "examples", _freeze_examples(self.examples))
 
     def updated(self, settings: Mapping[str, Any] | None = None, **more: Any) -> CallOptions:
         """These options with the given settings applied; ``None`` values leave a setting as it is."""
@@ -77,7 +94,33 @@ class CallOptions:
         return replace(self, **changes) if changes else self
 
 
-OPTION_NAMES: tuple[str, ...] = ("model", "max_tokens", "temperature", "on_error", "reorder_fields")
+OPTION_NAMES: tuple[str, ...] = ("model", "max_tokens", "temperature", "on_error", "reorder_fields", "method", "examples")
+
+
+def _freeze_examples(examples: Any) -> tuple[tuple[tuple[str, Any], ...], ...] | None:
+    """Examples as a hashable tuple of rows, each a sorted tuple of (column, value) pairs."""
+    if examples is None:
+        return None
+    if isinstance(examples, (str, bytes, Mapping)) or not hasattr(examples, "__iter__"):
+        raise ConfigError(
+            "examples must be a list of rows, each a mapping of the template's columns plus 'answer', "
+            f"got {type(examples).__name__}"
+        )
+    out = []
+    for i, ex in enumerate(examples):
+        if isinstance(ex, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in ex):
+            out.append(ex)  # already frozen
+            continue
+        if not isinstance(ex, Mapping):
+            raise ConfigError(f"example {i} is a {type(ex).__name__}, not a mapping of column to value plus 'answer'")
+        out.append(tuple(sorted((str(k), _hashable(v)) for k, v in ex.items())))
+    return tuple(out) or None
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return value
 
 
 @dataclass(frozen=True)
@@ -140,6 +183,18 @@ class LLMCall:
         return None
 
     @property
+    def label_method(self) -> str | None:
+        """How the label is chosen (filter and classify), None for free text and JSON.
+
+        Sampling (temperature > 0) asks for variation, which scoring cannot give: it decodes.
+        """
+        if self.choices is None:
+            return None
+        if self.options.temperature > 0:
+            return "generate"
+        return self.options.method or DEFAULT_LABEL_METHOD
+
+    @property
     def json_schema(self) -> dict | None:
         return json.loads(self.schema_json) if self.schema_json is not None else None
 
@@ -160,6 +215,22 @@ class LLMCall:
         return ""
 
     @property
+    def examples_prefix(self) -> str:
+        """The few-shot examples as the text every prompt starts with ("" without examples).
+
+        Each example is the prompt as the row would get it, then its answer; the row's own
+        prompt follows. Being the first text of every prompt, it is the shared prefix the planner
+        pins and the prefix cache serves.
+        """
+        if not self.options.examples:
+            return ""
+        shown = []
+        for ex in self.options.examples:
+            values = dict(ex)
+            shown.append(self.template.render(values) + self.answer_instruction + "\nAnswer: " + values["answer"])
+        return "Examples:\n\n" + "\n\n".join(shown) + "\n\nNow answer this one.\n"
+
+    @property
     def deterministic(self) -> bool:
         """Greedy decoding: the same prompt always gets the same answer, so results may be cached."""
         return self.options.temperature == 0.0
@@ -171,7 +242,20 @@ class LLMCall:
             "temperature": self.options.temperature,
             "choices": list(self.choices) if self.choices else None,
             "json_schema": self.schema_json,
+            **self._label_settings(),
         }
+
+    def _label_settings(self) -> dict[str, Any]:
+        method = self.label_method
+        if method is None or method == "generate":
+            return {}  # keys as before: answers cached by earlier versions stay valid
+        out: dict[str, Any] = {"method": method}
+        if method == "calibrate":
+            # the prior is measured on this template (and examples), so two templates rendering
+            # one prompt differ
+            out["template"] = self.template.source
+            out["examples"] = self.examples_prefix or None
+        return out
 
     def convert(self, text: str) -> Any:
         """The model's text as the function's declared type; ``RowError`` if it does not fit."""
@@ -234,7 +318,51 @@ def make_call(
         schema_json = json.dumps(validate_schema(json_schema), sort_keys=True, separators=(",", ":"))
     elif json_schema is not None:
         raise ConfigError(f"{fn.name} takes no JSON schema")
-    return LLMCall(fn, parsed, checked_labels, schema_json, opts)
+    call = LLMCall(fn, parsed, checked_labels, schema_json, opts)
+    if opts.examples:
+        call = replace(call, options=replace(opts, examples=_checked_examples(call, opts.examples)))
+    return call
+
+
+def _checked_examples(call: LLMCall, examples: tuple) -> tuple:
+    """Every example names each placeholder column and gives an answer the function could give;
+    answers are stored as the text the model would answer (filter: yes/no)."""
+    out = []
+    for i, ex in enumerate(examples):
+        values = dict(ex)
+        missing = [c for c in call.template.columns if c not in values]
+        if missing:
+            raise TemplateError(f"{call.function.name}: example {i} has no value for column(s) {', '.join(map(repr, missing))}")
+        if "answer" not in values:
+            raise ConfigError(f"{call.function.name}: example {i} has no 'answer'")
+        values["answer"] = _example_answer(call, i, values["answer"])
+        out.append(tuple(sorted(values.items())))
+    return tuple(out)
+
+
+def _example_answer(call: LLMCall, i: int, answer: Any) -> str:
+    kind = call.function.kind
+    who = f"{call.function.name}: example {i}"
+    if kind == "filter":
+        if isinstance(answer, bool):
+            return "yes" if answer else "no"
+        if isinstance(answer, str) and answer.strip().lower() in ("yes", "no", "true", "false"):
+            return "yes" if answer.strip().lower() in ("yes", "true") else "no"
+        raise ConfigError(f"{who}: answer must be true/false or yes/no, got {answer!r}")
+    if kind == "classify":
+        if answer not in (call.labels or ()):
+            raise ConfigError(f"{who}: answer {answer!r} is not one of the labels {list(call.labels or ())!r}")
+        return answer
+    if kind == "extract":
+        text = answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
+        try:
+            call.convert(text)
+        except RowError as e:
+            raise ConfigError(f"{who}: {e}") from None
+        return text
+    if not isinstance(answer, str):
+        raise ConfigError(f"{who}: answer must be text, got {answer!r}")
+    return answer
 
 
 def validate_labels(labels: Any, who: str = "llm_classify") -> tuple[str, ...]:

@@ -27,7 +27,16 @@ from typing import Any
 import polars as pl
 
 from relserve.errors import TemplateError
-from relserve.functions import LLM_CLASSIFY, LLM_EXTRACT, LLM_FILTER, LLM_MAP, LLMCall, LLMFunction, make_call
+from relserve.functions import (
+    LLM_CLASSIFY,
+    LLM_EXTRACT,
+    LLM_FILTER,
+    LLM_MAP,
+    OPTION_NAMES,
+    LLMCall,
+    LLMFunction,
+    make_call,
+)
 from relserve.planner.execute import CallOutcome, run_call
 from relserve.planner.explain import Explain
 from relserve.template import Template
@@ -204,6 +213,7 @@ class LLMExpr:
         temperature: float | None = None,
         on_error: str | None = None,
         reorder_fields: bool | None = None,
+        examples: list[dict] | None = None,
         engine: Any = None,
     ) -> pl.Expr:
         """Free-text answer per row (String)."""
@@ -218,6 +228,8 @@ class LLMExpr:
         temperature: float | None = None,
         on_error: str | None = None,
         reorder_fields: bool | None = None,
+        method: str | None = None,
+        examples: list[dict] | None = None,
         engine: Any = None,
     ) -> pl.Expr:
         """Yes/no answer per row (Boolean)."""
@@ -233,6 +245,8 @@ class LLMExpr:
         temperature: float | None = None,
         on_error: str | None = None,
         reorder_fields: bool | None = None,
+        method: str | None = None,
+        examples: list[dict] | None = None,
         engine: Any = None,
     ) -> pl.Expr:
         """One of ``labels`` per row (Enum of the labels)."""
@@ -248,6 +262,7 @@ class LLMExpr:
         temperature: float | None = None,
         on_error: str | None = None,
         reorder_fields: bool | None = None,
+        examples: list[dict] | None = None,
         engine: Any = None,
     ) -> pl.Expr:
         """JSON text valid against ``json_schema`` per row (String; ``.str.json_decode()`` it)."""
@@ -258,7 +273,7 @@ def _opts(given: dict[str, Any]) -> dict[str, Any]:
     return {
         k: v
         for k, v in given.items()
-        if k in ("model", "max_tokens", "temperature", "on_error", "reorder_fields") and v is not None
+        if k in OPTION_NAMES and v is not None
     }
 
 

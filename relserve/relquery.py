@@ -92,6 +92,12 @@ class RelQuery:
     #: seconds from submission by which the user wants the answers; a relQuery at risk of
     #: missing it is scheduled first (relserve policies)
     deadline_s: float | None = None
+    #: closed questions (``choices``): score every choice by the model's log-probability of the
+    #: whole label instead of decoding one (see relserve/engine/label_scoring.py)
+    score_labels: bool = False
+    #: with ``score_labels``: the model's prior over the choices (probabilities), divided out
+    #: before picking (contextual calibration)
+    label_prior: Mapping[str, float] | None = None
     #: already-rendered prompts (see ``from_prompts``); then ``template`` is None
     prompts: list[str] | None = field(default=None, repr=False)
 
@@ -124,6 +130,17 @@ class RelQuery:
             self.json_schema = validate_schema(self.json_schema, "RelQuery")
         if self.choices and self.json_schema:
             raise ConfigError("give either choices or json_schema, not both")
+        if self.score_labels and not self.choices:
+            raise ConfigError("score_labels needs choices: the labels to score")
+        if self.label_prior is not None:
+            if not self.score_labels:
+                raise ConfigError("label_prior applies only with score_labels=True")
+            prior = dict(self.label_prior)
+            if set(prior) != set(self.choices or ()):
+                raise ConfigError(f"label_prior must give a probability for each choice {self.choices!r}, got {sorted(prior)!r}")
+            if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in prior.values()):
+                raise ConfigError(f"label_prior probabilities must be positive numbers, got {prior!r}")
+            self.label_prior = {k: float(v) for k, v in prior.items()}
         if self.rel_id is None:
             self.rel_id = uuid.uuid4().hex[:12]
 
@@ -173,4 +190,6 @@ class RelQuery:
             "choices": self.choices,
             "json_schema": self.json_schema,
             "system": self.system,
+            "score_labels": self.score_labels,
+            "label_prior": self.label_prior,
         }

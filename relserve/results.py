@@ -16,6 +16,9 @@ class RowResult:
     #: prompt tokens served from the engine's prefix cache
     cached_tokens: int = 0
     finish_reason: str | None = None
+    #: label scoring (``RelQuery(score_labels=True)``): each label's log-probability, normalised
+    #: over the labels, before any calibration
+    label_logprobs: dict[str, float] | None = None
 
     @property
     def ok(self) -> bool:

@@ -8,6 +8,7 @@ the engine.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ class _Row:
     output_tokens: int = 0
     cached_tokens: int = 0
     finish_reason: str | None = "stop"
+    label_logprobs: dict[str, float] | None = None
 
 
 @dataclass
@@ -84,6 +86,17 @@ class _Handle:
         return self._result
 
 
+def _scored_row(index: int, answer: str, rq: Any, prompt_tokens: int, cached: int) -> _Row:
+    """What the engine's label scoring gives: the scripted answer holds 90% of the probability,
+    and the answer is the best label after the relQuery's prior, as the engine picks it."""
+    from relserve.engine.label_scoring import pick
+
+    labels = list(rq.choices)
+    rest = 0.1 / (len(labels) - 1) if len(labels) > 1 else 0.0
+    lps = {lab: math.log(0.9 if lab == answer else rest) if lab == answer or rest else -math.inf for lab in labels}
+    return _Row(index, pick(lps, rq.label_prior), None, prompt_tokens, 1, cached, "scored", lps)
+
+
 @dataclass
 class ScriptedEngine:
     answer: Answer = default_answer
@@ -95,6 +108,9 @@ class ScriptedEngine:
     #: the relQueries themselves (options such as max_tokens and choices)
     relqueries: list[Any] = field(default_factory=list)
     warmed: list[str] = field(default_factory=list)
+    #: calibration probes (content-free prompts of llm_filter / llm_classify), kept apart from
+    #: ``submitted`` so tests count the relQueries of the rows
+    probes: list[list[str]] = field(default_factory=list)
     #: prefix-cache capacity in tokens for the cached-token counts (None: unbounded)
     kv_capacity_tokens: int | None = None
 
@@ -113,14 +129,21 @@ class ScriptedEngine:
     def submit(self, rq: Any) -> _Handle:
         prompts = [r["prompt"] for r in rq.rows] if getattr(rq, "prompts", None) is None else list(rq.prompts)
         with self._lock:
-            self.submitted.append(prompts)
-            self.relqueries.append(rq)
+            if str(getattr(rq, "rel_id", "")).startswith("calibrate-"):
+                self.probes.append(prompts)
+            else:
+                self.submitted.append(prompts)
+                self.relqueries.append(rq)
             rows = []
             for i, p in enumerate(prompts):
                 ids = self.prompt_token_ids(p)
                 cached = self._prefix_cache.admit(ids)
                 try:
-                    rows.append(_Row(i, self.answer(p, rq), None, len(ids), 1, cached))
+                    text = self.answer(p, rq)
+                    if getattr(rq, "score_labels", False):
+                        rows.append(_scored_row(i, text, rq, len(ids), cached))
+                        continue
+                    rows.append(_Row(i, text, None, len(ids), 1, cached))
                 except Exception as e:  # a failing row, as the engine reports it
                     rows.append(_Row(i, None, str(e), len(ids), 0, cached, "error"))
         stats = _Stats(
@@ -152,9 +175,14 @@ class RecordingEngine:
         #: prompt -> answer text, from every finished relQuery
         self.answers: dict[str, str | None] = {}
         self.relqueries: list[Any] = []
+        #: calibration probes, kept apart from ``submitted`` (see ScriptedEngine.probes)
+        self.probes: list[list[str]] = []
 
     def submit(self, rq: Any) -> Any:
         prompts = list(rq.prompts) if getattr(rq, "prompts", None) is not None else [str(r) for r in rq.rows]
+        if str(getattr(rq, "rel_id", "")).startswith("calibrate-"):
+            self.probes.append(prompts)
+            return self._engine.submit(rq)
         self.submitted.append(prompts)
         self.relqueries.append(rq)
         handle = self._engine.submit(rq)

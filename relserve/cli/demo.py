@@ -11,7 +11,8 @@ import typer
 from relserve.cli import app
 
 DEMO_TABLE = Path(__file__).resolve().parents[2] / "datasets" / "demo_reviews.csv"
-QUESTION = "Is this customer happy with their {product}? Review: {review}\nAnswer yes or no."
+#: an llm_filter question; llm_filter adds "Answer yes or no." and chooses the answer
+QUESTION = "Is this customer happy with their {product}? Review: {review}"
 
 
 def load_demo_table(path: Path = DEMO_TABLE) -> list[dict]:
@@ -21,17 +22,27 @@ def load_demo_table(path: Path = DEMO_TABLE) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def demo_accuracy_line(rows: list[dict], values: list, method: str) -> str:
+    """How many answers match the table's known labels (its ``happy`` column)."""
+    known = [(r.get("happy"), v) for r, v in zip(rows, values) if r.get("happy") in ("yes", "no")]
+    right = sum((label == "yes") == v for label, v in known if v is not None)
+    return (
+        f"answers matching the known labels: {right} of {len(known)} ({right / max(len(known), 1):.0%}; "
+        f"method {method}; always answering one label would match {max(sum(k == 'yes' for k, _ in known), sum(k == 'no' for k, _ in known))})"
+    )
+
+
 @app.command()
 def demo(
     policy: str = typer.Option("relserve", help="Scheduling policy."),
     model: str = typer.Option("smollm2", help="Model name or local folder."),
+    method: str = typer.Option("calibrate", help="How the yes/no answer is chosen: generate, score or calibrate."),
 ) -> None:
     """Ask the model a question about every row of the demo table and show how it went."""
     from rich.console import Console
     from rich.table import Table
-    from tqdm import tqdm
 
-    from relserve import Engine, RelQuery
+    from relserve import Engine
 
     console = Console()
     rows = load_demo_table()
@@ -41,17 +52,20 @@ def demo(
         engine = Engine(model=model, policy=policy)
     console.print(f"engine ready in {time.monotonic() - t0:.1f} s")
     try:
-        rq = RelQuery(QUESTION, rows, max_tokens=4, choices=["yes", "no"])
-        handle = engine.submit(rq)
-        with tqdm(total=len(rows), desc="rows", unit="row") as bar:
-            for _ in handle:
-                bar.update(1)
-        result = handle.result()
-        table = Table("#", "product", "review", "happy?")
-        for row, res in zip(rows, result.rows):
-            table.add_row(str(res.index), row["product"], row["review"][:60], res.text or f"[red]{res.error}")
+        from relserve.functions import make_call
+        from relserve.planner.execute import run_call
+
+        call = make_call("llm_filter", QUESTION, method=method)
+        columns = [[row[c] for row in rows] for c in call.template.columns]
+        # no result cache: the demo shows the engine at work every time
+        outcome = run_call(call, columns, engine=engine, cache=False, progress=True)
+        table = Table("#", "product", "review", "happy?", "known")
+        for i, (row, value, err) in enumerate(zip(rows, outcome.values, outcome.errors)):
+            answer = "yes" if value else "no" if value is not None else f"[red]{err}"
+            table.add_row(str(i), row["product"], row["review"][:60], answer, row.get("happy", "?"))
         console.print(table)
-        s = result.stats
+        console.print(demo_accuracy_line(rows, outcome.values, method))
+        s = outcome.engine_stats
         console.print(
             f"relQuery {s.rel_id}: {s.num_rows} rows, {s.num_errors} errors, latency {s.latency_s:.2f} s = "
             f"waiting {s.waiting_s:.2f} s + core running {s.core_s:.2f} s + tail running {s.tail_s:.2f} s"

@@ -103,6 +103,8 @@ def install(
     temperature: float = 0.0,
     on_error: str = "null",
     reorder_fields: bool = False,
+    method: str | None = None,
+    examples: list[dict] | None = None,
     optimize: bool = True,
     progress: bool = True,
     cache: ResultCache | None = None,
@@ -112,7 +114,7 @@ def install(
     The keyword arguments are the connection's defaults; ``llm_options(...)`` in a call
     overrides them for that call.
     """
-    defaults = CallOptions(model, max_tokens, temperature, on_error, reorder_fields)  # type: ignore[arg-type]
+    defaults = CallOptions(model, max_tokens, temperature, on_error, reorder_fields, method, examples)  # type: ignore[arg-type]
     session = Session(defaults, engine, cache, optimize, progress)
     with _sessions_lock:
         old = _sessions.get(con)

@@ -20,8 +20,10 @@ from typing import Any
 
 from relserve.calibration import load_cost_model
 from relserve.engine.handle import RelQueryHandle
+from relserve.engine.label_scoring import LabelTrie, pick
 from relserve.engine.prompts import ChatPrompter
 from relserve.engine.settings import EngineSettings
+from relserve.engine.spawn import check_not_bootstrapping, hidden_main
 from relserve.errors import ConfigError, EngineError, RowError
 from relserve.model import resolve_model
 from relserve.policy import POLICY_NAMES, CostModel, PolicySettings, policy_class
@@ -30,6 +32,8 @@ from relserve.results import RelQueryResult, RelQueryStats, RowResult
 
 _SCHEDULER_CLS = "relserve.engine.scheduler.RelServeScheduler"
 _start_lock = threading.Lock()
+#: vLLM's default cap on log-probabilities per request (ModelConfig.max_logprobs)
+_MAX_LOGPROBS = 20
 
 
 def _cpu_threads(setting: str) -> None:
@@ -84,6 +88,7 @@ class Engine:
     """
 
     def __init__(self, model: str | None = None, policy: str | None = None, **options: Any) -> None:
+        check_not_bootstrapping()
         if model is not None:
             options["model"] = model
         if policy is not None:
@@ -106,6 +111,7 @@ class Engine:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self._prompters: dict[str | None, ChatPrompter] = {None: ChatPrompter(self.tokenizer)}
         self._inflight: dict[str, _Running] = {}
+        self._tries: dict[tuple[str, ...], LabelTrie] = {}
         self._idle = threading.Event()
         self._idle.set()
         self._closed = False
@@ -164,7 +170,9 @@ class Engine:
             # The engine-core process reads its policy from the environment it inherits.
             os.environ[CONFIG_ENV] = json.dumps(self._plugin_config(self.policy, s.policy_settings))
             try:
-                self._llm = AsyncLLM.from_engine_args(args)
+                # vLLM spawns its engine process here; the user's script must not run again in it
+                with hidden_main():
+                    self._llm = AsyncLLM.from_engine_args(args)
             except Exception as e:
                 raise EngineError(f"vLLM failed to start with model {self.model_path!r}: {e}") from e
         self.kv_capacity_tokens = None
@@ -364,8 +372,14 @@ class Engine:
 
         rq = running.rq
         try:
-            sp = self._sampling_params(rq, len(rows), running.arrival)
             running.remaining = len(rows)
+            if rq.score_labels:
+                trie = self._label_trie(tuple(rq.choices or ()))
+                for i, ids in rows:
+                    running.tasks.append(asyncio.create_task(self._scored_row(running, i, ids, trie, len(rows))))
+                rows = []
+            else:
+                sp = self._sampling_params(rq, len(rows), running.arrival)
             for i, ids in rows:
                 request_id = f"{rq.rel_id}-{i}"
                 running.request_ids[request_id] = i
@@ -414,6 +428,83 @@ class Engine:
             handle._row_done(RowResult(index, error="cancelled", prompt_tokens=prompt_len))
         except Exception as e:
             handle._row_done(RowResult(index, error=f"{type(e).__name__}: {e}", prompt_tokens=prompt_len))
+
+    # ------------------------------------------------------------------ label scoring
+
+    def _label_trie(self, labels: tuple[str, ...]) -> LabelTrie:
+        trie = self._tries.get(labels)
+        if trie is None:
+            encode = lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+            trie = self._tries[labels] = LabelTrie.build(labels, encode, self.tokenizer.eos_token_id)
+        return trie
+
+    async def _scored_row(self, running: _Running, index: int, ids: list[int], trie: LabelTrie, rows: int) -> None:
+        """One row of a ``score_labels`` relQuery: one one-token request per trie node, all
+        sharing the row's prompt (prefix cache), then the best label after the prior."""
+        from vllm import SamplingParams, TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        rq = running.rq
+        handle = running.handle
+        relserve_args = {
+            "rel_id": rq.rel_id,
+            "rel_size": rows * sum(-(-len(w) // _MAX_LOGPROBS) for w in trie.nodes.values()),
+            "arrival": running.arrival,
+            "priority": rq.priority,
+            "deadline": running.arrival + rq.deadline_s if rq.deadline_s is not None else None,
+        }
+
+        async def node(n: int, prefix: tuple[int, ...], wanted: tuple[int, ...]):
+            sp = SamplingParams(
+                max_tokens=1,
+                temperature=0.0,
+                logprob_token_ids=list(wanted),
+                output_kind=RequestOutputKind.FINAL_ONLY,
+                extra_args={"relserve": relserve_args},
+            )
+            request_id = f"{rq.rel_id}-{index}-{n}"
+            running.request_ids[request_id] = index
+            final = None
+            async for out in self._llm.generate(TokensPrompt(prompt_token_ids=ids + list(prefix)), sp, request_id):
+                final = out
+            if final is None or not final.outputs or final.outputs[0].logprobs is None:
+                raise EngineError("the engine returned no log-probabilities")
+            c = final.outputs[0]
+            if c.finish_reason == "abort":
+                raise asyncio.CancelledError
+            got = {t: lp.logprob for t, lp in c.logprobs[0].items()}
+            return prefix, {t: got[t] for t in wanted}, final
+
+        # vLLM returns at most max_logprobs (20) log-probabilities per request: a node with more
+        # next tokens (many labels) is asked in several requests, all on the same cached prefix
+        asks = [(p, w[k : k + _MAX_LOGPROBS]) for p, w in trie.nodes.items() for k in range(0, len(w), _MAX_LOGPROBS)]
+        try:
+            outs = await asyncio.gather(*(node(n, p, w) for n, (p, w) in enumerate(asks)))
+            node_lps: dict[tuple[int, ...], dict[int, float]] = {}
+            for p, lps, _ in outs:
+                node_lps.setdefault(p, {}).update(lps)
+            label_lps = trie.label_logprobs(node_lps)
+            finals = [f for _, _, f in outs]
+            times = [(f.metrics.scheduled_ts, f.metrics.first_token_ts, f.metrics.last_token_ts) for f in finals
+                     if f.metrics is not None and f.metrics.scheduled_ts]
+            if times:
+                running.times[index] = (min(t[0] for t in times), max(t[1] for t in times), max(t[2] for t in times))
+            handle._row_done(
+                RowResult(
+                    index,
+                    text=pick(label_lps, rq.label_prior),
+                    prompt_tokens=len(ids),
+                    output_tokens=len(finals),
+                    # the row's prompt, counted once: the prefix cache serves its other requests
+                    cached_tokens=min((f.num_cached_tokens or 0) for f in finals),
+                    finish_reason="scored",
+                    label_logprobs=label_lps,
+                )
+            )
+        except asyncio.CancelledError:
+            handle._row_done(RowResult(index, error="cancelled", prompt_tokens=len(ids)))
+        except Exception as e:
+            handle._row_done(RowResult(index, error=f"{type(e).__name__}: {e}", prompt_tokens=len(ids)))
 
     def _result(self, running: _Running) -> RelQueryResult:
         rows = [r if r is not None else RowResult(i, error="cancelled") for i, r in enumerate(running.handle._rows)]

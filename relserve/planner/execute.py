@@ -12,6 +12,7 @@ from relserve.functions import LLMCall
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.explain import Explain, explain_plan
+from relserve.planner.label_prior import label_options
 from relserve.planner.plan import CallPlan, plan_call
 from relserve.planner.prompts import Renderer, null_error
 from relserve.planner.tokens import token_source
@@ -142,6 +143,7 @@ def _run_on_engine(
             # prefill the shared prefix once, before the rows, instead of in every row of the
             # first batch (the engine skips prefixes shorter than one KV block)
             engine.warm_prefix(prefix)
+    scoring = label_options(call, engine, plan.model_id)
     rq = RelQuery.from_prompts(
         prompts,
         max_tokens=call.max_tokens,
@@ -149,6 +151,7 @@ def _run_on_engine(
         choices=list(call.choices) if call.choices else None,
         json_schema=call.json_schema,
         on_error="null",
+        **scoring,
     )
     handle = engine.submit(rq)
     fail_fast = call.options.on_error == "raise"

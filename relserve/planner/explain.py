@@ -48,6 +48,11 @@ class Explain:
     cost_model: str
     sample_prompt: str | None
     explain_s: float
+    #: how llm_filter / llm_classify choose the label (None for map and extract)
+    label_method: str | None = None
+    #: few-shot examples, and their tokens (all in the prefix every prompt shares)
+    examples: int = 0
+    examples_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,6 +79,17 @@ class Explain:
             f"   (cost model: {self.cost_model})",
             f"  planner time          {self.planner_s * 1000:>9.1f} ms",
         ]
+        if self.label_method is not None:
+            how = {
+                "generate": "constrained decoding",
+                "score": "whole-label log-probabilities",
+                "calibrate": "whole-label log-probabilities / content-free prior",
+            }[self.label_method]
+            lines.append(f"  label method          {self.label_method:>10}   ({how})")
+        if self.examples:
+            lines.append(
+                f"  few-shot examples     {self.examples:>10,}   ({self.examples_tokens:,} tokens, in the prefix every prompt shares)"
+            )
         if self.sample_prompt is not None:
             sample = self.sample_prompt if len(self.sample_prompt) <= 300 else self.sample_prompt[:297] + "..."
             lines.append("  first prompt to run   " + sample.replace("\n", "\\n"))
@@ -137,6 +153,9 @@ def explain_plan(
         cost_model=getattr(cost, "source", "default"),
         sample_prompt=plan.run_prompts[0] if plan.run_order else None,
         explain_s=time.perf_counter() - t0,
+        label_method=call.label_method,
+        examples=len(call.options.examples or ()),
+        examples_tokens=len(tokens.many([call.examples_prefix])[0]) if call.options.examples else 0,
     )
 
 

@@ -44,7 +44,7 @@ def _freeze(value: object) -> object:
 
 def render(call: LLMCall, values: tuple) -> str:
     """The prompt for one row in the template's own field order; ``RowError`` for a NULL value."""
-    return call.template.render(dict(zip(call.template.columns, values))) + call.answer_instruction
+    return call.examples_prefix + call.template.render(dict(zip(call.template.columns, values))) + call.answer_instruction
 
 
 class Renderer:
@@ -57,9 +57,10 @@ class Renderer:
         self.literals = t.literals
         self.positions = [t.columns.index(f) for f in t.fields]
         self.suffix = t.literals[-1] + call.answer_instruction
+        self.prefix = call.examples_prefix
 
     def __call__(self, values: tuple) -> str:
-        parts = []
+        parts = [self.prefix]
         for lit, pos in zip(self.literals, self.positions):
             v = values[pos]
             parts.append(lit)
@@ -72,7 +73,7 @@ def render_with_fields(call: LLMCall, values: tuple, order: Sequence[int]) -> st
     """The prompt for one row with its fields as ``{"field": value}`` JSON in the given order."""
     cols = call.template.columns
     row = dict(zip(cols, values))
-    return call.template.render_fields(row, [cols[i] for i in order]) + call.answer_instruction
+    return call.examples_prefix + call.template.render_fields(row, [cols[i] for i in order]) + call.answer_instruction
 
 
 def null_error(call: LLMCall, values: tuple) -> str | None:

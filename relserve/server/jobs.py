@@ -17,6 +17,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from relserve.errors import RowError
+from relserve.planner.label_prior import label_options
 from relserve.relquery import RelQuery
 from relserve.results import RelQueryStats, RowResult
 from relserve.server.batches import Batch, RowOut
@@ -110,6 +111,8 @@ class Job:
                     self._row_failed(row.index, row.error)
             await self._notify()
             if b.prompts and self._cancel_reason is None:
+                # filter/classify choose labels as the planner does (scores, calibrated prior)
+                scoring = await run_in_threadpool(label_options, b.call, engine, engine.model_id, b.system)
                 rq = RelQuery.from_prompts(
                     b.prompts,
                     max_tokens=b.call.max_tokens,
@@ -123,6 +126,7 @@ class Job:
                     on_error="null",
                     priority=self.priority,
                     deadline_s=self._deadline_left(),
+                    **scoring,
                 )
                 self.handle = await run_in_threadpool(engine.submit, rq)
                 if self._cancel_reason is not None:  # cancelled while the engine was tokenizing

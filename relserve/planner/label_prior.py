@@ -1,0 +1,74 @@
+"""The model's prior over a call's labels, for contextual calibration (Zhao et al., "Calibrate
+Before Use", ICML 2021).
+
+A small model prefers some labels whatever the row says ("no" for every review, "spam" for every
+SMS). The prior is measured by scoring the labels on content-free rows: the call's own prompt
+with every placeholder replaced by "N/A", by "" and by "[MASK]". Dividing each row's label
+probabilities by the average of those (the paper's diagonal correction with no bias) leaves what
+the row itself contributes. It is measured once per model and call (template, labels, examples)
+and kept for the life of the process: three short scoring requests.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import uuid
+from typing import Any
+
+from relserve.functions import LLMCall
+from relserve.planner.prompts import Renderer
+
+#: rel_id prefix of the probe relQueries (they are not a user's rows)
+PROBE_PREFIX = "calibrate-"
+#: the paper's content-free inputs
+CONTENT_FREE = ("N/A", "", "[MASK]")
+
+_priors: dict[tuple, dict[str, float]] = {}
+_lock = threading.Lock()
+
+
+def content_free_prompts(call: LLMCall) -> list[str]:
+    """The call's prompt with every placeholder set to each content-free value."""
+    render = Renderer(call)
+    n = len(call.template.columns)
+    return [render((value,) * n) for value in CONTENT_FREE]
+
+
+def label_options(call: LLMCall, engine: Any, model_id: str, system: str | None = None) -> dict[str, Any]:
+    """The ``RelQuery`` options that make the engine choose labels as ``call.label_method`` says."""
+    method = call.label_method
+    if method not in ("score", "calibrate"):
+        return {}
+    if method == "score":
+        return {"score_labels": True}
+    return {"score_labels": True, "label_prior": label_prior(call, engine, model_id, system)}
+
+
+def label_prior(call: LLMCall, engine: Any, model_id: str, system: str | None = None) -> dict[str, float]:
+    """The model's average probability of each label on content-free rows (sums to 1)."""
+    key = (model_id, call.function.kind, call.template.source, call.choices, call.answer_instruction, call.examples_prefix, system)
+    with _lock:
+        got = _priors.get(key)
+    if got is not None:
+        return got
+    from relserve.relquery import RelQuery
+
+    labels = list(call.choices or ())
+    rq = RelQuery.from_prompts(
+        content_free_prompts(call), choices=labels, score_labels=True, on_error="raise",
+        rel_id=PROBE_PREFIX + uuid.uuid4().hex[:8], system=system,
+    )
+    result = engine.submit(rq).result()
+    mean = {label: sum(math.exp(r.label_logprobs[label]) for r in result.rows) / len(result.rows) for label in labels}
+    total = sum(mean.values())
+    prior = {label: p / total for label, p in mean.items()}
+    with _lock:
+        _priors[key] = prior
+    return prior
+
+
+def known_priors() -> dict[tuple, dict[str, float]]:
+    """The priors measured so far in this process (for EXPLAIN and the benchmark)."""
+    with _lock:
+        return dict(_priors)

@@ -1,0 +1,121 @@
+"""Label scoring and contextual calibration (issue 12, item 2): the pure parts, fast.
+
+The real engine's scoring runs in tests/test_label_scoring_engine.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from relserve.engine.label_scoring import LabelTrie, pick, surface_forms
+from relserve.errors import ConfigError
+from relserve.functions import CallOptions, make_call
+from relserve.relquery import RelQuery
+
+# a toy tokenizer: one token per character, ids are code points
+encode = lambda text: [ord(c) for c in text]  # noqa: E731
+END = 0
+
+
+def test_surface_forms_add_the_capitalised_spelling_once():
+    assert surface_forms("yes") == ["yes", "Yes"]
+    assert surface_forms("Yes") == ["Yes"]
+    assert surface_forms("4") == ["4"]
+
+
+def test_trie_asks_each_prefix_for_exactly_its_next_tokens():
+    trie = LabelTrie.build(["ab", "ac"], encode, END)
+    # root: first tokens of "ab", "Ab", "ac", "Ac"; "a" and "A": their second tokens
+    assert dict(trie.nodes) == {
+        (): (ord("A"), ord("a")),
+        (ord("A"),): (ord("b"), ord("c")),
+        (ord("a"),): (ord("b"), ord("c")),
+    }
+
+
+def test_a_label_that_prefixes_another_is_scored_with_its_end_token():
+    trie = LabelTrie.build(["4", "45"], encode, END)
+    four = trie.sequences[0][0]
+    assert four == (ord("4"), END)
+    assert dict(trie.nodes)[(ord("4"),)] == (END, ord("5"))
+
+
+def test_label_logprobs_sum_tokens_add_spellings_and_normalise():
+    trie = LabelTrie.build(["ab", "c"], encode, END)
+    lp = {
+        (): {ord("a"): math.log(0.2), ord("A"): math.log(0.2), ord("c"): math.log(0.1), ord("C"): math.log(0.1)},
+        (ord("a"),): {ord("b"): math.log(0.5)},
+        (ord("A"),): {ord("b"): math.log(0.5)},
+    }
+    got = trie.label_logprobs(lp)
+    # ab: 0.2*0.5 + 0.2*0.5 = 0.2; c: 0.1 + 0.1 = 0.2 -> one half each
+    assert got == pytest.approx({"ab": math.log(0.5), "c": math.log(0.5)})
+
+
+def test_pick_divides_the_prior_out():
+    lps = {"yes": math.log(0.3), "no": math.log(0.7)}
+    assert pick(lps, None) == "no"
+    # the model says "no" to 90% of content-free rows: 30% "yes" is then a strong yes
+    assert pick(lps, {"yes": 0.1, "no": 0.9}) == "yes"
+
+
+def test_pick_breaks_a_calibrated_tie_by_the_models_own_preference():
+    lps = {"yes": math.log(0.2), "no": math.log(0.8)}
+    assert pick(lps, {"yes": 0.2, "no": 0.8}) == "no"
+    assert pick({"a": math.log(0.5), "b": math.log(0.5)}, None) == "a"
+
+
+def test_method_option_is_checked_and_defaults_to_calibrate():
+    with pytest.raises(ConfigError, match="method must be one of generate, score, calibrate"):
+        CallOptions(method="vote")
+    assert make_call("llm_filter", "Is {r} good?").label_method == "calibrate"
+    assert make_call("llm_classify", "{r}", labels=["a", "b"], method="score").label_method == "score"
+    # sampling asks for varied answers: scoring cannot give them, so it decodes
+    assert make_call("llm_filter", "Is {r} good?", temperature=0.7).label_method == "generate"
+    assert make_call("llm_map", "Say {r}").label_method is None
+
+
+def test_result_cache_key_holds_the_method_and_the_calibrated_template():
+    keys = {m: make_call("llm_filter", "Is {r} good?", method=m).sampling_settings() for m in ("generate", "score", "calibrate")}
+    assert len({str(k) for k in keys.values()}) == 3
+    # generate keeps the key it had before methods existed
+    assert "method" not in keys["generate"]
+    assert keys["calibrate"]["template"] == "Is {r} good?"
+    # two templates can render one prompt, but their priors differ
+    other = make_call("llm_filter", "Is {r} good?", method="calibrate")
+    assert other.sampling_settings() == keys["calibrate"]
+    assert make_call("llm_filter", "Is {r}  good?").sampling_settings() != keys["calibrate"]
+
+
+def test_relquery_checks_score_labels_and_prior():
+    with pytest.raises(ConfigError, match="score_labels needs choices"):
+        RelQuery("{a}", [{"a": 1}], score_labels=True)
+    with pytest.raises(ConfigError, match="label_prior must give a probability for each choice"):
+        RelQuery("{a}", [{"a": 1}], choices=["x", "y"], score_labels=True, label_prior={"x": 1.0})
+    with pytest.raises(ConfigError, match="label_prior applies only with score_labels"):
+        RelQuery("{a}", [{"a": 1}], choices=["x", "y"], label_prior={"x": 0.5, "y": 0.5})
+    rq = RelQuery("{a}", [{"a": 1}], choices=["x", "y"], score_labels=True, label_prior={"x": 0.5, "y": 0.5})
+    assert rq.sampling_key["score_labels"] is True
+
+
+def test_calibration_probes_run_once_per_template_on_content_free_rows():
+    import duckdb
+
+    import relserve.duckdb
+    from relserve.planner.cache import ResultCache
+    from tests.engine_doubles import ScriptedEngine
+
+    eng = ScriptedEngine(model_id="probe-model")
+    con = duckdb.connect()
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        relserve.duckdb.install(con, engine=eng, cache=ResultCache(Path(tmp) / "c.sqlite"), progress=False)
+        con.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('a'), ('b'), ('c')) v(r)")
+        relserve.duckdb.sql(con, "SELECT llm_filter('Is {r} fine?', r) FROM t").fetchall()
+        relserve.duckdb.sql(con, "SELECT llm_filter('Is {r} fine?', r) FROM t WHERE r <> 'a'").fetchall()
+    assert eng.probes == [["Is N/A fine?\nAnswer yes or no.", "Is  fine?\nAnswer yes or no.", "Is [MASK] fine?\nAnswer yes or no."]]
+    assert all(rq.score_labels and rq.label_prior is not None for rq in eng.relqueries)
