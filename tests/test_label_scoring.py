@@ -105,7 +105,7 @@ def test_calibration_probes_run_once_per_template_on_content_free_rows():
 
     import relserve.duckdb
     from relserve.planner.cache import ResultCache
-    from tests.engine_doubles import ScriptedEngine
+    from engine_doubles import ScriptedEngine
 
     eng = ScriptedEngine(model_id="probe-model")
     con = duckdb.connect()

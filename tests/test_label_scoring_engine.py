@@ -52,7 +52,7 @@ def test_filter_and_classify_default_to_calibrated_scores(engine):
     import relserve.duckdb
     from relserve.planner.cache import ResultCache
     from relserve.planner.label_prior import known_priors
-    from tests.engine_doubles import RecordingEngine
+    from engine_doubles import RecordingEngine
 
     rec = RecordingEngine(engine)
     con = duckdb.connect()
