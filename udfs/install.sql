@@ -179,11 +179,14 @@ def timeout_of(s):
     return timeout
 
 
-def client(s):
+def client(s, conn=None):
     mod, _ = modules(s)
-    url = s["url"] or mod.DEFAULT_URL
-    rows = plpy.execute(key_plan)  # the current role's key, or none
-    api_key = rows[0]["api_key"] if rows else ""
+    if conn is not None:  # the foreign server's url and the user mapping's key (relserve_fdw)
+        url, api_key = conn
+    else:
+        url = s["url"] or mod.DEFAULT_URL
+        rows = plpy.execute(key_plan)  # the current role's key, or none
+        api_key = rows[0]["api_key"] if rows else ""
     # the wait for the relQuery is timed in run(); the socket's own timeout is a backstop behind it
     key = (url, api_key, timeout_of(s) + 30.0)
     if key not in clients:  # one connection pool per session, server and key
@@ -191,7 +194,7 @@ def client(s):
     return clients[key]
 
 
-def run(name, s, template, rows, opts):
+def run(name, s, template, rows, opts, conn=None):
     """client.run, but waiting in short slices that let PostgreSQL interrupt the call.
 
     Python code in a backend only sees a cancel or a statement timeout when it calls into the
@@ -199,7 +202,7 @@ def run(name, s, template, rows, opts):
     Interrupted (or past relserve.timeout), the relQuery is cancelled on the server and the
     interrupt raised again, with PostgreSQL's own error."""
     mod, _ = modules(s)
-    c = client(s)
+    c = client(s, conn)
     timeout = timeout_of(s)
     box = {"rows": {}}
     started = threading.Event()
@@ -239,7 +242,8 @@ def run(name, s, template, rows, opts):
         raise box["error"]
     done = box["done"]
     ordered = [box["rows"].get(i) or mod.RemoteRow(i, error="no answer") for i in range(box["total"])]
-    return mod.RemoteResult(box["id"], done.get("status", "unknown"), ordered, done.get("stats", {}), done.get("error"))
+    stats = {**done.get("stats", {}), "id": box["id"], "cached_rows": sum(r.cached for r in ordered)}
+    return mod.RemoteResult(box["id"], done.get("status", "unknown"), ordered, stats, done.get("error"))
 
 
 def give_up(c, box, started, abandoned):
@@ -322,7 +326,12 @@ def over_query(function, template, query, options, spec=None):
     """Every row of ``query``: ONE relQuery. Returns (ord, answer, error, input) rows in input order.
 
     A list, not a generator: an error then surfaces with its own message, not as a failed iteration."""
-    name = f"llm_{function}_query"
+    rows, _ = query_rows(f"llm_{function}_query", function, template, query, options, spec)
+    return rows
+
+
+def query_rows(name, function, template, query, options, spec=None, conn=None, columns=None):
+    """over_query's work, also returning the relQuery's stats (for relserve_fdw's EXPLAIN ANALYZE)."""
     s = settings()
     mod, _ = modules(s)
     extra = json.loads(options) if options else {}
@@ -335,22 +344,49 @@ def over_query(function, template, query, options, spec=None):
         result_rows = plpy.execute(query)
     except plpy.SPIError as e:  # keep the query's own SQLSTATE (42P01 for a missing table, ...)
         fail(f"{name}: the query failed: {e}", getattr(e, "sqlstate", None) or "42000")
+    if columns:
+        have = list(result_rows.colnames())
+        missing = [c for c in columns if c not in have]
+        if missing:
+            fail(f"{name}: column(s) {', '.join(missing)} are not among the source query's columns "
+                 f"({', '.join(have)})", "42703", hint="Name the foreign table's columns as the source query does.")
     rows = [dict(r) for r in result_rows]
     if not rows:
-        return []
+        return [], {"rows": 0, "engine_rows": 0, "cached_rows": 0}
     inputs = [json.dumps(r, default=str, ensure_ascii=False) for r in rows]
     try:
-        result = run(name, s, template, rows, call_options(s, function, spec, extra))
+        result = run(name, s, template, rows, call_options(s, function, spec, extra), conn)
     except mod.ServerError as e:
         if on_error != "null":
             server_error(name, e)
         plpy.warning(f"{name}: relserve server error, NULL returned for every row: {e}")
-        return [{"ord": i + 1, "answer": None, "error": str(e), "input": text} for i, text in enumerate(inputs)]
+        return [{"ord": i + 1, "answer": None, "error": str(e), "input": text} for i, text in enumerate(inputs)], {"rows": len(rows)}
     if on_error == "fail":
         bad = next((r for r in result.rows if r.error is not None), None)
         if bad is not None:
             fail(f"{name}: row {bad.index + 1}: {bad.error}", "22000")
-    return [{"ord": r.index + 1, "answer": r.value, "error": r.error, "input": text} for r, text in zip(result.rows, inputs)]
+    out = [{"ord": r.index + 1, "answer": r.value, "error": r.error, "input": text} for r, text in zip(result.rows, inputs)]
+    return out, result.stats
+
+
+def fdw_scan(kind, template, spec, query, options, url, api_key, columns):
+    """A relserve_fdw scan: the source query's rows as ONE relQuery, answers as text (the C side
+    casts them to the foreign table's column types), then one row holding the relQuery's stats."""
+    if kind == "classify":
+        spec = [label.strip() for label in (spec or "").split(",")]
+    rows, stats = query_rows(f"relserve_fdw ({kind})", kind, template, query, options, spec,
+                             conn=(url, api_key or ""), columns=columns)
+    for r in rows:
+        v = r["answer"]
+        if isinstance(v, bool):  # PostgreSQL spells booleans true/false
+            r["answer"] = "true" if v else "false"
+        elif isinstance(v, (dict, list)):
+            r["answer"] = json.dumps(v, ensure_ascii=False)
+        elif v is not None:
+            r["answer"] = str(v)
+        r["stats"] = None
+    rows.append({"ord": 0, "answer": None, "error": None, "input": None, "stats": json.dumps(stats, default=str)})
+    return rows
 
 
 class Api:
@@ -360,6 +396,7 @@ class Api:
 api = Api()
 api.scalar = scalar
 api.over_query = over_query
+api.fdw_scan = fdw_scan
 GD["relserve"] = api
 $relserve$;
 
@@ -451,4 +488,17 @@ LANGUAGE plpython3u AS $$
 if "relserve" not in GD:
     plpy.execute("SELECT relserve._load()")
 return GD["relserve"].over_query("extract", template, query, options, spec=json_schema)
+$$;
+
+-- ---------------------------------------------------------------- for relserve_fdw (udfs/relserve_fdw)
+
+-- A foreign table's scan: the C extension calls this through SPI with the foreign server's url
+-- and the caller's user mapping key; not meant to be called directly.
+CREATE OR REPLACE FUNCTION relserve.fdw_scan(kind text, template text, spec text, query text, options jsonb,
+                                             url text, api_key text, columns text[])
+RETURNS TABLE (ord bigint, answer text, error text, input jsonb, stats jsonb)
+LANGUAGE plpython3u AS $$
+if "relserve" not in GD:
+    plpy.execute("SELECT relserve._load()")
+return GD["relserve"].fdw_scan(kind, template, spec, query, options, url, api_key, columns)
 $$;
