@@ -1,5 +1,5 @@
 # The two commands of the README. Both set everything up first (scripts/install.sh is idempotent).
-.PHONY: demo test install install-test bench
+.PHONY: demo test install install-test bench fdw
 
 demo: install
 	.venv/bin/relserve demo
@@ -12,3 +12,8 @@ install:
 
 install-test:
 	./scripts/install.sh --test
+
+# the PostgreSQL foreign data wrapper (C, PGXS); install-test builds it too
+fdw:
+	$(MAKE) -C udfs/relserve_fdw
+	$(MAKE) -C udfs/relserve_fdw install
