@@ -265,3 +265,22 @@ def test_columns_missing_from_the_source_and_a_missing_output_column_are_named(f
                    "source 'SELECT id, review FROM reviews', template 'Tone? {review}', kind 'map', output 'mood')")
         with pytest.raises(psycopg.errors.UndefinedColumn, match=r'option "output" names column "mood", which foreign table "wrong_out" does not have'):
             db.execute("SELECT * FROM wrong_out")
+
+
+def test_answers_stream_so_limit_stops_the_relquery_early(server, fdw):
+    """Answers reach the executor as they finish. Two of 300 rows are in the result cache: LIMIT 2
+    returns them at once (a materialized scan would first wait for all 300 long answers, about
+    40 s here) and ending the scan cancels the other 298 on the server."""
+    with connect(fdw) as db:
+        db.execute(LONG_TABLE.replace("stories", "stories_cached").replace(", cache 'false'", ""))
+        db.execute("SELECT count(*) FROM stories_cached WHERE n <= 2")  # puts two answers in the cache
+    before = set(jobs(server))
+    with connect(fdw) as db:
+        t0 = time.monotonic()
+        got = db.execute("SELECT n FROM stories_cached LIMIT 2").fetchall()
+        elapsed = time.monotonic() - t0
+    assert sorted(got) == [(1,), (2,)]
+    assert elapsed < 15, elapsed
+    (job,) = new_jobs(server, before)
+    assert job["status"] == "cancelled", job
+    assert job["stats"]["cached_rows"] == 2 and job["stats"]["rows"] - job["stats"]["errors"] < 300, job

@@ -194,7 +194,7 @@ def client(s, conn=None):
     return clients[key]
 
 
-def run(name, s, template, rows, opts, conn=None):
+def run(name, s, template, rows, opts):
     """client.run, but waiting in short slices that let PostgreSQL interrupt the call.
 
     Python code in a backend only sees a cancel or a statement timeout when it calls into the
@@ -202,7 +202,7 @@ def run(name, s, template, rows, opts, conn=None):
     Interrupted (or past relserve.timeout), the relQuery is cancelled on the server and the
     interrupt raised again, with PostgreSQL's own error."""
     mod, _ = modules(s)
-    c = client(s, conn)
+    c = client(s)
     timeout = timeout_of(s)
     box = {"rows": {}}
     started = threading.Event()
@@ -242,8 +242,7 @@ def run(name, s, template, rows, opts, conn=None):
         raise box["error"]
     done = box["done"]
     ordered = [box["rows"].get(i) or mod.RemoteRow(i, error="no answer") for i in range(box["total"])]
-    stats = {**done.get("stats", {}), "id": box["id"], "cached_rows": sum(r.cached for r in ordered)}
-    return mod.RemoteResult(box["id"], done.get("status", "unknown"), ordered, stats, done.get("error"))
+    return mod.RemoteResult(box["id"], done.get("status", "unknown"), ordered, done.get("stats", {}), done.get("error"))
 
 
 def give_up(c, box, started, abandoned):
@@ -326,20 +325,40 @@ def over_query(function, template, query, options, spec=None):
     """Every row of ``query``: ONE relQuery. Returns (ord, answer, error, input) rows in input order.
 
     A list, not a generator: an error then surfaces with its own message, not as a failed iteration."""
-    rows, _ = query_rows(f"llm_{function}_query", function, template, query, options, spec)
-    return rows
-
-
-def query_rows(name, function, template, query, options, spec=None, conn=None, columns=None):
-    """over_query's work, also returning the relQuery's stats (for relserve_fdw's EXPLAIN ANALYZE)."""
+    name = f"llm_{function}_query"
     s = settings()
     mod, _ = modules(s)
+    extra, on_error = query_options(name, s, options)
+    rows, inputs = source_rows(name, query)
+    if not rows:
+        return []
+    try:
+        result = run(name, s, template, rows, call_options(s, function, spec, extra))
+    except mod.ServerError as e:
+        if on_error != "null":
+            server_error(name, e)
+        plpy.warning(f"{name}: relserve server error, NULL returned for every row: {e}")
+        return [{"ord": i + 1, "answer": None, "error": str(e), "input": text} for i, text in enumerate(inputs)]
+    if on_error == "fail":
+        bad = next((r for r in result.rows if r.error is not None), None)
+        if bad is not None:
+            fail(f"{name}: row {bad.index + 1}: {bad.error}", "22000")
+    return [{"ord": r.index + 1, "answer": r.value, "error": r.error, "input": text} for r, text in zip(result.rows, inputs)]
+
+
+def query_options(name, s, options):
+    """The jsonb options of a query call, and its on_error (the option, else the setting)."""
     extra = json.loads(options) if options else {}
     if not isinstance(extra, dict):
         fail(f"{name}: options must be a jsonb object, e.g. '{{\"max_tokens\": 8}}'")
     on_error = str(extra.pop("on_error", s["on_error"])).lower()
     if on_error not in ("raise", "null", "fail"):
         fail(f"{name}: on_error must be 'raise', 'null' or 'fail', got {on_error!r}")
+    return extra, on_error
+
+
+def source_rows(name, query, columns=None):
+    """The rows of the caller's query (run with the caller's rights), and each as JSON text."""
     try:
         result_rows = plpy.execute(query)
     except plpy.SPIError as e:  # keep the query's own SQLSTATE (42P01 for a missing table, ...)
@@ -351,42 +370,127 @@ def query_rows(name, function, template, query, options, spec=None, conn=None, c
             fail(f"{name}: column(s) {', '.join(missing)} are not among the source query's columns "
                  f"({', '.join(have)})", "42703", hint="Name the foreign table's columns as the source query does.")
     rows = [dict(r) for r in result_rows]
+    return rows, [json.dumps(r, default=str, ensure_ascii=False) for r in rows]
+
+
+# ---------------------------------------------------------------- relserve_fdw's scans
+
+WAIT = {"event": "wait", "answer": None, "error": None, "input": None, "stats": None}
+
+
+def as_text(v):
+    # the C side casts the text to the column's type: PostgreSQL spells booleans true/false
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, ensure_ascii=False)
+    return None if v is None else str(v)
+
+
+def answer_event(value, error, input_text):
+    return {"event": "row", "answer": as_text(value), "error": error, "input": input_text, "stats": None}
+
+
+def stats_event(stats):
+    return {"event": "stats", "answer": None, "error": None, "input": None, "stats": json.dumps(stats, default=str)}
+
+
+def error_event(message, sqlstate):
+    # the C side raises it: an exception raised inside an iteration would lose its message and SQLSTATE
+    return {"event": "error", "answer": None, "error": message, "input": None, "stats": json.dumps({"sqlstate": sqlstate})}
+
+
+def fdw_scan(kind, template, spec, query, options, url, api_key, columns):
+    """A relserve_fdw scan: the source query's rows as ONE relQuery, streamed.
+
+    Everything that can fail before the first answer (settings, the source query, the server's
+    acceptance) fails here with its own message. What follows is a generator: answers as they
+    finish, "wait" rows while none comes (so the C side checks for interrupts every 0.1 s), then
+    one "stats" row. Closed early (LIMIT, cancel, an error) it cancels the relQuery."""
+    name = f"relserve_fdw ({kind})"
+    s = settings()
+    mod, _ = modules(s)
+    extra, on_error = query_options(name, s, options)
+    rows, inputs = source_rows(name, query, columns)
     if not rows:
-        return [], {"rows": 0, "engine_rows": 0, "cached_rows": 0}
-    inputs = [json.dumps(r, default=str, ensure_ascii=False) for r in rows]
+        return iter([stats_event({"rows": 0, "engine_rows": 0, "cached_rows": 0})])
+    if kind == "classify":
+        spec = [label.strip() for label in (spec or "").split(",")]
+    c = client(s, (url, api_key or ""))
     try:
-        result = run(name, s, template, rows, call_options(s, function, spec, extra), conn)
+        stream = c.stream(template, rows, **call_options(s, kind, spec, extra))
     except mod.ServerError as e:
         if on_error != "null":
             server_error(name, e)
         plpy.warning(f"{name}: relserve server error, NULL returned for every row: {e}")
-        return [{"ord": i + 1, "answer": None, "error": str(e), "input": text} for i, text in enumerate(inputs)], {"rows": len(rows)}
-    if on_error == "fail":
-        bad = next((r for r in result.rows if r.error is not None), None)
-        if bad is not None:
-            fail(f"{name}: row {bad.index + 1}: {bad.error}", "22000")
-    out = [{"ord": r.index + 1, "answer": r.value, "error": r.error, "input": text} for r, text in zip(result.rows, inputs)]
-    return out, result.stats
+        return iter([answer_event(None, str(e), text) for text in inputs] + [stats_event({"rows": len(rows)})])
+    return scan_events(name, s, c, stream, inputs, on_error)
 
 
-def fdw_scan(kind, template, spec, query, options, url, api_key, columns):
-    """A relserve_fdw scan: the source query's rows as ONE relQuery, answers as text (the C side
-    casts them to the foreign table's column types), then one row holding the relQuery's stats."""
-    if kind == "classify":
-        spec = [label.strip() for label in (spec or "").split(",")]
-    rows, stats = query_rows(f"relserve_fdw ({kind})", kind, template, query, options, spec,
-                             conn=(url, api_key or ""), columns=columns)
-    for r in rows:
-        v = r["answer"]
-        if isinstance(v, bool):  # PostgreSQL spells booleans true/false
-            r["answer"] = "true" if v else "false"
-        elif isinstance(v, (dict, list)):
-            r["answer"] = json.dumps(v, ensure_ascii=False)
-        elif v is not None:
-            r["answer"] = str(v)
-        r["stats"] = None
-    rows.append({"ord": 0, "answer": None, "error": None, "input": None, "stats": json.dumps(stats, default=str)})
-    return rows
+def scan_events(name, s, c, stream, inputs, on_error):
+    import queue
+
+    timeout = timeout_of(s)
+    events = queue.Queue()
+    abandoned = threading.Event()
+
+    def read():
+        try:
+            for r in stream:
+                events.put(("row", r))
+                if abandoned.is_set():
+                    return
+            events.put(("done", stream.done or {}))
+        except BaseException as e:  # handed to the generator
+            events.put(("broken", e))
+
+    threading.Thread(target=read, name="relserve-fdw-stream", daemon=True).start()
+    # the relQuery's id first: the C side cancels it when the scan ends early (LIMIT)
+    yield {**WAIT, "event": "accepted", "stats": json.dumps({"id": stream.id})}
+    end = time.monotonic() + timeout
+    cached = 0
+    finished = False
+    try:
+        while True:
+            try:
+                what, item = events.get(timeout=WAIT_SLICE_S)
+            except queue.Empty:
+                if time.monotonic() > end:
+                    yield error_event(f"{name}: no answer from the relserve server within relserve.timeout = "
+                                      f"{timeout:g} s; its relQuery was cancelled", "57014")
+                    return
+                yield WAIT
+                continue
+            if what == "row":
+                cached += bool(item.cached)
+                if item.error is not None and on_error == "fail":
+                    yield error_event(f"{name}: row {item.index + 1}: {item.error}", "22000")
+                    return
+                yield answer_event(item.value, item.error, inputs[item.index])
+            elif what == "done":
+                finished = True
+                yield stats_event({**item.get("stats", {}), "id": stream.id, "cached_rows": cached})
+                return
+            else:
+                yield error_event(f"{name}: {item}", "08006")
+                return
+    finally:
+        if not finished:  # closed early: nothing more of this relQuery is wanted
+            abandoned.set()
+            try:
+                c.cancel(stream.id, timeout=CANCEL_TIMEOUT_S)
+            except Exception:  # best effort: the statement is ending either way
+                pass
+            stream.close()
+
+
+def fdw_cancel(url, api_key, relquery_id):
+    """Cancel a scan's relQuery that the statement no longer needs (best effort)."""
+    s = settings()
+    try:
+        client(s, (url, api_key or "")).cancel(relquery_id, timeout=CANCEL_TIMEOUT_S)
+    except Exception as e:
+        plpy.warning(f"relserve_fdw: could not cancel relQuery {relquery_id} on the server: {e}")
 
 
 class Api:
@@ -397,6 +501,7 @@ api = Api()
 api.scalar = scalar
 api.over_query = over_query
 api.fdw_scan = fdw_scan
+api.fdw_cancel = fdw_cancel
 GD["relserve"] = api
 $relserve$;
 
@@ -493,12 +598,20 @@ $$;
 -- ---------------------------------------------------------------- for relserve_fdw (udfs/relserve_fdw)
 
 -- A foreign table's scan: the C extension calls this through SPI with the foreign server's url
--- and the caller's user mapping key; not meant to be called directly.
+-- and the caller's user mapping key; not meant to be called directly. Called in a SELECT list
+-- (value per call), it streams: events "row" (an answer), "wait", "error", then "stats".
 CREATE OR REPLACE FUNCTION relserve.fdw_scan(kind text, template text, spec text, query text, options jsonb,
                                              url text, api_key text, columns text[])
-RETURNS TABLE (ord bigint, answer text, error text, input jsonb, stats jsonb)
+RETURNS TABLE (event text, answer text, error text, input jsonb, stats jsonb)
 LANGUAGE plpython3u AS $$
 if "relserve" not in GD:
     plpy.execute("SELECT relserve._load()")
 return GD["relserve"].fdw_scan(kind, template, spec, query, options, url, api_key, columns)
+$$;
+
+CREATE OR REPLACE FUNCTION relserve.fdw_cancel(url text, api_key text, relquery_id text) RETURNS void
+LANGUAGE plpython3u AS $$
+if "relserve" not in GD:
+    plpy.execute("SELECT relserve._load()")
+GD["relserve"].fdw_cancel(url, api_key, relquery_id)
 $$;

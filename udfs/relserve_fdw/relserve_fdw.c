@@ -39,6 +39,7 @@
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 
 PG_MODULE_MAGIC;
 
@@ -74,11 +75,13 @@ static const RsOption rs_options[] = {
 static const char *rs_passed_options[] = {"max_tokens", "temperature", "method", "cache", "on_error", NULL};
 
 /* what a relQuery reports, read from the stats row fdw_scan() ends with (EXPLAIN ANALYZE) */
-#define RS_NSTATS 10
+#define RS_NSTATS 11
 static const char *rs_stat_keys[RS_NSTATS] = {
 	"id", "rows", "engine_rows", "cached_rows", "latency_s", "waiting_s", "core_s", "tail_s",
-	"prompt_tokens", "cached_tokens"
+	"prompt_tokens", "cached_tokens", "sqlstate"
 };
+#define RS_STAT_SQLSTATE 10
+#define RS_FIXED_COLUMNS (2 + RS_NSTATS)	/* event, error, the stats fields */
 
 static bool
 rs_one_of(const char *value, const char *const *allowed)
@@ -540,9 +543,13 @@ relserveGetForeignPlan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntablei
 		rs_deparse_expr((Node *) ri->clause, rel, baserel->relid, ps->output_attno, &source);
 	}
 
-	/* the scan: stats columns first, then the table's columns cast from the answers' text */
+	/*
+	 * The scan: the event, its message and the stats fields first, then the table's columns cast
+	 * from the answers' text. fdw_scan() is called in a SELECT list, where a set-returning
+	 * function runs one value per call: the answers stream (in FROM it would be materialized).
+	 */
 	initStringInfo(&scan);
-	appendStringInfoString(&scan, "SELECT ");
+	appendStringInfoString(&scan, "SELECT r.event, r.error, ");
 	for (i = 0; i < RS_NSTATS; i++)
 		appendStringInfo(&scan, "r.stats->>%s, ", quote_literal_cstr(rs_stat_keys[i]));
 	for (i = 0; i < desc->natts; i++)
@@ -562,7 +569,10 @@ relserveGetForeignPlan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntablei
 			columns = lappend(columns, makeString(pstrdup(NameStr(att->attname))));
 		}
 	}
-	appendStringInfoString(&scan, " FROM relserve.fdw_scan($1, $2, $3, $4, $5::jsonb, $6, $7, $8) AS r");
+	/* (f()).* would call f once per column: take the fields of one call instead */
+	appendStringInfoString(&scan,
+						   " FROM (SELECT (q.e).event, (q.e).error, (q.e).answer, (q.e).input, (q.e).stats FROM"
+						   " (SELECT relserve.fdw_scan($1, $2, $3, $4, $5::jsonb, $6, $7, $8) AS e OFFSET 0) AS q) AS r");
 
 	/* the relQuery's options, as a JSON object (values checked by the validator) */
 	initStringInfo(&opts);
@@ -628,9 +638,14 @@ typedef struct RsScanState
 	List	   *columns;
 	char	   *url;
 	char	   *api_key;
-	bool		fetched;
+	MemoryContext mcxt;			/* where the answers are kept, for rescans */
+	char	   *portal;			/* the SPI cursor over fdw_scan(), while it runs */
+	char	   *relquery_id;	/* the server's id of the scan's relQuery */
+	bool		started;
+	bool		done;			/* every answer and the stats are here */
 	HeapTuple  *tuples;
 	int			ntuples;
+	int			capacity;
 	int			next;
 	char	   *stats[RS_NSTATS];
 } RsScanState;
@@ -661,6 +676,7 @@ relserveBeginForeignScan(ForeignScanState *node, int eflags)
 	Relation	rel = node->ss.ss_currentRelation;
 
 	node->fdw_state = st;
+	st->mcxt = CurrentMemoryContext;
 	rs_unpack_private(fsplan->fdw_private, st);
 	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
 		return;
@@ -672,6 +688,7 @@ relserveBeginForeignScan(ForeignScanState *node, int eflags)
 		ForeignServer *server = GetForeignServer(table->serverid);
 		UserMapping *user = GetUserMapping(userid, server->serverid);	/* errors when there is none */
 		const char *url = rs_option(server->options, "url");
+		const char *key = rs_option(user->options, "api_key");
 
 		if (url == NULL)
 			ereport(ERROR,
@@ -680,28 +697,24 @@ relserveBeginForeignScan(ForeignScanState *node, int eflags)
 					 errhint("ALTER SERVER %s OPTIONS (ADD url 'http://127.0.0.1:8000')",
 							 quote_identifier(server->servername))));
 		st->url = pstrdup(url);
-		st->api_key = rs_option(user->options, "api_key") ? pstrdup(rs_option(user->options, "api_key")) : NULL;
+		st->api_key = key ? pstrdup(key) : NULL;
 	}
 }
 
-/* Run the relQuery: every answer, then the stats row. */
+/* Open the cursor over fdw_scan(): the source query runs and the server accepts the relQuery. */
 static void
-rs_fetch(ForeignScanState *node, RsScanState *st)
+rs_start(RsScanState *st)
 {
-	TupleDesc	desc = RelationGetDescr(node->ss.ss_currentRelation);
-	MemoryContext outer = CurrentMemoryContext;
 	Oid			argtypes[8] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTARRAYOID};
 	Datum		values[8];
 	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	Datum	   *names = palloc(sizeof(Datum) * (list_length(st->columns) + 1));
 	int			ncols = 0;
 	ListCell   *lc;
-	uint64		i,
-				n;
+	Portal		portal;
 
 	foreach(lc, st->columns)
 		names[ncols++] = CStringGetTextDatum((char *) lfirst(lc));
-
 	values[0] = CStringGetTextDatum(st->kind);
 	values[1] = CStringGetTextDatum(st->template);
 	if (st->spec)
@@ -719,30 +732,86 @@ rs_fetch(ForeignScanState *node, RsScanState *st)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "relserve_fdw: SPI_connect failed");
-	if (SPI_execute_with_args(st->scan_sql, 8, argtypes, values, nulls, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "relserve_fdw: the scan query failed");
+	portal = SPI_cursor_open_with_args(NULL, st->scan_sql, 8, argtypes, values, nulls, false, 0);
+	st->portal = MemoryContextStrdup(st->mcxt, portal->name);
+	SPI_finish();
+	st->started = true;
+}
 
-	n = SPI_processed;
-	st->tuples = MemoryContextAlloc(outer, sizeof(HeapTuple) * (n + 1));
-	for (i = 0; i < n; i++)
+static void
+rs_keep(RsScanState *st, HeapTuple tuple)
+{
+	if (st->ntuples == st->capacity)
 	{
-		HeapTuple	t = SPI_tuptable->vals[i];
-		TupleDesc	spi_desc = SPI_tuptable->tupdesc;
-		bool		isnull;
-		MemoryContext old;
+		st->capacity = st->capacity ? 2 * st->capacity : 64;
+		st->tuples = st->tuples
+			? repalloc(st->tuples, sizeof(HeapTuple) * st->capacity)
+			: MemoryContextAlloc(st->mcxt, sizeof(HeapTuple) * st->capacity);
+	}
+	st->tuples[st->ntuples++] = tuple;
+}
 
-		SPI_getbinval(t, spi_desc, 1, &isnull);
-		old = MemoryContextSwitchTo(outer);
-		if (!isnull)
+/*
+ * Fetch events until the next answer is kept (true) or the relQuery is over (false). Between
+ * events this backend checks for interrupts: a cancel or statement timeout ends the statement
+ * here, and closing the cursor makes fdw_scan() cancel the relQuery on the server.
+ */
+static bool
+rs_next_answer(ForeignScanState *node, RsScanState *st)
+{
+	TupleDesc	desc = RelationGetDescr(node->ss.ss_currentRelation);
+
+	while (!st->done)
+	{
+		HeapTuple	t;
+		TupleDesc	spi_desc;
+		char	   *event;
+		bool		kept = false;
+
+		CHECK_FOR_INTERRUPTS();
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "relserve_fdw: SPI_connect failed");
+		SPI_cursor_fetch(SPI_cursor_find(st->portal), true, 1);
+		if (SPI_processed == 0)
 		{
-			/* the stats row: what EXPLAIN ANALYZE reports */
+			SPI_cursor_close(SPI_cursor_find(st->portal));
+			st->portal = NULL;
+			st->done = true;
+			SPI_finish();
+			break;
+		}
+		t = SPI_tuptable->vals[0];
+		spi_desc = SPI_tuptable->tupdesc;
+		event = SPI_getvalue(t, spi_desc, 1);
+		if (strcmp(event, "error") == 0)
+		{
+			char	   *sqlstate = SPI_getvalue(t, spi_desc, 3 + RS_STAT_SQLSTATE);
+
+			ereport(ERROR,
+					(errcode(sqlstate ? MAKE_SQLSTATE(sqlstate[0], sqlstate[1], sqlstate[2], sqlstate[3], sqlstate[4])
+							 : ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
+					 errmsg("%s", SPI_getvalue(t, spi_desc, 2))));
+		}
+		else if (strcmp(event, "accepted") == 0)
+		{
+			char	   *id = SPI_getvalue(t, spi_desc, 3);
+
+			st->relquery_id = id ? MemoryContextStrdup(st->mcxt, id) : NULL;
+		}
+		else if (strcmp(event, "stats") == 0)
+		{
 			int			k;
 
 			for (k = 0; k < RS_NSTATS; k++)
-				st->stats[k] = SPI_getvalue(t, spi_desc, k + 1);
+			{
+				char	   *v = SPI_getvalue(t, spi_desc, 3 + k);
+
+				st->stats[k] = v ? MemoryContextStrdup(st->mcxt, v) : NULL;
+			}
 		}
-		else
+		else if (strcmp(event, "row") == 0)
 		{
+			MemoryContext old = MemoryContextSwitchTo(st->mcxt);
 			Datum	   *v = palloc(sizeof(Datum) * desc->natts);
 			bool	   *nl = palloc(sizeof(bool) * desc->natts);
 			int			a;
@@ -750,16 +819,20 @@ rs_fetch(ForeignScanState *node, RsScanState *st)
 			for (a = 0; a < desc->natts; a++)
 			{
 				Form_pg_attribute att = TupleDescAttr(desc, a);
-				Datum		d = SPI_getbinval(t, spi_desc, RS_NSTATS + a + 1, &nl[a]);
+				Datum		d = SPI_getbinval(t, spi_desc, RS_FIXED_COLUMNS + a + 1, &nl[a]);
 
 				v[a] = nl[a] ? (Datum) 0 : datumCopy(d, att->attbyval, att->attlen);
 			}
-			st->tuples[st->ntuples++] = heap_form_tuple(desc, v, nl);
+			rs_keep(st, heap_form_tuple(desc, v, nl));
+			MemoryContextSwitchTo(old);
+			kept = true;
 		}
-		MemoryContextSwitchTo(old);
+		/* "wait": nothing yet, check for interrupts and ask again */
+		SPI_finish();
+		if (kept)
+			return true;
 	}
-	SPI_finish();
-	st->fetched = true;
+	return false;
 }
 
 static TupleTableSlot *
@@ -768,10 +841,10 @@ relserveIterateForeignScan(ForeignScanState *node)
 	RsScanState *st = (RsScanState *) node->fdw_state;
 	TupleTableSlot *slot = node->ss.ss_ScanTupleSlot;
 
-	if (!st->fetched)
-		rs_fetch(node, st);
+	if (!st->started)
+		rs_start(st);
 	ExecClearTuple(slot);
-	if (st->next < st->ntuples)
+	if (st->next < st->ntuples || rs_next_answer(node, st))
 		ExecStoreHeapTuple(st->tuples[st->next++], slot, false);
 	return slot;
 }
@@ -779,13 +852,41 @@ relserveIterateForeignScan(ForeignScanState *node)
 static void
 relserveReScanForeignScan(ForeignScanState *node)
 {
-	/* the answers do not change within a statement: replay them, never ask again */
+	/* the answers do not change within a statement: replay those here, fetch the rest as before */
 	((RsScanState *) node->fdw_state)->next = 0;
 }
 
 static void
 relserveEndForeignScan(ForeignScanState *node)
 {
+	RsScanState *st = (RsScanState *) node->fdw_state;
+
+	/* ended early (LIMIT): the rest of the relQuery is not wanted, cancel it on the server */
+	if (st && st->portal)
+	{
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "relserve_fdw: SPI_connect failed");
+		SPI_cursor_close(SPI_cursor_find(st->portal));
+		st->portal = NULL;
+		if (st->relquery_id)
+		{
+			Oid			argtypes[3] = {TEXTOID, TEXTOID, TEXTOID};
+			Datum		values[3];
+			char		nulls[3] = {' ', ' ', ' '};
+
+			values[0] = CStringGetTextDatum(st->url);
+			if (st->api_key)
+				values[1] = CStringGetTextDatum(st->api_key);
+			else
+				nulls[1] = 'n';
+			values[2] = CStringGetTextDatum(st->relquery_id);
+			/* the executor is ending: the cancel needs a snapshot of its own */
+			PushActiveSnapshot(GetTransactionSnapshot());
+			SPI_execute_with_args("SELECT relserve.fdw_cancel($1, $2, $3)", 3, argtypes, values, nulls, false, 0);
+			PopActiveSnapshot();
+		}
+		SPI_finish();
+	}
 }
 
 static void
@@ -794,7 +895,7 @@ relserveExplainForeignScan(ForeignScanState *node, ExplainState *es)
 	RsScanState *st = (RsScanState *) node->fdw_state;
 	static const char *labels[RS_NSTATS] = {
 		"relQuery", "Rows Sent", "Distinct Prompts", "Cached Rows", "Latency (s)", "Waiting (s)",
-		"Core Running (s)", "Tail Running (s)", "Prompt Tokens", "Prompt Tokens From Cache"
+		"Core Running (s)", "Tail Running (s)", "Prompt Tokens", "Prompt Tokens From Cache", "SQLSTATE"
 	};
 	int			k;
 
@@ -803,8 +904,8 @@ relserveExplainForeignScan(ForeignScanState *node, ExplainState *es)
 	ExplainPropertyText("Source Query", st->source_sql, es);
 	if (es->verbose && strcmp(st->options_json, "{}") != 0)
 		ExplainPropertyText("relQuery Options", st->options_json, es);
-	if (es->analyze && st->fetched)
-		for (k = 0; k < RS_NSTATS; k++)
+	if (es->analyze && st->started)
+		for (k = 0; k < RS_STAT_SQLSTATE; k++)
 			if (st->stats[k] != NULL)
 				ExplainPropertyText(labels[k], st->stats[k], es);
 }
