@@ -190,6 +190,11 @@ class Client:
         """Start a relQuery and return its id at once (see ``run`` for the options)."""
         return self._request("POST", "/v1/relqueries", _body(template, rows, options))["id"]
 
+    def plan(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None, **options: Any) -> dict[str, Any]:
+        """What the relQuery would send to the engine, without running it: ``rows``, ``engine_rows``
+        (distinct prompts), ``cached_rows`` (answered from the result cache), ``failed_rows``."""
+        return self._request("POST", "/v1/relqueries/plan", _body(template, rows, options))
+
     def stream(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None, **options: Any) -> RelQueryStream:
         """Submit and iterate the rows as they finish (each carries its input ``index``)."""
         return self._stream("/v1/relqueries", {**_body(template, rows, options), "stream": "ndjson"})

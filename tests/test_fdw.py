@@ -123,7 +123,12 @@ def test_explain_analyze_reports_the_relquery(server, fdw):
                    "source 'SELECT id, review FROM reviews', template 'The mood of {review} in one word:', "
                    "kind 'map', max_tokens '3')")
         db.execute("SELECT count(*) FROM review_mood WHERE id <= 2")  # these two answers are cached now
+        before = set(jobs(server))
+        dry = "\n".join(r for (r,) in db.execute("EXPLAIN SELECT * FROM review_mood WHERE id <= 3"))
+        assert set(jobs(server)) == before  # EXPLAIN asks the server for a plan, it runs nothing
         plan = "\n".join(r for (r,) in db.execute("EXPLAIN ANALYZE SELECT * FROM review_mood WHERE id <= 3"))
+    planned = dict(re.findall(r"^\s*(Rows To Send|Distinct Prompts|Cached Rows): (\S+)", dry, re.M))
+    assert planned == {"Rows To Send": "3", "Distinct Prompts": "1", "Cached Rows": "2"}, dry
     fields = dict(re.findall(r"^\s*(Rows Sent|Distinct Prompts|Cached Rows|Latency \(s\)|Core Running \(s\)|relQuery): (\S+)", plan, re.M))
     assert fields["Rows Sent"] == "3", plan
     assert fields["Distinct Prompts"] == "1", plan  # ids 1 and 2 came from the result cache
@@ -168,6 +173,7 @@ def _closed_port() -> int:
 
 
 def test_a_server_that_is_down_gives_a_clear_error_at_once(fdw):
+    """... and EXPLAIN still shows the plan, with the reason its relQuery figures are missing."""
     with connect(fdw) as db:
         db.execute(f"CREATE SERVER relserve_down FOREIGN DATA WRAPPER relserve_fdw OPTIONS (url 'http://127.0.0.1:{_closed_port()}')")
         db.execute("CREATE USER MAPPING FOR postgres SERVER relserve_down")
@@ -178,6 +184,8 @@ def test_a_server_that_is_down_gives_a_clear_error_at_once(fdw):
             db.execute("SELECT * FROM tone_down")
         assert time.monotonic() - t0 < 10
         assert "Is the relserve server running" in (e.value.diag.message_hint or "")
+        plan = "\n".join(r for (r,) in db.execute("EXPLAIN SELECT * FROM tone_down"))
+    assert re.search(r"Plan Unavailable: cannot reach the relserve server at http://127\.0\.0\.1:\d+", plan), plan
 
 
 LONG_TABLE = (

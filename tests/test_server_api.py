@@ -412,3 +412,15 @@ def test_serve_command_checks_the_tenants_file_before_starting_the_engine(tmp_pa
 
     text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", r.output).split())  # rich draws a box around the error
     assert "tenants config: tenants.a.key: String should have at least 8 characters" in text
+
+
+def test_plan_counts_rows_distinct_prompts_and_cached_answers_without_running(server, fake):
+    rows = [{"x": "p1"}, {"x": "p2"}, {"x": "p1"}, {"x": None}]
+    with Client(server.url, api_key=ALICE) as c:
+        submitted = len(fake.submitted)
+        assert c.plan("Plan {x}", rows) == {"rows": 4, "engine_rows": 2, "cached_rows": 0, "failed_rows": 1}
+        assert len(fake.submitted) == submitted  # nothing ran
+        c.run("Plan {x}", rows[:1])  # p1 is in the result cache now
+        assert c.plan("Plan {x}", rows) == {"rows": 4, "engine_rows": 1, "cached_rows": 2, "failed_rows": 1}
+        with pytest.raises(ServerError, match=r"template names unknown column"):
+            c.plan("Plan {y}", rows)

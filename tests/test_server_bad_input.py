@@ -22,6 +22,7 @@ TENANTS = {
 #: a valid body for every POST endpoint, with the name of one numeric sampling field in it
 VALID = {
     "/v1/relqueries": ({"template": "Say {x}", "rows": [{"x": "a"}, {"x": "b"}]}, "temperature"),
+    "/v1/relqueries/plan": ({"template": "Say {x}", "rows": [{"x": "a"}, {"x": "b"}]}, "temperature"),
     "/v1/cells": ({"cells": [{"id": "A1", "template": "Say {x}", "args": ["a"]}], "stream": False}, "temperature"),
     "/v1/completions": ({"prompt": ["Say a", "Say b"]}, "temperature"),
     "/v1/chat/completions": ({"messages": [{"role": "user", "content": "Say a"}]}, "temperature"),
@@ -30,6 +31,7 @@ VALID = {
 #: the row data of each endpoint's example, where a per-row value can be put
 ROW_VALUE = {
     "/v1/relqueries": lambda b, v: b["rows"][1].update(x=v),
+    "/v1/relqueries/plan": lambda b, v: b["rows"][1].update(x=v),
     "/v1/cells": lambda b, v: b["cells"][0].update(args=[v]),
     "/v1/completions": lambda b, v: b["prompt"].__setitem__(1, v),
     "/v1/chat/completions": lambda b, v: b["messages"][0].update(content=v),
@@ -127,6 +129,8 @@ def test_a_row_that_is_not_valid_unicode_fails_alone(server, path):
         errors = [row["error"] for row in rq["rows"]]
         assert errors[0] is None and errors[2] is None
         assert errors[1].startswith("the prompt is not valid Unicode text: surrogates not allowed '\\ud800' at character")
+    elif path == "/v1/relqueries/plan":
+        assert r.json() == {"rows": 2, "engine_rows": 2, "cached_rows": 0, "failed_rows": 0}  # it fails when its prompt is encoded
     elif path == "/v1/cells":
         (cell,) = r.json()["cells"]
         assert cell["error"].startswith("the prompt is not valid Unicode text")

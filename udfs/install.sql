@@ -484,6 +484,23 @@ def scan_events(name, s, c, stream, inputs, on_error):
             stream.close()
 
 
+def fdw_plan(kind, template, spec, query, options, url, api_key, columns):
+    """EXPLAIN of a foreign table: what its scan would send, without running it. Never fails the
+    EXPLAIN: a problem (the server down, a bad template) is reported in place of the figures."""
+    name = f"relserve_fdw ({kind})"
+    try:
+        s = settings()
+        extra, _ = query_options(name, s, options)
+        rows, _ = source_rows(name, query, columns)
+        if not rows:
+            return json.dumps({"rows": 0, "engine_rows": 0, "cached_rows": 0})
+        if kind == "classify":
+            spec = [label.strip() for label in (spec or "").split(",")]
+        return json.dumps(client(s, (url, api_key or "")).plan(template, rows, **call_options(s, kind, spec, extra)))
+    except Exception as e:
+        return json.dumps({"error": str(e)})
+
+
 def fdw_cancel(url, api_key, relquery_id):
     """Cancel a scan's relQuery that the statement no longer needs (best effort)."""
     s = settings()
@@ -502,6 +519,7 @@ api.scalar = scalar
 api.over_query = over_query
 api.fdw_scan = fdw_scan
 api.fdw_cancel = fdw_cancel
+api.fdw_plan = fdw_plan
 GD["relserve"] = api
 $relserve$;
 
@@ -614,4 +632,12 @@ LANGUAGE plpython3u AS $$
 if "relserve" not in GD:
     plpy.execute("SELECT relserve._load()")
 GD["relserve"].fdw_cancel(url, api_key, relquery_id)
+$$;
+
+CREATE OR REPLACE FUNCTION relserve.fdw_plan(kind text, template text, spec text, query text, options jsonb,
+                                             url text, api_key text, columns text[]) RETURNS jsonb
+LANGUAGE plpython3u AS $$
+if "relserve" not in GD:
+    plpy.execute("SELECT relserve._load()")
+return GD["relserve"].fdw_plan(kind, template, spec, query, options, url, api_key, columns)
 $$;

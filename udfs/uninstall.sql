@@ -13,6 +13,7 @@ DROP FUNCTION IF EXISTS llm_classify_query(text, text[], text, jsonb);
 DROP FUNCTION IF EXISTS llm_extract_query(text, jsonb, text, jsonb);
 DROP FUNCTION IF EXISTS relserve.fdw_scan(text, text, text, text, jsonb, text, text, text[]);
 DROP FUNCTION IF EXISTS relserve.fdw_cancel(text, text, text);
+DROP FUNCTION IF EXISTS relserve.fdw_plan(text, text, text, text, jsonb, text, text, text[]);
 DROP FUNCTION IF EXISTS relserve._load();
 DROP VIEW IF EXISTS relserve.my_api_key;
 DROP TABLE IF EXISTS relserve.api_keys;

@@ -69,6 +69,19 @@ async def submit(
     return job_stream(job, fmt, header=header, row=_row, done=_done, cancel_on_disconnect=True, status_code=201, headers=location)
 
 
+@router.post("/plan", summary="What a relQuery would send to the engine, without running it")
+async def plan(body: RelQueryRequest, tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)):
+    # EXPLAIN of the PostgreSQL foreign tables: rows, distinct prompts and cached answers, no engine
+    state.check_size(body.size, tenant)
+    batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant))
+    return {
+        "rows": batch.total,
+        "engine_rows": len(batch.prompts),
+        "cached_rows": batch.cached_rows,
+        "failed_rows": sum(r.error is not None for r in batch.ready),
+    }
+
+
 @router.get("", summary="The caller's relQueries (running, and finished in the last minutes)")
 async def list_relqueries(tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)):
     return {"relqueries": [_listed(j) for j in state.jobs.list(tenant.name)]}

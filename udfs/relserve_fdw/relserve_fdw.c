@@ -678,9 +678,8 @@ relserveBeginForeignScan(ForeignScanState *node, int eflags)
 	node->fdw_state = st;
 	st->mcxt = CurrentMemoryContext;
 	rs_unpack_private(fsplan->fdw_private, st);
-	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
-		return;
 
+	/* the server and the caller's key, also for EXPLAIN (it asks the server for a plan) */
 	{
 		RangeTblEntry *rte = exec_rt_fetch(fsplan->scan.scanrelid, estate);
 		Oid			userid = OidIsValid(rte->checkAsUser) ? rte->checkAsUser : GetUserId();
@@ -701,17 +700,17 @@ relserveBeginForeignScan(ForeignScanState *node, int eflags)
 	}
 }
 
-/* Open the cursor over fdw_scan(): the source query runs and the server accepts the relQuery. */
+static Oid	rs_argtypes[8] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTARRAYOID};
+
+/* The arguments of fdw_scan() and fdw_plan(): the call, the source query, the server, the key. */
 static void
-rs_start(RsScanState *st)
+rs_arguments(RsScanState *st, Datum *values, char *nulls)
 {
-	Oid			argtypes[8] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTARRAYOID};
-	Datum		values[8];
-	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	Datum	   *names = palloc(sizeof(Datum) * (list_length(st->columns) + 1));
 	int			ncols = 0;
 	ListCell   *lc;
-	Portal		portal;
+
+	memset(nulls, ' ', 8);
 
 	foreach(lc, st->columns)
 		names[ncols++] = CStringGetTextDatum((char *) lfirst(lc));
@@ -729,10 +728,20 @@ rs_start(RsScanState *st)
 	else
 		nulls[6] = 'n';
 	values[7] = PointerGetDatum(construct_array(names, ncols, TEXTOID, -1, false, TYPALIGN_INT));
+}
 
+/* Open the cursor over fdw_scan(): the source query runs and the server accepts the relQuery. */
+static void
+rs_start(RsScanState *st)
+{
+	Datum		values[8];
+	char		nulls[8];
+	Portal		portal;
+
+	rs_arguments(st, values, nulls);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "relserve_fdw: SPI_connect failed");
-	portal = SPI_cursor_open_with_args(NULL, st->scan_sql, 8, argtypes, values, nulls, false, 0);
+	portal = SPI_cursor_open_with_args(NULL, st->scan_sql, 8, rs_argtypes, values, nulls, false, 0);
 	st->portal = MemoryContextStrdup(st->mcxt, portal->name);
 	SPI_finish();
 	st->started = true;
@@ -906,8 +915,34 @@ relserveExplainForeignScan(ForeignScanState *node, ExplainState *es)
 		ExplainPropertyText("relQuery Options", st->options_json, es);
 	if (es->analyze && st->started)
 		for (k = 0; k < RS_STAT_SQLSTATE; k++)
+		{
 			if (st->stats[k] != NULL)
 				ExplainPropertyText(labels[k], st->stats[k], es);
+		}
+	else if (!es->analyze)
+	{
+		/* what the scan would send: the source query runs, the server plans, nothing is answered */
+		static const char *plan_labels[4] = {"Rows To Send", "Distinct Prompts", "Cached Rows", "Plan Unavailable"};
+		Datum		values[8];
+		char		nulls[8];
+
+		rs_arguments(st, values, nulls);
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "relserve_fdw: SPI_connect failed");
+		if (SPI_execute_with_args("SELECT p->>'rows', p->>'engine_rows', p->>'cached_rows', p->>'error'"
+								  " FROM relserve.fdw_plan($1, $2, $3, $4, $5::jsonb, $6, $7, $8) AS p",
+								  8, rs_argtypes, values, nulls, false, 0) == SPI_OK_SELECT && SPI_processed == 1)
+		{
+			for (k = 0; k < 4; k++)
+			{
+				char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, k + 1);
+
+				if (v != NULL)
+					ExplainPropertyText(plan_labels[k], v, es);
+			}
+		}
+		SPI_finish();
+	}
 }
 
 Datum
