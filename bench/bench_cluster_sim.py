@@ -1,0 +1,76 @@
+"""Simulated engine replicas behind the dispatchers: scaling and dispatcher latency, side by side.
+
+    PYTHONPATH=$PWD .venv/bin/python bench/bench_cluster_sim.py [--quick]
+
+Two workloads, arrivals scaled with the replica count N (rate_1 * N, relQueries_1 * N):
+* paper-like: the RelServe paper's beer-review relQueries (1-100 rows, Poisson arrivals);
+* shared templates: the same, each session's template behind one of four long instructions
+  (~300 tokens of static prefix shared across sessions: where prefix affinity pays).
+Scaling efficiency = throughput per replica at N / throughput of one replica (same per-replica
+load). Each dispatcher runs the same in-engine policy (relserve) with the default cost model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+from relserve.sim.cluster import simulate_cluster
+from relserve.sim.prompts import prepare_trace, template_renderer
+from relserve.sim.run import DEFAULT_LIMITS
+from relserve.cluster.dispatch import DISPATCHER_NAMES
+from relserve.workloads import generate_trace
+
+INSTRUCTIONS = [
+    " ".join(random.Random(k).choice(["review", "rate", "the", "text", "answer", "briefly", "product", "user", "tone", "score"])
+             for _ in range(300))
+    for k in range(4)
+]
+
+
+def shared_template_renderer():
+    plain = template_renderer()
+
+    def render(query, row):
+        # a session's instruction depends on its template, so sessions with one template share it
+        return INSTRUCTIONS[sum(map(ord, query.template)) % len(INSTRUCTIONS)] + "\n" + plain(query, row)
+
+    return render
+
+
+def workload(name: str, n: int, per_replica: int, rate: float, seed: int):
+    trace = generate_trace("beer_reviews", per_replica * n, rate * n, seed=seed)
+    render = shared_template_renderer() if name == "shared-templates" else None
+    return prepare_trace(trace, block_size=DEFAULT_LIMITS.block_size, render=render)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="8 and 16 replicas only, fewer relQueries")
+    ap.add_argument("--rate", type=float, default=0.12, help="relQueries per second per replica")
+    ap.add_argument("--per-replica", type=int, default=40, help="relQueries per replica")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    sizes = (8, 16) if args.quick else (8, 16, 32, 64)
+    per = 20 if args.quick else args.per_replica
+    print(f"rate {args.rate}/s and {per} relQueries per replica; mean latency in s (p95), throughput per replica in rows/s\n")
+    for name in ("paper-like", "shared-templates"):
+        base = simulate_cluster(workload(name, 1, per, args.rate, args.seed), 1, "relquery")
+        print(f"## {name}: one replica {base.throughput:.2f} rows/s, mean latency {base.mean_latency_s:.2f} s\n")
+        print("| N | dispatcher | mean latency | p95 | vs relquery | rows/s/replica | scaling eff. | prefix hit | split | rows/replica min-max |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for n in sizes:
+            trace = workload(name, n, per, args.rate, args.seed)
+            results = {d: simulate_cluster(trace, n, d) for d in DISPATCHER_NAMES}
+            ref = results["relquery"].mean_latency_s
+            for d, r in results.items():
+                eff = r.throughput_per_replica / base.throughput if base.throughput else 0.0
+                print(
+                    f"| {n} | {d} | {r.mean_latency_s:.2f} | {r.p95_latency_s:.2f} | {r.mean_latency_s / ref:.2f}x | "
+                    f"{r.throughput_per_replica:.2f} | {eff:.3f} | {r.prefix_hit_rate:.3f} | {r.num_split} | {r.load_min}-{r.load_max} |"
+                )
+        print()
+
+
+if __name__ == "__main__":
+    main()
