@@ -53,12 +53,13 @@ class ReplicaActor:
         with self._lock:
             self._held[rel_id] = (handle, indices, len(prompts))
 
-    def poll(self, rel_id: str, seen: int) -> tuple[list[RowResult], bool]:
-        """Rows finished after the first ``seen`` ones (indices mapped back), and whether all are."""
+    def poll(self, rel_id: str, seen: int) -> tuple[list[RowResult], str]:
+        """Rows finished after the first ``seen`` ones (indices mapped back) and the part's state:
+        "running", "done", or "unknown" (this replica never got it: it restarted since)."""
         with self._lock:
             held = self._held.get(rel_id)
         if held is None:
-            return [], True
+            return [], "unknown"
         handle, indices, _ = held
         order = list(handle._order)
         rows = []
@@ -70,7 +71,7 @@ class ReplicaActor:
         if done:
             with self._lock:
                 self._held.pop(rel_id, None)
-        return rows, done
+        return rows, "done" if done else "running"
 
     def cancel(self, rel_id: str) -> None:
         with self._lock:
