@@ -115,3 +115,21 @@ def test_relquery_aware_beats_round_robin_and_power_of_two_on_latency():
     got = {d: simulate_cluster(trace, n, d).mean_latency_s for d in ("relquery", "round-robin", "power-of-two")}
     assert got["relquery"] < 0.9 * got["round-robin"]
     assert got["relquery"] < 0.9 * got["power-of-two"]
+
+
+def test_serve_rejects_an_unknown_dispatcher_before_starting_anything():
+    from typer.testing import CliRunner
+
+    from relserve.cli import app
+
+    res = CliRunner().invoke(app, ["serve", "--replicas", "2", "--dispatcher", "nope"])
+    assert res.exit_code == 2
+    assert "unknown dispatcher 'nope'" in res.output
+
+
+def test_replicas_setting_must_be_a_number(monkeypatch):
+    from relserve.engine.engine import _new_default
+
+    monkeypatch.setenv("RELSERVE_REPLICAS", "two")
+    with pytest.raises(ConfigError, match="RELSERVE_REPLICAS must be a whole number of engine replicas, got 'two'"):
+        _new_default({})

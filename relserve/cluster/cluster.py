@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relserve.calibration import load_cost_model
-from relserve.cluster.dispatch import Work, make_dispatcher
+from relserve.cluster.dispatch import DISPATCHERS, Work, make_dispatcher
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.prompts import ChatPrompter
 from relserve.engine.settings import EngineSettings
 from relserve.errors import ConfigError, EngineError, RowError
 from relserve.model import resolve_model
-from relserve.policy import CostModel
+from relserve.policy import CostModel, policy_class
 from relserve.relquery import RelQuery
 from relserve.results import RelQueryResult, RelQueryStats, RowResult
 from relserve.sim.prefix_cache import block_hashes
@@ -95,11 +95,14 @@ class Cluster:
             replicas = int(os.environ.get("RELSERVE_REPLICAS", "2"))
         if not isinstance(replicas, int) or replicas < 1:
             raise ConfigError(f"replicas must be a positive integer, got {replicas!r}")
+        if dispatcher not in DISPATCHERS:  # before anything starts
+            raise ConfigError(f"unknown dispatcher {dispatcher!r}; choose one of {', '.join(DISPATCHERS)}")
         if model is not None:
             options["model"] = model
         if policy is not None:
             options["policy"] = policy
         self.settings = s = EngineSettings(**options)
+        policy_class(s.policy)  # an unknown policy fails here, not in every replica
         spec = resolve_model(s.model)
         self.model_id = spec.model_id
         self.model_path = spec.path
