@@ -31,6 +31,12 @@ def cluster():
     c.close()
 
 
+@pytest.fixture(autouse=True)
+def private_home(tmp_path, monkeypatch):
+    # a fresh result cache: every row must reach the replicas
+    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))
+
+
 def _rows(n: int, word: str = "item") -> list[dict]:
     return [{"x": f"{word} number {i}"} for i in range(n)]
 
@@ -100,7 +106,7 @@ def test_a_killed_replica_costs_only_time(cluster):
     # kill a replica that holds unfinished rows, once some rows are answered
     while sum(h.progress.done for h in handles) < 4:
         time.sleep(0.05)
-    victim = 0
+    victim = cluster.placement(handles[0].rel_id)[0]["replica"]
     os.kill(before[victim], signal.SIGKILL)
     results = [h.result(300) for h in handles]
     for h, r in zip(handles, results):
@@ -120,3 +126,28 @@ def test_a_killed_replica_costs_only_time(cluster):
     assert cluster.replica_alive() == [True, True]
     assert cluster.replica_pids()[victim] != before[victim]
     assert cluster.run(RelQuery("Say {x}.", _rows(2), max_tokens=4)).stats.num_errors == 0
+
+
+def test_a_replica_that_stops_answering_is_timed_out(cluster):
+    cluster.wait_idle(120)
+    assert cluster.replica_alive() == [True, True]
+    before = cluster.replica_pids()
+    cluster.replica_timeout_s = 10.0
+    try:
+        h = cluster.submit(RelQuery("Describe {x} in a sentence.", _rows(20, "owl"), max_tokens=24))
+        victim = cluster.placement(h.rel_id)[0]["replica"]
+        while h.progress.done == 0:
+            time.sleep(0.05)
+        os.kill(before[victim], signal.SIGSTOP)  # alive but silent
+        r = h.result(300)
+    finally:
+        cluster.replica_timeout_s = 60.0
+    assert all(x.error is None and x.text for x in r.rows)
+    assert sorted(h._order) == list(range(20))
+    assert r.extra["cluster"]["lost_replicas"] == [victim]
+    assert r.stats.redispatched_rows > 0
+    deadline = time.monotonic() + 180
+    while not all(cluster.replica_alive()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert cluster.replica_alive() == [True, True]
+    assert cluster.replica_pids()[victim] != before[victim]  # Ray restarted the silent one

@@ -184,6 +184,13 @@ class Cluster:
         """Process id of each replica (as last seen; a restarted replica has a new one)."""
         return list(self._pids)
 
+    def placement(self, rel_id: str) -> list[dict]:
+        """Where the rows of a running relQuery went: [{"replica", "rows", "done"}] (empty once finished)."""
+        with self._lock:
+            run = self._runs.get(rel_id)
+            parts = list(run.parts) if run is not None else []
+        return [{"replica": p.replica, "rows": len(p.indices), "done": p.done} for p in parts]
+
     def replica_alive(self) -> list[bool]:
         return [b.alive for b in self._dispatcher.books]
 
