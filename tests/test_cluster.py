@@ -67,14 +67,25 @@ def test_rows_through_duckdb_concurrently(cluster):
         assert all(a for _, a in rows)
 
 
-def test_rows_through_the_server(cluster):
-    rows = _rows(8)
-    with running_server(cluster) as srv, Client(srv.url) as client:
-        res = client.run("Say something about {x}.", rows, max_tokens=6, cache=False)
-    assert res.status == "finished"
-    assert [r.index for r in res.rows] == list(range(8))
-    assert all(r.error is None and r.output_tokens > 0 for r in res.rows)
-    assert res.stats["rows"] == res.stats["engine_rows"] == 8
+def test_concurrent_relqueries_through_the_server(cluster):
+    results = {}
+    with running_server(cluster) as srv:
+
+        def one(word: str) -> None:
+            with Client(srv.url) as client:
+                results[word] = client.run("Say something about {x}.", _rows(8, word), max_tokens=6, cache=False)
+
+        threads = [threading.Thread(target=one, args=(w,)) for w in ("apple", "river")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+    assert sorted(results) == ["apple", "river"]
+    for res in results.values():
+        assert res.status == "finished"
+        assert [r.index for r in res.rows] == list(range(8))
+        assert all(r.error is None and r.output_tokens > 0 for r in res.rows)
+        assert res.stats["rows"] == res.stats["engine_rows"] == 8
 
 
 def test_a_large_relquery_is_split_and_cancel_reaches_every_replica(cluster):
