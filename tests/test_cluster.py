@@ -88,6 +88,15 @@ def test_concurrent_relqueries_through_the_server(cluster):
         assert res.stats["rows"] == res.stats["engine_rows"] == 8
 
 
+def test_latency_breakdown_adds_up_over_the_parts(cluster):
+    cluster.wait_idle(120)
+    r = cluster.run(RelQuery("Say one word about {x}.", _rows(80, "moon"), max_tokens=4))
+    assert r.stats.replicas == len(r.extra["cluster"]["parts"])
+    s = r.stats
+    assert s.waiting_s >= 0 and s.core_s > 0 and s.tail_s >= 0
+    assert s.waiting_s + s.core_s + s.tail_s <= s.latency_s
+
+
 def test_a_large_relquery_is_split_and_cancel_reaches_every_replica(cluster):
     cluster.wait_idle(120)
     h = cluster.submit(RelQuery("Write a long story about {x}.", _rows(96, "dragon"), max_tokens=200))

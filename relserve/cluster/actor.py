@@ -53,13 +53,14 @@ class ReplicaActor:
         with self._lock:
             self._held[rel_id] = (handle, indices, len(prompts))
 
-    def poll(self, rel_id: str, seen: int) -> tuple[list[RowResult], str]:
-        """Rows finished after the first ``seen`` ones (indices mapped back) and the part's state:
-        "running", "done", or "unknown" (this replica never got it: it restarted since)."""
+    def poll(self, rel_id: str, seen: int) -> tuple[list[RowResult], str, dict | None]:
+        """Rows finished after the first ``seen`` ones (indices mapped back), the part's state:
+        "running", "done", or "unknown" (this replica never got it: it restarted since), and once
+        done its latency breakdown here (waiting, core, tail seconds from its submission)."""
         with self._lock:
             held = self._held.get(rel_id)
         if held is None:
-            return [], "unknown"
+            return [], "unknown", None
         handle, indices, _ = held
         order = list(handle._order)
         rows = []
@@ -68,10 +69,16 @@ class ReplicaActor:
             rows.append(RowResult(indices[r.index], r.text, r.error, r.prompt_tokens, r.output_tokens,
                                   r.cached_tokens, r.finish_reason, r.label_logprobs))
         done = handle.done() and len(order) == len(indices)
-        if done:
-            with self._lock:
-                self._held.pop(rel_id, None)
-        return rows, "done" if done else "running"
+        if not done:
+            return rows, "running", None
+        with self._lock:
+            self._held.pop(rel_id, None)
+        try:
+            st = handle.result(0).stats
+            times = {"waiting_s": st.waiting_s, "core_s": st.core_s, "tail_s": st.tail_s}
+        except Exception:  # the engine failed the part: its rows carry the errors
+            times = None
+        return rows, "done", times
 
     def cancel(self, rel_id: str) -> None:
         with self._lock:

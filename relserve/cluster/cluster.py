@@ -44,9 +44,12 @@ class _Part:
     indices: list[int]
     seen: int = 0
     done: bool = False
+    #: when the part was sent (monotonic, this process)
+    sent: float = 0.0
     poll: Any = None
     poll_sent: float = 0.0
-    stats: dict | None = None
+    #: the replica's waiting / core / tail seconds for the part, once done
+    times: dict | None = None
 
 
 @dataclass
@@ -317,7 +320,7 @@ class Cluster:
             indices = [rows[j] for j in p.rows]
             actor = self._actors[p.replica]
             actor.start.remote(key, options, [run.prompts[i] for i in indices], indices)
-            run.parts.append(_Part(key, p.replica, indices))
+            run.parts.append(_Part(key, p.replica, indices, sent=time.monotonic()))
 
     def _cancel(self, rel_id: str) -> None:
         with self._lock:
@@ -366,7 +369,7 @@ class Cluster:
                     continue
                 ref, part.poll = part.poll, None
                 try:
-                    rows, state = ray.get(ref)
+                    rows, state, times = ray.get(ref)
                 except Exception as e:  # the replica died (or is restarting)
                     self._replica_lost(part.replica, f"{type(e).__name__}")
                     continue
@@ -379,6 +382,7 @@ class Cluster:
                 self._dispatcher.progress(part.replica, part.key, part.seen, len(part.indices))
                 if state == "done":
                     part.done = True
+                    part.times = times
                     self._dispatcher.finished(part.replica, part.key, now)
             for run in [r for r in self._runs.values() if all(p.done for p in r.parts)]:
                 self._finish(run)
@@ -444,6 +448,7 @@ class Cluster:
         stats.prompt_tokens = sum(r.prompt_tokens for r in rows)
         stats.output_tokens = sum(r.output_tokens for r in rows)
         stats.cached_tokens = sum(r.cached_tokens for r in rows)
+        _breakdown(stats, run)
         stats.replicas = len({p.replica for p in run.parts})
         stats.redispatched_rows = run.redispatched
         result = RelQueryResult(rows, stats, cancelled=run.handle.cancelled)
@@ -455,3 +460,23 @@ class Cluster:
         run.handle._finish(result)
         if not self._runs:
             self._idle.set()
+
+
+def _breakdown(stats: RelQueryStats, run: _Run) -> None:
+    """Waiting / core / tail (paper Eq. 2) over the parts, each replica's own durations placed at
+    the time its part was sent (durations only: the replicas' clocks need not agree with ours)."""
+    spans = []
+    for p in run.parts:
+        t = p.times
+        if t is None:
+            continue
+        start = p.sent - run.arrival + t["waiting_s"]
+        spans.append((start, start + t["core_s"], start + t["core_s"] + t["tail_s"]))
+    if not spans:
+        return
+    first = min(s for s, _, _ in spans)
+    last_prefill = max(c for _, c, _ in spans)
+    end = max(e for _, _, e in spans)
+    stats.waiting_s = max(first, 0.0)
+    stats.core_s = max(last_prefill - first, 0.0)
+    stats.tail_s = max(end - last_prefill, 0.0)
