@@ -9,9 +9,10 @@ measured speed, the prompt blocks it has cached) and places every relQuery when 
 * ``relquery`` scores each replica by the relQuery's own finish estimate there: its queue (the
   remaining-time estimates of what the replica holds, as the scheduler's DPU computes them) plus
   its compute time (batch decomposition and the cost model) with the prompt blocks the replica
-  already caches taken off, both scaled by the replica's measured speed. A large relQuery is
-  split across several replicas when that lowers its finish time by more than the compute lost to
-  prefix sharing costs (the static prefix is prefilled once per replica instead of once).
+  already caches taken off, both scaled by the replica's measured speed, plus the delay it
+  imposes on the held relQueries it overtakes. A large relQuery is split over idle replicas when
+  the slowest part still finishes sooner; each part's compute counts its own prefill of the
+  static prefix, so the prefix sharing a split loses is in the comparison.
 """
 
 from __future__ import annotations
