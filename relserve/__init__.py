@@ -18,6 +18,7 @@ from relserve.results import RelQueryResult, RelQueryStats, RowResult  # noqa: E
 
 __all__ = [
     "POLICY_NAMES",
+    "Cluster",
     "CostModel",
     "Engine",
     "EngineSettings",
@@ -37,3 +38,11 @@ __all__ = [
     "TemplateError",
     "__version__",
 ]
+
+
+def __getattr__(name: str):
+    if name == "Cluster":  # engine replicas on Ray; imported only when used
+        from relserve.cluster.cluster import Cluster
+
+        return Cluster
+    raise AttributeError(f"module 'relserve' has no attribute {name!r}")

@@ -44,6 +44,10 @@ class RelQueryStats:
     output_tokens: int = 0
     cached_tokens: int = 0
     policy: str = ""
+    #: engine replicas that ran its rows (``relserve.Cluster``; 1 on one engine)
+    replicas: int = 1
+    #: rows sent again to another replica because the first one died or stopped answering
+    redispatched_rows: int = 0
 
     @property
     def prefix_hit_rate(self) -> float:

