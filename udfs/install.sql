@@ -400,6 +400,18 @@ def error_event(message, sqlstate):
     return {"event": "error", "answer": None, "error": message, "input": None, "stats": json.dumps({"sqlstate": sqlstate})}
 
 
+NO_ROWS = {"rows": 0, "engine_rows": 0, "cached_rows": 0}
+
+
+def scan_input(name, s, kind, spec, query, options, columns):
+    """A foreign table's call options, on_error, and its source rows (with their JSON text)."""
+    extra, on_error = query_options(name, s, options)
+    rows, inputs = source_rows(name, query, columns)
+    if kind == "classify":  # the table option is one comma-separated string
+        spec = [label.strip() for label in (spec or "").split(",")]
+    return call_options(s, kind, spec, extra), on_error, rows, inputs
+
+
 def fdw_scan(kind, template, spec, query, options, url, api_key, columns):
     """A relserve_fdw scan: the source query's rows as ONE relQuery, streamed.
 
@@ -410,15 +422,12 @@ def fdw_scan(kind, template, spec, query, options, url, api_key, columns):
     name = f"relserve_fdw ({kind})"
     s = settings()
     mod, _ = modules(s)
-    extra, on_error = query_options(name, s, options)
-    rows, inputs = source_rows(name, query, columns)
+    opts, on_error, rows, inputs = scan_input(name, s, kind, spec, query, options, columns)
     if not rows:
-        return iter([stats_event({"rows": 0, "engine_rows": 0, "cached_rows": 0})])
-    if kind == "classify":
-        spec = [label.strip() for label in (spec or "").split(",")]
+        return iter([stats_event(NO_ROWS)])
     c = client(s, (url, api_key or ""))
     try:
-        stream = c.stream(template, rows, **call_options(s, kind, spec, extra))
+        stream = c.stream(template, rows, **opts)
     except mod.ServerError as e:
         if on_error != "null":
             server_error(name, e)
@@ -490,13 +499,10 @@ def fdw_plan(kind, template, spec, query, options, url, api_key, columns):
     name = f"relserve_fdw ({kind})"
     try:
         s = settings()
-        extra, _ = query_options(name, s, options)
-        rows, _ = source_rows(name, query, columns)
+        opts, _, rows, _ = scan_input(name, s, kind, spec, query, options, columns)
         if not rows:
-            return json.dumps({"rows": 0, "engine_rows": 0, "cached_rows": 0})
-        if kind == "classify":
-            spec = [label.strip() for label in (spec or "").split(",")]
-        return json.dumps(client(s, (url, api_key or "")).plan(template, rows, **call_options(s, kind, spec, extra)))
+            return json.dumps(NO_ROWS)
+        return json.dumps(client(s, (url, api_key or "")).plan(template, rows, **opts))
     except Exception as e:
         return json.dumps({"error": str(e)})
 

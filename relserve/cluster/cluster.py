@@ -12,14 +12,13 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from relserve.calibration import load_cost_model
 from relserve.cluster.dispatch import DISPATCHERS, Work, make_dispatcher
 from relserve.engine.handle import RelQueryHandle
-from relserve.engine.prompts import ChatPrompter
+from relserve.engine.prompts import ChatPrompter, ChatTokenizing
 from relserve.engine.settings import EngineSettings
 from relserve.errors import ConfigError, EngineError, RowError
 from relserve.model import resolve_model
@@ -73,7 +72,7 @@ def _ray():
     return ray
 
 
-class Cluster:
+class Cluster(ChatTokenizing):
     """Engine replicas on Ray, used like an ``Engine``.
 
     >>> cluster = Cluster(replicas=2, kv_cache_gb=0.5)     # a local Ray, started on demand
@@ -196,18 +195,6 @@ class Cluster:
 
     def replica_alive(self) -> list[bool]:
         return [b.alive for b in self._dispatcher.books]
-
-    def _prompter(self, system: str | None) -> ChatPrompter:
-        p = self._prompters.get(system)
-        if p is None:
-            p = self._prompters[system] = ChatPrompter(self.tokenizer, system)
-        return p
-
-    def prompt_token_ids(self, text: str, system: str | None = None) -> list[int]:
-        return self._prompter(system).token_ids([text])[0]
-
-    def prompt_token_ids_many(self, texts: Sequence[str], system: str | None = None) -> list[list[int]]:
-        return self._prompter(system).token_ids(list(texts))
 
     def warm_prefix(self, text: str = "", system: str | None = None) -> int:
         """Warm the prefix on every live replica (any of them may get the rows)."""

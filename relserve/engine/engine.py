@@ -14,14 +14,13 @@ import json
 import os
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from relserve.calibration import load_cost_model
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import LabelTrie, pick
-from relserve.engine.prompts import ChatPrompter
+from relserve.engine.prompts import ChatPrompter, ChatTokenizing
 from relserve.engine.settings import EngineSettings
 from relserve.engine.spawn import check_not_bootstrapping, hidden_main
 from relserve.errors import ConfigError, EngineError, RowError
@@ -79,7 +78,7 @@ class _Running:
     remaining: int = 0
 
 
-class Engine:
+class Engine(ChatTokenizing):
     """An embedded vLLM engine with relQuery scheduling.
 
     >>> engine = Engine()                      # SmolLM2-135M, policy "relserve"
@@ -254,20 +253,6 @@ class Engine:
         return self._idle.wait(timeout)
 
     # ------------------------------------------------------------------ prompts
-
-    def _prompter(self, system: str | None) -> ChatPrompter:
-        p = self._prompters.get(system)
-        if p is None:
-            p = self._prompters[system] = ChatPrompter(self.tokenizer, system)
-        return p
-
-    def prompt_token_ids(self, text: str, system: str | None = None) -> list[int]:
-        """The token ids the engine sees for a user prompt (chat template applied)."""
-        return self._prompter(system).token_ids([text])[0]
-
-    def prompt_token_ids_many(self, texts: Sequence[str], system: str | None = None) -> list[list[int]]:
-        """``prompt_token_ids`` for many prompts in one tokenizer call."""
-        return self._prompter(system).token_ids(list(texts))
 
     def warm_prefix(self, text: str = "", system: str | None = None) -> int:
         """Prefill the chat template's prefix plus ``text`` so its KV blocks are cached.

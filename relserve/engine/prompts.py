@@ -59,3 +59,25 @@ class ChatPrompter:
             system = self.system
         split = self._split if system == self.system else self._split_template(system)
         return split[0] if split else ""
+
+
+class ChatTokenizing:
+    """Token ids of user prompts for an engine that has a ``tokenizer``: one ``ChatPrompter``
+    per system message, kept (the Engine and the Ray Cluster share this)."""
+
+    tokenizer: object
+    _prompters: dict
+
+    def _prompter(self, system: str | None) -> ChatPrompter:
+        p = self._prompters.get(system)
+        if p is None:
+            p = self._prompters[system] = ChatPrompter(self.tokenizer, system)
+        return p
+
+    def prompt_token_ids(self, text: str, system: str | None = None) -> list[int]:
+        """The token ids the engine sees for a user prompt (chat template applied)."""
+        return self._prompter(system).token_ids([text])[0]
+
+    def prompt_token_ids_many(self, texts: Sequence[str], system: str | None = None) -> list[list[int]]:
+        """``prompt_token_ids`` for many prompts in one tokenizer call."""
+        return self._prompter(system).token_ids(list(texts))

@@ -100,32 +100,41 @@ rs_bad_value(const char *option, const char *value, const char *expected)
 			 errmsg("relserve_fdw: option \"%s\" must be %s, got \"%s\"", option, expected, value)));
 }
 
+/* options whose value is one of a few words */
+typedef struct RsChoice
+{
+	const char *option;
+	const char *const *allowed;
+	const char *expected;
+} RsChoice;
+
+static const char *const rs_kinds[] = {"map", "filter", "classify", "extract", NULL};
+static const char *const rs_on_errors[] = {"raise", "null", "fail", NULL};
+static const char *const rs_methods[] = {"generate", "score", "calibrate", NULL};
+static const RsChoice rs_choices[] = {
+	{"kind", rs_kinds, "one of map, filter, classify, extract"},
+	{"on_error", rs_on_errors, "one of raise, null, fail"},
+	{"method", rs_methods, "one of generate, score, calibrate"},
+	{NULL, NULL, NULL}
+};
+
 static void
 rs_check_value(const char *name, const char *value)
 {
-	static const char *const kinds[] = {"map", "filter", "classify", "extract", NULL};
-	static const char *const on_errors[] = {"raise", "null", "fail", NULL};
-	static const char *const methods[] = {"generate", "score", "calibrate", NULL};
+	const RsChoice *c;
+
+	for (c = rs_choices; c->option; c++)
+		if (strcmp(name, c->option) == 0)
+		{
+			if (!rs_one_of(value, c->allowed))
+				rs_bad_value(name, value, c->expected);
+			return;
+		}
 
 	if (strcmp(name, "url") == 0)
 	{
 		if (strncmp(value, "http://", 7) != 0 && strncmp(value, "https://", 8) != 0)
 			rs_bad_value(name, value, "an http:// or https:// address");
-	}
-	else if (strcmp(name, "kind") == 0)
-	{
-		if (!rs_one_of(value, kinds))
-			rs_bad_value(name, value, "one of map, filter, classify, extract");
-	}
-	else if (strcmp(name, "on_error") == 0)
-	{
-		if (!rs_one_of(value, on_errors))
-			rs_bad_value(name, value, "one of raise, null, fail");
-	}
-	else if (strcmp(name, "method") == 0)
-	{
-		if (!rs_one_of(value, methods))
-			rs_bad_value(name, value, "one of generate, score, calibrate");
 	}
 	else if (strcmp(name, "max_tokens") == 0)
 	{
