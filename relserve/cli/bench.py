@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from relserve.cli import app
+from relserve.policy import POLICY_NAMES
 
 bench_app = typer.Typer(no_args_is_help=True, help="Traces and real-engine benchmarks.")
 app.add_typer(bench_app, name="bench")
@@ -38,7 +39,7 @@ def trace(
 @bench_app.command("run")
 def run(
     trace: Path = typer.Option(..., "--trace", "-t", help="Trace (JSON Lines) to replay."),
-    policies: str = typer.Option("vllm,fcfs,sarathi,sp,relserve,relserve-pp,relserve-dp", help="Policies, comma-separated."),
+    policies: str = typer.Option(",".join(POLICY_NAMES), help="Policies, comma-separated."),
     loads: str = typer.Option("1", help="Load factors: arrivals this many times as fast as in the trace."),
     json_out: Path = typer.Option(None, "--json", help="Write the full results as JSON."),
     markdown_out: Path = typer.Option(None, "--markdown", help="Write the summary table as Markdown."),

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from relserve.cli import app
+from relserve.policy import POLICY_NAMES
 
 
 def _csv(text: str) -> list[str]:
@@ -16,7 +17,7 @@ def _csv(text: str) -> list[str]:
 @app.command()
 def sim(
     trace: Path = typer.Option(..., "--trace", "-t", help="Trace (JSON Lines) to replay."),
-    policies: str = typer.Option("vllm,fcfs,sarathi,sp,relserve,relserve-pp,relserve-dp", help="Policies, comma-separated."),
+    policies: str = typer.Option(",".join(POLICY_NAMES), help="Policies, comma-separated."),
     json_out: Path = typer.Option(None, "--json", help="Write results as JSON."),
     markdown_out: Path = typer.Option(None, "--markdown", help="Write the summary as Markdown."),
     preset: str = typer.Option("", help="Cost model preset (e.g. opt-13b-a100); default: this machine's calibration."),

@@ -312,20 +312,28 @@ class RelServeScheduler(Scheduler):
     def _describe(self, out, kind: str, reason: str, t_policy: float) -> dict:
         prefill_tokens = 0
         prefill_reqs = 0
+        prefill_pairs = 0.0
         decode_reqs = 0
+        decode_context = 0
         for req_id, n in out.num_scheduled_tokens.items():
             request = self.requests.get(req_id)
-            if request is not None and request.num_computed_tokens - n < request.num_prompt_tokens:
+            # the base class has already counted this step's tokens as computed
+            before = request.num_computed_tokens - n if request is not None else 0
+            if request is not None and before < request.num_prompt_tokens:
                 prefill_tokens += n
                 prefill_reqs += 1
+                prefill_pairs += n * (before + (n + 1) / 2)
             else:
                 decode_reqs += 1
+                decode_context += before + 1
         return {
             "kind": kind,
             "reason": reason,
             "prefill_tokens": prefill_tokens,
             "prefill_reqs": prefill_reqs,
+            "prefill_pairs": prefill_pairs,
             "decode_reqs": decode_reqs,
+            "decode_context": decode_context,
             "policy_s": t_policy,
             "start": time.monotonic(),
         }

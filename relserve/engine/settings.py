@@ -13,7 +13,7 @@ class EngineSettings(BaseSettings):
 
     #: "smollm2" (default), a local Hugging Face folder, or a cached model id
     model: str = "smollm2"
-    #: vllm, fcfs, sarathi, sp, relserve, relserve-pp, relserve-dp
+    #: one of ``relserve.policy.PolicyName``
     policy: str = "relserve"
     max_model_len: int = Field(default=2048, ge=64)
     max_num_seqs: int = Field(default=256, ge=1)

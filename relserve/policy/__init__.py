@@ -11,6 +11,7 @@ from relserve.policy.cost_model import PRESETS, CostModel, fit_line
 from relserve.policy.policies import (
     FCFSPolicy,
     Policy,
+    PolicyName,
     RelServeDecodeFirst,
     RelServePolicy,
     RelServePrefillFirst,
@@ -21,7 +22,8 @@ from relserve.policy.policies import (
 from relserve.policy.settings import PolicySettings
 from relserve.policy.types import Limits, Req, StepKind, StepPlan, StepView
 
-POLICIES: dict[str, type[Policy]] = {
+#: the policy class behind each name
+POLICIES: dict[PolicyName, type[Policy]] = {
     cls.name: cls
     for cls in (
         StockVLLMPolicy,
@@ -33,17 +35,20 @@ POLICIES: dict[str, type[Policy]] = {
         RelServeDecodeFirst,
     )
 }
-POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
+assert set(POLICIES) == set(PolicyName), "every policy name needs its class"
+POLICY_NAMES: tuple[str, ...] = tuple(n.value for n in PolicyName)
 
 
 def policy_class(name: str) -> type[Policy]:
+    """The class of the policy called ``name``; a clear error for an unknown name."""
     try:
-        return POLICIES[name]
-    except KeyError:
+        return POLICIES[PolicyName(name)]
+    except ValueError:
         raise ConfigError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}") from None
 
 
 def make_policy(name: str, cost: CostModel | None = None, settings: PolicySettings | None = None) -> Policy:
+    """The one factory of scheduling policies (as vLLM's ``create_request_queue``)."""
     return policy_class(name)(cost, settings)
 
 
@@ -54,6 +59,7 @@ __all__ = [
     "CostModel",
     "Limits",
     "Policy",
+    "PolicyName",
     "PolicySettings",
     "Req",
     "StepKind",

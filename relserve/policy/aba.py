@@ -1,25 +1,38 @@
-"""Adaptive Batch Arranger (paper Section 4.3).
+"""Adaptive Batch Arranger (paper Section 4.3), with the candidates a real step can be.
 
-Each step it builds a decode candidate (every running request) and a prefill candidate (requests
-of the first relQuery in priority order, within the batch and KV limits), then picks one:
+Each step it builds the candidates and picks the one with the lowest projected change in total
+relQuery latency:
+
+* D: decode every running request;
+* P: prefill the head relQuery's next batch (the paper's candidate) or, with ``fill_prefill``,
+  that batch filled up with the next relQueries' requests in priority order (a step costs a
+  fixed ``beta`` however little it holds, so a half-empty prefill step wastes it);
+* M: with ``mixed_steps``, decode every running request *and* prefill a chunk of the waiting
+  requests in priority order in one step (one fixed cost instead of two).
+
+The paper's three cases decide between prefilling (P or M) and decoding (D):
 
 * m- < m+  (a shorter relQuery waits)              -> prefill: preempt the running relQueries
 * m- == m+ (the candidate's relQuery is the top one) -> prefill: keep its core phase going
 * m- > m+  (transitional)                           -> prefill iff Delta < 0 (Eq. 15-17)
 
-Priorities compare as (user priority class, priority, arrival, first-seen order), so equal
-priorities of two different relQueries still order one before the other.
+and the projected latency change decides between P and M (see ``mixed_vs_prefill`` and
+``mixed_delta``). Priorities compare as (user priority class, priority, arrival, first-seen
+order), so equal priorities of two different relQueries still order one before the other.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from relserve.policy.batching import fill_prefill_batch
 from relserve.policy.cost_model import CostModel
 from relserve.policy.relqueries import RelQueryGroup
-from relserve.policy.types import StepKind, StepPlan, StepView
+from relserve.policy.settings import PolicySettings
+from relserve.policy.types import Req, StepKind, StepPlan, StepView
 
 
 class Transitional(enum.Enum):
@@ -33,6 +46,18 @@ def priority_key(g: RelQueryGroup, prios: Mapping[str, float]) -> tuple[int, flo
     return (g.hint, prios[g.rel_id], g.arrival, g.seq)
 
 
+def overlap_terms(
+    cost: CostModel, cand: RelQueryGroup, cand_count: int, running: list[RelQueryGroup], num_waiting: int, gain: float
+) -> tuple[float, float]:
+    """Eq. 15's second term (the running relQueries decode a bigger batch while the candidate's
+    requests overlap theirs) and Eq. 16 times ``gain`` (the fixed cost of the decode steps that
+    merge, which every waiting relQuery gets back)."""
+    ol_p = cand.output_len
+    bigger = sum(cost.alpha_d * cand_count * min(g.remaining_output_len, ol_p) for g in running)
+    longest_running = max((g.remaining_output_len for g in running), default=0)
+    return bigger, gain * num_waiting * cost.beta_d * min(ol_p, longest_running)
+
+
 def transitional_delta(
     cost: CostModel,
     cand: RelQueryGroup,
@@ -40,39 +65,111 @@ def transitional_delta(
     cand_count: int,
     running: list[RelQueryGroup],
     num_waiting_relqueries: int,
+    *,
+    cand_pairs: float = 0.0,
+    gain: float = 1.0,
 ) -> tuple[float, float, float]:
     """Latency change of running the prefill candidate before the decode candidate.
 
     Returns (delta, delta_plus, delta_minus). delta_plus (Eq. 15) is what the running relQueries
     lose: they pause for the prefill, then decode a bigger batch while the candidate's requests
-    overlap theirs. delta_minus (Eq. 16) is what the waiting relQueries gain from decoding
-    together earlier. The decision is delta = delta_plus - delta_minus, prefill when negative
-    (the paper's Eq. 17 adds the two, which can never be negative; see MISSION.md).
+    overlap theirs. delta_minus (Eq. 16, times ``gain``) is what the waiting relQueries gain from
+    decoding together earlier. The decision is delta = delta_plus - delta_minus, prefill when
+    negative (the paper's Eq. 17 adds the two, which can never be negative; see MISSION.md).
     OL(R) of a running relQuery is its remaining decode steps, the part the candidate overlaps.
     """
-    ol_p = cand.output_len
-    plus = cost.prefill(cand_uncached) * len(running)
-    plus += sum(cost.alpha_d * cand_count * min(g.remaining_output_len, ol_p) for g in running)
-    longest_running = max((g.remaining_output_len for g in running), default=0)
-    minus = num_waiting_relqueries * cost.beta_d * min(ol_p, longest_running)
+    bigger, minus = overlap_terms(cost, cand, cand_count, running, num_waiting_relqueries, gain)
+    plus = cost.prefill(cand_uncached, cand_pairs) * len(running) + bigger
     return plus - minus, plus, minus
 
 
+@dataclass(frozen=True, slots=True)
+class StepTimes:
+    """Predicted durations of the three candidate steps this iteration."""
+
+    decode: float  # L_D: every running request decodes
+    prefill: float  # L_P: the prefill candidate alone
+    mixed: float  # L_M: the decode candidate plus the mixed step's prefill chunk
+    mixed_prefill: float  # L_P of that chunk alone
+
+
+def mixed_vs_prefill(t: StepTimes, num_running: int, num_waiting: int) -> float:
+    """Latency change of M instead of P when the policy has chosen to prefill.
+
+    With P, the running relQueries get their next token only after P and a decode step
+    (``L_P + L_D``); with M they get it at ``L_M``. The waiting relQueries (the candidate's and
+    those queued behind it) see the step end at ``L_M`` instead of ``L_P``.
+    """
+    return num_waiting * (t.mixed - t.mixed_prefill) - num_running * (t.prefill + t.decode - t.mixed)
+
+
+def mixed_delta(t: StepTimes, bigger: float, merged: float, num_running: int, num_waiting: int) -> float:
+    """Latency change of M against decoding first (the transitional case).
+
+    P delays each running relQuery by ``L_P``; M only by what its chunk adds to their decode step
+    (``L_M - L_D``). M also saves the work of a step (``L_P + L_D - L_M``: one fixed cost), which
+    every waiting relQuery gets back. ``bigger`` and ``merged`` are Eq. 15's second term and
+    Eq. 16 for the chunk (``overlap_terms``).
+    """
+    return num_running * (t.mixed - t.decode) + bigger - merged - num_waiting * (t.mixed_prefill + t.decode - t.mixed)
+
+
+def batch_work(batch: Sequence[Req], view: StepView) -> tuple[int, float]:
+    """Uncached tokens of a prefill batch and the attention pairs they compute."""
+    tokens = 0
+    pairs = 0.0
+    for r in batch:
+        cached = min(max(view.cached_tokens(r), r.computed_tokens), r.prompt_tokens)
+        u = r.prompt_tokens - cached
+        tokens += u
+        pairs += u * (cached + (u + 1) / 2)
+    return tokens, pairs
+
+
+def decode_work(view: StepView) -> tuple[int, int]:
+    """Requests of the decode candidate and the context they attend to."""
+    return len(view.running), sum(r.prompt_tokens + r.output_tokens for r in view.running)
+
+
 class AdaptiveBatchArranger:
-    def __init__(self, cost: CostModel, transitional: Transitional = Transitional.ADAPTIVE) -> None:
+    def __init__(
+        self,
+        cost: CostModel,
+        transitional: Transitional = Transitional.ADAPTIVE,
+        settings: PolicySettings | None = None,
+    ) -> None:
         self.cost = cost
         self.transitional = transitional
+        self.settings = settings or PolicySettings()
         #: last transitional decision's figures, for tests and traces
         self.last_delta: tuple[float, float, float] | None = None
+
+    def _queue(self, waiting: list[RelQueryGroup]):
+        """The prefill candidate's source: the head relQuery, or every waiting one in order."""
+        if self.settings.fill_prefill:
+            return itertools.chain.from_iterable(g.waiting for g in waiting)
+        return waiting[0].waiting
+
+    def _mixed_plan(self, view: StepView, waiting: list[RelQueryGroup], prios: dict[str, float]) -> tuple[StepPlan, int, float]:
+        """M: decode every running request plus a chunk of waiting ones in priority order."""
+        chunk = self.settings.mixed_chunk_tokens or view.limits.max_num_batched_tokens
+        chunk = min(chunk, max(view.limits.max_num_batched_tokens - len(view.running), 0))
+        limits = view.limits
+        # the running requests take one token each of the step's budget; the chunk the rest
+        sub = StepView(view.now, view.waiting, view.running, replace(limits, max_num_batched_tokens=chunk), view.cached_tokens)
+        batch, _ = fill_prefill_batch(self._queue(waiting), sub) if chunk > 0 else ([], 0)
+        tokens, pairs = batch_work(batch, view)
+        plan = StepPlan(StepKind.MIXED, admit=batch, token_budget=len(view.running) + chunk, priorities=prios)
+        return plan, tokens, pairs
 
     def arrange(self, view: StepView, groups: dict[str, RelQueryGroup], prios: Mapping[str, float]) -> StepPlan:
         waiting = sorted((g for g in groups.values() if g.waiting), key=lambda g: priority_key(g, prios))
         prios = dict(prios)
         if waiting:
             head = waiting[0]
-            batch, uncached = fill_prefill_batch(head.waiting, view)
+            batch, _ = fill_prefill_batch(self._queue(waiting), view)
         else:
-            head, batch, uncached = None, [], 0
+            head, batch = None, []
         if not batch and not view.running:
             return StepPlan(StepKind.IDLE, priorities=prios, reason="idle")
         if not batch:
@@ -85,20 +182,44 @@ class AdaptiveBatchArranger:
         running = [g for g in groups.values() if g.running]
         top = min(running, key=lambda g: priority_key(g, prios))
         m_plus, m_minus = priority_key(top, prios), priority_key(head, prios)
-        if m_minus < m_plus:
-            prefill.reason = "preemption"
-            return prefill
-        if head is top:
-            prefill.reason = "internal"
-            return prefill
-        if self.transitional is Transitional.PREFILL:
-            prefill.reason = "transitional-prefill"
+        others = [g for g in running if g is not head]
+        uncached, pairs = batch_work(batch, view)
+        mixed = times = None
+        if self.settings.mixed_steps:
+            mixed, m_tokens, m_pairs = self._mixed_plan(view, waiting, prios)
+            n, ctx = decode_work(view)
+            times = StepTimes(
+                decode=self.cost.decode(n, ctx),
+                prefill=self.cost.prefill(uncached, pairs),
+                mixed=self.cost.mixed(m_tokens, n, m_pairs, ctx),
+                mixed_prefill=self.cost.prefill(m_tokens, m_pairs),
+            )
+            if not mixed.admit:
+                mixed = None
+
+        if m_minus < m_plus or head is top or self.transitional is Transitional.PREFILL:
+            reason = "preemption" if m_minus < m_plus else "internal" if head is top else "transitional-prefill"
+            if mixed is not None and mixed_vs_prefill(times, len(others), len(waiting)) < 0:
+                mixed.reason = f"{reason}-mixed"
+                return mixed
+            prefill.reason = reason
             return prefill
         if self.transitional is Transitional.DECODE:
             return StepPlan(StepKind.DECODE, priorities=prios, reason="transitional-decode")
-        others = [g for g in running if g is not head]
-        self.last_delta = transitional_delta(self.cost, head, uncached, len(batch), others, len(waiting))
-        if self.last_delta[0] < 0:
+        self.last_delta = transitional_delta(
+            self.cost, head, uncached, len(batch), others, len(waiting),
+            cand_pairs=pairs, gain=self.settings.transitional_gain,
+        )
+        best, choice = 0.0, StepPlan(StepKind.DECODE, priorities=prios, reason="transitional-decode")
+        if self.last_delta[0] < best:
+            best, choice = self.last_delta[0], prefill
             prefill.reason = "transitional-prefill"
-            return prefill
-        return StepPlan(StepKind.DECODE, priorities=prios, reason="transitional-decode")
+        if mixed is not None:
+            # the chunk may hold fewer requests than P: the overlap terms of the chunk itself
+            bigger, merged = overlap_terms(self.cost, head, len(mixed.admit), others, len(waiting), self.settings.transitional_gain)
+            d = mixed_delta(times, bigger, merged, len(others), len(waiting))
+            if d < best:
+                best, choice = d, mixed
+                mixed.reason = "transitional-mixed"
+        return choice
+

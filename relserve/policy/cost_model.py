@@ -1,11 +1,18 @@
-"""Linear step-time predictors (paper Eq. 9) and their least-squares fit.
+"""Step-time predictors (paper Eq. 9, with the context terms a step really pays) and their fit.
 
-    L_prefill(p) = alpha_p * utok(p) + beta_p      (uncached prompt tokens of the batch)
-    L_decode(d)  = alpha_d * req(d)  + beta_d      (requests in the decode batch)
+The paper predicts a prefill step from its uncached tokens and a decode step from its request
+count. That holds while prompts and answers stay short; with 200-token prompts and 80-token
+answers the attention over each request's context dominates, so two context terms are added:
 
-vLLM v1 also runs mixed steps (stock vLLM, Sarathi): prefill tokens and decode requests in one
-forward pass. The paper has no predictor for them; ``mixed`` is a plane fitted the same way,
-L_mixed = alpha_mp * utok + alpha_md * req + beta_m, else the sum of the two lines.
+    L_prefill(p) = alpha_p * utok(p) + gamma_p * attn(p) + beta_p
+    L_decode(d)  = alpha_d * req(d)  + gamma_d * ctx(d)  + beta_d
+
+``attn(p)`` counts the (new token, earlier token) pairs a prefill computes: a request that
+computes ``u`` tokens after ``c`` cached ones attends ``u * (c + (u + 1) / 2)`` pairs.
+``ctx(d)`` is the total context length the decode batch attends to. A mixed step (stock vLLM,
+Sarathi, or RelServe's decode-plus-chunk) pays both sets of terms and one fixed cost ``beta_m``.
+``gamma_p = gamma_d = 0`` gives back the paper's two lines. ``relquery``-level sums (a whole
+decode to completion) have closed forms here, so the policy never loops over decode steps.
 """
 
 from __future__ import annotations
@@ -16,38 +23,57 @@ from dataclasses import dataclass
 from pydantic import BaseModel, Field
 
 
+def prefill_pairs(uncached: float, cached: float = 0.0) -> float:
+    """Attention pairs of computing ``uncached`` prompt tokens after ``cached`` ones."""
+    return uncached * (cached + (uncached + 1) / 2)
+
+
 class CostModel(BaseModel):
     """Step-time coefficients, in seconds. Defaults: `relserve calibrate` for SmolLM2-135M
-    (float32, eager, model threads on both cores) on the 2-core Xeon these machines have
-    (R^2 0.991 prefill, 0.997 decode; decode requests holding ~160-token contexts)."""
+    (float32, eager, model threads on both cores) on the 2-core Xeon these machines have."""
 
     alpha_p: float = Field(default=8.55e-4, ge=0, description="seconds per uncached prefill token")
     beta_p: float = Field(default=0.018, ge=0, description="fixed seconds per prefill step")
     alpha_d: float = Field(default=1.68e-3, ge=0, description="seconds per request in a decode step")
     beta_d: float = Field(default=0.0475, ge=0, description="fixed seconds per decode step")
-    #: mixed steps (None: not calibrated; the two lines are added up instead)
+    gamma_p: float = Field(default=0.0, ge=0, description="seconds per attention pair of a prefill")
+    gamma_d: float = Field(default=0.0, ge=0, description="seconds per context token a decode step attends to")
+    #: mixed steps (None: not calibrated; the two lines are added up, with the larger fixed cost)
     alpha_mp: float | None = Field(default=None, ge=0, description="seconds per prefill token in a mixed step")
     alpha_md: float | None = Field(default=None, ge=0, description="seconds per decode request in a mixed step")
     beta_m: float | None = Field(default=None, ge=0, description="fixed seconds per mixed step")
     #: where the figures come from ("default", "calibrated <date> on <machine>", a preset name)
     source: str = "default"
 
-    def prefill(self, uncached_tokens: float) -> float:
-        return self.alpha_p * uncached_tokens + self.beta_p
+    def prefill(self, uncached_tokens: float, pairs: float = 0.0) -> float:
+        return self.alpha_p * uncached_tokens + self.gamma_p * pairs + self.beta_p
 
-    def decode(self, num_requests: float) -> float:
-        return self.alpha_d * num_requests + self.beta_d
+    def decode(self, num_requests: float, context: float = 0.0) -> float:
+        return self.alpha_d * num_requests + self.gamma_d * context + self.beta_d
 
-    def mixed(self, uncached_tokens: float, num_decode: float) -> float:
-        """A step that both prefills and decodes (chunked prefill)."""
+    def mixed(self, uncached_tokens: float, num_decode: float, pairs: float = 0.0, context: float = 0.0) -> float:
+        """A step that both prefills and decodes (chunked prefill, or decode plus a chunk)."""
         if uncached_tokens <= 0:
-            return self.decode(num_decode)
+            return self.decode(num_decode, context)
         if num_decode <= 0:
-            return self.prefill(uncached_tokens)
-        if self.alpha_mp is not None and self.alpha_md is not None and self.beta_m is not None:
-            return self.alpha_mp * uncached_tokens + self.alpha_md * num_decode + self.beta_m
-        return self.alpha_p * uncached_tokens + self.alpha_d * num_decode + max(self.beta_p, self.beta_d)
+            return self.prefill(uncached_tokens, pairs)
+        a_p = self.alpha_p if self.alpha_mp is None else self.alpha_mp
+        a_d = self.alpha_d if self.alpha_md is None else self.alpha_md
+        beta = max(self.beta_p, self.beta_d) if self.beta_m is None else self.beta_m
+        return a_p * uncached_tokens + a_d * num_decode + self.gamma_p * pairs + self.gamma_d * context + beta
 
+    def decode_run(self, num_requests: float, context: float, steps: float) -> float:
+        """``steps`` decode steps of a batch that starts with ``context`` tokens and grows by one
+        token per request each step (a batch decoding to completion), in closed form."""
+        if steps <= 0 or num_requests <= 0:
+            return 0.0
+        per_step = self.alpha_d * num_requests + self.gamma_d * context + self.beta_d
+        return steps * per_step + self.gamma_d * num_requests * steps * (steps - 1) / 2
+
+    @property
+    def step_overhead(self) -> float:
+        """The fixed cost every step pays, whatever it holds (the smaller fixed cost)."""
+        return min(self.beta_p, self.beta_d)
 
 #: Cost models of larger setups, for the simulator (figures derived from the RelServe paper's
 #: Fig. 7 scale for OPT-13B on one A100, and a 70B model on 4 A100s; rough, for what-if studies).

@@ -55,7 +55,8 @@ class DynamicPriorityUpdater:
         prio = 0.0
         if group.waiting:
             ratio = self.miss_ratio(group, view)
-            utoks = [(r.prompt_tokens - r.computed_tokens) * ratio for r in group.waiting]
+            prompts = [r.prompt_tokens for r in group.waiting]
+            utoks = [(p - r.computed_tokens) * ratio for p, r in zip(prompts, group.waiting)]
             lim = view.limits
             dec = batch_decompose(
                 utoks,
@@ -63,10 +64,12 @@ class DynamicPriorityUpdater:
                 cap=lim.kv_capacity_tokens,
                 max_num_seqs=lim.max_num_seqs,
                 max_num_batched_tokens=lim.max_num_batched_tokens,
+                prompts=prompts,
             )
             prio = dec.duration(self.cost)
         if self.settings.count_running_decode and group.running:
-            prio += group.remaining_output_len * self.cost.decode(len(group.running))
+            context = sum(r.prompt_tokens + r.output_tokens for r in group.running)
+            prio += self.cost.decode_run(len(group.running), context, group.remaining_output_len)
         return prio
 
     def update(self, groups: dict[str, RelQueryGroup], view: StepView) -> dict[str, float]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import enum
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from typing import ClassVar
 
 from relserve.policy.aba import AdaptiveBatchArranger, Transitional
 from relserve.policy.batching import fill_prefill_batch
@@ -14,12 +17,28 @@ from relserve.policy.settings import PolicySettings
 from relserve.policy.types import StepKind, StepPlan, StepView
 
 
-class Policy:
-    """Decides each step's batch from a ``StepView``. Subclasses implement ``_schedule``."""
+class PolicyName(enum.StrEnum):
+    """Every scheduling policy, by the name users give it (``Engine(policy=...)``, the CLI)."""
 
-    name = "base"
+    VLLM = "vllm"
+    FCFS = "fcfs"
+    SARATHI = "sarathi"
+    SP = "sp"
+    RELSERVE = "relserve"
+    RELSERVE_PP = "relserve-pp"
+    RELSERVE_DP = "relserve-dp"
+
+
+class Policy(ABC):
+    """Decides each step's batch from the host's queues.
+
+    A host (the vLLM scheduler plug-in or the simulator) calls ``schedule`` once per step and
+    applies the plan it returns; the policy keeps whatever state it needs between steps.
+    """
+
+    name: ClassVar[PolicyName]
     #: whether the policy runs through relserve's scheduler plug-in (False: vLLM's own scheduler)
-    uses_plugin = True
+    uses_plugin: ClassVar[bool] = True
 
     def __init__(self, cost: CostModel | None = None, settings: PolicySettings | None = None) -> None:
         self.cost = cost or CostModel()
@@ -31,11 +50,21 @@ class Policy:
         self.steps = 0
 
     def schedule(self, view: StepView) -> StepPlan:
+        """Plan one step.
+
+        Args:
+            view: the host's waiting and running requests, limits and prefix-cache lookup at the
+                start of the step.
+
+        Returns:
+            The step's plan: what to admit and whether to prefill, decode, mix or idle.
+        """
         self.steps += 1
         return self._schedule(view)
 
-    def _schedule(self, view: StepView) -> StepPlan:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _schedule(self, view: StepView) -> StepPlan:
+        """The policy's own decision (``schedule`` counts the step)."""
 
     @property
     def overhead_seconds(self) -> float:
@@ -45,7 +74,7 @@ class Policy:
 class FCFSPolicy(Policy):
     """The paper's vLLM baseline: arrival order, each step a prefill or a decode, prefill first."""
 
-    name = "fcfs"
+    name = PolicyName.FCFS
 
     def _schedule(self, view: StepView) -> StepPlan:
         t0 = time.perf_counter()
@@ -67,7 +96,7 @@ class FCFSPolicy(Policy):
 class StaticPriorityPolicy(FCFSPolicy):
     """vLLM-SP: a priority fixed at arrival (Eq. 6-7), prefill first, batches across relQueries."""
 
-    name = "sp"
+    name = PolicyName.SP
 
     def __init__(self, cost: CostModel | None = None, settings: PolicySettings | None = None) -> None:
         super().__init__(cost, settings)
@@ -103,7 +132,7 @@ class StaticPriorityPolicy(FCFSPolicy):
 class SarathiPolicy(Policy):
     """Sarathi-Serve: FCFS, chunked prefill mixed into decode steps within a small token budget."""
 
-    name = "sarathi"
+    name = PolicyName.SARATHI
 
     def _schedule(self, view: StepView) -> StepPlan:
         if not view.waiting and not view.running:
@@ -117,7 +146,7 @@ class StockVLLMPolicy(Policy):
     The engine runs vLLM's own scheduler for this policy; the simulator uses this description.
     """
 
-    name = "vllm"
+    name = PolicyName.VLLM
     uses_plugin = False
 
     def _schedule(self, view: StepView) -> StepPlan:
@@ -129,13 +158,13 @@ class StockVLLMPolicy(Policy):
 class RelServePolicy(Policy):
     """RelServe: Dynamic Priority Updater + Adaptive Batch Arranger + starvation prevention."""
 
-    name = "relserve"
+    name = PolicyName.RELSERVE
     transitional = Transitional.ADAPTIVE
 
     def __init__(self, cost: CostModel | None = None, settings: PolicySettings | None = None) -> None:
         super().__init__(cost, settings)
         self.dpu = DynamicPriorityUpdater(self.cost, self.settings)
-        self.aba = AdaptiveBatchArranger(self.cost, self.transitional)
+        self.aba = AdaptiveBatchArranger(self.cost, self.transitional, self.settings)
 
     def _schedule(self, view: StepView) -> StepPlan:
         t0 = time.perf_counter()
@@ -152,12 +181,12 @@ class RelServePolicy(Policy):
 class RelServePrefillFirst(RelServePolicy):
     """Ablation RelServe (PP): the transitional case always prefills first."""
 
-    name = "relserve-pp"
+    name = PolicyName.RELSERVE_PP
     transitional = Transitional.PREFILL
 
 
 class RelServeDecodeFirst(RelServePolicy):
     """Ablation RelServe (DP): the transitional case always decodes first."""
 
-    name = "relserve-dp"
+    name = PolicyName.RELSERVE_DP
     transitional = Transitional.DECODE

@@ -22,6 +22,18 @@ class PolicySettings(BaseModel):
     #: The paper drops already-prefilled requests from the decomposition (Section 4.2). When
     #: True, a relQuery's remaining decode steps are added to its priority instead.
     count_running_decode: bool = False
+    #: Adaptive Batch Arranger candidates (policy/aba.py). ``fill_prefill``: a prefill step
+    #: filled past the head relQuery with the next ones in priority order, instead of the
+    #: paper's one-relQuery candidate.
+    fill_prefill: bool = False
+    #: Consider a mixed step (decode every running request plus a prefill chunk in priority
+    #: order) beside the pure prefill and decode steps.
+    mixed_steps: bool = False
+    #: Prefill tokens of a mixed step (None: the step's whole token budget).
+    mixed_chunk_tokens: int | None = Field(default=None, ge=16)
+    #: Weight of Eq. 16 (what waiting relQueries gain from decoding together) in the
+    #: transitional case; 1 is the paper's rule.
+    transitional_gain: float = Field(default=1.0, ge=0, allow_inf_nan=False)
     #: Sarathi's chunk: the token budget of each mixed step.
     sarathi_chunk_tokens: int = Field(default=512, ge=16)
     #: Seed for the cache-miss sampling, so simulations repeat exactly.

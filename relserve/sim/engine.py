@@ -6,15 +6,18 @@ applies it with the same meaning the vLLM scheduler plug-in gives it:
 * PREFILL: admit ``plan.admit`` in order, running requests set aside (stop at the first request
   that does not fit ``max_num_seqs`` or the KV cache); each admitted request computes its
   uncached prompt within ``max_num_batched_tokens`` (the policy keeps batches within it, so a
-  prompt is chunked only when the first one alone exceeds it); time ``cost.prefill(uncached)``.
+  prompt is chunked only when the first one alone exceeds it).
   If not even the first fits beside the running requests, the step decodes instead.
 * DECODE: nothing admitted; every running request gets one token (a request still prefilling
   from a chunked PREFILL gets its next chunk), as vLLM's scheduler does with an empty waiting
-  queue; time ``cost.decode(n)`` (``cost.mixed`` if a chunk rode along).
+  queue.
 * MIXED: vLLM v1 continuous batching within a token budget: running requests first (a decoding
   one takes 1 token, a prefilling one the rest of its prompt up to the budget: chunked prefill),
-  then waiting requests in ``plan.admit`` order; time ``cost.mixed(prefill tokens, decodes)``.
+  then waiting requests in ``plan.admit`` order.
 * IDLE: nothing to do until the next arrival.
+
+A step takes ``cost.mixed(prefill tokens, decodes, prefill attention pairs, decode context)``,
+which is ``cost.prefill`` or ``cost.decode`` when the step holds only one kind of work.
 
 Token bookkeeping follows vLLM: a request has ``num_tokens`` (prompt plus generated) and
 ``computed`` (tokens whose KV exists). A step schedules ``n`` tokens of it; when ``computed``
@@ -197,7 +200,7 @@ class EngineSim:
             self._admit(plan.admit, budget0, scheduled)
             if scheduled:
                 steps["prefill"] += 1
-                dt = self.cost.prefill(sum(n for _, n in scheduled))
+                dt = self._step_time(scheduled)
                 self._complete(scheduled, dt)
                 return dt
             if not self.running:
@@ -210,28 +213,41 @@ class EngineSim:
             self.stats.kv_blocked_prefills += 1
             kind = StepKind.DECODE
         if kind is StepKind.DECODE:
-            budget, _, decodes = self._schedule_running(budget0, scheduled)
+            self._schedule_running(budget0, scheduled)
             if not scheduled:
                 return None
             steps["decode"] += 1
-            chunk_tokens = budget0 - budget - decodes
-            dt = self.cost.mixed(chunk_tokens, decodes) if chunk_tokens else self.cost.decode(decodes)
+            dt = self._step_time(scheduled)
             self._complete(scheduled, dt)
             return dt
         if kind is StepKind.MIXED:
             if plan.token_budget is not None:
                 budget0 = plan.token_budget
-            budget, preempted, decodes = self._schedule_running(budget0, scheduled)
+            budget, preempted, _ = self._schedule_running(budget0, scheduled)
             if not preempted:  # vLLM admits nothing in a step that had to preempt
-                budget = self._admit(plan.admit, budget, scheduled)
+                self._admit(plan.admit, budget, scheduled)
             if not scheduled:
                 return None
             steps["mixed"] += 1
-            # every scheduled token that is not a decode is a prefill (or chunk) token
-            dt = self.cost.mixed(budget0 - budget - decodes, decodes)
+            dt = self._step_time(scheduled)
             self._complete(scheduled, dt)
             return dt
         raise SimulationError(f"unknown step kind {kind!r}")
+
+    def _step_time(self, scheduled: list[tuple[SimRequest, int]]) -> float:
+        """The cost model's time for a step that computes ``scheduled`` (before ``_complete``):
+        prefill tokens and the context they attend to, decodes and theirs, one fixed cost."""
+        utok = decodes = context = 0
+        pairs = 0.0
+        for sr, n in scheduled:
+            c = sr.computed
+            if c < sr.prefill_end:
+                utok += n
+                pairs += n * (c + (n + 1) / 2)
+            else:
+                decodes += 1
+                context += c + 1
+        return self.cost.mixed(utok, decodes, pairs, context)
 
     def _admit(self, queue: Sequence[Req], budget: int, scheduled: list[tuple[SimRequest, int]]) -> int:
         """Admit waiting requests in ``queue`` order while the budget, max_num_seqs and KV allow;
