@@ -8,7 +8,7 @@ import platform
 import re
 
 from relserve import paths
-from relserve.policy import CostModel
+from relserve.policy import CostModel, PolicySettings
 
 
 def machine_key() -> str:
@@ -48,7 +48,21 @@ def load_cost_model(model_id: str) -> CostModel | None:
     return CostModel(**data["cost_model"])
 
 
-def save_cost_model(model_id: str, cost: CostModel, details: dict) -> str:
+def load_policy_settings(model_id: str, base: PolicySettings | None = None) -> PolicySettings | None:
+    """``base`` (default PolicySettings()) with the arranger settings that `relserve calibrate`
+    chose for this model and machine, or None when it stored none."""
     path = calibration_path(model_id)
-    path.write_text(json.dumps({"model": model_id, "machine": machine_key(), "cost_model": cost.model_dump(), **details}, indent=2))
+    if not path.exists():
+        return None
+    arranger = json.loads(path.read_text()).get("arranger")
+    if not arranger:
+        return None
+    return (base or PolicySettings()).model_copy(update=arranger)
+
+
+def save_cost_model(model_id: str, cost: CostModel, details: dict, arranger: dict | None = None) -> str:
+    """Store a calibration (and the arranger settings tuned for it) for this model and machine."""
+    path = calibration_path(model_id)
+    data = {"model": model_id, "machine": machine_key(), "cost_model": cost.model_dump(), "arranger": arranger, **details}
+    path.write_text(json.dumps(data, indent=2))
     return str(path)

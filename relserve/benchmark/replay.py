@@ -102,7 +102,10 @@ def replay(
         if delay > 0:
             time.sleep(delay)
         arrival = time.monotonic()
-        handle = engine.submit(RelQuery(q.template, q.rows, max_tokens=q.max_tokens, rel_id=f"{q.id}-{run_tag}"))
+        rq = RelQuery(
+            q.template, q.rows, max_tokens=q.max_tokens, ignore_eos=bool(q.extras.get("ignore_eos", False)), rel_id=f"{q.id}-{run_tag}"
+        )
+        handle = engine.submit(rq)
         th = threading.Thread(target=collect, args=(i, q, handle, arrival), daemon=True)
         th.start()
         waiters.append(th)

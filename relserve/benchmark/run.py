@@ -89,7 +89,7 @@ def measure_isolated(engine, trace: Sequence[TraceQuery], progress: Callable[[st
     try:
         for q in trace:
             engine.reset_prefix_cache()
-            res = engine.run(RelQuery(q.template, q.rows, max_tokens=q.max_tokens))
+            res = engine.run(RelQuery(q.template, q.rows, max_tokens=q.max_tokens, ignore_eos=bool(q.extras.get("ignore_eos", False))))
             out[q.id] = res.stats.latency_s
             if progress:
                 progress(f"isolated {q.id}: {res.stats.latency_s:.2f} s")

@@ -26,12 +26,22 @@ def trace(
     rows: str = typer.Option("1,100", help="Rows per relQuery: 'lo,hi' (uniform)."),
     types: str = typer.Option("", help="Query types to draw from (default: all five)."),
     seed: int = typer.Option(0, help="Random seed."),
+    kind: str = typer.Option("standard", help="'standard' (the paper's five query types) or 'long' (long prompts and answers)."),
 ) -> None:
-    """Generate a trace: N relQueries, uniform row counts, the five query types, Poisson arrivals."""
-    from relserve.workloads import generate_trace, trace_stats, write_trace
+    """Generate a trace: N relQueries, uniform row counts, Poisson arrivals; the five query types
+    of the paper, or (``--kind long``) long prompts (200-700 tokens) with long answers (64-128)."""
+    from relserve.errors import ConfigError
+    from relserve.workloads import generate_long_trace, generate_trace, trace_stats, write_trace
 
     lo, hi = (int(x) for x in rows.split(","))
-    queries = generate_trace(_csv(table), n, rate, rows=(lo, hi), types=_csv(types) or None, seed=seed)
+    if kind == "standard":
+        queries = generate_trace(_csv(table), n, rate, rows=(lo, hi), types=_csv(types) or None, seed=seed)
+    elif kind == "long":
+        if types:
+            raise ConfigError("--types applies to the standard kind only")
+        queries = generate_long_trace(_csv(table), n, rate, rows=(lo, hi), seed=seed)
+    else:
+        raise ConfigError(f"unknown trace kind {kind!r}; choose 'standard' or 'long'")
     write_trace(queries, out)
     typer.echo(f"wrote {out}: {trace_stats(queries)}")
 

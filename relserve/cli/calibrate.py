@@ -1,6 +1,8 @@
-"""``relserve calibrate``: fit the step-time predictors on this machine and store them."""
+"""``relserve calibrate``: fit the step-time model on this machine, tune the arranger, store both."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
@@ -10,18 +12,30 @@ from relserve.cli import app
 @app.command()
 def calibrate(
     model: str = typer.Option("smollm2", help="Model name or local folder."),
-    save: bool = typer.Option(True, help="Store the fit for this model and machine."),
+    save: bool = typer.Option(True, help="Store the fit (and the tuned arranger) for this model and machine."),
+    tune: bool = typer.Option(True, help="Choose the arranger's settings by replaying a standard trace in the simulator."),
+    quick: bool = typer.Option(False, help="A small probe grid (about a minute), for a smoke test."),
+    json_out: Path = typer.Option(None, "--json", help="Write every probe, step and figure as JSON."),
 ) -> None:
-    """Measure prefill time against uncached tokens and decode time against batch size."""
+    """Probe prefill, decode and mixed steps over a grid, fit the step model (with the context
+    each step attends to), report each term and the error on held-out probes, then pick the
+    arranger's settings for this machine in the simulator."""
+    import json
+    from dataclasses import asdict
+
     from rich.console import Console
-    from rich.table import Table
     from tqdm import tqdm
 
     from relserve import Engine
+    from relserve.benchmark.run import _sim_inputs
     from relserve.calibration import save_cost_model
+    from relserve.engine.calibrate import ProbeGrid
     from relserve.engine.calibrate import calibrate as run_calibration
+    from relserve.sim import template_renderer
+    from relserve.sim.tune import tune_arranger, tuning_markdown
 
     console = Console()
+    grid = ProbeGrid().small() if quick else ProbeGrid()
     with console.status("starting the engine..."):
         engine = Engine(model=model, policy="fcfs")
     try:
@@ -31,33 +45,55 @@ def calibrate(
                 bar.total = total
                 bar.update(1)
 
-            cal = run_calibration(engine, progress=tick)
+            cal = run_calibration(engine, grid, progress=tick)
+        inputs = _sim_inputs(engine)
+        model_id = engine.model_id
     finally:
         engine.close()
-    table = Table("predictor", "slope (alpha)", "intercept (beta)", "R^2", "points (outliers left out)")
-    for name, fit in (("prefill: s per uncached token", cal.prefill), ("decode: s per request in batch", cal.decode)):
-        table.add_row(name, f"{fit.slope:.3e}", f"{fit.intercept:.4f} s", f"{fit.r_squared:.4f}", f"{fit.n} ({fit.dropped})")
-    if cal.mixed is not None:
-        m = cal.mixed
-        table.add_row(
-            "mixed: s per prefill token, per decode request",
-            f"{m.a:.3e}, {m.b:.3e}",
-            f"{m.c:.4f} s",
-            f"{m.r_squared:.4f}",
-            f"{m.n} (0)",
-        )
-    console.print(table)
+    console.print(fit_markdown(cal))
+    cost = cal.cost_model
+    tuning = None
+    if tune:
+        with console.status("tuning the arranger in the simulator..."):
+            tuning = tune_arranger(
+                cost, inputs["limits"], tokenize=inputs["tokenize"], render=template_renderer(wrap=inputs["render_wrap"])
+            )
+        console.print(tuning_markdown(tuning))
+    details = {
+        "fit": {"coef": cal.fit.coef, "r2": cal.fit.r2, "r2_by_kind": cal.fit.r2_by_kind,
+                "held_out_step_error": cal.fit.held_out_step_error, "held_out_probe_errors": cal.fit.held_out_probe_errors,
+                "terms": [asdict(t) for t in cal.fit.terms], "dropped": cal.fit.dropped},
+        "probes": cal.probes,
+        "tuning": tuning.as_dict() if tuning else None,
+    }
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps({**details, "cost_model": cost.model_dump(),
+                                        "samples": [asdict(s) for s in cal.samples], "held_out": [asdict(s) for s in cal.held_out]}, indent=1))
+        console.print(f"wrote {json_out}")
     if save:
-        path = save_cost_model(
-            engine.model_id,
-            cal.cost_model,
-            {
-                "prefill_r2": cal.prefill.r_squared,
-                "decode_r2": cal.decode.r_squared,
-                "mixed_r2": cal.mixed.r_squared if cal.mixed else None,
-                "prefill_points": cal.prefill_points,
-                "decode_points": cal.decode_points,
-                "mixed_points": cal.mixed_points,
-            },
-        )
+        path = save_cost_model(model_id, cost, details, arranger=tuning.chosen if tuning else None)
         console.print(f"saved to {path}; engines for this model on this machine now use it")
+
+
+def fit_markdown(cal) -> str:
+    """The fit as a person reads it: each term, how much it explains, the held-out error."""
+    fit = cal.fit
+    units = {
+        "b0": "s per step", "bP": "s per step with a prefill", "bD": "s per step with decodes",
+        "alpha_p": "s per uncached prompt token", "gamma_p": "s per prefill attention pair",
+        "alpha_d": "s per decoded request", "gamma_d": "s per decode context token",
+    }
+    lines = ["| term | coefficient | unit | share of step time | R^2 without it |", "|---|---|---|---|---|"]
+    for t in fit.terms:
+        lines.append(f"| {t.name} | {t.coef:.3e} | {units[t.name]} | {t.share:.1%} | {fit.r2 - t.r2_drop:.4f} (-{t.r2_drop:.4f}) |")
+    kinds = ", ".join(f"{k} {v:.3f}" for k, v in fit.r2_by_kind.items())
+    lines.append("")
+    lines.append(f"R^2 {fit.r2:.4f} over {fit.n_fit} steps ({fit.dropped} outliers left out); by kind: {kinds}.")
+    if fit.held_out_step_error is not None:
+        errs = ", ".join(f"{e:+.1%}" for e in fit.held_out_probe_errors)
+        lines.append(
+            f"Held out: {fit.n_held_out} steps of {len(fit.held_out_probe_errors)} probes; median step error "
+            f"{fit.held_out_step_error:.1%}; probe totals off by {errs} (mean |error| {fit.held_out_probe_error:.1%})."
+        )
+    return "\n".join(lines)

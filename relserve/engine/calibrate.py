@@ -1,9 +1,18 @@
-"""Measuring the step-time predictors (paper Eq. 9) on a running engine.
+"""Measuring the step-time model on a running engine.
 
-Prefill probes: relQueries of unique prompts with ``max_tokens=1`` on a cold prefix cache, so
-every step is a prefill of known uncached tokens. Decode probes: relQueries of b rows that each
-generate exactly ``decode_steps`` tokens, so decode steps run at batch size b. The scheduler
-plug-in logs every step's size and duration; least squares fits each line.
+A grid of probes, each a relQuery whose steps the scheduler plug-in logs (size, context,
+duration):
+
+* prefill probes: unique prompts of several lengths, batches from a quarter of the step's token
+  budget to all of it, with no and with a large prefix-cached share (``max_tokens=1``, FCFS, so
+  every step is a pure prefill);
+* decode probes: b rows that each generate exactly ``decode_steps`` tokens (``ignore_eos``) over
+  a context of c tokens. The context is a shared prefix, so the probe prefills it once and its
+  decode steps still attend to all c tokens of every request;
+* mixed probes: prompts arriving while a batch decodes, under Sarathi's chunked prefill.
+
+``relserve.policy.step_fit`` fits one model to all of them (every fourth probe held out) and
+says how well each term explains the steps and how far it misses on the held-out probes.
 """
 
 from __future__ import annotations
@@ -11,137 +20,175 @@ from __future__ import annotations
 import random
 import string
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from relserve.policy import CostModel
-from relserve.policy.cost_model import LinearFit, PlaneFit, fit_line_robust, fit_plane
+from relserve.policy.step_fit import StepFit, StepSample, fit_steps, split_by_probe
 from relserve.relquery import RelQuery
+
+
+@dataclass(frozen=True)
+class ProbeGrid:
+    """What ``calibrate`` measures. The defaults take about five minutes on 2 CPU cores."""
+
+    prefill_lengths: tuple[int, ...] = (48, 192, 640)
+    prefill_fractions: tuple[float, ...] = (0.25, 1.0)
+    cached_fractions: tuple[float, ...] = (0.0, 0.75)
+    decode_sizes: tuple[int, ...] = (1, 8, 32, 96, 192)
+    decode_contexts: tuple[int, ...] = (64, 512, 1024)
+    decode_steps: int = 24
+    mixed_sizes: tuple[int, ...] = (4, 32)
+    mixed_contexts: tuple[int, ...] = (64, 512)
+    #: every ``held_out_every``-th probe is kept out of the fit to measure its error
+    held_out_every: int = 4
+    #: a probe may fill at most this share of the KV cache
+    kv_share: float = 0.7
+
+    def small(self) -> ProbeGrid:
+        """A quick grid for tests and smoke runs (about a minute)."""
+        return ProbeGrid(
+            prefill_lengths=(48, 256),
+            prefill_fractions=(0.5,),
+            cached_fractions=(0.0, 0.75),
+            decode_sizes=(1, 16),
+            decode_contexts=(64, 384),
+            decode_steps=8,
+            mixed_sizes=(8,),
+            mixed_contexts=(64,),
+            held_out_every=3,
+        )
 
 
 @dataclass
 class Calibration:
-    cost_model: CostModel
-    prefill: LinearFit
-    decode: LinearFit
-    prefill_points: list[tuple[float, float]]
-    decode_points: list[tuple[float, float]]
-    mixed: PlaneFit | None = None
-    mixed_points: list[tuple[float, float, float]] | None = None
+    fit: StepFit
+    samples: list[StepSample]
+    held_out: list[StepSample]
+    probes: list[dict] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def cost_model(self):
+        return self.fit.cost_model(source=self.source)
+
+    source: str = "calibrated"
 
 
 def _words(rng: random.Random, n: int) -> str:
     return " ".join("".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 8))) for _ in range(n))
 
 
-def _prompt_of(engine, rng: random.Random, tokens: int) -> str:
-    """Random words whose chat-templated prompt has about ``tokens`` tokens."""
-    words = max(1, tokens // 3)
-    text = _words(rng, words)
+def _text_of(engine, rng: random.Random, tokens: int, prefix: str = "") -> str:
+    """``prefix`` plus random words, so that the chat-templated prompt has about ``tokens`` tokens."""
+    text = prefix + _words(rng, max(1, (tokens - len(engine.prompt_token_ids(prefix)) if prefix else tokens) // 3))
     while len(engine.prompt_token_ids(text)) < tokens:
         text += " " + _words(rng, max(1, (tokens - len(engine.prompt_token_ids(text))) // 3))
     return text
 
 
-def calibrate(
-    engine,
-    prompt_tokens=(64, 128, 256),
-    batch_fractions=(0.1, 0.25, 0.5, 0.75, 1.0),
-    decode_sizes=(1, 2, 4, 8, 16, 32, 64, 128, 192),
-    decode_steps: int = 16,
-    decode_context: int = 160,
-    repeats: int = 2,
-    mixed: bool = True,
-    seed: int = 0,
-    progress=None,
-) -> Calibration:
-    """Fit the predictors over the engine's own range: prefill batches of prompts of typical
-    lengths (attention makes a long prompt dearer per token) up to the step's token budget, and
-    decode batches whose requests hold a typical context (``decode_context`` prompt tokens).
+def _samples(step_log: list[dict], probe: int) -> list[StepSample]:
+    out = []
+    for s in step_log:
+        if not (s.get("prefill_tokens") or s.get("decode_reqs")) or "duration" not in s:
+            continue
+        out.append(
+            StepSample(
+                utok=s["prefill_tokens"],
+                pairs=s.get("prefill_pairs", 0.0),
+                reqs=s["decode_reqs"],
+                ctx=s.get("decode_context", 0),
+                seconds=s["duration"],
+                probe=probe,
+            )
+        )
+    return out
 
-    ``progress(total)`` is called after each probe with the number of probes in all."""
-    rng = random.Random(seed)
-    sizes = [b for b in decode_sizes if b <= engine.settings.max_num_seqs]
-    total = len(batch_fractions) + len(sizes) + (len(_MIXED_DECODE_SIZES) if mixed else 0)
-    tick = (lambda: progress(total)) if progress else None
-    previous = engine.policy
-    engine.set_policy("fcfs")  # pure prefill or pure decode steps
+
+def _probes(engine, grid: ProbeGrid, rng: random.Random) -> list[tuple[str, dict, Callable[[], None]]]:
+    """The grid as (kind, parameters, run) triples, in a fixed order."""
     budget = engine.settings.max_num_batched_tokens
+    cap = (engine.kv_capacity_tokens or 40_000) * grid.kv_share
+    seqs = engine.settings.max_num_seqs
+    out: list[tuple[str, dict, Callable[[], None]]] = []
+
+    def prefill(length: int, fraction: float, cached: float) -> Callable[[], None]:
+        def run() -> None:
+            n = max(1, int(budget * fraction) // length)
+            prefix = _text_of(engine, rng, int(length * cached)) + "\n" if cached else ""
+            if prefix:
+                engine.run(RelQuery("{text}", [{"text": prefix}], max_tokens=1))  # warm the shared part
+            rows = [{"text": _text_of(engine, rng, length, prefix)} for _ in range(n)]
+            engine.run(RelQuery("{text}", rows, max_tokens=1))
+
+        return run
+
+    def decode(size: int, context: int) -> Callable[[], None]:
+        def run() -> None:
+            shared = _text_of(engine, rng, max(context - 16, 8)) + "\n"
+            rows = [{"text": shared + _words(rng, 4)} for _ in range(size)]
+            engine.run(RelQuery("{text}", rows, max_tokens=grid.decode_steps, ignore_eos=True))
+
+        return run
+
+    def mixed(size: int, context: int) -> Callable[[], None]:
+        def run() -> None:
+            shared = _text_of(engine, rng, max(context - 16, 8)) + "\n"
+            decoding = engine.submit(
+                RelQuery("{text}", [{"text": shared + _words(rng, 4)} for _ in range(size)], max_tokens=40, ignore_eos=True)
+            )
+            for m in (1, 3, 6):
+                time.sleep(0.3)
+                rows = [{"text": _text_of(engine, rng, context)} for _ in range(m)]
+                engine.run(RelQuery("{text}", rows, max_tokens=1))
+            decoding.result()
+
+        return run
+
+    for length in grid.prefill_lengths:
+        for fraction in grid.prefill_fractions:
+            for cached in grid.cached_fractions:
+                out.append(("prefill", {"prompt": length, "fraction": fraction, "cached": cached}, prefill(length, fraction, cached)))
+    for size in grid.decode_sizes:
+        for context in grid.decode_contexts:
+            if size <= seqs and size * (context + grid.decode_steps + 32) <= cap:
+                out.append(("decode", {"batch": size, "context": context}, decode(size, context)))
+    for size in grid.mixed_sizes:
+        for context in grid.mixed_contexts:
+            if size * (context + 72) <= cap:
+                out.append(("mixed", {"batch": size, "context": context}, mixed(size, context)))
+    return out
+
+
+def calibrate(engine, grid: ProbeGrid | None = None, seed: int = 0, progress: Callable[[int], None] | None = None) -> Calibration:
+    """Run the probe grid on ``engine`` and fit the step model.
+
+    ``progress(total)`` is called after each probe with the number of probes in all.
+    """
+    grid = grid or ProbeGrid()
+    rng = random.Random(seed)
+    t0 = time.monotonic()
+    probes = _probes(engine, grid, rng)
+    previous = engine.policy
+    samples: list[StepSample] = []
+    described: list[dict] = []
     try:
+        engine.set_policy("fcfs")  # pure prefill or pure decode steps
         # warm-up: the first steps of a fresh engine are slower than the rest
         engine.run(RelQuery("{text}", [{"text": _words(rng, 40)} for _ in range(4)], max_tokens=4))
-        engine.scheduler_stats(clear=True)
-        for fraction in batch_fractions:
-            for length in prompt_tokens:
-                n = max(1, int(budget * fraction) // length)
-                for _ in range(repeats):
-                    engine.reset_prefix_cache()
-                    rows = [{"text": _prompt_of(engine, rng, length)} for _ in range(n)]
-                    engine.run(RelQuery("{text}", rows, max_tokens=1))
-            if tick:
-                tick()
-        prefill_log = engine.scheduler_stats(steps=True, clear=True)["step_log"]
-        for b in sizes:
-            for _ in range(repeats):
-                # decode reads every cached token of its request: give it a typical context
-                rows = [{"text": _prompt_of(engine, rng, decode_context)} for _ in range(b)]
-                engine.run(RelQuery("{text}", rows, max_tokens=decode_steps, ignore_eos=True))
-            if tick:
-                tick()
-        decode_log = engine.scheduler_stats(steps=True, clear=True)["step_log"]
-        mixed_log = _mixed_probes(engine, rng, decode_context, tick) if mixed else []
+        for i, (kind, params, run) in enumerate(probes):
+            engine.set_policy("sarathi" if kind == "mixed" else "fcfs")
+            engine.reset_prefix_cache()
+            engine.scheduler_stats(clear=True)
+            run()
+            steps = _samples(engine.scheduler_stats(steps=True, clear=True)["step_log"], i)
+            samples += steps
+            described.append({"probe": i, "kind": kind, **params, "steps": len(steps), "seconds": sum(s.seconds for s in steps)})
+            if progress:
+                progress(len(probes))
     finally:
         engine.set_policy(previous)
-    pre = [(s["prefill_tokens"], s["duration"]) for s in prefill_log if s["kind"] == "prefill" and s["decode_reqs"] == 0 and s["prefill_tokens"]]
-    dec = [(s["decode_reqs"], s["duration"]) for s in decode_log if s["kind"] == "decode" and s["decode_reqs"]]
-    fp = fit_line_robust([x for x, _ in pre], [y for _, y in pre])
-    fd = fit_line_robust([x for x, _ in dec], [y for _, y in dec])
-    if fp.intercept < 0:
-        # a line through the origin rather than a negative fixed cost
-        fp = _through_origin(pre, fp)
-    cost = CostModel(
-        alpha_p=max(fp.slope, 0.0),
-        beta_p=max(fp.intercept, 0.0),
-        alpha_d=max(fd.slope, 0.0),
-        beta_d=max(fd.intercept, 0.0),
-        source=f"calibrated on {engine.model_id}",
-    )
-    mix = [(s["prefill_tokens"], s["decode_reqs"], s["duration"]) for s in mixed_log if s["kind"] == "mixed" and s["prefill_tokens"] and s["decode_reqs"]]
-    fm = None
-    if len(mix) >= 8:
-        fm = fit_plane([u for u, _, _ in mix], [n for _, n, _ in mix], [t for _, _, t in mix])
-        if min(fm.a, fm.b, fm.c) >= 0:
-            cost = cost.model_copy(update={"alpha_mp": fm.a, "alpha_md": fm.b, "beta_m": fm.c})
-    return Calibration(cost, fp, fd, pre, dec, fm, mix)
-
-
-#: decode batch sizes of the mixed-step probes
-_MIXED_DECODE_SIZES = (4, 16, 48, 96)
-
-
-def _mixed_probes(engine, rng: random.Random, context: int, tick) -> list[dict]:
-    """Steps that prefill and decode at once: prompts arriving while a batch decodes, under
-    Sarathi's chunked prefill (stock vLLM and Sarathi run such steps)."""
-    engine.set_policy("sarathi")
-    engine.scheduler_stats(clear=True)
-    for b in _MIXED_DECODE_SIZES:
-        decoding = engine.submit(
-            RelQuery("{text}", [{"text": _prompt_of(engine, rng, context)} for _ in range(b)], max_tokens=40, ignore_eos=True)
-        )
-        for m in (1, 3, 6):
-            time.sleep(0.3)
-            rows = [{"text": _prompt_of(engine, rng, context)} for _ in range(m)]
-            engine.run(RelQuery("{text}", rows, max_tokens=1))
-        decoding.result()
-        if tick:
-            tick()
-    return engine.scheduler_stats(steps=True, clear=True)["step_log"]
-
-
-def _through_origin(points: list[tuple[float, float]], fit: LinearFit) -> LinearFit:
-    xs = [x for x, _ in points]
-    ys = [y for _, y in points]
-    slope = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
-    my = sum(ys) / len(ys)
-    ss_tot = sum((y - my) ** 2 for y in ys)
-    ss_res = sum((y - slope * x) ** 2 for x, y in zip(xs, ys))
-    return LinearFit(slope, 0.0, 1 - ss_res / ss_tot if ss_tot else 1.0, len(xs), fit.dropped)
+    fitted, held = split_by_probe(samples, grid.held_out_every)
+    for d in described:
+        d["held_out"] = d["probe"] % grid.held_out_every == grid.held_out_every - 1
+    fit = fit_steps(fitted, held)
+    return Calibration(fit, fitted, held, described, time.monotonic() - t0, source=f"calibrated on {engine.model_id}")

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from relserve.calibration import load_cost_model
+from relserve.calibration import load_cost_model, load_policy_settings
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import LabelTrie, pick
 from relserve.engine.prompts import ChatPrompter, ChatTokenizing
@@ -99,6 +99,13 @@ class Engine(ChatTokenizing):
         self.model_path = spec.path
         self.policy = s.policy
         self.cost_model: CostModel = s.cost_model or load_cost_model(self.model_id) or CostModel()
+        #: the policies' settings: the user's, else the arranger settings tuned by `relserve
+        #: calibrate` for this model and machine, else the defaults
+        self.policy_settings: PolicySettings = (
+            s.policy_settings
+            if "policy_settings" in s.model_fields_set
+            else load_policy_settings(self.model_id, s.policy_settings) or s.policy_settings
+        )
         self.block_size = s.block_size
         self.max_model_len = s.max_model_len
         _quiet_vllm(s.quiet)
@@ -167,7 +174,7 @@ class Engine(ChatTokenizing):
         )
         with _start_lock:
             # The engine-core process reads its policy from the environment it inherits.
-            os.environ[CONFIG_ENV] = json.dumps(self._plugin_config(self.policy, s.policy_settings))
+            os.environ[CONFIG_ENV] = json.dumps(self._plugin_config(self.policy, self.policy_settings))
             try:
                 # vLLM spawns its engine process here; the user's script must not run again in it
                 with hidden_main():
@@ -233,7 +240,7 @@ class Engine(ChatTokenizing):
             self.cost_model = cost_model
         if not self._idle.wait(timeout):
             raise EngineError(f"engine still busy after {timeout} s; cannot switch policy")
-        cfg = self._plugin_config(policy, settings or self.settings.policy_settings)
+        cfg = self._plugin_config(policy, settings or self.policy_settings)
         self._call(self._rpc("set_policy", cfg))
         self.policy = policy
 

@@ -15,6 +15,7 @@ from relserve.workloads.tables import (
 from relserve.workloads.traces import (
     TraceFormatError,
     TraceQuery,
+    generate_long_trace,
     generate_trace,
     parse_trace_line,
     read_trace,
@@ -34,6 +35,7 @@ __all__ = [
     "TableInfo",
     "TraceFormatError",
     "TraceQuery",
+    "generate_long_trace",
     "generate_trace",
     "load_table",
     "parse_trace_line",

@@ -162,6 +162,55 @@ _TEMPLATES: dict[str, dict[QueryType, str]] = {
 assert set(_TEMPLATES) == set(TABLE_NAMES), "every benchmark table needs its templates"
 
 
+#: The "long" workload: long prompts (a detailed brief, then the row's longest fields: 200 to 700
+#: tokens with the chat template) and long answers (every row runs to its ``max_tokens`` of 64 to
+#: 128, decoding with ``ignore_eos``). Other tables and wording than the five types above, so a
+#: scheduler tuned on the standard trace is validated on work it was not tuned on.
+LONG_MAX_TOKENS: tuple[int, ...] = (64, 96, 128)
+LONG_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "rotten_tomatoes": (
+        "You are a film editor preparing notes for a streaming catalogue. For the film described below, "
+        "write a paragraph that covers its premise, its tone, the kind of viewer it suits, and how the "
+        "critic's review below judges it. Write full sentences, avoid spoilers beyond the first act, and "
+        "do not repeat the synopsis word for word.\n"
+        "Synopsis: {movie_info}\n"
+        "Critic's review: {review_content}\n"
+        "Catalogue notes:",
+    ),
+    "movies_small": (
+        "A film club asks you to introduce the film below before a screening. Write a short talk in plain "
+        "language: what the story is about, what to watch for, and what a critic thought of it. Keep a "
+        "friendly tone, mention the title once, and finish with one question for the discussion after "
+        "the film.\n"
+        "Title: {movie_title}\n"
+        "Synopsis: {movie_info}\n"
+        "Critic's review: {review_content}\n"
+        "Introduction:",
+    ),
+    "amazon_reviews": (
+        "You write replies for a shop's customer care team. Read the product name, the review title and "
+        "the customer's review below, then write a courteous reply that thanks the customer, answers each "
+        "concern the review raises in turn, suggests one concrete next step, and never promises a refund "
+        "or a replacement. Use at most two short paragraphs.\n"
+        "Product: {name}\n"
+        "Review title: {title}\n"
+        "Review: {text}\n"
+        "Reply:",
+    ),
+    "beer_reviews": (
+        "You edit a beer guide. Rewrite the tasting review below as a guide entry for readers who have "
+        "never tried this beer: describe its look, aroma, taste and finish in your own words, say which "
+        "food it would go with, and keep any opinion clearly marked as the reviewer's. Write one "
+        "paragraph in the present tense.\n"
+        "Beer: {beer_name}\n"
+        "Style: {style}\n"
+        "Brewery: {brewery}\n"
+        "Review: {review_text}\n"
+        "Guide entry:",
+    ),
+}
+
+
 def query_types(types: list[str | QueryType] | tuple[str | QueryType, ...] | None = None) -> tuple[QueryType, ...]:
     """Validate a restriction of the query types (None: all five)."""
     if types is None:

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from relserve.errors import ConfigError, RelServeError, TemplateError
 from relserve.template import Template
-from relserve.workloads.queries import QuerySpec, QueryType, queries_for
+from relserve.workloads.queries import LONG_MAX_TOKENS, LONG_TEMPLATES, QuerySpec, QueryType, queries_for
 from relserve.workloads.tables import load_table
 
 
@@ -218,6 +218,70 @@ def generate_trace(
                 rows=pools[t].rows(spec, [usable[i] for i in picked]),
                 type=spec.type.value,
                 table=t,
+            )
+        )
+    return out
+
+
+#: characters a row's fields need in the long workload (about 4 characters a token)
+_LONG_MIN_CHARS = 420
+
+
+def generate_long_trace(
+    table: str | Sequence[str],
+    num_relqueries: int,
+    rate: float,
+    *,
+    rows: tuple[int, int] = (1, 40),
+    seed: int = 0,
+    datasets_dir: str | os.PathLike[str] | None = None,
+    id_prefix: str = "lq",
+) -> list[TraceQuery]:
+    """A trace of the "long" workload (``queries.LONG_TEMPLATES``): prompts of 200-700 tokens,
+    answers of 64-128 tokens (``ignore_eos``, so every row runs to its ``max_tokens``).
+
+    Arrivals, table choice and row sampling work as in ``generate_trace``.
+    """
+    lo, hi = rows
+    if not (isinstance(lo, int) and isinstance(hi, int)) or lo < 1 or hi < lo:
+        raise ConfigError(f"rows must be a pair of integers 1 <= lo <= hi, got {rows!r}")
+    if not rate > 0:
+        raise ConfigError(f"rate must be > 0 relQueries/s, got {rate}")
+    tables = [table] if isinstance(table, str) else list(table)
+    unknown = [t for t in tables if t not in LONG_TEMPLATES]
+    if unknown or not tables:
+        raise ConfigError(f"no long templates for table(s) {unknown or tables}; choose from {', '.join(LONG_TEMPLATES)}")
+    pools: dict[str, tuple[str, list[str], dict[str, list[Any]], list[int]]] = {}
+    for t in dict.fromkeys(tables):
+        template = LONG_TEMPLATES[t][0]
+        cols = list(Template.parse(template).columns)
+        df = load_table(t, datasets_dir, columns=cols)
+        columns = {c: df[c].to_list() for c in cols}
+        # rows whose fields are long enough for a prompt of at least ~200 tokens
+        usable = [i for i in _usable_rows(columns, cols) if sum(len(str(columns[c][i])) for c in cols) >= _LONG_MIN_CHARS]
+        if len(usable) < hi:
+            raise ConfigError(f"table {t!r} has only {len(usable)} rows long enough for the long workload, fewer than {hi}")
+        pools[t] = (template, cols, columns, usable)
+    rng = random.Random(seed)
+    width = max(5, len(str(max(num_relqueries - 1, 0))))
+    clock = 0.0
+    out: list[TraceQuery] = []
+    for k in range(num_relqueries):
+        clock += 0.0 if math.isinf(rate) else rng.expovariate(rate)
+        t = tables[rng.randrange(len(tables))]
+        template, cols, columns, usable = pools[t]
+        n = rng.randint(lo, hi)
+        picked = sorted(rng.sample(range(len(usable)), n))
+        out.append(
+            TraceQuery(
+                id=f"{id_prefix}{k:0{width}d}",
+                arrival_s=round(clock, 6),
+                template=template,
+                max_tokens=LONG_MAX_TOKENS[rng.randrange(len(LONG_MAX_TOKENS))],
+                rows=[{c: columns[c][usable[i]] for c in cols} for i in picked],
+                type="long",
+                table=t,
+                ignore_eos=True,
             )
         )
     return out
