@@ -63,7 +63,7 @@ def main() -> None:
     sweep = sweep_starvation(
         scale_arrivals(trace, args.sweep_load),
         [1, 2, 3, 5, 8, 13, None],
-        load_cost_model(spec.model_id) or CostModel(),
+        load_cost_model(spec.model_id) or PRESETS["smollm2-135m-cpu"],
         default_limits(kv_capacity_tokens=46_592, max_num_batched_tokens=1024),
         tokenize=lambda text: tok(text, add_special_tokens=False)["input_ids"],
         render=template_renderer(wrap=ChatPrompter(tok).text),

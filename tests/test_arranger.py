@@ -99,9 +99,15 @@ def test_tuning_picks_the_best_scoring_candidate_and_reports_the_margin():
     cost = CostModel(alpha_p=0.001, beta_p=0.05, alpha_d=0.001, beta_d=0.05)
     t = tune_arranger(cost, lim, _tiny_trace(), loads=(1.0, 2.0), tokenize=word_tokenizer, base=PolicySettings(starvation_threshold=None))
     cands = [r for r in t.rows if r.settings is not None]
-    assert len(cands) == len(candidate_settings()) == 12
+    assert len(cands) == len(candidate_settings()) == 16
     assert {r.name for r in t.rows if r.settings is None} == {"fcfs", "sp", "sarathi", "vllm"}
-    best = min(cands, key=lambda r: r.score)
-    assert t.chosen == best.settings and best.score == pytest.approx(1.0)
-    assert t.margin >= 0 and t.paper_score >= best.score
+    # the lowest score among the candidates that keep 95% of the best baseline's rows/s at the
+    # higher load (on this tiny trace none does: then the one with the most rows/s)
+    assert min(r.score for r in cands) == pytest.approx(1.0)
+    kept = [r for r in cands if r.throughput_share >= 0.95]
+    best = min(kept, key=lambda r: r.score) if kept else max(cands, key=lambda r: r.throughput_share)
+    assert t.chosen == best.settings and t.margin >= 0
+    top = max(t.loads)
+    base = max(r.rows_per_s[top] for r in t.rows if r.settings is None)
+    assert best.throughput_share == pytest.approx(best.rows_per_s[top] / base)
     assert "**(chosen)**" in tuning_markdown(t)

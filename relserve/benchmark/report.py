@@ -33,14 +33,14 @@ def markdown(report: BenchmarkReport) -> str:
         f"Trace: {len({r for r in report.isolated}) or '?'} relQueries at {report.trace_rate:.3f} relQueries/s (load x1). "
         f"Wall time of the whole benchmark: {report.wall_s / 60:.1f} min.",
         "",
-        "| load (relQ/s) | policy | mean (s) | P50 | P95 | max | waiting | core | tail | slowdown | rows/s | prefix hit | overhead | errors |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| load (relQ/s) | policy | mean (s) | P50 | P95 | max | waiting | core | tail | slowdown | rows/s | steps | prefix hit | overhead | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in sorted(report.summaries, key=lambda s: (s.load, s.mean_latency)):
         lines.append(
             f"| {s.rate:.3f} | {s.policy} | {_f(s.mean_latency)} | {_f(s.p50_latency)} | {_f(s.p95_latency)} | {_f(s.max_latency)} "
             f"| {_f(s.mean_waiting)} | {_f(s.mean_core)} | {_f(s.mean_tail)} | {_f(s.mean_slowdown)} "
-            f"| {_f(s.throughput_rows_per_s)} | {s.prefix_hit_rate:.1%} "
+            f"| {_f(s.throughput_rows_per_s)} | {'-' if s.steps is None else s.steps} | {s.prefix_hit_rate:.1%} "
             f"| {'-' if s.overhead_share is None else f'{s.overhead_share:.3%}'} | {s.errors} |"
         )
     r = ratios(report)

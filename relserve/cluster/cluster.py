@@ -22,7 +22,7 @@ from relserve.engine.prompts import ChatPrompter, ChatTokenizing
 from relserve.engine.settings import EngineSettings
 from relserve.errors import ConfigError, EngineError, RowError
 from relserve.model import resolve_model
-from relserve.policy import CostModel, policy_class
+from relserve.policy import PRESETS, CostModel, policy_class
 from relserve.relquery import RelQuery
 from relserve.results import RelQueryResult, RelQueryStats, RowResult
 from relserve.sim.prefix_cache import block_hashes
@@ -109,7 +109,7 @@ class Cluster(ChatTokenizing):
         self.model_id = spec.model_id
         self.model_path = spec.path
         self.policy = s.policy
-        self.cost_model: CostModel = s.cost_model or load_cost_model(self.model_id) or CostModel()
+        self.cost_model: CostModel = s.cost_model or load_cost_model(self.model_id) or PRESETS["smollm2-135m-cpu"]
         self.block_size = s.block_size
         self.max_model_len = s.max_model_len
         self.num_replicas = replicas

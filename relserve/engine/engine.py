@@ -25,7 +25,7 @@ from relserve.engine.settings import EngineSettings
 from relserve.engine.spawn import check_not_bootstrapping, hidden_main
 from relserve.errors import ConfigError, EngineError, RowError
 from relserve.model import resolve_model
-from relserve.policy import POLICY_NAMES, CostModel, PolicySettings, policy_class
+from relserve.policy import POLICY_NAMES, PRESETS, CostModel, PolicySettings, policy_class
 from relserve.relquery import RelQuery
 from relserve.results import RelQueryResult, RelQueryStats, RowResult
 
@@ -98,7 +98,7 @@ class Engine(ChatTokenizing):
         self.model_id = spec.model_id
         self.model_path = spec.path
         self.policy = s.policy
-        self.cost_model: CostModel = s.cost_model or load_cost_model(self.model_id) or CostModel()
+        self.cost_model: CostModel = s.cost_model or load_cost_model(self.model_id) or PRESETS["smollm2-135m-cpu"]
         #: the policies' settings: the user's, else the arranger settings tuned by `relserve
         #: calibrate` for this model and machine, else the defaults
         self.policy_settings: PolicySettings = (

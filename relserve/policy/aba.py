@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -47,7 +48,7 @@ def priority_key(g: RelQueryGroup, prios: Mapping[str, float]) -> tuple[int, flo
 
 
 def overlap_terms(
-    cost: CostModel, cand: RelQueryGroup, cand_count: int, running: list[RelQueryGroup], num_waiting: int, gain: float
+    cost: CostModel, cand: RelQueryGroup, cand_count: int, running: list[RelQueryGroup], num_waiting: float, gain: float
 ) -> tuple[float, float]:
     """Eq. 15's second term (the running relQueries decode a bigger batch while the candidate's
     requests overlap theirs) and Eq. 16 times ``gain`` (the fixed cost of the decode steps that
@@ -64,7 +65,7 @@ def transitional_delta(
     cand_uncached: float,
     cand_count: int,
     running: list[RelQueryGroup],
-    num_waiting_relqueries: int,
+    num_waiting_relqueries: float,
     *,
     cand_pairs: float = 0.0,
     gain: float = 1.0,
@@ -93,23 +94,25 @@ class StepTimes:
     mixed_prefill: float  # L_P of that chunk alone
 
 
-def mixed_vs_prefill(t: StepTimes, num_running: int, num_waiting: int) -> float:
+def mixed_vs_prefill(t: StepTimes, num_running: int, num_waiting: int, later: float = 0.0) -> float:
     """Latency change of M instead of P when the policy has chosen to prefill.
 
     With P, the running relQueries get their next token only after P and a decode step
     (``L_P + L_D``); with M they get it at ``L_M``. The waiting relQueries (the candidate's and
-    those queued behind it) see the step end at ``L_M`` instead of ``L_P``.
+    those queued behind it) see the step end at ``L_M`` instead of ``L_P``. The step M saves
+    (one fixed cost) also reaches the ``later`` relQueries expected to arrive before the
+    backlog clears.
     """
-    return num_waiting * (t.mixed - t.mixed_prefill) - num_running * (t.prefill + t.decode - t.mixed)
+    return num_waiting * (t.mixed - t.mixed_prefill) - (num_running + later) * (t.prefill + t.decode - t.mixed)
 
 
-def mixed_delta(t: StepTimes, bigger: float, merged: float, num_running: int, num_waiting: int) -> float:
+def mixed_delta(t: StepTimes, bigger: float, merged: float, num_running: int, num_waiting: float) -> float:
     """Latency change of M against decoding first (the transitional case).
 
     P delays each running relQuery by ``L_P``; M only by what its chunk adds to their decode step
     (``L_M - L_D``). M also saves the work of a step (``L_P + L_D - L_M``: one fixed cost), which
     every waiting relQuery gets back. ``bigger`` and ``merged`` are Eq. 15's second term and
-    Eq. 16 for the chunk (``overlap_terms``).
+    Eq. 16 for the chunk (``overlap_terms``). ``num_waiting`` may count expected arrivals too.
     """
     return num_running * (t.mixed - t.decode) + bigger - merged - num_waiting * (t.mixed_prefill + t.decode - t.mixed)
 
@@ -131,6 +134,28 @@ def decode_work(view: StepView) -> tuple[int, int]:
     return len(view.running), sum(r.prompt_tokens + r.output_tokens for r in view.running)
 
 
+class ArrivalRate:
+    """relQueries per second over the last few arrivals and the silence since."""
+
+    def __init__(self, window: int = 16) -> None:
+        self._times: deque[float] = deque(maxlen=window)
+        self._seen: set[str] = set()
+
+    def observe(self, groups: Mapping[str, RelQueryGroup]) -> None:
+        for rel_id, g in groups.items():
+            if rel_id not in self._seen:
+                self._seen.add(rel_id)
+                self._times.append(g.arrival)
+        if len(self._seen) > 4 * len(groups) + 256:
+            self._seen &= set(groups)
+
+    def rate(self, now: float) -> float:
+        if not self._times:
+            return 0.0
+        span = now - min(self._times)
+        return len(self._times) / span if span > 0 else 0.0
+
+
 class AdaptiveBatchArranger:
     def __init__(
         self,
@@ -143,6 +168,16 @@ class AdaptiveBatchArranger:
         self.settings = settings or PolicySettings()
         #: last transitional decision's figures, for tests and traces
         self.last_delta: tuple[float, float, float] | None = None
+        self.arrivals = ArrivalRate()
+
+    def expected_arrivals(self, now: float, prios: Mapping[str, float]) -> float:
+        """relQueries expected to arrive before the work queued now is done (arrival rate times
+        the queued work's estimated time), times ``backlog_weight``: under saturation a fixed
+        cost saved now shortens their waits too."""
+        weight = self.settings.backlog_weight
+        if not weight:
+            return 0.0
+        return weight * self.arrivals.rate(now) * sum(prios.values())
 
     def _queue(self, waiting: list[RelQueryGroup]):
         """The prefill candidate's source: the head relQuery, or every waiting one in order."""
@@ -163,6 +198,7 @@ class AdaptiveBatchArranger:
         return plan, tokens, pairs
 
     def arrange(self, view: StepView, groups: dict[str, RelQueryGroup], prios: Mapping[str, float]) -> StepPlan:
+        self.arrivals.observe(groups)
         waiting = sorted((g for g in groups.values() if g.waiting), key=lambda g: priority_key(g, prios))
         prios = dict(prios)
         if waiting:
@@ -197,9 +233,10 @@ class AdaptiveBatchArranger:
             if not mixed.admit:
                 mixed = None
 
+        later = self.expected_arrivals(view.now, prios) if mixed is not None else 0.0
         if m_minus < m_plus or head is top or self.transitional is Transitional.PREFILL:
             reason = "preemption" if m_minus < m_plus else "internal" if head is top else "transitional-prefill"
-            if mixed is not None and mixed_vs_prefill(times, len(others), len(waiting)) < 0:
+            if mixed is not None and mixed_vs_prefill(times, len(others), len(waiting), later) < 0:
                 mixed.reason = f"{reason}-mixed"
                 return mixed
             prefill.reason = reason
@@ -216,8 +253,9 @@ class AdaptiveBatchArranger:
             prefill.reason = "transitional-prefill"
         if mixed is not None:
             # the chunk may hold fewer requests than P: the overlap terms of the chunk itself
-            bigger, merged = overlap_terms(self.cost, head, len(mixed.admit), others, len(waiting), self.settings.transitional_gain)
-            d = mixed_delta(times, bigger, merged, len(others), len(waiting))
+            w = len(waiting) + later
+            bigger, merged = overlap_terms(self.cost, head, len(mixed.admit), others, w, self.settings.transitional_gain)
+            d = mixed_delta(times, bigger, merged, len(others), w)
             if d < best:
                 best, choice = d, mixed
                 mixed.reason = "transitional-mixed"

@@ -34,6 +34,10 @@ class PolicySettings(BaseModel):
     #: Weight of Eq. 16 (what waiting relQueries gain from decoding together) in the
     #: transitional case; 1 is the paper's rule.
     transitional_gain: float = Field(default=1.0, ge=0, allow_inf_nan=False)
+    #: How much a fixed step cost saved now counts for the relQueries expected to arrive before
+    #: the queued work is done (arrival rate x queued work); 0 looks at the relQueries present
+    #: only, as the paper does. Only with ``mixed_steps``.
+    backlog_weight: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     #: Sarathi's chunk: the token budget of each mixed step.
     sarathi_chunk_tokens: int = Field(default=512, ge=16)
     #: Seed for the cache-miss sampling, so simulations repeat exactly.
