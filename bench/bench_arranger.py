@@ -9,7 +9,12 @@
    ``relserve.sim.tune`` (as `relserve calibrate` does on a machine), then relserve against the
    baselines over the paper's range of loads.
 
+3. With ``--engine LOAD``: the same variants on the real engine, on the benchmark trace at that
+   load (one engine, the policy's settings switched between replays): mean latency, rows/s and
+   steps measured, beside the simulator's figures for the same runs.
+
     .venv/bin/python bench/bench_arranger.py            # about 5 minutes
+    .venv/bin/python bench/bench_arranger.py --engine 1.5 --skip-sim   # about 10 minutes
 """
 
 from __future__ import annotations
@@ -36,7 +41,12 @@ VARIANTS = {
     "fill+mixed": {"fill_prefill": True, "mixed_steps": True},
     "fill+mixed/256": {"fill_prefill": True, "mixed_steps": True, "mixed_chunk_tokens": 256},
     "gain 4": {"transitional_gain": 4.0},
+    "mixed, backlog 1": {"mixed_steps": True, "backlog_weight": 1.0},
+    "fill+mixed, backlog 1": {"fill_prefill": True, "mixed_steps": True, "backlog_weight": 1.0},
+    "mixed, backlog 2": {"mixed_steps": True, "backlog_weight": 2.0},
 }
+#: the variants replayed on the real engine (``--engine``)
+ENGINE_VARIANTS = ("paper", "mixed", "mixed, backlog 1", "fill+mixed, backlog 1", "mixed, backlog 2")
 
 
 def _tokenizer():
@@ -81,7 +91,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--loads", default="1,1.5,2", help="load factors of the machine's traces")
     ap.add_argument("--preset-rates", default="0.5,0.75,1.0", help="relQueries/s of the paper-like trace (the paper's range)")
+    ap.add_argument("--engine", type=float, default=None, help="also replay the variants on the real engine at this load")
+    ap.add_argument("--skip-sim", action="store_true", help="only the real-engine replays")
     args = ap.parse_args()
+    if args.skip_sim:
+        if args.engine is None:
+            ap.error("--skip-sim needs --engine LOAD")
+        on_engine(args.engine)
+        return
     OUT.mkdir(exist_ok=True)
     tokenize, render = _tokenizer()
     spec = resolve_model()
@@ -130,6 +147,48 @@ def main() -> None:
     (OUT / "arranger.json").write_text(json.dumps(report, indent=1))
     (OUT / "arranger.md").write_text("\n".join(md))
     print(f"wrote {OUT / 'arranger.md'}")
+    if args.engine is not None:
+        on_engine(args.engine)
+
+
+def on_engine(load: float, names=ENGINE_VARIANTS) -> None:
+    """The arranger variants replayed on the real engine (benchmark trace, one load)."""
+    from relserve.benchmark.replay import replay
+    from relserve.benchmark.run import _sim_inputs
+    from relserve.engine import Engine
+
+    trace = scale_arrivals(read_trace(OUT / "trace.jsonl"), load)
+    n_rows = sum(len(q.rows) for q in trace)
+    engine = Engine(policy="relserve", max_num_batched_tokens=1024, max_num_seqs=256, kv_cache_gb=2.0)
+    lines = [f"### Real engine, benchmark trace at x{load:g}", "",
+             "| variant | mean (s) | rows/s | steps | simulated mean (s) | simulated rows/s |", "|---|---|---|---|---|---|"]
+    out = {}
+    try:
+        inputs = _sim_inputs(engine)
+        render = template_renderer(wrap=inputs["render_wrap"])
+        for name in names:
+            knobs = VARIANTS[name]
+            settings = engine.policy_settings.model_copy(update={
+                "fill_prefill": False, "mixed_steps": False, "mixed_chunk_tokens": None,
+                "transitional_gain": 1.0, "backlog_weight": 0.0, **knobs})
+            engine.set_policy("relserve", settings)
+            engine.reset_prefix_cache()
+            run = replay(engine, trace)
+            lat = [r.latency_s for r in run.records]
+            lengths = {r.id: r.output_lengths for r in run.records}
+            sim = simulate(trace, "relserve", engine.cost_model, inputs["limits"], settings=settings,
+                           tokenize=inputs["tokenize"], render=render, output_lengths=lengths, isolated=False)
+            srow = _row(sim, n_rows)
+            out[name] = {"mean": sum(lat) / len(lat), "rows_per_s": n_rows / run.span_s, "steps": run.steps,
+                         "sim_mean": srow["mean"], "sim_rows_per_s": srow["rows_per_s"]}
+            o = out[name]
+            lines.append(f"| {name} | {o['mean']:.2f} | {o['rows_per_s']:.2f} | {o['steps']} | {o['sim_mean']:.2f} | {o['sim_rows_per_s']:.2f} |")
+            print(lines[-1], flush=True)
+    finally:
+        engine.close()
+    (OUT / "arranger_engine.json").write_text(json.dumps(out, indent=1))
+    (OUT / "arranger_engine.md").write_text("\n".join(lines))
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":
