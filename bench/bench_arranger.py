@@ -44,9 +44,10 @@ VARIANTS = {
     "mixed, backlog 1": {"mixed_steps": True, "backlog_weight": 1.0},
     "fill+mixed, backlog 1": {"fill_prefill": True, "mixed_steps": True, "backlog_weight": 1.0},
     "mixed, backlog 2": {"mixed_steps": True, "backlog_weight": 2.0},
+    "mixed, gain 4": {"mixed_steps": True, "transitional_gain": 4.0},
 }
 #: the variants replayed on the real engine (``--engine``)
-ENGINE_VARIANTS = ("paper", "mixed", "mixed, backlog 1", "fill+mixed, backlog 1", "mixed, backlog 2")
+ENGINE_VARIANTS = ("paper", "mixed", "mixed, backlog 1", "fill+mixed, backlog 1", "mixed, backlog 2", "mixed, gain 4")
 
 
 def _tokenizer():
@@ -93,11 +94,13 @@ def main() -> None:
     ap.add_argument("--preset-rates", default="0.5,0.75,1.0", help="relQueries/s of the paper-like trace (the paper's range)")
     ap.add_argument("--engine", type=float, default=None, help="also replay the variants on the real engine at this load")
     ap.add_argument("--skip-sim", action="store_true", help="only the real-engine replays")
+    ap.add_argument("--engine-trace", default="trace.jsonl", help="trace in bench/out/ for --engine")
+    ap.add_argument("--variants", default=";".join(ENGINE_VARIANTS), help="variants for --engine, by name, separated by ;")
     args = ap.parse_args()
     if args.skip_sim:
         if args.engine is None:
             ap.error("--skip-sim needs --engine LOAD")
-        on_engine(args.engine)
+        on_engine(args.engine, args.engine_trace, args.variants.split(";"))
         return
     OUT.mkdir(exist_ok=True)
     tokenize, render = _tokenizer()
@@ -148,19 +151,19 @@ def main() -> None:
     (OUT / "arranger.md").write_text("\n".join(md))
     print(f"wrote {OUT / 'arranger.md'}")
     if args.engine is not None:
-        on_engine(args.engine)
+        on_engine(args.engine, args.engine_trace, args.variants.split(";"))
 
 
-def on_engine(load: float, names=ENGINE_VARIANTS) -> None:
-    """The arranger variants replayed on the real engine (benchmark trace, one load)."""
+def on_engine(load: float, trace_file: str = "trace.jsonl", names=ENGINE_VARIANTS) -> None:
+    """The arranger variants replayed on the real engine (one trace, one load)."""
     from relserve.benchmark.replay import replay
     from relserve.benchmark.run import _sim_inputs
     from relserve.engine import Engine
 
-    trace = scale_arrivals(read_trace(OUT / "trace.jsonl"), load)
+    trace = scale_arrivals(read_trace(OUT / trace_file), load)
     n_rows = sum(len(q.rows) for q in trace)
     engine = Engine(policy="relserve", max_num_batched_tokens=1024, max_num_seqs=256, kv_cache_gb=2.0)
-    lines = [f"### Real engine, benchmark trace at x{load:g}", "",
+    lines = [f"### Real engine, {trace_file} at x{load:g}", "",
              "| variant | mean (s) | rows/s | steps | simulated mean (s) | simulated rows/s |", "|---|---|---|---|---|---|"]
     out = {}
     try:
@@ -186,8 +189,9 @@ def on_engine(load: float, names=ENGINE_VARIANTS) -> None:
             print(lines[-1], flush=True)
     finally:
         engine.close()
-    (OUT / "arranger_engine.json").write_text(json.dumps(out, indent=1))
-    (OUT / "arranger_engine.md").write_text("\n".join(lines))
+    stem = f"arranger_engine_{Path(trace_file).stem}_x{load:g}"
+    (OUT / f"{stem}.json").write_text(json.dumps(out, indent=1))
+    (OUT / f"{stem}.md").write_text("\n".join(lines))
     print("\n".join(lines))
 
 

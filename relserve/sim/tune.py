@@ -95,7 +95,7 @@ class Tuning:
 
 
 #: the offered load of the tuning replays, as shares of what the machine can serve
-LOAD_SHARES: tuple[float, ...] = (0.7, 1.0)
+LOAD_SHARES: tuple[float, ...] = (0.7, 1.2)
 
 
 def saturating_loads(
