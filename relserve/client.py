@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from relserve.errors import RelServeError
+from relserve.results import RowResult
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -35,23 +36,8 @@ class ServerError(RelServeError):
         self.message = message
 
 
-@dataclass
-class RemoteRow:
-    index: int
-    #: the answer in the function's type (llm_filter: bool); None when the row failed
-    value: Any = None
-    text: str | None = None
-    error: str | None = None
-    #: answered from the server's result cache
-    cached: bool = False
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    finish_reason: str | None = None
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> RemoteRow:
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__ if k in d})
+#: a row as the server sends it: the engine's row type (kept under this name for clients)
+RemoteRow = RowResult
 
 
 @dataclass

@@ -15,7 +15,8 @@ from pathlib import Path
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from relserve.server.batches import RowOut, plan_prompts
+from relserve.results import RowResult
+from relserve.server.batches import plan_prompts
 from relserve.server.errors import ApiError
 from relserve.server.jobs import Job
 from relserve.server.schemas import CallFields, ChatRequest, CompletionRequest, _OpenAIBase
@@ -53,17 +54,17 @@ async def models(tenant: Tenant = Depends(current_tenant), state: ServerState = 
 async def _start(state: ServerState, tenant: Tenant, fields: CallFields, prompts: list[str], kind: str, body: _OpenAIBase) -> Job:
     state.check_size(len(prompts), tenant, "prompts")
     batch = await run_in_threadpool(plan_prompts, fields, prompts, state.engine.model_id, state.cache_for(tenant))
-    job = Job(batch, tenant.name, kind, priority=body.priority, deadline_s=body.deadline_s, top_p=body.top_p, seed=body.seed)
+    job = Job(batch, tenant.name, kind, fields.hints())
     return state.launch(job, tenant)
 
 
-def _usage(rows: list[RowOut]) -> dict:
+def _usage(rows: list[RowResult]) -> dict:
     p = sum(r.prompt_tokens for r in rows)
     c = sum(r.output_tokens for r in rows)
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
 
-def _finish_reason(r: RowOut) -> str:
+def _finish_reason(r: RowResult) -> str:
     return r.finish_reason if r.finish_reason in ("stop", "length") else "stop"
 
 
