@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from relserve.errors import RelServeError
-from relserve.results import RowResult
+from relserve.results import RowResult, RowsView
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -41,25 +41,13 @@ RemoteRow = RowResult
 
 
 @dataclass
-class RemoteResult:
+class RemoteResult(RowsView):
     id: str
     status: str
     #: every row, in input order
-    rows: list[RemoteRow]
+    rows: list[RowResult]
     stats: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
-
-    @property
-    def values(self) -> list[Any]:
-        return [r.value for r in self.rows]
-
-    @property
-    def texts(self) -> list[str | None]:
-        return [r.text for r in self.rows]
-
-    @property
-    def errors(self) -> list[str | None]:
-        return [r.error for r in self.rows]
 
 
 class RelQueryStream:

@@ -198,10 +198,10 @@ def _expr(expr: pl.Expr, call: LLMCall, engine: Any) -> pl.Expr:
 class LLMExpr:
     """``expr.llm.map/filter/classify/extract``: an LLM call over the expression's values.
 
+    Options are checked when the expression is built, before any row runs:
+
     >>> import polars as pl
     >>> import relserve.polars
-    >>> pl.col("review").llm.filter("Is this review positive? {review}", max_tokens=2)  # doctest: +ELLIPSIS
-    <Expr [...]>
     >>> pl.col("review").llm.map("Summarize {review}", temperature=-1)
     Traceback (most recent call last):
     ...
@@ -226,8 +226,9 @@ class LLMExpr:
     ) -> pl.Expr:
         """Free-text answer per row (String).
 
-        >>> pl.col("review").llm.map("Summarize {review}", max_tokens=16, system="Be brief.")  # doctest: +ELLIPSIS
-        <Expr [...]>
+        >>> lf = pl.LazyFrame({"review": ["Great film!", "Too long."]})
+        >>> lf.with_columns(summary=pl.col("review").llm.map("Summarize {review}", max_tokens=16, system="Be brief.")).collect_schema()
+        Schema([('review', String), ('summary', String)])
         """
         call = make_call(
             LLM_MAP, template, model=model, max_tokens=max_tokens, temperature=temperature, system=system,
@@ -251,8 +252,9 @@ class LLMExpr:
     ) -> pl.Expr:
         """Yes/no answer per row (Boolean).
 
-        >>> pl.col("review").llm.filter("Is {review} positive?", method="score")  # doctest: +ELLIPSIS
-        <Expr [...]>
+        >>> lf = pl.LazyFrame({"review": ["Great film!", "Too long."]})
+        >>> lf.with_columns(good=pl.col("review").llm.filter("Is {review} positive?", method="score")).collect_schema()
+        Schema([('review', String), ('good', Boolean)])
         """
         call = make_call(
             LLM_FILTER, template, model=model, max_tokens=max_tokens, temperature=temperature, system=system,
@@ -277,8 +279,9 @@ class LLMExpr:
     ) -> pl.Expr:
         """One of ``labels`` per row (Enum of the labels).
 
-        >>> pl.col("review").llm.classify("Tone of {review}", ["positive", "negative"])  # doctest: +ELLIPSIS
-        <Expr [...]>
+        >>> lf = pl.LazyFrame({"review": ["Great film!", "Too long."]})
+        >>> lf.with_columns(tone=pl.col("review").llm.classify("Tone of {review}", ["positive", "negative"])).collect_schema()
+        Schema([('review', String), ('tone', Enum(categories=['positive', 'negative']))])
         >>> pl.col("review").llm.classify("Tone of {review}", ["positive", "positive"])
         Traceback (most recent call last):
         ...
@@ -306,8 +309,13 @@ class LLMExpr:
     ) -> pl.Expr:
         """JSON text valid against ``json_schema`` per row (String; ``.str.json_decode()`` it).
 
-        >>> pl.col("review").llm.extract("Facts in {review}", {"type": "object"}, max_tokens=64)  # doctest: +ELLIPSIS
-        <Expr [...]>
+        >>> lf = pl.LazyFrame({"review": ["Great film!", "Too long."]})
+        >>> lf.with_columns(facts=pl.col("review").llm.extract("Facts in {review}", {"type": "object"})).collect_schema()
+        Schema([('review', String), ('facts', String)])
+        >>> pl.col("review").llm.extract("Facts in {review}", {"type": "thing"})
+        Traceback (most recent call last):
+        ...
+        relserve.errors.ConfigError: llm_extract: invalid JSON schema: 'thing' is not valid under any of the given schemas
         """
         call = make_call(
             LLM_EXTRACT, template, json_schema=json_schema, model=model, max_tokens=max_tokens,

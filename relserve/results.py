@@ -84,16 +84,18 @@ class RelQueryStats:
         return d
 
 
-@dataclass
-class RelQueryResult:
+class RowsView:
+    """Reading a result's rows, the same for the engine's result and the server's (client)."""
+
     rows: list[RowResult]
-    stats: RelQueryStats
-    cancelled: bool = False
-    extra: dict = field(default_factory=dict)
 
     @property
     def texts(self) -> list[str | None]:
         return [r.text for r in self.rows]
+
+    @property
+    def values(self) -> list[Any]:
+        return [r.value for r in self.rows]
 
     @property
     def errors(self) -> list[str | None]:
@@ -107,3 +109,11 @@ class RelQueryResult:
 
     def __getitem__(self, i: int) -> RowResult:
         return self.rows[i]
+
+
+@dataclass
+class RelQueryResult(RowsView):
+    rows: list[RowResult]
+    stats: RelQueryStats
+    cancelled: bool = False
+    extra: dict = field(default_factory=dict)
