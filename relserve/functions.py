@@ -26,7 +26,7 @@ from typing import Any
 from relserve import validation as check
 from relserve.errors import ConfigError, RowError, TemplateError
 from relserve.template import Template
-from relserve.validation import ON_ERROR_VALUES, OnError
+from relserve.validation import OnError
 
 #: How llm_filter and llm_classify choose a label (llm_map and llm_extract ignore it):
 #: "generate"  constrained decoding, token by token (what vLLM does with ``choice=``);
