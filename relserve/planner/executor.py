@@ -10,6 +10,7 @@ thread, pass each row the engine streams to ``answer`` on their event loop, and 
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -31,6 +32,7 @@ class CallExecutor:
         rel_id: str | None = None,
         prefix: str = "",
         error_prefix: str = "",
+        received: float | None = None,
     ) -> None:
         self.rows = rows
         self.call = rows.call
@@ -41,30 +43,39 @@ class CallExecutor:
         self.prefix = prefix
         #: put before an engine error (the synchronous surfaces name their function there)
         self.error_prefix = error_prefix
+        #: when the call arrived (time.monotonic()): its deadline counts from then
+        self.received = time.monotonic() if received is None else received
         self.handle: Any = None
         self.stats: RelQueryStats | None = None
         self._answers: list[tuple[str, str]] = []
 
-    def submit(self, engine: Any, deadline_s: float | None = None) -> Any:
+    def submit(self, engine: Any) -> Any:
         """Send the prompts as one relQuery; returns the engine's handle. Blocks (tokenizing, the
-        label prior's probes): a server calls it in a worker thread. ``deadline_s`` overrides the
-        hint's (the server takes off the time a request spent before reaching the engine)."""
+        label prior's probes): a server calls it in a worker thread."""
         if self.prefix:
             # prefill the shared prefix once, before the rows, instead of in every row of the
             # first batch (the engine skips prefixes shorter than one KV block)
             engine.warm_prefix(self.prefix)
+        # filter/classify choose labels by scores and the calibrated prior, when asked
+        scoring = label_options(self.call, engine, self.model_id)
         rq = RelQuery.from_prompts(
             self.rows.prompts,
             **self.call.engine_options(),
-            # filter/classify choose labels by scores and the calibrated prior, when asked
-            **label_options(self.call, engine, self.model_id),
+            **scoring,
             on_error="null",  # each row's error comes back to the caller, who decides
             rel_id=self.rel_id,
             priority=self.hints.priority,
-            deadline_s=self.hints.deadline_s if deadline_s is None else deadline_s,
+            deadline_s=self._deadline_left(),
         )
         self.handle = engine.submit(rq)
         return self.handle
+
+    def _deadline_left(self) -> float | None:
+        # the engine counts from its own submission: take off the time spent before it
+        # (planning, a server's queue, the label prior's probes)
+        if self.hints.deadline_s is None:
+            return None
+        return max(self.hints.deadline_s - (time.monotonic() - self.received), 1e-3)
 
     def answer(self, row: RowResult) -> list[RowResult]:
         """One engine row as the call's rows that get it: the value in the call's type, the error

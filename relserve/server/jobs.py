@@ -11,8 +11,8 @@ import asyncio
 import math
 import time
 import uuid
-from dataclasses import replace
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -36,8 +36,9 @@ class Job:
         self.priority = hints.priority
         self.deadline_s = hints.deadline_s
         self.fail_fast = batch.call.options.on_error == OnError.RAISE
-        self.executor = CallExecutor(batch, model_id="", hints=hints, rel_id=self.id)
         self.received = time.monotonic()
+        # the model id is the engine's, known when the job runs
+        self.executor = CallExecutor(batch, model_id="", hints=hints, rel_id=self.id, received=self.received)
         self.created_at = time.time()
         self.finished_at: float | None = None
         self.status = RUNNING
@@ -103,7 +104,7 @@ class Job:
                     self._row_failed(row.index, row.error)
             await self._notify()
             if b.prompts and self._cancel_reason is None:
-                self.handle = await run_in_threadpool(ex.submit, engine, self._deadline_left())
+                self.handle = await run_in_threadpool(ex.submit, engine)
                 if self._cancel_reason is not None:  # cancelled while the engine was tokenizing
                     self.handle.cancel()
                 async for er in self.handle:
@@ -121,12 +122,6 @@ class Job:
                 pass
             await self._notify()
             on_finish(self)
-
-    def _deadline_left(self) -> float | None:
-        # the engine counts from its own submission: take off the time spent here before it
-        if self.deadline_s is None:
-            return None
-        return max(self.deadline_s - (time.monotonic() - self.received), 1e-3)
 
     def _engine_row(self, er: RowResult) -> None:
         self.engine_done += 1
