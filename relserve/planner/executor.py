@@ -23,6 +23,8 @@ from relserve.results import RelQueryStats, RowResult
 
 
 class CallExecutor:
+    """Runs one ``PlannedRows`` (a call's prompts left to run, each with its target rows)."""
+
     def __init__(
         self,
         rows: PlannedRows,

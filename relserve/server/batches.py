@@ -33,9 +33,12 @@ class _Builder:
         self.cache = cache if wanted and call.deterministic else None
         self.model_id = model_id
         self.batch = Batch(call, total, self.cache)
+        self._added = False
 
     def add(self, call: LLMCall, columns: Sequence[Sequence[object]], out_rows: Sequence[int]) -> None:
         """Plan ``call`` over rows given as columns; ``out_rows[i]`` is row i's index in the request."""
+        if not self._added:  # the first part's call runs the relQuery (cells: the first template)
+            self.batch.call, self._added = call, True
         self.batch.add(plan_call(call, columns, model_id=self.model_id, cache=self.cache, optimize=True), out_rows)
 
 
