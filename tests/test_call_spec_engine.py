@@ -37,12 +37,14 @@ def test_a_system_message_in_sql_reaches_the_engine_and_keys_the_cache(recording
     con = duckdb.connect()
     relserve.duckdb.install(con, engine=recording, progress=False)
     con.execute("CREATE TABLE reviews AS SELECT * FROM (VALUES (1, 'A wonderful, moving film.'), (2, 'Boring.')) t(id, review)")
-    sql = "SELECT llm_map('Name a fruit for: {r}', review, llm_options(max_tokens := 4{})) FROM reviews ORDER BY id"
-    with_system = con.sql(sql.format(f", system := '{SYSTEM}'")).fetchall()
+    def sql(options: str) -> str:
+        return f"SELECT llm_map('Name a fruit for: {{r}}', review, llm_options(max_tokens := 4{options})) FROM reviews ORDER BY id"
+
+    with_system = con.sql(sql(f", system := '{SYSTEM}'")).fetchall()
     assert [rq.system for rq in recording.relqueries] == [SYSTEM]
-    assert con.sql(sql.format(f", system := '{SYSTEM}'")).fetchall() == with_system  # from the cache
+    assert con.sql(sql(f", system := '{SYSTEM}'")).fetchall() == with_system  # from the cache
     assert len(recording.relqueries) == 1
-    con.sql(sql.format("")).fetchall()  # another key: the engine runs again, without the system message
+    con.sql(sql("")).fetchall()  # another key: the engine runs again, without the system message
     assert [rq.system for rq in recording.relqueries] == [SYSTEM, None]
     assert recording.relqueries[0].prompts == recording.relqueries[1].prompts
 
