@@ -26,7 +26,7 @@ class OnError(StrEnum):
     RAISE = "raise"
 
 
-ON_ERROR_VALUES: tuple[str, ...] = tuple(OnError)
+ON_ERROR_VALUES: tuple[str, ...] = tuple(m.value for m in OnError)
 
 #: bounds of the sampling settings (the server's request schema uses them too)
 MAX_TOKENS_LIMIT = 32768
