@@ -15,6 +15,8 @@ from relserve.engine import Engine, EngineSettings, RelQueryHandle, default_engi
 from relserve.policy import POLICY_NAMES, CostModel, PolicySettings  # noqa: E402
 from relserve.relquery import RelQuery  # noqa: E402
 from relserve.results import RelQueryResult, RelQueryStats, RowResult  # noqa: E402
+from relserve import settings  # noqa: E402
+from relserve.settings import configure  # noqa: E402
 
 __all__ = [
     "POLICY_NAMES",
@@ -37,6 +39,8 @@ __all__ = [
     "RowError",
     "TemplateError",
     "__version__",
+    "configure",
+    "settings",
 ]
 
 

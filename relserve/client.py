@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from relserve.errors import RelServeError
+from relserve.results import RowResult, RowsView
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -35,45 +36,18 @@ class ServerError(RelServeError):
         self.message = message
 
 
-@dataclass
-class RemoteRow:
-    index: int
-    #: the answer in the function's type (llm_filter: bool); None when the row failed
-    value: Any = None
-    text: str | None = None
-    error: str | None = None
-    #: answered from the server's result cache
-    cached: bool = False
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    finish_reason: str | None = None
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> RemoteRow:
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__ if k in d})
+#: a row as the server sends it: the engine's row type (kept under this name for clients)
+RemoteRow = RowResult
 
 
 @dataclass
-class RemoteResult:
+class RemoteResult(RowsView):
     id: str
     status: str
     #: every row, in input order
-    rows: list[RemoteRow]
+    rows: list[RowResult]
     stats: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
-
-    @property
-    def values(self) -> list[Any]:
-        return [r.value for r in self.rows]
-
-    @property
-    def texts(self) -> list[str | None]:
-        return [r.text for r in self.rows]
-
-    @property
-    def errors(self) -> list[str | None]:
-        return [r.error for r in self.rows]
 
 
 class RelQueryStream:

@@ -19,16 +19,14 @@ function         answer constrained to       returned value
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
+from relserve import validation as check
 from relserve.errors import ConfigError, RowError, TemplateError
 from relserve.template import Template
-
-OnError = Literal["null", "raise"]
-ON_ERROR_VALUES = ("null", "raise")
+from relserve.validation import OnError
 
 #: How llm_filter and llm_classify choose a label (llm_map and llm_extract ignore it):
 #: "generate"  constrained decoding, token by token (what vLLM does with ``choice=``);
@@ -40,19 +38,24 @@ LABEL_METHODS = ("generate", "score", "calibrate")
 DEFAULT_LABEL_METHOD = "calibrate"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CallOptions:
-    """Per-call settings shared by all four functions.
+    """Per-call settings shared by all four functions, checked once when built.
 
     ``None`` for ``max_tokens`` means the function's own default (a yes/no answer needs fewer
-    tokens than free text). ``model`` None means the default engine's model.
+    tokens than free text). ``model`` None means the default engine's model. Everything here but
+    ``on_error`` can change an answer; ``on_error`` only says what a failed row does.
     """
 
     model: str | None = None
     max_tokens: int | None = None
     temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    #: a system message put before every prompt
+    system: str | None = None
     #: "null": a failed row gives NULL and its error is recorded; "raise": the call fails
-    on_error: OnError = "null"
+    on_error: OnError = OnError.NULL
     #: allow per-row field reordering (prompt becomes instruction + {"field": value} JSON)
     reorder_fields: bool = False
     #: how llm_filter / llm_classify pick a label: see ``LABEL_METHODS`` (None: the default)
@@ -64,24 +67,17 @@ class CallOptions:
     def __post_init__(self) -> None:
         if self.model is not None and (not isinstance(self.model, str) or not self.model):
             raise ConfigError(f"model must be a non-empty string, got {self.model!r}")
-        if self.max_tokens is not None and (
-            isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1
-        ):
-            raise ConfigError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
-        if (
-            isinstance(self.temperature, bool)
-            or not isinstance(self.temperature, (int, float))
-            or not math.isfinite(self.temperature)
-            or self.temperature < 0
-        ):
-            raise ConfigError(f"temperature must be a number >= 0, got {self.temperature!r}")
-        if self.on_error not in ON_ERROR_VALUES:
-            raise ConfigError(f"on_error must be 'null' or 'raise', got {self.on_error!r}")
+        if self.max_tokens is not None:
+            check.max_tokens(self.max_tokens)
         if not isinstance(self.reorder_fields, bool):
             raise ConfigError(f"reorder_fields must be true or false, got {self.reorder_fields!r}")
         if self.method is not None and self.method not in LABEL_METHODS:
             raise ConfigError(f"method must be one of {', '.join(LABEL_METHODS)}, got {self.method!r}")
-        object.__setattr__(self, "temperature", float(self.temperature))
+        check.seed(self.seed)
+        check.text_or_none("system", self.system)
+        object.__setattr__(self, "temperature", check.temperature(self.temperature))
+        object.__setattr__(self, "top_p", check.top_p(self.top_p))
+        object.__setattr__(self, "on_error", check.on_error(self.on_error))
         object.__setattr__(self, "examples", _freeze_examples(self.examples))
 
     def updated(self, settings: Mapping[str, Any] | None = None, **more: Any) -> CallOptions:
@@ -94,7 +90,24 @@ class CallOptions:
         return replace(self, **changes) if changes else self
 
 
-OPTION_NAMES: tuple[str, ...] = ("model", "max_tokens", "temperature", "on_error", "reorder_fields", "method", "examples")
+OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in fields(CallOptions))
+
+
+@dataclass(frozen=True)
+class SchedulingHints:
+    """How soon a call should run. Not part of the call's answer (nor of the result-cache key)."""
+
+    #: lower runs sooner (0 is normal); FCFS policies ignore it
+    priority: int = 0
+    #: seconds from submission by which the answers are wanted
+    deadline_s: float | None = None
+
+    def __post_init__(self) -> None:
+        check.priority(self.priority)
+        check.deadline_s(self.deadline_s)
+
+
+HINT_NAMES: tuple[str, ...] = tuple(f.name for f in fields(SchedulingHints))
 
 
 def _freeze_examples(examples: Any) -> tuple[tuple[tuple[str, Any], ...], ...] | None:
@@ -158,9 +171,13 @@ def function(name: str) -> LLMFunction:
 
 @dataclass(frozen=True)
 class LLMCall:
-    """Everything that fixes the answer for a row except the row's own values.
+    """The call specification: everything that fixes the answer for a row except the row's
+    own values (function, template, labels or schema, model, sampling settings, system message).
 
-    Hashable, so surfaces can group rows by call. Build it with ``make_call``.
+    Immutable and hashable, so surfaces can group rows by call; built and checked once, with
+    ``make_call``, by every surface (the server maps its request body onto it field by field).
+    ``sampling_settings()`` is exactly what of it keys the result cache. Scheduling hints
+    (``SchedulingHints``) travel beside it, never in it.
     """
 
     function: LLMFunction
@@ -236,13 +253,34 @@ class LLMCall:
         return self.options.temperature == 0.0
 
     def sampling_settings(self) -> dict[str, Any]:
-        """The settings that change an answer, besides the model and the prompt (result-cache key)."""
-        return {
+        """The settings that change an answer, besides the model and the prompt: the result-cache key.
+
+        Only greedy answers are cached (``deterministic``), so ``top_p`` and ``seed``, which
+        greedy decoding ignores, are not in it. The system message is, under the same name the
+        server's cache used before, so answers stored then are still found.
+        """
+        out = {
             "max_tokens": self.max_tokens,
             "temperature": self.options.temperature,
             "choices": list(self.choices) if self.choices else None,
             "json_schema": self.schema_json,
             **self._label_settings(),
+        }
+        if self.options.system is not None:
+            out["system"] = self.options.system
+        return out
+
+    def engine_options(self) -> dict[str, Any]:
+        """The ``RelQuery`` settings this call asks of the engine (besides label scoring)."""
+        o = self.options
+        return {
+            "max_tokens": self.max_tokens,
+            "temperature": o.temperature,
+            "top_p": o.top_p,
+            "seed": o.seed,
+            "choices": list(self.choices) if self.choices else None,
+            "json_schema": self.json_schema,
+            "system": o.system,
         }
 
     def _label_settings(self) -> dict[str, Any]:
@@ -256,6 +294,13 @@ class LLMCall:
             out["template"] = self.template.source
             out["examples"] = self.examples_prefix or None
         return out
+
+    def answer(self, text: str) -> tuple[Any, str | None]:
+        """(value, None) for the model's text, or (None, why) when it does not fit the type."""
+        try:
+            return self.convert(text), None
+        except RowError as e:
+            return None, str(e)
 
     def convert(self, text: str) -> Any:
         """The model's text as the function's declared type; ``RowError`` if it does not fit."""

@@ -26,13 +26,13 @@ from typing import Any
 
 import polars as pl
 
-from relserve.errors import TemplateError
+from relserve import settings
+from relserve.binding import Binding
 from relserve.functions import (
     LLM_CLASSIFY,
     LLM_EXTRACT,
     LLM_FILTER,
     LLM_MAP,
-    OPTION_NAMES,
     LLMCall,
     LLMFunction,
     make_call,
@@ -43,19 +43,25 @@ from relserve.template import Template
 
 __all__ = ["LLMExpr", "LLMFrame", "configure", "errors", "explain"]
 
-_settings: dict[str, Any] = {"engine": None, "optimize": True, "progress": True}
-_settings_lock = threading.Lock()
+_UNSET: Any = object()
 
 
-def configure(*, engine: Any = None, optimize: bool | None = None, progress: bool | None = None) -> None:
-    """Process-wide defaults for polars calls: the engine (None: the default engine), whether to
-    order rows for prefix sharing, and whether to show progress bars."""
-    with _settings_lock:
-        _settings["engine"] = engine
-        if optimize is not None:
-            _settings["optimize"] = optimize
-        if progress is not None:
-            _settings["progress"] = progress
+def configure(*, engine: Any = _UNSET, optimize: bool | None = None, progress: bool | None = None) -> None:
+    """Process-wide defaults for polars calls (``relserve.configure`` with these keys): the
+    engine (None: the default engine), whether to order rows for prefix sharing, and whether to
+    show progress bars. A key not given keeps its value.
+
+    >>> import relserve.polars
+    >>> relserve.polars.configure(progress=False)
+    >>> relserve.settings.current().progress
+    False
+    >>> relserve.polars.configure(progress=True)
+    """
+    given = {"optimize": optimize, "progress": progress}
+    changes = {k: v for k, v in given.items() if v is not None}
+    if engine is not _UNSET:
+        changes["engine"] = engine
+    settings.configure(**changes)
 
 
 @dataclass(frozen=True)
@@ -132,31 +138,21 @@ def _dtype(call: LLMCall) -> pl.DataType:
     return pl.String()
 
 
-def _columns(call: LLMCall, series: pl.Series) -> list[list[Any]]:
-    names = call.template.columns
+def _columns(call: LLMCall, series: pl.Series) -> list[Any]:
+    binding = Binding(call.template, call.function.name)
     if isinstance(series.dtype, pl.Struct):
-        fields = series.struct.fields
-        missing = [c for c in names if c not in fields]
-        if missing:
-            raise TemplateError(
-                f"{call.function.name}: template {call.template.source!r} names unknown column(s) "
-                f"{', '.join(map(repr, missing))}; the struct has fields {', '.join(map(repr, fields))}"
-            )
         struct_null = series.is_null().to_list() if series.null_count() else None
-        cols = []
-        for c in names:
-            values = series.struct.field(c).to_list()
-            if struct_null is not None:
+        fields = {name: series.struct.field(name) for name in series.struct.fields}
+        cols = binding.columns(fields=fields, described_as="the struct has fields")
+        out = []
+        for col in cols:
+            values = col.to_list()
+            if struct_null is not None:  # a NULL struct makes every placeholder NULL
                 values = [None if gone else v for v, gone in zip(values, struct_null)]
-            cols.append(values)
-        return cols
-    if len(names) != 1:
-        raise TemplateError(
-            f"{call.function.name}: template {call.template.source!r} has {len(names)} placeholders "
-            f"({', '.join('{' + c + '}' for c in names)}) but the expression gives one column "
-            f"{series.name!r}; use pl.struct(...) or df.llm.{call.function.kind}(...) to bind by column name"
-        )
-    return [series.to_list()]
+            out.append(values)
+        return out
+    hint = f"use pl.struct(...) or df.llm.{call.function.kind}(...) to bind by column name"
+    return binding.columns(positional=[series.to_list()], hint=hint)
 
 
 def _batch_function(call: LLMCall, engine: Any) -> Callable[[pl.Series], pl.Series]:
@@ -164,9 +160,9 @@ def _batch_function(call: LLMCall, engine: Any) -> Callable[[pl.Series], pl.Seri
 
     def run(series: pl.Series) -> pl.Series:
         columns = _columns(call, series)
-        with _settings_lock:
-            use_engine = engine if engine is not None else _settings["engine"]
-            optimize, progress = _settings["optimize"], _settings["progress"]
+        now = settings.current()
+        use_engine = engine if engine is not None else now.engine
+        optimize, progress = now.optimize, now.progress
         explaining = _recorder.active > 0
         outcome: CallOutcome = run_call(
             call, columns, engine=use_engine, optimize=optimize, progress=progress, explain_only=explaining
@@ -189,17 +185,28 @@ def _record(call: LLMCall, outcome: CallOutcome) -> None:
             _failures.append(_Failure(number, call.function.name, call.template.source, row, err))
 
 
-def _expr(expr: pl.Expr, fn: LLMFunction, template: str, engine: Any, **kwargs: Any) -> pl.Expr:
-    call = make_call(fn, template, **kwargs)
+def _expr(expr: pl.Expr, call: LLMCall, engine: Any) -> pl.Expr:
     return expr.map_batches(_batch_function(call, engine), return_dtype=_dtype(call))
 
 
 # -- namespaces -------------------------------------------------------------------------------
+# Every option is keyword-only and forwarded by name to ``make_call``, which checks it: a typo is
+# a TypeError here, a bad value a ConfigError naming it, both before any row runs.
 
 
 @pl.api.register_expr_namespace("llm")
 class LLMExpr:
-    """``expr.llm.map/filter/classify/extract``: an LLM call over the expression's values."""
+    """``expr.llm.map/filter/classify/extract``: an LLM call over the expression's values.
+
+    Options are checked when the expression is built, before any row runs:
+
+    >>> import polars as pl
+    >>> import relserve.polars
+    >>> pl.col("review").llm.map("Summarize {review}", temperature=-1)
+    Traceback (most recent call last):
+    ...
+    relserve.errors.ConfigError: temperature must be a number >= 0, got -1; the largest allowed is 10
+    """
 
     def __init__(self, expr: pl.Expr) -> None:
         self._expr = expr
@@ -211,13 +218,23 @@ class LLMExpr:
         model: str | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        system: str | None = None,
         on_error: str | None = None,
         reorder_fields: bool | None = None,
         examples: list[dict] | None = None,
         engine: Any = None,
     ) -> pl.Expr:
-        """Free-text answer per row (String)."""
-        return _expr(self._expr, LLM_MAP, template, engine, **_opts(locals()))
+        """Free-text answer per row (String).
+
+        >>> lf = pl.LazyFrame({"review": ["Great film!", "Too long."]})
+        >>> lf.with_columns(summary=pl.col("review").llm.map("Summarize {review}", max_tokens=16, system="Be brief.")).collect_schema()
+        Schema([('review', String), ('summary', String)])
+        """
+        call = make_call(
+            LLM_MAP, template, model=model, max_tokens=max_tokens, temperature=temperature, system=system,
+            on_error=on_error, reorder_fields=reorder_fields, examples=examples,
+        )
+        return _expr(self._expr, call, engine)
 
     def filter(
         self,
@@ -226,14 +243,24 @@ class LLMExpr:
         model: str | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        system: str | None = None,
         on_error: str | None = None,
         reorder_fields: bool | None = None,
         method: str | None = None,
         examples: list[dict] | None = None,
         engine: Any = None,
     ) -> pl.Expr:
-        """Yes/no answer per row (Boolean)."""
-        return _expr(self._expr, LLM_FILTER, template, engine, **_opts(locals()))
+        """Yes/no answer per row (Boolean).
+
+        >>> lf = pl.LazyFrame({"review": ["Great film!", "Too long."]})
+        >>> lf.with_columns(good=pl.col("review").llm.filter("Is {review} positive?", method="score")).collect_schema()
+        Schema([('review', String), ('good', Boolean)])
+        """
+        call = make_call(
+            LLM_FILTER, template, model=model, max_tokens=max_tokens, temperature=temperature, system=system,
+            on_error=on_error, reorder_fields=reorder_fields, method=method, examples=examples,
+        )
+        return _expr(self._expr, call, engine)
 
     def classify(
         self,
@@ -243,14 +270,28 @@ class LLMExpr:
         model: str | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        system: str | None = None,
         on_error: str | None = None,
         reorder_fields: bool | None = None,
         method: str | None = None,
         examples: list[dict] | None = None,
         engine: Any = None,
     ) -> pl.Expr:
-        """One of ``labels`` per row (Enum of the labels)."""
-        return _expr(self._expr, LLM_CLASSIFY, template, engine, labels=labels, **_opts(locals()))
+        """One of ``labels`` per row (Enum of the labels).
+
+        >>> lf = pl.LazyFrame({"review": ["Great film!", "Too long."]})
+        >>> lf.with_columns(tone=pl.col("review").llm.classify("Tone of {review}", ["positive", "negative"])).collect_schema()
+        Schema([('review', String), ('tone', Enum(categories=['positive', 'negative']))])
+        >>> pl.col("review").llm.classify("Tone of {review}", ["positive", "positive"])
+        Traceback (most recent call last):
+        ...
+        relserve.errors.ConfigError: llm_classify labels must be distinct; repeated: ['positive']
+        """
+        call = make_call(
+            LLM_CLASSIFY, template, labels=labels, model=model, max_tokens=max_tokens, temperature=temperature,
+            system=system, on_error=on_error, reorder_fields=reorder_fields, method=method, examples=examples,
+        )
+        return _expr(self._expr, call, engine)
 
     def extract(
         self,
@@ -260,21 +301,28 @@ class LLMExpr:
         model: str | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        system: str | None = None,
         on_error: str | None = None,
         reorder_fields: bool | None = None,
         examples: list[dict] | None = None,
         engine: Any = None,
     ) -> pl.Expr:
-        """JSON text valid against ``json_schema`` per row (String; ``.str.json_decode()`` it)."""
-        return _expr(self._expr, LLM_EXTRACT, template, engine, json_schema=json_schema, **_opts(locals()))
+        """JSON text valid against ``json_schema`` per row (String; ``.str.json_decode()`` it).
 
-
-def _opts(given: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: v
-        for k, v in given.items()
-        if k in OPTION_NAMES and v is not None
-    }
+        >>> lf = pl.LazyFrame({"review": ["Great film!", "Too long."]})
+        >>> lf.with_columns(facts=pl.col("review").llm.extract("Facts in {review}", {"type": "object"})).collect_schema()
+        Schema([('review', String), ('facts', String)])
+        >>> pl.col("review").llm.extract("Facts in {review}", {"type": "thing"})
+        Traceback (most recent call last):
+        ...
+        relserve.errors.ConfigError: llm_extract: invalid JSON schema: 'thing' is not valid under any of the given schemas
+        """
+        call = make_call(
+            LLM_EXTRACT, template, json_schema=json_schema, model=model, max_tokens=max_tokens,
+            temperature=temperature, system=system, on_error=on_error, reorder_fields=reorder_fields,
+            examples=examples,
+        )
+        return _expr(self._expr, call, engine)
 
 
 class LLMFrame:
@@ -289,10 +337,7 @@ class LLMFrame:
         names = (
             self._frame.collect_schema().names() if isinstance(self._frame, pl.LazyFrame) else self._frame.columns
         )
-        try:
-            parsed.check_columns(names)
-        except TemplateError as e:
-            raise TemplateError(f"{fn.name}: {e}") from None
+        Binding(parsed, fn.name).check_names(names)
         return pl.struct(list(parsed.columns))
 
     def map(self, template: str, *, alias: str = "llm_map", **options: Any):

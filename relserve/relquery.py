@@ -6,16 +6,13 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from relserve.errors import ConfigError, RowError, TemplateError
+from relserve import validation as check
+from relserve.binding import Binding
+from relserve.errors import ConfigError, RowError
 from relserve.template import Template
-
-OnError = Literal["null", "raise"]
-
-
-def _finite_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+from relserve.validation import OnError
 
 
 def encodable(prompt: str) -> str | RowError:
@@ -81,7 +78,7 @@ class RelQuery:
     #: structured output: the answer is JSON valid against this schema
     json_schema: dict | str | None = None
     #: "null": a failed row gets text None and an error; "raise": the first failed row raises
-    on_error: OnError = "null"
+    on_error: OnError = OnError.NULL
     rel_id: str | None = None
     #: optional system message put before every prompt
     system: str | None = None
@@ -106,22 +103,18 @@ class RelQuery:
             self.parsed = Template.parse(self.template)  # type: ignore[arg-type]
             self.parsed.require_placeholders()
             self.rows = rows_to_dicts(self.rows)
-            self._check_rows()
+            Binding(self.parsed).check_rows(self.rows)
         else:
             self.parsed = None
             self.rows = [{"prompt": p} for p in self.prompts]
-        if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
-            raise ConfigError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
-        if not _finite_number(self.temperature) or self.temperature < 0:
-            raise ConfigError(f"temperature must be a number >= 0, got {self.temperature!r}")
-        if not _finite_number(self.top_p) or not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p must be a number in (0, 1], got {self.top_p!r}")
-        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
-            raise ConfigError(f"priority must be an integer, got {self.priority!r}")
-        if self.deadline_s is not None and (not _finite_number(self.deadline_s) or self.deadline_s <= 0):
-            raise ConfigError(f"deadline_s must be a positive, finite number of seconds, got {self.deadline_s!r}")
-        if self.on_error not in ("null", "raise"):
-            raise ConfigError(f"on_error must be 'null' or 'raise', got {self.on_error!r}")
+        check.max_tokens(self.max_tokens)
+        self.temperature = check.temperature(self.temperature)
+        self.top_p = check.top_p(self.top_p)
+        check.seed(self.seed)
+        check.priority(self.priority)
+        check.deadline_s(self.deadline_s)
+        self.on_error = check.on_error(self.on_error)
+        check.text_or_none("system", self.system)
         from relserve.functions import validate_labels, validate_schema
 
         if self.choices is not None:
@@ -152,17 +145,6 @@ class RelQuery:
             if p is not None and not isinstance(p, str):
                 raise ConfigError(f"prompt {i} is a {type(p).__name__}, not a string")
         return cls(None, prompts=prompts, **options)
-
-    def _check_rows(self) -> None:
-        cols = self.parsed.columns
-        if not self.rows:
-            return
-        first = self.rows[0]
-        self.parsed.check_columns(first.keys())
-        for i, row in enumerate(self.rows):
-            missing = [c for c in cols if c not in row]
-            if missing:
-                raise TemplateError(f"row {i} has no column(s) {', '.join(map(repr, missing))} named in the template")
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -1,13 +1,23 @@
-"""What a relQuery returns: one ``RowResult`` per input row, and the relQuery's statistics."""
+"""What a relQuery returns: one ``RowResult`` per input row, and the relQuery's statistics.
+
+``RowResult`` is the one row type from the engine to the client: the engine fills the text and
+the token counts, the executor (``relserve.planner.executor``) the value in the function's type
+and ``cached``, the server sends ``as_dict()`` and the client reads it back with ``from_dict``.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+#: the fields a row has on the wire (the server's JSON), in the order sent
+WIRE_FIELDS = ("index", "value", "text", "error", "cached", "prompt_tokens", "output_tokens", "cached_tokens", "finish_reason")
 
 
 @dataclass(slots=True)
 class RowResult:
-    #: position of the row in the relQuery's input
+    #: position of the row in the relQuery's input (after fan-out: in the call's input)
     index: int
     text: str | None = None
     error: str | None = None
@@ -19,10 +29,25 @@ class RowResult:
     #: label scoring (``RelQuery(score_labels=True)``): each label's log-probability, normalised
     #: over the labels, before any calibration
     label_logprobs: dict[str, float] | None = None
+    #: the answer in the call's type (llm_filter: bool); None when the row failed or for a bare
+    #: relQuery, whose answer is ``text``
+    value: Any = None
+    #: answered from the result cache (the engine did not run it)
+    cached: bool = False
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as the server sends it."""
+        return {name: getattr(self, name) for name in WIRE_FIELDS}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RowResult:
+        """A row as the server sent it (unknown keys are left out)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
 
 
 @dataclass(slots=True)
@@ -59,16 +84,18 @@ class RelQueryStats:
         return d
 
 
-@dataclass
-class RelQueryResult:
+class RowsView:
+    """Reading a result's rows, the same for the engine's result and the server's (client)."""
+
     rows: list[RowResult]
-    stats: RelQueryStats
-    cancelled: bool = False
-    extra: dict = field(default_factory=dict)
 
     @property
     def texts(self) -> list[str | None]:
         return [r.text for r in self.rows]
+
+    @property
+    def values(self) -> list[Any]:
+        return [r.value for r in self.rows]
 
     @property
     def errors(self) -> list[str | None]:
@@ -82,3 +109,11 @@ class RelQueryResult:
 
     def __getitem__(self, i: int) -> RowResult:
         return self.rows[i]
+
+
+@dataclass
+class RelQueryResult(RowsView):
+    rows: list[RowResult]
+    stats: RelQueryStats
+    cancelled: bool = False
+    extra: dict = field(default_factory=dict)

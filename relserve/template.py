@@ -80,16 +80,6 @@ class Template:
                 f"template {self.source!r} has no {{column}} placeholder, so every row would get the same prompt"
             )
 
-    def check_columns(self, available: Iterable[str]) -> None:
-        """Raise if a placeholder names a column that does not exist."""
-        have = list(available)
-        missing = [c for c in self.columns if c not in have]
-        if missing:
-            raise TemplateError(
-                f"template names unknown column(s) {', '.join(map(repr, missing))}; "
-                f"available columns: {', '.join(map(repr, have)) or '(none)'}"
-            )
-
     def render(self, row: Mapping[str, object]) -> str:
         """Fill the placeholders from ``row``; raises ``RowError`` for a missing or NULL value."""
         from relserve.errors import RowError

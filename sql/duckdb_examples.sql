@@ -49,7 +49,7 @@ SELECT id,
        ) AS points
 FROM reviews;
 
--- Options go last, through llm_options(...): model, max_tokens, temperature, on_error
+-- Options go last, through llm_options(...): model, max_tokens, temperature, system, on_error
 -- ('null': a failed row is NULL and listed by relserve.duckdb.errors(con); 'raise': the
 -- statement fails), reorder_fields (let the planner put each row's fields in the order that
 -- shares the most prefix; the row is then given to the model as {"field": value} JSON).

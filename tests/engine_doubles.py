@@ -17,6 +17,7 @@ from typing import Any
 from relserve.planner.hit_rate import PrefixCacheModel
 from relserve.planner.tokens import approximate_tokens
 from relserve.policy.cost_model import CostModel
+from relserve.results import RowResult
 
 Answer = Callable[[str, Any], str]
 
@@ -31,16 +32,10 @@ def default_answer(prompt: str, rq: Any) -> str:
     return "answer to: " + prompt[-40:]
 
 
-@dataclass
-class _Row:
-    index: int
-    text: str | None = None
-    error: str | None = None
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    finish_reason: str | None = "stop"
-    label_logprobs: dict[str, float] | None = None
+def _Row(index: int, text: str | None = None, error: str | None = None, prompt_tokens: int = 0, output_tokens: int = 0,
+         cached_tokens: int = 0, finish_reason: str | None = "stop", label_logprobs: dict[str, float] | None = None) -> RowResult:
+    """The engine's own row type, with the double's defaults."""
+    return RowResult(index, text, error, prompt_tokens, output_tokens, cached_tokens, finish_reason, label_logprobs)
 
 
 @dataclass
@@ -59,7 +54,7 @@ class _Stats:
 
 @dataclass
 class _Result:
-    rows: list[_Row]
+    rows: list[RowResult]
     stats: _Stats
 
     @property
@@ -72,7 +67,7 @@ class _Handle:
         self._result = result
         self.cancelled = False
 
-    def __iter__(self) -> Iterator[_Row]:
+    def __iter__(self) -> Iterator[RowResult]:
         return iter(self._result.rows)
 
     @property
@@ -86,7 +81,7 @@ class _Handle:
         return self._result
 
 
-def _scored_row(index: int, answer: str, rq: Any, prompt_tokens: int, cached: int) -> _Row:
+def _scored_row(index: int, answer: str, rq: Any, prompt_tokens: int, cached: int) -> RowResult:
     """What the engine's label scoring gives: the scripted answer holds 90% of the probability,
     and the answer is the best label after the relQuery's prior, as the engine picks it."""
     from relserve.engine.label_scoring import pick

@@ -101,7 +101,7 @@ def test_unknown_struct_field_is_a_clear_error(con):
 
 
 def test_wrong_number_of_values_is_a_clear_error(con):
-    with pytest.raises(duckdb.Error, match=r"has 2 placeholder\(s\) \(\{a\}, \{b\}\) but 1 value argument"):
+    with pytest.raises(duckdb.Error, match=r"has 2 placeholder\(s\) \(\{a\}, \{b\}\) but 1 value\(s\) were given"):
         con.sql("SELECT llm_map('{a} {b}', review) FROM reviews").fetchall()
 
 

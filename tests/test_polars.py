@@ -94,7 +94,7 @@ def test_unknown_column_is_an_error_before_running(df, engine):
         df.llm.map("Rate {rating}")
     with pytest.raises(TemplateError, match=r"unknown column\(s\) 'rating'; the struct has fields 'movie', 'review'"):
         df.select(pl.struct("movie", "review").llm.map("Rate {rating}"))
-    with pytest.raises(TemplateError, match="has 2 placeholders"):
+    with pytest.raises(TemplateError, match=r"has 2 placeholder\(s\) \(\{review\}, \{movie\}\) but 1 value\(s\) were given; use pl.struct"):
         df.select(pl.col("review").llm.map("{review} {movie}"))
     assert engine.submitted == []
 

@@ -283,9 +283,23 @@ def test_a_null_value_gives_a_null_row_with_its_error(cluster):
         assert rows == [(7, None, "llm_map: placeholder {review} is NULL in this row")]
         assert db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 7").fetchone() == (None,)
         assert notices[-1] == "llm_map: NULL for this row: llm_map: placeholder {r} is NULL in this row"
-        db.execute("SET relserve.on_error = 'fail'")
+        db.execute("SET relserve.on_error = 'raise'")  # relserve's vocabulary: a failed row fails the statement
         with pytest.raises(psycopg.errors.DataException, match=r"llm_map: llm_map: placeholder \{r\} is NULL in this row"):
             db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 7")
+        with pytest.raises(psycopg.errors.DataException, match=r"llm_map_query: row 1: llm_map: placeholder \{review\} is NULL"):
+            db.execute("SELECT * FROM llm_map_query('Is {review} good?', 'SELECT id, review FROM reviews WHERE id = 7')")
+        db.execute("SET relserve.on_error = 'fail'")  # the value it had before, under another name
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"relserve.on_error must be 'null' or 'raise', got 'fail'") as e:
+            db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 7")
+        assert e.value.diag.message_hint == "'fail' is now 'raise' (a failed row fails the statement)"
+
+
+def test_the_functions_import_relserve_from_this_checkout(cluster):
+    with connect(cluster) as db:
+        db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 7")  # loads relserve
+        db.execute("CREATE FUNCTION pg_temp.relserve_origin() RETURNS text LANGUAGE plpython3u AS "
+                   "$$ import sys; return sys.modules['relserve'].__file__ $$")
+        assert db.execute("SELECT pg_temp.relserve_origin()").fetchone()[0] == str(REPO / "relserve" / "__init__.py")
 
 
 def test_bad_input_and_server_errors_are_sql_errors_with_clear_messages(cluster):
@@ -307,7 +321,7 @@ def test_bad_input_and_server_errors_are_sql_errors_with_clear_messages(cluster)
         with pytest.raises(psycopg.errors.SqlclientUnableToEstablishSqlconnection,
                            match=r"llm_map: cannot reach the relserve server at http://127.0.0.1:9"):
             db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1")
-        db.execute("SET relserve.on_error = 'null'")  # asked for: NULL rows instead of an error
+        db.execute("SET relserve.on_server_error = 'null'")  # asked for: NULL rows instead of an error
         rows = db.execute(
             "SELECT ord, answer, error FROM llm_map_query('Is {review} good?', 'SELECT review FROM reviews WHERE id <= 2 ORDER BY id')"
         ).fetchall()
@@ -315,7 +329,7 @@ def test_bad_input_and_server_errors_are_sql_errors_with_clear_messages(cluster)
         assert all(e.startswith("cannot reach the relserve server at http://127.0.0.1:9") for _, _, e in rows)
         assert db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1").fetchone() == (None,)
         db.execute("SET relserve.on_error = 'sometimes'")
-        with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"relserve.on_error must be 'raise', 'null' or 'fail', got 'sometimes'"):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"relserve.on_error must be 'null' or 'raise', got 'sometimes'"):
             db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1")
 
 

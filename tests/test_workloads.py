@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from relserve.binding import Binding
 from relserve.errors import ConfigError
 from relserve.template import Template
 from relserve.workloads import (
@@ -79,7 +80,7 @@ def test_templates_use_existing_columns_and_render(name):
     for s in specs:
         t = Template.parse(s.template)
         assert 1 <= len(t.columns) <= 2, s.template
-        t.check_columns(df.columns)
+        Binding(t).check_names(df.columns)
         assert s.max_tokens == MAX_TOKENS[s.type]
         # the instruction comes first, so the rows of a relQuery share it as a prefix
         assert len(t.static_prefix) >= 30

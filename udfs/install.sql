@@ -20,9 +20,11 @@
 --     relserve.url          the server (default http://127.0.0.1:8000)
 --     relserve.timeout      seconds a call waits for its relQuery before cancelling it (default 120);
 --                           statement_timeout and pg_cancel_backend also cancel the relQuery
---     relserve.on_error     raise (default): a server error is a SQL error, a failed row is NULL
---                           null:  a server error also gives NULL rows (and a WARNING)
---                           fail:  a failed row is a SQL error too
+--     relserve.on_error     what a failed row does, as everywhere in relserve (DuckDB, polars, the server):
+--                           null (default): the row is NULL (with a NOTICE, or its error column)
+--                           raise: the statement fails with an error naming the row
+--     relserve.on_server_error  raise (default): a server error (unreachable, bad key) is a SQL error
+--                               null: it gives NULL rows instead (and a WARNING)
 --     relserve.max_tokens   answer length (default: the function's own: map 64, filter 2, classify 16, extract 256)
 --     relserve.temperature  sampling temperature (default 0: greedy, cacheable)
 -- relserve.python_path and relserve.api_key are refused as settings (an error says where they went).
@@ -78,7 +80,7 @@ import sys
 import threading
 import time
 
-SETTING_NAMES = ("url", "timeout", "on_error", "max_tokens", "temperature")
+SETTING_NAMES = ("url", "timeout", "on_error", "on_server_error", "max_tokens", "temperature")
 # settings any role may set in its session; these two were settings once and are refused now
 REFUSED = {
     "python_path": "relserve.python_path is not read from settings: any role could point it at a folder whose .pth "
@@ -99,6 +101,7 @@ WAIT_SLICE_S = 0.1
 CANCEL_TIMEOUT_S = 5.0  # an interrupted statement waits at most this long for the server to confirm the cancel
 clients = {}
 added_paths = set()
+lib_box = {}  # the Lib below, once relserve is importable
 
 
 def fail(message, sqlstate="22023", hint=None):
@@ -127,10 +130,25 @@ def settings():
         if s.pop(name):
             fail(why, "42501", hint=f"RESET relserve.{name}; ALTER DATABASE/ROLE ... RESET relserve.{name}; "
                  "see 'Security' in docs/server-postgres-spreadsheet.md")
-    s["on_error"] = (s["on_error"] or "raise").lower()
-    if s["on_error"] not in ("raise", "null", "fail"):
-        fail(f"relserve.on_error must be 'raise', 'null' or 'fail', got {s['on_error']!r}")
+    s["on_error"] = on_error_of("relserve.on_error", s["on_error"] or "null")
+    s["on_server_error"] = on_error_of("relserve.on_server_error", s["on_server_error"] or "raise")
     return s
+
+
+# the values relserve.on_error took before it shared relserve's vocabulary
+RENAMED_ON_ERROR = {
+    "fail": "'fail' is now 'raise' (a failed row fails the statement)",
+}
+
+
+def on_error_of(what, value):
+    """relserve's one on_error vocabulary (relserve.validation.OnError): 'null' or 'raise'."""
+    allowed = modules()[1].ON_ERROR_VALUES
+    value = str(value).strip().lower()
+    if value not in allowed:
+        shown = " or ".join(repr(v) for v in allowed)
+        fail(f"{what} must be {shown}, got {value!r}", hint=RENAMED_ON_ERROR.get(value))
+    return value
 
 
 def python_path():
@@ -152,12 +170,26 @@ def add_python_path(path):
         sys.path[:] = [e for e in new if e in added] + [p for p in added if p not in new] + before
 
 
-def modules(s):
+class Lib:
+    """What the functions use of relserve besides the client: the one binding and vocabulary."""
+
+    def __init__(self):
+        from relserve.binding import Binding
+        from relserve.errors import TemplateError
+        from relserve.template import Template
+        from relserve.validation import ON_ERROR_VALUES
+
+        self.Binding, self.TemplateError, self.Template, self.ON_ERROR_VALUES = Binding, TemplateError, Template, ON_ERROR_VALUES
+
+
+def modules(s=None):
     if not added_paths:
         add_python_path(python_path())
     try:
         from relserve import client as relserve_client
-        from relserve.template import Template
+
+        if not lib_box:
+            lib_box["lib"] = Lib()
     except ImportError as e:
         fail(
             f"relserve: cannot import the relserve client ({e})",
@@ -166,7 +198,7 @@ def modules(s):
             "environment where relserve is installed: INSERT INTO relserve.config VALUES ('python_path', "
             "'/srv/relserve/.venv/lib/python3.11/site-packages') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
         )
-    return relserve_client, Template
+    return relserve_client, lib_box["lib"]
 
 
 def timeout_of(s):
@@ -241,7 +273,7 @@ def run(name, s, template, rows, opts):
     if "error" in box:
         raise box["error"]
     done = box["done"]
-    ordered = [box["rows"].get(i) or mod.RemoteRow(i, error="no answer") for i in range(box["total"])]
+    ordered = [box["rows"].get(i) or mod.RowResult(i, error="no answer") for i in range(box["total"])]
     return mod.RemoteResult(box["id"], done.get("status", "unknown"), ordered, done.get("stats", {}), done.get("error"))
 
 
@@ -270,51 +302,43 @@ def call_options(s, function, spec, extra=None):
     except ValueError as e:
         fail(f"relserve.max_tokens / relserve.temperature: {e}")
     opts.update(extra or {})
-    opts["on_error"] = "null"  # row errors come back per row; 'fail' is applied here
+    opts["on_error"] = "null"  # row errors come back per row; 'raise' is applied here
     return opts
 
 
-def bind(name, Template, template, vals, fields):
-    """Placeholders get the values in order of first appearance, or by name from a jsonb object."""
-    try:
-        columns = Template.parse(template).columns
-    except Exception as e:
-        fail(f"{name}: {e}")
+def bind(name, lib, template, vals, fields):
+    """Placeholders get the values in order of first appearance, or by name from a jsonb object
+    (relserve.binding: the binding of every surface)."""
+    obj = None
     if fields is not None:
         obj = json.loads(fields)
         if not isinstance(obj, dict):
             fail(f"{name}: the jsonb argument must be an object of placeholder values, got {type(obj).__name__}")
-        missing = [c for c in columns if c not in obj]
-        if missing:
-            fail(f"{name}: the template names {', '.join('{' + c + '}' for c in missing)}, "
-                       f"which the object does not have (keys: {', '.join(obj) or 'none'})")
-        return {c: obj[c] for c in columns}
-    vals = list(vals or [])  # (PL/Python's own global "args" holds every argument: not that one)
-    if len(vals) != len(columns):
-        shown = ", ".join("{" + c + "}" for c in columns)
-        fail(
-            f"{name}: the template has {len(columns)} placeholder(s) ({shown}) but {len(vals)} value(s) were given; "
-            "values fill the placeholders in order of first appearance"
-        )
-    return dict(zip(columns, vals))
+    try:
+        binding = lib.Binding(lib.Template.parse(template), name)
+        # (PL/Python's own global "args" holds every argument: not that one)
+        values = binding.row(args=list(vals or []), values=obj)
+    except lib.TemplateError as e:
+        fail(str(e) if str(e).startswith(name) else f"{name}: {e}")
+    return dict(zip(binding.names, values))
 
 
 def scalar(function, template, vals=None, fields=None, spec=None):
     """One value: one request to the server."""
     name = f"llm_{function}"
     s = settings()
-    mod, Template = modules(s)
-    row = bind(name, Template, template, vals, fields)
+    mod, lib = modules(s)
+    row = bind(name, lib, template, vals, fields)
     try:
         result = run(name, s, template, [row], call_options(s, function, spec))
     except mod.ServerError as e:
-        if s["on_error"] == "null":
+        if s["on_server_error"] == "null":
             plpy.warning(f"{name}: relserve server error, NULL returned: {e}")
             return None
         server_error(name, e)
     r = result.rows[0]
     if r.error is not None:
-        if s["on_error"] == "fail":
+        if s["on_error"] == "raise":
             fail(f"{name}: {r.error}", "22000")
         plpy.notice(f"{name}: NULL for this row: {r.error}")
         return None
@@ -328,18 +352,18 @@ def over_query(function, template, query, options, spec=None):
     name = f"llm_{function}_query"
     s = settings()
     mod, _ = modules(s)
-    extra, on_error = query_options(name, s, options)
+    extra, on_error, on_server_error = query_options(name, s, options)
     rows, inputs = source_rows(name, query)
     if not rows:
         return []
     try:
         result = run(name, s, template, rows, call_options(s, function, spec, extra))
     except mod.ServerError as e:
-        if on_error != "null":
+        if on_server_error != "null":
             server_error(name, e)
         plpy.warning(f"{name}: relserve server error, NULL returned for every row: {e}")
         return [{"ord": i + 1, "answer": None, "error": str(e), "input": text} for i, text in enumerate(inputs)]
-    if on_error == "fail":
+    if on_error == "raise":
         bad = next((r for r in result.rows if r.error is not None), None)
         if bad is not None:
             fail(f"{name}: row {bad.index + 1}: {bad.error}", "22000")
@@ -347,14 +371,14 @@ def over_query(function, template, query, options, spec=None):
 
 
 def query_options(name, s, options):
-    """The jsonb options of a query call, and its on_error (the option, else the setting)."""
+    """The jsonb options of a query call, its on_error and on_server_error (each the option, else
+    the setting)."""
     extra = json.loads(options) if options else {}
     if not isinstance(extra, dict):
         fail(f"{name}: options must be a jsonb object, e.g. '{{\"max_tokens\": 8}}'")
-    on_error = str(extra.pop("on_error", s["on_error"])).lower()
-    if on_error not in ("raise", "null", "fail"):
-        fail(f"{name}: on_error must be 'raise', 'null' or 'fail', got {on_error!r}")
-    return extra, on_error
+    on_error = on_error_of(f"{name}: on_error", extra.pop("on_error", s["on_error"]))
+    on_server_error = on_error_of(f"{name}: on_server_error", extra.pop("on_server_error", s["on_server_error"]))
+    return extra, on_error, on_server_error
 
 
 def source_rows(name, query, columns=None):
@@ -404,12 +428,13 @@ NO_ROWS = {"rows": 0, "engine_rows": 0, "cached_rows": 0}
 
 
 def scan_input(name, s, kind, spec, query, options, columns):
-    """A foreign table's call options, on_error, and its source rows (with their JSON text)."""
-    extra, on_error = query_options(name, s, options)
+    """A foreign table's call options, (on_error, on_server_error), and its source rows (with
+    their JSON text)."""
+    extra, on_error, on_server_error = query_options(name, s, options)
     rows, inputs = source_rows(name, query, columns)
     if kind == "classify":  # the table option is one comma-separated string
         spec = [label.strip() for label in (spec or "").split(",")]
-    return call_options(s, kind, spec, extra), on_error, rows, inputs
+    return call_options(s, kind, spec, extra), (on_error, on_server_error), rows, inputs
 
 
 def fdw_scan(kind, template, spec, query, options, url, api_key, columns):
@@ -422,14 +447,14 @@ def fdw_scan(kind, template, spec, query, options, url, api_key, columns):
     name = f"relserve_fdw ({kind})"
     s = settings()
     mod, _ = modules(s)
-    opts, on_error, rows, inputs = scan_input(name, s, kind, spec, query, options, columns)
+    opts, (on_error, on_server_error), rows, inputs = scan_input(name, s, kind, spec, query, options, columns)
     if not rows:
         return iter([stats_event(NO_ROWS)])
     c = client(s, (url, api_key or ""))
     try:
         stream = c.stream(template, rows, **opts)
     except mod.ServerError as e:
-        if on_error != "null":
+        if on_server_error != "null":
             server_error(name, e)
         plpy.warning(f"{name}: relserve server error, NULL returned for every row: {e}")
         return iter([answer_event(None, str(e), text) for text in inputs] + [stats_event({"rows": len(rows)})])
@@ -472,7 +497,7 @@ def scan_events(name, s, c, stream, inputs, on_error):
                 continue
             if what == "row":
                 cached += bool(item.cached)
-                if item.error is not None and on_error == "fail":
+                if item.error is not None and on_error == "raise":
                     yield error_event(f"{name}: row {item.index + 1}: {item.error}", "22000")
                     return
                 yield answer_event(item.value, item.error, inputs[item.index])

@@ -17,6 +17,7 @@ from typing import Any
 
 from relserve.calibration import load_cost_model
 from relserve.cluster.dispatch import DISPATCHERS, Work, make_dispatcher
+from relserve.engine.admission import admit
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.prompts import ChatPrompter, ChatTokenizing
 from relserve.engine.settings import EngineSettings
@@ -257,32 +258,9 @@ class Cluster(ChatTokenizing):
     # ------------------------------------------------------------------ relQueries
 
     def submit(self, rq: RelQuery) -> RelQueryHandle:
-        if not isinstance(rq, RelQuery):
-            raise ConfigError(f"submit() takes a RelQuery, got {type(rq).__name__}")
-        dead = self.dead_reason
-        if dead is not None:
-            raise EngineError(dead)
-        arrival = time.monotonic()
-        prompts = rq.render()
-        good = [i for i, p in enumerate(prompts) if not isinstance(p, RowError)]
-        toks = self._prompter(rq.system).token_ids([prompts[i] for i in good])  # type: ignore[misc]
-        handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, lambda: self._cancel(rq.rel_id))
-        run = _Run(rq, handle, arrival, prompts, {})
-        for i, p in enumerate(prompts):
-            if isinstance(p, RowError):
-                handle._row_done(RowResult(i, error=str(p)))
-        for i, tok in zip(good, toks):
-            if len(tok) + rq.max_tokens > self.max_model_len:
-                handle._row_done(RowResult(
-                    i, error=f"prompt has {len(tok)} tokens; with max_tokens={rq.max_tokens} it exceeds "
-                    f"the model's context of {self.max_model_len} tokens", prompt_tokens=len(tok),
-                ))
-            else:
-                run.ids[i] = tok
-        if rq.on_error == "raise":
-            failed = next((r for r in handle._rows if r is not None and r.error), None)
-            if failed is not None:
-                raise RowError(f"row {failed.index}: {failed.error}")
+        a = admit(self, rq, lambda: self._cancel(rq.rel_id))
+        handle = a.handle
+        run = _Run(rq, handle, a.arrival, a.prompts, dict(a.rows))
         with self._lock:
             if rq.rel_id in self._runs:
                 raise ConfigError(f"a relQuery with rel_id {rq.rel_id!r} is already running")

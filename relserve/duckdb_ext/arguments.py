@@ -5,7 +5,7 @@
     llm_classify(template, labels, value, ... [, llm_options(...)])
     llm_extract(template, json_schema, value, ... [, llm_options(...)])
 
-Binding placeholders to values:
+Binding placeholders to values (``relserve.binding``, as on every surface):
 * one STRUCT value (a table alias such as ``r`` in ``FROM reviews r``, ``struct_pack(...)`` or
   ``{'review': text}``) binds by field name, and a placeholder with no such field is an error;
 * otherwise the values fill the distinct placeholders in order of first appearance, and their
@@ -26,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from relserve.binding import Binding
 from relserve.errors import ConfigError, TemplateError
 from relserve.functions import OPTION_NAMES, CallOptions, LLMCall, LLMFunction, make_call
 from relserve.template import Template
@@ -140,35 +141,29 @@ def _make_call(fn: LLMFunction, template: str, spec: Any, options: Any, defaults
 
 
 class _Binder:
-    """Reads one row's placeholder values from the value arrays."""
+    """Reads one row's placeholder values from the value arrays (see ``relserve.binding``)."""
 
     def __init__(self, fn: LLMFunction, template: Template, value_arrays: list[pa.Array]) -> None:
-        names = template.columns
+        binding = Binding(template, fn.name)
         self.struct_nulls = None
         if len(value_arrays) == 1 and pa.types.is_struct(value_arrays[0].type):
             struct = value_arrays[0]
-            available = [struct.type.field(i).name for i in range(struct.type.num_fields)]
-            missing = [c for c in names if c not in available]
-            if missing:
-                raise TemplateError(
-                    f"{fn.name}: template {template.source!r} names unknown column(s) "
-                    f"{', '.join(map(repr, missing))}; the struct argument has fields {', '.join(map(repr, available))}"
-                )
-            self.columns = [struct.field(c).to_pylist() for c in names]
+            fields = {struct.type.field(i).name: i for i in range(struct.type.num_fields)}
+            picked = binding.columns(fields=fields, described_as="the struct argument has fields")
+            self.columns = [struct.field(i).to_pylist() for i in picked]
             if struct.null_count:
                 self.struct_nulls = struct.is_null().to_pylist()
         else:
-            if len(value_arrays) != len(names):
-                placeholders = ", ".join("{" + c + "}" for c in names)
-                raise TemplateError(
-                    f"{fn.name}: template {template.source!r} has {len(names)} placeholder(s) ({placeholders}) "
-                    f"but {len(value_arrays)} value argument(s) were given; pass one value per placeholder in "
-                    "order of first appearance, or one struct whose fields are named like the placeholders"
-                )
-            self.columns = [a.to_pylist() for a in value_arrays]
+            self.columns = [a.to_pylist() for a in binding.columns(positional=value_arrays, hint=STRUCT_HINT)]
 
     def row(self, r: int) -> tuple:
         return tuple(col[r] for col in self.columns)
+
+
+STRUCT_HINT = (
+    "pass one value per placeholder in order of first appearance, or one struct whose fields are named like "
+    "the placeholders"
+)
 
 
 def _check_options_last(fn: LLMFunction, value_arrays: list[pa.Array]) -> None:

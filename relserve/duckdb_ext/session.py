@@ -101,6 +101,7 @@ def install(
     model: str | None = None,
     max_tokens: int | None = None,
     temperature: float = 0.0,
+    system: str | None = None,
     on_error: str = "null",
     reorder_fields: bool = False,
     method: str | None = None,
@@ -114,7 +115,10 @@ def install(
     The keyword arguments are the connection's defaults; ``llm_options(...)`` in a call
     overrides them for that call.
     """
-    defaults = CallOptions(model, max_tokens, temperature, on_error, reorder_fields, method, examples)  # type: ignore[arg-type]
+    defaults = CallOptions(
+        model=model, max_tokens=max_tokens, temperature=temperature, system=system, on_error=on_error,
+        reorder_fields=reorder_fields, method=method, examples=examples,
+    )
     session = Session(defaults, engine, cache, optimize, progress)
     with _sessions_lock:
         old = _sessions.get(con)

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relserve.calibration import load_cost_model, load_policy_settings
+from relserve.engine.admission import admit
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import LabelTrie, pick
 from relserve.engine.prompts import ChatPrompter, ChatTokenizing
 from relserve.engine.settings import EngineSettings
 from relserve.engine.spawn import check_not_bootstrapping, hidden_main
-from relserve.errors import ConfigError, EngineError, RowError
+from relserve.errors import ConfigError, EngineError
 from relserve.model import resolve_model
 from relserve.policy import POLICY_NAMES, PRESETS, CostModel, PolicySettings, policy_class
 from relserve.relquery import RelQuery
@@ -287,37 +288,9 @@ class Engine(ChatTokenizing):
 
     def submit(self, rq: RelQuery) -> RelQueryHandle:
         """Start a relQuery; returns at once with a handle on its results."""
-        if not isinstance(rq, RelQuery):
-            raise ConfigError(f"submit() takes a RelQuery, got {type(rq).__name__}")
-        dead = self.dead_reason
-        if dead is not None:
-            raise EngineError(dead)
-        arrival = time.monotonic()
-        prompts = rq.render()
-        good = [i for i, p in enumerate(prompts) if not isinstance(p, RowError)]
-        ids = self._prompter(rq.system).token_ids([prompts[i] for i in good])  # type: ignore[misc]
-        handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, lambda: self._cancel(rq.rel_id))
-        running = _Running(rq, handle, arrival)
-        rows: list[tuple[int, list[int]]] = []
-        for i, p in enumerate(prompts):
-            if isinstance(p, RowError):
-                handle._row_done(RowResult(i, error=str(p)))
-        for i, tok in zip(good, ids):
-            if len(tok) + rq.max_tokens > self.max_model_len:
-                handle._row_done(
-                    RowResult(
-                        i,
-                        error=f"prompt has {len(tok)} tokens; with max_tokens={rq.max_tokens} it exceeds "
-                        f"the model's context of {self.max_model_len} tokens",
-                        prompt_tokens=len(tok),
-                    )
-                )
-            else:
-                rows.append((i, tok))
-        if rq.on_error == "raise":
-            failed = next((r for r in handle._rows if r is not None and r.error), None)
-            if failed is not None:
-                raise RowError(f"row {failed.index}: {failed.error}")
+        a = admit(self, rq, lambda: self._cancel(rq.rel_id))
+        handle, rows = a.handle, a.rows
+        running = _Running(rq, handle, a.arrival)
         self._idle.clear()
         self._inflight[rq.rel_id] = running
         asyncio.run_coroutine_threadsafe(self._run(running, rows), self._loop)

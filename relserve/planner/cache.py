@@ -125,7 +125,7 @@ class ResultCache:
 
     def scoped(self, **extra: Any) -> ResultCache | CacheView:
         """A view whose keys also hold ``extra`` (entries that are None are left out, so
-        ``scoped()`` is this cache itself): e.g. the system message, or a server's tenant."""
+        ``scoped()`` is this cache itself): e.g. a server's tenant."""
         extra = {k: v for k, v in extra.items() if v is not None}
         return CacheView(self, extra) if extra else self
 
@@ -156,9 +156,9 @@ class ResultCache:
 class CacheView:
     """A ``ResultCache`` seen through extra key fields: the same answers under other keys.
 
-    The server keys answers by what changes them beyond the call (the system message) and by
-    who may read them (the tenant, or the tenants' shared cache group), so a tenant never
-    learns another's prompts from a cache hit.
+    The server keys answers by who may read them (the tenant, or the tenants' shared cache
+    group), so a tenant never learns another's prompts from a cache hit. What changes an answer
+    is the call's own key (``LLMCall.sampling_settings``), the system message included.
     """
 
     def __init__(self, cache: ResultCache, extra: Mapping[str, Any]) -> None:

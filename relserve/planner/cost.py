@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-# the engine's defaults (relserve.engine.settings)
-DEFAULT_MAX_SEQS = 256
-DEFAULT_TOKEN_BUDGET = 4096
+from relserve.engine.settings import EngineSettings
+
+# the engine's own defaults: an estimate without an engine assumes the engine it would start
+DEFAULT_MAX_SEQS: int = EngineSettings.model_fields["max_num_seqs"].default
+DEFAULT_TOKEN_BUDGET: int = EngineSettings.model_fields["max_num_batched_tokens"].default
 
 
 def cost_model_of(engine: Any) -> Any:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from relserve import settings
 from relserve.errors import ConfigError
 
 
 class EngineRef:
     def __init__(self, engine: Any = None, model: str | None = None) -> None:
+        # no engine given: the one set with relserve.configure(engine=...), if any
+        engine = engine if engine is not None else settings.current().engine
         self._engine = engine
         self._model = model
         self._model_id: str | None = None
@@ -63,10 +66,8 @@ def _model_id_of(model: str | None) -> str | None:
     """The engine's name for a model without loading it (None when that cannot be told)."""
     if model in _resolved:
         return _resolved[model]
-    try:
-        from relserve.model import resolve_model
-    except ImportError:
-        return model
+    from relserve.model import resolve_model
+
     try:
         model_id = resolve_model(model, prepare=False).model_id
     except ConfigError as e:
@@ -78,10 +79,8 @@ def _model_id_of(model: str | None) -> str | None:
 
 
 def _default_engine(model: str | None) -> Any:
-    try:
-        from relserve.engine import default_engine
-    except ImportError as e:
-        raise ConfigError(f"no engine was given and the embedded engine is not available: {e}") from None
+    from relserve.engine import default_engine
+
     engine = default_engine(model=model) if model is not None else default_engine()
     if model is not None and _model_id_of(model) not in (None, engine.model_id):
         raise ConfigError(

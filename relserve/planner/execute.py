@@ -1,5 +1,5 @@
-"""Run a planned call: pin the shared prefix, send the prompts left to run as one relQuery,
-store the new answers in the result cache, and give every input row its value in input order."""
+"""Run a call synchronously (DuckDB, polars): plan it, hand the prompts left to run to the
+``CallExecutor``, and give every input row its value in input order."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from relserve.functions import LLMCall
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.explain import Explain, explain_plan
-from relserve.planner.label_prior import label_options
+from relserve.planner.executor import CallExecutor
 from relserve.planner.plan import CallPlan, plan_call
+from relserve.planner.planned_rows import PlannedRows
 from relserve.planner.prompts import Renderer, null_error
 from relserve.planner.tokens import token_source
-from relserve.progress import progress_bar
+from relserve.results import RowResult
 
 
 @dataclass
@@ -67,19 +68,26 @@ def run_call(
         first = min(plan.row_errors)
         raise RowError(f"{_row_label(plan, first)}: {plan.row_errors[first]}")
 
-    answers: dict[int, str] = dict(plan.cached)
-    failed: dict[int, str] = {}
+    rows = PlannedRows.of(plan, store if call.deterministic else None)
+    done: list[RowResult | None] = [None] * plan.rows
+    for row in rows.ready:
+        done[row.index] = row
     stats = None
-    if plan.run_order:
-        engine_obj = ref.get()
-        stats = _run_on_engine(plan, engine_obj, answers, failed, progress=progress, pin_prefix=pin_prefix)
-        if store is not None and call.deterministic:
-            new = [(plan.prompts[p], answers[p]) for p in plan.run_order if p in answers]
-            store.put_many(plan.model_id, call.sampling_settings(), new)
+    if rows.prompts:
+        executor = CallExecutor(
+            rows,
+            model_id=plan.model_id,
+            prefix=plan.shared_prefix() if pin_prefix else "",
+            error_prefix=f"{call.function.name}: ",
+        )
+        for row in executor.run(ref.get(), progress=progress, fail_fast=call.options.on_error == "raise"):
+            done[row.index] = row
+        stats = executor.stats
 
-    outcome = _fan_out(plan, answers, failed)
-    outcome.engine_stats = stats
-    outcome.ran = len(plan.run_order)
+    unanswered = f"{call.function.name}: no answer (cancelled)"
+    values = [r.value if r is not None else None for r in done]
+    errors = [r.error if r is not None else unanswered for r in done]
+    outcome = CallOutcome(values, errors, plan, engine_stats=stats, ran=len(rows.prompts))
     if call.options.on_error == "raise" and outcome.failures:
         i, err = outcome.failures[0]
         raise RowError(f"{_row_label(plan, i)}: {err}")
@@ -112,83 +120,4 @@ def cached_values(
     render = Renderer(call)
     runnable = [i for i, v in enumerate(values) if null_error(call, v) is None]
     hits = cache.get_many(model_id, call.sampling_settings(), [render(values[i]) for i in runnable])
-    out: dict[int, tuple[Any, str | None]] = {}
-    for j, text in hits.items():
-        try:
-            out[runnable[j]] = (call.convert(text), None)
-        except RowError as e:
-            out[runnable[j]] = (None, str(e))
-    return out
-
-
-def _run_on_engine(
-    plan: CallPlan,
-    engine: Any,
-    answers: dict[int, str],
-    failed: dict[int, str],
-    *,
-    progress: bool,
-    pin_prefix: bool,
-) -> Any:
-    try:
-        from relserve import RelQuery
-    except ImportError:  # the engine package exports it; the module is enough here
-        from relserve.relquery import RelQuery
-
-    call = plan.call
-    prompts = plan.run_prompts
-    if pin_prefix and len(prompts) > 1:
-        prefix = plan.shared_prefix()
-        if prefix:
-            # prefill the shared prefix once, before the rows, instead of in every row of the
-            # first batch (the engine skips prefixes shorter than one KV block)
-            engine.warm_prefix(prefix)
-    scoring = label_options(call, engine, plan.model_id)
-    rq = RelQuery.from_prompts(
-        prompts,
-        max_tokens=call.max_tokens,
-        temperature=call.options.temperature,
-        choices=list(call.choices) if call.choices else None,
-        json_schema=call.json_schema,
-        on_error="null",
-        **scoring,
-    )
-    handle = engine.submit(rq)
-    fail_fast = call.options.on_error == "raise"
-    with progress_bar(len(prompts), call.function.name, show=progress) as bar:
-        for row in handle:
-            bar.update(1)
-            if fail_fast and row.error is not None:
-                handle.cancel()
-                break
-    result = handle.result()
-    for row in result.rows:
-        p = plan.run_order[row.index]
-        if row.error is None and row.text is not None:
-            answers[p] = row.text
-        else:
-            failed[p] = f"{call.function.name}: {row.error or 'no answer'}"
-    return result.stats
-
-
-def _fan_out(plan: CallPlan, answers: dict[int, str], failed: dict[int, str]) -> CallOutcome:
-    call = plan.call
-    converted: dict[int, tuple[Any, str | None]] = {}
-    values: list[Any] = [None] * plan.rows
-    errors: list[str | None] = [None] * plan.rows
-    for i, p in enumerate(plan.row_to_prompt):
-        if p < 0:
-            errors[i] = plan.row_errors[i]
-            continue
-        got = converted.get(p)
-        if got is None:
-            if p in answers:
-                try:
-                    got = (call.convert(answers[p]), None)
-                except RowError as e:
-                    got = (None, str(e))
-            else:
-                got = (None, failed.get(p, f"{call.function.name}: no answer (cancelled)"))
-            converted[p] = got
-        values[i], errors[i] = got
-    return CallOutcome(values, errors, plan)
+    return {runnable[j]: call.answer(text) for j, text in hits.items()}

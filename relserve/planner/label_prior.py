@@ -35,18 +35,20 @@ def content_free_prompts(call: LLMCall) -> list[str]:
     return [render((value,) * n) for value in CONTENT_FREE]
 
 
-def label_options(call: LLMCall, engine: Any, model_id: str, system: str | None = None) -> dict[str, Any]:
+def label_options(call: LLMCall, engine: Any, model_id: str) -> dict[str, Any]:
     """The ``RelQuery`` options that make the engine choose labels as ``call.label_method`` says."""
     method = call.label_method
     if method not in ("score", "calibrate"):
         return {}
     if method == "score":
         return {"score_labels": True}
-    return {"score_labels": True, "label_prior": label_prior(call, engine, model_id, system)}
+    return {"score_labels": True, "label_prior": label_prior(call, engine, model_id)}
 
 
-def label_prior(call: LLMCall, engine: Any, model_id: str, system: str | None = None) -> dict[str, float]:
-    """The model's average probability of each label on content-free rows (sums to 1)."""
+def label_prior(call: LLMCall, engine: Any, model_id: str) -> dict[str, float]:
+    """The model's average probability of each label on content-free rows (sums to 1), under
+    the call's system message."""
+    system = call.options.system
     key = (model_id, call.function.kind, call.template.source, call.choices, call.answer_instruction, call.examples_prefix, system)
     with _lock:
         got = _priors.get(key)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from relserve.server.batches import RowOut, plan_cells
+from relserve.results import RowResult
+from relserve.server.batches import plan_cells
 from relserve.server.jobs import Job
 from relserve.server.schemas import CellsRequest
 from relserve.server.state import ServerState, current_tenant, get_state
@@ -31,11 +32,11 @@ async def cells(
 ):
     state.check_size(len(body.cells), tenant, "cells")
     batch = await run_in_threadpool(plan_cells, body, state.engine.model_id, state.cache_for(tenant))
-    job = Job(batch, tenant.name, "cells", priority=body.priority, deadline_s=body.deadline_s, top_p=body.top_p, seed=body.seed)
+    job = Job(batch, tenant.name, "cells", body.hints())
     state.launch(job, tenant)
     ids = [c.id for c in body.cells]
 
-    def cell(r: RowOut) -> dict:
+    def cell(r: RowResult) -> dict:
         return {"id": ids[r.index], "value": r.value, "text": r.text, "error": r.error, "cached": r.cached}
 
     if body.stream:

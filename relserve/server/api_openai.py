@@ -11,11 +11,13 @@ import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from relserve.server.batches import RowOut, plan_prompts
+from relserve.results import RowResult
+from relserve.server.batches import plan_prompts
 from relserve.server.errors import ApiError
 from relserve.server.jobs import Job
 from relserve.server.schemas import CallFields, ChatRequest, CompletionRequest, _OpenAIBase
@@ -50,20 +52,23 @@ async def models(tenant: Tenant = Depends(current_tenant), state: ServerState = 
     return {"object": "list", "data": [{"id": state.engine.model_id, "object": "model", "created": 0, "owned_by": "relserve"}]}
 
 
-async def _start(state: ServerState, tenant: Tenant, fields: CallFields, prompts: list[str], kind: str, body: _OpenAIBase) -> Job:
+async def _start(state: ServerState, tenant: Tenant, body: _OpenAIBase, prompts: list[str], kind: str, **call: Any) -> Job:
+    """One relQuery for ``prompts``: the body's sampling settings and hints, plus ``call``'s fields."""
     state.check_size(len(prompts), tenant, "prompts")
+    shared = ("temperature", "top_p", "seed", "priority", "deadline_s")
+    fields = CallFields(**{name: getattr(body, name) for name in shared}, **call)
     batch = await run_in_threadpool(plan_prompts, fields, prompts, state.engine.model_id, state.cache_for(tenant))
-    job = Job(batch, tenant.name, kind, priority=body.priority, deadline_s=body.deadline_s, top_p=body.top_p, seed=body.seed)
+    job = Job(batch, tenant.name, kind, fields.hints())
     return state.launch(job, tenant)
 
 
-def _usage(rows: list[RowOut]) -> dict:
+def _usage(rows: list[RowResult]) -> dict:
     p = sum(r.prompt_tokens for r in rows)
     c = sum(r.output_tokens for r in rows)
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
 
-def _finish_reason(r: RowOut) -> str:
+def _finish_reason(r: RowResult) -> str:
     return r.finish_reason if r.finish_reason in ("stop", "length") else "stop"
 
 
@@ -87,15 +92,7 @@ async def completions(
     body: CompletionRequest, request: Request, tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)
 ):
     model = _check_model(body, state)
-    fields = CallFields(
-        max_tokens=body.max_tokens or DEFAULT_COMPLETION_TOKENS,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        seed=body.seed,
-        priority=body.priority,
-        deadline_s=body.deadline_s,
-    )
-    job = await _start(state, tenant, fields, body.prompts, "completion", body)
+    job = await _start(state, tenant, body, body.prompts, "completion", max_tokens=body.max_tokens or DEFAULT_COMPLETION_TOKENS)
     rid, created = f"cmpl-{job.id}", int(time.time())
 
     if body.stream:
@@ -141,18 +138,10 @@ async def chat_completions(
             schema = spec.get("schema", spec)
             if not schema:
                 raise ApiError(400, "response_format json_schema needs a schema: {'json_schema': {'schema': {...}}}")
-    fields = CallFields(
-        function=function,
-        json_schema=schema,
+    job = await _start(
+        state, tenant, body, [body.user], "chat", function=function, json_schema=schema, system=body.system,
         max_tokens=body.max_completion_tokens or body.max_tokens or DEFAULT_CHAT_TOKENS,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        seed=body.seed,
-        system=body.system,
-        priority=body.priority,
-        deadline_s=body.deadline_s,
     )
-    job = await _start(state, tenant, fields, [body.user], "chat", body)
     rid, created = f"chatcmpl-{job.id}", int(time.time())
 
     if body.stream:

@@ -50,16 +50,7 @@ async def submit(
 ):
     state.check_size(body.size, tenant)
     batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant))
-    job = Job(
-        batch,
-        tenant.name,
-        "relquery",
-        priority=body.priority,
-        deadline_s=body.deadline_s,
-        fail_fast=body.on_error == "raise",
-        top_p=body.top_p,
-        seed=body.seed,
-    )
+    job = Job(batch, tenant.name, "relquery", body.hints())
     state.launch(job, tenant)
     fmt = _wanted_format(request, body.stream or stream)
     location = {"Location": f"/v1/relqueries/{job.id}"}

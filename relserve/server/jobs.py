@@ -12,46 +12,38 @@ import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from relserve.errors import RowError
-from relserve.planner.label_prior import label_options
-from relserve.relquery import RelQuery
+from relserve.functions import SchedulingHints
+from relserve.planner.executor import CallExecutor
 from relserve.results import RelQueryStats, RowResult
-from relserve.server.batches import Batch, RowOut
+from relserve.server.batches import Batch
+from relserve.validation import OnError
 
 RUNNING, FINISHED, CANCELLED, FAILED = "running", "finished", "cancelled", "failed"
 
 class Job:
-    def __init__(
-        self,
-        batch: Batch,
-        tenant: str,
-        kind: str,
-        *,
-        priority: int = 0,
-        deadline_s: float | None = None,
-        fail_fast: bool = False,
-        top_p: float = 1.0,
-        seed: int | None = None,
-    ) -> None:
+    """One request's relQuery on the server: its rows as they finish, for every reader."""
+
+    def __init__(self, batch: Batch, tenant: str, kind: str, hints: SchedulingHints = SchedulingHints()) -> None:
         self.id = uuid.uuid4().hex[:16]
         self.batch = batch
         self.tenant = tenant
         self.kind = kind
-        self.priority = priority
-        self.deadline_s = deadline_s
-        self.fail_fast = fail_fast
-        self.top_p = top_p
-        self.seed = seed
+        self.priority = hints.priority
+        self.deadline_s = hints.deadline_s
+        self.fail_fast = batch.call.options.on_error == OnError.RAISE
         self.received = time.monotonic()
+        # the model id is the engine's, known when the job runs
+        self.executor = CallExecutor(batch, model_id="", hints=hints, rel_id=self.id, received=self.received)
         self.created_at = time.time()
         self.finished_at: float | None = None
         self.status = RUNNING
         self.error: str | None = None
-        self.rows: list[RowOut | None] = [None] * batch.total
+        self.rows: list[RowResult | None] = [None] * batch.total
         self.order: list[int] = []
         self.engine_total = len(batch.prompts)
         self.engine_done = 0
@@ -61,7 +53,6 @@ class Job:
         #: fail-fast: the first row error, which fails the whole job
         self._failure: str | None = None
         self._changed = asyncio.Condition()
-        self._answers: list[tuple[str, str]] = []
 
     # ------------------------------------------------------------------ state
 
@@ -90,7 +81,7 @@ class Job:
         if self.handle is not None:
             self.handle.cancel()
 
-    def _put(self, row: RowOut) -> None:
+    def _put(self, row: RowResult) -> None:
         if self.rows[row.index] is None:
             self.rows[row.index] = row
             self.order.append(row.index)
@@ -104,6 +95,8 @@ class Job:
     async def run(self, engine: Any, on_finish: Callable[[Job], None]) -> None:
         """Drive the job to its end: ready rows first, then the engine's rows as they finish."""
         b = self.batch
+        ex = self.executor
+        ex.model_id = engine.model_id
         try:
             for row in sorted(b.ready, key=lambda r: r.index):
                 self._put(row)
@@ -111,24 +104,7 @@ class Job:
                     self._row_failed(row.index, row.error)
             await self._notify()
             if b.prompts and self._cancel_reason is None:
-                # filter/classify choose labels as the planner does (scores, calibrated prior)
-                scoring = await run_in_threadpool(label_options, b.call, engine, engine.model_id, b.system)
-                rq = RelQuery.from_prompts(
-                    b.prompts,
-                    max_tokens=b.call.max_tokens,
-                    temperature=b.call.options.temperature,
-                    top_p=self.top_p,
-                    seed=self.seed,
-                    choices=list(b.call.choices) if b.call.choices else None,
-                    json_schema=b.call.json_schema,
-                    system=b.system,
-                    rel_id=self.id,
-                    on_error="null",
-                    priority=self.priority,
-                    deadline_s=self._deadline_left(),
-                    **scoring,
-                )
-                self.handle = await run_in_threadpool(engine.submit, rq)
+                self.handle = await run_in_threadpool(ex.submit, engine)
                 if self._cancel_reason is not None:  # cancelled while the engine was tokenizing
                     self.handle.cancel()
                 async for er in self.handle:
@@ -140,49 +116,22 @@ class Job:
         except Exception as e:  # an engine failure fails this job, never the server
             self._close(FAILED, f"{type(e).__name__}: {e}")
         finally:
-            if b.cache is not None and b.cache_settings is not None and self._answers:
-                try:
-                    await run_in_threadpool(b.cache.put_many, engine.model_id, b.cache_settings, self._answers)
-                except Exception:  # a full disk must not lose the answers already streamed
-                    pass
+            try:
+                await run_in_threadpool(ex.write_cache)
+            except Exception:  # a full disk must not lose the answers already streamed
+                pass
             await self._notify()
             on_finish(self)
 
-    def _deadline_left(self) -> float | None:
-        # the engine counts from its own submission: take off the time spent here before it
-        if self.deadline_s is None:
-            return None
-        return max(self.deadline_s - (time.monotonic() - self.received), 1e-3)
-
     def _engine_row(self, er: RowResult) -> None:
         self.engine_done += 1
-        call = self.batch.call
-        value, error = None, er.error
-        if error == "cancelled" and self._cancel_reason:
-            error = self._cancel_reason
-        if error is None and er.text is not None:
-            self._answers.append((self.batch.prompts[er.index], er.text))
-            try:
-                value = call.convert(er.text)
-            except RowError as e:
-                error = str(e)
-        elif error is None:
-            error = "no answer"
-        for row in self.batch.targets[er.index]:
-            self._put(
-                RowOut(
-                    row,
-                    value=value,
-                    text=er.text,
-                    error=error,
-                    prompt_tokens=er.prompt_tokens,
-                    output_tokens=er.output_tokens,
-                    cached_tokens=er.cached_tokens,
-                    finish_reason=er.finish_reason,
-                )
-            )
-        if error is not None:
-            self._row_failed(min(self.batch.targets[er.index]), error)
+        if er.error == "cancelled" and self._cancel_reason:
+            er = replace(er, error=self._cancel_reason)
+        rows = self.executor.answer(er)
+        for row in rows:
+            self._put(row)
+        if rows and rows[0].error is not None:
+            self._row_failed(min(r.index for r in rows), rows[0].error)
 
     def _row_failed(self, index: int, error: str) -> None:
         if self.fail_fast and self._failure is None:
@@ -193,7 +142,7 @@ class Job:
         reason = error or self._cancel_reason or "cancelled"
         for i in range(self.total):  # every row gets exactly one answer or one error
             if self.rows[i] is None:
-                self._put(RowOut(i, error=reason))
+                self._put(RowResult(i, error=reason))
         if self._failure is not None and status != FAILED:
             status, error = FAILED, self._failure
         self.status = status
@@ -202,7 +151,7 @@ class Job:
 
     # ------------------------------------------------------------------ reading
 
-    async def follow(self, start: int = 0, idle_s: float | None = None) -> AsyncIterator[RowOut | None]:
+    async def follow(self, start: int = 0, idle_s: float | None = None) -> AsyncIterator[RowResult | None]:
         """Rows in the order they finished, from the ``start``-th on, until the job ends.
 
         With ``idle_s``, yields None after that long without a row (for keep-alive pings)."""

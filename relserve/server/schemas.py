@@ -8,7 +8,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-FunctionName = Literal["map", "filter", "classify", "extract"]
+from relserve import validation as check
+from relserve.functions import FUNCTIONS, HINT_NAMES, OPTION_NAMES, LLMCall, SchedulingHints, make_call
+from relserve.validation import OnError
+
+#: the functions by their short names ("llm_" is stripped), as ``relserve.functions`` defines them
+FunctionName = Literal[tuple(f.kind for f in FUNCTIONS.values())]  # type: ignore[valid-type]
 
 
 #: body fields that carry per-row data (checked per row, or per cell by ``Cell``): a value there
@@ -68,7 +73,13 @@ def _function_name(value: Any) -> Any:
 
 
 class CallFields(Body):
-    """What every LLM call says: the answer's form and the sampling settings."""
+    """What every LLM call says: the call specification (``relserve.functions.LLMCall``), field
+    by field under the names ``make_call`` takes, and the scheduling hints (``SchedulingHints``).
+
+    pydantic checks the JSON types and the bounds (``relserve.validation``'s constants, 422);
+    ``call()`` hands every field to ``make_call``, which checks the rest as for every surface
+    (400). The one option a request cannot set is ``model``: a server serves one.
+    """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -77,19 +88,32 @@ class CallFields(Body):
     labels: list[str] | None = None
     json_schema: dict[str, Any] | str | None = None
     #: None: the function's default (map 64, filter 2, classify 16, extract 256)
-    max_tokens: int | None = Field(None, ge=1, le=32768)
-    temperature: float = Field(0.0, ge=0.0, le=10.0)
+    max_tokens: int | None = Field(None, ge=1, le=check.MAX_TOKENS_LIMIT)
+    temperature: float = Field(0.0, ge=0.0, le=check.TEMPERATURE_LIMIT)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     seed: int | None = None
     system: str | None = None
+    #: filter/classify: "generate", "score" or "calibrate" (None: the default)
+    method: str | None = None
+    reorder_fields: bool | None = None
+    examples: list[dict[str, Any]] | None = None
     #: scheduling hints: lower priority runs sooner; deadline in seconds from submission
-    priority: int = Field(0, ge=-1000, le=1000)
+    priority: int = Field(0, ge=-check.PRIORITY_LIMIT, le=check.PRIORITY_LIMIT)
     deadline_s: float | None = Field(None, gt=0.0)
 
     @field_validator("function", mode="before")
     @classmethod
     def _strip_llm_prefix(cls, value: Any) -> Any:
         return _function_name(value)
+
+    def call(self, template: str) -> LLMCall:
+        """The call specification this body describes, with ``template``; ConfigError or
+        TemplateError (HTTP 400) name what is wrong."""
+        options = {name: getattr(self, name) for name in OPTION_NAMES if name in type(self).model_fields}
+        return make_call(f"llm_{self.function}", template, labels=self.labels, json_schema=self.json_schema, **options)
+
+    def hints(self) -> SchedulingHints:
+        return SchedulingHints(**{name: getattr(self, name) for name in HINT_NAMES})
 
 
 class RelQueryRequest(CallFields):
@@ -99,7 +123,7 @@ class RelQueryRequest(CallFields):
     rows: list[dict[str, Any]] | None = None
     prompts: list[str | None] | None = None
     #: "null": a failed row gets value null and an error; "raise": the first failed row fails the relQuery
-    on_error: Literal["null", "raise"] = "null"
+    on_error: OnError = OnError.NULL
     #: answer repeated greedy prompts from the server's result cache
     cache: bool = True
     #: stream the rows back in this response as they finish; None: return the id at once
@@ -151,7 +175,7 @@ class _OpenAIBase(Body):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     model: str | None = None
-    max_tokens: int | None = Field(None, ge=1, le=32768)
+    max_tokens: int | None = Field(None, ge=1, le=check.MAX_TOKENS_LIMIT)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     n: int = Field(1, ge=1)
@@ -159,7 +183,7 @@ class _OpenAIBase(Body):
     stop: str | list[str] | None = None
     stream: bool = False
     # relserve extensions
-    priority: int = Field(0, ge=-1000, le=1000)
+    priority: int = Field(0, ge=-check.PRIORITY_LIMIT, le=check.PRIORITY_LIMIT)
     deadline_s: float | None = Field(None, gt=0.0)
 
     @model_validator(mode="after")
@@ -208,7 +232,7 @@ class ResponseFormat(BaseModel):
 
 class ChatRequest(_OpenAIBase):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1, le=32768)
+    max_completion_tokens: int | None = Field(None, ge=1, le=check.MAX_TOKENS_LIMIT)
     response_format: ResponseFormat | None = None
 
     @model_validator(mode="after")

@@ -109,11 +109,12 @@ typedef struct RsChoice
 } RsChoice;
 
 static const char *const rs_kinds[] = {"map", "filter", "classify", "extract", NULL};
-static const char *const rs_on_errors[] = {"raise", "null", "fail", NULL};
+/* relserve's one on_error vocabulary (relserve.validation.OnError) */
+static const char *const rs_on_errors[] = {"null", "raise", NULL};
 static const char *const rs_methods[] = {"generate", "score", "calibrate", NULL};
 static const RsChoice rs_choices[] = {
 	{"kind", rs_kinds, "one of map, filter, classify, extract"},
-	{"on_error", rs_on_errors, "one of raise, null, fail"},
+	{"on_error", rs_on_errors, "one of null, raise"},
 	{"method", rs_methods, "one of generate, score, calibrate"},
 	{NULL, NULL, NULL}
 };

@@ -1,0 +1,114 @@
+"""The one executor of a planned call: submit its distinct prompts as ONE relQuery, fan every
+answer out to the rows that share its prompt, collect new answers for the result cache, and
+report rows as they finish.
+
+Two drivers use it: ``run`` for the synchronous surfaces (DuckDB, polars, through
+``relserve.planner.execute.run_call``), and the server's jobs, which call ``submit`` in a worker
+thread, pass each row the engine streams to ``answer`` on their event loop, and end with
+``write_cache``. What is the server's own (tenants, cancel reasons, streaming) stays there.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from relserve.functions import SchedulingHints
+from relserve.planner.label_prior import label_options
+from relserve.planner.planned_rows import PlannedRows
+from relserve.progress import progress_bar
+from relserve.relquery import RelQuery
+from relserve.results import RelQueryStats, RowResult
+
+
+class CallExecutor:
+    """Runs one ``PlannedRows`` (a call's prompts left to run, each with its target rows)."""
+
+    def __init__(
+        self,
+        rows: PlannedRows,
+        *,
+        model_id: str,
+        hints: SchedulingHints = SchedulingHints(),
+        rel_id: str | None = None,
+        prefix: str = "",
+        error_prefix: str = "",
+        received: float | None = None,
+    ) -> None:
+        self.rows = rows
+        self.call = rows.call
+        self.model_id = model_id
+        self.hints = hints
+        self.rel_id = rel_id
+        #: text every prompt starts with, prefilled once before the rows ("" : none)
+        self.prefix = prefix
+        #: put before an engine error (the synchronous surfaces name their function there)
+        self.error_prefix = error_prefix
+        #: when the call arrived (time.monotonic()): its deadline counts from then
+        self.received = time.monotonic() if received is None else received
+        self.handle: Any = None
+        self.stats: RelQueryStats | None = None
+        self._answers: list[tuple[str, str]] = []
+
+    def submit(self, engine: Any) -> Any:
+        """Send the prompts as one relQuery; returns the engine's handle. Blocks (tokenizing, the
+        label prior's probes): a server calls it in a worker thread."""
+        if self.prefix:
+            # prefill the shared prefix once, before the rows, instead of in every row of the
+            # first batch (the engine skips prefixes shorter than one KV block)
+            engine.warm_prefix(self.prefix)
+        # filter/classify choose labels by scores and the calibrated prior, when asked
+        scoring = label_options(self.call, engine, self.model_id)
+        rq = RelQuery.from_prompts(
+            self.rows.prompts,
+            **self.call.engine_options(),
+            **scoring,
+            on_error="null",  # each row's error comes back to the caller, who decides
+            rel_id=self.rel_id,
+            priority=self.hints.priority,
+            deadline_s=self._deadline_left(),
+        )
+        self.handle = engine.submit(rq)
+        return self.handle
+
+    def _deadline_left(self) -> float | None:
+        # the engine counts from its own submission: take off the time spent before it
+        # (planning, a server's queue, the label prior's probes)
+        if self.hints.deadline_s is None:
+            return None
+        return max(self.hints.deadline_s - (time.monotonic() - self.received), 1e-3)
+
+    def answer(self, row: RowResult) -> list[RowResult]:
+        """One engine row as the call's rows that get it: the value in the call's type, the error
+        (an engine error, or an answer that does not fit the type) named."""
+        value, error = None, row.error
+        if error is None and row.text is not None:
+            self._answers.append((self.rows.prompts[row.index], row.text))
+            value, error = self.call.answer(row.text)
+        else:
+            error = self.error_prefix + (error or "no answer")
+        return [replace(row, index=target, value=value, error=error) for target in self.rows.targets[row.index]]
+
+    def write_cache(self) -> int:
+        """Store the answers of this run (greedy calls only); returns how many were written."""
+        cache = self.rows.cache
+        if cache is None or not self.call.deterministic or not self._answers:
+            return 0
+        return cache.put_many(self.model_id, self.call.sampling_settings(), self._answers)
+
+    def run(self, engine: Any, *, progress: bool = False, fail_fast: bool = False) -> list[RowResult]:
+        """Synchronously: every row of the relQuery, fanned out (a progress bar while it runs).
+        With ``fail_fast`` the first failed row cancels the rest (they come back 'cancelled')."""
+        handle = self.submit(engine)
+        with progress_bar(len(self.rows.prompts), self.call.function.name, show=progress) as bar:
+            for row in handle:
+                bar.update(1)
+                if fail_fast and row.error is not None:
+                    handle.cancel()
+                    break
+        result = handle.result()
+        self.stats = result.stats
+        out = [r for row in result.rows for r in self.answer(row)]
+        self.write_cache()
+        return out

@@ -1,0 +1,63 @@
+"""A call's rows after planning, as an executor takes them: the answers known before the engine
+runs (result-cache hits, rows that cannot run) and the distinct prompts left for ONE relQuery,
+each with the rows that get its answer.
+
+One request may gather several plans (spreadsheet cells with different templates): ``add`` maps
+each plan's rows onto the request's rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from relserve.functions import LLMCall
+from relserve.planner.cache import CacheView, ResultCache
+from relserve.planner.plan import CallPlan
+from relserve.results import RowResult
+
+
+@dataclass
+class PlannedRows:
+    #: the call whose answers these are (its settings run the relQuery)
+    call: LLMCall
+    #: rows (or cells, or prompts) in the request
+    total: int
+    #: the result cache the answers were looked up in, and new answers go to (None: neither)
+    cache: ResultCache | CacheView | None = None
+    #: answers known without the engine, by request row
+    ready: list[RowResult] = field(default_factory=list)
+    #: distinct prompts for the engine, in planned order
+    prompts: list[str] = field(default_factory=list)
+    #: per engine prompt, the request rows that get its answer
+    targets: list[list[int]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, plan: CallPlan, cache: ResultCache | CacheView | None = None) -> PlannedRows:
+        """One plan whose rows are the request's rows."""
+        rows = cls(plan.call, plan.rows, cache)
+        rows.add(plan, range(plan.rows))
+        return rows
+
+    @property
+    def cached_rows(self) -> int:
+        return sum(r.cached for r in self.ready)
+
+    def fail(self, row: int, message: str) -> None:
+        self.ready.append(RowResult(row, error=message))
+
+    def add(self, plan: CallPlan, out_rows: Sequence[int]) -> None:
+        """``plan``'s rows; ``out_rows[i]`` is its row i's index in the request."""
+        for i, message in plan.row_errors.items():
+            self.fail(out_rows[i], message)
+        rows_of: dict[int, list[int]] = {}
+        for i, p in enumerate(plan.row_to_prompt):
+            if p >= 0:
+                rows_of.setdefault(p, []).append(out_rows[i])
+        for p, text in plan.cached.items():
+            value, error = plan.call.answer(text)
+            for row in rows_of[p]:
+                self.ready.append(RowResult(row, text=text, error=error, value=value, cached=True))
+        for p in plan.run_order:
+            self.prompts.append(plan.prompts[p])
+            self.targets.append(rows_of[p])

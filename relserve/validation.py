@@ -1,0 +1,87 @@
+"""The checks of a call's settings, written once.
+
+``CallOptions`` (every surface's call), ``SchedulingHints``, ``RelQuery`` (the engine's unit) and
+the server's request bodies (whose pydantic bounds are these constants) all check a setting
+here, so a value accepted by one is accepted by all and refused with the same message.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from typing import Any
+
+from relserve.errors import ConfigError
+
+
+class OnError(StrEnum):
+    """What a failed row (a NULL value, a prompt too long, an answer that does not parse) does.
+
+    The one vocabulary of every surface: DuckDB, polars, the engine, the server and PostgreSQL.
+    """
+
+    #: the row gets NULL (text None) and its error; the other rows keep their answers
+    NULL = "null"
+    #: the call fails with an error that names the first failed row
+    RAISE = "raise"
+
+
+ON_ERROR_VALUES: tuple[str, ...] = tuple(m.value for m in OnError)
+
+#: bounds of the sampling settings (the server's request schema uses them too)
+MAX_TOKENS_LIMIT = 32768
+TEMPERATURE_LIMIT = 10.0
+PRIORITY_LIMIT = 1000
+
+
+def finite_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def max_tokens(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS_LIMIT:
+        raise ConfigError(f"max_tokens must be a positive integer, got {value!r}; the largest allowed is {MAX_TOKENS_LIMIT}")
+    return value
+
+
+def temperature(value: Any) -> float:
+    if not finite_number(value) or not 0 <= value <= TEMPERATURE_LIMIT:
+        raise ConfigError(f"temperature must be a number >= 0, got {value!r}; the largest allowed is {TEMPERATURE_LIMIT:g}")
+    return float(value)
+
+
+def top_p(value: Any) -> float:
+    if not finite_number(value) or not 0 < value <= 1:
+        raise ConfigError(f"top_p must be a number in (0, 1], got {value!r}")
+    return float(value)
+
+
+def seed(value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"seed must be an integer, got {value!r}")
+    return value
+
+
+def on_error(value: Any) -> OnError:
+    try:
+        return OnError(value)
+    except ValueError:
+        raise ConfigError(f"on_error must be 'null' or 'raise', got {value!r}") from None
+
+
+def text_or_none(name: str, value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{name} must be text, got {type(value).__name__}")
+    return value
+
+
+def priority(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"priority must be an integer, got {value!r}")
+    return value
+
+
+def deadline_s(value: Any) -> float | None:
+    if value is not None and (not finite_number(value) or value <= 0):
+        raise ConfigError(f"deadline_s must be a positive, finite number of seconds, got {value!r}")
+    return value
