@@ -395,6 +395,7 @@ def vllm_env() -> dict[str, str]:
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("VLLM_USE_AOT_COMPILE", "0")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     return env
 
 
