@@ -376,7 +376,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_http(url: str, proc: subprocess.Popen, timeout: float = 300.0) -> None:
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 900.0) -> None:
     import httpx
 
     end = time.monotonic() + timeout

@@ -179,10 +179,11 @@ def test_a_server_connection_answers_as_a_local_one(engine, server, tmp_path):
     assert got[4][1:] == (None, None, None, None)  # the NULL review: NULL answers
     errs = remote.errors().fetchall()
     assert errs and all("NULL" in e[3] or "null" in e[3].lower() for e in errs)
-    # one relQuery per call site over the distinct rows, each sent to the server
+    # one relQuery per call site over its distinct argument tuples (rows 1 and 4 share a review)
     calls = relserve.duckdb_ext.session.session_of(remote.con).calls
     assert sorted(c.function for c in calls) == ["llm_classify", "llm_extract", "llm_filter", "llm_map"]
-    assert all(c.rows == 6 and c.cached_rows == 0 and c.prompt_tokens > 0 for c in calls)
+    assert all(c.rows == (6 if c.function == "llm_map" else 5) for c in calls)
+    assert all(c.cached_rows == 0 and c.prompt_tokens > 0 for c in calls)
 
 
 @pytest.mark.engine
