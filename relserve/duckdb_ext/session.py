@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from relserve.errors import RowError
+from relserve.errors import ConfigError, RowError
 from relserve.functions import FUNCTIONS, CallOptions, LLMCall, LLMFunction
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
@@ -108,18 +108,29 @@ def install(
     examples: list[dict] | None = None,
     optimize: bool = True,
     progress: bool = True,
-    cache: ResultCache | None = None,
+    cache: ResultCache | bool | None = None,
+    server: str | None = None,
+    api_key: str | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """Register the LLM functions on ``con`` (again, to change the defaults) and return ``con``.
 
     The keyword arguments are the connection's defaults; ``llm_options(...)`` in a call
-    overrides them for that call.
+    overrides them for that call. ``server="http://host:8000"`` (and ``api_key``) sends the
+    calls to a running ``relserve serve`` instead of an engine in this process
+    (``relserve.duckdb_ext.remote``); ``cache=False`` then turns the server's result cache off.
     """
     defaults = CallOptions(
         model=model, max_tokens=max_tokens, temperature=temperature, system=system, on_error=on_error,
         reorder_fields=reorder_fields, method=method, examples=examples,
     )
-    session = Session(defaults, engine, cache, optimize, progress)
+    if server is not None:
+        if engine is not None:
+            raise ConfigError("give engine or server, not both")
+        from relserve.duckdb_ext.remote import remote_session
+
+        session: Session = remote_session(defaults, server, api_key=api_key, cache=cache, optimize=optimize, progress=progress)
+    else:
+        session = Session(defaults, engine, cache, optimize, progress)
     with _sessions_lock:
         old = _sessions.get(con)
         if old is not None:

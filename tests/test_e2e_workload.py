@@ -1,0 +1,234 @@
+"""The end-to-end benchmark's workload builder (bench/bench_e2e.py, sql/bench_e2e/) and the DuckDB
+surface against a server (``relserve.duckdb.connect(server=...)``): the latter for real, on the
+session's shared engine behind a real relserve HTTP server, answers compared with a local
+connection's."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+from server_fixtures import running_server
+
+import relserve.duckdb
+from relserve.client import ServerError
+from relserve.errors import ConfigError
+from relserve.planner.cache import ResultCache
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_e2e", ROOT / "bench" / "bench_e2e.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_e2e"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+b = _bench()
+
+
+# ------------------------------------------------------------------------------ workload builder
+
+
+def test_statements_cover_the_four_functions_and_say_what_to_compare():
+    st = b.load_statements()
+    text = " ".join(s.text for s in st)
+    for fn in ("llm_filter(", "llm_classify(", "llm_map(", "llm_extract("):
+        assert fn in text
+    assert all("$offset" in s.text and "$rows" in s.text for s in st)
+    assert {s.table for s in st} <= {"rotten", "products", "beers"}
+    assert any(s.generated for s in st) and any(s.labels for s in st) and any(s.filters_rows for s in st)
+    sql = st[0].sql(10, 5)
+    assert "$" not in sql and "10 + 5" in sql
+
+
+def test_workload_is_seeded_poisson_per_session_with_sizes_in_range():
+    st = b.load_statements()
+    a = b.build_workload(st, sessions=8, rate=2.0, horizon=200, seed=3)
+    assert a == b.build_workload(st, sessions=8, rate=2.0, horizon=200, seed=3)
+    assert a != b.build_workload(st, sessions=8, rate=2.0, horizon=200, seed=4)
+    assert {i.session for i in a} == set(range(8))
+    assert all(1 <= i.rows <= 300 and 0 <= i.base_arrival < 200 for i in a)
+    # about rate * horizon statements, each session a sequence numbered from 0
+    assert 300 < len(a) < 500
+    for s in range(8):
+        seqs = [i.seq for i in a if i.session == s]
+        assert sorted(seqs) == list(range(len(seqs)))
+    # exponential gaps: mean about sessions / rate
+    gaps = []
+    for s in range(8):
+        t = sorted(i.base_arrival for i in a if i.session == s)
+        gaps += [y - x for x, y in zip([0.0] + t, t)]
+    assert 3.0 < sum(gaps) / len(gaps) < 5.0
+    assert {i.name for i in a} == {s.name for s in st}
+
+
+def test_loads_nest_and_rows_are_the_same_for_every_contender():
+    st = b.load_statements()
+    items = b.build_workload(st, sessions=8, rate=1.0, horizon=60, seed=1)
+    low = b.at_load(items, st, 0.5, 60, seed=1)
+    high = b.at_load(items, st, 1.0, 60, seed=1)
+    assert {w.key for w in low} < {w.key for w in high}
+    assert all(w.arrival < 60 for w in low + high)
+    by_key = {w.key: w for w in high}
+    assert all(abs(w.arrival - 2 * by_key[w.key].arrival) < 1e-3 for w in low)
+    assert high == b.at_load(items, st, 1.0, 60, seed=1)  # the same for every contender
+    for w in high:
+        assert 0 <= w.offset <= b.TABLE_ROWS - w.item.rows and f"id > {w.offset} " in w.sql
+
+
+def test_tables_come_from_the_shared_datasets():
+    if not (b.DATASETS / "rotten_tomatoes.parquet").exists():
+        pytest.skip("the shared datasets are not on this machine")
+    con = b.new_duckdb(b.DATASETS)
+    for t in ("rotten", "products", "beers"):
+        n, lo, hi = con.sql(f"SELECT count(*), min(id), max(id) FROM {t}").fetchall()[0]
+        assert (n, lo, hi) == (b.TABLE_ROWS, 1, b.TABLE_ROWS)
+    # every statement is valid SQL over those tables (the LLM functions replaced by stand-ins)
+    import pyarrow as pa
+
+    for fn, ret, value in (("llm_filter", "BOOLEAN", True), ("llm_map", "VARCHAR", "x"), ("llm_classify", "VARCHAR", "x"), ("llm_extract", "VARCHAR", "{}")):
+        con.create_function(fn, lambda *a, v=value: pa.array([v] * len(a[0])), None, ret, type="arrow",
+                            null_handling="special", side_effects=True)
+    con.execute("CREATE MACRO llm_options(max_tokens := NULL) AS NULL")
+    for s in b.load_statements():
+        con.sql(s.sql(100, 3)).fetchall()
+
+
+def test_fifo_lock_runs_in_the_order_asked():
+    import threading
+    import time
+
+    lock, order = b.FifoLock(), []
+
+    def worker(i):
+        time.sleep(0.15 * i)
+        with lock:
+            order.append(i)
+            time.sleep(0.4)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert order == list(range(5))
+
+
+def test_answer_comparison_counts_generated_and_label_columns():
+    st = [b.Statement("m", "", "t", generated=("g",), labels=("l",))]
+    ref = {"s0-0": {"name": "m", "columns": ["id", "g", "l"], "rows": [[1, "a", "x"], [2, "b", "y"], [3, "c", "z"]]}}
+    other = {"s0-0": {"name": "m", "columns": ["id", "l", "g"], "rows": [[1, "x", "a"], [2, "q", "B"], [4, "z", "c"]]}}
+    got = b.compare_answers(st, ref, other)
+    assert (got["generated_identical"], got["generated_different"]) == (1, 1)
+    assert (got["label_same"], got["label_different"]) == (1, 1)
+    assert (got["rows_in_both"], got["rows_in_one_only"]) == (2, 2)
+
+
+def test_summary_percentiles():
+    assert b._pct([1, 2, 3, 4, 5], 0.5) == 3
+    assert b._pct([1.0, 2.0], 0.95) == pytest.approx(1.95)
+
+
+# ------------------------------------------------------------------------------ remote DuckDB mode
+
+KEY = "e2e-remote-test-key"
+REVIEWS = [(1, "Alien", "A tense, beautifully made film."), (2, "Alien", "Too slow for me, I left early."),
+           (3, "Heat", "Two great actors at their best."), (4, "Heat", "A tense, beautifully made film."),
+           (5, "Up", None), (6, "Up", "Made me cry, in the best way.")]
+
+
+def _reviews(con) -> None:
+    con.execute("CREATE TABLE reviews(id INTEGER, movie VARCHAR, review VARCHAR)")
+    con.executemany("INSERT INTO reviews VALUES (?, ?, ?)", REVIEWS)
+
+
+STATEMENT = """
+SELECT id,
+       llm_classify('Tone of this review: {review}', ['enthusiastic', 'mixed', 'negative'], review) AS tone,
+       llm_map('Movie {movie}. In three words, what did the critic think? {review}', movie, review, llm_options(max_tokens := 6)) AS gist,
+       llm_extract('Review: {review}', '{"type": "object", "properties": {"stars": {"type": "integer", "enum": [1, 2, 3, 4, 5]}}, "required": ["stars"]}', review, llm_options(max_tokens := 12)) AS facts,
+       llm_filter('Is this a review of a movie? {review}', review) AS about_a_movie
+FROM reviews
+ORDER BY id
+"""
+
+
+@pytest.fixture(scope="module")
+def server(engine, tmp_path_factory):
+    cache = ResultCache(tmp_path_factory.mktemp("e2e-cache") / "results.sqlite")
+    with running_server(engine, tenants={"tenants": {"t": {"key": KEY}}}, cache=cache) as srv:
+        yield srv
+
+
+@pytest.mark.engine
+def test_a_server_connection_answers_as_a_local_one(engine, server, tmp_path):
+    local = relserve.duckdb.connect(engine=engine, cache=ResultCache(tmp_path / "local.sqlite"), progress=False)
+    _reviews(local)
+    expected = relserve.duckdb.sql(local.con, STATEMENT).fetchall()
+
+    remote = relserve.duckdb.connect(server=server.url, api_key=KEY, cache=False, progress=False)
+    _reviews(remote)
+    got = remote.sql(STATEMENT).fetchall()
+    assert got == expected
+    assert got[4][1:] == (None, None, None, None)  # the NULL review: NULL answers
+    errs = remote.errors().fetchall()
+    assert errs and all("NULL" in e[3] or "null" in e[3].lower() for e in errs)
+    # one relQuery per call site over its distinct argument tuples (rows 1 and 4 share a review)
+    calls = relserve.duckdb_ext.session.session_of(remote.con).calls
+    assert sorted(c.function for c in calls) == ["llm_classify", "llm_extract", "llm_filter", "llm_map"]
+    assert all(c.rows == (6 if c.function == "llm_map" else 5) for c in calls)
+    assert all(c.cached_rows == 0 and c.prompt_tokens > 0 for c in calls)
+
+
+@pytest.mark.engine
+def test_a_server_connection_uses_the_servers_result_cache_when_asked(engine, server):
+    q = "SELECT id, llm_map('Summarize in two words: {review}', review, llm_options(max_tokens := 4)) AS s FROM reviews ORDER BY id"
+    con = relserve.duckdb.connect(server=server.url, api_key=KEY, progress=False)  # cache on (the default)
+    _reviews(con)
+    first = con.sql(q).fetchall()
+    again = con.sql(q).fetchall()
+    assert again == first
+    calls = relserve.duckdb_ext.session.session_of(con.con).calls
+    # 5 distinct reviews sent (one NULL, which fails), the 4 others answered from the cache
+    assert (calls[-1].rows, calls[-1].cached_rows, calls[-1].engine_rows) == (5, 4, 0)
+    off = relserve.duckdb.connect(server=server.url, api_key=KEY, cache=False, progress=False)
+    _reviews(off)
+    assert off.sql(q).fetchall() == first
+    assert relserve.duckdb_ext.session.session_of(off.con).calls[-1].cached_rows == 0
+    # the plain (per chunk) path of the same connection goes to the server too
+    assert [r[0] for r in con.con.sql(q.replace("ORDER BY id", "ORDER BY id LIMIT 2")).fetchall()] == [1, 2]
+
+
+@pytest.mark.engine
+def test_explain_on_a_server_connection_asks_the_server(server):
+    con = relserve.duckdb.connect(server=server.url, api_key=KEY, progress=False)
+    _reviews(con)
+    ex = con.explain("SELECT llm_filter('Is {review} about a film?', review) FROM reviews")
+    text = str(ex)
+    assert "on the server" in text and "6 row(s)" in text and "cannot run" in text
+
+
+@pytest.mark.engine
+def test_server_connection_errors_name_the_problem(server):
+    with pytest.raises(ConfigError, match="server must be"):
+        relserve.duckdb.connect(server="localhost:8000")
+    with pytest.raises(ConfigError, match="engine or server"):
+        relserve.duckdb.install(duckdb.connect(), engine=object(), server=server.url)
+    with pytest.raises(ConfigError, match="cache"):
+        relserve.duckdb.connect(server=server.url, cache=ResultCache(Path("/tmp/never-used.sqlite")))
+    con = relserve.duckdb.connect(server=server.url, api_key=KEY, progress=False)
+    _reviews(con)
+    with pytest.raises(Exception, match="method 'generate' is not supported"):
+        con.sql("SELECT llm_filter('Is {review} good?', review, llm_options(method := 'generate')) FROM reviews").fetchall()
+    with pytest.raises(Exception, match="examples are not supported"):
+        relserve.duckdb.sql(con.con, "SELECT llm_filter('Is {review} good?', review, llm_options(examples := [{'review': 'x', 'answer': true}])) FROM reviews")
+    bad = relserve.duckdb.connect(server=server.url, api_key="wrong-key-123", progress=False)
+    _reviews(bad)
+    with pytest.raises(ServerError, match="401"):
+        relserve.duckdb.sql(bad.con, "SELECT llm_map('Say {review}', review) FROM reviews")
