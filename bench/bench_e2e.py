@@ -51,7 +51,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from string import Template
 from typing import Any, Callable
@@ -880,7 +880,7 @@ def markdown(report: dict) -> str:
     for name, pts in report["curve"].items():
         by = {p["load"]: p for p in pts}
         lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(_f(by[l]["mean_latency_s"]) if l in by else "" for l in w["loads"]) + " |")
-    lines += ["", f"Engine start (s): " + ", ".join(f"{k} {_f(v, '.0f')}" for k, v in report["engine_start_s"].items()), ""]
+    lines += ["", "Engine start (s): " + ", ".join(f"{k} {_f(v, '.0f')}" for k, v in report["engine_start_s"].items()), ""]
     return "\n".join(lines)
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relserve.errors import ConfigError, RowError
-from relserve.functions import DEFAULT_LABEL_METHOD, LLMCall
+from relserve.functions import LLMCall
 from relserve.planner.execute import CallOutcome
 from relserve.progress import progress_bar
 from relserve.duckdb_ext.session import Session
@@ -138,15 +138,6 @@ class RemoteSession(Session):
     def _check(self, call: LLMCall) -> None:
         o = call.options
         where = f"{call.function.name} on a connection to the server {self.client.url}"
-        if o.examples:
-            raise ConfigError(f"{where}: examples are not supported yet (the server's API has no field for them)")
-        if o.reorder_fields:
-            raise ConfigError(f"{where}: reorder_fields is not supported yet (the server's API has no field for it)")
-        if o.method not in (None, DEFAULT_LABEL_METHOD) and call.choices and o.temperature == 0:
-            raise ConfigError(
-                f"{where}: method {o.method!r} is not supported yet; the server chooses labels by "
-                f"{DEFAULT_LABEL_METHOD!r} (leave method unset)"
-            )
         if o.model is not None:
             from relserve.planner.engine_ref import _model_id_of
 
@@ -165,6 +156,13 @@ class RemoteSession(Session):
             "on_error": "null",
             "cache": self.server_cache,
         }
+        # the rest of the call specification, field by field (the server's CallFields)
+        o = call.options
+        for name in ("system", "method", "reorder_fields", "examples"):
+            value = getattr(o, name, None)
+            if value:
+                # examples are kept frozen as tuples of (column, value) pairs
+                body[name] = _jsonable([dict(ex) for ex in value] if name == "examples" else value)
         if call.function.kind == "classify":
             body["labels"] = list(call.labels or ())
         if call.function.kind == "extract":
