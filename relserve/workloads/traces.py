@@ -199,20 +199,15 @@ def generate_trace(
                 )
 
     rng = random.Random(seed)
-    width = max(5, len(str(max(num_relqueries - 1, 0))))
-    clock = 0.0
     out: list[TraceQuery] = []
-    for k in range(num_relqueries):
-        clock += 0.0 if math.isinf(rate) else rng.expovariate(rate)
-        t = tables[rng.randrange(len(tables))]
+    for rel_id, clock, t in _arrivals(rng, num_relqueries, rate, tables, id_prefix):
         spec = specs[t][rng.randrange(len(specs[t]))]
         usable = pools[t].usable[spec.type]
-        n = rng.randint(lo, hi)
-        picked = sorted(rng.sample(range(len(usable)), n))
+        picked = _pick(rng, rows, len(usable))
         out.append(
             TraceQuery(
-                id=f"{id_prefix}{k:0{width}d}",
-                arrival_s=round(clock, 6),
+                id=rel_id,
+                arrival_s=clock,
                 template=spec.template,
                 max_tokens=spec.max_tokens,
                 rows=pools[t].rows(spec, [usable[i] for i in picked]),
@@ -263,19 +258,14 @@ def generate_long_trace(
             raise ConfigError(f"table {t!r} has only {len(usable)} rows long enough for the long workload, fewer than {hi}")
         pools[t] = (template, cols, columns, usable)
     rng = random.Random(seed)
-    width = max(5, len(str(max(num_relqueries - 1, 0))))
-    clock = 0.0
     out: list[TraceQuery] = []
-    for k in range(num_relqueries):
-        clock += 0.0 if math.isinf(rate) else rng.expovariate(rate)
-        t = tables[rng.randrange(len(tables))]
+    for rel_id, clock, t in _arrivals(rng, num_relqueries, rate, tables, id_prefix):
         template, cols, columns, usable = pools[t]
-        n = rng.randint(lo, hi)
-        picked = sorted(rng.sample(range(len(usable)), n))
+        picked = _pick(rng, rows, len(usable))
         out.append(
             TraceQuery(
-                id=f"{id_prefix}{k:0{width}d}",
-                arrival_s=round(clock, 6),
+                id=rel_id,
+                arrival_s=clock,
                 template=template,
                 max_tokens=LONG_MAX_TOKENS[rng.randrange(len(LONG_MAX_TOKENS))],
                 rows=[{c: columns[c][usable[i]] for c in cols} for i in picked],
@@ -285,6 +275,20 @@ def generate_long_trace(
             )
         )
     return out
+
+
+def _arrivals(rng: random.Random, num: int, rate: float, tables: Sequence[str], id_prefix: str):
+    """(id, arrival time, table) of each relQuery: Poisson arrivals, tables drawn uniformly."""
+    width = max(5, len(str(max(num - 1, 0))))
+    clock = 0.0
+    for k in range(num):
+        clock += 0.0 if math.isinf(rate) else rng.expovariate(rate)
+        yield f"{id_prefix}{k:0{width}d}", round(clock, 6), tables[rng.randrange(len(tables))]
+
+
+def _pick(rng: random.Random, rows: tuple[int, int], available: int) -> list[int]:
+    """A uniform row count in ``rows``, that many distinct positions among ``available``, in order."""
+    return sorted(rng.sample(range(available), rng.randint(*rows)))
 
 
 def trace_stats(queries: Sequence[TraceQuery]) -> dict[str, float]:
