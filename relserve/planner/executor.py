@@ -90,12 +90,16 @@ class CallExecutor:
             error = self.error_prefix + (error or "no answer")
         return [replace(row, index=target, value=value, error=error) for target in self.rows.targets[row.index]]
 
+    @property
+    def has_cache_writes(self) -> bool:
+        """Whether ``write_cache`` has anything to store (greedy calls with new answers)."""
+        return self.rows.cache is not None and self.call.deterministic and bool(self._answers)
+
     def write_cache(self) -> int:
         """Store the answers of this run (greedy calls only); returns how many were written."""
-        cache = self.rows.cache
-        if cache is None or not self.call.deterministic or not self._answers:
+        if not self.has_cache_writes:
             return 0
-        return cache.put_many(self.model_id, self.call.sampling_settings(), self._answers)
+        return self.rows.cache.put_many(self.model_id, self.call.sampling_settings(), self._answers)
 
     def run(self, engine: Any, *, progress: bool = False, fail_fast: bool = False) -> list[RowResult]:
         """Synchronously: every row of the relQuery, fanned out (a progress bar while it runs).

@@ -116,10 +116,13 @@ class Job:
         except Exception as e:  # an engine failure fails this job, never the server
             self._close(FAILED, f"{type(e).__name__}: {e}")
         finally:
-            try:
-                await run_in_threadpool(ex.write_cache)
-            except Exception:  # a full disk must not lose the answers already streamed
-                pass
+            # no thread hop when there is nothing to store: a server that is stopping must still
+            # reach the final event below
+            if ex.has_cache_writes:
+                try:
+                    await run_in_threadpool(ex.write_cache)
+                except Exception:  # a full disk must not lose the answers already streamed
+                    pass
             await self._notify()
             on_finish(self)
 
