@@ -26,14 +26,14 @@ from __future__ import annotations
 import enum
 import itertools
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from relserve.policy.batching import fill_prefill_batch
+from relserve.policy.batching import prefill_candidate
 from relserve.policy.cost_model import CostModel
 from relserve.policy.relqueries import RelQueryGroup
 from relserve.policy.settings import PolicySettings
-from relserve.policy.types import Req, StepKind, StepPlan, StepView
+from relserve.policy.types import StepKind, StepPlan, StepView
 
 
 class Transitional(enum.Enum):
@@ -117,18 +117,6 @@ def mixed_delta(t: StepTimes, bigger: float, merged: float, num_running: int, nu
     return num_running * (t.mixed - t.decode) + bigger - merged - num_waiting * (t.mixed_prefill + t.decode - t.mixed)
 
 
-def batch_work(batch: Sequence[Req], view: StepView) -> tuple[int, float]:
-    """Uncached tokens of a prefill batch and the attention pairs they compute."""
-    tokens = 0
-    pairs = 0.0
-    for r in batch:
-        cached = min(max(view.cached_tokens(r), r.computed_tokens), r.prompt_tokens)
-        u = r.prompt_tokens - cached
-        tokens += u
-        pairs += u * (cached + (u + 1) / 2)
-    return tokens, pairs
-
-
 def decode_work(view: StepView) -> tuple[int, int]:
     """Requests of the decode candidate and the context they attend to."""
     return len(view.running), sum(r.prompt_tokens + r.output_tokens for r in view.running)
@@ -189,11 +177,9 @@ class AdaptiveBatchArranger:
         """M: decode every running request plus a chunk of waiting ones in priority order."""
         chunk = self.settings.mixed_chunk_tokens or view.limits.max_num_batched_tokens
         chunk = min(chunk, max(view.limits.max_num_batched_tokens - len(view.running), 0))
-        limits = view.limits
         # the running requests take one token each of the step's budget; the chunk the rest
-        sub = StepView(view.now, view.waiting, view.running, replace(limits, max_num_batched_tokens=chunk), view.cached_tokens)
-        batch, _ = fill_prefill_batch(self._queue(waiting), sub) if chunk > 0 else ([], 0)
-        tokens, pairs = batch_work(batch, view)
+        sub = StepView(view.now, view.waiting, view.running, replace(view.limits, max_num_batched_tokens=chunk), view.cached_tokens)
+        batch, tokens, pairs = prefill_candidate(self._queue(waiting), sub) if chunk > 0 else ([], 0, 0.0)
         plan = StepPlan(StepKind.MIXED, admit=batch, token_budget=len(view.running) + chunk, priorities=prios)
         return plan, tokens, pairs
 
@@ -203,9 +189,9 @@ class AdaptiveBatchArranger:
         prios = dict(prios)
         if waiting:
             head = waiting[0]
-            batch, _ = fill_prefill_batch(self._queue(waiting), view)
+            batch, uncached, pairs = prefill_candidate(self._queue(waiting), view)
         else:
-            head, batch = None, []
+            head, batch, uncached, pairs = None, [], 0, 0.0
         if not batch and not view.running:
             return StepPlan(StepKind.IDLE, priorities=prios, reason="idle")
         if not batch:
@@ -219,7 +205,6 @@ class AdaptiveBatchArranger:
         top = min(running, key=lambda g: priority_key(g, prios))
         m_plus, m_minus = priority_key(top, prios), priority_key(head, prios)
         others = [g for g in running if g is not head]
-        uncached, pairs = batch_work(batch, view)
         mixed = times = None
         if self.settings.mixed_steps:
             mixed, m_tokens, m_pairs = self._mixed_plan(view, waiting, prios)

@@ -26,13 +26,19 @@ def kv_headroom(view: StepView) -> int:
 
 
 def fill_prefill_batch(queue: Iterable[Req], view: StepView) -> tuple[list[Req], int]:
+    """``prefill_candidate`` without the attention pairs: the batch and its uncached tokens."""
+    batch, tokens, _ = prefill_candidate(queue, view)
+    return batch, tokens
+
+
+def prefill_candidate(queue: Iterable[Req], view: StepView) -> tuple[list[Req], int, float]:
     """Take requests from the front of ``queue`` while they fit; stop at the first that does not.
 
     Limits: ``max_num_batched_tokens`` on uncached prompt tokens, ``max_num_seqs`` on running plus
     admitted requests, and the KV cache in whole blocks, as vLLM allocates them: blocks for the
     request's whole sequence (prompt plus room for ``max_tokens``) less the prefix-cached ones,
-    keeping the watermark free once anything runs beside it. Returns the batch and its uncached
-    token count. Stopping at the first misfit keeps the queue's order, as vLLM does
+    keeping the watermark free once anything runs beside it. Returns the batch, its uncached
+    token count and the attention pairs those tokens compute (``cost_model.prefill_pairs``). Stopping at the first misfit keeps the queue's order, as vLLM does
     (head-of-line semantics).
     """
     lim = view.limits
@@ -41,6 +47,7 @@ def fill_prefill_batch(queue: Iterable[Req], view: StepView) -> tuple[list[Req],
     kv_left = kv_headroom(view)
     batch: list[Req] = []
     tokens = 0
+    pairs = 0.0
     for req in queue:
         if len(batch) >= slots:
             break
@@ -54,5 +61,6 @@ def fill_prefill_batch(queue: Iterable[Req], view: StepView) -> tuple[list[Req],
             break
         batch.append(req)
         tokens += u
+        pairs += u * (min(cached, req.prompt_tokens) + (u + 1) / 2)
         kv_left -= need
-    return batch, tokens
+    return batch, tokens, pairs
