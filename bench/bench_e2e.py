@@ -31,13 +31,17 @@ the generated columns (llm_map, llm_extract) row by row, and reports label agree
     .venv/bin/python bench/bench_e2e.py --quick     # a few minutes: small sizes, short window
     .venv/bin/python bench/bench_e2e.py             # the full run (about 25 min on 2 quiet cores)
 
+    .venv/bin/python bench/bench_e2e.py --workload other   # the second workload: other tables,
+                                                          # templates and prompt/answer lengths
+
 Results: bench/out/e2e.json, bench/out/e2e.md, bench/out/e2e_latency_vs_load.png
-(--quick writes e2e_quick.*).
+(--quick writes e2e_quick.*, --workload other e2e_other.*).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -58,6 +62,9 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 SQL_DIR = ROOT / "sql" / "bench_e2e"
+#: --workload: the headline's statements, and a second set over other tables, templates and
+#: prompt/answer lengths (a check that the headline holds on work it was not sized on)
+WORKLOADS = {"main": SQL_DIR, "other": ROOT / "sql" / "bench_e2e_other"}
 OUT = Path(__file__).resolve().parent / "out"
 DATASETS = Path(os.environ.get("RELSERVE_DATASETS", ROOT.parent / "shared" / "datasets"))
 
@@ -65,7 +72,7 @@ DATASETS = Path(os.environ.get("RELSERVE_DATASETS", ROOT.parent / "shared" / "da
 SIZES = ((1, 0.19), (3, 0.18), (8, 0.18), (20, 0.18), (50, 0.14), (100, 0.08), (200, 0.03), (300, 0.02))
 #: --quick: 1-30 rows (mean 10.3)
 QUICK_SIZES = ((1, 0.25), (3, 0.2), (8, 0.2), (15, 0.2), (30, 0.15))
-#: rows per table (tables.sql keeps the first 3,000 of each)
+#: rows per table of the main workload (its tables.sql says "-- rows: 3000")
 TABLE_ROWS = 3000
 CONTENDERS = ("vllm-serve", "vllm-offline", "relserve", "relserve-cache")
 LABELS = {
@@ -116,6 +123,14 @@ def load_statements(sql_dir: Path = SQL_DIR) -> list[Statement]:
 
 def tables_sql(datasets: Path = DATASETS, sql_dir: Path = SQL_DIR) -> str:
     return Template((sql_dir / "tables.sql").read_text()).substitute(datasets=str(datasets))
+
+
+def table_rows(sql_dir: Path = SQL_DIR) -> int:
+    """The rows every table of a workload has (its tables.sql's "-- rows: N" line)."""
+    m = re.search(r"^-- rows: *(\d+)$", (sql_dir / "tables.sql").read_text(), flags=re.MULTILINE)
+    if m is None:
+        raise ValueError(f"{sql_dir / 'tables.sql'}: no '-- rows: N' line")
+    return int(m.group(1))
 
 
 @dataclass(frozen=True)
@@ -288,11 +303,11 @@ def run_sessions(
     return sorted(records, key=lambda r: r.arrival), answers
 
 
-def new_duckdb(datasets: Path):
+def new_duckdb(datasets: Path, sql_dir: Path = SQL_DIR):
     import duckdb
 
     con = duckdb.connect(config={"threads": 1})
-    con.execute(tables_sql(datasets))
+    con.execute(tables_sql(datasets, sql_dir))
     return con
 
 
@@ -346,14 +361,14 @@ class RowUDF:
         return to_arrow(self.fn, out)
 
 
-def udf_connection(datasets: Path, backend: Callable):
+def udf_connection(datasets: Path, sql_dir: Path, backend: Callable):
     import duckdb
 
     from relserve.duckdb_ext.arguments import options_macro_sql
     from relserve.duckdb_ext.session import RETURN_TYPES
     from relserve.functions import FUNCTIONS
 
-    con = new_duckdb(datasets)
+    con = new_duckdb(datasets, sql_dir)
     counter = [0]
     for fn in FUNCTIONS.values():
         con.create_function(fn.name, RowUDF(fn, backend, counter), None, RETURN_TYPES[fn.kind], type="arrow",
@@ -472,7 +487,7 @@ def phase_vllm_serve(args, work_by_load: dict[float, list[Scheduled]], model_pat
             before = prom(url + "/metrics")
 
             def connect(s):
-                con, counter, _ = udf_connection(args.datasets, per_row)
+                con, counter, _ = udf_connection(args.datasets, WORKLOADS[args.workload], per_row)
                 return _Conn(con, counter)
 
             t0 = time.perf_counter()
@@ -551,7 +566,7 @@ def phase_vllm_offline(args, work_by_load: dict[float, list[Scheduled]], model_p
         tokens.update(prompt=0, cached=0)
 
         def connect(s):
-            con, counter, _ = udf_connection(args.datasets, batch)
+            con, counter, _ = udf_connection(args.datasets, WORKLOADS[args.workload], batch)
             return _Conn(con, counter)
 
         def execute(conn, w):
@@ -569,74 +584,88 @@ def phase_vllm_offline(args, work_by_load: dict[float, list[Scheduled]], model_p
 # ---------------------------------------------------------------------------------------- contenders 3-4
 
 
-def phase_relserve(args, work_by_load: dict[float, list[Scheduled]], model_path: str, log) -> dict:
-    import relserve.duckdb
-    from relserve.duckdb_ext.session import session_of
-
+@contextlib.contextmanager
+def relserve_server(args, tenants: Path, log, name: str):
+    """A ``relserve serve`` of its own (a fresh engine: an empty prefix cache), warmed up; yields
+    its URL and how long it took to answer."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    relserve_bin = str(Path(sys.executable).parent / "relserve")
+    cmd = [relserve_bin, "serve", "--port", str(port), "--tenants", str(tenants), "--policy", "relserve", "--log-level", "warning"]
+    log(f"relserve: starting relserve serve (port {port}) for {name}")
+    t_start = time.perf_counter()
+    with open(Path(args.workdir) / f"relserve_serve_{name}.log", "w") as out:
+        proc = subprocess.Popen(cmd, env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_http(url + "/health", proc)
+        yield url, time.perf_counter() - t_start
+    finally:
+        stop(proc)
+
+
+def phase_relserve(args, work_by_load: dict[float, list[Scheduled]], model_path: str, log) -> dict:
+    import relserve.duckdb
+    from relserve.client import Client
+    from relserve.duckdb_ext.session import session_of
+
     key = "bench-e2e-" + os.urandom(8).hex()
     # a tenant of its own: a result-cache scope no earlier run has filled
     tenants = Path(args.workdir) / "tenants.toml"
     tenants.write_text(f'[tenants.bench-{int(time.time())}]\nkey = "{key}"\n')
-    relserve_bin = str(Path(sys.executable).parent / "relserve")
-    cmd = [relserve_bin, "serve", "--port", str(port), "--tenants", str(tenants), "--policy", "relserve", "--log-level", "warning"]
-    log(f"relserve: starting relserve serve (port {port})")
-    t_start = time.perf_counter()
-    with open(Path(args.workdir) / "relserve_serve.log", "w") as out:
-        proc = subprocess.Popen(cmd, env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_http(url + "/health", proc)
-        started = time.perf_counter() - t_start
-        from relserve.client import Client
 
-        with Client(url, api_key=key) as c:  # warm-up request, as for the other contenders
+    def run_pass(url: str, work: list[Scheduled], cache: bool) -> dict:
+        before = prom(url + "/metrics")
+
+        def connect(s):
+            con = relserve.duckdb.connect(config={"threads": 1}, server=url, api_key=key, cache=cache, progress=False)
+            con.execute(tables_sql(args.datasets, WORKLOADS[args.workload]))
+            return con
+
+        served: dict[str, tuple[int, int]] = {}
+
+        def execute(con, w):
+            session = session_of(con.con)
+            n = len(session.calls)
+            rel = relserve.duckdb.sql(con.con, w.sql)
+            rows = rel.fetchall() if rel is not None else []
+            calls = session.calls[n:]
+            served[w.key] = (sum(c.cached_rows for c in calls), sum(c.engine_rows for c in calls))
+            return list(rel.columns) if rel is not None else [], rows, sum(c.rows for c in calls)
+
+        t0 = time.perf_counter()
+        records, answers = run_sessions(work, connect, execute)
+        wall = time.perf_counter() - t0
+        after = prom(url + "/metrics")
+        prompt = after.get("relserve_tokens_total:prompt", 0) - before.get("relserve_tokens_total:prompt", 0)
+        hits = after.get("relserve_tokens_total:prefix_cached", 0) - before.get("relserve_tokens_total:prefix_cached", 0)
+        out = _load_result(records, answers, wall, prompt, hits)
+        out["result_cache_rows"] = sum(c for c, _ in served.values())
+        out["engine_rows"] = sum(e for _, e in served.values())
+        return out
+
+    def warm_up(url: str) -> None:
+        with Client(url, api_key=key) as c:  # as for the other contenders
             c.run(prompts=["Say hi."], max_tokens=2, cache=False)
 
-        def run_pass(work: list[Scheduled], cache: bool) -> dict:
-            before = prom(url + "/metrics")
-
-            def connect(s):
-                con = relserve.duckdb.connect(config={"threads": 1}, server=url, api_key=key, cache=cache, progress=False)
-                con.execute(tables_sql(args.datasets))
-                return con
-
-            served: dict[str, tuple[int, int]] = {}
-
-            def execute(con, w):
-                session = session_of(con.con)
-                n = len(session.calls)
-                rel = relserve.duckdb.sql(con.con, w.sql)
-                rows = rel.fetchall() if rel is not None else []
-                calls = session.calls[n:]
-                served[w.key] = (sum(c.cached_rows for c in calls), sum(c.engine_rows for c in calls))
-                return list(rel.columns) if rel is not None else [], rows, sum(c.rows for c in calls)
-
-            t0 = time.perf_counter()
-            records, answers = run_sessions(work, connect, execute)
-            wall = time.perf_counter() - t0
-            after = prom(url + "/metrics")
-            prompt = after.get("relserve_tokens_total:prompt", 0) - before.get("relserve_tokens_total:prompt", 0)
-            hits = after.get("relserve_tokens_total:prefix_cached", 0) - before.get("relserve_tokens_total:prefix_cached", 0)
-            out = _load_result(records, answers, wall, prompt, hits)
-            out["result_cache_rows"] = sum(c for c, _ in served.values())
-            out["engine_rows"] = sum(e for _, e in served.values())
-            return out
-
-        result = {"engine_start_s": started, "loads": {}, "cache_loads": {}}
+    result: dict[str, Any] = {"loads": {}, "cache_loads": {}}
+    with relserve_server(args, tenants, log, "cache-off") as (url, started):
+        warm_up(url)
+        result["engine_start_s"] = started
         for load, work in work_by_load.items():
-            result["loads"][str(load)] = run_pass(work, cache=False)
+            result["loads"][str(load)] = run_pass(url, work, cache=False)
             log(f"relserve: load {load} (cache off) done in {result['loads'][str(load)]['wall_s']:.0f} s")
+    if "relserve-cache" in args.contenders:
+        # a new server, so that the first pass starts from an empty prefix cache as the cache-off
+        # pass of the same rows did, not from the KV blocks that pass left behind
         top = max(work_by_load)
-        if "relserve-cache" in args.contenders:
-            first = run_pass(work_by_load[top], cache=True)
+        with relserve_server(args, tenants, log, "cache-on") as (url, _):
+            warm_up(url)
+            first = run_pass(url, work_by_load[top], cache=True)
             log(f"relserve: load {top} cache on, 1st pass done in {first['wall_s']:.0f} s")
-            second = run_pass(work_by_load[top], cache=True)
+            second = run_pass(url, work_by_load[top], cache=True)
             log(f"relserve: load {top} cache on, 2nd pass done in {second['wall_s']:.0f} s")
-            result["cache_loads"] = {"first": first, "second": second, "load": top}
-        return result
-    finally:
-        stop(proc)
+        result["cache_loads"] = {"first": first, "second": second, "load": top}
+    return result
 
 
 # ---------------------------------------------------------------------------------------- reporting
@@ -721,6 +750,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=16)
     ap.add_argument("--contenders", default=",".join(CONTENDERS))
     ap.add_argument("--datasets", type=Path, default=DATASETS)
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="main",
+                    help="main: the headline's statements (sql/bench_e2e); other: other tables, templates and lengths (sql/bench_e2e_other)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--phase", help=argparse.SUPPRESS)  # internal: run one contender in this process
     ap.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -735,10 +766,11 @@ def main() -> None:
         args.loads = args.loads or "0.35,0.7,1.0"
     args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     loads = sorted(float(x) for x in args.loads.split(","))
-    statements = load_statements()
+    sql_dir = WORKLOADS[args.workload]
+    statements = load_statements(sql_dir)
     items = build_workload(statements, sessions=args.sessions, rate=args.rate, horizon=args.window * max(loads),
                            seed=args.seed, sizes=QUICK_SIZES if args.quick else SIZES)
-    work_by_load = {load: at_load(items, statements, load, args.window, args.seed) for load in loads}
+    work_by_load = {load: at_load(items, statements, load, args.window, args.seed, table_rows(sql_dir)) for load in loads}
 
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -754,7 +786,7 @@ def main() -> None:
 
     args.out.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="bench_e2e_"))
-    stem = "e2e_quick" if args.quick else "e2e"
+    stem = "e2e" + ("" if args.workload == "main" else f"_{args.workload}") + ("_quick" if args.quick else "")
     log(f"{len(items)} statements in the stream; per load: " + ", ".join(f"{l}: {len(w)} statements, {sum(x.item.rows for x in w)} rows" for l, w in work_by_load.items()))
     t_all = time.perf_counter()
     phases = [p for p in ("vllm-serve", "vllm-offline", "relserve") if p in args.contenders or (p == "relserve" and "relserve-cache" in args.contenders)]
@@ -762,7 +794,7 @@ def main() -> None:
     for phase in phases:
         cmd = [sys.executable, __file__, "--phase", phase, "--workdir", str(workdir), "--sessions", str(args.sessions),
                "--rate", str(args.rate), "--window", str(args.window), "--loads", args.loads, "--seed", str(args.seed),
-               "--datasets", str(args.datasets), "--contenders", ",".join(args.contenders)] + (["--quick"] if args.quick else [])
+               "--datasets", str(args.datasets), "--workload", args.workload, "--contenders", ",".join(args.contenders)] + (["--quick"] if args.quick else [])
         t0 = time.perf_counter()
         rc = subprocess.call(cmd)
         path = workdir / f"{phase}.json"
@@ -825,7 +857,7 @@ def summarize(args, statements, work_by_load, results: dict, total_s: float) -> 
         "command": " ".join(sys.argv),
         "quick": args.quick,
         "machine": {"cpus": len(os.sched_getaffinity(0)), "note": "2-core CPU machine; see the README for how quiet it was"},
-        "workload": {"sessions": args.sessions, "rate_at_load_1": args.rate, "window_s": args.window, "loads": loads,
+        "workload": {"name": args.workload, "sessions": args.sessions, "rate_at_load_1": args.rate, "window_s": args.window, "loads": loads,
                      "seed": args.seed, "statements": sorted(names),
                      "per_load": {str(l): {"statements": len(w), "rows": sum(x.item.rows for x in w)} for l, w in work_by_load.items()}},
         "engine": ENGINE,
@@ -846,7 +878,7 @@ def _f(x: Any, fmt: str = ".2f") -> str:
 def markdown(report: dict) -> str:
     w = report["workload"]
     lines = [
-        f"# relserve end to end ({'quick' if report['quick'] else 'full'} run)",
+        f"# relserve end to end: workload {w.get('name', 'main')} ({'quick' if report['quick'] else 'full'} run)",
         "",
         f"{w['sessions']} sessions, Poisson arrivals, {w['rate_at_load_1']} statements/s at load 1.0, "
         f"{w['window_s']:.0f} s of arrivals per load, loads {', '.join(map(str, w['loads']))}; "

@@ -6,10 +6,12 @@ connection's."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
 import duckdb
+
 import pytest
 from server_fixtures import running_server
 
@@ -82,13 +84,19 @@ def test_loads_nest_and_rows_are_the_same_for_every_contender():
         assert 0 <= w.offset <= b.TABLE_ROWS - w.item.rows and f"id > {w.offset} " in w.sql
 
 
-def test_tables_come_from_the_shared_datasets():
+@pytest.mark.parametrize("workload, tables", [("main", ("rotten", "products", "beers")), ("other", ("films", "ratings"))])
+def test_tables_come_from_the_shared_datasets(workload, tables):
     if not (b.DATASETS / "rotten_tomatoes.parquet").exists():
         pytest.skip("the shared datasets are not on this machine")
-    con = b.new_duckdb(b.DATASETS)
-    for t in ("rotten", "products", "beers"):
+    sql_dir = b.WORKLOADS[workload]
+    n_rows = b.table_rows(sql_dir)
+    assert n_rows == {"main": b.TABLE_ROWS, "other": 1000}[workload]
+    con = b.new_duckdb(b.DATASETS, sql_dir)
+    for t in tables:
         n, lo, hi = con.sql(f"SELECT count(*), min(id), max(id) FROM {t}").fetchall()[0]
-        assert (n, lo, hi) == (b.TABLE_ROWS, 1, b.TABLE_ROWS)
+        assert (n, lo, hi) == (n_rows, 1, n_rows)
+    statements = b.load_statements(sql_dir)
+    assert {s.table for s in statements} == set(tables)
     # every statement is valid SQL over those tables (the LLM functions replaced by stand-ins)
     import pyarrow as pa
 
@@ -96,8 +104,26 @@ def test_tables_come_from_the_shared_datasets():
         con.create_function(fn, lambda *a, v=value: pa.array([v] * len(a[0])), None, ret, type="arrow",
                             null_handling="special", side_effects=True)
     con.execute("CREATE MACRO llm_options(max_tokens := NULL) AS NULL")
-    for s in b.load_statements():
-        con.sql(s.sql(100, 3)).fetchall()
+    for s in statements:
+        assert con.sql(s.sql(100, 3)).fetchall(), s.name
+
+
+def test_the_second_workload_differs_from_the_first_in_tables_templates_and_lengths():
+    main, other = b.load_statements(b.WORKLOADS["main"]), b.load_statements(b.WORKLOADS["other"])
+    assert not {s.table for s in main} & {s.table for s in other}
+    assert not {s.text for s in main} & {s.text for s in other}
+    text = " ".join(s.text for s in other)
+    for fn in ("llm_filter(", "llm_classify(", "llm_map(", "llm_extract("):
+        assert fn in text
+    # longer answers than any statement of the main workload asks for
+    longest = lambda sts: max(int(m) for s in sts for m in re.findall(r"max_tokens := (\d+)", s.text))  # noqa: E731
+    assert longest(other) > 2 * longest(main)
+
+
+def test_a_workload_without_a_row_count_is_refused(tmp_path):
+    (tmp_path / "tables.sql").write_text("CREATE TABLE t AS SELECT 1 AS id;\n")
+    with pytest.raises(ValueError, match=r"tables.sql: no '-- rows: N' line"):
+        b.table_rows(tmp_path)
 
 
 def test_fifo_lock_runs_in_the_order_asked():
