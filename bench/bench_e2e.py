@@ -227,7 +227,8 @@ class Record:
     arrival: float
     start: float
     end: float
-    #: rows handed to the LLM functions (call sites x rows reaching them)
+    #: rows the LLM functions were called on (call sites x rows reaching them; relserve's SQL
+    #: planner calls them once per distinct argument tuple, so it counts fewer)
     llm_rows: int = 0
     out_rows: int = 0
     error: str | None = None
@@ -680,10 +681,18 @@ def _pct(values: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
+def throughput(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Rows per second over the pass's makespan (first arrival to last end). ``rows_per_s`` counts
+    the statements' table rows, the same work for every contender; ``llm_rows`` counts the rows the
+    LLM functions were called on, which deduplication lowers."""
+    span = (max(r["end"] for r in records) - min(r["arrival"] for r in records)) if records else 0.0
+    table_rows = sum(r["rows"] for r in records)
+    return {"makespan_s": span, "table_rows": table_rows, "rows_per_s": table_rows / span if span > 0 else float("nan"),
+            "llm_rows": sum(r["llm_rows"] for r in records)}
+
+
 def _load_result(records: list[Record], answers: dict, wall: float, prompt_tokens: float, cached_tokens: float) -> dict:
     lat = [r.latency for r in records]
-    span = (max(r.end for r in records) - min(r.arrival for r in records)) if records else 0.0
-    llm_rows = sum(r.llm_rows for r in records)
     return {
         "statements": len(records),
         "failed_statements": sum(r.error is not None for r in records),
@@ -691,9 +700,7 @@ def _load_result(records: list[Record], answers: dict, wall: float, prompt_token
         "mean_latency_s": statistics.fmean(lat) if lat else float("nan"),
         "p95_latency_s": _pct(lat, 0.95),
         "max_latency_s": max(lat) if lat else float("nan"),
-        "llm_rows": llm_rows,
-        "makespan_s": span,
-        "rows_per_s": llm_rows / span if span > 0 else float("nan"),
+        **throughput([asdict(r) for r in records]),
         "wall_s": wall,
         "prompt_tokens": int(prompt_tokens),
         "prompt_tokens_cached": int(cached_tokens),
@@ -753,6 +760,8 @@ def main() -> None:
     ap.add_argument("--workload", choices=sorted(WORKLOADS), default="main",
                     help="main: the headline's statements (sql/bench_e2e); other: other tables, templates and lengths (sql/bench_e2e_other)")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--report", type=Path, metavar="DIR",
+                    help="write the report again from the phase files a run left in DIR (give the run's other options too)")
     ap.add_argument("--phase", help=argparse.SUPPRESS)  # internal: run one contender in this process
     ap.add_argument("--workdir", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -761,9 +770,11 @@ def main() -> None:
         args.window = args.window or 30.0
         args.loads = args.loads or "0.5,1.0"
     else:
-        args.rate = args.rate or 0.15
-        args.window = args.window or 120.0
-        args.loads = args.loads or "0.35,0.7,1.0"
+        # sized for the 2-core AMD EPYC machines (~3 rows/s for relserve): at load 1.0 about
+        # 3 rows/s are offered, 27 statements over all 8 sessions
+        args.rate = args.rate or 0.1
+        args.window = args.window or 240.0
+        args.loads = args.loads or "0.5,1.0"
     args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     loads = sorted(float(x) for x in args.loads.split(","))
     sql_dir = WORKLOADS[args.workload]
@@ -785,32 +796,36 @@ def main() -> None:
         return
 
     args.out.mkdir(parents=True, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix="bench_e2e_"))
+    workdir = args.report or Path(tempfile.mkdtemp(prefix="bench_e2e_"))
     stem = "e2e" + ("" if args.workload == "main" else f"_{args.workload}") + ("_quick" if args.quick else "")
     log(f"{len(items)} statements in the stream; per load: " + ", ".join(f"{l}: {len(w)} statements, {sum(x.item.rows for x in w)} rows" for l, w in work_by_load.items()))
     t_all = time.perf_counter()
     phases = [p for p in ("vllm-serve", "vllm-offline", "relserve") if p in args.contenders or (p == "relserve" and "relserve-cache" in args.contenders)]
     results: dict[str, Any] = {}
     for phase in phases:
+        path = workdir / f"{phase}.json"
+        if args.report:  # the report again from a finished run's phase files, nothing run
+            if path.exists():
+                results[phase] = json.loads(path.read_text())
+            continue
         cmd = [sys.executable, __file__, "--phase", phase, "--workdir", str(workdir), "--sessions", str(args.sessions),
                "--rate", str(args.rate), "--window", str(args.window), "--loads", args.loads, "--seed", str(args.seed),
                "--datasets", str(args.datasets), "--workload", args.workload, "--contenders", ",".join(args.contenders)] + (["--quick"] if args.quick else [])
         t0 = time.perf_counter()
         rc = subprocess.call(cmd)
-        path = workdir / f"{phase}.json"
         if rc != 0 or not path.exists():
             log(f"{phase} failed (exit {rc}); see {workdir}")
             continue
         results[phase] = json.loads(path.read_text())
         results[phase]["phase_s"] = time.perf_counter() - t0
-    total_s = time.perf_counter() - t_all
+    total_s = float("nan") if args.report else time.perf_counter() - t_all
     report = summarize(args, statements, work_by_load, results, total_s)
     # answers are kept out of the summary JSON except for the comparison counts
     (args.out / f"{stem}.json").write_text(json.dumps(report, indent=1, default=str))
     (args.out / f"{stem}.md").write_text(markdown(report))
     plot(report, args.out / f"{stem}_latency_vs_load.png")
     print(markdown(report))
-    log(f"total {total_s / 60:.1f} min; wrote {args.out / stem}.json, .md and _latency_vs_load.png; raw runs in {workdir}")
+    log(f"total {_f(total_s / 60, '.1f')} min; wrote {args.out / stem}.json, .md and _latency_vs_load.png; raw runs in {workdir}")
 
 
 def summarize(args, statements, work_by_load, results: dict, total_s: float) -> dict:
@@ -823,6 +838,7 @@ def summarize(args, statements, work_by_load, results: dict, total_s: float) -> 
             for rec in bucket["records"]:
                 if rec["key"] in bucket["answers"]:
                     bucket["answers"][rec["key"]]["name"] = rec["name"]
+            bucket.update(throughput(bucket["records"]))
     runs: dict[str, dict[str, dict]] = {}
     for phase, res in results.items():
         key = phase
@@ -882,13 +898,13 @@ def markdown(report: dict) -> str:
         "",
         f"{w['sessions']} sessions, Poisson arrivals, {w['rate_at_load_1']} statements/s at load 1.0, "
         f"{w['window_s']:.0f} s of arrivals per load, loads {', '.join(map(str, w['loads']))}; "
-        f"statements: {', '.join(w['statements'])}. Total {report['total_s'] / 60:.1f} min.",
+        f"statements: {', '.join(w['statements'])}. Total {_f(report['total_s'] / 60, '.1f')} min.",
         "",
         f"At load {report['headline_load']} ({w['per_load'][str(report['headline_load'])]['statements']} statements, "
         f"{w['per_load'][str(report['headline_load'])]['rows']} table rows):",
         "",
-        "| contender | statements (failed) | mean latency s | p95 latency s | rows/s | prompt tokens computed | cached | mean / relserve | p95 / relserve | generated rows identical / different | classify labels same / different | rows llm_filter kept on one side only |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| contender | statements (failed) | mean latency s | p95 latency s | table rows/s | rows the LLM functions ran on | prompt tokens computed | cached | mean / relserve | p95 / relserve | generated rows identical / different | classify labels same / different | rows llm_filter kept on one side only |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["table"]:
         cmp = row.get("answers_vs_relserve")
@@ -896,7 +912,7 @@ def markdown(report: dict) -> str:
         labels = f"{cmp['label_same']} / {cmp['label_different']} | {cmp['rows_in_one_only']}" if cmp else " |"
         lines.append(
             f"| {LABELS.get(row['contender'], row['contender'])} | {row['statements']} ({row['failed_statements']}) | "
-            f"{_f(row['mean_latency_s'])} | {_f(row['p95_latency_s'])} | {_f(row['rows_per_s'], '.1f')} | "
+            f"{_f(row['mean_latency_s'])} | {_f(row['p95_latency_s'])} | {_f(row['rows_per_s'], '.2f')} | {row['llm_rows']} | "
             f"{row['prompt_tokens_computed']:,} | {row['prompt_tokens_cached']:,} | {_f(row.get('mean_vs_relserve'))}x | "
             f"{_f(row.get('p95_vs_relserve'))}x | {ident} | {labels} |"
         )

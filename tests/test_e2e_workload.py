@@ -126,6 +126,12 @@ def test_a_workload_without_a_row_count_is_refused(tmp_path):
         b.table_rows(tmp_path)
 
 
+def test_throughput_counts_table_rows_the_same_for_every_contender():
+    recs = [{"rows": 20, "llm_rows": 20, "arrival": 1.0, "end": 5.0}, {"rows": 30, "llm_rows": 12, "arrival": 2.0, "end": 11.0}]
+    assert b.throughput(recs) == {"makespan_s": 10.0, "table_rows": 50, "rows_per_s": 5.0, "llm_rows": 32}
+    assert b.throughput([])["table_rows"] == 0
+
+
 def test_fifo_lock_runs_in_the_order_asked():
     import threading
     import time
