@@ -29,7 +29,7 @@ server connection runs), contenders 1-2 by constrained decoding: so the identity
 the generated columns (llm_map, llm_extract) row by row, and reports label agreement apart.
 
     .venv/bin/python bench/bench_e2e.py --quick     # a few minutes: small sizes, short window
-    .venv/bin/python bench/bench_e2e.py             # the full run (about 25 min on 2 quiet cores)
+    .venv/bin/python bench/bench_e2e.py             # the full run (41 min on 2 quiet AMD EPYC cores)
 
     .venv/bin/python bench/bench_e2e.py --workload other   # the second workload: other tables,
                                                           # templates and prompt/answer lengths
