@@ -445,6 +445,25 @@ def prom(url: str) -> dict[str, float]:
     return out
 
 
+def prom_tokens(url: str, prompt: str, cached: str) -> Callable[[], tuple[float, float]]:
+    """A reader of a server's prompt-token and prefix-cached-token counters."""
+    def read() -> tuple[float, float]:
+        got = prom(url + "/metrics")
+        return got.get(prompt, 0.0), got.get(cached, 0.0)
+    return read
+
+
+def measured_pass(work: list[Scheduled], connect, execute, tokens: Callable[[], tuple[float, float]]) -> dict:
+    """Run one pass of sessions; ``tokens()`` reads the contender's (prompt, prefix-cached) token
+    counters, before and after."""
+    prompt0, cached0 = tokens()
+    t0 = time.perf_counter()
+    records, answers = run_sessions(work, connect, execute)
+    wall = time.perf_counter() - t0
+    prompt1, cached1 = tokens()
+    return _load_result(records, answers, wall, prompt1 - prompt0, cached1 - cached0)
+
+
 def phase_vllm_serve(args, work_by_load: dict[float, list[Scheduled]], model_path: str, log) -> dict:
     import httpx
 
@@ -484,21 +503,15 @@ def phase_vllm_serve(args, work_by_load: dict[float, list[Scheduled]], model_pat
 
         per_row(_Warm(), ["Say hi."])  # warm-up request
         result = {"engine_start_s": started, "loads": {}}
+        tokens = prom_tokens(url, "vllm:prompt_tokens_total", "vllm:prefix_cache_hits_total")
+
+        def connect(s):
+            con, counter, _ = udf_connection(args.datasets, WORKLOADS[args.workload], per_row)
+            return _Conn(con, counter)
+
         for load, work in work_by_load.items():
-            before = prom(url + "/metrics")
-
-            def connect(s):
-                con, counter, _ = udf_connection(args.datasets, WORKLOADS[args.workload], per_row)
-                return _Conn(con, counter)
-
-            t0 = time.perf_counter()
-            records, answers = run_sessions(work, connect, _execute_plain)
-            wall = time.perf_counter() - t0
-            after = prom(url + "/metrics")
-            prompt = after.get("vllm:prompt_tokens_total", 0) - before.get("vllm:prompt_tokens_total", 0)
-            hits = after.get("vllm:prefix_cache_hits_total", 0) - before.get("vllm:prefix_cache_hits_total", 0)
-            result["loads"][str(load)] = _load_result(records, answers, wall, prompt, hits)
-            log(f"vllm-serve: load {load} done in {wall:.0f} s")
+            result["loads"][str(load)] = done = measured_pass(work, connect, _execute_plain, tokens)
+            log(f"vllm-serve: load {load} done in {done['wall_s']:.0f} s")
         http.close()
         return result
     finally:
@@ -562,23 +575,19 @@ def phase_vllm_offline(args, work_by_load: dict[float, list[Scheduled]], model_p
 
     batch(_Warm(), ["Say hi."])
     result = {"engine_start_s": started, "loads": {}}
+    fifo = FifoLock()
+
+    def connect(s):
+        con, counter, _ = udf_connection(args.datasets, WORKLOADS[args.workload], batch)
+        return _Conn(con, counter)
+
+    def execute(conn, w):
+        with fifo:  # statements one after another, in arrival order
+            return _execute_plain(conn, w)
+
     for load, work in work_by_load.items():
-        fifo = FifoLock()
-        tokens.update(prompt=0, cached=0)
-
-        def connect(s):
-            con, counter, _ = udf_connection(args.datasets, WORKLOADS[args.workload], batch)
-            return _Conn(con, counter)
-
-        def execute(conn, w):
-            with fifo:  # statements one after another, in arrival order
-                return _execute_plain(conn, w)
-
-        t0 = time.perf_counter()
-        records, answers = run_sessions(work, connect, execute)
-        wall = time.perf_counter() - t0
-        result["loads"][str(load)] = _load_result(records, answers, wall, tokens["prompt"], tokens["cached"])
-        log(f"vllm-offline: load {load} done in {wall:.0f} s")
+        result["loads"][str(load)] = done = measured_pass(work, connect, execute, lambda: (tokens["prompt"], tokens["cached"]))
+        log(f"vllm-offline: load {load} done in {done['wall_s']:.0f} s")
     return result
 
 
@@ -615,8 +624,6 @@ def phase_relserve(args, work_by_load: dict[float, list[Scheduled]], model_path:
     tenants.write_text(f'[tenants.bench-{int(time.time())}]\nkey = "{key}"\n')
 
     def run_pass(url: str, work: list[Scheduled], cache: bool) -> dict:
-        before = prom(url + "/metrics")
-
         def connect(s):
             con = relserve.duckdb.connect(config={"threads": 1}, server=url, api_key=key, cache=cache, progress=False)
             con.execute(tables_sql(args.datasets, WORKLOADS[args.workload]))
@@ -633,13 +640,8 @@ def phase_relserve(args, work_by_load: dict[float, list[Scheduled]], model_path:
             served[w.key] = (sum(c.cached_rows for c in calls), sum(c.engine_rows for c in calls))
             return list(rel.columns) if rel is not None else [], rows, sum(c.rows for c in calls)
 
-        t0 = time.perf_counter()
-        records, answers = run_sessions(work, connect, execute)
-        wall = time.perf_counter() - t0
-        after = prom(url + "/metrics")
-        prompt = after.get("relserve_tokens_total:prompt", 0) - before.get("relserve_tokens_total:prompt", 0)
-        hits = after.get("relserve_tokens_total:prefix_cached", 0) - before.get("relserve_tokens_total:prefix_cached", 0)
-        out = _load_result(records, answers, wall, prompt, hits)
+        tokens = prom_tokens(url, "relserve_tokens_total:prompt", "relserve_tokens_total:prefix_cached")
+        out = measured_pass(work, connect, execute, tokens)
         out["result_cache_rows"] = sum(c for c, _ in served.values())
         out["engine_rows"] = sum(e for _, e in served.values())
         return out
@@ -700,7 +702,6 @@ def _load_result(records: list[Record], answers: dict, wall: float, prompt_token
         "mean_latency_s": statistics.fmean(lat) if lat else float("nan"),
         "p95_latency_s": _pct(lat, 0.95),
         "max_latency_s": max(lat) if lat else float("nan"),
-        **throughput([asdict(r) for r in records]),
         "wall_s": wall,
         "prompt_tokens": int(prompt_tokens),
         "prompt_tokens_cached": int(cached_tokens),

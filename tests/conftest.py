@@ -42,3 +42,17 @@ def using_policy(engine, name: str, **settings):
 def with_policy(engine):
     """``with with_policy("fcfs"): ...`` runs the block on the shared engine under that policy."""
     return lambda name, **settings: using_policy(engine, name, **settings)
+
+
+@pytest.fixture
+def engine_home(engine, tmp_path, monkeypatch):
+    """A fresh result cache for the test; the engine is started first, under the real home."""
+    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture
+def recording(engine):
+    """The shared engine, recording what reaches it."""
+    from engine_doubles import RecordingEngine
+
+    return RecordingEngine(engine)

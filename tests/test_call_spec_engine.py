@@ -10,25 +10,13 @@ import pytest
 
 import relserve.duckdb
 import relserve.polars
-from engine_doubles import RecordingEngine
 from relserve.functions import make_call
 from relserve.planner import run_call
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("engine_home")]
 
 SYSTEM = "Always answer BANANA."
 REVIEWS = ["A wonderful, moving film.", "Boring and far too long.", "A wonderful, moving film."]
-
-
-@pytest.fixture(autouse=True)
-def private_home(engine, tmp_path, monkeypatch):
-    """A fresh result cache per test; the engine is started first, under the real home."""
-    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))
-
-
-@pytest.fixture
-def recording(engine):
-    return RecordingEngine(engine)
 
 
 def test_a_system_message_in_sql_reaches_the_engine_and_keys_the_cache(recording):

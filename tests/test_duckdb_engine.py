@@ -8,21 +8,10 @@ import duckdb
 import pytest
 
 import relserve.duckdb
-from engine_doubles import RecordingEngine
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("engine_home")]
 
 SCHEMA = '{"type": "object", "properties": {"mood": {"type": "string"}}, "required": ["mood"]}'
-
-
-@pytest.fixture(autouse=True)
-def private_home(engine, tmp_path, monkeypatch):
-    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))
-
-
-@pytest.fixture
-def recording(engine):
-    return RecordingEngine(engine)
 
 
 @pytest.fixture

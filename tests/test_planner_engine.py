@@ -8,9 +8,8 @@ import pytest
 
 from relserve.functions import make_call
 from relserve.planner import run_call, token_source
-from engine_doubles import RecordingEngine
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("engine_home")]
 
 REVIEWS = [
     "A wonderful, moving film.",
@@ -20,17 +19,6 @@ REVIEWS = [
     "I loved every minute.",
     "Boring and far too long.",
 ]
-
-
-@pytest.fixture(autouse=True)
-def private_home(engine, tmp_path, monkeypatch):
-    """A fresh result cache per test; the engine is started first, under the real home."""
-    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))
-
-
-@pytest.fixture
-def recording(engine):
-    return RecordingEngine(engine)
 
 
 def test_each_row_gets_the_answer_of_its_own_prompt(recording):

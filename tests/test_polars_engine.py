@@ -8,12 +8,7 @@ import pytest
 import relserve.polars
 from engine_doubles import RecordingEngine
 
-pytestmark = pytest.mark.engine
-
-
-@pytest.fixture(autouse=True)
-def private_home(engine, tmp_path, monkeypatch):
-    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))
+pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("engine_home")]
 
 
 @pytest.fixture
