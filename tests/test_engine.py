@@ -91,6 +91,21 @@ def test_cancel_frees_the_relquery_while_another_keeps_running(engine):
     assert after.rows[0].error is None
 
 
+def test_a_cancel_right_after_submit_stops_every_row(engine):
+    # A cancel issued at once must stop every row, even one that reaches the engine's loop before
+    # the rows have started (then `_run` starts none); otherwise the rows would run their 200
+    # tokens, about 20 s here.
+    rq = RelQuery("Write a very long essay about {topic}.", [{"topic": f"theme {i}"} for i in range(12)], max_tokens=200)
+    t0 = time.monotonic()
+    h = engine.submit(rq)
+    h.cancel()
+    res = h.result(timeout=60)
+    assert res.cancelled
+    assert [r.error for r in res.rows] == ["cancelled"] * 12
+    assert time.monotonic() - t0 < 5.0
+    assert engine.wait_idle(30)
+
+
 def test_null_value_and_too_long_row_fail_alone(engine):
     long_text = "word " * 3000
     rows = [{"review": "Great film."}, {"review": None}, {"review": long_text}, {"review": "Dull."}]

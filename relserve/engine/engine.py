@@ -338,6 +338,10 @@ class Engine(ChatTokenizing):
         rq = running.rq
         try:
             running.remaining = len(rows)
+            if running.handle.cancelled:
+                # cancelled before this coroutine first ran: `_cancel` found no tasks to cancel
+                # then, so none are started (each row ends "cancelled" in the result)
+                rows = []
             if rq.score_labels:
                 trie = self._label_trie(tuple(rq.choices or ()))
                 for i, ids in rows:
