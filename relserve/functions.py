@@ -33,9 +33,12 @@ from relserve.validation import OnError
 #: "score"     every label scored by the model's log-probability of the whole label;
 #: "calibrate" "score" with the model's prior over the labels divided out, measured once per
 #:             template on content-free rows (Zhao et al. 2021). The default: it removes the
-#:             label bias that made a small model answer one label for every row (issue 12).
-LABEL_METHODS = ("generate", "score", "calibrate")
-DEFAULT_LABEL_METHOD = "calibrate"
+#:             label bias that made a small model answer one label for every row (issue 12);
+#: "batch"     "score" with each label's mean score over the relQuery's own rows subtracted
+#:             (batch calibration, Zhou et al. 2024; relserve/planner/label_calibration.py), the
+#:             content-free prior below a minimum row count. The default (issue 22).
+LABEL_METHODS = ("generate", "score", "calibrate", "batch")
+DEFAULT_LABEL_METHOD = "batch"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +66,10 @@ class CallOptions:
     #: few-shot examples: rows (placeholder values plus "answer") shown before every row; they
     #: are the same text in every prompt, so the prefix cache prefills them once
     examples: Any = None
+    #: how a scoring request is laid out around the prompt (filter/classify with a scoring
+    #: method): "chat", "chat_answer" or "completion" (None: the default); see
+    #: relserve.prompt_shapes.py
+    prompt_shape: str | None = None
 
     def __post_init__(self) -> None:
         if self.model is not None and (not isinstance(self.model, str) or not self.model):
@@ -73,6 +80,9 @@ class CallOptions:
             raise ConfigError(f"reorder_fields must be true or false, got {self.reorder_fields!r}")
         if self.method is not None and self.method not in LABEL_METHODS:
             raise ConfigError(f"method must be one of {', '.join(LABEL_METHODS)}, got {self.method!r}")
+        from relserve.prompt_shapes import check_shape
+
+        check_shape(self.prompt_shape)
         check.seed(self.seed)
         check.text_or_none("system", self.system)
         object.__setattr__(self, "temperature", check.temperature(self.temperature))
@@ -212,6 +222,15 @@ class LLMCall:
         return self.options.method or DEFAULT_LABEL_METHOD
 
     @property
+    def prompt_shape(self) -> str:
+        """How the engine lays out a scoring request ("chat" when the label is decoded)."""
+        from relserve.prompt_shapes import DEFAULT_PROMPT_SHAPE
+
+        if self.label_method in (None, "generate"):
+            return "chat"
+        return self.options.prompt_shape or DEFAULT_PROMPT_SHAPE
+
+    @property
     def json_schema(self) -> dict | None:
         return json.loads(self.schema_json) if self.schema_json is not None else None
 
@@ -288,6 +307,13 @@ class LLMCall:
         if method is None or method == "generate":
             return {}  # keys as before: answers cached by earlier versions stay valid
         out: dict[str, Any] = {"method": method}
+        if self.prompt_shape != "chat":
+            out["prompt_shape"] = self.prompt_shape  # chat: keys as before issue 22
+        if method == "batch":
+            # the answer depends on the other rows of the relQuery (and, below the minimum row
+            # count, on the content-free prior of this template)
+            out["template"] = self.template.source
+            out["examples"] = self.examples_prefix or None
         if method == "calibrate":
             # the prior is measured on this template (and examples), so two templates rendering
             # one prompt differ

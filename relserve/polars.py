@@ -248,6 +248,7 @@ class LLMExpr:
         reorder_fields: bool | None = None,
         method: str | None = None,
         examples: list[dict] | None = None,
+        prompt_shape: str | None = None,
         engine: Any = None,
     ) -> pl.Expr:
         """Yes/no answer per row (Boolean).
@@ -259,6 +260,7 @@ class LLMExpr:
         call = make_call(
             LLM_FILTER, template, model=model, max_tokens=max_tokens, temperature=temperature, system=system,
             on_error=on_error, reorder_fields=reorder_fields, method=method, examples=examples,
+            prompt_shape=prompt_shape,
         )
         return _expr(self._expr, call, engine)
 
@@ -275,6 +277,7 @@ class LLMExpr:
         reorder_fields: bool | None = None,
         method: str | None = None,
         examples: list[dict] | None = None,
+        prompt_shape: str | None = None,
         engine: Any = None,
     ) -> pl.Expr:
         """One of ``labels`` per row (Enum of the labels).
@@ -290,6 +293,7 @@ class LLMExpr:
         call = make_call(
             LLM_CLASSIFY, template, labels=labels, model=model, max_tokens=max_tokens, temperature=temperature,
             system=system, on_error=on_error, reorder_fields=reorder_fields, method=method, examples=examples,
+            prompt_shape=prompt_shape,
         )
         return _expr(self._expr, call, engine)
 

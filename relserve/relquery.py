@@ -95,6 +95,9 @@ class RelQuery:
     #: with ``score_labels``: the model's prior over the choices (probabilities), divided out
     #: before picking (contextual calibration)
     label_prior: Mapping[str, float] | None = None
+    #: with ``score_labels``: how the scoring request is laid out around the prompt ("chat",
+    #: "chat_answer", "completion"; see relserve/prompt_shapes.py)
+    prompt_shape: str = "chat"
     #: already-rendered prompts (see ``from_prompts``); then ``template`` is None
     prompts: list[str] | None = field(default=None, repr=False)
 
@@ -125,6 +128,11 @@ class RelQuery:
             raise ConfigError("give either choices or json_schema, not both")
         if self.score_labels and not self.choices:
             raise ConfigError("score_labels needs choices: the labels to score")
+        from relserve.prompt_shapes import check_shape
+
+        self.prompt_shape = check_shape(self.prompt_shape) or "chat"
+        if self.prompt_shape != "chat" and not self.score_labels:
+            raise ConfigError("prompt_shape applies only with score_labels=True")
         if self.label_prior is not None:
             if not self.score_labels:
                 raise ConfigError("label_prior applies only with score_labels=True")
@@ -174,4 +182,5 @@ class RelQuery:
             "system": self.system,
             "score_labels": self.score_labels,
             "label_prior": self.label_prior,
+            "prompt_shape": self.prompt_shape,
         }

@@ -49,9 +49,26 @@ def test_label_logprobs_sum_tokens_add_spellings_and_normalise():
         (ord("a"),): {ord("b"): math.log(0.5)},
         (ord("A"),): {ord("b"): math.log(0.5)},
     }
-    got = trie.label_logprobs(lp)
+    got = trie.label_logprobs(lp, norm="sum")
     # ab: 0.2*0.5 + 0.2*0.5 = 0.2; c: 0.1 + 0.1 = 0.2 -> one half each
     assert got == pytest.approx({"ab": math.log(0.5), "c": math.log(0.5)})
+
+
+def test_label_logprobs_mean_per_token_so_length_does_not_decide():
+    trie = LabelTrie.build(["ab", "c"], encode, END)
+    lp = {
+        (): {ord("a"): math.log(0.2), ord("A"): math.log(0.2), ord("c"): math.log(0.1), ord("C"): math.log(0.1)},
+        (ord("a"),): {ord("b"): math.log(0.5)},
+        (ord("A"),): {ord("b"): math.log(0.5)},
+    }
+    # mean per token: "ab" and "Ab" each (log 0.2 + log 0.5) / 2 = log 0.316..., summed over the
+    # two spellings: 2 * sqrt(0.1) = 0.6325; "c": 0.1 + 0.1 = 0.2; normalised over the labels
+    ab, c = 2 * math.sqrt(0.1), 0.2
+    got = trie.label_logprobs(lp, norm="mean")
+    assert got == pytest.approx({"ab": math.log(ab / (ab + c)), "c": math.log(c / (ab + c))})
+    assert trie.label_logprobs(lp) == got  # the default
+    # first token only: 0.2 + 0.2 against 0.1 + 0.1
+    assert trie.label_logprobs(lp, norm="first") == pytest.approx({"ab": math.log(2 / 3), "c": math.log(1 / 3)})
 
 
 def test_pick_divides_the_prior_out():

@@ -158,7 +158,7 @@ class RemoteSession(Session):
         }
         # the rest of the call specification, field by field (the server's CallFields)
         o = call.options
-        for name in ("system", "method", "reorder_fields", "examples"):
+        for name in ("system", "method", "prompt_shape", "reorder_fields", "examples"):
             value = getattr(o, name, None)
             if value:
                 # examples are kept frozen as tuples of (column, value) pairs

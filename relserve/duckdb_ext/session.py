@@ -106,6 +106,7 @@ def install(
     reorder_fields: bool = False,
     method: str | None = None,
     examples: list[dict] | None = None,
+    prompt_shape: str | None = None,
     optimize: bool = True,
     progress: bool = True,
     cache: ResultCache | bool | None = None,
@@ -121,7 +122,7 @@ def install(
     """
     defaults = CallOptions(
         model=model, max_tokens=max_tokens, temperature=temperature, system=system, on_error=on_error,
-        reorder_fields=reorder_fields, method=method, examples=examples,
+        reorder_fields=reorder_fields, method=method, examples=examples, prompt_shape=prompt_shape,
     )
     if server is not None:
         if engine is not None:

@@ -35,7 +35,14 @@ def admit(engine: Any, rq: Any, cancel: Callable[[], None]) -> Admitted:
     arrival = time.monotonic()
     prompts = rq.render()
     good = [i for i, p in enumerate(prompts) if not isinstance(p, RowError)]
-    ids = engine._prompter(rq.system).token_ids([prompts[i] for i in good])
+    prompter = engine._prompter(rq.system)
+    if getattr(rq, "prompt_shape", "chat") == "chat":
+        ids = prompter.token_ids([prompts[i] for i in good])
+    else:  # the scoring layouts of issue 22 (relserve/prompt_shapes.py)
+        from relserve.prompt_shapes import engine_texts
+
+        texts = engine_texts(prompter, [prompts[i] for i in good], rq.system, rq.prompt_shape)
+        ids = engine.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
     handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, cancel)
     rows: list[tuple[int, list[int]]] = []
     for i, p in enumerate(prompts):

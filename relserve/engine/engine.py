@@ -21,12 +21,14 @@ from relserve.calibration import load_cost_model, load_policy_settings
 from relserve.engine.admission import admit
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import LabelTrie, pick
+from relserve.prompt_shapes import label_space
 from relserve.engine.prompts import ChatPrompter, ChatTokenizing
 from relserve.engine.settings import EngineSettings
 from relserve.engine.spawn import check_not_bootstrapping, hidden_main
 from relserve.errors import ConfigError, EngineError
 from relserve.model import resolve_model
 from relserve.policy import POLICY_NAMES, PRESETS, CostModel, PolicySettings, policy_class
+from relserve.policy.types import Tenancy
 from relserve.relquery import RelQuery
 from relserve.results import RelQueryResult, RelQueryStats, RowResult
 
@@ -77,6 +79,34 @@ class _Running:
     # per row: (scheduled_ts, first_token_ts, last_token_ts) from vLLM's request metrics
     times: dict[int, tuple[float, float, float]] = field(default_factory=dict)
     remaining: int = 0
+    #: whom it runs for (the HTTP server's tenants); None: no tenant
+    tenancy: Tenancy | None = None
+
+    def prompt(self, ids: list[int]) -> Any:
+        return _tokens_prompt(ids, self.tenancy)
+
+    def relserve_args(self, rel_size: int) -> dict[str, Any]:
+        """What the scheduler plug-in reads from every request of the relQuery."""
+        rq, t = self.rq, self.tenancy
+        return {
+            "rel_id": rq.rel_id,
+            "rel_size": rel_size,
+            "arrival": self.arrival,
+            "priority": rq.priority,
+            "deadline": self.arrival + rq.deadline_s if rq.deadline_s is not None else None,
+            "tenant": t.tenant if t is not None else "",
+            "weight": t.weight if t is not None else 1.0,
+        }
+
+
+def _tokens_prompt(ids: list[int], tenancy: Tenancy | None) -> Any:
+    """vLLM's prompt for ``ids``; with a tenancy's ``cache_salt`` its KV blocks hash (and so are
+    found in the prefix cache) only for prompts with the same salt."""
+    from vllm import TokensPrompt
+
+    if tenancy is not None and tenancy.cache_salt:
+        return TokensPrompt(prompt_token_ids=ids, cache_salt=tenancy.cache_salt)
+    return TokensPrompt(prompt_token_ids=ids)
 
 
 class Engine(ChatTokenizing):
@@ -86,6 +116,9 @@ class Engine(ChatTokenizing):
     >>> handle = engine.submit(RelQuery("Is {review} positive? Answer yes or no.", rows, max_tokens=4))
     >>> handle.result().texts
     """
+
+    #: ``submit`` and ``warm_prefix`` take a ``Tenancy`` (prefix-cache salt, share)
+    supports_tenancy = True
 
     def __init__(self, model: str | None = None, policy: str | None = None, **options: Any) -> None:
         check_not_bootstrapping()
@@ -262,8 +295,9 @@ class Engine(ChatTokenizing):
 
     # ------------------------------------------------------------------ prompts
 
-    def warm_prefix(self, text: str = "", system: str | None = None) -> int:
-        """Prefill the chat template's prefix plus ``text`` so its KV blocks are cached.
+    def warm_prefix(self, text: str = "", system: str | None = None, tenancy: Tenancy | None = None) -> int:
+        """Prefill the chat template's prefix plus ``text`` so its KV blocks are cached (in the
+        prefix-cache namespace of ``tenancy``, if it has a salt).
 
         Returns the number of prompt tokens warmed. Blocks stay cached until evicted (LRU).
         """
@@ -271,26 +305,29 @@ class Engine(ChatTokenizing):
         ids = self.tokenizer(prompter.prefix_text(system) + text, add_special_tokens=False)["input_ids"]
         if len(ids) < self.block_size:
             return 0
-        self._call(self._generate_ids(ids, max_tokens=1, request_id=f"warm-{time.monotonic_ns()}"))
+        self._call(self._generate_ids(ids, max_tokens=1, request_id=f"warm-{time.monotonic_ns()}", tenancy=tenancy))
         return len(ids)
 
-    async def _generate_ids(self, ids: list[int], max_tokens: int, request_id: str):
-        from vllm import SamplingParams, TokensPrompt
+    async def _generate_ids(self, ids: list[int], max_tokens: int, request_id: str, tenancy: Tenancy | None = None):
+        from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, output_kind=RequestOutputKind.FINAL_ONLY)
         final = None
-        async for out in self._llm.generate(TokensPrompt(prompt_token_ids=ids), sp, request_id):
+        async for out in self._llm.generate(_tokens_prompt(ids, tenancy), sp, request_id):
             final = out
         return final
 
     # ------------------------------------------------------------------ relQueries
 
-    def submit(self, rq: RelQuery) -> RelQueryHandle:
-        """Start a relQuery; returns at once with a handle on its results."""
+    def submit(self, rq: RelQuery, tenancy: Tenancy | None = None) -> RelQueryHandle:
+        """Start a relQuery; returns at once with a handle on its results.
+
+        ``tenancy`` (the HTTP server's tenants): its prompts hit only the prefix-cache blocks of
+        prompts with the same ``cache_salt``, and the scheduler weighs it against other tenants."""
         a = admit(self, rq, lambda: self._cancel(rq.rel_id))
         handle, rows = a.handle, a.rows
-        running = _Running(rq, handle, a.arrival)
+        running = _Running(rq, handle, a.arrival, tenancy=tenancy)
         self._idle.clear()
         self._inflight[rq.rel_id] = running
         asyncio.run_coroutine_threadsafe(self._run(running, rows), self._loop)
@@ -304,10 +341,11 @@ class Engine(ChatTokenizing):
         """Shortcut: the answer text of every row, in row order."""
         return self.run(RelQuery(template, rows, **options)).texts
 
-    def _sampling_params(self, rq: RelQuery, rel_size: int, arrival: float):
+    def _sampling_params(self, running: _Running, rel_size: int):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
+        rq = running.rq
         structured = None
         if rq.choices:
             structured = StructuredOutputsParams(choice=list(rq.choices))
@@ -321,20 +359,10 @@ class Engine(ChatTokenizing):
             structured_outputs=structured,
             ignore_eos=rq.ignore_eos,
             output_kind=RequestOutputKind.FINAL_ONLY,
-            extra_args={
-                "relserve": {
-                    "rel_id": rq.rel_id,
-                    "rel_size": rel_size,
-                    "arrival": arrival,
-                    "priority": rq.priority,
-                    "deadline": arrival + rq.deadline_s if rq.deadline_s is not None else None,
-                }
-            },
+            extra_args={"relserve": running.relserve_args(rel_size)},
         )
 
     async def _run(self, running: _Running, rows: list[tuple[int, list[int]]]) -> None:
-        from vllm import TokensPrompt
-
         rq = running.rq
         try:
             running.remaining = len(rows)
@@ -343,16 +371,16 @@ class Engine(ChatTokenizing):
                 # then, so none are started (each row ends "cancelled" in the result)
                 rows = []
             if rq.score_labels:
-                trie = self._label_trie(tuple(rq.choices or ()))
+                trie = self._label_trie(tuple(rq.choices or ()), label_space(rq.prompt_shape))
                 for i, ids in rows:
                     running.tasks.append(asyncio.create_task(self._scored_row(running, i, ids, trie, len(rows))))
                 rows = []
             else:
-                sp = self._sampling_params(rq, len(rows), running.arrival)
+                sp = self._sampling_params(running, len(rows))
             for i, ids in rows:
                 request_id = f"{rq.rel_id}-{i}"
                 running.request_ids[request_id] = i
-                gen = self._llm.generate(TokensPrompt(prompt_token_ids=ids), sp, request_id)
+                gen = self._llm.generate(running.prompt(ids), sp, request_id)
                 running.tasks.append(asyncio.create_task(self._row(running, i, len(ids), gen)))
             if running.tasks:
                 await asyncio.gather(*running.tasks, return_exceptions=True)
@@ -400,28 +428,24 @@ class Engine(ChatTokenizing):
 
     # ------------------------------------------------------------------ label scoring
 
-    def _label_trie(self, labels: tuple[str, ...]) -> LabelTrie:
-        trie = self._tries.get(labels)
+    def _label_trie(self, labels: tuple[str, ...], space: str = "") -> LabelTrie:
+        trie = self._tries.get((labels, space))
         if trie is None:
-            encode = lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-            trie = self._tries[labels] = LabelTrie.build(labels, encode, self.tokenizer.eos_token_id)
+            # after an answer field the label follows a space (" yes"), which BPE tokenizers
+            # fold into the label's first token
+            encode = lambda text: self.tokenizer(space + text, add_special_tokens=False)["input_ids"]  # noqa: E731
+            trie = self._tries[(labels, space)] = LabelTrie.build(labels, encode, self.tokenizer.eos_token_id)
         return trie
 
     async def _scored_row(self, running: _Running, index: int, ids: list[int], trie: LabelTrie, rows: int) -> None:
         """One row of a ``score_labels`` relQuery: one one-token request per trie node, all
         sharing the row's prompt (prefix cache), then the best label after the prior."""
-        from vllm import SamplingParams, TokensPrompt
+        from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         rq = running.rq
         handle = running.handle
-        relserve_args = {
-            "rel_id": rq.rel_id,
-            "rel_size": rows * sum(-(-len(w) // _MAX_LOGPROBS) for w in trie.nodes.values()),
-            "arrival": running.arrival,
-            "priority": rq.priority,
-            "deadline": running.arrival + rq.deadline_s if rq.deadline_s is not None else None,
-        }
+        relserve_args = running.relserve_args(rows * sum(-(-len(w) // _MAX_LOGPROBS) for w in trie.nodes.values()))
 
         async def node(n: int, prefix: tuple[int, ...], wanted: tuple[int, ...]):
             sp = SamplingParams(
@@ -434,7 +458,7 @@ class Engine(ChatTokenizing):
             request_id = f"{rq.rel_id}-{index}-{n}"
             running.request_ids[request_id] = index
             final = None
-            async for out in self._llm.generate(TokensPrompt(prompt_token_ids=ids + list(prefix)), sp, request_id):
+            async for out in self._llm.generate(running.prompt(ids + list(prefix)), sp, request_id):
                 final = out
             if final is None or not final.outputs or final.outputs[0].logprobs is None:
                 raise EngineError("the engine returned no log-probabilities")

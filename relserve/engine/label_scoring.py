@@ -17,13 +17,27 @@ recompute every scored token), which costs a full prompt prefill per label.
 
 Each label is scored in its written form and capitalised ("yes" and "Yes"): a chat model starts
 its reply capitalised as often as not, and both mean the same answer.
+
+Labels of several tokens (issue 22): the sum of a label's token log-probabilities favours short
+labels (fewer terms, each below zero), so a surface form is scored by the MEAN log-probability of
+its tokens (``LABEL_NORM = "mean"``, the default, chosen in docs/quality.md); "sum" (the whole
+label's log-probability, before issue 22) and "first" (its first token only) are there for the
+benchmark (environment variable ``RELSERVE_LABEL_NORM``). With one token per label all three agree.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+
+#: how a label's tokens are combined into its score: "mean", "sum" or "first" (see above)
+LABEL_NORMS = ("mean", "sum", "first")
+LABEL_NORM = os.environ.get("RELSERVE_LABEL_NORM", "mean")
+if LABEL_NORM not in LABEL_NORMS:
+    raise ValueError(f"RELSERVE_LABEL_NORM must be one of {', '.join(LABEL_NORMS)}, got {LABEL_NORM!r}")
 
 
 def surface_forms(label: str) -> list[str]:
@@ -67,11 +81,17 @@ class LabelTrie:
             {node: tuple(sorted(ids)) for node, ids in sorted(nodes.items())},
         )
 
-    def label_logprobs(self, node_logprobs: Mapping[tuple[int, ...], Mapping[int, float]]) -> dict[str, float]:
-        """Every label's log-probability, normalised over the labels (log-softmax)."""
+    def label_logprobs(self, node_logprobs: Mapping[tuple[int, ...], Mapping[int, float]], norm: str | None = None) -> dict[str, float]:
+        """Every label's score (see ``LABEL_NORM``), normalised over the labels (log-softmax)."""
+        norm = norm or LABEL_NORM
         raw = []
         for forms in self.sequences:
-            per_form = [sum(node_logprobs[s[:k]][s[k]] for k in range(len(s))) for s in forms]
+            per_form = []
+            for s in forms:
+                terms = [node_logprobs[s[:k]][s[k]] for k in range(len(s))]
+                if norm == "first":
+                    terms = terms[:1]
+                per_form.append(sum(terms) / len(terms) if norm == "mean" else sum(terms))
             raw.append(_logsumexp(per_form))
         total = _logsumexp(raw)
         return {label: r - total for label, r in zip(self.labels, raw)}

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from relserve.functions import SchedulingHints
+from relserve.planner.label_calibration import batch_picks, method_ran
 from relserve.planner.label_prior import label_options
 from relserve.planner.planned_rows import PlannedRows
 from relserve.progress import progress_bar
@@ -50,16 +51,22 @@ class CallExecutor:
         self.handle: Any = None
         self.stats: RelQueryStats | None = None
         self._answers: list[tuple[str, str]] = []
+        #: the label method this relQuery runs (``batch`` falls back to ``calibrate`` when small)
+        self.label_method = method_ran(self.call.label_method, len(rows.prompts))
+        #: batch calibration: the engine's rows held until every row is scored
+        self._held: list[RowResult] = []
+        self._seen = 0
 
     def submit(self, engine: Any) -> Any:
         """Send the prompts as one relQuery; returns the engine's handle. Blocks (tokenizing, the
         label prior's probes): a server calls it in a worker thread."""
-        if self.prefix:
+        if self.prefix and self.call.prompt_shape != "completion":
+            # (the completion shape has no chat template in front: the warmed text would differ)
             # prefill the shared prefix once, before the rows, instead of in every row of the
             # first batch (the engine skips prefixes shorter than one KV block)
             engine.warm_prefix(self.prefix)
         # filter/classify choose labels by scores and the calibrated prior, when asked
-        scoring = label_options(self.call, engine, self.model_id)
+        scoring = label_options(self.call, engine, self.model_id, len(self.rows.prompts))
         rq = RelQuery.from_prompts(
             self.rows.prompts,
             **self.call.engine_options(),
@@ -81,7 +88,29 @@ class CallExecutor:
 
     def answer(self, row: RowResult) -> list[RowResult]:
         """One engine row as the call's rows that get it: the value in the call's type, the error
-        (an engine error, or an answer that does not fit the type) named."""
+        (an engine error, or an answer that does not fit the type) named.
+
+        Under batch calibration a scored row is held (``[]``) until the relQuery's last row
+        arrives; that call returns every held row, each label picked after subtracting the
+        labels' means over the relQuery's scored rows (relserve/planner/label_calibration.py)."""
+        if self.label_method != "batch":
+            return self._answer_one(row)
+        self._seen += 1
+        if row.error is None and row.label_logprobs is not None:
+            self._held.append(row)
+        else:
+            out = self._answer_one(row)
+            return out + (self._release() if self._seen >= len(self.rows.prompts) else [])
+        return self._release() if self._seen >= len(self.rows.prompts) else []
+
+    def _release(self) -> list[RowResult]:
+        held, self._held = self._held, []
+        if not held:
+            return []
+        picks = batch_picks([r.label_logprobs for r in held])
+        return [out for r, text in zip(held, picks) for out in self._answer_one(replace(r, text=text))]
+
+    def _answer_one(self, row: RowResult) -> list[RowResult]:
         value, error = None, row.error
         if error is None and row.text is not None:
             self._answers.append((self.rows.prompts[row.index], row.text))

@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from relserve.planner.label_calibration import method_ran
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds, expected_output_tokens
 from relserve.planner.hit_rate import predict_hits
 from relserve.planner.plan import CallPlan
@@ -50,6 +51,10 @@ class Explain:
     explain_s: float
     #: how llm_filter / llm_classify choose the label (None for map and extract)
     label_method: str | None = None
+    #: the method asked for when it differs from the one that runs (batch below its minimum rows)
+    label_method_asked: str | None = None
+    #: how the scoring request is laid out (relserve/prompt_shapes.py); None when decoding
+    prompt_shape: str | None = None
     #: few-shot examples, and their tokens (all in the prefix every prompt shares)
     examples: int = 0
     examples_tokens: int = 0
@@ -84,8 +89,15 @@ class Explain:
                 "generate": "constrained decoding",
                 "score": "whole-label log-probabilities",
                 "calibrate": "whole-label log-probabilities / content-free prior",
+                "batch": "label scores minus their means over this relQuery's rows",
             }[self.label_method]
+            if self.label_method_asked:
+                from relserve.planner.label_calibration import MIN_BATCH_ROWS
+
+                how += f"; asked for {self.label_method_asked}, which needs at least {MIN_BATCH_ROWS} prompts to run"
             lines.append(f"  label method          {self.label_method:>10}   ({how})")
+            if self.prompt_shape is not None:
+                lines.append(f"  prompt shape          {self.prompt_shape:>10}   (how the scoring request is laid out)")
         if self.examples:
             lines.append(
                 f"  few-shot examples     {self.examples:>10,}   ({self.examples_tokens:,} tokens, in the prefix every prompt shares)"
@@ -153,7 +165,9 @@ def explain_plan(
         cost_model=getattr(cost, "source", "default"),
         sample_prompt=plan.run_prompts[0] if plan.run_order else None,
         explain_s=time.perf_counter() - t0,
-        label_method=call.label_method,
+        label_method=method_ran(call.label_method, len(plan.run_order)),
+        label_method_asked=call.label_method if method_ran(call.label_method, len(plan.run_order)) != call.label_method else None,
+        prompt_shape=call.prompt_shape if call.label_method not in (None, "generate") else None,
         examples=len(call.options.examples or ()),
         examples_tokens=len(tokens.many([call.examples_prefix])[0]) if call.options.examples else 0,
     )

@@ -35,21 +35,27 @@ def content_free_prompts(call: LLMCall) -> list[str]:
     return [render((value,) * n) for value in CONTENT_FREE]
 
 
-def label_options(call: LLMCall, engine: Any, model_id: str) -> dict[str, Any]:
-    """The ``RelQuery`` options that make the engine choose labels as ``call.label_method`` says."""
-    method = call.label_method
-    if method not in ("score", "calibrate"):
+def label_options(call: LLMCall, engine: Any, model_id: str, rows: int | None = None) -> dict[str, Any]:
+    """The ``RelQuery`` options that make the engine choose labels as ``call.label_method`` says,
+    for a relQuery of ``rows`` prompts (``batch`` needs the prior only below its minimum row
+    count: above it the executor decides after every row is scored)."""
+    from relserve.planner.label_calibration import method_ran
+
+    method = method_ran(call.label_method, rows if rows is not None else 0)
+    if method not in ("score", "calibrate", "batch"):
         return {}
-    if method == "score":
-        return {"score_labels": True}
-    return {"score_labels": True, "label_prior": label_prior(call, engine, model_id)}
+    scoring = {"score_labels": True, "prompt_shape": call.prompt_shape}
+    if method == "calibrate":
+        scoring["label_prior"] = label_prior(call, engine, model_id)
+    return scoring
 
 
 def label_prior(call: LLMCall, engine: Any, model_id: str) -> dict[str, float]:
     """The model's average probability of each label on content-free rows (sums to 1), under
     the call's system message."""
     system = call.options.system
-    key = (model_id, call.function.kind, call.template.source, call.choices, call.answer_instruction, call.examples_prefix, system)
+    key = (model_id, call.function.kind, call.template.source, call.choices, call.answer_instruction, call.examples_prefix, system,
+           call.prompt_shape)
     with _lock:
         got = _priors.get(key)
     if got is not None:
@@ -58,7 +64,7 @@ def label_prior(call: LLMCall, engine: Any, model_id: str) -> dict[str, float]:
 
     labels = list(call.choices or ())
     rq = RelQuery.from_prompts(
-        content_free_prompts(call), choices=labels, score_labels=True, on_error="raise",
+        content_free_prompts(call), choices=labels, score_labels=True, prompt_shape=call.prompt_shape, on_error="raise",
         rel_id=PROBE_PREFIX + uuid.uuid4().hex[:8], system=system,
     )
     result = engine.submit(rq).result()

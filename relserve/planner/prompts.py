@@ -44,13 +44,19 @@ def _freeze(value: object) -> object:
 
 def render(call: LLMCall, values: tuple) -> str:
     """The prompt for one row in the template's own field order; ``RowError`` for a NULL value."""
+    if call.prompt_shape == "completion":
+        null = null_error(call, values)
+        if null is not None:
+            raise RowError(null)
+        return Renderer(call)(values)
     return call.examples_prefix + call.template.render(dict(zip(call.template.columns, values))) + call.answer_instruction
 
 
 class Renderer:
     """``render`` for many rows: the same text as ``Template.render``, without a dict per row.
 
-    Callers check for NULL values first (``null_error``)."""
+    Callers check for NULL values first (``null_error``). Under the completion prompt shape the
+    row's long values come first (``relserve.prompt_shapes.ShapedRenderer``)."""
 
     def __init__(self, call: LLMCall) -> None:
         t = call.template
@@ -58,8 +64,15 @@ class Renderer:
         self.positions = [t.columns.index(f) for f in t.fields]
         self.suffix = t.literals[-1] + call.answer_instruction
         self.prefix = call.examples_prefix
+        self.shaped = None
+        if call.prompt_shape == "completion":
+            from relserve.prompt_shapes import ShapedRenderer
+
+            self.shaped = ShapedRenderer(t.literals, t.fields, self.positions, self.suffix, self.prefix, format_value)
 
     def __call__(self, values: tuple) -> str:
+        if self.shaped is not None:
+            return self.shaped(values)
         parts = [self.prefix]
         for lit, pos in zip(self.literals, self.positions):
             v = values[pos]

@@ -1,0 +1,66 @@
+"""Batch calibration of label scores over a relQuery's own rows (issue 22; Zhou et al., "Batch
+Calibration", ICLR 2024).
+
+A small model prefers some labels whatever the row says. The content-free prior
+(``relserve.planner.label_prior``) estimates that preference from made-up rows ("N/A"), which
+are not what the real rows look like. A relQuery has the real rows: every row is scored first
+(one short request per row), then each label's score is corrected by its MEAN over the
+relQuery's scored rows, and only then is each row's label picked::
+
+    calibrated(row, label) = score(row, label) - mean over rows r of score(r, label)
+
+``score`` is the engine's per-label score (mean token log-probability, log-softmax over the
+labels; see relserve/engine/label_scoring.py). The per-row normalisation does not change the
+pick: it shifts every label of a row alike.
+
+When it is wrong: the correction assumes every label is about as frequent in the rows as the
+model's bias lets it look. On a column where one label is rare (5% spam), subtracting the mean
+pushes borderline rows into the rare label and over-answers it; the answer shares then look
+flatter than the truth. How to tell: compare the shares with ``method := 'score'`` (uncorrected)
+on a sample, or look at the margins (``label_logprobs``) of the rows that changed.
+
+Below ``MIN_BATCH_ROWS`` scored rows a mean is too noisy, and the content-free prior is used
+instead (the relQuery then runs as ``calibrate``; EXPLAIN says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+#: fewer rows than this in a relQuery: the content-free prior instead of the batch mean
+MIN_BATCH_ROWS = 16
+
+
+def method_ran(method: str | None, rows: int) -> str | None:
+    """The label method a relQuery of ``rows`` prompts actually runs (``batch`` falls back to
+    ``calibrate`` below ``MIN_BATCH_ROWS``)."""
+    if method == "batch" and rows < MIN_BATCH_ROWS:
+        return "calibrate"
+    return method
+
+
+def label_means(scores: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Each label's mean score over the rows (the rows must score the same labels)."""
+    if not scores:
+        raise ValueError("no scored rows to average")
+    labels = list(scores[0])
+    return {label: sum(s[label] for s in scores) / len(scores) for label in labels}
+
+
+def calibrated(score: Mapping[str, float], means: Mapping[str, float]) -> dict[str, float]:
+    """One row's scores with each label's mean subtracted."""
+    return {label: score[label] - means[label] for label in score}
+
+
+def pick_calibrated(score: Mapping[str, float], means: Mapping[str, float]) -> str:
+    """The best label after the correction; ties (rounded to 1e-9) go to the label the model
+    itself prefers, then to the label listed first."""
+    labels = list(score)
+    cal = calibrated(score, means)
+    return max(labels, key=lambda label: (round(cal[label], 9), score[label], -labels.index(label)))
+
+
+def batch_picks(scores: Sequence[Mapping[str, float]]) -> list[str]:
+    """Every row's label under batch calibration (the scores of all rows of one relQuery)."""
+    means = label_means(scores)
+    return [pick_calibrated(s, means) for s in scores]

@@ -1,0 +1,102 @@
+"""How a scoring request is laid out around the user's prompt (issue 22): the prompt shapes.
+
+The template stays the user's; how relserve lays out the request whose next tokens it scores is
+relserve's choice, and it decides much of what a small model gets right:
+
+``chat``         the chat template around the prompt, the label scored as the first words of the
+                 assistant's turn ("yes" / "Yes"). What relserve did before issue 22.
+``chat_answer``  the same, with an answer field ("Answer:") opening the assistant's turn and the
+                 label scored after a space (" yes" / " Yes").
+``completion``   no chat template: the row's long values first ("Review: <text>"), then the
+                 question (those values named, "the review above"), then the answer field, the
+                 label scored after a space. A base-model layout: the one in which a small
+                 instruct model is most likely to say the label (measured in docs/quality.md).
+
+Two halves: ``ShapedRenderer`` (the planner's side: which text a row's prompt is, so the result
+cache, EXPLAIN and deduplication see the real text) and ``engine_text`` (the engine's side: the
+chat template or not, and the answer field).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+PROMPT_SHAPES = ("chat", "chat_answer", "completion")
+#: chosen on the tuning tasks of bench/bench_quality.py (docs/quality.md)
+DEFAULT_PROMPT_SHAPE = "completion"
+#: the answer field of the answer-field shapes; the label is scored after it and a space
+ANSWER_FIELD = "Answer:"
+#: a placeholder value at least this long moves in front of the question (completion shape)
+MOVE_CHARS = 30
+
+
+def check_shape(shape: str | None) -> str | None:
+    """``shape`` if known (None: the default); ConfigError naming the known shapes otherwise."""
+    from relserve.errors import ConfigError
+
+    if shape is None:
+        return None
+    if not isinstance(shape, str) or shape not in PROMPT_SHAPES:
+        raise ConfigError(f"prompt_shape must be one of {', '.join(PROMPT_SHAPES)}, got {shape!r}")
+    return shape
+
+
+def label_space(shape: str) -> str:
+    """What is put before a label when it is scored: a space after an answer field."""
+    return "" if shape == "chat" else " "
+
+
+def engine_text(prompter, prompt: str, system: str | None, shape: str) -> str:
+    """The text the engine tokenizes for one prompt under ``shape`` (``prompter``: a
+    ``ChatPrompter``)."""
+    if shape == "chat":
+        return prompter.text(prompt, system)
+    if shape == "chat_answer":
+        return prompter.text(prompt, system) + ANSWER_FIELD
+    head = system + "\n\n" if system else ""
+    return head + prompt + "\n" + ANSWER_FIELD
+
+
+def engine_texts(prompter, prompts: Sequence[str], system: str | None, shape: str) -> list[str]:
+    return [engine_text(prompter, p, system, shape) for p in prompts]
+
+
+def _title(name: str) -> str:
+    words = name.replace("_", " ").strip()
+    return words[:1].upper() + words[1:]
+
+
+class ShapedRenderer:
+    """The completion shape's prompt text of a row: long values first, then the question.
+
+    ``literals``/``fields`` are the template's (``Template.literals``, ``Template.fields``);
+    ``format_value`` turns a cell into text. A value shorter than ``MOVE_CHARS`` (a product name, a
+    number) stays where the template puts it; a longer one moves in front as ``Name: value`` and
+    the question names it ("the review above").
+    """
+
+    def __init__(self, literals: Sequence[str], fields: Sequence[str], positions: Sequence[int], suffix: str, prefix: str, format_value) -> None:
+        self.literals = list(literals)
+        self.fields = list(fields)
+        self.positions = list(positions)
+        self.suffix = suffix
+        self.prefix = prefix
+        self.format_value = format_value
+
+    def __call__(self, values: tuple) -> str:
+        head: list[str] = []
+        moved: set[str] = set()
+        parts: list[str] = []
+        for lit, name, pos in zip(self.literals, self.fields, self.positions):
+            v = values[pos]
+            text = v if type(v) is str else self.format_value(v)
+            parts.append(lit)
+            if len(text) >= MOVE_CHARS:
+                if name not in moved:
+                    moved.add(name)
+                    head.append(f"{_title(name)}: {text}\n")
+                parts.append(f"the {name.replace('_', ' ')} above")
+            else:
+                parts.append(text)
+        question = "".join(parts) + self.suffix
+        return self.prefix + "".join(head) + question.strip("\n")
