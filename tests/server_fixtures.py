@@ -37,11 +37,14 @@ class FakeEngine:
     def __init__(self, delay: float = 0.0) -> None:
         self.delay = delay
         self.submitted: list = []
+        #: time.monotonic() at each submit (beside ``submitted``)
+        self.submitted_at: list[float] = []
         self.cancelled: list[str] = []
 
     def submit(self, rq):
         prompts = rq.render()
         self.submitted.append(rq)
+        self.submitted_at.append(time.monotonic())
         stop = threading.Event()
 
         def cancel():

@@ -86,9 +86,14 @@ def test_loads_nest_and_rows_are_the_same_for_every_contender():
 
 @pytest.mark.parametrize("workload, tables", [("main", ("rotten", "products", "beers")), ("other", ("films", "ratings"))])
 def test_tables_come_from_the_shared_datasets(workload, tables):
-    if not (b.DATASETS / "rotten_tomatoes.parquet").exists():
-        pytest.skip("the shared datasets are not on this machine")
     sql_dir = b.WORKLOADS[workload]
+    needed = re.findall(r"\$\{?datasets\}?/([\w.]+)", (sql_dir / "tables.sql").read_text())
+    assert needed, f"{sql_dir / 'tables.sql'} reads no dataset file"
+    missing = [f for f in needed if not (b.DATASETS / f).is_file()]
+    assert not missing, (
+        f"the shared datasets are missing: {', '.join(missing)} not found in {b.DATASETS} "
+        "(set RELSERVE_DATASETS to the folder holding the benchmark Parquet files)"
+    )
     n_rows = b.table_rows(sql_dir)
     assert n_rows == {"main": b.TABLE_ROWS, "other": 1000}[workload]
     con = b.new_duckdb(b.DATASETS, sql_dir)
@@ -139,16 +144,23 @@ def test_fifo_lock_runs_in_the_order_asked():
     lock, order = b.FifoLock(), []
 
     def worker(i):
-        time.sleep(0.15 * i)
         with lock:
             order.append(i)
-            time.sleep(0.4)
+
+    def queued(n):  # n tickets waiting (or holding the lock)
+        deadline = time.monotonic() + 30
+        while len(lock._queue) < n:
+            assert time.monotonic() < deadline, f"worker {n - 1} never asked for the lock"
+            time.sleep(0.005)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(5)]
+    with lock:  # held while the workers line up, one after another
+        for i, t in enumerate(threads):
+            t.start()
+            queued(i + 2)
+        assert order == []
     for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+        t.join(30)
     assert order == list(range(5))
 
 

@@ -56,6 +56,7 @@ def _check(proc: subprocess.CompletedProcess) -> None:
     assert "ENGINE-STARTED True" in out, out
 
 
+@pytest.mark.engine
 @pytest.mark.timeout(300)
 def test_script_without_main_guard(tmp_path):
     script = tmp_path / "plain_script.py"
@@ -66,6 +67,7 @@ def test_script_without_main_guard(tmp_path):
     _check(proc)
 
 
+@pytest.mark.engine
 @pytest.mark.timeout(300)
 def test_script_piped_into_python_stdin(tmp_path):
     proc = subprocess.run(

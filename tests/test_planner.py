@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -91,7 +90,8 @@ def test_ggr_early_stop_sorts_small_tables_on_their_best_fields():
     assert order.rows == [2, 0, 1]
 
 
-def test_ggr_returns_a_permutation_for_a_large_table_quickly():
+def test_ggr_returns_a_permutation_for_a_large_table():
+    # (its speed is a benchmark figure: bench/bench_planner.py prints GGR's seconds per 10,000 rows)
     rng = np.random.default_rng(0)
     n = 10_000
     cols = [
@@ -101,12 +101,9 @@ def test_ggr_returns_a_permutation_for_a_large_table_quickly():
         [f"user{v}" for v in rng.integers(0, 3000, n)],
         [f"review text number {i}" for i in range(n)],
     ]
-    t0 = time.perf_counter()
     order = ggr(cols)
-    elapsed = time.perf_counter() - t0
     assert sorted(order.rows) == list(range(n))
     assert all(sorted(f) == [0, 1, 2, 3, 4] for f in order.fields)
-    assert elapsed < 5.0  # measured ~0.2 s; a quadratic solver would take minutes
 
 
 def test_sort_rows_orders_by_text():
@@ -449,8 +446,21 @@ def test_progress_shows_rows_rate_and_eta_when_forced(monkeypatch, capsys):
 
 
 def test_progress_can_be_switched_off(monkeypatch):
-    monkeypatch.setenv("RELSERVE_PROGRESS", "0")
+    import relserve.progress
+
+    # where someone is watching (a terminal), bars are on unless the setting turns them off
+    monkeypatch.setattr(relserve.progress, "_stderr_is_terminal", lambda: True)
+    monkeypatch.delenv("RELSERVE_PROGRESS", raising=False)
+    assert enabled() is True
+    for off in ("0", "false", "no", "off", " OFF "):
+        monkeypatch.setenv("RELSERVE_PROGRESS", off)
+        assert enabled() is False, off
+    # and nobody watching (stderr not a terminal, no notebook): off unless forced on
+    monkeypatch.setattr(relserve.progress, "_stderr_is_terminal", lambda: False)
+    monkeypatch.delenv("RELSERVE_PROGRESS")
     assert enabled() is False
+    monkeypatch.setenv("RELSERVE_PROGRESS", "1")
+    assert enabled() is True
 
 
 def test_options_update_ignores_unset_values():
@@ -470,10 +480,14 @@ def test_fast_renderer_matches_the_template():
         (1.5, [1, "x"], {"k": "v"}),
         (datetime.date(2024, 5, 1), Decimal("1.10"), b"bytes"),
     ]
+    expected = [  # written out: str() for scalars (2.0 as 2), JSON for lists and dicts, bytes decoded
+        "A text, b 3, a again text; {literal} 2\nAnswer yes or no.",
+        'A 1.5, b [1, "x"], a again 1.5; {literal} {"k": "v"}\nAnswer yes or no.',
+        "A 2024-05-01, b 1.10, a again 2024-05-01; {literal} bytes\nAnswer yes or no.",
+    ]
     fast = Renderer(call)
-    for values in rows:
-        assert fast(values) == render(call, values)
-    assert fast(rows[0]) == "A text, b 3, a again text; {literal} 2\nAnswer yes or no."
+    assert [fast(values) for values in rows] == expected
+    assert [render(call, values) for values in rows] == expected
 
 
 def test_a_fully_cached_call_never_starts_the_default_engine(monkeypatch):

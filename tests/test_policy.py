@@ -192,8 +192,13 @@ def test_empty_candidates():
 def test_prefill_candidate_respects_seats_and_kv():
     p = make_policy("relserve", COST, PolicySettings(starvation_threshold=None))
     seats = Limits(max_num_batched_tokens=4096, max_num_seqs=12, kv_capacity_tokens=100_000, kv_free_tokens=100_000)
-    plan = p.schedule(view(waiting=reqs("A", 20), running=running(reqs("B", 10, max_tokens=3)), limits=seats))
-    assert len(plan.admit) <= 2
+    # short prompts, so relserve's arranger picks the prefill: 12 seats, 10 taken, 2 admitted
+    plan = p.schedule(view(waiting=reqs("A", 20, prompt=10), running=running(reqs("B", 10, max_tokens=3)), limits=seats))
+    assert plan.kind is StepKind.PREFILL
+    assert [r.req_id for r in plan.admit] == ["A0", "A1"]
+    plan = make_policy("fcfs", COST).schedule(view(waiting=reqs("A", 20), running=running(reqs("B", 10, max_tokens=3)), limits=seats))
+    assert plan.kind is StepKind.PREFILL
+    assert [r.req_id for r in plan.admit] == ["A0", "A1"]
     # KV: 1000 free tokens, running B reserves 2 x 10 decode tokens; each A needs 100 + 10.
     kv = Limits(max_num_batched_tokens=4096, max_num_seqs=256, kv_capacity_tokens=5000, kv_free_tokens=1000)
     plan = make_policy("fcfs", COST).schedule(view(waiting=reqs("A", 20), running=running(reqs("B", 2, max_tokens=11)), limits=kv))

@@ -123,7 +123,8 @@ def test_a_row_that_is_not_valid_unicode_fails_alone(server, path):
         b["rows"].insert(0, {"x": "fine"})
     ROW_VALUE[path](b, "bad \ud800 text")
     r = _send(server, path, _raw(b))
-    assert r.status_code < 500, r.text
+    # accepted where each row has its own error; OpenAI's endpoints refuse the request
+    assert r.status_code == {"/v1/relqueries": 201, "/v1/relqueries/plan": 200, "/v1/cells": 200}.get(path, 400), r.text
     if path == "/v1/relqueries":
         rq = httpx.get(f"{server.url}/v1/relqueries/{r.json()['id']}/result", headers={"Authorization": f"Bearer {KEY}"}).json()
         errors = [row["error"] for row in rq["rows"]]

@@ -133,5 +133,5 @@ def test_generator_rejects_bad_arguments():
 
 
 def test_trace_query_validates_in_code():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"rows\[0\] has no column 'a' used by the template \(row columns: 'b'\)"):
         TraceQuery(id="x", arrival_s=0.0, template="{a}", max_tokens=1, rows=[{"b": 1}])
