@@ -28,7 +28,7 @@ KEY = "server-test-key"
 @pytest.fixture(scope="module")
 def server(engine, tmp_path_factory):
     cache = ResultCache(tmp_path_factory.mktemp("server-cache") / "results.sqlite")
-    with running_server(engine, tenants={"tenants": {"t": {"key": KEY}}}, cache=cache) as srv:
+    with running_server(engine, tenants={"tenants": {"t": {"key": KEY, "admin": True, "min_priority": -10}}}, cache=cache) as srv:
         yield srv
 
 
@@ -39,7 +39,7 @@ def client(server):
 
 
 def _metrics(server) -> dict:
-    text = httpx.get(server.url + "/metrics").text
+    text = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 

@@ -9,6 +9,18 @@ import typer
 from relserve.cli import app
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable only from this machine (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
+
+
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0 for every interface)."),
@@ -32,6 +44,9 @@ def serve(
     cors_origin: list[str] = typer.Option([], help="Allow browser calls from this origin (repeatable)."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
     hash_key: str | None = typer.Option(None, help="Print the key_sha256 for this API key (for the tenants file) and exit."),
+    insecure_open: bool = typer.Option(
+        False, help="Serve without --tenants on a non-loopback address (anyone who reaches it reads every job)."
+    ),
 ) -> None:
     """Serve relQueries over HTTP: /v1/relqueries, /v1/cells, OpenAI-compatible /v1/completions, /metrics, /sheet."""
     from relserve.server.tenants import hash_key as _hash
@@ -51,6 +66,13 @@ def serve(
         tenant_cfg = Tenants.coerce(tenants)
     except ConfigError as e:
         raise typer.BadParameter(str(e), param_hint="--tenants") from None
+    if tenant_cfg.open and not is_loopback(host) and not insecure_open:
+        raise typer.BadParameter(
+            f"{host} is not a loopback address and there is no --tenants file: every client that reaches it "
+            "could submit work and list and read every job. Give --tenants (API keys), listen on 127.0.0.1, "
+            "or pass --insecure-open if that is really what you want.",
+            param_hint="--host",
+        )
     if replicas > 1:
         from relserve.cluster.cluster import Cluster
 

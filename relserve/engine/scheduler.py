@@ -139,6 +139,8 @@ class RelServeScheduler(Scheduler):
                 handle=request,
                 hint=int(meta.get("priority", 0)),
                 deadline=meta.get("deadline"),
+                tenant=str(meta.get("tenant", "")),
+                weight=float(meta.get("weight", 1.0)),
             )
             self._reqs[request.request_id] = req
         # A preempted request recomputes its output so far as part of its prompt.

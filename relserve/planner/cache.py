@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -63,12 +64,28 @@ def _keys(model_id: str, settings: Mapping[str, Any], prompts: Sequence[str]) ->
     return out
 
 
+def _private(path: Path) -> None:
+    """Create the cache file readable by its owner only (0600: it holds every cached prompt and
+    answer; SQLite gives its -wal and -shm files the same mode), and tighten one we own."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return  # sqlite reports the problem with the path
+    try:
+        st = os.fstat(fd)
+        if st.st_uid == os.getuid() and st.st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 class ResultCache:
     """Prompt -> answer store. Thread-safe; one instance per file is enough per process."""
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else paths.result_cache_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _private(self.path)
         self._lock = threading.Lock()
         self._memo: OrderedDict[bytes, str] = OrderedDict()
         # DuckDB and polars may call us from their worker threads; the lock serialises use.

@@ -17,8 +17,8 @@ The paper's three cases decide between prefilling (P or M) and decoding (D):
 * m- > m+  (transitional)                           -> prefill iff Delta < 0 (Eq. 15-17)
 
 and the projected latency change decides between P and M (see ``mixed_vs_prefill`` and
-``mixed_delta``). Priorities compare as (user priority class, priority, arrival, first-seen
-order), so equal priorities of two different relQueries still order one before the other.
+``mixed_delta``). Priorities compare as (user priority class, tenant share, priority, arrival,
+first-seen order), so equal priorities of two different relQueries still order one before the other.
 """
 
 from __future__ import annotations
@@ -42,9 +42,10 @@ class Transitional(enum.Enum):
     DECODE = "decode"  # RelServe (DP) ablation: always decode first
 
 
-def priority_key(g: RelQueryGroup, prios: Mapping[str, float]) -> tuple[int, float, float, int]:
-    """The user's priority class first, then the estimated remaining time, then arrival."""
-    return (g.hint, prios[g.rel_id], g.arrival, g.seq)
+def priority_key(g: RelQueryGroup, prios: Mapping[str, float]) -> tuple[int, float, float, float, int]:
+    """The user's priority class first, then the tenant's share (see ``relqueries``), then the
+    estimated remaining time, then arrival."""
+    return (g.hint, g.share, prios[g.rel_id], g.arrival, g.seq)
 
 
 def overlap_terms(

@@ -120,7 +120,8 @@ class StaticPriorityPolicy(FCFSPolicy):
             self._static = {k: v for k, v in self._static.items() if k in groups}
         prios = {rid: self._static[rid] for rid in groups}
         t1 = time.perf_counter()
-        queue = sorted(view.waiting, key=lambda r: (r.hint, prios[r.rel_id], r.arrival, self.tracker.seq(r.rel_id)))
+        shares = {g.rel_id: g.share for g in groups.values()}
+        queue = sorted(view.waiting, key=lambda r: (r.hint, shares[r.rel_id], prios[r.rel_id], r.arrival, self.tracker.seq(r.rel_id)))
         batch, _ = fill_prefill_batch(queue, view)
         plan = self._prefill_first(view, batch, prios)
         t2 = time.perf_counter()

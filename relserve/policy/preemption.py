@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
+from relserve.policy.relqueries import tenant_shares
 from relserve.policy.types import Req
 
 H = TypeVar("H")
@@ -19,14 +20,16 @@ H = TypeVar("H")
 def preemption_order(handles: Sequence[H], reqs: Sequence[Req], priorities: Mapping[str, float]) -> list[H]:
     """``handles`` (one per ``reqs``, same order) sorted best-ranked first, victims last.
 
-    The rank is the user's priority class, then the policy's priority of the relQuery (lower runs
-    sooner), then the relQuery's arrival; relQueries without a priority rank after those with one.
-    The sort is stable, so admission order decides within a relQuery.
+    The rank is the user's priority class, then the tenant's share of the running work (a tenant
+    holding more of it per unit of weight loses blocks first), then the policy's priority of the
+    relQuery (lower runs sooner), then the relQuery's arrival; relQueries without a priority rank
+    after those with one. The sort is stable, so admission order decides within a relQuery.
     """
     inf = float("inf")
+    shares = tenant_shares(reqs)
 
-    def key(i: int) -> tuple[int, float, float]:
+    def key(i: int) -> tuple[int, float, float, float]:
         r = reqs[i]
-        return (r.hint, priorities.get(r.rel_id, inf), r.arrival)
+        return (r.hint, shares.get(r.tenant, 0.0), priorities.get(r.rel_id, inf), r.arrival)
 
     return [handles[i] for i in sorted(range(len(reqs)), key=key)]

@@ -1,7 +1,16 @@
-"""Grouping a step's requests by relQuery: the policy's view of "R_t" for every relQuery."""
+"""Grouping a step's requests by relQuery: the policy's view of "R_t" for every relQuery.
+
+When several tenants share the engine (the HTTP server), each relQuery also carries its
+tenant's *share*: the work the tenant has in the engine (tokens still to prefill or decode,
+waiting and running) divided by its weight. Policies rank the user's priority class first, then
+the share, then their own priority: a tenant with less work in the engine per unit of weight goes
+first, so one tenant's flood cannot starve another's small relQueries (max-min fairness across
+tenants, RelServe's ranking within each). With one tenant every share is 0 and nothing changes.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from relserve.policy.types import Req, StepView
@@ -27,6 +36,22 @@ class RelQueryGroup:
     remaining_output_len: int = 0
     #: sum over its running requests of the decode tokens they may still produce
     remaining_output_total: int = 0
+    #: its tenant's work in the engine per unit of weight (0 with a single tenant)
+    share: float = 0.0
+
+
+def tenant_shares(reqs: Iterable[Req]) -> dict[str, float]:
+    """Each tenant's work left (tokens to prefill and decode) divided by its weight; empty when
+    the requests belong to one tenant (or none), so a single tenant ranks as before."""
+    load: dict[str, float] = {}
+    weight: dict[str, float] = {}
+    for r in reqs:
+        left = max(r.prompt_tokens - r.computed_tokens, 0) + max(r.max_tokens - r.output_tokens, 0)
+        load[r.tenant] = load.get(r.tenant, 0.0) + left
+        weight[r.tenant] = r.weight
+    if len(load) < 2:
+        return {}
+    return {t: w / max(weight[t], 1e-9) for t, w in load.items()}
 
 
 class RelQueryTracker:
@@ -65,6 +90,11 @@ class RelQueryTracker:
                     g.remaining_output_len = left
             if req.max_tokens > g.output_len:
                 g.output_len = req.max_tokens
+        shares = tenant_shares(list(view.waiting) + list(view.running))
+        if shares:
+            for g in groups.values():
+                req = g.waiting[0] if g.waiting else g.running[0]
+                g.share = shares.get(req.tenant, 0.0)
         # Forget relQueries that have finished, so the table stays as small as the engine's queues.
         if len(self._seq) > 2 * len(groups) + 64:
             self._seq = {k: v for k, v in self._seq.items() if k in groups}

@@ -12,6 +12,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 
+@dataclass(slots=True, frozen=True)
+class Tenancy:
+    """Whom a relQuery runs for, when several tenants share one engine (the HTTP server).
+
+    ``cache_salt`` keeps the tenant's prompts in their own prefix-cache namespace (None: the
+    shared one); ``weight`` is its share when tenants compete for the engine."""
+
+    tenant: str
+    cache_salt: str | None = None
+    weight: float = 1.0
+
+
 @dataclass(slots=True, eq=False)
 class Req:
     """One request (one row of a relQuery) as the policy sees it."""
@@ -34,6 +46,9 @@ class Req:
     hint: int = 0
     #: the relQuery's deadline on the host clock, if the user gave one
     deadline: float | None = None
+    #: the tenant the relQuery runs for ("" : none) and its share of the engine
+    tenant: str = ""
+    weight: float = 1.0
 
     @property
     def remaining_output(self) -> int:

@@ -12,7 +12,9 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from relserve.results import RowResult
+from relserve.errors import RowError, TemplateError
 from relserve.server.batches import plan_cells
+from relserve.server.budget import ZERO, Cost, call_max_tokens, check_template, values_cost
 from relserve.server.jobs import Job
 from relserve.server.schemas import CellsRequest
 from relserve.server.state import ServerState, current_tenant, get_state
@@ -23,6 +25,25 @@ from relserve.server.waiting import wait_or_cancel
 router = APIRouter(prefix="/v1", tags=["spreadsheet"])
 
 
+def _cost(body: CellsRequest, tenant: Tenant) -> Cost:
+    """The cells' size from lengths (a cell whose formula is wrong costs nothing: it fails alone)."""
+    max_tokens = call_max_tokens(body.call("{value}"))
+    parsed: dict[str, object] = {}
+    total = ZERO
+    for cell in body.cells:
+        if cell.template not in parsed:
+            t = check_template(cell.template, body.system, tenant, f"cell {cell.id}: template")
+            try:
+                parsed[cell.template] = (t, body.call(cell.template))
+            except (TemplateError, RowError):
+                parsed[cell.template] = None
+        entry = parsed[cell.template]
+        if entry is not None:
+            t, call = entry  # type: ignore[misc]
+            total = total + values_cost(t, call, cell.values if cell.values is not None else cell.args, max_tokens)
+    return total
+
+
 @router.post("/cells", summary="Evaluate the LLM cells of one recalculation as one relQuery")
 async def cells(
     body: CellsRequest,
@@ -31,9 +52,14 @@ async def cells(
     state: ServerState = Depends(get_state),
 ):
     state.check_size(len(body.cells), tenant, "cells")
-    batch = await run_in_threadpool(plan_cells, body, state.engine.model_id, state.cache_for(tenant))
-    job = Job(batch, tenant.name, "cells", body.hints())
-    state.launch(job, tenant)
+    state.check_priority(body.priority, tenant)
+    reservation = state.reserve(_cost(body, tenant), tenant)
+    try:
+        batch = await run_in_threadpool(plan_cells, body, state.engine.model_id, state.cache_for(tenant))
+        job = Job(batch, tenant.name, "cells", body.hints(), state.tenancy(tenant))
+        state.launch(job, tenant, reservation)
+    finally:
+        state.jobs.release(reservation)
     ids = [c.id for c in body.cells]
 
     def cell(r: RowResult) -> dict:

@@ -1,13 +1,14 @@
-"""/health and /metrics (no key needed: load balancers and Prometheus call them)."""
+"""/health (no key needed: load balancers call it) and /metrics (with tenants: a metrics key or
+an admin tenant's key, since it names every tenant and its activity)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Header
 from fastapi.responses import JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from relserve.server.metrics import CONTENT_TYPE
 from relserve.server.state import ServerState, get_state
+from relserve.server.tenants import AuthError
 
 router = APIRouter(tags=["operations"])
 
@@ -31,7 +32,12 @@ async def health(state: ServerState = Depends(get_state)):
     }
 
 
-@router.get("/metrics", summary="Prometheus metrics")
-async def metrics(state: ServerState = Depends(get_state)):
-    await run_in_threadpool(state.metrics.read_scheduler)  # an RPC to the engine core
-    return Response(state.metrics.render(), media_type=CONTENT_TYPE)
+@router.get("/metrics", summary="Prometheus metrics (with tenants: a metrics key or an admin tenant's key)")
+async def metrics(state: ServerState = Depends(get_state), authorization: str | None = Header(None)):
+    if not state.tenants.open and not state.tenants.may_read_metrics(authorization):
+        raise AuthError(
+            "/metrics needs a metrics key (metrics_key_sha256 in the tenants file) or the key of a tenant "
+            "with admin = true: 'Authorization: Bearer <key>'"
+        )
+    await state.metrics.refresh_scheduler()  # at most one engine RPC per half second, off the loop
+    return Response(state.metrics.render(), media_type=CONTENT_TYPE, headers={"Cache-Control": "no-store"})

@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from relserve.results import RowResult
 from relserve.server.batches import plan_prompts
+from relserve.server.budget import call_max_tokens, check_template, prompts_cost
 from relserve.server.errors import ApiError
 from relserve.server.jobs import Job
 from relserve.server.schemas import CallFields, ChatRequest, CompletionRequest, _OpenAIBase
@@ -55,11 +56,18 @@ async def models(tenant: Tenant = Depends(current_tenant), state: ServerState = 
 async def _start(state: ServerState, tenant: Tenant, body: _OpenAIBase, prompts: list[str], kind: str, **call: Any) -> Job:
     """One relQuery for ``prompts``: the body's sampling settings and hints, plus ``call``'s fields."""
     state.check_size(len(prompts), tenant, "prompts")
+    state.check_priority(body.priority, tenant)
     shared = ("temperature", "top_p", "seed", "priority", "deadline_s")
     fields = CallFields(**{name: getattr(body, name) for name in shared}, **call)
-    batch = await run_in_threadpool(plan_prompts, fields, prompts, state.engine.model_id, state.cache_for(tenant))
-    job = Job(batch, tenant.name, kind, fields.hints())
-    return state.launch(job, tenant)
+    check_template("{prompt}", fields.system, tenant, "system message")
+    spec = fields.call("{prompt}")
+    reservation = state.reserve(prompts_cost(prompts, spec, call_max_tokens(spec)), tenant)
+    try:
+        batch = await run_in_threadpool(plan_prompts, fields, prompts, state.engine.model_id, state.cache_for(tenant))
+        job = Job(batch, tenant.name, kind, fields.hints(), state.tenancy(tenant))
+        return state.launch(job, tenant, reservation)
+    finally:
+        state.jobs.release(reservation)
 
 
 def _usage(rows: list[RowResult]) -> dict:

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from relserve.server.batches import plan_relquery
+from relserve.server.budget import Cost, call_max_tokens, check_template, prompts_cost, rows_cost
 from relserve.server.jobs import Job
 from relserve.server.schemas import RelQueryRequest
 from relserve.server.state import ServerState, current_tenant, get_state
@@ -40,6 +41,20 @@ def _done(job: Job) -> dict:
     return job.describe()
 
 
+def _cost(body: RelQueryRequest, tenant: Tenant, state: ServerState) -> Cost:
+    """The request's size from lengths, before anything is rendered (413 over a size limit,
+    403 for a priority the tenant may not use)."""
+    state.check_size(body.size, tenant)
+    state.check_priority(body.priority, tenant)
+    if body.prompts is not None:
+        check_template("{prompt}", body.system, tenant)
+        call = body.call("{prompt}")
+        return prompts_cost(body.prompts, call, call_max_tokens(call))
+    parsed = check_template(body.template or "", body.system, tenant)
+    call = body.call(body.template or "")
+    return rows_cost(parsed, call, body.rows or [], call_max_tokens(call))
+
+
 @router.post("", status_code=201, summary="Submit a relQuery (optionally streaming its rows back)")
 async def submit(
     body: RelQueryRequest,
@@ -48,10 +63,13 @@ async def submit(
     tenant: Tenant = Depends(current_tenant),
     state: ServerState = Depends(get_state),
 ):
-    state.check_size(body.size, tenant)
-    batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant))
-    job = Job(batch, tenant.name, "relquery", body.hints())
-    state.launch(job, tenant)
+    reservation = state.reserve(_cost(body, tenant, state), tenant)
+    try:
+        batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant))
+        job = Job(batch, tenant.name, "relquery", body.hints(), state.tenancy(tenant))
+        state.launch(job, tenant, reservation)
+    finally:
+        state.jobs.release(reservation)
     fmt = _wanted_format(request, body.stream or stream)
     location = {"Location": f"/v1/relqueries/{job.id}"}
     if fmt is None:
@@ -62,9 +80,13 @@ async def submit(
 
 @router.post("/plan", summary="What a relQuery would send to the engine, without running it")
 async def plan(body: RelQueryRequest, tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)):
-    # EXPLAIN of the PostgreSQL foreign tables: rows, distinct prompts and cached answers, no engine
-    state.check_size(body.size, tenant)
-    batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant))
+    # EXPLAIN of the PostgreSQL foreign tables: rows, distinct prompts and cached answers, no engine.
+    # Planning renders every row: it counts against the tenant's limits while it runs, as a job does
+    reservation = state.reserve(_cost(body, tenant, state), tenant)
+    try:
+        batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant))
+    finally:
+        state.jobs.release(reservation)
     return {
         "rows": batch.total,
         "engine_rows": len(batch.prompts),

@@ -21,6 +21,7 @@ from relserve.functions import SchedulingHints
 from relserve.planner.executor import CallExecutor
 from relserve.results import RelQueryStats, RowResult
 from relserve.server.batches import Batch
+from relserve.server.budget import Cost
 from relserve.validation import OnError
 
 RUNNING, FINISHED, CANCELLED, FAILED = "running", "finished", "cancelled", "failed"
@@ -28,7 +29,14 @@ RUNNING, FINISHED, CANCELLED, FAILED = "running", "finished", "cancelled", "fail
 class Job:
     """One request's relQuery on the server: its rows as they finish, for every reader."""
 
-    def __init__(self, batch: Batch, tenant: str, kind: str, hints: SchedulingHints = SchedulingHints()) -> None:
+    def __init__(
+        self,
+        batch: Batch,
+        tenant: str,
+        kind: str,
+        hints: SchedulingHints = SchedulingHints(),
+        tenancy: Any = None,
+    ) -> None:
         self.id = uuid.uuid4().hex[:16]
         self.batch = batch
         self.tenant = tenant
@@ -46,6 +54,10 @@ class Job:
         self.rows: list[RowResult | None] = [None] * batch.total
         self.order: list[int] = []
         self.engine_total = len(batch.prompts)
+        #: the engine rows' size (rows, prompt characters, tokens): what counts against the tenant
+        self.cost = _engine_cost(batch)
+        #: who runs it in the engine (prefix-cache salt, share); None: no tenancy (open mode)
+        self.tenancy = tenancy
         self.engine_done = 0
         self.engine_stats: RelQueryStats | None = None
         self.handle = None
@@ -67,6 +79,12 @@ class Job:
     @property
     def engine_pending(self) -> int:
         return 0 if self.done else self.engine_total - self.engine_done
+
+    @property
+    def tokens_pending(self) -> int:
+        if self.done or not self.engine_total:
+            return 0
+        return -(-self.cost.tokens * self.engine_pending // self.engine_total)
 
     @property
     def latency_s(self) -> float:
@@ -104,7 +122,7 @@ class Job:
                     self._row_failed(row.index, row.error)
             await self._notify()
             if b.prompts and self._cancel_reason is None:
-                self.handle = await run_in_threadpool(ex.submit, engine)
+                self.handle = await run_in_threadpool(ex.submit, _for_tenant(engine, self.tenancy))
                 if self._cancel_reason is not None:  # cancelled while the engine was tokenizing
                     self.handle.cancel()
                 async for er in self.handle:
@@ -222,6 +240,39 @@ class Job:
         })
 
 
+def _engine_cost(batch: Batch) -> Cost:
+    from relserve.server.budget import call_max_tokens
+
+    system = len(getattr(batch.call.options, "system", None) or "")
+    chars = sum(len(p) + system for p in batch.prompts)
+    return Cost.of(len(batch.prompts), chars, call_max_tokens(batch.call))
+
+
+def _for_tenant(engine: Any, tenancy: Any) -> Any:
+    """``engine`` as the executor should see it: submitting (and warming prefixes) in the
+    tenant's prefix-cache namespace and with its share, when the engine supports tenancy."""
+    if tenancy is None or not getattr(engine, "supports_tenancy", False):
+        return engine
+    return _TenantEngine(engine, tenancy)
+
+
+class _TenantEngine:
+    """Forwards everything to the engine, adding the tenancy to ``submit`` and ``warm_prefix``."""
+
+    def __init__(self, engine: Any, tenancy: Any) -> None:
+        self._engine = engine
+        self._tenancy = tenancy
+
+    def submit(self, rq: Any) -> Any:
+        return self._engine.submit(rq, tenancy=self._tenancy)
+
+    def warm_prefix(self, text: str = "", system: str | None = None) -> int:
+        return self._engine.warm_prefix(text, system, tenancy=self._tenancy)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+
 def json_safe(value: Any) -> Any:
     """``value`` with NaN and infinities replaced by None (JSON has no such numbers)."""
     if isinstance(value, float):
@@ -234,7 +285,15 @@ def json_safe(value: Any) -> Any:
 
 
 class LimitExceeded(Exception):
-    """A tenant's rows-in-flight limit would be passed (HTTP 429)."""
+    """A tenant's rows- or tokens-in-flight limit would be passed (HTTP 429)."""
+
+
+class Reservation:
+    """Work a tenant has asked for that is being planned: it counts like running work."""
+
+    def __init__(self, tenant: str, cost: Cost) -> None:
+        self.tenant = tenant
+        self.cost = cost
 
 
 class JobRegistry:
@@ -244,24 +303,61 @@ class JobRegistry:
         self.keep_finished_s = keep_finished_s
         self.max_finished = max_finished
         self._jobs: dict[str, Job] = {}
+        self._reserved: set[Reservation] = set()
 
     def rows_in_flight(self, tenant: str | None = None) -> int:
-        return sum(j.engine_pending for j in self._jobs.values() if tenant is None or j.tenant == tenant)
+        return self.in_flight(tenant).rows
+
+    def in_flight(self, tenant: str | None = None) -> Cost:
+        """Engine rows and tokens not finished yet, plus what is being planned."""
+        rows = tokens = 0
+        for j in self._jobs.values():
+            if tenant is None or j.tenant == tenant:
+                rows += j.engine_pending
+                tokens += j.tokens_pending
+        for r in self._reserved:
+            if tenant is None or r.tenant == tenant:
+                rows += r.cost.rows
+                tokens += r.cost.tokens
+        return Cost(rows, 0, tokens)
+
+    def _check(self, tenant: str, new: Cost, limits: Any) -> None:
+        busy = self.in_flight(tenant)
+        if new.rows and busy.rows + new.rows > limits.max_rows_in_flight:
+            raise LimitExceeded(
+                f"tenant {tenant!r} would have {busy.rows + new.rows} rows in flight "
+                f"({busy.rows} running + {new.rows} new); the limit is {limits.max_rows_in_flight} "
+                "(max_rows_in_flight; rows being planned count as running). Retry when some finish, or send fewer rows."
+            )
+        if new.tokens and busy.tokens + new.tokens > limits.max_tokens_in_flight:
+            raise LimitExceeded(
+                f"tenant {tenant!r} would have {busy.tokens + new.tokens} tokens in flight "
+                f"({busy.tokens} running + {new.tokens} new; prompt tokens estimated plus max_tokens per row); "
+                f"the limit is {limits.max_tokens_in_flight} (max_tokens_in_flight; tokens being planned count as "
+                "running). Retry when some finish, or send fewer rows or a smaller max_tokens."
+            )
+
+    def reserve(self, tenant: str, cost: Cost, limits: Any) -> Reservation:
+        """Count ``cost`` against ``tenant`` while its request is planned (429 if over a limit).
+        Runs on the event loop, like ``admit``: the check and the booking do not interleave."""
+        self.prune()
+        self._check(tenant, cost, limits)
+        r = Reservation(tenant, cost)
+        self._reserved.add(r)
+        return r
+
+    def release(self, reservation: Reservation | None) -> None:
+        if reservation is not None:
+            self._reserved.discard(reservation)
 
     def running(self, tenant: str | None = None) -> list[Job]:
         return [j for j in self._jobs.values() if not j.done and (tenant is None or j.tenant == tenant)]
 
-    def admit(self, job: Job, max_rows_in_flight: int) -> None:
+    def admit(self, job: Job, limits: Any) -> None:
         """Register ``job`` if its tenant stays within its limit. Runs on the event loop, so the
         check and the registration cannot interleave with another admission."""
         self.prune()
-        busy = self.rows_in_flight(job.tenant)
-        if job.engine_total and busy + job.engine_total > max_rows_in_flight:
-            raise LimitExceeded(
-                f"tenant {job.tenant!r} would have {busy + job.engine_total} rows in flight "
-                f"({busy} running + {job.engine_total} new); the limit is {max_rows_in_flight}. "
-                "Retry when some finish, or send fewer rows."
-            )
+        self._check(job.tenant, job.cost, limits)
         self._jobs[job.id] = job
 
     def get(self, job_id: str, tenant: str) -> Job | None:

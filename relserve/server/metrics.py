@@ -6,12 +6,15 @@ overhead are read at scrape time.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+from starlette.concurrency import run_in_threadpool
 
 from relserve.server.jobs import Job, JobRegistry
 
@@ -63,6 +66,11 @@ class _LiveCollector(Collector):
 
 
 class ServerMetrics:
+    #: the fewest seconds between two scheduler RPCs, however often Prometheus scrapes
+    scheduler_refresh_s = 0.5
+    #: the longest a scrape waits for a refresh
+    scheduler_wait_s = 2.0
+
     def __init__(self, jobs: JobRegistry, tenants: Callable[[], list[str]], engine: Any) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
@@ -93,6 +101,8 @@ class ServerMetrics:
         self._live = _LiveCollector(jobs, tenants, engine, self._totals)
         r.register(self._live)
         self.engine = engine
+        self._refresh: asyncio.Future | None = None
+        self._refreshed_at = 0.0
 
     def job_finished(self, job: Job) -> None:
         self.relqueries.labels(job.tenant, job.kind, job.status).inc()
@@ -121,13 +131,29 @@ class ServerMetrics:
             self.deadline_missed.labels(job.tenant).inc()
 
     def read_scheduler(self) -> None:
-        """Blocking RPC to the engine core: call it from a worker thread before ``render``."""
-        self._live.scheduler = None
+        """Blocking RPC to the engine core: call it from a worker thread (``refresh_scheduler``)."""
         if getattr(self.engine, "uses_plugin", False):
             try:
                 self._live.scheduler = self.engine.scheduler_stats()
             except Exception:  # a scrape must not fail because the engine is busy switching policy
                 pass
+
+    async def refresh_scheduler(self) -> None:
+        """Bring the scheduler's figures up to date for a scrape without an engine call per scrape:
+        at most one RPC per ``scheduler_refresh_s``, shared by the scrapes that arrive meanwhile,
+        in a worker thread; a scrape waits at most ``scheduler_wait_s`` for it (then it shows the
+        figures of the previous refresh)."""
+        if not getattr(self.engine, "uses_plugin", False):
+            return
+        now = time.monotonic()
+        task = self._refresh
+        if task is None or (task.done() and now - self._refreshed_at >= self.scheduler_refresh_s):
+            self._refreshed_at = now
+            task = self._refresh = asyncio.ensure_future(run_in_threadpool(self.read_scheduler))
+        try:
+            await asyncio.wait_for(asyncio.shield(task), self.scheduler_wait_s)
+        except asyncio.TimeoutError:
+            pass
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -9,8 +9,10 @@ from typing import Any
 from fastapi import Header, Request
 
 from relserve.planner.cache import CacheView, ResultCache
+from relserve.policy.types import Tenancy
+from relserve.server.budget import Cost, check_request
 from relserve.server.errors import ApiError
-from relserve.server.jobs import Job, JobRegistry
+from relserve.server.jobs import Job, JobRegistry, Reservation
 from relserve.server.metrics import ServerMetrics
 from relserve.server.tenants import Tenant, Tenants
 
@@ -38,11 +40,40 @@ class ServerState:
         """The result cache as ``tenant`` may see it: its own answers, or its cache group's."""
         return self.cache.scoped(scope=tenant.cache_scope) if self.cache is not None else None
 
-    def launch(self, job: Job, tenant: Tenant) -> Job:
-        """Admit ``job`` within its tenant's limit and start it on the event loop."""
+    def tenancy(self, tenant: Tenant) -> Tenancy | None:
+        """How the engine sees the tenant's work: its prefix-cache namespace and its share.
+        None in open mode (one tenant: the engine runs as it does for a library user)."""
+        if tenant.open_mode:
+            return None
+        return Tenancy(tenant.name, tenant.prefix_cache_salt, tenant.limits.weight)
+
+    def check_priority(self, priority: int, tenant: Tenant) -> None:
+        """403 if ``priority`` is outside the classes the tenant may use."""
+        low, high = tenant.priority_range
+        if not low <= priority <= high:
+            raise ApiError(
+                403,
+                f"priority {priority} is not allowed for tenant {tenant.name!r}: the allowed range is {low} to {high} "
+                "(lower runs sooner; the tenants file sets min_priority and max_priority)",
+            )
+
+    def reserve(self, cost: Cost, tenant: Tenant) -> Reservation:
+        """Check a request's size against the tenant's limits and count it as in flight while it
+        is planned (413 for a request that could never fit, 429 for one that must wait)."""
+        self._refuse_if_stopping()
+        check_request(cost, tenant)
+        return self.jobs.reserve(tenant.name, cost, tenant.limits)
+
+    def _refuse_if_stopping(self) -> None:
         if self.stopping:
             raise ApiError(503, "the server is stopping; retry on another server or after it restarts", {"Retry-After": "5"})
-        self.jobs.admit(job, tenant.limits.max_rows_in_flight)
+
+    def launch(self, job: Job, tenant: Tenant, reservation: Reservation | None = None) -> Job:
+        """Admit ``job`` within its tenant's limits and start it on the event loop; the planning
+        reservation is replaced by the job's own figures in the same step."""
+        self.jobs.release(reservation)
+        self._refuse_if_stopping()
+        self.jobs.admit(job, tenant.limits)
         task = asyncio.get_running_loop().create_task(job.run(self.engine, self.metrics.job_finished))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -1,0 +1,146 @@
+"""What a request will cost, from the sizes of what it carries, before anything is rendered.
+
+A template's placeholders are rendered once per row, so a small body can ask for a very large
+amount of text (``"{a}" * 20000`` with a 5 MB value). ``Cost`` is computed from lengths only
+(rows x the length each row's prompt will have: the template's literal text plus, for every
+placeholder occurrence, the length of the value it gets), in time linear in the body, and is
+checked against the tenant's limits before the planner renders anything. The same figures
+(engine rows and tokens: estimated prompt tokens plus the most answer tokens each row may
+produce) count against the tenant while a request is planned and while it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from relserve.server.tenants import Tenant
+from relserve.template import Template, format_value
+
+#: characters per prompt token assumed when counting tokens before tokenizing. SmolLM2's
+#: tokenizer averages about 4 on English; 3 over-counts ordinary text a little and under-counts
+#: adversarial text (one token per character) at most 3x, which ``max_rendered_chars`` bounds.
+CHARS_PER_TOKEN = 3
+#: the chat template's own tokens around every prompt (SmolLM2: about 30 with its system message)
+CHAT_OVERHEAD_TOKENS = 32
+#: {"name": value} JSON around each value when fields are reordered (quotes, colon, comma)
+_FIELD_OVERHEAD = 8
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A request's size: rows, rendered prompt characters, tokens (prompt estimate + answers)."""
+
+    rows: int
+    chars: int
+    tokens: int
+
+    @classmethod
+    def of(cls, rows: int, chars: int, max_tokens: int) -> Cost:
+        prompt_tokens = -(-chars // CHARS_PER_TOKEN) + rows * CHAT_OVERHEAD_TOKENS
+        return cls(rows, chars, prompt_tokens + rows * max_tokens)
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.rows + other.rows, self.chars + other.chars, self.tokens + other.tokens)
+
+
+ZERO = Cost(0, 0, 0)
+
+
+def _value_len(value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        return len(value)
+    return len(format_value(value))
+
+
+def check_template(template: str, system: str | None, tenant: Tenant, what: str = "template") -> Template:
+    """The template parsed, if it is within the tenant's size and placeholder limits (413)."""
+    from relserve.server.errors import ApiError
+
+    lim = tenant.limits
+    size = len(template) + len(system or "")
+    if size > lim.max_template_chars:
+        raise ApiError(
+            413,
+            f"{what} too large: {size} characters (template plus system message); "
+            f"the limit max_template_chars is {lim.max_template_chars}",
+        )
+    parsed = Template.parse(template)  # TemplateError: 400
+    if len(parsed.fields) > lim.max_placeholders:
+        raise ApiError(
+            413,
+            f"{what} has {len(parsed.fields)} placeholders; the limit max_placeholders is {lim.max_placeholders}",
+        )
+    return parsed
+
+
+def _static_chars(parsed: Template, call: Any) -> int:
+    """Characters every row's prompt carries besides its values: the template's literal text,
+    the system message and the few-shot examples."""
+    system = getattr(getattr(call, "options", None), "system", None) or ""
+    examples = getattr(call, "examples_prefix", "") or ""
+    names = sum(len(n) + _FIELD_OVERHEAD for n in parsed.fields)  # reorder_fields: {"name": value}
+    return sum(map(len, parsed.literals)) + len(system) + len(examples) + names
+
+
+def rows_cost(parsed: Template, call: Any, rows: Sequence[Mapping[str, Any]], max_tokens: int) -> Cost:
+    """``template`` over ``rows`` (by name), computed from lengths."""
+    static = _static_chars(parsed, call)
+    counts: dict[str, int] = {}
+    for name in parsed.fields:
+        counts[name] = counts.get(name, 0) + 1
+    chars = static * len(rows)
+    for row in rows:
+        get = row.get
+        for name, n in counts.items():
+            chars += n * _value_len(get(name))
+    return Cost.of(len(rows), chars, max_tokens)
+
+
+def prompts_cost(prompts: Iterable[str | None], call: Any, max_tokens: int) -> Cost:
+    """Already-rendered prompts (plus the system message each carries)."""
+    system = len(getattr(getattr(call, "options", None), "system", None) or "")
+    n = chars = 0
+    for p in prompts:
+        n += 1
+        chars += len(p or "") + system
+    return Cost.of(n, chars, max_tokens)
+
+
+def values_cost(parsed: Template, call: Any, values: Sequence[Any], max_tokens: int) -> Cost:
+    """One spreadsheet cell: ``values`` bound by position (or a mapping by name)."""
+    if isinstance(values, Mapping):
+        return rows_cost(parsed, call, [values], max_tokens)
+    by_name = dict(zip(parsed.columns, values))
+    return rows_cost(parsed, call, [by_name], max_tokens)
+
+
+def check_request(cost: Cost, tenant: Tenant) -> None:
+    """413 if one request alone is over a per-request limit (it could never run)."""
+    from relserve.server.errors import ApiError
+
+    lim = tenant.limits
+    if cost.chars > lim.max_rendered_chars:
+        raise ApiError(
+            413,
+            f"request too large: its prompts would render to {cost.chars} characters "
+            f"({cost.rows} rows); the limit max_rendered_chars is {lim.max_rendered_chars}. Send fewer or shorter rows.",
+        )
+    if cost.tokens > lim.max_tokens_in_flight:
+        raise ApiError(
+            413,
+            f"request too large: {cost.tokens} tokens (prompts, estimated at {CHARS_PER_TOKEN} characters per "
+            f"token, plus max_tokens per row, {cost.rows} rows); the limit max_tokens_in_flight is "
+            f"{lim.max_tokens_in_flight}. Send fewer rows or a smaller max_tokens.",
+        )
+
+
+def call_max_tokens(call: Any) -> int:
+    try:
+        return int(call.engine_options()["max_tokens"])
+    except (AttributeError, KeyError, TypeError):
+        return int(getattr(call, "max_tokens", 64) or 64)
+

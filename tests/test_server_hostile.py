@@ -1,0 +1,244 @@
+"""A tenant with a valid key, trying to hurt the others or learn their prompts, against a real
+server on loopback (issue 23). The size limits are checked with the instant stand-in engine
+(what matters is that nothing is rendered or run); the prefix cache, the priority classes and the
+fairness between tenants with the real engine."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import psutil
+import pytest
+from server_fixtures import FakeEngine, running_server
+
+from relserve.client import Client
+from relserve.server import hash_key
+
+ALICE, BOB, MALLORY, OPS = "alice-secret-key", "bobby-secret-key", "mallory-secret-key", "ops-metrics-key1"
+TENANTS = {
+    "limits": {"max_tokens_in_flight": 200_000},
+    "metrics_key_sha256": [hash_key(OPS)],
+    "tenants": {
+        "alice": {"key": ALICE, "min_priority": -5},
+        "bob": {"key": BOB},
+        "mallory": {"key": MALLORY, "max_tokens_in_flight": 50_000},
+    },
+}
+
+
+def _post(srv, path, body, key=MALLORY, timeout=120):
+    return httpx.post(srv.url + path, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=timeout)
+
+
+def _error(r: httpx.Response) -> str:
+    return r.json()["error"]["message"]
+
+
+@pytest.fixture
+def fake():
+    return FakeEngine(delay=0.0)
+
+
+@pytest.fixture
+def server(fake):
+    with running_server(fake, tenants=TENANTS, cache=False) as srv:
+        yield srv
+
+
+# ---------------------------------------------------------------- 1. work bounded before it is done
+
+
+def _rss_mb() -> float:
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def test_a_template_with_thousands_of_placeholders_is_refused_before_rendering(server, fake):
+    # issue 23's example: "{a}" * 20000 with a large value renders about 100 GB if nothing stops it
+    body = {"template": "{a}" * 20_000, "rows": [{"a": "x" * 100_000}]}
+    before = _rss_mb()
+    r = _post(server, "/v1/relqueries", body)
+    assert r.status_code == 413, r.text
+    assert _error(r) == "template too large: 60000 characters (template plus system message); the limit max_template_chars is 32768"
+    # within the template size, the number of placeholders is bounded too
+    body = {"template": "{a}" * 2_000, "rows": [{"a": "x" * 100_000}]}
+    for path in ("/v1/relqueries", "/v1/relqueries/plan"):
+        r = _post(server, path, body)
+        assert r.status_code == 413, r.text
+        assert _error(r) == "template has 2000 placeholders; the limit max_placeholders is 64"
+    assert fake.submitted == []
+    assert _rss_mb() - before < 200  # nothing near the rendered size was built
+
+
+def test_rendered_size_is_computed_from_lengths_and_refused_with_the_figure(server, fake):
+    # 60 placeholders x a 1 MB value x 2 rows: a 2.5 MB body that would render to 120 MB
+    body = {"template": "{a}," * 60, "rows": [{"a": "y" * 1_000_000}] * 2}
+    r = _post(server, "/v1/relqueries", body)
+    assert r.status_code == 413, r.text
+    msg = _error(r)
+    assert msg.startswith("request too large: its prompts would render to 120001200 characters (2 rows); the limit max_rendered_chars is 33554432")
+    r = _post(server, "/v1/relqueries/plan", body)
+    assert r.status_code == 413 and "max_rendered_chars" in _error(r)
+    assert fake.submitted == []
+
+
+def test_a_huge_template_is_refused(server):
+    r = _post(server, "/v1/relqueries", {"template": "{x} " + "z" * 40_000, "rows": [{"x": 1}]})
+    assert r.status_code == 413 and "max_template_chars is 32768" in _error(r)
+    # the system message counts with the template
+    r = _post(server, "/v1/relqueries", {"template": "{x}", "rows": [{"x": 1}], "system": "s" * 40_000})
+    assert r.status_code == 413 and "max_template_chars" in _error(r)
+    r = _post(server, "/v1/cells", {"cells": [{"id": "A1", "template": "{x}" * 100, "args": [1]}]})
+    assert r.status_code == 413 and "max_placeholders" in _error(r)
+
+
+def test_tokens_count_prompt_and_answer_not_only_rows(server, fake):
+    # 100 short rows, well within the row limits, but x 32768 answer tokens each
+    rows = [{"x": i} for i in range(100)]
+    r = _post(server, "/v1/relqueries", {"template": "Say {x}", "rows": rows, "max_tokens": 32768})
+    assert r.status_code == 413, r.text
+    assert "max_tokens_in_flight is 50000" in _error(r) and "100 rows" in _error(r)
+    # the OpenAI-compatible endpoint is bounded the same way
+    r = _post(server, "/v1/completions", {"prompt": ["hi"] * 10, "max_tokens": 32768})
+    assert r.status_code == 413 and "max_tokens_in_flight" in _error(r)
+    assert fake.submitted == []
+
+
+def test_tokens_in_flight_per_tenant_is_429_naming_the_limit_and_other_tenants_still_run():
+    slow = FakeEngine(delay=0.5)
+    with running_server(slow, tenants=TENANTS, cache=False) as srv:
+        rows = [{"x": f"row {i}"} for i in range(4)]
+        # 4 rows x 10000 answer tokens + prompts: about 40,200 of mallory's 50,000
+        first = _post(srv, "/v1/relqueries", {"template": "Say {x}", "rows": rows, "max_tokens": 10_000})
+        assert first.status_code == 201
+        second = _post(srv, "/v1/relqueries", {"template": "Say {x}", "rows": rows[:2], "max_tokens": 10_000})
+        assert second.status_code == 429, second.text
+        msg = _error(second)
+        assert msg.startswith("tenant 'mallory' would have ") and "tokens in flight" in msg
+        assert "the limit is 50000 (max_tokens_in_flight" in msg
+        assert second.headers["Retry-After"] == "1"
+        # planning is counted as running: a tenant at its limit cannot make the server render either
+        plan = _post(srv, "/v1/relqueries/plan", {"template": "Say {x}", "rows": rows[:2], "max_tokens": 10_000})
+        assert plan.status_code == 429 and "max_tokens_in_flight" in _error(plan)
+        # another tenant is not affected
+        ok = _post(srv, "/v1/relqueries", {"template": "Say {x}", "rows": rows, "max_tokens": 10_000}, key=BOB)
+        assert ok.status_code == 201
+
+
+def test_planning_holds_the_tenants_budget_while_it_renders(server, fake, monkeypatch):
+    """A plan in progress counts against the tenant: a second request made while the first is
+    still being planned is refused, before it renders anything."""
+    import relserve.server.api_relqueries as api
+
+    started, release = threading.Event(), threading.Event()
+    real = api.plan_relquery
+
+    def slow_plan(*a, **kw):
+        started.set()
+        release.wait(30)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(api, "plan_relquery", slow_plan)
+    body = {"template": "Say {x}", "rows": [{"x": i} for i in range(4)], "max_tokens": 10_000}
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.setdefault("r", _post(server, "/v1/relqueries/plan", body)))
+    t.start()
+    assert started.wait(30)
+    try:
+        r = _post(server, "/v1/relqueries", body)
+        assert r.status_code == 429 and "max_tokens_in_flight" in _error(r)
+    finally:
+        release.set()
+        t.join(30)
+    assert out["r"].status_code == 200
+    # once the plan is done its budget is free again
+    monkeypatch.setattr(api, "plan_relquery", real)
+    assert _post(server, "/v1/relqueries/plan", body).status_code == 200
+
+
+# ---------------------------------------------------------------- 3. priority classes
+
+
+def test_a_tenant_cannot_jump_ahead_unless_the_tenants_file_allows_it(server, fake):
+    r = _post(server, "/v1/relqueries", {"template": "Say {x}", "rows": [{"x": 1}], "priority": -1000})
+    assert r.status_code == 403
+    assert _error(r).startswith("priority -1000 is not allowed for tenant 'mallory': the allowed range is 0 to 1000")
+    for path, body in (
+        ("/v1/cells", {"cells": [{"id": "A1", "template": "{x}", "args": [1]}], "priority": -1}),
+        ("/v1/completions", {"prompt": "hi", "priority": -1}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "priority": -1}),
+    ):
+        r = _post(server, path, body)
+        assert r.status_code == 403 and "allowed range is 0 to 1000" in _error(r), (path, r.text)
+    # alice's entry allows down to -5, not below
+    r = _post(server, "/v1/relqueries", {"template": "Say {x}", "rows": [{"x": 1}], "priority": -5}, key=ALICE)
+    assert r.status_code == 201
+    r = _post(server, "/v1/relqueries", {"template": "Say {x}", "rows": [{"x": 1}], "priority": -6}, key=ALICE)
+    assert r.status_code == 403 and "allowed range is -5 to 1000" in _error(r)
+    assert [rq.priority for rq in fake.submitted] == [-5]
+
+
+# ---------------------------------------------------------------- 4. what the server gives away
+
+
+def test_metrics_need_a_metrics_key(server):
+    r = httpx.get(server.url + "/metrics")
+    assert r.status_code == 401 and "/metrics needs a metrics key" in _error(r)
+    r = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {MALLORY}"})
+    assert r.status_code == 401
+    r = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {OPS}"})
+    assert r.status_code == 200 and "relserve_requests_rejected" in r.text
+    assert r.headers["cache-control"] == "no-store"
+
+
+def test_metrics_scrapes_do_not_each_call_the_engine():
+    calls = []
+
+    class Plugin(FakeEngine):
+        uses_plugin = True
+
+        def scheduler_stats(self):
+            calls.append(time.monotonic())
+            return {"steps": len(calls), "policy": "relserve"}
+
+    with running_server(Plugin(), tenants=TENANTS, cache=False) as srv:
+        with httpx.Client(headers={"Authorization": f"Bearer {OPS}"}) as c:
+            for _ in range(20):
+                assert c.get(srv.url + "/metrics").status_code == 200
+    assert 1 <= len(calls) <= 3, calls  # 20 scrapes in well under a second
+
+
+def test_addin_files_carrying_a_key_are_not_stored_by_caches(server):
+    for name in ("functions.js", "manifest.xml", "functions.html", "functions.json"):
+        r = httpx.get(f"{server.url}/addin/{name}?key={ALICE}")
+        assert r.status_code == 200 and r.headers["cache-control"] == "no-store", name
+
+
+def test_the_result_cache_file_is_private(tmp_path):
+    import os
+    import stat
+
+    from relserve.planner.cache import ResultCache
+
+    old = os.umask(0o022)
+    try:
+        cache = ResultCache(tmp_path / "c" / "results.sqlite")
+        cache.put_many("m", {}, [("p", "a")])
+    finally:
+        os.umask(old)
+    for f in (tmp_path / "c").iterdir():
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+    assert stat.S_IMODE((tmp_path / "c").stat().st_mode) == 0o700
+
+
+def test_serve_refuses_an_open_server_on_a_non_loopback_address():
+    from typer.testing import CliRunner
+
+    from relserve.cli import app
+    from relserve.cli.serve import is_loopback
+
+    r = CliRunner().invoke(app, ["serve", "--host", "0.0.0.0"])
+    assert r.exit_code != 0 and "--insecure-open" in r.output
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.5") and not is_loopback("example.org")
