@@ -1,31 +1,39 @@
-"""Answer-quality benchmark: are llm_filter / llm_classify / llm_extract answers right?
+"""Answer-quality benchmark: are llm_filter / llm_classify answers right, per prompt shape x method?
 
 Labelled tasks over the tables in ../shared/datasets plus the project's demo table, each run
-through DuckDB as a user writes them (``relserve.duckdb.sql``), per model and per label method
-(``generate``: constrained decoding; ``score``: whole-label log-probabilities; ``calibrate``:
-scores with the model's content-free prior divided out, the default), side by side in one run:
+through DuckDB as a user writes them (``relserve.duckdb.sql``, the SQL is below), per label
+method (``method :=``: generate / score / calibrate / batch) and scoring prompt shape
+(``prompt_shape :=``: chat / chat_answer / completion), side by side in one run. Two groups of
+tasks, kept apart (issue 22):
 
-  demo       llm_filter    datasets/demo_reviews.csv, column ``happy`` (24 rows, 12 yes)
-  rt_filter  llm_filter    rotten_tomatoes: "is this review positive?" vs review_type (balanced)
-  rt_classify llm_classify rotten_tomatoes: ['fresh', 'rotten'] vs review_type (balanced)
-  amazon_stars llm_classify amazon_reviews: ['1'..'5'] vs rating (balanced over ratings)
-  beer_extract llm_extract beer_ratings: {"overall": int} out of 20 from the aspect scores vs
-             review/overall, right when within 2 points (extract has no label method: run once)
+TUNING (the defaults were chosen on these, and only these):
+  rt_classify   llm_classify rotten_tomatoes ['fresh', 'rotten'] vs review_type
+  rt_filter     llm_filter   rotten_tomatoes "is this review positive?" vs review_type
+  beer_family   llm_classify beer_reviews review text -> ['lager', 'pale ale', 'stout', 'wheat beer']
+                             (style family from the style column; 4 labels, one of two tokens)
+CHECK-ONLY (never looked at while choosing; they check the defaults):
+  demo          llm_filter   datasets/demo_reviews.csv, column ``happy`` (24 rows, 12 yes)
+  am_sentiment  llm_classify amazon_reviews ['positive', 'negative'] vs rating (1-2 / 4-5)
+  am_filter     llm_filter   amazon_reviews "is the reviewer satisfied?" vs rating (1-2 / 4-5)
+  am_department llm_classify amazon_reviews product name -> ['arts and crafts', 'office',
+                             'health and household', 'automotive'] vs category (4 labels)
 
-Per (model, task, method): accuracy, macro-F1, the answers' label distribution, rows/s (wall
-time of the statement including the calibration probes, cold prefix cache, empty result cache).
+Every table but the demo is balanced over its labels (seeded sample). Per (task, method, shape):
+accuracy, macro-F1, the share of the most frequent answer, AUC of the first label's score
+against the truth (2-label tasks; the engine's per-row label scores, read from the executor),
+rows/s (wall time of the statement including the content-free probes, cold prefix cache, empty
+result cache; the machine is shared, so compare rows/s within one run only).
 
-    python bench/bench_quality.py                          # smollm2, 200 rows per task
-    python bench/bench_quality.py --rows 100 --models smollm2,/path/to/model
+    python bench/bench_quality.py                      # every task and config, 200 rows per task
+    python bench/bench_quality.py --group tuning --configs score/chat,batch/completion
+    RELSERVE_LABEL_NORM=sum python bench/bench_quality.py --tasks beer_family   # multi-token scoring
 
-Results print as a table and go to bench/out/quality.json. No labelled SMS or news table is
-reachable here (see README, "Answer quality"), so the issue's spam and four-topic tasks are not run.
+Results print as tables and go to bench/out/quality.json (``--report`` rebuilds the tables).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
@@ -38,8 +46,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "datasets" / "demo_reviews.csv"
-METHODS = ("generate", "score", "calibrate", "generate+examples", "calibrate+examples")
-#: labelled rows per class shown as few-shot examples in the "+examples" runs (never evaluated)
+SHAPES = ("chat", "chat_answer", "completion")
+#: method/shape; generate decodes, so it has no scoring shape
+CONFIGS = ("generate/-",) + tuple(f"{m}/{s}" for m in ("score", "calibrate", "batch") for s in SHAPES)
+#: labelled rows per class shown as few-shot examples in "+examples" configs (never evaluated)
 SHOTS_PER_CLASS = 1
 SEED = 12
 
@@ -56,72 +66,93 @@ def balanced(df, column: str, rows: int, classes: list):
     return rows_, shots
 
 
+def beer_family(style: str) -> str | None:
+    s = style.lower()
+    if "stout" in s or "porter" in s:
+        return "stout"
+    if any(w in s for w in ("wheat", "weiss", "witbier", "weizen")):
+        return "wheat beer"
+    if "ipa" in s or "pale ale" in s or "bitter" in s:
+        return "pale ale"
+    if any(w in s for w in ("lager", "pils", "helles", "bock", "rzen", "dunkel")):
+        return "lager"
+    return None
+
+
+def department(category: str) -> str | None:
+    for prefix, label in (("Arts", "arts and crafts"), ("Office", "office"), ("Health", "health and household"),
+                          ("Automotive", "automotive")):
+        if category.startswith(prefix):
+            return label
+    return None
+
+
 def tasks(rows: int) -> list[dict]:
     import polars as pl
 
     from relserve.workloads import load_table
 
-    demo = pl.read_csv(DEMO)
-    rt = load_table("rotten_tomatoes").filter(pl.col("review_content").is_not_null())
-    rt, rt_shots = balanced(rt, "review_type", rows, ["fresh", "rotten"])
+    def shots(df, answer):
+        return [{**{k: v for k, v in r.items() if k != "truth"}, "answer": answer(r["truth"])} for r in df.to_dicts()]
+
+    demo = pl.read_csv(DEMO).rename({"happy": "truth"}).select("product", "review", "truth")
+    rt = load_table("rotten_tomatoes").filter(pl.col("review_content").str.len_chars() > 0)
     rt = rt.select(pl.col("review_content").alias("review"), pl.col("review_type").alias("truth"))
-    rt_shots = rt_shots.select(pl.col("review_content").alias("review"), pl.col("review_type").alias("truth"))
+    rt, rt_shots = balanced(rt, "truth", rows, ["fresh", "rotten"])
+    beer = load_table("beer_reviews").filter(pl.col("review_text").str.len_chars() > 0)
+    beer = beer.with_columns(pl.col("style").map_elements(beer_family, return_dtype=pl.Utf8).alias("truth"))
+    beer, beer_shots = balanced(beer.filter(pl.col("truth").is_not_null()), "truth", rows,
+                                ["lager", "pale ale", "stout", "wheat beer"])
+    beer, beer_shots = beer.select(pl.col("review_text").alias("review"), "truth"), beer_shots.select(pl.col("review_text").alias("review"), "truth")
     am = load_table("amazon_reviews").filter(pl.col("text").str.len_chars() > 0)
-    am = am.with_columns(pl.col("rating").cast(pl.Int64).cast(pl.Utf8).alias("truth"))
-    am, am_shots = balanced(am, "truth", rows, ["1", "2", "3", "4", "5"])
-    am, am_shots = am.select("title", "text", "truth"), am_shots.select("title", "text", "truth")
-    shots = lambda df, answer: [{**{k: v for k, v in r.items() if k != "truth"}, "answer": answer(r["truth"])} for r in df.to_dicts()]  # noqa: E731
-    # the demo table's examples: written for this benchmark, not rows of the table
-    demo_shots = [
-        dict(product="toaster", review="Toasts evenly and looks great on the counter.", answer=True),
-        dict(product="toaster", review="Burnt every slice and the lever broke.", answer=False),
-    ]
-    beer = load_table("beer_ratings")
-    beer = beer.sample(rows, seed=SEED).select(
-        pl.col("review/taste").alias("taste"),
-        pl.col("review/palate").alias("palate"),
-        pl.col("review/appearance").alias("appearance"),
-        pl.col("review/overall").str.split("/").list.first().alias("truth"),
-    )
+    sent = am.filter(pl.col("rating") != 3).with_columns(
+        pl.when(pl.col("rating") >= 4).then(pl.lit("positive")).otherwise(pl.lit("negative")).alias("truth"))
+    sent, sent_shots = balanced(sent, "truth", rows, ["positive", "negative"])
+    sent, sent_shots = sent.select("title", "text", "truth"), sent_shots.select("title", "text", "truth")
+    dep = am.with_columns(pl.col("category").map_elements(department, return_dtype=pl.Utf8).alias("truth"))
+    dep = dep.filter(pl.col("truth").is_not_null()).unique("name", keep="first", maintain_order=True)
+    deps = ["arts and crafts", "office", "health and household", "automotive"]
+    dep, dep_shots = balanced(dep, "truth", rows, deps)
+    dep, dep_shots = dep.select("name", "truth"), dep_shots.select("name", "truth")
+    yes_no = lambda yes: (lambda v: yes[0] if v else yes[1] if v is not None else None)  # noqa: E731
     return [
         dict(
-            name="demo", table=demo.rename({"happy": "truth"}), labels=["yes", "no"],
-            sql="SELECT truth, llm_filter('Is this customer happy with their {product}? Review: {review}', "
-            "product, review, llm_options($opts)) AS answer FROM t",
-            answer=lambda v: "yes" if v else "no" if v is not None else None,
-            examples=demo_shots,
+            name="rt_classify", group="tuning", table=rt, labels=["fresh", "rotten"], fn="llm_classify",
+            template="Is this movie review fresh (positive) or rotten (negative)? Review: {review}", columns=["review"],
+            answer=lambda v: v, examples=shots(rt_shots, str),
         ),
         dict(
-            name="rt_filter", table=rt, labels=["fresh", "rotten"],
-            sql="SELECT truth, llm_filter('Is this movie review positive? Review: {review}', review, "
-            "llm_options($opts)) AS answer FROM t",
-            answer=lambda v: "fresh" if v else "rotten" if v is not None else None,
-            examples=shots(rt_shots, lambda t: t == "fresh"),
+            name="rt_filter", group="tuning", table=rt, labels=["fresh", "rotten"], fn="llm_filter",
+            template="Is this movie review positive? Review: {review}", columns=["review"],
+            answer=yes_no(["fresh", "rotten"]), examples=shots(rt_shots, lambda t: t == "fresh"),
         ),
         dict(
-            name="rt_classify", table=rt, labels=["fresh", "rotten"],
-            sql="SELECT truth, llm_classify('Is this movie review fresh (positive) or rotten (negative)? "
-            "Review: {review}', ['fresh', 'rotten'], review, llm_options($opts)) AS answer FROM t",
-            answer=lambda v: v,
-            examples=shots(rt_shots, str),
+            name="beer_family", group="tuning", table=beer, labels=["lager", "pale ale", "stout", "wheat beer"],
+            fn="llm_classify", template="Which kind of beer is this review about? Review: {review}", columns=["review"],
+            answer=lambda v: v, examples=shots(beer_shots, str),
         ),
         dict(
-            name="amazon_stars", table=am, labels=["1", "2", "3", "4", "5"],
-            sql="SELECT truth, llm_classify('How many stars (1 to 5) did this reviewer give the product? "
-            "Title: {title}. Review: {text}', ['1', '2', '3', '4', '5'], title, text, "
-            "llm_options($opts)) AS answer FROM t",
-            answer=lambda v: v,
-            examples=shots(am_shots, str),
+            name="demo", group="check", table=demo, labels=["yes", "no"], fn="llm_filter",
+            template="Is this customer happy with their {product}? Review: {review}", columns=["product", "review"],
+            answer=yes_no(["yes", "no"]),
+            # written for this benchmark, not rows of the table
+            examples=[dict(product="toaster", review="Toasts evenly and looks great on the counter.", answer=True),
+                      dict(product="toaster", review="Burnt every slice and the lever broke.", answer=False)],
         ),
         dict(
-            name="beer_extract", table=beer, labels=None, methods=("-",),
-            sql="SELECT truth, llm_extract('A beer got these scores: taste {taste}, palate {palate}, appearance "
-            "{appearance}. What overall score out of 20 did the reviewer most likely give?', "
-            "'{\"type\": \"object\", \"properties\": {\"overall\": {\"type\": \"integer\", \"minimum\": 0, "
-            "\"maximum\": 20}}, \"required\": [\"overall\"]}', taste, palate, appearance) AS answer FROM t",
-            answer=lambda v: str(json.loads(v)["overall"]) if v is not None else None,
-            # an overall score within 2 points of the reviewer's counts as right
-            right=lambda a, t: a is not None and abs(int(a) - int(t)) <= 2,
+            name="am_sentiment", group="check", table=sent, labels=["positive", "negative"], fn="llm_classify",
+            template="Is this product review positive or negative? Title: {title}. Review: {text}", columns=["title", "text"],
+            answer=lambda v: v, examples=shots(sent_shots, str),
+        ),
+        dict(
+            name="am_filter", group="check", table=sent, labels=["positive", "negative"], fn="llm_filter",
+            template="Is the reviewer satisfied with the product? Title: {title}. Review: {text}", columns=["title", "text"],
+            answer=yes_no(["positive", "negative"]), examples=shots(sent_shots, lambda t: t == "positive"),
+        ),
+        dict(
+            name="am_department", group="check", table=dep, labels=deps, fn="llm_classify",
+            template="Which department of a store sells this product? Product: {name}", columns=["name"],
+            answer=lambda v: v, examples=shots(dep_shots, str),
         ),
     ]
 
@@ -138,13 +169,30 @@ def sql_literal(value) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def options_sql(method: str, examples: list[dict] | None) -> str:
-    """The ``llm_options(...)`` arguments of a method such as "calibrate+examples"."""
-    base, _, extra = method.partition("+")
-    opts = [f"method := '{base}'"]
-    if extra == "examples":
-        opts.append(f"examples := {sql_literal(examples)}")
-    return ", ".join(opts)
+def parse_config(config: str) -> tuple[str, str | None, bool]:
+    """"batch/completion+examples" -> ("batch", "completion", True); "default" -> the defaults."""
+    body, _, extra = config.partition("+")
+    method, _, shape = body.partition("/")
+    return method, (shape if shape not in ("", "-") else None), extra == "examples"
+
+
+def statement(task: dict, config: str) -> str:
+    """The SQL a user writes for this task under ``config`` (method/shape[+examples])."""
+    method, shape, examples = parse_config(config)
+    opts = []
+    if method != "default":
+        opts.append(f"method := '{method}'")
+    if shape:
+        opts.append(f"prompt_shape := '{shape}'")
+    if examples:
+        opts.append(f"examples := {sql_literal(task['examples'])}")
+    args = [sql_literal(task["template"])]
+    if task["fn"] == "llm_classify":
+        args.append(sql_literal(task["labels"]))
+    args += task["columns"]
+    if opts:
+        args.append("llm_options(" + ", ".join(opts) + ")")
+    return f"SELECT truth, {task['fn']}({', '.join(args)}) AS answer FROM t"
 
 
 def macro_f1(pairs: list[tuple[str | None, str]], labels: list[str]) -> float:
@@ -157,73 +205,150 @@ def macro_f1(pairs: list[tuple[str | None, str]], labels: list[str]) -> float:
     return sum(f1s) / len(f1s)
 
 
-def run_one(engine, task: dict, method: str) -> dict:
+def auc(scores: list[float], positive: list[bool]) -> float | None:
+    """Area under the ROC curve (ties count one half)."""
+    pos = [s for s, p in zip(scores, positive) if p]
+    neg = [s for s, p in zip(scores, positive) if not p]
+    if not pos or not neg:
+        return None
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    return wins / (len(pos) * len(neg))
+
+
+class ScoreTap:
+    """Reads the engine's per-row label scores as the shared executor answers them (for AUC)."""
+
+    def __init__(self) -> None:
+        from relserve.planner import executor
+
+        self.scores: dict[str, dict[str, float]] = {}
+        self._orig = executor.CallExecutor._answer_one
+        tap = self
+
+        def _answer_one(ex, row):
+            if row.label_logprobs is not None:
+                tap.scores[ex.rows.prompts[row.index]] = dict(row.label_logprobs)
+            return tap._orig(ex, row)
+
+        executor.CallExecutor._answer_one = _answer_one
+
+
+def run_one(engine, task: dict, config: str, tap: ScoreTap) -> dict:
     import duckdb
 
     import relserve.duckdb
+    from relserve.functions import make_call
     from relserve.planner.cache import ResultCache
+    from relserve.planner.prompts import Renderer
 
+    method, shape, examples = parse_config(config)
     con = duckdb.connect()
+    sql = statement(task, config)
     with tempfile.TemporaryDirectory() as tmp:
         # an empty result cache: every row runs on the engine
         relserve.duckdb.install(con, engine=engine, cache=ResultCache(Path(tmp) / "r.sqlite"), progress=False)
         con.register("t_arrow", task["table"].to_arrow())
         con.execute("CREATE TABLE t AS SELECT * FROM t_arrow")
-        sql = task["sql"].replace("$opts", options_sql(method, task.get("examples")))
         engine.reset_prefix_cache()
+        tap.scores.clear()
         t0 = time.monotonic()
         out = relserve.duckdb.sql(con, sql).fetchall()
         seconds = time.monotonic() - t0
     pairs = [(task["answer"](v), str(t)) for t, v in out]
-    right = task.get("right", lambda a, t: a == t)
     n = len(pairs)
     dist = Counter(a if a is not None else "NULL" for a, _ in pairs)
     res = dict(
-        task=task["name"], method=method, rows=n,
-        accuracy=sum(right(a, t) for a, t in pairs) / n,
+        task=task["name"], group=task["group"], config=config, sql=sql, rows=n,
+        accuracy=sum(a == t for a, t in pairs) / n,
+        macro_f1=macro_f1(pairs, task["labels"]),
         answers=dict(dist.most_common()),
         top_share=dist.most_common(1)[0][1] / n,
         rows_per_s=n / seconds, seconds=seconds,
     )
-    if task["labels"]:
-        res["macro_f1"] = macro_f1(pairs, task["labels"])
+    if len(task["labels"]) == 2 and tap.scores:
+        # the first label's score (truth: the first label) of every row, its prompt rendered again
+        opts = {"method": None if method == "default" else method, "prompt_shape": shape}
+        if examples:
+            opts["examples"] = task["examples"]
+        call = make_call(task["fn"], task["template"], labels=task["labels"] if task["fn"] == "llm_classify" else None, **opts)
+        render = Renderer(call)
+        first = call.choices[0]
+        got = [(tap.scores.get(render(tuple(r[c] for c in task["columns"]))), r["truth"]) for r in task["table"].to_dicts()]
+        got = [(s[first], t == task["labels"][0]) for s, t in got if s is not None]
+        if len(got) == n:
+            res["auc"] = auc([s for s, _ in got], [p for _, p in got])
     return res
+
+
+def report(results: list[dict]) -> str:
+    """One markdown table per group: a row per config, a column per task."""
+    out = []
+    for group, title in (("tuning", "TUNING tasks (chose the defaults)"), ("check", "CHECK-ONLY tasks")):
+        rs = [r for r in results if r["group"] == group]
+        if not rs:
+            continue
+        names = list(dict.fromkeys(r["task"] for r in rs))
+        configs = list(dict.fromkeys(r["config"] for r in rs))
+        out.append(f"\n{title}: accuracy / macro-F1 / top answer share / AUC / rows/s\n")
+        out.append("| config | " + " | ".join(names) + " |")
+        out.append("|---|" + "---|" * len(names))
+        for c in configs:
+            cells = []
+            for name in names:
+                r = next((x for x in rs if x["task"] == name and x["config"] == c), None)
+                if r is None:
+                    cells.append("")
+                    continue
+                a = f" / {r['auc']:.2f}" if r.get("auc") is not None else ""
+                cells.append(f"{r['accuracy']:.1%} / {r['macro_f1']:.2f} / {r['top_share']:.0%}{a} / {r['rows_per_s']:.1f}")
+            out.append(f"| {c} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=200, help="rows per task (the demo table always has 24)")
-    ap.add_argument("--models", default="smollm2", help="comma-separated model names or folders")
-    ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--tasks", default=None, help="comma-separated task names (default: all)")
+    ap.add_argument("--model", default="smollm2", help="model name or folder")
+    ap.add_argument("--configs", default=",".join(CONFIGS) + ",default",
+                    help="comma-separated method/shape[+examples]; 'default' runs without method/prompt_shape")
+    ap.add_argument("--group", choices=("tuning", "check", "all"), default="all")
+    ap.add_argument("--tasks", default=None, help="comma-separated task names (default: the group's)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "quality.json"))
+    ap.add_argument("--report", default=None, help="print the tables of a results file and exit")
     a = ap.parse_args()
+    if a.report:
+        print(report(json.loads(Path(a.report).read_text())["results"]))
+        return
 
     from relserve import Engine
+    from relserve.engine import label_scoring
 
     all_tasks = tasks(a.rows)
+    if a.group != "all":
+        all_tasks = [t for t in all_tasks if t["group"] == a.group]
     if a.tasks:
         all_tasks = [t for t in all_tasks if t["name"] in a.tasks.split(",")]
+    tap = ScoreTap()
     results = []
-    for model in a.models.split(","):
-        t0 = time.monotonic()
-        with Engine(model=model, max_num_seqs=64, kv_cache_gb=2.0) as engine:
-            start = time.monotonic() - t0
-            # one throw-away statement: the first scoring batch pays vLLM's warm-up, not a method
-            run_one(engine, {**all_tasks[0], "table": all_tasks[0]["table"].head(4)}, "score")
-            for task in all_tasks:
-                for method in task.get("methods", a.methods.split(",")):
-                    r = dict(model=model, engine_start_s=start, **run_one(engine, task, method))
-                    results.append(r)
-                    print(
-                        f"{model:10s} {r['task']:13s} {r['method']:9s} acc {r['accuracy']:6.1%} "
-                        f"F1 {r.get('macro_f1', float('nan')):5.3f} top {r['top_share']:5.1%} "
-                        f"{r['rows_per_s']:6.1f} rows/s  {r['answers']}",
-                        flush=True,
-                    )
+    t0 = time.monotonic()
+    with Engine(model=a.model, max_num_seqs=64, kv_cache_gb=2.0) as engine:
+        start = time.monotonic() - t0
+        # one throw-away statement: the first scoring batch pays vLLM's warm-up, not a method
+        run_one(engine, {**all_tasks[0], "table": all_tasks[0]["table"].head(4)}, "score/chat", tap)
+        for task in all_tasks:
+            for config in a.configs.split(","):
+                r = dict(model=a.model, label_norm=label_scoring.LABEL_NORM, engine_start_s=start,
+                         **run_one(engine, task, config, tap))
+                results.append(r)
+                print(
+                    f"{r['group']:6s} {r['task']:13s} {config:24s} acc {r['accuracy']:6.1%} F1 {r['macro_f1']:5.3f} "
+                    f"top {r['top_share']:5.1%} AUC {r.get('auc') or float('nan'):4.2f} {r['rows_per_s']:6.1f} rows/s  {r['answers']}",
+                    flush=True,
+                )
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, results=results), indent=1))
+    out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
+    print(report(results))
     print(f"wrote {out}")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from relserve.cli.demo import QUESTION, demo_accuracy_line, load_demo_table
+from relserve.cli.demo import QUESTION, demo_accuracy_line, load_demo_table, method_label
 from relserve.functions import make_call
 
 
@@ -21,3 +21,10 @@ def test_accuracy_line_counts_matches_and_the_one_label_baseline():
     line = demo_accuracy_line(rows, [True, True, None, False], "calibrate")
     assert line.startswith("answers matching the known labels: 1 of 4 (25%; method calibrate;")
     assert line.endswith("always answering one label would match 3)")
+
+
+def test_the_demo_runs_relserves_defaults_and_names_them():
+    call = make_call("llm_filter", QUESTION)
+    assert method_label(call) == "batch, prompt shape completion"
+    assert method_label(make_call("llm_filter", QUESTION, method="generate")) == "generate"
+    assert method_label(make_call("llm_filter", QUESTION, method="score", prompt_shape="chat")) == "score, prompt shape chat"

@@ -84,10 +84,10 @@ def test_pick_breaks_a_calibrated_tie_by_the_models_own_preference():
     assert pick({"a": math.log(0.5), "b": math.log(0.5)}, None) == "a"
 
 
-def test_method_option_is_checked_and_defaults_to_calibrate():
-    with pytest.raises(ConfigError, match="method must be one of generate, score, calibrate"):
+def test_method_option_is_checked_and_defaults_to_batch():
+    with pytest.raises(ConfigError, match="method must be one of generate, score, calibrate, batch, got 'vote'"):
         CallOptions(method="vote")
-    assert make_call("llm_filter", "Is {r} good?").label_method == "calibrate"
+    assert make_call("llm_filter", "Is {r} good?").label_method == "batch"
     assert make_call("llm_classify", "{r}", labels=["a", "b"], method="score").label_method == "score"
     # sampling asks for varied answers: scoring cannot give them, so it decodes
     assert make_call("llm_filter", "Is {r} good?", temperature=0.7).label_method == "generate"
@@ -95,15 +95,15 @@ def test_method_option_is_checked_and_defaults_to_calibrate():
 
 
 def test_result_cache_key_holds_the_method_and_the_calibrated_template():
-    keys = {m: make_call("llm_filter", "Is {r} good?", method=m).sampling_settings() for m in ("generate", "score", "calibrate")}
-    assert len({str(k) for k in keys.values()}) == 3
+    keys = {m: make_call("llm_filter", "Is {r} good?", method=m).sampling_settings() for m in ("generate", "score", "calibrate", "batch")}
+    assert len({str(k) for k in keys.values()}) == 4
     # generate keeps the key it had before methods existed
     assert "method" not in keys["generate"]
     assert keys["calibrate"]["template"] == "Is {r} good?"
     # two templates can render one prompt, but their priors differ
     other = make_call("llm_filter", "Is {r} good?", method="calibrate")
     assert other.sampling_settings() == keys["calibrate"]
-    assert make_call("llm_filter", "Is {r}  good?").sampling_settings() != keys["calibrate"]
+    assert make_call("llm_filter", "Is {r}  good?", method="calibrate").sampling_settings() != keys["calibrate"]
 
 
 def test_relquery_checks_score_labels_and_prior():
@@ -135,4 +135,5 @@ def test_calibration_probes_run_once_per_template_on_content_free_rows():
         relserve.duckdb.sql(con, "SELECT llm_filter('Is {r} fine?', r) FROM t").fetchall()
         relserve.duckdb.sql(con, "SELECT llm_filter('Is {r} fine?', r) FROM t WHERE r <> 'a'").fetchall()
     assert eng.probes == [["Is N/A fine?\nAnswer yes or no.", "Is  fine?\nAnswer yes or no.", "Is [MASK] fine?\nAnswer yes or no."]]
+    # three rows: below batch calibration's minimum, so the content-free prior decides
     assert all(rq.score_labels and rq.label_prior is not None for rq in eng.relqueries)

@@ -1,4 +1,5 @@
-"""Label scoring and calibration on the real engine (issue 12, item 2)."""
+"""Label scoring and calibration on the real engine (issue 12, item 2; issue 22: prompt shapes,
+batch calibration, the default method's accuracy on a small labelled set)."""
 
 from __future__ import annotations
 
@@ -38,12 +39,90 @@ def test_multi_token_labels_are_scored_whole(engine):
     labels = ["very positive", "very negative", "neutral"]
     res = engine.run(RelQuery(Q, ROWS, choices=labels, score_labels=True))
     assert res.stats.num_errors == 0
+    trie = engine._label_trie(tuple(labels), "")
+    # "very positive" is two tokens and "neutral" one: the root asks for the first tokens of all
+    # six spellings, and "very"/"Very" for the second tokens of the two "very" labels
+    assert len(trie.sequences[0][0]) == 2 and len(trie.sequences[2][0]) == 1
+    assert res.rows[0].output_tokens == len(trie.nodes)
     for row in res.rows:
-        assert row.text in labels
-        assert sum(math.exp(v) for v in row.label_logprobs.values()) == pytest.approx(1.0)
+        assert set(row.label_logprobs) == set(labels)
+        assert row.text == pick(row.label_logprobs, None)
 
 
-def test_filter_and_classify_default_to_calibrated_scores(engine):
+def test_prompt_shapes_lay_out_the_scoring_request(engine):
+    prompt = "Review: Wonderful, I love it.\nIs this review positive?"
+    tok = lambda text: engine.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    chat_text = engine._prompter(None).text(prompt)
+    expected = {
+        "chat": len(tok(chat_text)),
+        "chat_answer": len(tok(chat_text + "Answer:")),
+        "completion": len(tok(prompt + "\nAnswer:")),
+    }
+    for shape, tokens in expected.items():
+        res = engine.run(RelQuery.from_prompts([prompt], choices=["yes", "no"], score_labels=True, prompt_shape=shape))
+        assert res.rows[0].prompt_tokens == tokens, shape
+        assert res.rows[0].text == pick(res.rows[0].label_logprobs, None)
+    # after an answer field the label is scored with its space: " yes" is one token
+    trie = engine._label_trie(("yes", "no"), " ")
+    assert trie.sequences == ((tuple(tok(" yes")), tuple(tok(" Yes"))), (tuple(tok(" no")), tuple(tok(" No"))))
+    assert all(len(s) == 1 for forms in trie.sequences for s in forms)
+
+
+#: a small labelled set written for this test (not from any benchmark table): 10 happy, 10 not
+LABELLED = [
+    ("Works perfectly and the battery lasts for days. Very happy with it.", True),
+    ("Excellent quality, arrived early, I would buy it again.", True),
+    ("My kids love it and it is so easy to clean. Great purchase.", True),
+    ("Best kettle I have owned, boils fast and looks beautiful.", True),
+    ("Comfortable, sturdy and exactly as described. Five stars.", True),
+    ("Fantastic sound for the price, I use it every day.", True),
+    ("The blender crushes ice in seconds. Love it!", True),
+    ("Great value, it fits perfectly and feels well made.", True),
+    ("Super soft blanket, warm and cosy. Highly recommend.", True),
+    ("This lamp is lovely and brightens the whole room.", True),
+    ("Stopped working after two days. Total waste of money.", False),
+    ("Cheap plastic that cracked the first time I used it.", False),
+    ("Terrible customer service and the item arrived broken.", False),
+    ("It smells awful and the color faded after one wash.", False),
+    ("Way too small, uncomfortable, and I am returning it.", False),
+    ("The battery dies within an hour. Very disappointed.", False),
+    ("Loud, slow and it leaks water everywhere. Avoid.", False),
+    ("Poorly made, the zipper broke on day one.", False),
+    ("Does not work with my phone at all. Useless.", False),
+    ("The worst chair I have ever bought, my back hurts.", False),
+]
+#: the stated minimum for the default method (issue 22), measured 20 of 20 on 2026-11-24
+MIN_RIGHT = 17
+
+
+def test_default_method_gets_a_small_labelled_set_right(engine):
+    import tempfile
+    from pathlib import Path
+
+    import duckdb
+
+    import relserve.duckdb
+    from relserve.planner.cache import ResultCache
+    from engine_doubles import RecordingEngine
+
+    rec = RecordingEngine(engine)
+    con = duckdb.connect()
+    with tempfile.TemporaryDirectory() as tmp:
+        relserve.duckdb.install(con, engine=rec, cache=ResultCache(Path(tmp) / "c.sqlite"), progress=False)
+        con.execute("CREATE TABLE t (review VARCHAR, truth BOOLEAN)")
+        con.executemany("INSERT INTO t VALUES (?, ?)", LABELLED)
+        got = relserve.duckdb.sql(
+            con, "SELECT truth, llm_filter('Is this customer happy? Review: {review}', review) AS a FROM t"
+        ).fetchall()
+    # the default: batch calibration (20 rows, no content-free probes) on the completion shape
+    assert rec.probes == []
+    (rq,) = rec.relqueries
+    assert rq.score_labels and rq.label_prior is None and rq.prompt_shape == "completion"
+    right = sum(a == t for t, a in got)
+    assert right >= MIN_RIGHT, got
+
+
+def test_small_filter_and_classify_fall_back_to_calibrated_scores(engine):
     import tempfile
     from pathlib import Path
 
@@ -81,4 +160,4 @@ def test_many_labels_are_scored_past_vllms_twenty_logprobs_per_request(engine):
     assert res.stats.num_errors == 0, [r.error for r in res.rows]
     for row in res.rows:
         assert set(row.label_logprobs) == set(labels)
-        assert sum(math.exp(v) for v in row.label_logprobs.values()) == pytest.approx(1.0)
+        assert row.text == pick(row.label_logprobs, None)

@@ -1,0 +1,172 @@
+"""Batch calibration and prompt shapes (issue 22): the pure parts, with hand-computed numbers.
+
+The real engine's part runs in tests/test_label_scoring_engine.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from engine_doubles import ScriptedEngine
+from relserve.errors import ConfigError
+from relserve.functions import CallOptions, make_call
+from relserve.planner.execute import run_call
+from relserve.planner.label_calibration import (
+    MIN_BATCH_ROWS,
+    batch_picks,
+    calibrated,
+    label_means,
+    method_ran,
+    pick_calibrated,
+)
+from relserve.planner.prompts import Renderer, render
+from relserve.prompt_shapes import ANSWER_FIELD, engine_text, label_space
+from relserve.relquery import RelQuery
+
+# three rows' label scores (log-probabilities): raw picks yes, yes, no
+ROWS = [
+    {"yes": -0.2, "no": -1.8},
+    {"yes": -0.5, "no": -0.8},
+    {"yes": -1.1, "no": -0.4},
+]
+
+
+def test_label_means_are_each_labels_average_over_the_rows():
+    # yes: (-0.2 - 0.5 - 1.1) / 3 = -0.6; no: (-1.8 - 0.8 - 0.4) / 3 = -1.0
+    assert label_means(ROWS) == pytest.approx({"yes": -0.6, "no": -1.0})
+
+
+def test_calibrated_scores_subtract_the_means_and_flip_a_row_the_bias_decided():
+    means = label_means(ROWS)
+    assert calibrated(ROWS[0], means) == pytest.approx({"yes": 0.4, "no": -0.8})
+    # row 2: raw "yes" (-0.5 > -0.8), but "yes" is 0.1 above its mean and "no" 0.2 above its own
+    assert calibrated(ROWS[1], means) == pytest.approx({"yes": 0.1, "no": 0.2})
+    assert calibrated(ROWS[2], means) == pytest.approx({"yes": -0.5, "no": 0.6})
+    assert [max(r, key=r.get) for r in ROWS] == ["yes", "yes", "no"]
+    assert batch_picks(ROWS) == ["yes", "no", "no"]
+
+
+def test_a_calibrated_tie_goes_to_the_models_preference_then_the_first_label():
+    means = {"a": -1.0, "b": -2.0}
+    assert pick_calibrated({"a": -1.5, "b": -2.5}, means) == "a"  # tie at -0.5, a scores higher
+    assert pick_calibrated({"a": -1.0, "b": -1.0}, {"a": 0.0, "b": 0.0}) == "a"
+
+
+def test_a_constant_per_row_does_not_change_the_picks():
+    shifted = [{k: v - 3.0 * i for k, v in r.items()} for i, r in enumerate(ROWS)]
+    assert batch_picks(shifted) == batch_picks(ROWS)
+
+
+def test_batch_falls_back_to_the_content_free_prior_below_the_minimum_rows():
+    assert MIN_BATCH_ROWS == 16
+    assert method_ran("batch", 15) == "calibrate"
+    assert method_ran("batch", 16) == "batch"
+    assert method_ran("score", 2) == "score"
+    assert method_ran(None, 100) is None
+
+
+def test_method_and_prompt_shape_options_are_checked():
+    with pytest.raises(ConfigError, match="method must be one of generate, score, calibrate, batch, got 'vote'"):
+        CallOptions(method="vote")
+    with pytest.raises(ConfigError, match="prompt_shape must be one of chat, chat_answer, completion, got 'json'"):
+        CallOptions(prompt_shape="json")
+    with pytest.raises(ConfigError, match="prompt_shape must be one of"):
+        make_call("llm_filter", "Is {r} good?", prompt_shape="Chat")
+    with pytest.raises(ConfigError, match="prompt_shape applies only with score_labels"):
+        RelQuery("{a}", [{"a": 1}], choices=["x", "y"], prompt_shape="completion")
+    call = make_call("llm_filter", "Is {r} good?")
+    assert (call.label_method, call.prompt_shape) == ("batch", "completion")
+    # decoding has no scoring layout
+    assert make_call("llm_filter", "Is {r} good?", method="generate", prompt_shape="completion").prompt_shape == "chat"
+
+
+def test_result_cache_key_holds_method_and_shape():
+    key = lambda **kw: make_call("llm_filter", "Is {r} good?", **kw).sampling_settings()  # noqa: E731
+    assert key(method="batch", prompt_shape="completion") == {
+        "max_tokens": 2, "temperature": 0.0, "choices": ["yes", "no"], "json_schema": None,
+        "method": "batch", "prompt_shape": "completion", "template": "Is {r} good?", "examples": None,
+    }
+    # chat keeps the keys of before issue 22
+    assert key(method="score", prompt_shape="chat") == {
+        "max_tokens": 2, "temperature": 0.0, "choices": ["yes", "no"], "json_schema": None, "method": "score",
+    }
+    assert key(method="score", prompt_shape="chat_answer")["prompt_shape"] == "chat_answer"
+    assert "method" not in key(method="generate")
+
+
+def test_completion_shape_puts_long_values_first_and_names_them_in_the_question():
+    call = make_call("llm_filter", "Is this customer happy with their {product}? Review: {review}")
+    values = ("chair", "My back pain is gone since I switched to this chair")
+    assert Renderer(call)(values) == (
+        "Review: My back pain is gone since I switched to this chair\n"
+        "Is this customer happy with their chair? Review: the review above\nAnswer yes or no."
+    )
+    assert render(call, values) == Renderer(call)(values)
+    chat = make_call("llm_filter", "Is this customer happy with their {product}? Review: {review}", prompt_shape="chat")
+    assert Renderer(chat)(values) == (
+        "Is this customer happy with their chair? Review: My back pain is gone since I switched to this chair\n"
+        "Answer yes or no."
+    )
+
+
+class _Prompter:
+    def text(self, prompt, system):
+        return f"<user>{prompt}<assistant>"
+
+
+def test_engine_text_per_shape():
+    p = _Prompter()
+    assert engine_text(p, "Q?", None, "chat") == "<user>Q?<assistant>"
+    assert engine_text(p, "Q?", None, "chat_answer") == "<user>Q?<assistant>" + ANSWER_FIELD
+    assert engine_text(p, "Q?", None, "completion") == "Q?\nAnswer:"
+    assert engine_text(p, "Q?", "Be brief.", "completion") == "Be brief.\n\nQ?\nAnswer:"
+    assert [label_space(s) for s in ("chat", "chat_answer", "completion")] == ["", " ", " "]
+
+
+def test_executor_picks_every_row_after_subtracting_the_batch_means():
+    # the scripted engine gives its answer 0.9 and the other label 0.1 ("yes" for rows with
+    # "great"): after the means are subtracted the picks stay the rows' own
+    rows = [f"review {i} {'great' if i % 4 == 0 else 'bad'}" for i in range(20)]
+
+    def answer(prompt, rq):
+        return "yes" if "great" in prompt else "no"
+
+    eng = ScriptedEngine(answer=answer)
+    call = make_call("llm_filter", "Is {r} good?")
+    out = run_call(call, [rows], engine=eng, cache=False, progress=False)
+    assert out.values == ["great" in r for r in rows]
+    rq = eng.relqueries[0]
+    # 20 rows: batch needs no content-free probes and asks the engine for raw scores
+    assert rq.score_labels and rq.label_prior is None and rq.prompt_shape == "completion"
+    assert eng.probes == []
+    # a small relQuery falls back to the content-free prior (three probes)
+    run_call(call, [rows[:5]], engine=eng, cache=False, progress=False)
+    assert len(eng.probes) == 1 and eng.relqueries[1].label_prior is not None
+
+
+def test_executor_batch_correction_flips_the_rows_the_bias_decided():
+    from relserve.planner.executor import CallExecutor
+    from relserve.planner.plan import plan_call
+    from relserve.planner.planned_rows import PlannedRows
+    from relserve.results import RowResult
+
+    rows = [f"r{i}" for i in range(16)]
+    call = make_call("llm_filter", "Is {r} good?")
+    plan = plan_call(call, [rows], model_id="m", cache=None, optimize=False)
+    ex = CallExecutor(PlannedRows.of(plan, None), model_id="m")
+    assert ex.label_method == "batch"
+    # every row prefers "no" in the raw scores; rows 0-3 less so than the others
+    lps = [{"yes": math.log(0.4), "no": math.log(0.6)}] * 4 + [{"yes": math.log(0.1), "no": math.log(0.9)}] * 12
+    out = []
+    for i, lp in enumerate(lps):
+        got = ex.answer(RowResult(i, text="no", label_logprobs=lp, finish_reason="scored"))
+        assert got == [] or i == 15  # held until the last row
+        out += got
+    # means: yes (4 log .4 + 12 log .1) / 16 = log .1 + log(4) / 4, no (4 log .6 + 12 log .9) / 16;
+    # prompts 0-3: yes log 4 - log(4)/4 = +1.04 above its mean, no log(.6/.9) * 3/4 = -0.30: yes;
+    # the others: yes -0.35, no +0.10: no
+    expected = {t: i < 4 for i in range(16) for t in ex.rows.targets[i]}
+    assert {r.index: r.value for r in out} == expected
+    assert [r.text for r in out].count("yes") == 4
