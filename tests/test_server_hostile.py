@@ -242,3 +242,82 @@ def test_serve_refuses_an_open_server_on_a_non_loopback_address():
     assert r.exit_code != 0 and "--insecure-open" in r.output
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.5") and not is_loopback("example.org")
+
+
+# ---------------------------------------------------------------- the real engine
+
+
+REAL_TENANTS = {
+    "tenants": {
+        "alice": {"key": ALICE},
+        "bob": {"key": BOB},
+        "carol": {"key": "carol-secret-key", "cache_group": "finance"},
+        "dave": {"key": "dave-secret-key1", "cache_group": "finance"},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def real(engine):
+    with running_server(engine, tenants=REAL_TENANTS, cache=False) as srv:
+        yield srv
+
+
+def _cached_tokens(srv, key: str, prompt: str) -> int:
+    with Client(srv.url, api_key=key) as c:
+        res = c.run(prompts=[prompt], max_tokens=2, cache=False)
+    row = res.rows[0]
+    assert row.error is None, row.error
+    return row.cached_tokens
+
+
+def _secret_prompt() -> str:
+    # long enough for several KV blocks; unique, so no earlier test cached it
+    import uuid
+
+    words = " ".join(f"clause {i} of the confidential merger plan" for i in range(40))
+    return f"{uuid.uuid4().hex} Summarize: {words}"
+
+
+@pytest.mark.engine
+def test_another_tenant_cannot_see_a_prompt_in_the_prefix_cache(engine, real):
+    prompt = _secret_prompt()
+    assert _cached_tokens(real, ALICE, prompt) == 0
+    mine = _cached_tokens(real, ALICE, prompt)
+    assert mine >= engine.block_size  # alice's repeat hits her own blocks
+    assert _cached_tokens(real, BOB, prompt) == 0  # bob's guess of it tells him nothing
+    assert _cached_tokens(real, BOB, prompt) > 0  # (his own repeat hits his own blocks)
+    assert _cached_tokens(real, ALICE, prompt) == mine  # and alice's hits are still hers
+
+
+@pytest.mark.engine
+def test_a_cache_group_shares_its_prefix_cache_and_isolation_costs_nothing_within_a_tenant(engine, real):
+    prompt = _secret_prompt()
+    assert _cached_tokens(real, "carol-secret-key", prompt) == 0
+    shared = _cached_tokens(real, "dave-secret-key1", prompt)
+    assert shared >= engine.block_size
+    assert _cached_tokens(real, ALICE, prompt) == 0
+    # without tenants (no salt) a repeat hits exactly as many tokens as a tenant's own repeat
+    other = _secret_prompt()
+    with running_server(engine, cache=False) as open_srv:
+        assert _cached_tokens(open_srv, None, other) == 0
+        unsalted = _cached_tokens(open_srv, None, other)
+    assert _cached_tokens(real, ALICE, other) == 0  # the open server's blocks are not alice's
+    assert _cached_tokens(real, ALICE, other) == unsalted == shared
+
+
+@pytest.mark.engine
+def test_one_tenants_flood_of_small_relqueries_does_not_starve_anothers_relquery(engine):
+    """RelServe ranks short relQueries first, so a flood of 1-row relQueries from one tenant would
+    run entirely before another tenant's 12-row relQuery; the tenant share ranks the tenant with
+    less work in the engine first, so the 12 rows run while most of the flood still waits."""
+    with running_server(engine, tenants=REAL_TENANTS, cache=False) as srv:
+        flood, victim = Client(srv.url, api_key=ALICE), Client(srv.url, api_key=BOB)
+        ids = [flood.submit(prompts=[f"Count to ten, attempt {i}."], max_tokens=24, cache=False) for i in range(120)]
+        rid = victim.submit(prompts=[f"Name a colour, take {i}." for i in range(12)], max_tokens=24, cache=False)
+        res = victim.result(rid)
+        assert res.status == "finished" and all(r.error is None for r in res.rows)
+        unfinished = sum(flood.status(i)["status"] == "running" for i in ids)
+        for i in ids:
+            flood.result(i)
+    assert unfinished >= 60, f"only {unfinished} of the flood's 120 relQueries were left when the other tenant's finished"
