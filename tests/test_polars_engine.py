@@ -45,13 +45,23 @@ def test_eager_and_lazy_calls_are_one_relquery_each(df, recording):
     )
     assert [len(p) for p in recording.submitted] == [2, 2]
     assert lazy.schema["pos"] == pl.Boolean
-    assert lazy["pos"][0] == lazy["pos"][2] and lazy["pos"][3] is None
+    answers = recording.answers
+    [good, bad] = [
+        next(answers[p] for p in recording.submitted[1] if p.startswith(f"Is the review of {m} positive? {r}"))
+        for m, r in (("Alien", "A wonderful"), ("Heat", "Boring"))
+    ]
+    assert lazy["pos"].to_list() == [good == "yes", bad == "yes", good == "yes", None]
 
 
 def test_classify_returns_labels_and_repeats_come_from_the_cache(df, recording):
     out = df.llm.classify("Sentiment of: {review}", ["positive", "negative"], alias="sentiment")
     assert out.schema["sentiment"] == pl.Enum(["positive", "negative"])
-    assert set(out["sentiment"].drop_nulls().to_list()) <= {"positive", "negative"}
+    # each row's label is the engine's answer to that row's prompt (the Enum dtype only says it is a label)
+    [prompts] = recording.submitted
+    answer = {r: next(recording.answers[p] for p in prompts if p.startswith(f"Sentiment of: {r}"))
+              for r in ("A wonderful, moving film.", "Boring and far too long.")}
+    assert out["sentiment"].to_list() == [answer["A wonderful, moving film."], answer["Boring and far too long."],
+                                          answer["A wonderful, moving film."], None]
     again = df.llm.classify("Sentiment of: {review}", ["positive", "negative"], alias="sentiment")
     assert again.equals(out)
     assert len(recording.submitted) == 1
