@@ -1,0 +1,83 @@
+"""The real engine against answers computed outside relserve (tests/golden/, made by
+tests/golden/make_golden.py with transformers on the same saved weights).
+
+Every other real-engine test takes its expectation from the engine itself, so a broken chat
+template, prompt encoding, sampling path or label scorer would pass them all; these would not.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from relserve import RelQuery
+from relserve.model import resolve_model
+
+pytestmark = pytest.mark.engine
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+GREEDY = json.loads((GOLDEN / "greedy.json").read_text())
+LABELS = json.loads((GOLDEN / "labels.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def same_weights(engine):
+    """The pinned answers hold for the weights they were made on: name a mismatch plainly."""
+    import hashlib
+
+    folder = Path(resolve_model(prepare=False).path)
+    h = hashlib.sha256()
+    with open(folder / "model.safetensors", "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    assert h.hexdigest() == GREEDY["weights_sha256"] == LABELS["weights_sha256"], (
+        f"the model at {folder} is not the one tests/golden was made on; "
+        "if the model changed on purpose, run tests/golden/make_golden.py"
+    )
+
+
+def _ids(case) -> str:
+    return case["prompt"][:40]
+
+
+@pytest.mark.usefixtures("same_weights")
+def test_the_chat_template_gives_the_reference_prompt_tokens(engine):
+    for case in GREEDY["cases"]:
+        assert engine.prompt_token_ids(case["prompt"], case["system"]) == case["prompt_token_ids"], case["prompt"]
+
+
+@pytest.mark.usefixtures("same_weights")
+def test_greedy_answers_are_the_reference_tokens(engine):
+    tok = engine.tokenizer
+    handles = [
+        engine.submit(RelQuery.from_prompts([c["prompt"]], max_tokens=c["max_tokens"], system=c["system"]))
+        for c in GREEDY["cases"]
+    ]
+    for case, h in zip(GREEDY["cases"], handles):
+        [row] = h.result(timeout=120).rows
+        assert row.error is None, row.error
+        ids = case["answer_token_ids"]
+        # the engine reports text and counts; the reference is token ids: compare both ways
+        assert row.text == tok.decode(ids, skip_special_tokens=True) == case["answer_text"], case["prompt"]
+        assert row.output_tokens == len(ids), case["prompt"]
+        assert row.prompt_tokens == len(case["prompt_token_ids"]), case["prompt"]
+        assert row.finish_reason == ("stop" if ids[-1] == tok.eos_token_id else "length"), case["prompt"]
+
+
+@pytest.mark.usefixtures("same_weights")
+@pytest.mark.parametrize("case", LABELS["cases"], ids=_ids)
+def test_label_logprobs_match_transformers(engine, case):
+    rq = RelQuery.from_prompts([case["prompt"]], choices=case["labels"], score_labels=True,
+                               prompt_shape=case["prompt_shape"], max_tokens=8)
+    [row] = engine.run(rq, timeout=120).rows
+    assert row.error is None, row.error
+    expected = case["label_logprobs"]
+    assert list(row.label_logprobs) == case["labels"]
+    for label in case["labels"]:
+        # float32 on both sides, different kernels: agreement to ~1e-3 (a wrong token, template or
+        # sum would be off by far more)
+        assert row.label_logprobs[label] == pytest.approx(expected[label], rel=1e-3, abs=1e-3), label
+    best = max(expected, key=expected.get)
+    assert row.text == best
