@@ -277,7 +277,38 @@ def run_one(engine, task: dict, config: str, tap: ScoreTap) -> dict:
         got = [(s[first], t == task["labels"][0]) for s, t in got if s is not None]
         if len(got) == n:
             res["auc"] = auc([s for s, _ in got], [p for _, p in got])
+    if method == "score" and tap.scores:
+        # every row's label scores with its truth, for comparing calibrations offline (--offline)
+        from relserve.functions import make_call as _mc
+        from relserve.planner.prompts import Renderer as _R
+
+        c2 = _mc(task["fn"], task["template"], labels=task["labels"] if task["fn"] == "llm_classify" else None,
+                 method="score", prompt_shape=shape, examples=task["examples"] if examples else None)
+        r2 = _R(c2)
+        keyed = [(tap.scores.get(r2(tuple(r[c] for c in task["columns"]))), r["truth"]) for r in task["table"].to_dicts()]
+        res["scores"] = [[s, t] for s, t in keyed if s is not None]
     return res
+
+
+def offline(results: list[dict], tasks_by_name: dict) -> str:
+    """Calibrations compared on the same scores (the score/<shape> runs): argmax, minus the
+    mean log-probability (relserve's batch), divided by the mean probability (Zhou et al.)."""
+    import math as m
+
+    lines = ["| task | shape | raw | minus mean log-prob | / mean prob |", "|---|---|---|---|---|"]
+    for r in results:
+        if "scores" not in r:
+            continue
+        task = tasks_by_name[r["task"]]
+        to_label = (lambda x: x) if task["fn"] == "llm_classify" else (lambda x: task["labels"][0] if x == "yes" else task["labels"][1])
+        rows = r["scores"]
+        labels = list(rows[0][0])
+        mean_lp = {lab: sum(s[lab] for s, _ in rows) / len(rows) for lab in labels}
+        mean_p = {lab: m.log(sum(m.exp(s[lab]) for s, _ in rows) / len(rows)) for lab in labels}
+        acc = lambda off: sum(to_label(max(labels, key=lambda lab: s[lab] - off[lab])) == t for s, t in rows) / len(rows)  # noqa: E731
+        zero = {lab: 0.0 for lab in labels}
+        lines.append(f"| {r['task']} | {r['config']} | {acc(zero):.1%} | {acc(mean_lp):.1%} | {acc(mean_p):.1%} |")
+    return "\n".join(lines)
 
 
 def report(results: list[dict]) -> str:
@@ -315,9 +346,13 @@ def main() -> None:
     ap.add_argument("--tasks", default=None, help="comma-separated task names (default: the group's)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "quality.json"))
     ap.add_argument("--report", default=None, help="print the tables of a results file and exit")
+    ap.add_argument("--offline", action="store_true", help="with --report: compare calibrations on the stored scores")
     a = ap.parse_args()
     if a.report:
-        print(report(json.loads(Path(a.report).read_text())["results"]))
+        results = json.loads(Path(a.report).read_text())["results"]
+        print(report(results))
+        if a.offline:
+            print(offline(results, {t["name"]: t for t in tasks(a.rows)}))
         return
 
     from relserve import Engine

@@ -8,7 +8,8 @@ relserve's choice, and it decides much of what a small model gets right:
 ``chat_answer``  the same, with an answer field ("Answer:") opening the assistant's turn and the
                  label scored after a space (" yes" / " Yes").
 ``completion``   no chat template: the row's long values first ("Review: <text>"), then the
-                 question (those values named, "the review above"), then the answer field, the
+                 question (a value the template introduced as "Review: {review}" leaves it with
+                 its name; another is named "the review above"), then the answer field, the
                  label scored after a space. A base-model layout: the one in which a small
                  instruct model is most likely to say the label (measured in docs/quality.md).
 
@@ -19,6 +20,7 @@ chat template or not, and the answer field).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 PROMPT_SHAPES = ("chat", "chat_answer", "completion")
@@ -61,6 +63,11 @@ def engine_texts(prompter, prompts: Sequence[str], system: str | None, shape: st
     return [engine_text(prompter, p, system, shape) for p in prompts]
 
 
+#: a field name that introduces a value at the end of a literal: "Review: ", "Product title:"
+_FIELD_NAME = re.compile(r"(?:^|(?<=[\s.?!:;,]))([A-Z][A-Za-z]*(?: [A-Za-z]+){0,2}):\s*$")
+_SPACES = re.compile(r"[ \t]+\n|[ \t]{2,}")
+
+
 def _title(name: str) -> str:
     words = name.replace("_", " ").strip()
     return words[:1].upper() + words[1:]
@@ -90,13 +97,21 @@ class ShapedRenderer:
         for lit, name, pos in zip(self.literals, self.fields, self.positions):
             v = values[pos]
             text = v if type(v) is str else self.format_value(v)
-            parts.append(lit)
-            if len(text) >= MOVE_CHARS:
-                if name not in moved:
-                    moved.add(name)
-                    head.append(f"{_title(name)}: {text}\n")
-                parts.append(f"the {name.replace('_', ' ')} above")
+            if len(text) < MOVE_CHARS:
+                parts += [lit, text]
+                continue
+            # a value the template introduces with a field name ("Review: {review}") moves with
+            # that name, which leaves the question; otherwise the question names it
+            m = _FIELD_NAME.search(lit)
+            if m:
+                parts.append(lit[: m.start()].rstrip(" "))
+                title = m.group(1)
             else:
-                parts.append(text)
+                parts += [lit, f"the {name.replace('_', ' ')} above"]
+                title = _title(name)
+            if name not in moved:
+                moved.add(name)
+                head.append(f"{title}: {text}\n")
         question = "".join(parts) + self.suffix
-        return self.prefix + "".join(head) + question.strip("\n")
+        question = _SPACES.sub(" ", question).strip(" \n")
+        return self.prefix + "".join(head) + question

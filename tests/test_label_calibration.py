@@ -99,10 +99,18 @@ def test_result_cache_key_holds_method_and_shape():
 def test_completion_shape_puts_long_values_first_and_names_them_in_the_question():
     call = make_call("llm_filter", "Is this customer happy with their {product}? Review: {review}")
     values = ("chair", "My back pain is gone since I switched to this chair")
+    # "Review: {review}" leaves the question with its field name; the short product stays
     assert Renderer(call)(values) == (
         "Review: My back pain is gone since I switched to this chair\n"
-        "Is this customer happy with their chair? Review: the review above\nAnswer yes or no."
+        "Is this customer happy with their chair?\nAnswer yes or no."
     )
+    # a value the template does not introduce by name is named in the question
+    bare = make_call("llm_filter", "Is {review} positive?")
+    assert Renderer(bare)((values[1],)) == (
+        "Review: My back pain is gone since I switched to this chair\nIs the review above positive?\nAnswer yes or no."
+    )
+    # short values (the content-free probes' "N/A") stay where they are
+    assert Renderer(bare)(("N/A",)) == "Is N/A positive?\nAnswer yes or no."
     assert render(call, values) == Renderer(call)(values)
     chat = make_call("llm_filter", "Is this customer happy with their {product}? Review: {review}", prompt_shape="chat")
     assert Renderer(chat)(values) == (
