@@ -1,5 +1,5 @@
 # The two commands of the README. Both set everything up first (scripts/install.sh is idempotent).
-.PHONY: demo test install install-test bench fdw
+.PHONY: demo test install install-test bench pg
 
 demo: install
 	.venv/bin/relserve demo
@@ -13,7 +13,7 @@ install:
 install-test:
 	./scripts/install.sh --test
 
-# the PostgreSQL foreign data wrapper (C, PGXS); install-test builds it too
-fdw:
-	$(MAKE) -C udfs/relserve_fdw
-	$(MAKE) -C udfs/relserve_fdw install
+# the PostgreSQL extension (CREATE EXTENSION relserve); install-test builds it too
+pg:
+	$(MAKE) -C udfs/relserve
+	$(MAKE) -C udfs/relserve install

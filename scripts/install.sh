@@ -43,7 +43,7 @@ if [ "$with_test" = 1 ]; then
   need=()
   [ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql-15)
   dpkg -s postgresql-plpython3-15 >/dev/null 2>&1 || need+=(postgresql-plpython3-15)
-  # relserve_fdw is a C extension built with PGXS
+  # the relserve extension has a C part built with PGXS
   dpkg -s postgresql-server-dev-15 >/dev/null 2>&1 || need+=(postgresql-server-dev-15)
   command -v gcc >/dev/null 2>&1 || need+=(gcc)
   command -v make >/dev/null 2>&1 || need+=(make)
@@ -55,9 +55,9 @@ if [ "$with_test" = 1 ]; then
     $sudo_ apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   fi
-  echo "==> building and installing relserve_fdw into PostgreSQL 15"
+  echo "==> building and installing the relserve extension into PostgreSQL 15"
   sudo_=""
   [ "$(id -u)" = 0 ] || sudo_="sudo"
-  make -s -C udfs/relserve_fdw >/dev/null
-  $sudo_ make -s -C udfs/relserve_fdw install >/dev/null
+  make -s -C udfs/relserve >/dev/null
+  $sudo_ make -s -C udfs/relserve install >/dev/null
 fi

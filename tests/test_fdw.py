@@ -46,11 +46,8 @@ def wait_until_done(server, job_id: str, timeout: float, key: str = KEY) -> dict
 
 @pytest.fixture(scope="module")
 def fdw(cluster, server):
-    """The extension built from this checkout, a server, mappings for postgres and alice, and tables."""
-    build = subprocess.run(["make", "-C", str(REPO / "udfs" / "relserve_fdw"), "install"], capture_output=True, text=True)
-    assert build.returncode == 0, build.stdout + build.stderr
+    """A server (its url set by a superuser), mappings for postgres and alice, and tables."""
     with connect(cluster) as db:
-        db.execute("CREATE EXTENSION relserve_fdw")
         db.execute(f"CREATE SERVER relserve FOREIGN DATA WRAPPER relserve_fdw OPTIONS (url '{server.url}')")
         db.execute(f"CREATE USER MAPPING FOR postgres SERVER relserve OPTIONS (api_key '{KEY}')")
         db.execute(f"CREATE USER MAPPING FOR alice SERVER relserve OPTIONS (api_key '{ROLE_KEYS['alice']}')")

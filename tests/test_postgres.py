@@ -93,7 +93,7 @@ class PgCluster:
 # ---------------------------------------------------------------- fixtures
 
 REPO = Path(__file__).resolve().parents[1]
-INSTALL_SQL = REPO / "udfs" / "install.sql"
+EXTENSION_DIR = REPO / "udfs" / "relserve"
 KEY = "postgres-tenant-key"
 # two roles without superuser rights, each with its own tenant (test_postgres_security.py)
 ROLE_KEYS = {"alice": "alice-tenant-key", "bob": "bob-tenant-key"}
@@ -126,20 +126,13 @@ def cluster(server):
         with psycopg.connect(pg.conninfo(), autocommit=True) as admin:
             admin.execute(f"CREATE DATABASE {DB}")
         with psycopg.connect(pg.conninfo(DB), autocommit=True) as db:
-            db.execute("CREATE EXTENSION plpython3u")
-            db.execute(INSTALL_SQL.read_text())
-            # this checkout first (its relserve wins over the venv's editable install, which may
-            # point at another checkout), then the venv's site-packages for httpx and the rest
-            site_packages = sysconfig.get_paths()["purelib"]
-            db.execute("INSERT INTO relserve.config VALUES ('python_path', %s)", [f"{REPO}:{site_packages}"])
-            db.execute("INSERT INTO relserve.api_keys VALUES ('postgres', %s)", [KEY])
-            db.execute(f"ALTER DATABASE {DB} SET relserve.url = '{server.url}'")
+            install_extension(db, server.url)
             for role, key in ROLE_KEYS.items():
                 db.execute(f"CREATE ROLE {role} LOGIN")
-                db.execute("INSERT INTO relserve.api_keys VALUES (%s, %s)", [role, key])
+                db.execute("INSERT INTO relserve.api_keys (role, api_key) VALUES (%s, %s)", [role, key])
             db.execute("CREATE ROLE mallory LOGIN")  # no key, no rights: the attacker
             db.execute("CREATE ROLE carol LOGIN")
-            db.execute("INSERT INTO relserve.api_keys VALUES ('carol', 'not-the-key')")
+            db.execute("INSERT INTO relserve.api_keys (role, api_key) VALUES ('carol', 'not-the-key')")
             db.execute("CREATE TABLE reviews (id int PRIMARY KEY, review text, stars int)")
             db.execute("GRANT SELECT ON reviews TO PUBLIC")
             with db.cursor() as cur:
@@ -148,6 +141,23 @@ def cluster(server):
         yield pg
     finally:
         pg.stop()
+
+
+def build_extension() -> None:
+    """The extension built from this checkout and installed into PostgreSQL 15's folders."""
+    build = subprocess.run(["make", "-C", str(EXTENSION_DIR), "install"], capture_output=True, text=True)
+    assert build.returncode == 0, build.stdout + build.stderr
+
+
+def install_extension(db: psycopg.Connection, url: str) -> None:
+    """CREATE EXTENSION and the superuser's configuration, as the README tells a DBA."""
+    build_extension()
+    db.execute("CREATE EXTENSION relserve CASCADE")
+    # this checkout first (its relserve wins over the venv's editable install, which may
+    # point at another checkout), then the venv's site-packages for httpx and the rest
+    site_packages = sysconfig.get_paths()["purelib"]
+    db.execute("INSERT INTO relserve.config VALUES ('python_path', %s), ('url', %s)", [f"{REPO}:{site_packages}", url])
+    db.execute("INSERT INTO relserve.api_keys (role, api_key) VALUES ('postgres', %s)", [KEY])
 
 
 def connect(cluster, role: str = "postgres") -> psycopg.Connection:
@@ -317,47 +327,64 @@ def test_bad_input_and_server_errors_are_sql_errors_with_clear_messages(cluster)
             db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1")
         assert "relserve.api_keys" in (e.value.diag.message_hint or "")
         db.execute("RESET ROLE")
-        db.execute("SET relserve.url = 'http://127.0.0.1:9'")
-        with pytest.raises(psycopg.errors.SqlclientUnableToEstablishSqlconnection,
-                           match=r"llm_map: cannot reach the relserve server at http://127.0.0.1:9"):
-            db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1")
-        db.execute("SET relserve.on_server_error = 'null'")  # asked for: NULL rows instead of an error
-        rows = db.execute(
-            "SELECT ord, answer, error FROM llm_map_query('Is {review} good?', 'SELECT review FROM reviews WHERE id <= 2 ORDER BY id')"
-        ).fetchall()
-        assert [(o, a) for o, a, _ in rows] == [(1, None), (2, None)]
-        assert all(e.startswith("cannot reach the relserve server at http://127.0.0.1:9") for _, _, e in rows)
-        assert db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1").fetchone() == (None,)
         db.execute("SET relserve.on_error = 'sometimes'")
         with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"relserve.on_error must be 'null' or 'raise', got 'sometimes'"):
             db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1")
+        # a misspelt setting is an error, not ignored (the prefix is reserved once the extension loaded)
+        with pytest.raises(psycopg.errors.InvalidName, match=r'invalid configuration parameter name "relserve.max_token"'):
+            db.execute("SET relserve.max_token = 4")
+
+
+def test_a_server_that_cannot_be_reached_is_a_sql_error_or_null_rows_when_asked(cluster, server):
+    with connect(cluster) as db:
+        # the superuser points the database at a port where nothing listens, with a key for it
+        db.execute("UPDATE relserve.config SET value = 'http://127.0.0.1:9' WHERE name = 'url'")
+        db.execute("INSERT INTO relserve.api_keys VALUES ('postgres', 'k', 'http://127.0.0.1:9')")
+        try:
+            with pytest.raises(psycopg.errors.SqlclientUnableToEstablishSqlconnection,
+                               match=r"^llm_map: cannot reach the relserve server at http://127.0.0.1:9") as e:
+                db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1")
+            assert "relserve.config" in (e.value.diag.message_hint or "")
+            db.execute("SET relserve.on_server_error = 'null'")  # asked for: NULL rows instead of an error
+            rows = db.execute(
+                "SELECT ord, answer, error FROM llm_map_query('Is {review} good?', 'SELECT review FROM reviews WHERE id <= 2 ORDER BY id')"
+            ).fetchall()
+            assert [(o, a) for o, a, _ in rows] == [(1, None), (2, None)]
+            assert all(e.startswith("cannot reach the relserve server at http://127.0.0.1:9") for _, _, e in rows)
+            assert db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1").fetchone() == (None,)
+        finally:
+            db.execute("UPDATE relserve.config SET value = %s WHERE name = 'url'", [server.url])
+            db.execute("DELETE FROM relserve.api_keys WHERE url = 'http://127.0.0.1:9'")
 
 
 def test_missing_python_path_says_where_the_admin_sets_it(cluster):
     with psycopg.connect(cluster.conninfo(DB)) as db:  # a transaction: the row comes back on rollback
         db.execute("DELETE FROM relserve.config WHERE name = 'python_path'")
         # this fresh session has not imported the client yet, and the system Python has no relserve
-        with pytest.raises(psycopg.errors.SystemError, match=r"relserve: cannot import the relserve client") as e:
+        with pytest.raises(psycopg.errors.SystemError, match=r"^relserve: cannot import the relserve package") as e:
             db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 1")
         assert "relserve.config" in (e.value.diag.message_hint or "")
         db.rollback()
 
 
-def test_install_again_keeps_the_configuration_and_uninstall_removes_everything(cluster):
-    with connect(cluster) as db:
-        db.execute(INSTALL_SQL.read_text())  # an upgrade: the admin's rows stay
-        assert db.execute("SELECT count(*) FROM relserve.api_keys").fetchone() == (1 + len(ROLE_KEYS) + 1,)
-        assert db.execute("SELECT count(*) FROM relserve.config").fetchone() == (1,)
+def test_the_extension_updates_drops_cleanly_and_dumps_its_configuration(cluster):
     with psycopg.connect(cluster.conninfo(DB)) as db:  # a transaction, rolled back: the other tests keep the install
-        db.execute((REPO / "udfs" / "uninstall.sql").read_text())
+        assert db.execute("SELECT extversion FROM pg_extension WHERE extname = 'relserve'").fetchone() == ("0.3",)
+        db.execute("ALTER EXTENSION relserve UPDATE")  # nothing newer: a no-op, not an error
+        # the superuser's rows are the extension's configuration: pg_dump keeps them
+        dumped = db.execute("SELECT c::regclass::text FROM pg_extension, unnest(extconfig) c WHERE extname = 'relserve'").fetchall()
+        assert sorted(dumped) == [("relserve.api_keys",), ("relserve.config",)]
+        db.execute("DROP EXTENSION relserve")
         assert db.execute("SELECT count(*) FROM pg_proc WHERE proname LIKE 'llm_%'").fetchone() == (0,)
         assert db.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'relserve'").fetchone() == (0,)
+        assert db.execute("SELECT count(*) FROM pg_foreign_data_wrapper WHERE fdwname = 'relserve_fdw'").fetchone() == (0,)
         db.rollback()
 
 
-def test_install_refuses_a_relserve_schema_another_role_owns(cluster):
+def test_create_extension_refuses_a_relserve_schema_made_before(cluster):
     with psycopg.connect(cluster.conninfo(DB)) as db:
-        db.execute("ALTER SCHEMA relserve OWNER TO mallory")  # as if mallory had made it before the install
-        with pytest.raises(psycopg.errors.RaiseException, match=r"schema relserve exists and is not owned by a superuser"):
-            db.execute(INSTALL_SQL.read_text())
+        db.execute("DROP EXTENSION relserve")
+        db.execute("CREATE SCHEMA relserve AUTHORIZATION mallory")  # as if mallory had made it first
+        with pytest.raises(psycopg.errors.DuplicateSchema, match=r'schema "relserve" already exists'):
+            db.execute("CREATE EXTENSION relserve")
         db.rollback()

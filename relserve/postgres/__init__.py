@@ -1,0 +1,20 @@
+"""Python of the relserve PostgreSQL extension (``CREATE EXTENSION relserve``).
+
+The extension's SQL functions are three lines each: they load this package once per backend
+(``relserve._load()``, from the superuser's ``relserve.config``) and call one function here with
+``plpy`` passed in, as pgai does. Nothing here imports ``plpy``: the code is linted and unit-tested
+with a fake one (tests/test_postgres_unit.py), and tested for real on a PostgreSQL cluster.
+
+- ``calls``: the scalar functions (``llm_map(...)``) and the ``*_query`` functions.
+- ``foreign_scan``: what the C foreign data wrapper calls to send a window of source rows as one
+  relQuery and to read its answers as they finish.
+- ``settings``: the ``relserve.*`` settings, the options vocabulary (DuckDB's ``llm_options``
+  names) and the superuser's configuration (server address, keys).
+- ``answers``: the one loop that reads a relQuery's answer stream in a thread while the backend
+  checks for interrupts.
+"""
+
+from relserve.postgres.calls import over_query, scalar
+from relserve.postgres.foreign_scan import scan_close, scan_open, scan_poll
+
+__all__ = ["over_query", "scalar", "scan_close", "scan_open", "scan_poll"]

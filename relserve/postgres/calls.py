@@ -1,0 +1,134 @@
+"""The SQL functions: ``llm_map(template, VARIADIC values)`` and friends, one request per call,
+and ``llm_map_query(template, query, options)`` and friends, ONE relQuery over a query's rows."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from relserve.binding import Binding
+from relserve.errors import TemplateError
+from relserve.postgres import backend
+from relserve.postgres.answers import Accepted, Answer, AnswerStream, Broken, Finished
+from relserve.postgres.errors import DATA_EXCEPTION, QUERY_CANCELED, PgError, raise_as_sql, server_error
+from relserve.postgres.settings import CallRequest, call_request
+from relserve.postgres.source import read_rows
+from relserve.results import RowResult
+from relserve.template import Template
+
+WAIT_SLICE_S = 0.1
+
+
+def scalar(plpy: Any, function: str, template: str, vals: Any = None, fields: Any = None, spec: Any = None) -> Any:
+    """One value of ``llm_<function>``: one request to the server."""
+    name = f"llm_{function}"
+    try:
+        request = call_request(name, backend.settings(plpy), function, spec)
+        row = bind(name, template, vals, fields)
+        rows, error = run(plpy, name, request, template, [row])
+        if error is not None:
+            if request.on_server_error == "null":
+                plpy.warning(f"{name}: relserve server error, NULL returned: {error.message}")
+                return None
+            raise error
+        r = rows[0]
+        if r.error is not None:
+            if request.on_error == "raise":
+                raise PgError(f"{name}: {r.error}", DATA_EXCEPTION)
+            plpy.notice(f"{name}: NULL for this row: {r.error}")
+            return None
+        return as_sql_value(function, r.value)
+    except PgError as e:
+        raise_as_sql(plpy, e)
+
+
+def over_query(plpy: Any, function: str, template: str, query: str, options: Any, spec: Any = None) -> list[dict]:
+    """Every row of ``query``: ONE relQuery. (ord, answer, error, input) rows in the query's order.
+
+    A list, not a generator: an error then surfaces with its own message, not as a failed iteration."""
+    name = f"llm_{function}_query"
+    try:
+        given = json.loads(options) if options else {}
+        if not isinstance(given, dict):
+            raise PgError(f"{name}: options must be a jsonb object, e.g. '{{\"max_tokens\": 8}}'")
+        request = call_request(name, backend.settings(plpy), function, spec, given)
+        rows, inputs = read_rows(plpy, name, query)
+        if not rows:
+            return []
+        answers, error = run(plpy, name, request, template, rows)
+        if error is not None:
+            if request.on_server_error != "null":
+                raise error
+            reason = error.message.removeprefix(f"{name}: ")
+            plpy.warning(f"{name}: relserve server error, NULL returned for every row: {reason}")
+            return [{"ord": i + 1, "answer": None, "error": reason, "input": t} for i, t in enumerate(inputs)]
+        if request.on_error == "raise":
+            bad = next((r for r in answers if r.error is not None), None)
+            if bad is not None:
+                raise PgError(f"{name}: row {bad.index + 1}: {bad.error}", DATA_EXCEPTION)
+        return [{"ord": r.index + 1, "answer": as_sql_value(function, r.value), "error": r.error, "input": t}
+                for r, t in zip(answers, inputs)]
+    except PgError as e:
+        raise_as_sql(plpy, e)
+
+
+def as_sql_value(function: str, value: Any) -> Any:
+    # jsonb results go back as JSON text; PL/Python would spell a dict as Python's repr
+    if function == "extract" and value is not None and not isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
+def bind(name: str, template: str, vals: Any, fields: Any) -> dict[str, Any]:
+    """Placeholders take the values in order of first appearance, or by name from a jsonb object
+    (relserve.binding: the binding of every surface)."""
+    obj = None
+    if fields is not None:
+        obj = json.loads(fields)
+        if not isinstance(obj, dict):
+            raise PgError(f"{name}: the jsonb argument must be an object of placeholder values, got {type(obj).__name__}")
+    try:
+        binding = Binding(Template.parse(template), name)
+        values = binding.row(args=list(vals or []), values=obj)
+    except TemplateError as e:
+        raise PgError(str(e) if str(e).startswith(name) else f"{name}: {e}") from None
+    return dict(zip(binding.names, values))
+
+
+def run(plpy: Any, name: str, request: CallRequest, template: str, rows: list[dict]) -> tuple[list[RowResult], PgError | None]:
+    """Send ``rows`` as one relQuery and wait for every answer in slices that let PostgreSQL
+    interrupt the call; interrupted (or past relserve.timeout) the relQuery is cancelled on the
+    server and the interrupt raised again, with PostgreSQL's own error.
+
+    Returns the rows in input order (a row with no answer says so) and the server's error, if any."""
+    client = backend.client(plpy, request.timeout_s)
+    stream = AnswerStream(client, template, rows, request.options)
+    got: dict[int, RowResult] = {}
+    end = time.monotonic() + request.timeout_s
+    try:
+        while True:
+            for event in stream.poll(WAIT_SLICE_S):
+                if isinstance(event, Answer):
+                    got[event.row.index] = event.row
+                elif isinstance(event, Broken):
+                    return [], server_error(name, event.status, event.message)
+                elif isinstance(event, Finished):
+                    return [got.get(i) or RowResult(i, error="no answer") for i in range(len(rows))], None
+                elif isinstance(event, Accepted):
+                    pass
+            backend.check_for_interrupts(plpy)
+            if time.monotonic() > end:
+                cancel(plpy, stream)
+                raise PgError(f"{name}: no answer from the relserve server within relserve.timeout = "
+                              f"{request.timeout_s:g} s; its relQuery was cancelled", QUERY_CANCELED,
+                              hint="SET relserve.timeout = <seconds> for longer calls")
+    except plpy.SPIError:  # a cancel or statement timeout arrived while waiting
+        cancel(plpy, stream)
+        raise
+
+
+def cancel(plpy: Any, stream: AnswerStream) -> None:
+    problem = stream.cancel()
+    if problem:
+        plpy.warning(problem)

@@ -1,0 +1,118 @@
+"""What the C foreign data wrapper (udfs/relserve/relserve.c) calls, through fmgr and never by a
+role (EXECUTE is revoked from PUBLIC): each window of a scan's source rows is one relQuery.
+
+The C side reads the source query itself, with the caller's rights, keeps each row's values, and
+sends the window's rows here as ``row_to_json`` text. ``scan_poll`` then hands back what arrived as
+a flat text array of 4-field events, which C reads without a JSON parser:
+
+    accepted, <relquery id>, <rows>, NULL
+    row,      <index in the window>, <answer as text or NULL>, <error or NULL>
+    stat,     <name>, <value>, NULL          (once the relQuery is over, one per figure)
+    done,     NULL, NULL, NULL
+    error,    <SQLSTATE>, <message>, <hint or NULL>   (the C side raises it)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from relserve.postgres import backend
+from relserve.postgres.answers import Accepted, Answer, AnswerStream, Broken, Finished
+from relserve.postgres.errors import DATA_EXCEPTION, QUERY_CANCELED, PgError, raise_as_sql, server_error
+from relserve.postgres.settings import CallRequest, call_request
+
+#: the figures of a finished relQuery that EXPLAIN ANALYZE shows (summed over the windows)
+STAT_NAMES = ("rows", "engine_rows", "cached_rows", "latency_s", "waiting_s", "core_s", "tail_s",
+              "prompt_tokens", "cached_tokens")
+#: a scan nobody polls for this long was ended by an error the Python code never saw
+ABANDON_AFTER_S = 3.0
+
+
+class Scan:
+    def __init__(self, name: str, request: CallRequest, stream: AnswerStream, rows: int) -> None:
+        self.name, self.request, self.stream, self.rows = name, request, stream, rows
+        self.end = time.monotonic() + request.timeout_s
+
+
+_scans: dict[str, Scan] = {}
+
+
+def scan_open(plpy: Any, url: str, api_key: str | None, kind: str, template: str, spec: str | None,
+              options: str | None, rows: str) -> str:
+    """Send one window of source rows (a JSON array of objects) as a relQuery; its handle."""
+    name = f"relserve_fdw ({kind})"
+    try:
+        given = json.loads(options) if options else {}
+        if kind == "classify":  # the table option is one comma-separated string
+            spec = [label.strip() for label in (spec or "").split(",")]
+        request = call_request(name, backend.settings(plpy), kind, spec, given)
+        window = json.loads(rows)
+        client = backend.client(plpy, request.timeout_s, url=url, api_key=api_key or "")
+        handle = uuid.uuid4().hex
+        for old in [h for h, s in _scans.items() if s.stream.stopped]:  # ended by an error nobody polled after
+            del _scans[old]
+        stream = AnswerStream(client, template, window, request.options, abandon_after_s=ABANDON_AFTER_S)
+        _scans[handle] = Scan(name, request, stream, len(window))
+        return handle
+    except PgError as e:
+        raise_as_sql(plpy, e)
+
+
+def scan_poll(plpy: Any, handle: str, wait_s: float) -> list[str | None]:
+    """What arrived for the window within ``wait_s`` seconds, as flat 4-field events."""
+    scan = _scans.get(handle)
+    if scan is None:
+        return ["error", "XX000", f"relserve_fdw: no open scan {handle}", None]
+    out: list[str | None] = []
+    for event in scan.stream.poll(wait_s):
+        if isinstance(event, Accepted):
+            out += ["accepted", event.relquery_id, str(event.total), None]
+        elif isinstance(event, Answer):
+            r = event.row
+            if r.error is not None and scan.request.on_error == "raise":
+                return out + ["error", DATA_EXCEPTION, f"{scan.name}: row {r.index + 1}: {r.error}", None]
+            out += ["row", str(r.index), as_text(r.value), r.error]
+        elif isinstance(event, Broken):
+            if scan.request.on_server_error == "null" and not any(e == "row" for e in out[::4]):
+                plpy.warning(f"{scan.name}: relserve server error, NULL returned for every row: {event.message}")
+                for i in range(scan.rows):
+                    out += ["row", str(i), None, event.message]
+                return out + ["done", None, None, None]
+            e = server_error(scan.name, event.status, event.message)
+            return out + ["error", e.sqlstate, e.message, e.hint]
+        elif isinstance(event, Finished):
+            for stat in STAT_NAMES:
+                value = event.stats.get(stat)
+                if value is not None:
+                    out += ["stat", stat, str(value), None]
+            return out + ["done", None, None, None]
+    if time.monotonic() > scan.end:
+        problem = scan.stream.cancel()
+        if problem:
+            plpy.warning(problem)
+        return out + ["error", QUERY_CANCELED, f"{scan.name}: no answer from the relserve server within "
+                      f"relserve.timeout = {scan.request.timeout_s:g} s; its relQuery was cancelled", None]
+    return out
+
+
+def scan_close(plpy: Any, handle: str) -> str:
+    """The scan is over (or not wanted any more: LIMIT, an error): cancel what still runs."""
+    scan = _scans.pop(handle, None)
+    if scan is None or scan.stream.ended:
+        return ""
+    problem = scan.stream.cancel()
+    if problem:
+        plpy.warning(problem)
+    return problem or ""
+
+
+def as_text(value: Any) -> str | None:
+    # the C side reads the answer with the column type's input function
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    return None if value is None else str(value)

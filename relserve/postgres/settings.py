@@ -1,0 +1,203 @@
+"""What a call is allowed to use: the ``relserve.*`` settings a role may SET, the options of one
+call (the same names as DuckDB's ``llm_options``), and what only a superuser decides (the server
+address and each role's key, in tables only superusers write).
+
+One vocabulary for the three forms: ``SET relserve.max_tokens = 8`` for a session, ``'{"max_tokens":
+8}'`` for one ``*_query`` call, ``OPTIONS (max_tokens '8')`` for a foreign table. The C part of the
+extension defines every name in ``SETTING_NAMES`` as a setting and reserves the ``relserve.``
+prefix, so a misspelt ``SET relserve.max_token`` is an error naming the prefix.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from relserve.client import DEFAULT_URL
+from relserve.functions import OPTION_NAMES
+from relserve.postgres.errors import INSUFFICIENT_PRIVILEGE, INVALID_AUTHORIZATION, PgError
+from relserve.validation import ON_ERROR_VALUES
+
+#: options of a call that the server takes besides the call specification
+SERVER_OPTIONS = ("cache", "priority", "deadline_s")
+#: every option one call may carry (``model`` is the server's: a server serves one)
+CALL_OPTIONS: tuple[str, ...] = tuple(n for n in OPTION_NAMES if n != "model") + SERVER_OPTIONS
+#: what only the database side reads: how long a statement waits, what a server error does
+BACKEND_OPTIONS = ("timeout", "on_server_error")
+SETTING_NAMES: tuple[str, ...] = BACKEND_OPTIONS + CALL_OPTIONS
+
+#: names that were settings once and are a superuser's decision now: why, and where they went
+REFUSED_SETTINGS: dict[str, str] = {
+    "url": "relserve.url is not a setting: any role could point the database at an address of its choosing "
+    "(and send another role's key there). A superuser sets it in relserve.config: "
+    "INSERT INTO relserve.config VALUES ('url', 'http://127.0.0.1:8000')",
+    "python_path": "relserve.python_path is not a setting: any role could point it at a folder whose .pth "
+    "files then run as the postgres OS user. A superuser sets it in relserve.config.",
+    "api_key": "relserve.api_key is not a setting: every role can read settings (SHOW, current_setting, "
+    "pg_db_role_setting). A superuser stores each role's key in relserve.api_keys.",
+}
+
+#: values an option took before it shared relserve's vocabulary
+RENAMED = {
+    ("on_error", "fail"): "'fail' is now 'raise' (a failed row fails the statement)",
+}
+
+_INT = ("max_tokens", "seed", "priority")
+_FLOAT = ("temperature", "top_p", "deadline_s", "timeout")
+_BOOL = ("reorder_fields", "cache")
+_JSON = ("examples",)
+_ON_ERROR = ("on_error", "on_server_error")
+_TRUE = ("on", "true", "yes", "1", "t", "y")
+_FALSE = ("off", "false", "no", "0", "f", "n")
+
+DEFAULT_TIMEOUT_S = 120.0
+
+
+def typed(name: str, value: Any, where: str) -> Any:
+    """``value`` (text from a setting or a table option, or JSON) as the option's type; a
+    PgError naming ``where`` and the expected form otherwise."""
+    if value is None:
+        return None
+    try:
+        if name in _INT:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if name in _FLOAT:
+            number = float(value)
+            if number != number or number in (float("inf"), float("-inf")):
+                raise ValueError
+            return number
+        if name in _BOOL:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in _TRUE or text in _FALSE:
+                return text in _TRUE
+            raise ValueError
+        if name in _JSON:
+            return json.loads(value) if isinstance(value, str) else value
+        if name in _ON_ERROR:
+            text = str(value).strip().lower()
+            if text not in ON_ERROR_VALUES:
+                raise ValueError
+            return text
+    except (TypeError, ValueError, json.JSONDecodeError):
+        raise PgError(f"{where} must be {_expected(name)}, got {value!r}", hint=RENAMED.get((name, str(value)))) from None
+    return value
+
+
+def _expected(name: str) -> str:
+    if name in _INT:
+        return "a whole number"
+    if name in _FLOAT:
+        return "a finite number" if name != "timeout" else "a positive number of seconds"
+    if name in _BOOL:
+        return "a boolean (on or off)"
+    if name in _JSON:
+        return "JSON"
+    return " or ".join(repr(v) for v in ON_ERROR_VALUES)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The session's ``relserve.*`` settings, typed; unset ones are absent."""
+
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def timeout_s(self) -> float:
+        timeout = self.values.get("timeout", DEFAULT_TIMEOUT_S)
+        if not 0 < timeout < float("inf"):
+            raise PgError(f"relserve.timeout must be a positive number of seconds, got {timeout!r}")
+        return timeout
+
+    @property
+    def on_error(self) -> str:
+        return self.values.get("on_error", "null")
+
+    @property
+    def on_server_error(self) -> str:
+        return self.values.get("on_server_error", "raise")
+
+    def call_options(self) -> dict[str, Any]:
+        return {k: v for k, v in self.values.items() if k in CALL_OPTIONS}
+
+
+def settings_from_row(row: Mapping[str, Any]) -> Settings:
+    """The settings from one row of ``current_setting(...)`` values (text, '' or None when unset)."""
+    values = {}
+    for name in SETTING_NAMES:
+        text = row.get(name)
+        if isinstance(text, str) and text.strip():
+            values[name] = typed(name, text.strip(), f"relserve.{name}")
+    return Settings(values)
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    """What one call sends: the options for the client, and what the backend does with errors."""
+
+    options: dict[str, Any]
+    on_error: str
+    on_server_error: str
+    timeout_s: float
+
+
+def call_request(name: str, settings: Settings, function: str, spec: Any = None,
+                 given: Mapping[str, Any] | None = None) -> CallRequest:
+    """Options of one call: the session's settings, overridden by the call's own (``given``:
+    a ``*_query`` call's jsonb or a foreign table's options). Unknown names are an error listing
+    the known ones."""
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(SETTING_NAMES))
+    if unknown:
+        raise PgError(f"{name}: unknown option(s) {', '.join(unknown)}; known options: {', '.join(SETTING_NAMES)}")
+    chosen = {**settings.values, **{k: typed(k, v, f"{name}: option {k}") for k, v in given.items() if v is not None}}
+    merged = Settings(chosen)
+    options: dict[str, Any] = {"function": function}
+    if function == "classify":
+        options["labels"] = list(spec) if spec is not None else None
+    elif function == "extract":
+        try:
+            options["json_schema"] = json.loads(spec) if isinstance(spec, str) else spec
+        except json.JSONDecodeError as e:
+            raise PgError(f"{name}: the JSON schema is not valid JSON: {e}") from None
+    options.update(merged.call_options())
+    # row errors come back per row; what a failed row does is applied here
+    options["on_error"] = "null"
+    return CallRequest(options, merged.on_error, merged.on_server_error, merged.timeout_s)
+
+
+# ---------------------------------------------------------------- what only a superuser decides
+
+
+def server_url(config: Mapping[str, str]) -> str:
+    """The server address from ``relserve.config`` (only superusers write it)."""
+    return (config.get("url") or DEFAULT_URL).rstrip("/")
+
+
+def key_for(role_keys: list[Mapping[str, Any]], url: str) -> str:
+    """The caller's key stored for ``url`` ('' when the role has none). A key stored for another
+    address is never sent here: the superuser stored it for that server."""
+    for row in role_keys:
+        if (row.get("url") or "").rstrip("/") == url:
+            return row["api_key"]
+    if role_keys:
+        stored = ", ".join(sorted({str(r.get("url")) for r in role_keys}))
+        raise PgError(
+            f"relserve: this role's key is stored for {stored}, not for the configured server {url}; it is not sent there",
+            INVALID_AUTHORIZATION,
+            hint="A superuser stores a key for this server: INSERT INTO relserve.api_keys (role, api_key, url) VALUES (...)",
+        )
+    return ""
+
+
+def refused(row: Mapping[str, Any]) -> None:
+    """A refused setting that is set anyway (only possible before the extension's library
+    loaded in this session): say where it went instead of ignoring it."""
+    for name, why in REFUSED_SETTINGS.items():
+        if isinstance(row.get(name), str) and row[name].strip():
+            raise PgError(why, INSUFFICIENT_PRIVILEGE, hint=f"RESET relserve.{name}")

@@ -1,0 +1,195 @@
+-- relserve 0.3: LLM calls over table rows, answered by a relserve server (`relserve serve`).
+-- CREATE EXTENSION relserve CASCADE;   (as a superuser: plpython3u is an untrusted language)
+-- The llm_* functions go into the extension's schema (the first on search_path, or SCHEMA x);
+-- the configuration, the keys and the internal functions live in the schema "relserve".
+-- The Python behind every function is the package relserve.postgres; who may do what:
+-- "Security" in docs/server-postgres-spreadsheet.md.
+\echo Use "CREATE EXTENSION relserve CASCADE" to load this file. \quit
+
+-- The schema belongs to the extension: a schema "relserve" made earlier by anyone makes this fail.
+CREATE SCHEMA relserve;
+REVOKE ALL ON SCHEMA relserve FROM PUBLIC;
+GRANT USAGE ON SCHEMA relserve TO PUBLIC;  -- use, not create: nobody else may put objects here
+
+-- What only a superuser decides. Every role may read it (nothing secret), none but superusers write it.
+--   python_path  site-packages folder(s), ':'-separated, where relserve is installed (their .pth files
+--                run as the postgres OS user: never a setting)
+--   url          the relserve server every call goes to (never a setting: see relserve.url below)
+CREATE TABLE relserve.config (
+    name text PRIMARY KEY CHECK (name IN ('python_path', 'url')),
+    value text NOT NULL CHECK (name <> 'url' OR value ~ '^https?://[^/?#@]+/?$')
+);
+REVOKE ALL ON relserve.config FROM PUBLIC;
+GRANT SELECT ON relserve.config TO PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('relserve.config', '');
+
+CREATE FUNCTION relserve.configured_url() RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $$ SELECT coalesce((SELECT value FROM relserve.config WHERE name = 'url'), 'http://127.0.0.1:8000') $$;
+
+-- Tenant keys by role, like a user mapping's options: only superusers read the table. A key is sent
+-- only to the server it was stored for (url, by default the configured one when it was stored).
+CREATE TABLE relserve.api_keys (
+    role name NOT NULL,
+    api_key text NOT NULL,
+    url text NOT NULL DEFAULT relserve.configured_url(),
+    PRIMARY KEY (role, url)
+);
+REVOKE ALL ON relserve.api_keys FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('relserve.api_keys', '');
+
+-- A role reads its own rows through this view (a view reads its tables with its owner's rights, but
+-- current_user is the caller). security_barrier: a caller's own function in WHERE is not run before
+-- the view's filter, so it sees no other role's row.
+CREATE VIEW relserve.my_api_key WITH (security_barrier) AS
+    SELECT k.api_key, k.url FROM relserve.api_keys k WHERE k.role = current_user;
+REVOKE ALL ON relserve.my_api_key FROM PUBLIC;
+GRANT SELECT ON relserve.my_api_key TO PUBLIC;
+
+-- The C part: the settings (defined and checked when the library loads: a misspelt relserve.* setting
+-- is an error) and the foreign data wrapper.
+CREATE FUNCTION relserve.library_version() RETURNS text
+AS 'MODULE_PATHNAME', 'relserve_library_version' LANGUAGE C STRICT SET search_path = pg_catalog, pg_temp;
+
+-- Loads the package once per backend, from the superuser's python_path.
+CREATE FUNCTION relserve._load() RETURNS void
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $relserve$
+import site
+import sys
+plpy.execute("SELECT relserve.library_version()")
+rows = plpy.execute("SELECT value FROM relserve.config WHERE name OPERATOR(pg_catalog.=) 'python_path'")
+added = GD.setdefault("relserve.paths", [])
+before = list(sys.path)
+for entry in (rows[0]["value"] if rows else "").split(":"):
+    if entry and entry not in added:
+        site.addsitedir(entry)  # runs the folder's .pth files (editable installs): a superuser's folder only
+        added.append(entry)
+# the configured folders first, in their order, so their packages win over the system Python's
+new = [p for p in sys.path if p not in before]
+sys.path[:] = [p for p in added if p in new] + [p for p in new if p not in added] + before
+try:
+    import relserve.postgres
+except ImportError as e:
+    plpy.error(f"relserve: cannot import the relserve package ({e})", sqlstate="58000",
+               hint="A superuser sets python_path in relserve.config to the site-packages folder of the Python "
+               "environment where relserve is installed: INSERT INTO relserve.config VALUES ('python_path', "
+               "'/srv/relserve/.venv/lib/python3.11/site-packages') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value")
+GD["relserve"] = relserve.postgres
+$relserve$;
+
+-- ---------------------------------------------------------------- scalar functions (one request per call)
+
+-- llm_map('Is {r} positive?', review): placeholders take the values in order of first appearance
+CREATE FUNCTION llm_map(template text, VARIADIC vals text[]) RETURNS text
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].scalar(plpy, "map", template, vals=vals)
+$$;
+
+-- llm_map('Is {review} about {product}?', to_jsonb(r)): placeholders by name
+CREATE FUNCTION llm_map(template text, fields jsonb) RETURNS text
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].scalar(plpy, "map", template, fields=fields)
+$$;
+
+CREATE FUNCTION llm_filter(template text, VARIADIC vals text[]) RETURNS boolean
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].scalar(plpy, "filter", template, vals=vals)
+$$;
+
+CREATE FUNCTION llm_filter(template text, fields jsonb) RETURNS boolean
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].scalar(plpy, "filter", template, fields=fields)
+$$;
+
+CREATE FUNCTION llm_classify(template text, labels text[], VARIADIC vals text[]) RETURNS text
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].scalar(plpy, "classify", template, vals=vals, spec=labels)
+$$;
+
+CREATE FUNCTION llm_classify(template text, labels text[], fields jsonb) RETURNS text
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].scalar(plpy, "classify", template, fields=fields, spec=labels)
+$$;
+
+CREATE FUNCTION llm_extract(template text, json_schema jsonb, VARIADIC vals text[]) RETURNS jsonb
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].scalar(plpy, "extract", template, vals=vals, spec=json_schema)
+$$;
+
+-- ---------------------------------------------------------------- over a query (ONE relQuery for all its rows)
+-- No SET search_path on these four: their query is the caller's and is read in the caller's
+-- search_path, as a view's text would be; every statement of relserve's own is schema-qualified.
+
+-- SELECT * FROM llm_map_query('Is {review} positive?', 'SELECT id, review FROM reviews', '{"max_tokens": 8}')
+-- placeholders name the query's columns; ord is the row's position in the query's result (1-based);
+-- input is the row itself, to join back: (input->>'id')::int
+CREATE FUNCTION llm_map_query(template text, query text, options jsonb DEFAULT '{}')
+RETURNS TABLE (ord bigint, answer text, error text, input jsonb)
+LANGUAGE plpython3u AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].over_query(plpy, "map", template, query, options)
+$$;
+
+CREATE FUNCTION llm_filter_query(template text, query text, options jsonb DEFAULT '{}')
+RETURNS TABLE (ord bigint, answer boolean, error text, input jsonb)
+LANGUAGE plpython3u AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].over_query(plpy, "filter", template, query, options)
+$$;
+
+CREATE FUNCTION llm_classify_query(template text, labels text[], query text, options jsonb DEFAULT '{}')
+RETURNS TABLE (ord bigint, answer text, error text, input jsonb)
+LANGUAGE plpython3u AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].over_query(plpy, "classify", template, query, options, spec=labels)
+$$;
+
+CREATE FUNCTION llm_extract_query(template text, json_schema jsonb, query text, options jsonb DEFAULT '{}')
+RETURNS TABLE (ord bigint, answer jsonb, error text, input jsonb)
+LANGUAGE plpython3u AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].over_query(plpy, "extract", template, query, options, spec=json_schema)
+$$;
+
+-- ---------------------------------------------------------------- the foreign data wrapper
+-- A scan reads its source query itself (the caller's rights) and sends each window of rows as one
+-- relQuery through these three, which the C code calls directly: no role may call them (EXECUTE is
+-- revoked), so no role can make the database send a request to an address or with a key of its own.
+
+CREATE FUNCTION relserve._scan_open(url text, api_key text, kind text, template text, spec text,
+                                    options text, rows text) RETURNS text
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].scan_open(plpy, url, api_key, kind, template, spec, options, rows)
+$$;
+
+CREATE FUNCTION relserve._scan_poll(handle text, wait_s float8) RETURNS text[]
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].scan_poll(plpy, handle, wait_s)
+$$;
+
+CREATE FUNCTION relserve._scan_close(handle text) RETURNS text
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].scan_close(plpy, handle)
+$$;
+
+REVOKE EXECUTE ON FUNCTION relserve._scan_open(text, text, text, text, text, text, text),
+                           relserve._scan_poll(text, float8), relserve._scan_close(text) FROM PUBLIC;
+
+CREATE FUNCTION relserve.fdw_handler() RETURNS fdw_handler
+AS 'MODULE_PATHNAME', 'relserve_fdw_handler' LANGUAGE C STRICT;
+
+CREATE FUNCTION relserve.fdw_validator(text[], oid) RETURNS void
+AS 'MODULE_PATHNAME', 'relserve_fdw_validator' LANGUAGE C STRICT;
+
+-- USAGE on it is a superuser's to grant (CREATE SERVER); a server's url only a superuser sets.
+CREATE FOREIGN DATA WRAPPER relserve_fdw HANDLER relserve.fdw_handler VALIDATOR relserve.fdw_validator;
