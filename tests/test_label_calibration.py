@@ -178,3 +178,19 @@ def test_executor_batch_correction_flips_the_rows_the_bias_decided():
     expected = {t: i < 4 for i in range(16) for t in ex.rows.targets[i]}
     assert {r.index: r.value for r in out} == expected
     assert [r.text for r in out].count("yes") == 4
+
+
+def test_explain_says_which_method_runs_and_the_prompt_shape():
+    call = make_call("llm_filter", "Is this review positive? Review: {r}")
+    long_rows = [f"review number {i}, long enough to move in front" for i in range(16)]
+    ex = str(run_call(call, [long_rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
+    assert "  label method               batch   (label scores minus their means over this relQuery's rows)" in ex
+    assert "  prompt shape          completion   (how the scoring request is laid out)" in ex
+    small = str(run_call(call, [long_rows[:15]], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
+    assert (
+        "  label method           calibrate   (whole-label log-probabilities / content-free prior; "
+        "asked for batch, which needs at least 16 prompts to run)"
+    ) in small
+    gen = make_call("llm_filter", "Is this review positive? Review: {r}", method="generate")
+    out = str(run_call(gen, [long_rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
+    assert "  label method            generate   (constrained decoding)" in out and "prompt shape" not in out
