@@ -83,6 +83,19 @@ def test_rendered_size_is_computed_from_lengths_and_refused_with_the_figure(serv
     assert fake.submitted == []
 
 
+def test_few_shot_examples_and_labels_count_in_every_rows_size(server, fake):
+    # one example with a 600 KB value under 60 placeholders: 36 MB of text before every row
+    body = {"template": "{x};" * 60, "rows": [{"x": "r"}], "examples": [{"x": "e" * 600_000, "answer": "a"}]}
+    r = _post(server, "/v1/relqueries", body)
+    assert r.status_code == 413 and "max_rendered_chars" in _error(r), r.text
+    # classify's answer line lists the labels in every prompt
+    labels = [f"label number {i} " + "l" * 200 for i in range(2000)]
+    rows = [{"x": i} for i in range(100)]
+    r = _post(server, "/v1/relqueries", {"template": "{x}", "rows": rows, "function": "classify", "labels": labels})
+    assert r.status_code == 413 and "would render to 43892090 characters (100 rows)" in _error(r), r.text
+    assert fake.submitted == []
+
+
 def test_a_huge_template_is_refused(server):
     r = _post(server, "/v1/relqueries", {"template": "{x} " + "z" * 40_000, "rows": [{"x": 1}]})
     assert r.status_code == 413 and "max_template_chars is 32768" in _error(r)

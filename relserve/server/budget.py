@@ -11,6 +11,7 @@ produce) count against the tenant while a request is planned and while it runs.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,8 @@ CHARS_PER_TOKEN = 3
 CHAT_OVERHEAD_TOKENS = 32
 #: {"name": value} JSON around each value when fields are reordered (quotes, colon, comma)
 _FIELD_OVERHEAD = 8
+#: "Answer: " and the separators around an example
+_EXAMPLE_OVERHEAD = 32
 
 
 @dataclass(frozen=True)
@@ -48,12 +51,19 @@ class Cost:
 ZERO = Cost(0, 0, 0)
 
 
-def _value_len(value: Any) -> int:
+def _value_len(value: Any, as_json: bool = False) -> int:
+    """The length ``value`` has in a prompt: as text, or (fields reordered) as a JSON string,
+    where quotes and control characters take more room."""
     if value is None:
         return 0
     if isinstance(value, str):
-        return len(value)
-    return len(format_value(value))
+        return len(json.dumps(value, ensure_ascii=False)) if as_json else len(value)
+    text = format_value(value)
+    return len(json.dumps(text, ensure_ascii=False)) if as_json else len(text)
+
+
+def _reordered(call: Any) -> bool:
+    return bool(getattr(getattr(call, "options", None), "reorder_fields", False))
 
 
 def check_template(template: str, system: str | None, tenant: Tenant, what: str = "template") -> Template:
@@ -77,13 +87,33 @@ def check_template(template: str, system: str | None, tenant: Tenant, what: str 
     return parsed
 
 
+def _examples_chars(parsed: Template, call: Any) -> int:
+    """The few-shot examples' text (the template rendered for each, plus its answer), from
+    lengths: rendering them is what an oversized request must not get to do."""
+    examples = getattr(getattr(call, "options", None), "examples", None) or ()
+    literal = sum(map(len, parsed.literals))
+    total = 0
+    for ex in examples:
+        values = dict(ex)
+        total += literal + sum(_value_len(values.get(n)) for n in parsed.fields)
+        total += len(str(values.get("answer", ""))) + _instruction_chars(call) + _EXAMPLE_OVERHEAD
+    return total
+
+
 def _static_chars(parsed: Template, call: Any) -> int:
     """Characters every row's prompt carries besides its values: the template's literal text,
     the system message and the few-shot examples."""
     system = getattr(getattr(call, "options", None), "system", None) or ""
-    examples = getattr(call, "examples_prefix", "") or ""
     names = sum(len(n) + _FIELD_OVERHEAD for n in parsed.fields)  # reorder_fields: {"name": value}
-    return sum(map(len, parsed.literals)) + len(system) + len(examples) + names
+    instruction = _instruction_chars(call)  # appended to every prompt (labels, schema)
+    return sum(map(len, parsed.literals)) + len(system) + instruction + _examples_chars(parsed, call) + names
+
+
+def _instruction_chars(call: Any) -> int:
+    try:
+        return len(call.answer_instruction or "")
+    except Exception:
+        return 0
 
 
 def rows_cost(parsed: Template, call: Any, rows: Sequence[Mapping[str, Any]], max_tokens: int) -> Cost:
@@ -93,16 +123,17 @@ def rows_cost(parsed: Template, call: Any, rows: Sequence[Mapping[str, Any]], ma
     for name in parsed.fields:
         counts[name] = counts.get(name, 0) + 1
     chars = static * len(rows)
+    as_json = _reordered(call)
     for row in rows:
         get = row.get
         for name, n in counts.items():
-            chars += n * _value_len(get(name))
+            chars += n * _value_len(get(name), as_json)
     return Cost.of(len(rows), chars, max_tokens)
 
 
 def prompts_cost(prompts: Iterable[str | None], call: Any, max_tokens: int) -> Cost:
     """Already-rendered prompts (plus the system message each carries)."""
-    system = len(getattr(getattr(call, "options", None), "system", None) or "")
+    system = len(getattr(getattr(call, "options", None), "system", None) or "") + _instruction_chars(call)
     n = chars = 0
     for p in prompts:
         n += 1
