@@ -77,6 +77,11 @@ def serve(
         from relserve.cluster.cluster import Cluster
 
         typer.echo(f"starting {replicas} engine replicas on Ray ({model}, policy {policy}, dispatcher {dispatcher})...")
+        if not tenant_cfg.open:
+            typer.echo(
+                "note: engine replicas on Ray take no per-tenant prefix-cache salt yet; tenants share the "
+                "replicas' prefix caches (cached_tokens can tell one tenant's prompts to another)", err=True
+            )
         try:
             engine = Cluster(replicas, model=model, policy=policy, address=ray_address, dispatcher=dispatcher)
         except ConfigError as e:

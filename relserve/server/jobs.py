@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from relserve.functions import SchedulingHints
 from relserve.planner.executor import CallExecutor
+from relserve.policy.types import Tenancy
 from relserve.results import RelQueryStats, RowResult
 from relserve.server.batches import Batch
 from relserve.server.budget import Cost
@@ -35,7 +36,7 @@ class Job:
         tenant: str,
         kind: str,
         hints: SchedulingHints = SchedulingHints(),
-        tenancy: Any = None,
+        tenancy: Tenancy | None = None,
     ) -> None:
         self.id = uuid.uuid4().hex[:16]
         self.batch = batch
@@ -248,7 +249,7 @@ def _engine_cost(batch: Batch) -> Cost:
     return Cost.of(len(batch.prompts), chars, call_max_tokens(batch.call))
 
 
-def _for_tenant(engine: Any, tenancy: Any) -> Any:
+def _for_tenant(engine: Any, tenancy: Tenancy | None) -> Any:
     """``engine`` as the executor should see it: submitting (and warming prefixes) in the
     tenant's prefix-cache namespace and with its share, when the engine supports tenancy."""
     if tenancy is None or not getattr(engine, "supports_tenancy", False):
@@ -259,7 +260,7 @@ def _for_tenant(engine: Any, tenancy: Any) -> Any:
 class _TenantEngine:
     """Forwards everything to the engine, adding the tenancy to ``submit`` and ``warm_prefix``."""
 
-    def __init__(self, engine: Any, tenancy: Any) -> None:
+    def __init__(self, engine: Any, tenancy: Tenancy) -> None:
         self._engine = engine
         self._tenancy = tenancy
 
