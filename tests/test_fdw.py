@@ -302,3 +302,58 @@ def test_answers_stream_so_limit_stops_the_relquery_early(server, fdw):
     job = wait_until_done(server, job["id"], timeout=10)
     assert job["status"] == "cancelled", job
     assert job["stats"]["cached_rows"] == 2 and job["stats"]["rows"] - job["stats"]["errors"] < 300, job
+
+
+def test_source_values_round_trip_exactly_nan_arrays_bytea_json_and_nulls(server, fdw):
+    with connect(fdw) as db:
+        db.execute(
+            "CREATE FOREIGN TABLE odd (id int, f float8, a int[], b bytea, j jsonb, t text, answer text) SERVER relserve "
+            "OPTIONS (source 'SELECT * FROM (VALUES (1, ''NaN''::float8, ARRAY[1,2], ''\\x00ff''::bytea, ''{\"k\": [1]}''::jsonb, ''one''), "
+            "(2, ''Infinity'', NULL, NULL, NULL, ''two'')) AS v(id, f, a, b, j, t)', template 'Say {t} and {f}', kind 'map', max_tokens '2')"
+        )
+        got = db.execute("SELECT id, f::text, a, b, j, t, answer IS NOT NULL FROM odd ORDER BY id").fetchall()
+    assert got == [(1, "NaN", [1, 2], b"\x00\xff", {"k": [1]}, "one", True), (2, "Infinity", None, None, None, "two", True)]
+
+
+def test_an_answer_that_does_not_fit_the_column_type_fails_that_row_only(server, fdw):
+    with connect(fdw) as db:
+        warnings: list[str] = []
+        db.add_notice_handler(lambda d: warnings.append(d.message_primary or ""))
+        db.execute("CREATE FOREIGN TABLE tone_num (id int, n int) SERVER relserve OPTIONS ("
+                   "source 'SELECT id, review FROM reviews WHERE id <= 2', template 'Tone of {review} in one word:', "
+                   "kind 'map', max_tokens '2')")
+        rows = db.execute("SELECT id, n FROM tone_num ORDER BY id").fetchall()
+        assert rows == [(1, None), (2, None)]
+        assert len(warnings) == 2 and all(re.match(r'relserve_fdw: row \d: the answer ".*" is not a valid integer', w) for w in warnings), warnings
+        db.execute("ALTER FOREIGN TABLE tone_num OPTIONS (ADD on_error 'raise')")
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation, match=r"invalid input syntax for type integer"):
+            db.execute("SELECT id, n FROM tone_num")
+
+
+def test_a_large_source_is_sent_in_windows_each_one_relquery(engine, server, fdw):
+    with connect(fdw) as db:
+        db.execute("CREATE FOREIGN TABLE tone_windows (id int, review text, tone text) SERVER relserve OPTIONS ("
+                   f"source 'SELECT id, review FROM reviews WHERE review IS NOT NULL', template '{TONE}', kind 'classify', "
+                   f"labels '{','.join(LABELS)}', max_tokens '4', window_rows '4')")
+        before = set(jobs(server))
+        plan = "\n".join(r for (r,) in db.execute("EXPLAIN ANALYZE SELECT * FROM tone_windows"))
+        got = db.execute("SELECT id, tone FROM tone_windows ORDER BY id").fetchall()
+        whole = db.execute("SELECT id, tone FROM review_tone ORDER BY id").fetchall()
+    assert got == whole
+    assert re.search(r"relQueries: 2\b", plan) and re.search(r"Rows Sent: 6\b", plan), plan
+    sizes = sorted(j["progress"]["total"] for j in new_jobs(server, before))
+    assert sizes == [2, 2, 4, 4, 6]  # 6 rows in windows of 4, twice, and review_tone's one relQuery
+
+
+def test_the_result_cache_can_be_turned_off_per_session_and_per_call(server, cluster):
+    query = "SELECT count(*) FROM llm_map_query('Is {review} good?', 'SELECT review FROM reviews WHERE id <= 2', '{\"max_tokens\": 2}')"
+    with connect(cluster) as db:
+        db.execute(query)  # now in the cache
+        before = set(jobs(server))
+        db.execute(query)
+        db.execute("SET relserve.cache = off")
+        db.execute(query)
+        db.execute("RESET relserve.cache")
+        db.execute(query.replace('"max_tokens": 2', '"max_tokens": 2, "cache": false'))
+    cached = [j["stats"]["cached_rows"] for j in sorted(new_jobs(server, before), key=lambda j: j["id"])]
+    assert sorted(cached) == [0, 0, 2], cached

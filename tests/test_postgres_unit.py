@@ -1,0 +1,142 @@
+"""The Python of the PostgreSQL extension (relserve.postgres) without a database: a fake ``plpy``
+for the pure logic. The real thing runs in test_postgres*.py and test_fdw.py."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from relserve.postgres.errors import PgError
+from relserve.postgres.settings import (
+    SETTING_NAMES,
+    Settings,
+    call_request,
+    key_for,
+    refused,
+    settings_from_row,
+    typed,
+)
+from relserve.postgres.source import as_json_rows_sql
+
+C_SOURCE = Path(__file__).resolve().parents[1] / "udfs" / "relserve" / "relserve.c"
+
+
+def test_the_c_part_defines_exactly_the_settings_the_python_reads():
+    names = re.search(r"rs_setting_names\[\] = \{(.*?)NULL", C_SOURCE.read_text(), re.S).group(1)
+    assert tuple(re.findall(r'"(\w+)"', names)) == SETTING_NAMES
+    count = int(re.search(r"#define RS_NSETTINGS (\d+)", C_SOURCE.read_text()).group(1))
+    assert count == len(SETTING_NAMES)
+
+
+def test_settings_are_typed_and_unset_ones_absent():
+    row = {n: None for n in SETTING_NAMES} | {"max_tokens": "8", "cache": "off", "temperature": " 0.5 ", "system": ""}
+    s = settings_from_row(row)
+    assert s.values == {"max_tokens": 8, "cache": False, "temperature": 0.5}
+    assert (s.timeout_s, s.on_error, s.on_server_error) == (120.0, "null", "raise")
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("max_tokens", "eight", r"relserve.max_tokens must be a whole number, got 'eight'"),
+    ("max_tokens", 2.5, r"must be a whole number, got 2.5"),
+    ("temperature", "nan", r"must be a finite number, got 'nan'"),
+    ("cache", "maybe", r"must be a boolean \(on or off\), got 'maybe'"),
+    ("on_error", "sometimes", r"must be 'null' or 'raise', got 'sometimes'"),
+    ("examples", "[1,", r"must be JSON"),
+])
+def test_a_bad_value_names_the_setting_and_the_expected_form(name, value, message):
+    with pytest.raises(PgError, match=message):
+        typed(name, value, f"relserve.{name}")
+
+
+def test_a_renamed_value_says_what_it_is_now():
+    with pytest.raises(PgError) as e:
+        typed("on_error", "fail", "relserve.on_error")
+    assert e.value.hint == "'fail' is now 'raise' (a failed row fails the statement)"
+
+
+def test_call_options_come_from_the_settings_overridden_by_the_call():
+    s = Settings({"max_tokens": 8, "on_error": "raise", "cache": False})
+    r = call_request("llm_classify_query", s, "classify", ["a", "b"], {"max_tokens": "3", "on_error": "null"})
+    assert r.options == {"function": "classify", "labels": ["a", "b"], "max_tokens": 3, "cache": False, "on_error": "null"}
+    assert (r.on_error, r.on_server_error, r.timeout_s) == ("null", "raise", 120.0)
+    with pytest.raises(PgError, match=r"llm_map_query: unknown option\(s\) max_token; known options: timeout, "):
+        call_request("llm_map_query", s, "map", None, {"max_token": 3})
+    with pytest.raises(PgError, match=r"llm_extract: the JSON schema is not valid JSON"):
+        call_request("llm_extract", s, "extract", "{", None)
+
+
+def test_a_key_is_sent_only_to_the_server_it_was_stored_for():
+    rows = [{"api_key": "k1", "url": "http://a:1"}, {"api_key": "k2", "url": "http://b:2/"}]
+    assert key_for(rows, "http://b:2") == "k2"
+    assert key_for([], "http://a:1") == ""
+    with pytest.raises(PgError, match=r"stored for http://a:1, not for the configured server http://c:3") as e:
+        key_for(rows[:1], "http://c:3")
+    assert e.value.sqlstate == "28000"
+
+
+def test_a_refused_setting_set_before_the_library_loaded_is_an_error():
+    refused({"url": "", "python_path": None})
+    with pytest.raises(PgError, match=r"relserve.url is not a setting") as e:
+        refused({"url": "http://evil:1/"})
+    assert e.value.sqlstate == "42501"
+
+
+def test_the_source_query_is_wrapped_so_a_trailing_comment_cannot_escape():
+    assert as_json_rows_sql("SELECT 1 AS a; ") == "SELECT pg_catalog.row_to_json(q)::text AS row FROM (\nSELECT 1 AS a\n) AS q"
+    assert as_json_rows_sql("SELECT 1 -- note").endswith("-- note\n) AS q")
+    with pytest.raises(PgError, match="the source query is empty"):
+        as_json_rows_sql(" ; ")
+
+
+class FakePlpy:
+    """Just enough of plpy for scan_poll: warnings are recorded."""
+
+    class SPIError(Exception):
+        pass
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+
+    def warning(self, message: str) -> None:
+        self.warnings.append(message)
+
+
+def test_scan_poll_flattens_events_for_the_c_side(monkeypatch):
+    from relserve.postgres import foreign_scan
+    from relserve.postgres.answers import Accepted, Answer, Broken, Finished
+    from relserve.results import RowResult
+
+    class Stream:
+        def __init__(self, events):
+            self.events, self.ended = events, False
+
+        def poll(self, wait_s):
+            out, self.events = self.events, []
+            return out
+
+        def cancel(self):
+            return None
+
+    request = call_request("x", Settings(), "filter")
+    events = [Accepted("rq1", 2), Answer(RowResult(1, value=True)), Answer(RowResult(0, error="too long")),
+              Finished("done", {"rows": 2, "engine_rows": 1}, None)]
+    foreign_scan._scans["h"] = foreign_scan.Scan("relserve_fdw (filter)", request, Stream(events), 2)
+    assert foreign_scan.scan_poll(FakePlpy(), "h", 0.1) == [
+        "accepted", "rq1", "2", None,
+        "row", "1", "true", None,
+        "row", "0", None, "too long",
+        "stat", "rows", "2", None, "stat", "engine_rows", "1", None,
+        "done", None, None, None,
+    ]
+    # a server that cannot be reached: the error with its SQLSTATE and hint, or NULL rows when asked
+    foreign_scan._scans["h"] = foreign_scan.Scan("relserve_fdw (map)", request, Stream([Broken(0, "down")]), 2)
+    assert foreign_scan.scan_poll(FakePlpy(), "h", 0.1)[:3] == ["error", "08001", "relserve_fdw (map): down"]
+    lenient = call_request("x", Settings({"on_server_error": "null"}), "map")
+    foreign_scan._scans["h"] = foreign_scan.Scan("relserve_fdw (map)", lenient, Stream([Broken(0, "down")]), 2)
+    plpy = FakePlpy()
+    assert foreign_scan.scan_poll(plpy, "h", 0.1) == ["row", "0", None, "down", "row", "1", None, "down", "done", None, None, None]
+    assert plpy.warnings == ["relserve_fdw (map): relserve server error, NULL returned for every row: down"]
+    assert foreign_scan.scan_poll(plpy, "nope", 0.1)[:2] == ["error", "XX000"]
+    foreign_scan._scans.clear()
