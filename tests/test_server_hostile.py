@@ -336,3 +336,35 @@ def test_one_tenants_flood_of_small_relqueries_does_not_starve_anothers_relquery
         for i in ids:
             flood.result(i)
     assert unfinished >= 60, f"only {unfinished} of the flood's 120 relQueries were left when the other tenant's finished"
+
+
+# ---------------------------------------------------------------- the policy's tenant share (plain Python)
+
+
+def _reqs(rel_id: str, n: int, tenant: str, arrival: float, weight: float = 1.0):
+    from relserve.policy import Req
+
+    return [Req(f"{rel_id}-{i}", rel_id, arrival, n, 40, 16, tenant=tenant, weight=weight) for i in range(n)]
+
+
+def _first_admitted(policy_name: str, waiting) -> str:
+    from relserve.policy import Limits, StepView, make_policy
+
+    limits = Limits(max_num_batched_tokens=64, max_num_seqs=256, kv_capacity_tokens=100_000, kv_free_tokens=100_000)
+    plan = make_policy(policy_name).schedule(StepView(1.0, list(waiting), [], limits))
+    return plan.admit[0].rel_id
+
+
+@pytest.mark.parametrize("policy_name", ["relserve", "sp"])
+def test_the_tenant_with_less_work_in_the_engine_goes_first(policy_name):
+    # mallory's 50 one-row relQueries arrived first and are each shorter than bob's 8-row one:
+    # ranked by remaining time alone they would all run before it
+    flood = [r for k in range(50) for r in _reqs(f"m{k}", 1, "mallory", arrival=0.0)]
+    bob = _reqs("bob", 8, "bob", arrival=0.5)
+    assert _first_admitted(policy_name, flood + bob) == "bob"
+    # a single tenant ranks as before (no share): the shortest relQuery first
+    alone = [r for k in range(50) for r in _reqs(f"m{k}", 1, "bob", arrival=0.0)] + _reqs("bob", 8, "bob", arrival=0.5)
+    assert _first_admitted(policy_name, alone) == "m0"
+    # weight: mallory's 50 rows weigh less than bob's 8 when her weight is 10x
+    heavy = [r for k in range(50) for r in _reqs(f"m{k}", 1, "mallory", arrival=0.0, weight=10.0)]
+    assert _first_admitted(policy_name, heavy + bob) == "m0"
