@@ -430,13 +430,14 @@ def vllm_env() -> dict[str, str]:
     return env
 
 
-def prom(url: str) -> dict[str, float]:
+def prom(url: str, key: str | None = None) -> dict[str, float]:
     """Prometheus counters summed over their labels (plus relserve_tokens by kind)."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(httpx.get(url, timeout=30).text):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    for fam in text_string_to_metric_families(httpx.get(url, timeout=30, headers=headers).text):
         for s in fam.samples:
             name = s.name
             if name == "relserve_tokens_total":
@@ -445,10 +446,11 @@ def prom(url: str) -> dict[str, float]:
     return out
 
 
-def prom_tokens(url: str, prompt: str, cached: str) -> Callable[[], tuple[float, float]]:
-    """A reader of a server's prompt-token and prefix-cached-token counters."""
+def prom_tokens(url: str, prompt: str, cached: str, key: str | None = None) -> Callable[[], tuple[float, float]]:
+    """A reader of a server's prompt-token and prefix-cached-token counters (``key``: a key that
+    may read relserve's /metrics)."""
     def read() -> tuple[float, float]:
-        got = prom(url + "/metrics")
+        got = prom(url + "/metrics", key)
         return got.get(prompt, 0.0), got.get(cached, 0.0)
     return read
 
@@ -621,7 +623,7 @@ def phase_relserve(args, work_by_load: dict[float, list[Scheduled]], model_path:
     key = "bench-e2e-" + os.urandom(8).hex()
     # a tenant of its own: a result-cache scope no earlier run has filled
     tenants = Path(args.workdir) / "tenants.toml"
-    tenants.write_text(f'[tenants.bench-{int(time.time())}]\nkey = "{key}"\n')
+    tenants.write_text(f'[tenants.bench-{int(time.time())}]\nkey = "{key}"\nadmin = true\n')  # admin: reads /metrics
 
     def run_pass(url: str, work: list[Scheduled], cache: bool) -> dict:
         def connect(s):
@@ -640,7 +642,7 @@ def phase_relserve(args, work_by_load: dict[float, list[Scheduled]], model_path:
             served[w.key] = (sum(c.cached_rows for c in calls), sum(c.engine_rows for c in calls))
             return list(rel.columns) if rel is not None else [], rows, sum(c.rows for c in calls)
 
-        tokens = prom_tokens(url, "relserve_tokens_total:prompt", "relserve_tokens_total:prefix_cached")
+        tokens = prom_tokens(url, "relserve_tokens_total:prompt", "relserve_tokens_total:prefix_cached", key)
         out = measured_pass(work, connect, execute, tokens)
         out["result_cache_rows"] = sum(c for c, _ in served.values())
         out["engine_rows"] = sum(e for _, e in served.values())
