@@ -53,7 +53,7 @@ async def cells(
 ):
     state.check_size(len(body.cells), tenant, "cells")
     state.check_priority(body.priority, tenant)
-    reservation = state.reserve(_cost(body, tenant), tenant)
+    reservation = state.reserve(await run_in_threadpool(_cost, body, tenant), tenant)
     try:
         batch = await run_in_threadpool(plan_cells, body, state.engine.model_id, state.cache_for(tenant))
         job = Job(batch, tenant.name, "cells", body.hints(), state.tenancy(tenant))

@@ -63,7 +63,8 @@ async def submit(
     tenant: Tenant = Depends(current_tenant),
     state: ServerState = Depends(get_state),
 ):
-    reservation = state.reserve(_cost(body, tenant, state), tenant)
+    # sizes are summed off the event loop (linear in the body); the booking is on it
+    reservation = state.reserve(await run_in_threadpool(_cost, body, tenant, state), tenant)
     try:
         batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant))
         job = Job(batch, tenant.name, "relquery", body.hints(), state.tenancy(tenant))
@@ -82,7 +83,8 @@ async def submit(
 async def plan(body: RelQueryRequest, tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)):
     # EXPLAIN of the PostgreSQL foreign tables: rows, distinct prompts and cached answers, no engine.
     # Planning renders every row: it counts against the tenant's limits while it runs, as a job does
-    reservation = state.reserve(_cost(body, tenant, state), tenant)
+    # sizes are summed off the event loop (linear in the body); the booking is on it
+    reservation = state.reserve(await run_in_threadpool(_cost, body, tenant, state), tenant)
     try:
         batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant))
     finally:
