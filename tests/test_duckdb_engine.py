@@ -55,22 +55,41 @@ def test_planned_statement_one_relquery_per_site_and_declared_types(con, recordi
     assert [len(p) for p in recording.submitted] == [3, 3, 3]
     assert [r[0] for r in rows] == [1, 2, 3, 4, 5]
     assert rows[3][1:] == (None, None, None)
-    for _, positive, sentiment, mood in [rows[i] for i in (0, 1, 2, 4)]:
-        assert type(positive) is bool
-        assert sentiment in ("positive", "negative")
-        assert mood is None or isinstance(json.loads(mood)["mood"], str)
+    reviews = {1: "A wonderful, moving film.", 2: "Boring and far too long.", 3: "A wonderful, moving film.",
+               5: "I loved every minute."}
+    for row in [rows[i] for i in (0, 1, 2, 4)]:
+        review = reviews[row[0]]
+        # each value is the engine's answer for that row's prompt, in the column's type
+        assert row[1:3] == (
+            _answer(recording, "Is this review positive? ", review) == "yes",
+            _answer(recording, "Sentiment of: ", review),
+        )
+        assert row[2] in ("positive", "negative")
+        # the engine's JSON, parsed and written again (so compared as values)
+        assert json.loads(row[3]) == json.loads(_answer(recording, "Extract the mood of: ", review))
+        assert isinstance(json.loads(row[3])["mood"], str)
     assert rows[0][1:] == rows[2][1:]  # equal reviews, equal answers
     failures = relserve.duckdb.errors(con).fetchall()
     assert ("llm_filter", "Is this review positive? {review}", '{"review": null}',
             "llm_filter: placeholder {review} is NULL in this row") in failures
 
 
+def _answer(recording, prefix: str, review: str):
+    """The engine's answer to the one prompt that starts with ``prefix`` + ``review``."""
+    [prompt] = {p for ps in recording.submitted for p in ps if p.startswith(prefix + review)}
+    return recording.answers[prompt]
+
+
 def test_filter_then_map_and_a_cached_rerun(con, recording):
+    # NOT: SmolLM2 answers this question "no" for these reviews (constrained decoding), so the map
+    # runs on the rows it said "no" to; with the filter alone it would never run
     query = """SELECT id, llm_map('One word for: {review}', review) AS word FROM reviews
-               WHERE llm_filter('Is this review positive? {review}', review) ORDER BY id"""
+               WHERE NOT llm_filter('Is this review positive? {review}', review) ORDER BY id"""
     first = relserve.duckdb.sql(con, query).fetchall()
     filter_prompts, *rest = recording.submitted
-    kept = [p.split("? ", 1)[1].split("\n")[0] for p in filter_prompts if recording.answers[p] == "yes"]
+    kept = [p.split("? ", 1)[1].split("\n")[0] for p in filter_prompts if recording.answers[p] == "no"]
+    # the map must run on something, or the checks below would compare empty lists
+    assert kept, {p: recording.answers[p] for p in filter_prompts}
     assert [r[1] for r in first] == [recording.answers[f"One word for: {r}"] for r in
                                      ["A wonderful, moving film.", "Boring and far too long.", "A wonderful, moving film.",
                                       "I loved every minute."] if r in kept]
@@ -103,3 +122,26 @@ def test_bad_input_fails_before_the_engine_is_reached(con, recording):
     with pytest.raises(TemplateError, match="no {column} placeholder"):
         relserve.duckdb.sql(con, "SELECT llm_map('Say hello', review) FROM reviews")
     assert recording.submitted == []
+
+
+def test_nested_calls_cte_parameters_and_create_insert_update(con, recording):
+    # the real-engine twin of test_duckdb.py's statement shapes: every value is the engine's
+    # answer to the prompt its row produced
+    answers = recording.answers
+    nested = relserve.duckdb.sql(
+        con,
+        """WITH m AS (SELECT id, movie FROM reviews WHERE id <= ?)
+           SELECT id, llm_map('Shorten: {x}', llm_map('Describe the film {m} in three words.', movie)) FROM m ORDER BY id""",
+        params=[2],
+    ).fetchall()
+    inner = {m: answers[f"Describe the film {m} in three words."] for m in ("Alien", "Heat")}
+    assert nested == [(1, answers[f"Shorten: {inner['Alien']}"]), (2, answers[f"Shorten: {inner['Heat']}"])]
+    assert recording.submitted[:2] == [sorted(f"Describe the film {m} in three words." for m in ("Alien", "Heat")),
+                                       sorted(f"Shorten: {inner[m]}" for m in ("Alien", "Heat"))]
+    relserve.duckdb.sql(con, "CREATE TABLE words AS SELECT id, llm_map('One word for: {movie}', movie) AS w FROM reviews WHERE id < 3")
+    relserve.duckdb.sql(con, "INSERT INTO words SELECT id, llm_map('One word for: {movie}', movie) FROM reviews WHERE id = 5")
+    one = {m: answers[f"One word for: {m}"] for m in ("Alien", "Heat", "Up")}
+    assert con.sql("SELECT id, w FROM words ORDER BY id").fetchall() == [(1, one["Alien"]), (2, one["Heat"]), (5, one["Up"])]
+    relserve.duckdb.sql(con, "UPDATE words SET w = llm_map('Say {w} in capitals.', w) WHERE id = 2")
+    assert con.sql("SELECT id, w FROM words ORDER BY id").fetchall() == [
+        (1, one["Alien"]), (2, answers[f"Say {one['Heat']} in capitals."]), (5, one["Up"])]

@@ -161,6 +161,25 @@ def test_choices_and_json_schema_constrain_the_answer(engine):
         assert isinstance(json.loads(t)["stars"], int)
 
 
+def test_sampling_options_reach_the_engine(engine):
+    # the real-engine twin of the sampling settings: seeded sampling repeats, another seed
+    # differs, and a tiny top_p leaves only the most likely token (the greedy answer)
+    rows = [{"thing": t} for t in ("the sea", "a forest", "a city at night", "winter")]
+    template = "Write a short poem about {thing}."
+
+    def texts(**options):
+        res = engine.run(RelQuery(template, rows, max_tokens=10, **options), timeout=120)
+        assert res.stats.num_errors == 0
+        return res.texts
+
+    greedy = texts()
+    seeded = texts(temperature=1.5, seed=11)
+    assert texts(temperature=1.5, seed=11) == seeded
+    assert texts(temperature=1.5, seed=12) != seeded
+    assert seeded != greedy
+    assert texts(temperature=1.5, top_p=1e-6, seed=5) == greedy
+
+
 def test_bad_template_and_rows_fail_before_anything_runs():
     with pytest.raises(TemplateError, match="unknown column\\(s\\) 'reviw'"):
         RelQuery("Is {reviw} positive?", [{"review": "ok"}])

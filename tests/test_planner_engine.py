@@ -44,23 +44,30 @@ def test_a_repeated_call_does_not_reach_the_engine(recording):
 
 def test_filter_classify_extract_types_on_the_engine(recording):
     rows = [[r for r in REVIEWS if r]]
-    flags = run_call(make_call("llm_filter", "Is this review positive? {review}"), rows, engine=recording).values
-    assert all(type(v) is bool for v in flags)
+
+    def engine_answer(prefix: str, review: str):
+        [prompt] = {p for ps in recording.submitted for p in ps if p.startswith(prefix + review)}
+        return recording.answers[prompt]
+
+    flags = run_call(make_call("llm_filter", "Is this review positive? {review}"), rows, engine=recording)
+    assert flags.errors == [None] * 5
+    assert flags.values == [engine_answer("Is this review positive? ", r) == "yes" for r in rows[0]]
+    assert all(type(v) is bool for v in flags.values)
     labels = ["positive", "negative"]
-    kinds = run_call(make_call("llm_classify", "Sentiment of: {review}", labels=labels), rows, engine=recording).values
-    assert all(k in labels for k in kinds)
+    kinds = run_call(make_call("llm_classify", "Sentiment of: {review}", labels=labels), rows, engine=recording)
+    assert kinds.errors == [None] * 5
+    assert kinds.values == [engine_answer("Sentiment of: ", r) for r in rows[0]]
+    assert set(kinds.values) <= set(labels)
     schema = {"type": "object", "properties": {"mood": {"type": "string"}}, "required": ["mood"]}
     extracted = run_call(
-        make_call("llm_extract", "Extract the mood of: {review}", json_schema=schema, max_tokens=32), rows, engine=recording
+        make_call("llm_extract", "Extract the mood of: {review}", json_schema=schema, max_tokens=48), rows, engine=recording
     )
-    for value, err in zip(extracted.values, extracted.errors):
-        # either valid JSON with a string mood, or (if the answer was cut by max_tokens) an error
-        if err is None:
-            assert isinstance(json.loads(value)["mood"], str)
-        else:
-            assert value is None and "llm_extract" in err
+    # 48 tokens hold the object: every row is the engine's JSON, with a string mood
+    assert extracted.errors == [None] * 5
+    assert [json.loads(v) for v in extracted.values] == [json.loads(engine_answer("Extract the mood of: ", r)) for r in rows[0]]
+    assert all(isinstance(json.loads(v)["mood"], str) for v in extracted.values)
     # equal reviews, equal answers
-    assert kinds[0] == kinds[2] and flags[1] == flags[4]
+    assert kinds.values[0] == kinds.values[2] and flags.values[1] == flags.values[4]
 
 
 def test_field_reordering_sends_json_fields_to_the_engine(recording):
@@ -84,3 +91,23 @@ def test_explain_uses_the_engines_tokens_and_blocks(engine):
     assert ex.token_source == "engine" and ex.block_size == engine.block_size
     assert ex.prompt_tokens_original == sum(len(engine.prompt_token_ids(f"Summarize in three words: {r}")) for r in REVIEWS if r)
     assert token_source(engine).kind == "engine"
+
+
+def test_a_row_the_engine_fails_gets_null_and_a_message_the_others_keep_answers(recording):
+    # the real-engine twin of test_planner.py's failing rows: a prompt over the model's context
+    from relserve.errors import RowError
+
+    long_text = "word " * 3000
+    call = make_call("llm_map", "Summarize in three words: {review}", max_tokens=6)
+    out = run_call(call, [["A wonderful, moving film.", long_text, "Boring and far too long."]], engine=recording)
+    assert out.values == [recording.answers["Summarize in three words: A wonderful, moving film."], None,
+                          recording.answers["Summarize in three words: Boring and far too long."]]
+    assert out.values[0] and out.values[2]
+    assert out.errors[0] is None and out.errors[2] is None
+    assert out.errors[1].startswith("llm_map: ") and "exceeds the model's context of 2048 tokens" in out.errors[1]
+    # the good answers were cached, the failure was not: a rerun sends only the failed row
+    again = run_call(call, [["A wonderful, moving film.", long_text, "Boring and far too long."]], engine=recording)
+    assert again.values == out.values and again.plan.cache_hits == 2 and again.ran == 1
+    strict = make_call("llm_map", "Summarize in three words: {review}", max_tokens=6, on_error="raise")
+    with pytest.raises(RowError, match=r"row 1 \(review='word word .*exceeds the model's context of 2048 tokens"):
+        run_call(strict, [["A wonderful, moving film.", long_text]], engine=recording)

@@ -65,3 +65,25 @@ def test_classify_returns_labels_and_repeats_come_from_the_cache(df, recording):
     again = df.llm.classify("Sentiment of: {review}", ["positive", "negative"], alias="sentiment")
     assert again.equals(out)
     assert len(recording.submitted) == 1
+
+
+def test_extract_errors_and_explain_on_the_engine(df, recording):
+    # the real-engine twin of test_polars.py's extract, error log and EXPLAIN
+    import json
+
+    schema = {"type": "object", "properties": {"mood": {"type": "string"}}, "required": ["mood"]}
+    lazy = df.lazy().with_columns(pl.col("review").llm.extract("Extract the mood of: {review}", schema, max_tokens=48).alias("mood"))
+    [plan] = relserve.polars.explain(lazy)
+    assert recording.submitted == []
+    assert (plan.rows, plan.error_rows, plan.distinct_prompts, plan.to_run) == (4, 1, 2, 2)
+    out = lazy.collect()
+    [prompts] = recording.submitted
+    answer = {r: json.loads(next(recording.answers[p] for p in prompts if p.startswith(f"Extract the mood of: {r}")))
+              for r in ("A wonderful, moving film.", "Boring and far too long.")}
+    moods = out["mood"].to_list()
+    assert moods[3] is None
+    assert [json.loads(m) for m in moods[:3]] == [answer["A wonderful, moving film."], answer["Boring and far too long."],
+                                                 answer["A wonderful, moving film."]]
+    errors = relserve.polars.errors()
+    last = errors.filter(pl.col("call") == errors["call"].max())
+    assert last.select("function", "row", "error").rows() == [("llm_extract", 3, "llm_extract: placeholder {review} is NULL in this row")]

@@ -162,7 +162,7 @@ def main() -> int:
     labels_doc = {**meta, "cases": [label_scores(tok, model, p, labs, shape) for p, labs, shape in LABEL_PROMPTS]}
     for c in greedy_doc["cases"]:
         print(f"{c['answer_text']!r:60} gap {c['min_logit_gap']:.3f}")
-        if c["min_logit_gap"] < 0.05:
+        if c["min_logit_gap"] < 0.01:
             print("  ^ near-tie: pick another prompt", file=sys.stderr)
     for c in labels_doc["cases"]:
         print({k: round(v, 4) for k, v in c["label_logprobs"].items()})
