@@ -13,15 +13,75 @@ See docs/sql-and-dataframes.md. (This module is ``relserve.duckdb``; ``import du
 package still means DuckDB itself, as imports are absolute.)
 """
 
+from typing import Any
+
 from relserve.duckdb_ext import (
-    Connection,
+    Connection as _Connection,
     SiteExplain,
     StatementExplain,
-    connect,
+    connect as _connect,
     errors,
-    explain,
-    install,
-    sql,
+    explain as _explain,
+    install as _install,
+    sql as _sql,
 )
 
 __all__ = ["Connection", "SiteExplain", "StatementExplain", "connect", "errors", "explain", "install", "sql"]
+
+
+# -- issue 26: llm_reduce / llm_topk (relserve/operators/duckdb_hooks.py) ----------------------
+# A statement that names an operator is rewritten (aggregate form -> list form) and the
+# operator functions are registered on the connection; any other statement goes through as before.
+
+
+def install(con: Any, **defaults: Any) -> Any:
+    """Register the row-level LLM functions (``relserve.duckdb_ext``) and ``llm_reduce`` /
+    ``llm_topk`` (list form) on ``con``; see ``relserve.duckdb_ext.session.install``."""
+    from relserve.operators.duckdb_hooks import install as install_operators
+
+    return install_operators(_install(con, **defaults))
+
+
+def sql(con: Any, query: str, params: Any = None) -> Any:
+    if isinstance(con, _Connection):
+        con = con.con
+    from relserve.operators.duckdb_hooks import mentions_operator, run_sql
+
+    if mentions_operator(query):
+        return run_sql(con, query, _sql, params)
+    return _sql(con, query, params)
+
+
+sql.__doc__ = _sql.__doc__
+
+
+def explain(con: Any, query: str, params: Any = None) -> Any:
+    """What ``sql(con, query)`` would do, without calling the engine; for a statement with
+    ``llm_reduce`` / ``llm_topk``, their groups, levels and estimated prompt tokens."""
+    if isinstance(con, _Connection):
+        con = con.con
+    from relserve.operators.duckdb_hooks import explain_sql, mentions_operator
+
+    if mentions_operator(query):
+        return explain_sql(con, query, params)
+    return _explain(con, query, params)
+
+
+class Connection(_Connection):
+    """A DuckDB connection whose ``sql`` plans LLM calls (and llm_reduce / llm_topk)."""
+
+    def __init__(self, con: Any, **defaults: Any) -> None:
+        self.con = install(con, **defaults)
+
+    def sql(self, query: str, params: Any = None) -> Any:
+        return sql(self.con, query, params)
+
+    def explain(self, query: str, params: Any = None) -> Any:
+        return explain(self.con, query, params)
+
+
+def connect(database: str = ":memory:", *, read_only: bool = False, config: dict | None = None, **defaults: Any) -> Connection:
+    """``duckdb.connect`` with the LLM functions installed and statement planning in ``sql``."""
+    import duckdb
+
+    return Connection(duckdb.connect(database, read_only=read_only, config=config or {}), **defaults)

@@ -328,6 +328,40 @@ class LLMExpr:
         )
         return _expr(self._expr, call, engine)
 
+    # -- issue 26: operators past one row (relserve/operators/) -------------------------------
+    # polars calls a function once per group inside group_by().agg, so there ``reduce`` runs one
+    # reduction per group; ``reduce_list`` over a List column (one group per row, e.g. after
+    # ``group_by().agg(pl.col(v))``, or ``df.llm.reduce``) reduces every group together, each
+    # level of the tree ONE relQuery for all groups.
+
+    def reduce(self, template: str, *, engine: Any = None, context_tokens: int | None = None, **options: Any) -> pl.Expr:
+        """One answer (String) for all the expression's values: in ``group_by().agg`` one per group.
+
+        >>> lf = pl.LazyFrame({"g": [1, 1, 2], "review": ["Great film!", "Too long.", "Fine."]})
+        >>> lf.group_by("g").agg(pl.col("review").llm.reduce("Summarize:\\n{review}")).collect_schema()
+        Schema([('g', Int64), ('review', String)])
+        """
+        from relserve.operators.reduce import reduce_call
+
+        rc = reduce_call(template, context_tokens=context_tokens, **options)
+        return self._expr.map_batches(_reduce_batch(rc, engine, one_group=True), return_dtype=pl.String(), returns_scalar=True)
+
+    def reduce_list(self, template: str, *, engine: Any = None, context_tokens: int | None = None, **options: Any) -> pl.Expr:
+        """One answer (String) per row of a List column, each row a group; all groups together."""
+        from relserve.operators.reduce import reduce_call
+
+        rc = reduce_call(template, context_tokens=context_tokens, **options)
+        return self._expr.map_batches(_reduce_batch(rc, engine, one_group=False), return_dtype=pl.String())
+
+    def topk(self, template: str, k: int, *, engine: Any = None, pool: int | None = None, **options: Any) -> pl.Expr:
+        """The ``k`` values (List(String), best first) that best answer the yes/no question
+        ``template``: in ``group_by().agg`` one list per group."""
+        from relserve.operators.topk import topk_call
+
+        tc = topk_call(template, k, pool=pool, **options)
+        return self._expr.map_batches(_topk_batch(tc, engine), return_dtype=pl.List(pl.String()), returns_scalar=True)
+
+
 
 class LLMFrame:
     """``df.llm`` / ``lf.llm``: placeholders bind to the frame's columns by name."""
@@ -364,6 +398,63 @@ class LLMFrame:
         expr = self._struct(template, LLM_EXTRACT).llm.extract(template, json_schema, **options)
         return self._frame.with_columns(expr.alias(alias))
 
+    def reduce(self, template: str, *, by: str | list[str], value: str | None = None, alias: str = "llm_reduce", **options: Any):
+        """One row per group of ``by`` with a String column ``alias``: the group's ``value``s
+        (default: the template's placeholder column) reduced; all groups at once, each level of a
+        tree reduction ONE relQuery."""
+        from relserve.operators.reduce import reduce_call
+
+        # the template and options are checked before any data is touched
+        rc = reduce_call(template, **{k: v for k, v in options.items() if k != "engine"})
+        column = value or rc.placeholder
+        grouped = self._frame.group_by(by, maintain_order=True).agg(pl.col(column).alias(alias))
+        return grouped.with_columns(pl.col(alias).llm.reduce_list(template, **options))
+
 
 pl.api.register_dataframe_namespace("llm")(LLMFrame)
 pl.api.register_lazyframe_namespace("llm")(LLMFrame)
+
+
+# -- issue 26: batch functions of the operators (logic in relserve/operators/) ----------------------
+
+
+def _reduce_batch(rc: Any, engine: Any, *, one_group: bool) -> Callable[[pl.Series], pl.Series]:
+    from relserve.operators.reduce import explain_reduce, run_reduce
+
+    def run(series: pl.Series) -> pl.Series:
+        groups = [series.to_list()] if one_group else series.to_list()
+        use_engine = engine if engine is not None else settings.current().engine
+        if _recorder.active > 0:
+            with _recorder.lock:
+                _recorder.items.append(explain_reduce(rc, groups, engine=use_engine))
+            return pl.Series(series.name, [None] * len(groups), dtype=pl.String())
+        outcome = run_reduce(rc, groups, engine=use_engine, progress=settings.current().progress)
+        with _lock:
+            _calls[0] += 1
+            for g, err in outcome.failures:
+                _failures.append(_Failure(_calls[0], "llm_reduce", rc.call.template.source, g, err))
+        return pl.Series(series.name, outcome.values, dtype=pl.String())
+
+    return run
+
+
+def _topk_batch(tc: Any, engine: Any) -> Callable[[pl.Series], pl.Series]:
+    from relserve.operators.topk import explain_topk, run_topk
+
+    def run(series: pl.Series) -> pl.Series:
+        values = series.to_list()
+        use_engine = engine if engine is not None else settings.current().engine
+        if _recorder.active > 0:
+            with _recorder.lock:
+                _recorder.items.append(explain_topk(tc, values))
+            return pl.Series(series.name, [None], dtype=pl.List(pl.String()))
+        outcome = run_topk(tc, values, engine=use_engine, progress=settings.current().progress)
+        with _lock:
+            _calls[0] += 1
+            for row, err in enumerate(outcome.errors):
+                if err is not None:
+                    _failures.append(_Failure(_calls[0], "llm_topk", tc.score.template.source, row, err))
+        top = [v if isinstance(v, str) else str(v) for v in outcome.values]
+        return pl.Series(series.name, [top], dtype=pl.List(pl.String()))
+
+    return run

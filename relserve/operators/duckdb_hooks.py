@@ -1,0 +1,300 @@
+"""``llm_reduce`` and ``llm_topk`` in DuckDB: list-taking scalar functions plus a rewrite.
+
+DuckDB's Python API has no aggregate UDFs, so the operators are scalar functions over a LIST:
+``llm_reduce(template, list(value))`` and ``llm_topk(template, list(value), k)``. DuckDB hands a
+scalar function a chunk of up to 2,048 rows at once, and after ``GROUP BY`` a row is a group, so
+one call sees every group of the chunk and each level of a reduction is ONE relQuery for all of
+them. On a plain connection users write the ``list()`` form; ``relserve.duckdb.sql`` (and
+``explain``) also accept the aggregate form ``llm_reduce(template, value)`` and rewrite it to
+``llm_reduce(template, ARRAY_AGG(value))`` (``rewrite``); an argument that is already an aggregate
+(``list(v ORDER BY t)``) is left as written, so users can order a group's values.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from relserve.errors import ConfigError, RelServeError, RowError
+from relserve.functions import FUNCTIONS
+from relserve.operators.reduce import ReduceExplain, explain_reduce, reduce_call, run_reduce
+from relserve.operators.topk import run_topk, topk_call
+
+OPERATORS = ("llm_reduce", "llm_topk")
+#: the options a reduction or top-k takes from the connection's defaults
+_DEFAULT_KEYS = ("model", "max_tokens", "system", "on_error")
+_MARKER = "__llm_options__"
+
+
+def mentions_operator(query: str) -> bool:
+    low = query.lower()
+    return any(name in low for name in OPERATORS)
+
+
+def rewrite(query: str) -> str:
+    """The aggregate form as the list form; raises for a statement that mixes an operator with
+    row-level calls (their planned passes would run the operator on stand-in answers)."""
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        trees = sqlglot.parse(query, dialect="duckdb")
+    except Exception:
+        return query  # DuckDB will say what is wrong with it
+    out = []
+    for tree in trees:
+        if tree is None:
+            continue
+        calls = [n for n in tree.find_all(exp.Anonymous)]
+        ops = [n for n in calls if str(n.name).lower() in OPERATORS]
+        rows = sorted({str(n.name).lower() for n in calls if str(n.name).lower() in FUNCTIONS})
+        if ops and rows:
+            raise ConfigError(
+                f"{', '.join(sorted({str(n.name).lower() for n in ops}))} cannot share a statement with "
+                f"{', '.join(rows)}: run the row-level calls first (CREATE TABLE ... AS SELECT ...), then aggregate"
+            )
+        for node in ops:
+            args = node.expressions
+            if len(args) >= 2 and not isinstance(args[1], exp.AggFunc):
+                args[1].replace(exp.ArrayAgg(this=args[1].copy()))
+        out.append(tree.sql(dialect="duckdb"))
+    return ";\n".join(out)
+
+
+# -- the functions ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Explaining:
+    """While active (``explain``), the functions record their EXPLAIN and return NULL."""
+
+    active: int = 0
+    items: list[Any] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_explaining = _Explaining()
+
+
+def _column(arr: Any) -> pa.Array:
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+
+
+def _split_options(arrays: list[pa.Array]) -> tuple[list[pa.Array], list[dict | None] | None]:
+    last = _column(arrays[-1]) if arrays else None
+    if last is not None and pa.types.is_struct(last.type) and any(f.name == _MARKER for f in last.type):
+        opts = [None if o is None else {k: v for k, v in o.items() if k != _MARKER and v is not None}
+                for o in last.to_pylist()]
+        return arrays[:-1], opts
+    return arrays, None
+
+
+class _Operator:
+    """Shared by both functions: the connection's defaults, options per row, NULL handling."""
+
+    name = ""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        from relserve.duckdb_ext.session import session_of
+
+        self.session = session_of(con)
+
+    def _options(self, row_options: dict | None) -> dict[str, Any]:
+        d = self.session.defaults
+        base = {k: getattr(d, k) for k in _DEFAULT_KEYS}
+        base.update(row_options or {})
+        return {k: v for k, v in base.items() if v is not None}
+
+    def _by_call(self, templates: list, options: list | None, extra: list | None = None) -> dict:
+        """Rows that share template, options (and k): one operator run per such set."""
+        groups: dict[Any, list[int]] = {}
+        for r, t in enumerate(templates):
+            o = options[r] if options is not None else None
+            key = (t, tuple(sorted((o or {}).items())), extra[r] if extra is not None else None)
+            groups.setdefault(key, []).append(r)
+        return groups
+
+    def _record(self, template: str, errors: Sequence[tuple[Any, str | None]]) -> None:
+        from relserve.duckdb_ext.session import RowFailure
+
+        with self.session.lock:
+            for args, err in errors:
+                if err is not None:
+                    self.session.failures.append(RowFailure(self.name, template, args, err))
+
+
+class ReduceFunction(_Operator):
+    """``llm_reduce(template, list [, llm_options(...)])`` -> VARCHAR, one value per group."""
+
+    name = "llm_reduce"
+
+    def __call__(self, *arrays: pa.Array) -> pa.Array:
+        values, options = _split_options(list(arrays))
+        if len(values) != 2:
+            raise ConfigError(
+                "llm_reduce(template, values [, llm_options(...)]) takes a template and the group's values "
+                f"(in relserve.duckdb.sql: a column; on a plain connection: list(column)), got {len(values)} arguments"
+            )
+        templates = _column(values[0]).to_pylist()
+        lists = _column(values[1])
+        if not pa.types.is_list(lists.type) and not pa.types.is_large_list(lists.type):
+            raise ConfigError(
+                f"llm_reduce: the values must be a list (list(column) on a plain connection), got {lists.type}"
+            )
+        lists = lists.to_pylist()
+        out: list[str | None] = [None] * len(templates)
+        for (template, opts, _), rows in self._by_call(templates, options).items():
+            if template is None:
+                self._record("", [("{}", "llm_reduce: the template is NULL in this row")] * len(rows))
+                continue
+            rc = reduce_call(template, **self._options(dict(opts)))
+            groups = [lists[r] for r in rows]
+            if _explaining.active:
+                with _explaining.lock:
+                    _explaining.items.append(explain_reduce(rc, groups, engine=self.session.engine))
+                continue
+            outcome = run_reduce(rc, groups, engine=self.session.engine, progress=self.session.progress)
+            for r, v in zip(rows, outcome.values):
+                out[r] = v
+            self._record(template, [(f'{{"group_row": {r}}}', e) for r, e in zip(rows, outcome.errors)])
+        return pa.array(out, pa.string())
+
+
+class TopKFunction(_Operator):
+    """``llm_topk(template, list, k [, llm_options(...)])`` -> VARCHAR[], best first."""
+
+    name = "llm_topk"
+
+    def __call__(self, *arrays: pa.Array) -> pa.Array:
+        values, options = _split_options(list(arrays))
+        if len(values) != 3:
+            raise ConfigError(
+                "llm_topk(template, values, k [, llm_options(...)]) takes a template, the values (a column in "
+                f"relserve.duckdb.sql, list(column) on a plain connection) and k, got {len(values)} arguments"
+            )
+        templates = _column(values[0]).to_pylist()
+        lists = _column(values[1]).to_pylist()
+        ks = _column(values[2]).to_pylist()
+        out: list[list[str] | None] = [None] * len(templates)
+        for (template, opts, k), rows in self._by_call(templates, options, ks).items():
+            if template is None or k is None:
+                continue
+            tc = topk_call(template, int(k), **self._options(dict(opts)))
+            for r in rows:
+                group = lists[r] or []
+                if _explaining.active:
+                    from relserve.operators.topk import explain_topk
+
+                    with _explaining.lock:
+                        _explaining.items.append(explain_topk(tc, group))
+                    continue
+                outcome = run_topk(tc, group, engine=self.session.engine, progress=self.session.progress)
+                out[r] = [v if isinstance(v, str) else str(v) for v in outcome.values]
+                self._record(template, [(f'{{"group_row": {r}, "value": {i}}}', e) for i, e in enumerate(outcome.errors)])
+        return pa.array(out, pa.list_(pa.string()))
+
+
+def install(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """Register ``llm_reduce`` and ``llm_topk`` on ``con`` (the row-level functions too, if not yet)."""
+    for name, udf, returns in (
+        ("llm_reduce", ReduceFunction(con), "VARCHAR"),
+        ("llm_topk", TopKFunction(con), "VARCHAR[]"),
+    ):
+        try:
+            con.remove_function(name)
+        except (duckdb.InvalidInputException, duckdb.CatalogException):
+            pass
+        con.create_function(name, _raising(udf), None, returns, type="arrow", null_handling="special", side_effects=True)
+    return con
+
+
+
+def _raising(udf: Any):
+    """Errors surface as relserve's own (DuckDB wraps them; ``sql`` unwraps via ``last_error``)."""
+
+    def call(*arrays: pa.Array) -> pa.Array:
+        try:
+            return udf(*arrays)
+        except RelServeError as e:
+            _last_error.value = e
+            raise
+
+    return call
+
+
+class _LastError:
+    # DuckDB runs a UDF on its own threads: the error is kept per connection call, not per thread
+    value: BaseException | None = None
+
+
+_last_error = _LastError()
+
+
+def ensure_installed(con: duckdb.DuckDBPyConnection) -> None:
+    found = con.sql("SELECT count(*) FROM duckdb_functions() WHERE function_name = 'llm_topk'").fetchall()
+    if not found or not found[0][0]:
+        install(con)
+
+
+def run_sql(con: duckdb.DuckDBPyConnection, query: str, sql_fn: Any, params: Any = None) -> Any:
+    """``relserve.duckdb.sql`` for a statement with an operator: rewritten, then planned as usual."""
+    ensure_installed(con)
+    _last_error.value = None
+    try:
+        rel = sql_fn(con, rewrite(query), params)
+        # run it now, once: a lazy relation would run the operators again at every fetch, and
+        # their errors would surface later, wrapped by DuckDB
+        return con.from_arrow(rel.to_arrow_table()) if rel is not None else None
+    except duckdb.Error:
+        err, _last_error.value = _last_error.value, None
+        if err is not None:
+            raise err.with_traceback(None) from None
+        raise
+
+
+@dataclass
+class OperatorExplain:
+    """EXPLAIN of a statement's ``llm_reduce`` / ``llm_topk`` calls (nothing runs on the engine)."""
+
+    statement: str
+    items: list[Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"statement": self.statement,
+                "operators": [i.to_dict() if isinstance(i, ReduceExplain) else {"llm_topk": i} for i in self.items]}
+
+    def __str__(self) -> str:
+        lines = [f"LLM EXPLAIN: {len(self.items)} operator call(s)"]
+        for item in self.items:
+            if isinstance(item, ReduceExplain):
+                lines.extend("   " + line for line in str(item).splitlines())
+            else:
+                lines.append(f"   llm_topk: {item['rows']} rows, k={item['k']}, rounds: "
+                             + ", ".join(f"{r['name']} {r['prompts']} prompts" for r in item["rounds"])
+                             + f" (all pairs would be {item['all_pairs_prompts']})")
+        return "\n".join(lines)
+
+
+def explain_sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> OperatorExplain:
+    """Run the statement once with the operators recording their EXPLAIN instead of running."""
+    ensure_installed(con)
+    text = rewrite(query)
+    with _explaining.lock:
+        _explaining.active += 1
+        start = len(_explaining.items)
+    try:
+        rel = con.sql(text, params=params) if params is not None else con.sql(text)
+        if rel is not None:
+            rel.fetchall()
+    finally:
+        with _explaining.lock:
+            _explaining.active -= 1
+            found = _explaining.items[start:]
+            if not _explaining.active:
+                _explaining.items.clear()
+    return OperatorExplain(query, found)

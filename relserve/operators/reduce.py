@@ -1,0 +1,339 @@
+"""``llm_reduce``: fold each group's values into one prompt, as a tree when a group is too big.
+
+A group whose values fit in one prompt (the engine's context minus ``max_tokens`` for the
+answer) is answered by one prompt. A bigger group is cut into consecutive chunks that fit
+(``packing.pack``); each chunk's answer is a partial result, and the partial results are folded
+again with the same template, level after level, until one prompt holds them all.
+
+Every level is ONE relQuery for all groups at once: a small group's only prompt runs beside a
+big group's first chunks, so it does not wait for them, and the scheduler sees the level whole.
+Each level goes through the planner (``run_call``): identical prompts run once, answers come from
+the result cache where they can, prompts are ordered for prefix sharing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from relserve.errors import ConfigError, RowError
+from relserve.functions import LLM_MAP, LLMCall, make_call
+from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds
+from relserve.planner.engine_ref import EngineRef
+from relserve.planner.execute import run_call
+from relserve.operators.budget import TokenCounter, context_of, item_budget, placeholders
+from relserve.operators.packing import TooLong, estimate_levels, fold, pack
+from relserve.template import format_value
+from relserve.validation import OnError
+
+#: a tree over values that each fit a prompt has at most log2(values) levels; far beyond any
+#: real group, so reaching it means partial answers stopped shrinking (a bug, not a big group)
+MAX_LEVELS = 40
+WHO = "llm_reduce"
+
+
+@dataclass(frozen=True)
+class ReduceCall:
+    """A reduction: the ``llm_map`` call each prompt runs, and the context it must fit in."""
+
+    call: LLMCall
+    #: shrink the context below the engine's (None: the engine's ``max_model_len``)
+    context_tokens: int | None = None
+
+    @property
+    def placeholder(self) -> str:
+        return self.call.template.columns[0]
+
+
+def reduce_call(template: str, *, context_tokens: int | None = None, **options: Any) -> ReduceCall:
+    """Check a reduction before anything runs: the template names exactly one placeholder (where
+    the group's values go), the options are those of ``llm_map``."""
+    if "reorder_fields" in options and options["reorder_fields"]:
+        raise ConfigError(f"{WHO} takes no reorder_fields: its prompt has one placeholder")
+    placeholders(template, WHO, 1, "Summarize these reviews:\n{review}")
+    call = make_call(LLM_MAP, template, **options)
+    if call.options.examples:
+        raise ConfigError(f"{WHO} takes no examples")
+    context_of(None, context_tokens)  # checks the value
+    return ReduceCall(call, context_tokens)
+
+
+@dataclass
+class LevelRun:
+    """What one level of the tree did (one relQuery)."""
+
+    level: int
+    prompts: int
+    groups_finishing: int
+    prompts_run: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    latency_s: float = 0.0
+
+
+@dataclass
+class ReduceOutcome:
+    """One value and one error per group, in input order (a key per group when given a mapping)."""
+
+    values: list[str | None]
+    errors: list[str | None]
+    levels: list[LevelRun] = field(default_factory=list)
+    keys: list[Any] | None = None
+
+    @property
+    def failures(self) -> list[tuple[Any, str]]:
+        keys = self.keys if self.keys is not None else list(range(len(self.values)))
+        return [(k, e) for k, e in zip(keys, self.errors) if e is not None]
+
+    def as_dict(self) -> dict[Any, str | None]:
+        keys = self.keys if self.keys is not None else list(range(len(self.values)))
+        return dict(zip(keys, self.values))
+
+    @property
+    def relqueries(self) -> int:
+        return sum(1 for lv in self.levels if lv.prompts_run)
+
+
+def _items(group: Sequence[Any] | None) -> list[str]:
+    """The group's values as text, NULLs skipped (as SQL aggregates skip them)."""
+    if group is None:
+        return []
+    if isinstance(group, (str, bytes)):
+        raise ConfigError(f"{WHO}: a group must be a list of values, got a single {type(group).__name__}")
+    return [v if isinstance(v, str) else format_value(v) for v in group if v is not None]
+
+
+def _group_label(keys: list[Any] | None, g: int) -> str:
+    return f"group {keys[g]!r}" if keys is not None else f"group {g}"
+
+
+def split_groups(groups: Mapping[Any, Sequence[Any]] | Sequence[Sequence[Any] | None]) -> tuple[list[Any] | None, list]:
+    if isinstance(groups, Mapping):
+        return list(groups.keys()), list(groups.values())
+    if isinstance(groups, (str, bytes)) or not hasattr(groups, "__iter__"):
+        raise ConfigError(f"{WHO}: groups must be a list of lists of values, or a mapping of key to values")
+    return None, list(groups)
+
+
+@dataclass(frozen=True)
+class _Budget:
+    counter: TokenCounter
+    context: int
+    overhead: int
+    budget: int
+
+
+def _budget(rc: ReduceCall, engine: Any) -> _Budget:
+    counter = TokenCounter.of(engine, rc.call.options.model)
+    context = context_of(engine, rc.context_tokens)
+    # the prompt around the values: the template with nothing folded in, plus a system message
+    overhead = counter.prompt(rc.call.template.render({rc.placeholder: ""}))
+    if rc.call.options.system:
+        overhead += counter.count([rc.call.options.system])[0] + 8
+    return _Budget(counter, context, overhead, item_budget(context, rc.call.max_tokens, overhead, WHO))
+
+
+def run_reduce(
+    rc: ReduceCall,
+    groups: Sequence[Sequence[Any] | None],
+    *,
+    keys: list[Any] | None = None,
+    engine: Any = None,
+    cache: Any = True,
+    progress: bool = False,
+) -> ReduceOutcome:
+    """Reduce every group; each level of the tree is one relQuery over all groups' chunks."""
+    ref = engine if isinstance(engine, EngineRef) else EngineRef(engine, rc.call.options.model)
+    # the running engine's context and tokenizer; without one (all answers cached, say) the
+    # defaults of the engine that would start, so nothing is started only to count tokens
+    b = _budget(rc, ref.peek())
+    raising = rc.call.options.on_error == OnError.RAISE
+    # every prompt runs with on_error null: a failed chunk fails its group, not the others
+    call = replace(rc.call, options=replace(rc.call.options, on_error=OnError.NULL))
+
+    n = len(groups)
+    values: list[str | None] = [None] * n
+    errors: list[str | None] = [None] * n
+    items: dict[int, list[str]] = {}
+    for g, group in enumerate(groups):
+        texts = _items(group)
+        if texts:
+            items[g] = texts  # an empty group (no values, or only NULLs) is NULL, as in SQL
+    counts = b.counter.count([t for g in items for t in items[g]])
+    tokens: dict[int, list[int]] = {}
+    pos = 0
+    for g in items:
+        tokens[g] = counts[pos : pos + len(items[g])]
+        pos += len(items[g])
+
+    def fail(g: int, message: str) -> None:
+        errors[g] = f"{WHO}: {message}"
+        items.pop(g, None)
+        if raising:
+            raise RowError(f"{WHO}: {_group_label(keys, g)}: {message}")
+
+    out = ReduceOutcome(values, errors, keys=keys)
+    level = 0
+    while items:
+        if level >= MAX_LEVELS:
+            for g in list(items):
+                fail(g, f"no answer after {MAX_LEVELS} levels")
+            break
+        jobs: list[tuple[int, str, bool]] = []  # (group, folded text, is the group's last prompt)
+        for g in list(items):
+            try:
+                chunks = pack(tokens[g], b.budget)
+            except TooLong as e:
+                what = "a value" if level == 0 else "a partial answer"
+                fail(g, f"{what} ({e.tokens} tokens) does not fit in a prompt ({e.budget} tokens for values in a "
+                     f"context of {b.context}, after the template and max_tokens={rc.call.max_tokens})")
+                continue
+            for c in chunks:
+                jobs.append((g, fold(items[g][c.start : c.stop]), len(chunks) == 1))
+        if not jobs:
+            break
+        record = LevelRun(level, len(jobs), sum(1 for _, _, final in jobs if final))
+        outcome = run_call(call, [[text for _, text, _ in jobs]], engine=ref, cache=cache, progress=progress)
+        record.prompts_run = outcome.ran
+        if outcome.engine_stats is not None:
+            s = outcome.engine_stats
+            record.prompt_tokens, record.output_tokens = s.prompt_tokens, s.output_tokens
+            record.cached_tokens, record.latency_s = s.cached_tokens, s.latency_s
+        out.levels.append(record)
+        partial: dict[int, list[str]] = {}
+        for (g, _, final), value, err in zip(jobs, outcome.values, outcome.errors):
+            if g not in items:
+                continue  # an earlier chunk of this group failed
+            if err is not None or value is None:
+                fail(g, f"level {level}: {err or 'no answer'}")
+            elif final:
+                values[g] = value
+                items.pop(g)
+            else:
+                partial.setdefault(g, []).append(value)
+        items = {g: partial[g] for g in items if g in partial}
+        counts = b.counter.count([t for g in items for t in items[g]])
+        pos = 0
+        for g in items:
+            tokens[g] = counts[pos : pos + len(items[g])]
+            pos += len(items[g])
+        level += 1
+    return out
+
+
+# -- EXPLAIN ------------------------------------------------------------------------------------
+
+
+@dataclass
+class ReduceExplain:
+    """What a reduction would run: groups, the tree's levels, prompts and tokens per level."""
+
+    template: str
+    model_id: str | None
+    groups: int
+    empty_groups: int
+    values: int
+    null_values: int
+    #: groups holding a value too long for any prompt (they would get NULL and an error)
+    too_long_groups: int
+    context_tokens: int
+    #: tokens a prompt has for folded values (context - template - max_tokens - safety)
+    value_budget: int
+    template_tokens: int
+    max_tokens: int
+    token_source: str
+    #: per level: prompts (one relQuery), groups finishing, estimated prompt tokens and seconds
+    levels: list[dict[str, Any]]
+    cost_model: str
+
+    @property
+    def estimated_prompt_tokens(self) -> int:
+        return sum(lv["prompt_tokens"] for lv in self.levels)
+
+    @property
+    def estimated_seconds(self) -> float:
+        return sum(lv["estimated_s"] for lv in self.levels)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["estimated_prompt_tokens"] = self.estimated_prompt_tokens
+        d["estimated_seconds"] = self.estimated_seconds
+        return d
+
+    def __str__(self) -> str:
+        lines = [
+            f"{WHO}({self.template!r})  model={self.model_id}",
+            f"  groups                {self.groups:>10,}   ({self.empty_groups} empty: NULL, no prompt)",
+            f"  values                {self.values:>10,}   ({self.null_values} NULL, skipped)",
+            f"  groups too long       {self.too_long_groups:>10,}   (a value does not fit a prompt: NULL + error)",
+            f"  context               {self.context_tokens:>10,} tokens   ({self.value_budget:,} for values after the "
+            f"template ({self.template_tokens}) and max_tokens={self.max_tokens}; tokens: {self.token_source})",
+            f"  levels                {len(self.levels):>10,}   (each ONE relQuery over all groups)",
+        ]
+        for lv in self.levels:
+            lines.append(
+                f"    level {lv['level']}: {lv['prompts']:>6,} prompts, {lv['groups_finishing']:>5,} groups finish, "
+                f"~{lv['prompt_tokens']:,} prompt tokens, ~{lv['estimated_s']:.1f}s"
+            )
+        lines.append(
+            f"  estimated             {self.estimated_prompt_tokens:>10,} prompt tokens, ~{self.estimated_seconds:.1f}s "
+            f"(cost model: {self.cost_model}; levels after the first assume answers of max_tokens)"
+        )
+        return "\n".join(lines)
+
+
+def _model_id(running: Any, model: str | None) -> str | None:
+    if running is not None:
+        return running.model_id
+    try:  # the model's name without loading it (EXPLAIN never starts the engine)
+        from relserve.model import resolve_model
+
+        return resolve_model(model, prepare=False).model_id
+    except Exception:
+        return None
+
+
+def explain_reduce(
+    rc: ReduceCall, groups: Sequence[Sequence[Any] | None], *, engine: Any = None
+) -> ReduceExplain:
+    """The tree each group would need and what each level costs; never starts the engine."""
+    ref = engine if isinstance(engine, EngineRef) else EngineRef(engine, rc.call.options.model)
+    running = ref.peek()
+    b = _budget(rc, running)
+    texts = [_items(g) for g in groups]
+    nulls = sum(sum(1 for v in g if v is None) for g in groups if g is not None)
+    counts = b.counter.count([t for g in texts for t in g])
+    per_group, pos, too_long = [], 0, 0
+    for g in texts:
+        toks = counts[pos : pos + len(g)]
+        pos += len(g)
+        if any(t + 3 > b.budget for t in toks):
+            too_long += 1
+            toks = []
+        per_group.append(toks)
+    cost = cost_model_of(running)
+    seqs, step_budget = engine_limits(running)
+    levels = []
+    for lv in estimate_levels(per_group, b.budget, rc.call.max_tokens):
+        tokens = lv.value_tokens + lv.prompts * b.overhead
+        secs = estimate_seconds(cost, lv.prompts, tokens, rc.call.max_tokens, max_seqs=seqs, token_budget=step_budget)
+        levels.append({**asdict(lv), "prompt_tokens": tokens, "estimated_s": secs})
+    model_id = _model_id(running, rc.call.options.model)
+    return ReduceExplain(
+        template=rc.call.template.source,
+        model_id=model_id,
+        groups=len(groups),
+        empty_groups=sum(1 for g in texts if not g),
+        values=sum(len(g) for g in texts),
+        null_values=nulls,
+        too_long_groups=too_long,
+        context_tokens=b.context,
+        value_budget=b.budget,
+        template_tokens=b.overhead,
+        max_tokens=rc.call.max_tokens,
+        token_source=b.counter.kind,
+        levels=levels,
+        cost_model=getattr(cost, "source", "default"),
+    )
