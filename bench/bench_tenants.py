@@ -12,8 +12,12 @@ the p95 ratio (target: within 2x), rows lost or duplicated (every row of every r
 come back exactly once), and the peak RSS of the server process (and of its engine processes)
 sampled every 0.2 s.
 
-    .venv/bin/python bench/bench_tenants.py                  # about 3-4 minutes on 2 CPU cores
-    .venv/bin/python bench/bench_tenants.py --flood-rows 4000
+    .venv/bin/python bench/bench_tenants.py                  # 3000 flood rows: 20 min on 2 busy cores
+    .venv/bin/python bench/bench_tenants.py --flood-rows 1000 --max-num-seqs 32
+
+On CPU a decode step's time grows with the number of sequences in it, so the small tenant's row,
+decoded in the same steps as the flood's rows, is slower than alone however early the scheduler
+ranks it; ``--max-num-seqs`` (the engine's batch) trades the flood's throughput against that.
 
 Results also go to bench/out/tenants.json.
 """
@@ -121,6 +125,7 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=30, help="1-row relQueries of the small tenant per phase")
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--policy", default="relserve")
+    ap.add_argument("--max-num-seqs", type=int, default=None, help="the engine's max_num_seqs (default: relserve serve's)")
     args = ap.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="bench-tenants-"))
@@ -131,6 +136,8 @@ def main() -> None:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = dict(os.environ, RELSERVE_HOME=str(home / "home"))
+    if args.max_num_seqs:
+        env["RELSERVE_MAX_NUM_SEQS"] = str(args.max_num_seqs)
     log = open(home / "server.log", "wb")
     proc = subprocess.Popen(
         [RELSERVE, "serve", "--port", str(port), "--tenants", str(tenants), "--no-cache", "--policy", args.policy,
@@ -184,6 +191,8 @@ def main() -> None:
         flood_dup = sum(o[2] for o in flood_out)
         report = {
             "policy": args.policy,
+            "max_num_seqs": args.max_num_seqs or "default",
+            "load_average_1m_at_end": round(os.getloadavg()[0], 1),
             "flood_rows": flood_expected,
             "flood_relqueries": len(flood_out),
             "flood_seconds": round(flood_s, 1),
@@ -216,6 +225,7 @@ def main() -> None:
     print(f"flood: {report['flood_rows']} rows in {report['flood_relqueries']} relQueries, {report['flood_seconds']} s, "
           f"{report['flood_statuses']}; still running when the small phase ended: {still_flooding}")
     print(f"rows lost: {report['rows_lost']}, duplicated: {report['rows_duplicated']}")
+    print(f"machine: {os.cpu_count()} cores, load average {report['load_average_1m_at_end']} at the end (other jobs count)")
     print(f"peak RSS: server process {report['server_peak_rss_mb']} MB, with its engine processes {report['server_and_engine_peak_rss_mb']} MB")
 
 
