@@ -368,3 +368,19 @@ def test_the_tenant_with_less_work_in_the_engine_goes_first(policy_name):
     # weight: mallory's 50 rows weigh less than bob's 8 when her weight is 10x
     heavy = [r for k in range(50) for r in _reqs(f"m{k}", 1, "mallory", arrival=0.0, weight=10.0)]
     assert _first_admitted(policy_name, heavy + bob) == "m0"
+
+
+def test_a_tenant_ranked_behind_does_not_interrupt_the_decoding_of_one_ranked_ahead():
+    from relserve.policy import Limits, StepKind, StepView, make_policy
+
+    limits = Limits(max_num_batched_tokens=1024, max_num_seqs=256, kv_capacity_tokens=100_000, kv_free_tokens=100_000)
+    bob = _reqs("bob", 4, "bob", arrival=0.5)
+    for r in bob:  # prefilled, decoding
+        r.computed_tokens, r.output_tokens = r.prompt_tokens, 1
+    flood = [r for k in range(50) for r in _reqs(f"m{k}", 1, "mallory", arrival=0.0)]
+    plan = make_policy("relserve").schedule(StepView(1.0, flood, bob, limits))
+    assert (plan.kind, plan.reason) == (StepKind.DECODE, "tenant-decode")
+    # the same queues from one tenant: RelServe's transitional rule prefills the waiting rows
+    # beside the running ones (it would do that to bob for mallory without the tenant rule)
+    same = [r for k in range(50) for r in _reqs(f"m{k}", 1, "bob", arrival=0.0)]
+    assert make_policy("relserve").schedule(StepView(1.0, same, bob, limits)).reason == "transitional-prefill"

@@ -229,6 +229,10 @@ class AdaptiveBatchArranger:
             return prefill
         if self.transitional is Transitional.DECODE:
             return StepPlan(StepKind.DECODE, priorities=prios, reason="transitional-decode")
+        if (top.hint, top.share) < (head.hint, head.share) and top.share != head.share:
+            # a tenant ranked ahead (less work in the engine per weight) is decoding: the prefill
+            # of a tenant ranked behind it waits until its running relQueries finish
+            return StepPlan(StepKind.DECODE, priorities=prios, reason="tenant-decode")
         self.last_delta = transitional_delta(
             self.cost, head, uncached, len(batch), others, len(waiting),
             cand_pairs=pairs, gain=self.settings.transitional_gain,
