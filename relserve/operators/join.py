@@ -65,5 +65,6 @@ def run_join(
     out.ran = outcome.ran
     if outcome.engine_stats is not None:
         s = outcome.engine_stats
-        out.prompt_tokens, out.cached_tokens, out.latency_s = s.prompt_tokens, s.cached_tokens, s.latency_s
+        out.prompt_tokens, out.cached_tokens = s.prompt_tokens, s.cached_tokens
+        out.latency_s = getattr(s, "latency_s", 0.0)
     return out

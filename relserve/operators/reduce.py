@@ -200,7 +200,7 @@ def run_reduce(
         if outcome.engine_stats is not None:
             s = outcome.engine_stats
             record.prompt_tokens, record.output_tokens = s.prompt_tokens, s.output_tokens
-            record.cached_tokens, record.latency_s = s.cached_tokens, s.latency_s
+            record.cached_tokens, record.latency_s = s.cached_tokens, getattr(s, "latency_s", 0.0)
         out.levels.append(record)
         partial: dict[int, list[str]] = {}
         for (g, _, final), value, err in zip(jobs, outcome.values, outcome.errors):

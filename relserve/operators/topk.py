@@ -93,8 +93,8 @@ class TopKOutcome:
 def _record(name: str, prompts: int, result: Any) -> Round:
     r = Round(name, prompts, ran=result.ran)
     if result.stats is not None:
-        r.prompt_tokens, r.output_tokens, r.latency_s = (
-            result.stats.prompt_tokens, result.stats.output_tokens, result.stats.latency_s)
+        r.prompt_tokens, r.output_tokens = result.stats.prompt_tokens, result.stats.output_tokens
+        r.latency_s = getattr(result.stats, "latency_s", 0.0)
     return r
 
 
