@@ -153,6 +153,8 @@ def install_extension(db: psycopg.Connection, url: str) -> None:
     """CREATE EXTENSION and the superuser's configuration, as the README tells a DBA."""
     build_extension()
     db.execute("CREATE EXTENSION relserve CASCADE")
+    # the library at connection start: scalar llm_* calls are batched from a session's first statement
+    db.execute(f"ALTER DATABASE {DB} SET session_preload_libraries = 'relserve'")
     # this checkout first (its relserve wins over the venv's editable install, which may
     # point at another checkout), then the venv's site-packages for httpx and the rest
     site_packages = sysconfig.get_paths()["purelib"]

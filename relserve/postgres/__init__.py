@@ -6,8 +6,9 @@ The extension's SQL functions are three lines each: they load this package once 
 with a fake one (tests/test_postgres_unit.py), and tested for real on a PostgreSQL cluster.
 
 - ``calls``: the scalar functions (``llm_map(...)``) and the ``*_query`` functions.
-- ``foreign_scan``: what the C foreign data wrapper calls to send a window of source rows as one
-  relQuery and to read its answers as they finish.
+- ``foreign_scan``: what the C part calls to send a window of rows as one relQuery and to read
+  its answers as they finish: a foreign table's source rows, or a query's scalar ``llm_*`` calls
+  (batched by the planner hook in udfs/relserve/batch_calls.c).
 - ``settings``: the ``relserve.*`` settings, the options vocabulary (DuckDB's ``llm_options``
   names) and the superuser's configuration (server address, keys).
 - ``answers``: the one loop that reads a relQuery's answer stream in a thread while the backend
@@ -15,6 +16,6 @@ with a fake one (tests/test_postgres_unit.py), and tested for real on a PostgreS
 """
 
 from relserve.postgres.calls import over_query, scalar
-from relserve.postgres.foreign_scan import scan_close, scan_open, scan_poll
+from relserve.postgres.foreign_scan import batch_open, scan_close, scan_open, scan_poll
 
-__all__ = ["over_query", "scalar", "scan_close", "scan_open", "scan_poll"]
+__all__ = ["batch_open", "over_query", "scalar", "scan_close", "scan_open", "scan_poll"]

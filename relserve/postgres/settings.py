@@ -24,8 +24,9 @@ from relserve.validation import ON_ERROR_VALUES
 SERVER_OPTIONS = ("cache", "priority", "deadline_s")
 #: every option one call may carry (``model`` is the server's: a server serves one)
 CALL_OPTIONS: tuple[str, ...] = tuple(n for n in OPTION_NAMES if n != "model") + SERVER_OPTIONS
-#: what only the database side reads: how long a statement waits, what a server error does
-BACKEND_OPTIONS = ("timeout", "on_server_error")
+#: what only the database side reads: how long a statement waits, what a server error does, and
+#: whether scalar calls over a query's rows are batched (batch_calls.c), how many rows at a time
+BACKEND_OPTIONS = ("timeout", "on_server_error", "batch_calls", "batch_window")
 SETTING_NAMES: tuple[str, ...] = BACKEND_OPTIONS + CALL_OPTIONS
 
 #: names that were settings once and are a superuser's decision now: why, and where they went
@@ -44,9 +45,9 @@ RENAMED = {
     ("on_error", "fail"): "'fail' is now 'raise' (a failed row fails the statement)",
 }
 
-_INT = ("max_tokens", "seed", "priority")
+_INT = ("max_tokens", "seed", "priority", "batch_window")
 _FLOAT = ("temperature", "top_p", "deadline_s", "timeout")
-_BOOL = ("reorder_fields", "cache")
+_BOOL = ("reorder_fields", "cache", "batch_calls")
 _JSON = ("examples",)
 _ON_ERROR = ("on_error", "on_server_error")
 _TRUE = ("on", "true", "yes", "1", "t", "y")

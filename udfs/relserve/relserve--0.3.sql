@@ -182,8 +182,17 @@ if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
 return GD["relserve"].scan_close(plpy, handle)
 $$;
 
+-- a query's scalar llm_* calls, batched by the planner hook (batch_calls.c): the functions' own
+-- server and the caller's key, as for a call of the scalar function itself
+CREATE FUNCTION relserve._batch_open(kind text, template text, spec text, form text, rows text) RETURNS text
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].batch_open(plpy, kind, template, spec, form, rows)
+$$;
+
 REVOKE EXECUTE ON FUNCTION relserve._scan_open(text, text, text, text, text, text, text),
-                           relserve._scan_poll(text, float8), relserve._scan_close(text) FROM PUBLIC;
+                           relserve._scan_poll(text, float8), relserve._scan_close(text),
+                           relserve._batch_open(text, text, text, text, text) FROM PUBLIC;
 
 CREATE FUNCTION relserve.fdw_handler() RETURNS fdw_handler
 AS 'MODULE_PATHNAME', 'relserve_fdw_handler' LANGUAGE C STRICT;

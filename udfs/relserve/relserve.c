@@ -57,6 +57,8 @@
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
+#include "relserve.h"
+
 PG_MODULE_MAGIC;
 
 #define RS_VERSION "0.3"
@@ -75,10 +77,11 @@ void		_PG_init(void);
  * Kept as text here: the Python side checks values with relserve's own validation.
  */
 static const char *const rs_setting_names[] = {
-	"timeout", "on_server_error", "max_tokens", "temperature", "top_p", "seed", "system", "on_error",
-	"reorder_fields", "method", "examples", "prompt_shape", "cache", "priority", "deadline_s", NULL
+	"timeout", "on_server_error", "batch_calls", "batch_window", "max_tokens", "temperature", "top_p",
+	"seed", "system", "on_error", "reorder_fields", "method", "examples", "prompt_shape", "cache", "priority",
+	"deadline_s", NULL
 };
-#define RS_NSETTINGS 15
+#define RS_NSETTINGS 17
 static char *rs_setting_values[RS_NSETTINGS];
 
 /* names that were settings once and are a superuser's decision now */
@@ -141,7 +144,8 @@ rs_strip_python(ErrorData *edata)
 	if (edata->elevel < ERROR || edata->message == NULL || edata->context == NULL ||
 		(strstr(edata->context, "PL/Python function \"llm_") == NULL &&
 		 strstr(edata->context, "PL/Python function \"_load\"") == NULL &&
-		 strstr(edata->context, "PL/Python function \"_scan_") == NULL))
+		 strstr(edata->context, "PL/Python function \"_scan_") == NULL &&
+		 strstr(edata->context, "PL/Python function \"_batch_") == NULL))
 		return;
 	while (changed)
 	{
@@ -202,6 +206,15 @@ _PG_init(void)
 	MarkGUCPrefixReserved("relserve");
 	prev_emit_log_hook = emit_log_hook;
 	emit_log_hook = rs_emit_log_hook;
+	rs_batch_calls_init();
+}
+
+const char *
+rs_setting(const char *name)
+{
+	const char *v = GetConfigOption(psprintf("relserve.%s", name), true, false);
+
+	return v ? v : "";
 }
 
 Datum
@@ -401,7 +414,8 @@ rs_known_option(const char *name, Oid catalog)
 		if (opt->context == catalog && strcmp(opt->name, name) == 0)
 			return true;
 	/* a foreign table takes every call option, as settings and *_query options do */
-	return catalog == ForeignTableRelationId && rs_one_of(name, rs_setting_names);
+	return catalog == ForeignTableRelationId && rs_one_of(name, rs_setting_names) &&
+		strncmp(name, "batch_", 6) != 0;
 }
 
 Datum
@@ -427,7 +441,8 @@ relserve_fdw_validator(PG_FUNCTION_ARGS)
 					appendStringInfo(&valid, "%s%s", valid.len ? ", " : "", opt->name);
 			if (catalog == ForeignTableRelationId)
 				for (i = 0; rs_setting_names[i]; i++)
-					appendStringInfo(&valid, ", %s", rs_setting_names[i]);
+					if (strncmp(rs_setting_names[i], "batch_", 6) != 0)
+						appendStringInfo(&valid, ", %s", rs_setting_names[i]);
 			ereport(ERROR,
 					(errcode(ERRCODE_FDW_INVALID_OPTION_NAME),
 					 errmsg("relserve_fdw: invalid option \"%s\"", def->defname),
@@ -873,7 +888,7 @@ typedef struct RsScanState
 	bool		have_stats[RS_NSTATS];
 } RsScanState;
 
-static void
+void
 rs_lookup(FmgrInfo *fn, const char *name, int nargs, Oid *argtypes, MemoryContext cxt)
 {
 	Oid			oid = LookupFuncName(list_make2(makeString("relserve"), makeString((char *) name)), nargs, argtypes, false);

@@ -1,0 +1,138 @@
+"""Scalar llm_* calls over a query's rows batched by the extension's planner hook
+(udfs/relserve/batch_calls.c), on the real cluster and server of test_postgres.py: the same
+answers as the per-row path and the *_query functions, one relQuery per call site and window."""
+
+from __future__ import annotations
+
+import re
+
+import psycopg
+import pytest
+from test_postgres import KEY, MAP_TEMPLATE, REVIEWS, ROLE_KEYS, cluster, connect, jobs_of, server  # noqa: F401 (fixtures)
+
+pytestmark = [pytest.mark.postgres, pytest.mark.engine]
+
+MAP = f"SELECT id, llm_map('{MAP_TEMPLATE}', review) FROM reviews WHERE id <= 6 ORDER BY id"
+TONE = "Is this review positive or negative? {r}"
+
+
+def new_jobs(server, before) -> list[dict]:
+    return [j for k, j in jobs_of(server).items() if k not in before]
+
+
+def plan_of(db, sql: str) -> str:
+    return "\n".join(r for (r,) in db.execute(f"EXPLAIN {sql}"))
+
+
+def test_a_scalar_map_over_a_table_is_one_relquery_with_the_per_row_answers(server, cluster):
+    with connect(cluster) as db:
+        db.execute("SET relserve.max_tokens = 6")
+        db.execute("SET relserve.cache = off")
+        plan = plan_of(db, MAP)
+        before = jobs_of(server)
+        batched = db.execute(MAP).fetchall()
+        batched_jobs = new_jobs(server, before)
+        db.execute("SET relserve.batch_calls = off")
+        assert "relserve batch" not in plan_of(db, MAP)
+        before = jobs_of(server)
+        per_row = db.execute(MAP).fetchall()
+        per_row_jobs = new_jobs(server, before)
+        srf = db.execute(f"SELECT (input->>'id')::int, answer FROM llm_map_query('{MAP_TEMPLATE}', "
+                         "'SELECT id, review FROM reviews WHERE id <= 6', '{\"cache\": false}') ORDER BY 1").fetchall()
+    assert "Custom Scan (relserve batch)" in plan and "LLM Calls: llm_map (target list)" in plan, plan
+    assert batched == per_row == srf
+    assert [j["progress"]["total"] for j in batched_jobs] == [6]
+    assert sorted(j["progress"]["total"] for j in per_row_jobs) == [1] * 6
+
+
+def test_a_filter_in_where_runs_after_the_cheap_quals_and_before_the_map(server, cluster):
+    sql = (f"SELECT id, llm_map('{MAP_TEMPLATE}', review) FROM reviews "
+           f"WHERE stars >= 2 AND llm_filter('Is this review positive? {{r}}', review) ORDER BY id")
+    with connect(cluster) as db:
+        db.execute("SET relserve.max_tokens = 6")
+        plan = plan_of(db, sql)
+        before = jobs_of(server)
+        got = db.execute(sql).fetchall()
+        jobs = new_jobs(server, before)
+        db.execute("SET relserve.batch_calls = off")
+        want = db.execute(sql).fetchall()
+    # the planner puts the map above the sort: two batch nodes, the filter's below and the map's above
+    assert "LLM Calls: llm_filter (filter)" in plan and "LLM Calls: llm_map (target list)" in plan, plan
+    assert plan.index("llm_map (target list)") < plan.index("Sort Key: id") < plan.index("llm_filter (filter)"), plan
+    assert got == want
+    sizes = sorted(j["progress"]["total"] for j in jobs)
+    # the filter sees the 4 reviews with stars >= 2 (row 7 has no review: its call fails alone), the map only those it kept
+    assert sizes == sorted([5, len(got)]), (sizes, got)
+
+
+def test_classify_in_group_by_and_a_join(server, cluster):
+    group = f"SELECT llm_classify('{TONE}', ARRAY['positive','negative'], review) AS tone, count(*) FROM reviews WHERE review IS NOT NULL GROUP BY 1 ORDER BY 1"
+    join = (f"SELECT a.id, b.id FROM reviews a JOIN reviews b ON a.stars = b.stars AND a.id < b.id "
+            f"WHERE llm_filter('Is this review positive? {{r}}', a.review) ORDER BY 1, 2")
+    with connect(cluster) as db:
+        got_group, got_join = db.execute(group).fetchall(), db.execute(join).fetchall()
+        assert "relserve batch" in plan_of(db, group)
+        db.execute("SET relserve.batch_calls = off")
+        assert db.execute(group).fetchall() == got_group
+        assert db.execute(join).fetchall() == got_join
+    assert sum(n for _, n in got_group) == 6
+
+
+def test_limit_stops_the_scan_and_cancels_the_rest(server, cluster):
+    import time
+
+    sql = ("SELECT g, llm_map('Write a long story about the number {n}.', g::text) FROM generate_series(1, 64) g LIMIT 2")
+    with connect(cluster) as db:
+        db.execute("SET relserve.max_tokens = 32")
+        db.execute("SET relserve.cache = off")
+        db.execute("SET relserve.timeout = 900")
+        before = jobs_of(server)
+        got = db.execute(sql).fetchall()
+    assert [g for g, _ in got] == [1, 2] and all(isinstance(a, str) and a for _, a in got)
+    (job,) = new_jobs(server, before)
+    assert job["progress"]["total"] == 64
+    deadline = time.monotonic() + 10  # the cancel reaches the engine a moment after the scan ends
+    while job["status"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        job = jobs_of(server)[job["id"]]
+    assert job["status"] == "cancelled" and job["stats"]["rows"] - job["stats"]["errors"] < 64, job
+
+
+def test_where_a_call_cannot_be_batched_it_runs_per_row_with_the_same_answers(server, cluster):
+    sql = (f"SELECT id, CASE WHEN stars > 3 THEN llm_map('{MAP_TEMPLATE}', review) END FROM reviews "
+           "WHERE id <= 6 ORDER BY id")
+    with connect(cluster) as db:
+        db.execute("SET relserve.max_tokens = 6")
+        assert "relserve batch" not in plan_of(db, sql)
+        before = jobs_of(server)
+        got = db.execute(sql).fetchall()
+    assert [i for i, a in got if a is not None] == [1, 3, 5]  # the model asked only where stars > 3
+    assert len(new_jobs(server, before)) == 3
+
+
+def test_a_null_value_fails_its_row_only_and_on_error_raise_fails_the_statement(server, cluster):
+    sql = "SELECT id, llm_map('Is {r} good?', review) FROM reviews ORDER BY id"
+    with connect(cluster) as db:
+        notices: list[str] = []
+        db.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        db.execute("SET relserve.max_tokens = 2")
+        rows = db.execute(sql).fetchall()
+        assert [i for i, a in rows if a is None] == [7] and len(rows) == 7
+        assert notices == ["llm_map: NULL for this row: llm_map: placeholder {r} is NULL in this row"], notices
+        db.execute("SET relserve.on_error = 'raise'")
+        with pytest.raises(psycopg.errors.DataException, match=r"^llm_map: row 7: llm_map: placeholder \{r\} is NULL"):
+            db.execute(sql)
+
+
+def test_each_role_batches_under_its_own_key(server, cluster):
+    from test_postgres_security import jobs
+
+    before = set(jobs(server, ROLE_KEYS["bob"]))
+    with connect(cluster, "bob") as db:
+        db.execute("SET relserve.max_tokens = 2")
+        assert len(db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id <= 3").fetchall()) == 3
+    new = [j for k, j in jobs(server, ROLE_KEYS["bob"]).items() if k not in before]
+    assert [j["progress"]["total"] for j in new] == [3]
+    with connect(cluster, "mallory") as db:  # no key: the server refuses, as for a per-row call
+        with pytest.raises(psycopg.errors.InvalidAuthorizationSpecification, match=r"\(HTTP 401\)"):
+            db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id <= 3")
