@@ -46,6 +46,7 @@ def run_join(
     *,
     candidates: Sequence[tuple[int, int]] | None = None,
     engine: Any = None,
+    cache: Any = True,
     progress: bool = False,
 ) -> JoinOutcome:
     """Ask ``call`` of every candidate pair (default: the whole cross product) in one relQuery."""
@@ -53,7 +54,9 @@ def run_join(
     out = JoinOutcome([], asked=len(pairs))
     if not pairs:
         return out
-    outcome = run_call(call, [[left[i] for i, _ in pairs], [right[j] for _, j in pairs]], engine=engine, progress=progress)
+    outcome = run_call(
+        call, [[left[i] for i, _ in pairs], [right[j] for _, j in pairs]], engine=engine, cache=cache, progress=progress
+    )
     for p, value, err in zip(pairs, outcome.values, outcome.errors):
         if err is not None:
             out.errors[p] = err

@@ -1,0 +1,177 @@
+"""Operators benchmark (issue 26): each operator against the obvious Python loop, in one run.
+
+The loop is what a LOTUS-style library does with an engine: one call per group (llm_reduce: the
+group's own tree, level by level), per value and per pair (llm_topk's two rounds), per pair
+(llm_join). Both sides send the same prompts through the same planner and engine, with the
+result cache off and the engine's prefix cache reset before each side, so the difference is the
+batching alone: the operators put every group's chunk of a level, every round, every candidate
+pair into ONE relQuery.
+
+    python bench/bench_operators.py                   # amazon_reviews from ../shared/datasets
+    python bench/bench_operators.py --groups 6 --per-group 12
+
+Prints a table (latency, relQueries, prompts, prompt tokens, prefix-cached tokens) and writes
+bench/out/operators.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load(groups: int, per_group: int):
+    from relserve.workloads.tables import load_table
+
+    df = load_table("amazon_reviews", columns=["category", "title", "text"])
+    cats = df.group_by("category").len().sort(["len", "category"], descending=[True, False])["category"][:groups]
+    out = {}
+    for i, c in enumerate(cats):
+        # groups of different sizes: a small group should not wait for a big one
+        n = max(2, per_group * (i % 3 + 1) // 2)
+        rows = df.filter(df["category"] == c).head(n)
+        out[c] = [t[:300] for t in rows["text"].to_list()]
+    titles = df["title"].unique(maintain_order=True).head(16).to_list()
+    return out, titles
+
+
+class Meter:
+    """Counts relQueries, prompts and tokens of everything an engine runs."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.relqueries = self.prompts = self.prompt_tokens = self.cached_tokens = 0
+        self.handles = []
+
+    def submit(self, rq):
+        self.relqueries += 1
+        self.prompts += len(rq)
+        h = self.engine.submit(rq)
+        self.handles.append(h)
+        return h
+
+    def totals(self):
+        for h in self.handles:
+            s = h.result().stats
+            self.prompt_tokens += s.prompt_tokens
+            self.cached_tokens += s.cached_tokens
+        self.handles = []
+        return {"relqueries": self.relqueries, "prompts": self.prompts,
+                "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens}
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+
+def measure(engine, fn):
+    engine.wait_idle()
+    engine.reset_prefix_cache()
+    meter = Meter(engine)
+    t0 = time.perf_counter()
+    result = fn(meter)
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, **meter.totals()}, result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--groups", type=int, default=6)
+    ap.add_argument("--per-group", type=int, default=10)
+    ap.add_argument("--context", type=int, default=1024, help="context_tokens of llm_reduce (a tree for big groups)")
+    ap.add_argument("--k", type=int, default=3)
+    args = ap.parse_args()
+
+    from relserve import Engine
+    from relserve.operators import join_call, reduce_call, run_join, run_reduce
+    from relserve.operators.scoring import label_scores
+    from relserve.operators.topk import run_topk, topk_call
+    from relserve.planner.engine_ref import EngineRef
+    from relserve.planner.execute import run_call
+
+    groups, titles = load(args.groups, args.per_group)
+    t0 = time.perf_counter()
+    engine = Engine()
+    print(f"engine started in {time.perf_counter() - t0:.0f}s; {len(groups)} groups of "
+          f"{', '.join(str(len(v)) for v in groups.values())} reviews; {len(titles)} titles")
+    rows = []
+
+    # -- llm_reduce ------------------------------------------------------------------------------
+    rc = reduce_call("Summarize these product reviews in one sentence:\n{review}", max_tokens=24,
+                     context_tokens=args.context)
+    values = list(groups.values())
+    op, out_op = measure(engine, lambda e: run_reduce(rc, values, engine=e, cache=False))
+    loop, out_loop = measure(engine, lambda e: [run_reduce(rc, [g], engine=e, cache=False) for g in values])
+    levels = len(out_op.levels)
+    same = sum(a == b.values[0] for a, b in zip(out_op.values, out_loop))
+    rows.append(("llm_reduce", f"{len(values)} groups, {levels} levels", op, loop, f"{same}/{len(values)} equal"))
+
+    # -- llm_topk --------------------------------------------------------------------------------
+    tc = topk_call("Is this review title enthusiastic about the product? {title}", args.k)
+
+    def topk_loop(e):
+        ref = EngineRef(e)
+        scores = {}
+        for t in titles:  # one call per value
+            lp = label_scores(tc.score, [[t]], ref).logprobs[0]
+            scores[t] = lp["yes"] - lp["no"]
+        pool = sorted(scores, key=lambda t: -scores[t])[: tc.pool_size(len(scores))]
+        wins = {t: 0 for t in pool}
+        margin = {}
+        for a in pool:  # one call per ordered pair
+            for b in pool:
+                if a != b:
+                    lp = label_scores(tc.compare, [[a], [b]], ref).logprobs[0]
+                    margin[(a, b)] = lp["first"] - lp["second"]
+        for x, a in enumerate(pool):
+            for b in pool[x + 1 :]:
+                m = margin[(a, b)] - margin[(b, a)]
+                wins[a if m > 0 else b] += m != 0
+        return sorted(pool, key=lambda t: (-wins[t], -scores[t]))[: tc.k]
+
+    op, out_op = measure(engine, lambda e: run_topk(tc, titles, engine=e))
+    loop, out_loop = measure(engine, topk_loop)
+    rows.append(("llm_topk", f"{len(titles)} values, k={tc.k}, pool {tc.pool_size(len(titles))}", op, loop,
+                 "same top-k" if out_op.values == out_loop else f"{out_op.values} vs {out_loop}"))
+
+    # -- llm_join --------------------------------------------------------------------------------
+    left = [g[0] for g in values]
+    right = [c.split(",")[0] for c in groups]
+    jc = join_call("Review: {review}\nProduct category: {category}\nIs the review about a product of this category?")
+    op, out_op = measure(engine, lambda e: run_join(jc, left, right, engine=e, cache=False))
+
+    def join_loop(e):
+        kept = []
+        for i, lv in enumerate(left):
+            for j, rv in enumerate(right):
+                o = run_call(jc, [[lv], [rv]], engine=e, cache=False, progress=False)
+                if o.values[0]:
+                    kept.append((i, j))
+        return kept
+
+    loop, out_loop = measure(engine, join_loop)
+    rows.append(("llm_join", f"{len(left)}x{len(right)} pairs", op, loop,
+                 f"{len(out_op.pairs)} vs {len(out_loop)} pairs kept (batch calibration sees all pairs at once)"))
+
+    print()
+    print(f"{'operator':<11} {'size':<30} {'side':<9} {'latency':>8} {'relQ':>5} {'prompts':>7} {'prompt tok':>10} {'cached':>7}")
+    for name, size, op, loop, note in rows:
+        for side, m in (("operator", op), ("loop", loop)):
+            print(f"{name:<11} {size:<30} {side:<9} {m['seconds']:>7.1f}s {m['relqueries']:>5} {m['prompts']:>7} "
+                  f"{m['prompt_tokens']:>10,} {m['cached_tokens']:>7,}")
+        print(f"{'':<11} {'':<30} speedup {loop['seconds'] / op['seconds']:.1f}x; {note}")
+    out = ROOT / "bench" / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "operators.json").write_text(json.dumps(
+        [{"operator": n, "size": s, "operator_run": o, "loop": lp, "note": note} for n, s, o, lp, note in rows], indent=1))
+    engine.close()
+
+
+if __name__ == "__main__":
+    main()
