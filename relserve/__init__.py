@@ -49,4 +49,8 @@ def __getattr__(name: str):
         from relserve.cluster.cluster import Cluster
 
         return Cluster
+    if name in ("llm_reduce", "llm_topk", "llm_join"):  # issue 26: relserve/operators, imported when used
+        import relserve.operators
+
+        return getattr(relserve.operators, name)
     raise AttributeError(f"module 'relserve' has no attribute {name!r}")
