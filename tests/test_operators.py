@@ -234,3 +234,17 @@ def test_join_asks_every_pair_in_one_relquery_left_text_first():
     assert set(out.errors) == {(2, 0), (2, 1)}
     with pytest.raises(TemplateError, match="exactly 2 placeholders"):
         llm_join("About {review}?", left, right, engine=eng)
+
+
+def test_duckdb_many_groups_in_several_chunks_are_still_one_relquery():
+    # DuckDB hands the function GROUP BY's groups in several chunks (one per hash partition
+    # and thread): the collect pass gathers them all before the level runs
+    eng = ScriptedEngine(answer=lambda p, rq: "s")
+    con = relserve.duckdb.connect(engine=eng)
+    con.sql("SET threads = 4")
+    con.sql("CREATE TABLE many AS SELECT i % 300 AS g, 'note ' || i AS note FROM range(3000) t(i)")
+    rows = con.sql(f"SELECT g, llm_reduce('{TEMPLATE}', note) FROM many GROUP BY g").fetchall()
+    assert len(rows) == 300 and all(s == "s" for _, s in rows)
+    assert len(eng.submitted) == 1 and len(eng.submitted[0]) == 300
+    ex = con.explain(f"SELECT g, llm_reduce('{TEMPLATE}', note) FROM many GROUP BY g")
+    assert len(ex.items) == 1 and ex.items[0].groups == 300

@@ -12,9 +12,11 @@ them. On a plain connection users write the ``list()`` form; ``relserve.duckdb.s
 
 from __future__ import annotations
 
+import json
 import threading
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -69,18 +71,6 @@ def rewrite(query: str) -> str:
 # -- the functions ------------------------------------------------------------------------------
 
 
-@dataclass
-class _Explaining:
-    """While active (``explain``), the functions record their EXPLAIN and return NULL."""
-
-    active: int = 0
-    items: list[Any] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-_explaining = _Explaining()
-
-
 def _column(arr: Any) -> pa.Array:
     return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
 
@@ -94,8 +84,25 @@ def _split_options(arrays: list[pa.Array]) -> tuple[list[pa.Array], list[dict | 
     return arrays, None
 
 
+def _group_key(group: Any) -> Any:
+    try:
+        key = tuple(group) if group is not None else None
+        hash(key)
+        return key
+    except TypeError:
+        return json.dumps(group, sort_keys=True, default=str)
+
+
 class _Operator:
-    """Shared by both functions: the connection's defaults, options per row, NULL handling."""
+    """Shared by both functions: the connection's defaults, options per row, and the passes.
+
+    DuckDB may hand a function the groups of one GROUP BY in several chunks (one per hash
+    partition and thread), so one call per chunk would split a level into several relQueries.
+    ``relserve.duckdb.sql`` therefore runs the statement twice, as the row-level planner does:
+    a "collect" pass in which the function records every group and returns NULL, then ONE run
+    per call over all recorded groups, then an "answer" pass that returns the answers. On a plain
+    connection the mode stays "inline": each chunk runs as it comes.
+    """
 
     name = ""
 
@@ -103,6 +110,12 @@ class _Operator:
         from relserve.duckdb_ext.session import session_of
 
         self.session = session_of(con)
+        self.mode = "inline"
+        self.lock = threading.Lock()
+        #: call key -> (operator call, group key -> group), recorded in the collect pass
+        self.pending: dict[Any, tuple[Any, dict[Any, Any]]] = {}
+        #: call key -> group key -> (value, error)
+        self.answers: dict[Any, dict[Any, tuple[Any, str | None]]] = {}
 
     def _options(self, row_options: dict | None) -> dict[str, Any]:
         d = self.session.defaults
@@ -119,6 +132,41 @@ class _Operator:
             groups.setdefault(key, []).append(r)
         return groups
 
+    def _resolve(self, key: Any, spec: Any, groups: list[Any]) -> list[tuple[Any, str | None]]:
+        """(value, error) per group: recorded in the collect pass, else known or run now."""
+        keys = [_group_key(g) for g in groups]
+        with self.lock:
+            if self.mode == "collect":
+                bucket = self.pending.setdefault(key, (spec, {}))[1]
+                for k, g in zip(keys, groups):
+                    bucket.setdefault(k, g)
+                return [(None, None)] * len(groups)
+            known = self.answers.setdefault(key, {})
+            missing = {k: g for k, g in zip(keys, groups) if k not in known}
+        if missing:
+            results = self._run(spec, list(missing.values()))
+            with self.lock:
+                known.update(zip(missing.keys(), results))
+        return [known[k] for k in keys]
+
+    def flush(self) -> None:
+        """Run every call recorded in the collect pass, each over all of its groups at once."""
+        with self.lock:
+            todo, self.pending = self.pending, {}
+        for key, (spec, bucket) in todo.items():
+            results = self._run(spec, list(bucket.values()))
+            with self.lock:
+                self.answers.setdefault(key, {}).update(zip(bucket.keys(), results))
+
+    def explain_pending(self) -> list[Any]:
+        with self.lock:
+            todo, self.pending = self.pending, {}
+        return [self._explain(spec, list(bucket.values())) for spec, bucket in todo.values()]
+
+    def reset(self) -> None:
+        with self.lock:
+            self.mode, self.pending, self.answers = "inline", {}, {}
+
     def _record(self, template: str, errors: Sequence[tuple[Any, str | None]]) -> None:
         from relserve.duckdb_ext.session import RowFailure
 
@@ -126,6 +174,18 @@ class _Operator:
             for args, err in errors:
                 if err is not None:
                     self.session.failures.append(RowFailure(self.name, template, args, err))
+
+    def _run(self, spec: Any, groups: list[Any]) -> list[tuple[Any, str | None]]:
+        raise NotImplementedError
+
+    def _explain(self, spec: Any, groups: list[Any]) -> Any:
+        raise NotImplementedError
+
+
+def _shown(group: Any) -> str:
+    values = [v for v in (group or []) if v is not None]
+    text = json.dumps({"values": len(values), "first": values[0] if values else None}, ensure_ascii=False, default=str)
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 class ReduceFunction(_Operator):
@@ -148,21 +208,23 @@ class ReduceFunction(_Operator):
             )
         lists = lists.to_pylist()
         out: list[str | None] = [None] * len(templates)
-        for (template, opts, _), rows in self._by_call(templates, options).items():
+        for key, rows in self._by_call(templates, options).items():
+            template, opts, _ = key
             if template is None:
                 self._record("", [("{}", "llm_reduce: the template is NULL in this row")] * len(rows))
                 continue
             rc = reduce_call(template, **self._options(dict(opts)))
-            groups = [lists[r] for r in rows]
-            if _explaining.active:
-                with _explaining.lock:
-                    _explaining.items.append(explain_reduce(rc, groups, engine=self.session.engine))
-                continue
-            outcome = run_reduce(rc, groups, engine=self.session.engine, progress=self.session.progress)
-            for r, v in zip(rows, outcome.values):
-                out[r] = v
-            self._record(template, [(f'{{"group_row": {r}}}', e) for r, e in zip(rows, outcome.errors)])
+            for r, (value, _) in zip(rows, self._resolve(key, rc, [lists[r] for r in rows])):
+                out[r] = value
         return pa.array(out, pa.string())
+
+    def _run(self, rc: Any, groups: list[Any]) -> list[tuple[Any, str | None]]:
+        outcome = run_reduce(rc, groups, engine=self.session.engine, progress=self.session.progress)
+        self._record(rc.call.template.source, [(_shown(g), e) for g, e in zip(groups, outcome.errors)])
+        return list(zip(outcome.values, outcome.errors))
+
+    def _explain(self, rc: Any, groups: list[Any]) -> Any:
+        return explain_reduce(rc, groups, engine=self.session.engine)
 
 
 class TopKFunction(_Operator):
@@ -181,29 +243,39 @@ class TopKFunction(_Operator):
         lists = _column(values[1]).to_pylist()
         ks = _column(values[2]).to_pylist()
         out: list[list[str] | None] = [None] * len(templates)
-        for (template, opts, k), rows in self._by_call(templates, options, ks).items():
+        for key, rows in self._by_call(templates, options, ks).items():
+            template, opts, k = key
             if template is None or k is None:
                 continue
             tc = topk_call(template, int(k), **self._options(dict(opts)))
-            for r in rows:
-                group = lists[r] or []
-                if _explaining.active:
-                    from relserve.operators.topk import explain_topk
-
-                    with _explaining.lock:
-                        _explaining.items.append(explain_topk(tc, group))
-                    continue
-                outcome = run_topk(tc, group, engine=self.session.engine, progress=self.session.progress)
-                out[r] = [v if isinstance(v, str) else str(v) for v in outcome.values]
-                self._record(template, [(f'{{"group_row": {r}, "value": {i}}}', e) for i, e in enumerate(outcome.errors)])
+            for r, (value, _) in zip(rows, self._resolve(key, tc, [lists[r] or [] for r in rows])):
+                out[r] = value
         return pa.array(out, pa.list_(pa.string()))
+
+    def _run(self, tc: Any, groups: list[Any]) -> list[tuple[Any, str | None]]:
+        results = []
+        for group in groups:  # each group's rounds are its own relQueries
+            outcome = run_topk(tc, group, engine=self.session.engine, progress=self.session.progress)
+            self._record(tc.score.template.source, [(_shown([group[i]]), e) for i, e in enumerate(outcome.errors)])
+            results.append(([v if isinstance(v, str) else str(v) for v in outcome.values], None))
+        return results
+
+    def _explain(self, tc: Any, groups: list[Any]) -> Any:
+        from relserve.operators.topk import explain_topk
+
+        return [explain_topk(tc, g) for g in groups]
+
+
+_functions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def install(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """Register ``llm_reduce`` and ``llm_topk`` on ``con`` (the row-level functions too, if not yet)."""
+    functions = (ReduceFunction(con), TopKFunction(con))
+    _functions[con] = functions
     for name, udf, returns in (
-        ("llm_reduce", ReduceFunction(con), "VARCHAR"),
-        ("llm_topk", TopKFunction(con), "VARCHAR[]"),
+        ("llm_reduce", functions[0], "VARCHAR"),
+        ("llm_topk", functions[1], "VARCHAR[]"),
     ):
         try:
             con.remove_function(name)
@@ -235,26 +307,43 @@ class _LastError:
 _last_error = _LastError()
 
 
-def ensure_installed(con: duckdb.DuckDBPyConnection) -> None:
-    found = con.sql("SELECT count(*) FROM duckdb_functions() WHERE function_name = 'llm_topk'").fetchall()
-    if not found or not found[0][0]:
+def ensure_installed(con: duckdb.DuckDBPyConnection) -> tuple[_Operator, ...]:
+    """The connection's operator functions, registered now if they are not yet."""
+    found = _functions.get(con)
+    if found is None:
         install(con)
+        found = _functions[con]
+    return found
 
 
 def run_sql(con: duckdb.DuckDBPyConnection, query: str, sql_fn: Any, params: Any = None) -> Any:
-    """``relserve.duckdb.sql`` for a statement with an operator: rewritten, then planned as usual."""
-    ensure_installed(con)
+    """``relserve.duckdb.sql`` for a statement with an operator: rewritten, then run in two
+    passes (collect every group, run each call once over all of them, answer)."""
+    functions = ensure_installed(con)
+    text = rewrite(query)
     _last_error.value = None
     try:
-        rel = sql_fn(con, rewrite(query), params)
-        # run it now, once: a lazy relation would run the operators again at every fetch, and
-        # their errors would surface later, wrapped by DuckDB
+        for f in functions:
+            f.reset()
+            f.mode = "collect"
+        rel = sql_fn(con, text, params)
+        if rel is not None:
+            rel.to_arrow_table()
+        for f in functions:
+            f.flush()
+            f.mode = "answer"
+        rel = sql_fn(con, text, params)
+        # materialized now, once: a lazy relation would run the functions again at every
+        # fetch (outside these passes), and their errors would surface later, wrapped by DuckDB
         return con.from_arrow(rel.to_arrow_table()) if rel is not None else None
     except duckdb.Error:
         err, _last_error.value = _last_error.value, None
         if err is not None:
             raise err.with_traceback(None) from None
         raise
+    finally:
+        for f in functions:
+            f.reset()
 
 
 @dataclass
@@ -281,20 +370,21 @@ class OperatorExplain:
 
 
 def explain_sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> OperatorExplain:
-    """Run the statement once with the operators recording their EXPLAIN instead of running."""
-    ensure_installed(con)
+    """One collect pass, then the EXPLAIN of each operator call over all its groups."""
+    functions = ensure_installed(con)
     text = rewrite(query)
-    with _explaining.lock:
-        _explaining.active += 1
-        start = len(_explaining.items)
     try:
+        for f in functions:
+            f.reset()
+            f.mode = "collect"
         rel = con.sql(text, params=params) if params is not None else con.sql(text)
         if rel is not None:
             rel.fetchall()
+        items: list[Any] = []
+        for f in functions:
+            for item in f.explain_pending():
+                items.extend(item if isinstance(item, list) else [item])
     finally:
-        with _explaining.lock:
-            _explaining.active -= 1
-            found = _explaining.items[start:]
-            if not _explaining.active:
-                _explaining.items.clear()
-    return OperatorExplain(query, found)
+        for f in functions:
+            f.reset()
+    return OperatorExplain(query, items)
