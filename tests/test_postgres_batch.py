@@ -103,7 +103,9 @@ def test_where_a_call_cannot_be_batched_it_runs_per_row_with_the_same_answers(se
            "WHERE id <= 6 ORDER BY id")
     with connect(cluster) as db:
         db.execute("SET relserve.max_tokens = 6")
-        assert "relserve batch" not in plan_of(db, sql)
+        plan = plan_of(db, sql)
+        assert "relserve batch" not in plan and "Custom Scan (relserve per-row)" in plan, plan
+        assert "Why: an llm_* call is inside CASE, COALESCE, AND/OR or a sub-select, where it runs for some rows only" in plan
         before = jobs_of(server)
         got = db.execute(sql).fetchall()
     assert [i for i, a in got if a is not None] == [1, 3, 5]  # the model asked only where stars > 3
