@@ -111,3 +111,40 @@ def test_a_row_the_engine_fails_gets_null_and_a_message_the_others_keep_answers(
     strict = make_call("llm_map", "Summarize in three words: {review}", max_tokens=6, on_error="raise")
     with pytest.raises(RowError, match=r"row 1 \(review='word word .*exceeds the model's context of 2048 tokens"):
         run_call(strict, [["A wonderful, moving film.", long_text]], engine=recording)
+
+
+class _Measuring:
+    """The real engine, keeping every relQuery's result (cached and prompt tokens per row)."""
+
+    def __init__(self, engine) -> None:
+        self._engine = engine
+        self.handles: list = []
+
+    def submit(self, rq):
+        h = self._engine.submit(rq)
+        self.handles.append(h)
+        return h
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+def test_explain_predicts_the_hit_rate_the_engine_measures_and_pins_the_prefix(engine):
+    # the real-engine twin of test_planner.py's EXPLAIN hit rates and prefix pinning: a long
+    # shared instruction, two documents, interleaved questions
+    instruction = "Read the document and answer the question in one word. " * 6
+    doc = {d: " ".join(f"{d}{i}" for i in range(60)) for d in ("red", "blue")}
+    docs = [doc["red" if i % 2 == 0 else "blue"] for i in range(8)]
+    questions = [f"question {i}" for i in range(8)]
+    call = make_call("llm_map", instruction + "{doc}\nQ: {q}", max_tokens=2)
+    engine.reset_prefix_cache()
+    ex = run_call(call, [docs, questions], engine=engine, cache=False, explain_only=True).explain
+    assert ex.pinned_prefix_tokens > 0 and ex.pinned_prefix_tokens % engine.block_size == 0
+    measuring = _Measuring(engine)
+    out = run_call(call, [docs, questions], engine=measuring, cache=False)
+    assert out.errors == [None] * 8
+    [result] = [h.result(timeout=60) for h in measuring.handles]
+    # the pinned prefix was in the cache before any row ran: every row found at least that much
+    assert all(r.cached_tokens >= ex.pinned_prefix_tokens for r in result.rows), [r.cached_tokens for r in result.rows]
+    measured = sum(r.cached_tokens for r in result.rows) / sum(r.prompt_tokens for r in result.rows)
+    assert measured == pytest.approx(ex.hit_rate_planned, abs=0.1), (measured, ex.hit_rate_planned)

@@ -206,3 +206,79 @@ def test_a_row_that_is_not_valid_unicode_fails_alone_on_the_engine(engine, clien
     res = client.result(resp.json()["id"])
     assert res.texts[0] == r.texts[0] and res.texts[2] == r.texts[2] and res.texts[1] is None
     assert res.rows[1].error.startswith("the prompt is not valid Unicode text")
+
+
+# ------------------------------------------------ real-engine twins of test_server_api.py's doubles
+
+
+def _wait_until(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"still waiting after {timeout:.0f} s for {what}"
+        time.sleep(0.05)
+
+
+def test_cancel_keeps_the_rows_already_answered(engine, client):
+    # short questions finish in a few tokens; the essays would run 200 tokens each
+    prompts = [f"Say the word {w}." for w in ("yes", "red", "cat")] + [f"Write a very long essay about topic {i}." for i in range(6)]
+    rid = client.submit("{p}", [{"p": p} for p in prompts], max_tokens=200, cache=False)
+    _wait_until(lambda: client.status(rid)["progress"]["done"] >= 1, "a first answered row")
+    st = client.cancel(rid)
+    assert st["status"] == "cancelled" and st["error"] == "cancelled by the client"
+    res = client.result(rid)
+    answered = [r for r in res.rows if r.error is None]
+    assert 1 <= len(answered) < len(prompts)
+    assert {r.error for r in res.rows if r.error is not None} == {"cancelled by the client"}
+    assert engine.wait_idle(60)
+    # each kept row is the engine's own answer to its prompt
+    alone = engine.run(RelQuery.from_prompts([prompts[r.index] for r in answered], max_tokens=200)).texts
+    assert [r.text for r in answered] == alone
+
+
+def test_sse_stream_has_every_row_with_the_engines_answers(engine, server):
+    rows = [{"review": r} for r in REVIEWS[:2]]
+    expected = engine.run(RelQuery(TEMPLATE, rows, max_tokens=6)).texts
+    with httpx.stream("POST", server.url + "/v1/relqueries", headers={"Authorization": f"Bearer {KEY}"}, timeout=120,
+                      json={"template": TEMPLATE, "rows": rows, "max_tokens": 6, "stream": "sse", "cache": False}) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        text = r.read().decode()
+    events = [block for block in text.split("\n\n") if block.strip()]
+    assert [b.split("\n")[0] for b in events] == ["event: accepted", "event: row", "event: row", "event: done"]
+    got = sorted((d["index"], d["text"]) for d in (json.loads(b.split("\n")[1][len("data: "):]) for b in events[1:3]))
+    assert got == [(0, expected[0]), (1, expected[1])]
+    done = json.loads(events[3].split("\n")[1][len("data: "):])
+    assert done["status"] == "finished" and done["progress"] == {"done": 2, "total": 2}
+
+
+def test_rows_in_flight_429_and_hints_reach_the_real_engine(engine):
+    from relserve.client import ServerError
+
+    class Recording:  # the real engine and its own handles; keeps each relQuery it was given
+        def __init__(self):
+            self.relqueries = []
+
+        def submit(self, rq, *args, **kwargs):
+            self.relqueries.append(rq)
+            return engine.submit(rq, *args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(engine, name)
+
+    recording = Recording()
+    tenants = {"tenants": {"t": {"key": KEY, "min_priority": -10, "max_rows_in_flight": 4}}}
+    with running_server(recording, tenants=tenants, cache=False) as srv, Client(srv.url, api_key=KEY) as c:
+        t0 = time.monotonic()
+        first = c.submit("Write a very long essay about {x}.", [{"x": f"the history of city number {i}"} for i in range(3)],
+                         max_tokens=200, priority=-3, deadline_s=120)
+        assert c.status(first)["progress"]["done"] == 0  # 3 rows of 200 tokens: still in flight
+        with pytest.raises(ServerError) as e:
+            c.submit("Say {x}", [{"x": i} for i in range(2)], max_tokens=4)
+        assert e.value.status == 429
+        assert e.value.message.startswith("tenant 't' would have 5 rows in flight (3 running + 2 new); the limit is 4")
+        # the hints are on the relQuery the engine got (not only echoed by the server)
+        rq = recording.relqueries[-1]
+        assert (rq.rel_id, rq.priority) == (first, -3)
+        assert 120 - (time.monotonic() - t0) <= rq.deadline_s <= 120
+        assert c.cancel(first)["status"] == "cancelled"
+        assert engine.wait_idle(60)
+        assert c.run("Say {x}", [{"x": i} for i in range(2)], max_tokens=4).status == "finished"  # room again
