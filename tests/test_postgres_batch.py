@@ -138,3 +138,55 @@ def test_each_role_batches_under_its_own_key(server, cluster):
     with connect(cluster, "mallory") as db:  # no key: the server refuses, as for a per-row call
         with pytest.raises(psycopg.errors.InvalidAuthorizationSpecification, match=r"\(HTTP 401\)"):
             db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id <= 3")
+
+
+def test_extract_batched_answers_like_the_query_form(server, cluster):
+    schema = '{"type": "object", "properties": {"liked": {"type": "boolean"}}, "required": ["liked"]}'
+    with connect(cluster) as db:
+        db.execute("SET relserve.max_tokens = 24")
+        batched = db.execute(f"SELECT id, llm_extract('Facts of: {{r}}', '{schema}', review) FROM reviews WHERE id <= 3 ORDER BY id").fetchall()
+        srf = db.execute(f"SELECT (input->>'id')::int, answer FROM llm_extract_query('Facts of: {{review}}', '{schema}', "
+                         "'SELECT id, review FROM reviews WHERE id <= 3') ORDER BY 1").fetchall()
+    assert batched == srf and all(isinstance(a, dict) and isinstance(a["liked"], bool) for _, a in batched)
+
+
+def test_statement_timeout_cancels_the_batched_relquery(server, cluster):
+    import time
+
+    sql = "SELECT count(llm_map('Write a long story about the number {n}.', g::text)) FROM generate_series(1, 300) g"
+    with connect(cluster) as db:
+        db.execute("SET relserve.max_tokens = 64")
+        db.execute("SET relserve.cache = off")
+        before = jobs_of(server)
+        db.execute("SET statement_timeout = '5s'")
+        with pytest.raises(psycopg.errors.QueryCanceled, match=r"canceling statement due to statement timeout"):
+            db.execute(sql)
+    (job,) = new_jobs(server, before)
+    deadline = time.monotonic() + 10
+    while job["status"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        job = jobs_of(server)[job["id"]]
+    assert job["status"] == "cancelled" and job["stats"]["rows"] - job["stats"]["errors"] < 300, job
+
+
+def test_eight_sessions_at_once_each_send_one_relquery(server, cluster):
+    import threading
+
+    with connect(cluster) as db:
+        whole = dict(db.execute("SELECT (input->>'id')::int, answer FROM llm_map_query('Is {review} good?', "
+                                "'SELECT id, review FROM reviews WHERE id <= 6', '{\"max_tokens\": 4}')").fetchall())
+    before = jobs_of(server)
+    got: dict[int, list] = {}
+
+    def session(k: int) -> None:
+        with connect(cluster) as db:
+            db.execute("SET relserve.max_tokens = 4")
+            got[k] = db.execute("SELECT id, llm_map('Is {review} good?', review) FROM reviews WHERE id <= 6 ORDER BY id").fetchall()
+
+    threads = [threading.Thread(target=session, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    assert all(got[k] == sorted(whole.items()) for k in range(8)), got
+    assert sorted(j["progress"]["total"] for j in new_jobs(server, before)) == [6] * 8
