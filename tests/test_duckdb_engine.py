@@ -145,3 +145,14 @@ def test_nested_calls_cte_parameters_and_create_insert_update(con, recording):
     relserve.duckdb.sql(con, "UPDATE words SET w = llm_map('Say {w} in capitals.', w) WHERE id = 2")
     assert con.sql("SELECT id, w FROM words ORDER BY id").fetchall() == [
         (1, one["Alien"]), (2, answers[f"Say {one['Heat']} in capitals."]), (5, one["Up"])]
+
+
+def test_dedup_across_2048_row_chunks_on_a_plain_connection(con, recording):
+    # the real-engine twin of test_duckdb.py's chunked dedup: DuckDB hands the function 2,048 rows
+    # at a time; the three distinct prompts run once, the later chunks come from the result cache
+    rows = con.sql(
+        "SELECT i, llm_map('One word for: {x}', x) FROM (SELECT range AS i, 'colour ' || (range % 3) AS x FROM range(5000)) ORDER BY i"
+    ).fetchall()
+    assert recording.submitted == [[f"One word for: colour {k}" for k in range(3)]]
+    one = [recording.answers[f"One word for: colour {k}"] for k in range(3)]
+    assert rows == [(i, one[i % 3]) for i in range(5000)]
