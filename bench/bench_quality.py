@@ -375,6 +375,10 @@ def main() -> None:
                 r = dict(model=a.model, label_norm=label_scoring.LABEL_NORM, engine_start_s=start,
                          **run_one(engine, task, config, tap))
                 results.append(r)
+                # written after every statement: an interrupted run keeps what it measured
+                out = Path(a.out)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
                 print(
                     f"{r['group']:6s} {r['task']:13s} {config:24s} acc {r['accuracy']:6.1%} F1 {r['macro_f1']:5.3f} "
                     f"top {r['top_share']:5.1%} AUC {r.get('auc') or float('nan'):4.2f} {r['rows_per_s']:6.1f} rows/s  {r['answers']}",
