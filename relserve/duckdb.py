@@ -19,7 +19,6 @@ from relserve.duckdb_ext import (
     Connection as _Connection,
     SiteExplain,
     StatementExplain,
-    connect as _connect,
     errors,
     explain as _explain,
     install as _install,

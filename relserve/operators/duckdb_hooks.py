@@ -22,7 +22,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from relserve.errors import ConfigError, RelServeError, RowError
+from relserve.errors import ConfigError, RelServeError
 from relserve.functions import FUNCTIONS
 from relserve.operators.reduce import ReduceExplain, explain_reduce, reduce_call, run_reduce
 from relserve.operators.topk import run_topk, topk_call
