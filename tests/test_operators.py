@@ -155,6 +155,14 @@ def test_duckdb_explain_and_errors():
     assert eng.submitted == []
     with pytest.raises(TemplateError, match="llm_reduce"):
         con.sql("SELECT llm_reduce('no placeholder', note) FROM notes")
+    # a group that fails is NULL, listed by errors(); the others keep their answers
+    bad = ScriptedEngine(answer=short_answers)
+    con2 = relserve.duckdb.connect(engine=bad)
+    con2.sql("CREATE TABLE n AS SELECT * FROM (VALUES ('a', 'fine'), ('b', 'POISON')) v(g, note)")
+    rows = con2.sql(f"SELECT g, llm_reduce('{TEMPLATE}', note) FROM n GROUP BY g ORDER BY g").fetchall()
+    assert rows == [("a", "partial"), ("b", None)]
+    logged = con2.errors().fetchall()
+    assert len(logged) == 1 and logged[0][0] == "llm_reduce" and "refused" in logged[0][3]
     with pytest.raises(ConfigError, match="cannot share a statement"):
         con.sql(f"SELECT llm_reduce('{TEMPLATE}', llm_map('x {{n}}', note)) FROM notes")
     # the plain connection's list form, given a scalar: DuckDB wraps the message

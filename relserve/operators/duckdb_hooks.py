@@ -332,7 +332,12 @@ def run_sql(con: duckdb.DuckDBPyConnection, query: str, sql_fn: Any, params: Any
         for f in functions:
             f.flush()
             f.mode = "answer"
-        rel = sql_fn(con, text, params)
+        session = functions[0].session
+        with session.lock:
+            failed = list(session.failures)  # the groups that failed in flush()
+        rel = sql_fn(con, text, params)  # (which starts a fresh error log: put them back)
+        with session.lock:
+            session.failures.extendleft(reversed(failed))
         # materialized now, once: a lazy relation would run the functions again at every
         # fetch (outside these passes), and their errors would surface later, wrapped by DuckDB
         return con.from_arrow(rel.to_arrow_table()) if rel is not None else None
