@@ -13,9 +13,8 @@ is the one a local connection would get. The result cache is the server's (``cac
 it off for this connection's calls); the engine, its scheduler and its prefix cache are the
 server's, shared with its other clients.
 
-Not available over the server's HTTP API (yet), and refused with a message naming the option:
-``method`` other than the default, ``examples`` and ``reorder_fields``; ``model`` must name the
-model the server serves.
+The whole call specification travels field by field (``system``, ``method``, ``prompt_shape``,
+``reorder_fields``, ``examples``); ``model`` must name the model the server serves.
 """
 
 from __future__ import annotations

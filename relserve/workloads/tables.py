@@ -4,8 +4,7 @@ Where the Parquet files are looked for, first match wins:
 
 1. the ``datasets_dir`` argument,
 2. the environment variable ``RELSERVE_DATASETS``,
-3. ``../shared/datasets`` relative to the repository root (found from this package's location),
-4. ``/work/shared/datasets``.
+3. ``../shared/datasets`` relative to the repository root (found from this package's location).
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from relserve.errors import ConfigError
 
 ENV_VAR = "RELSERVE_DATASETS"
 _REPO_ROOT = Path(__file__).resolve().parents[2]
-_FALLBACK_DIRS = (_REPO_ROOT.parent / "shared" / "datasets", Path("/work/shared/datasets"))
+_FALLBACK_DIRS = (_REPO_ROOT.parent / "shared" / "datasets",)
 
 
 @dataclass(frozen=True)
