@@ -287,21 +287,36 @@ def test_columns_missing_from_the_source_and_a_missing_output_column_are_named(f
 
 
 def test_answers_stream_so_limit_stops_the_relquery_early(server, fdw):
-    """Answers reach the executor as they finish. Two of 300 rows are in the result cache: LIMIT 2
-    returns them first (a materialized scan would wait for all 300 long answers) and ending the
-    scan cancels the other 298 on the server."""
+    """Answers reach the executor as they finish. Two of 300 rows are in the result cache: with a
+    qual on the answers (LIMIT cannot go into the source) LIMIT 2 returns them first (a materialized
+    scan would wait for all 300 long answers) and ending the scan cancels the other 298 on the server."""
     with connect(fdw) as db:
         db.execute(LONG_TABLE.replace("stories", "stories_cached").replace(", cache 'false'", ""))
         db.execute("SELECT count(*) FROM stories_cached WHERE n <= 2")  # puts two answers in the cache
     before = set(jobs(server))
     with connect(fdw) as db:
-        got = db.execute("SELECT n FROM stories_cached LIMIT 2").fetchall()
+        got = db.execute("SELECT n FROM stories_cached WHERE story <> '' LIMIT 2").fetchall()
     assert sorted(got) == [(1,), (2,)]
     (job,) = new_jobs(server, before)
+    assert job["progress"]["total"] == 300
     # the server learns of the closed stream and aborts the rows in the engine a moment later
     job = wait_until_done(server, job["id"], timeout=10)
     assert job["status"] == "cancelled", job
     assert job["stats"]["cached_rows"] == 2 and job["stats"]["rows"] - job["stats"]["errors"] < 300, job
+
+
+def test_limit_goes_into_the_source_when_the_scan_rows_are_the_query_rows(server, fdw):
+    with connect(fdw) as db:
+        plan = "\n".join(r for (r,) in db.execute("EXPLAIN SELECT * FROM review_tone LIMIT 2 OFFSET 1"))
+        kept = "\n".join(r for (r,) in db.execute("EXPLAIN SELECT * FROM review_tone WHERE tone = 'x' LIMIT 2"))
+        ordered = "\n".join(r for (r,) in db.execute("EXPLAIN SELECT * FROM review_tone ORDER BY id LIMIT 2"))
+        before = set(jobs(server))
+        assert len(db.execute("SELECT * FROM review_tone WHERE id > 1 LIMIT 2").fetchall()) == 2
+    assert "Source Query: SELECT * FROM (SELECT id, review FROM reviews WHERE review IS NOT NULL) AS s LIMIT 3" in plan, plan
+    assert "LIMIT" not in kept.split("Source Query:")[1].split("\n")[0], kept  # a qual on the answers stays here
+    assert "LIMIT" not in ordered.split("Source Query:")[1].split("\n")[0], ordered  # the sort needs every row
+    (job,) = new_jobs(server, before)
+    assert job["progress"]["total"] == 2
 
 
 def test_source_values_round_trip_exactly_nan_arrays_bytea_json_and_nulls(server, fdw):

@@ -202,6 +202,7 @@ def test_scalar_llm_map_answers_each_row_with_one_request_per_call(engine, serve
     before = jobs_of(server)
     with connect(cluster) as db:
         db.execute("SET relserve.max_tokens = 6")
+        db.execute("SET relserve.batch_calls = off")  # the per-row path (batching: test_postgres_batch.py)
         got = db.execute(f"SELECT id, llm_map('{MAP_TEMPLATE}', review) FROM reviews WHERE id <= 6 ORDER BY id").fetchall()
     assert got == [(i, w) for (i, _, _), w in zip(REVIEWS, want)]
     new = [j for k, j in jobs_of(server).items() if k not in before]
@@ -296,8 +297,12 @@ def test_a_null_value_gives_a_null_row_with_its_error(cluster):
         assert db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 7").fetchone() == (None,)
         assert notices[-1] == "llm_map: NULL for this row: llm_map: placeholder {r} is NULL in this row"
         db.execute("SET relserve.on_error = 'raise'")  # relserve's vocabulary: a failed row fails the statement
-        with pytest.raises(psycopg.errors.DataException, match=r"llm_map: llm_map: placeholder \{r\} is NULL in this row"):
+        with pytest.raises(psycopg.errors.DataException, match=r"^llm_map: row 1: llm_map: placeholder \{r\} is NULL in this row"):
+            db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 7")  # batched: the row's number
+        db.execute("SET relserve.batch_calls = off")
+        with pytest.raises(psycopg.errors.DataException, match=r"^llm_map: llm_map: placeholder \{r\} is NULL in this row"):
             db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id = 7")
+        db.execute("RESET relserve.batch_calls")
         with pytest.raises(psycopg.errors.DataException, match=r"llm_map_query: row 1: llm_map: placeholder \{review\} is NULL"):
             db.execute("SELECT * FROM llm_map_query('Is {review} good?', 'SELECT id, review FROM reviews WHERE id = 7')")
         db.execute("SET relserve.on_error = 'fail'")  # the value it had before, under another name

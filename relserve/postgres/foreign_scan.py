@@ -33,14 +33,10 @@ ABANDON_AFTER_S = 3.0
 
 
 class Scan:
-    """One window's relQuery. ``sent`` maps the relQuery's rows to the window's (None: the same);
-    ``early`` holds the window's rows that failed before the server (a NULL placeholder), as
-    (window index, error); ``stream`` is None when no row was left to send."""
+    """One window's relQuery, as the C side polls it."""
 
-    def __init__(self, name: str, request: CallRequest, stream: AnswerStream | None, rows: int,
-                 sent: list[int] | None = None, early: list[tuple[int, str]] | None = None) -> None:
+    def __init__(self, name: str, request: CallRequest, stream: AnswerStream, rows: int) -> None:
         self.name, self.request, self.stream, self.rows = name, request, stream, rows
-        self.sent, self.early = sent, list(early or [])
         self.end = time.monotonic() + request.timeout_s
 
 
@@ -59,7 +55,7 @@ def scan_open(plpy: Any, url: str, api_key: str | None, kind: str, template: str
         window = json.loads(rows)
         client = backend.client(plpy, request.timeout_s, url=url, api_key=api_key or "")
         handle = uuid.uuid4().hex
-        for old in [h for h, s in _scans.items() if s.stream is None or s.stream.stopped]:  # ended by an error nobody polled after
+        for old in [h for h, s in _scans.items() if s.stream.stopped]:  # ended by an error nobody polled after
             del _scans[old]
         stream = AnswerStream(client, template, window, request.options, abandon_after_s=ABANDON_AFTER_S)
         _scans[handle] = Scan(name, request, stream, len(window))
@@ -74,22 +70,14 @@ def scan_poll(plpy: Any, handle: str, wait_s: float) -> list[str | None]:
     if scan is None:
         return ["error", "XX000", f"relserve_fdw: no open scan {handle}", None]
     out: list[str | None] = []
-    while scan.early:
-        index, error = scan.early.pop(0)
-        if scan.request.on_error == "raise":
-            return ["error", DATA_EXCEPTION, f"{scan.name}: row {index + 1}: {error}", None]
-        out += ["row", str(index), None, error]
-    if scan.stream is None:
-        return out + ["done", None, None, None]
     for event in scan.stream.poll(wait_s):
         if isinstance(event, Accepted):
             out += ["accepted", event.relquery_id, str(event.total), None]
         elif isinstance(event, Answer):
             r = event.row
-            index = scan.sent[r.index] if scan.sent is not None else r.index
             if r.error is not None and scan.request.on_error == "raise":
-                return out + ["error", DATA_EXCEPTION, f"{scan.name}: row {index + 1}: {r.error}", None]
-            out += ["row", str(index), as_text(r.value), r.error]
+                return out + ["error", DATA_EXCEPTION, f"{scan.name}: row {r.index + 1}: {r.error}", None]
+            out += ["row", str(r.index), as_text(r.value), r.error]
         elif isinstance(event, Broken):
             if scan.request.on_server_error == "null" and not any(e == "row" for e in out[::4]):
                 plpy.warning(f"{scan.name}: relserve server error, NULL returned for every row: {event.message}")
@@ -116,7 +104,7 @@ def scan_poll(plpy: Any, handle: str, wait_s: float) -> list[str | None]:
 def scan_close(plpy: Any, handle: str) -> str:
     """The scan is over (or not wanted any more: LIMIT, an error): cancel what still runs."""
     scan = _scans.pop(handle, None)
-    if scan is None or scan.stream is None or scan.stream.ended:
+    if scan is None or scan.stream.ended:
         return ""
     problem = scan.stream.cancel()
     if problem:
@@ -136,32 +124,20 @@ def as_text(value: Any) -> str | None:
 def batch_open(plpy: Any, kind: str, template: str, spec: str | None, form: str, rows: str) -> str:
     """A window of a query's scalar ``llm_<kind>`` calls (batch_calls.c) as ONE relQuery: each row
     is the call's value argument (the VARIADIC values as an array, or the jsonb object), bound to
-    the template as the scalar function binds it; the server and key are the functions' own (the
-    superuser's configuration). A row that cannot be bound fails alone."""
+    the template as the scalar function binds it (a call that cannot bind fails the statement, as
+    one call does; a NULL value fails its row on the server); the server and key are the
+    functions' own (the superuser's configuration)."""
     name = f"llm_{kind}"
     try:
         labels_or_schema = json.loads(spec) if spec else None
         request = call_request(name, backend.settings(plpy), kind, labels_or_schema)
         window = json.loads(rows)
-        bound: list[dict] = []
-        sent: list[int] = []
-        early: list[tuple[int, str]] = []
-        for i, value in enumerate(window):
-            try:
-                if value is None:
-                    raise PgError(f"{name}: the values are NULL")
-                row = bind(name, template, value, None) if form == "args" else bind(name, template, None, json.dumps(value))
-            except PgError as e:
-                early.append((i, e.message))
-                continue
-            bound.append(row)
-            sent.append(i)
-        stream = None
-        if bound:
-            client = backend.client(plpy, request.timeout_s)
-            stream = AnswerStream(client, template, bound, request.options, abandon_after_s=ABANDON_AFTER_S)
+        bound = [bind(name, template, value, None) if form == "args" else
+                 bind(name, template, None, None if value is None else json.dumps(value)) for value in window]
+        client = backend.client(plpy, request.timeout_s)
+        stream = AnswerStream(client, template, bound, request.options, abandon_after_s=ABANDON_AFTER_S)
         handle = uuid.uuid4().hex
-        _scans[handle] = Scan(name, request, stream, len(window), sent, early)
+        _scans[handle] = Scan(name, request, stream, len(window))
         return handle
     except PgError as e:
         raise_as_sql(plpy, e)

@@ -761,6 +761,7 @@ relserveGetForeignPlan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntablei
 	const char *on_error = rs_option(table->options, "on_error");
 	const char *spec = NULL;
 	char	   *body = rs_strip_semicolons(rs_option(table->options, "source"));
+	int			limit = -1;
 	int			i;
 
 	/* every pushable qual in the source's WHERE */
@@ -772,6 +773,41 @@ relserveGetForeignPlan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntablei
 		appendStringInfoString(&quals, lc == list_head(ps->pushed) ? " WHERE " : " AND ");
 		rs_deparse_expr((Node *) ri->clause, rel, baserel->relid, ps->output_attno, &quals);
 	}
+
+	/* what the source query filters is not checked again here (as postgres_fdw does) */
+	foreach(lc, scan_clauses)
+	{
+		RestrictInfo *ri = lfirst_node(RestrictInfo, lc);
+
+		if (!ri->pseudoconstant && !list_member_ptr(ps->pushed, ri))
+			local = lappend(local, ri->clause);
+	}
+
+	/*
+	 * LIMIT goes into the source when the scan's rows are the query's rows: this table alone, every
+	 * qual pushed, nothing that needs all rows first (ORDER BY, GROUP BY, aggregates, DISTINCT,
+	 * window functions, set-returning functions).
+	 */
+	{
+		Query	   *parse = root->parse;
+
+		if (local == NIL && parse->limitCount && IsA(parse->limitCount, Const) &&
+			!((Const *) parse->limitCount)->constisnull && parse->limitOption == LIMIT_OPTION_COUNT &&
+			(parse->limitOffset == NULL || (IsA(parse->limitOffset, Const) && !((Const *) parse->limitOffset)->constisnull)) &&
+			bms_membership(root->all_baserels) == BMS_SINGLETON && parse->sortClause == NIL &&
+			parse->groupClause == NIL && !parse->hasAggs && parse->distinctClause == NIL &&
+			!parse->hasWindowFuncs && !parse->hasTargetSRFs && parse->groupingSets == NIL && parse->havingQual == NULL &&
+			root->query_level == 1)
+		{
+			int64		count = DatumGetInt64(((Const *) parse->limitCount)->constvalue);
+			int64		offset = parse->limitOffset ? DatumGetInt64(((Const *) parse->limitOffset)->constvalue) : 0;
+
+			if (count >= 0 && offset >= 0 && count + offset < PG_INT32_MAX)
+				limit = (int) (count + offset);
+		}
+	}
+	if (limit >= 0)
+		appendStringInfo(&quals, " LIMIT %d", limit);
 
 	/*
 	 * The newlines keep a trailing "--" comment of the source from swallowing the closing
@@ -804,15 +840,6 @@ relserveGetForeignPlan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntablei
 		spec = rs_option(table->options, "labels");
 	else if (strcmp(kind, "extract") == 0)
 		spec = rs_option(table->options, "json_schema");
-
-	/* what the source query filters is not checked again here (as postgres_fdw does) */
-	foreach(lc, scan_clauses)
-	{
-		RestrictInfo *ri = lfirst_node(RestrictInfo, lc);
-
-		if (!ri->pseudoconstant && !list_member_ptr(ps->pushed, ri))
-			local = lappend(local, ri->clause);
-	}
 
 	table_close(rel, NoLock);
 	{
