@@ -47,7 +47,8 @@ def measure(conninfo: str, sql: str) -> tuple[int, float, int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    ap.add_argument("--query-form-max", type=int, default=100_000, help="largest source also run through llm_map_query")
+    ap.add_argument("--query-form-max", type=int, default=10_000,
+                    help="largest source also run through llm_map_query (one request: the server takes at most 10,000 rows)")
     args = ap.parse_args()
 
     import psycopg

@@ -190,3 +190,20 @@ def test_eight_sessions_at_once_each_send_one_relquery(server, cluster):
         t.join(600)
     assert all(got[k] == sorted(whole.items()) for k in range(8)), got
     assert sorted(j["progress"]["total"] for j in new_jobs(server, before)) == [6] * 8
+
+
+def test_order_by_an_answer_and_a_join_on_a_filter_give_the_per_row_results(server, cluster):
+    order = "SELECT id FROM reviews WHERE id <= 6 ORDER BY llm_classify('Tone of {r}?', ARRAY['positive','negative'], review), id"
+    join = ("SELECT a.id, b.id FROM reviews a JOIN reviews b ON a.id < b.id AND b.id <= 3 "
+            "AND llm_filter('Do {a} and {b} agree?', a.review, b.review) WHERE a.id <= 3 ORDER BY 1, 2")
+    with connect(cluster) as db:
+        db.execute("SET relserve.max_tokens = 4")
+        order_plan = plan_of(db, order)
+        join_plan = plan_of(db, join)
+        got = db.execute(order).fetchall(), db.execute(join).fetchall()
+        db.execute("SET relserve.batch_calls = off")
+        want = db.execute(order).fetchall(), db.execute(join).fetchall()
+    assert got == want
+    assert "LLM Calls: llm_classify (target list)" in order_plan, order_plan  # the sort key is computed batched
+    # the planner put the ON clause's call on the inner scan: batched per outer row (one relQuery each)
+    assert "LLM Calls: llm_filter (filter)" in join_plan, join_plan
