@@ -153,7 +153,9 @@ def test_extract_batched_answers_like_the_query_form(server, cluster):
 def test_statement_timeout_cancels_the_batched_relquery(server, cluster):
     import time
 
-    sql = "SELECT count(llm_map('Write a long story about the number {n}.', g::text)) FROM generate_series(1, 300) g"
+    # (an llm_* call inside an aggregate's argument runs per row: the subquery computes it batched)
+    sql = ("SELECT count(a) FROM (SELECT llm_map('Write a long story about the number {n}.', g::text) AS a "
+           "FROM generate_series(1, 300) g) s")
     with connect(cluster) as db:
         db.execute("SET relserve.max_tokens = 64")
         db.execute("SET relserve.cache = off")
@@ -161,7 +163,9 @@ def test_statement_timeout_cancels_the_batched_relquery(server, cluster):
         db.execute("SET statement_timeout = '5s'")
         with pytest.raises(psycopg.errors.QueryCanceled, match=r"canceling statement due to statement timeout"):
             db.execute(sql)
-    (job,) = new_jobs(server, before)
+    started = new_jobs(server, before)
+    assert [j["progress"]["total"] for j in started] == [300], [(j["progress"], j["status"]) for j in started]
+    job = started[0]
     deadline = time.monotonic() + 10
     while job["status"] == "running" and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -378,7 +378,15 @@ rs_batch_plan(Plan *plan, Oid schema, int window)
 	int			k;
 
 	if (!rs_wrappable(plan))
+	{
+		/* an aggregate's argument, a window function's: evaluated by this node, per row */
+		rs_find_walker((Node *) plan->targetlist, &f);
+		rs_find_walker((Node *) plan->qual, &f);
+		if (f.sites != NIL || f.refused)
+			return rs_per_row_plan(plan, "an llm_* call in an aggregate's or window function's arguments runs per row "
+								   "(compute it in a subquery: SELECT count(a) FROM (SELECT llm_map(...) AS a FROM t) s)");
 		return plan;
+	}
 	rs_find_walker((Node *) plan->targetlist, &f);
 	f.in_qual = true;
 	foreach(lc, plan->qual)
