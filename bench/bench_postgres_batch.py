@@ -15,14 +15,8 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
 
 TEMPLATE = "Summarize this SMS in five words: {text}"
 WORDS = ("meet", "tomorrow", "call", "me", "free", "prize", "winner", "lunch", "at", "noon", "late", "sorry",
@@ -54,62 +48,47 @@ def main() -> None:
     args = ap.parse_args()
 
     import psycopg
-    from server_fixtures import running_server
-    from test_postgres import DB, PgCluster, install_extension
+    from pg_setup import cluster_and_server
 
-    from relserve import Engine
-    from relserve.planner.cache import ResultCache
-
-    engine = Engine()
-    cache = ResultCache(Path(tempfile.mkdtemp()) / "results.sqlite")
     common = ["SET relserve.max_tokens = 16", "SET relserve.cache = off", "SET relserve.timeout = 3600"]
     results = []
-    with running_server(engine, cache=cache) as srv:
-        pg = PgCluster().start()
-        try:
-            with psycopg.connect(pg.conninfo(), autocommit=True) as admin:
-                admin.execute(f"CREATE DATABASE {DB}")
-            with psycopg.connect(pg.conninfo(DB), autocommit=True) as db:
-                install_extension(db, srv.url)
-                for n in args.rows:
-                    db.execute(f"CREATE TABLE sms_{n} (id int PRIMARY KEY, text text)")
-                    with db.cursor() as cur:
-                        cur.executemany(f"INSERT INTO sms_{n} VALUES (%s, %s)", list(enumerate(texts(n))))
-            conninfo = pg.conninfo(DB)
+    with cluster_and_server() as (conninfo, _url):
+        with psycopg.connect(conninfo, autocommit=True) as db:
             for n in args.rows:
-                scalar = f"SELECT id, llm_map('{TEMPLATE}', text) FROM sms_{n}"
-                query = f"SELECT * FROM llm_map_query('{TEMPLATE}', 'SELECT id, text FROM sms_{n}')"
-                forms = [("scalar, batched", common, scalar), ("llm_map_query", common, query)]
-                if n <= args.per_row_max:
-                    forms.append(("scalar, one request per row", common + ["SET relserve.batch_calls = off"], scalar))
-                for name, setup, sql in forms:
-                    s, got = timed(conninfo, setup, sql)
-                    results.append((n, name, s, got))
-                    print(f"{n:>5} rows  {name:<28} {s:8.1f} s  ({got} rows)", flush=True)
-            # sessions at once, each over its slice of the first table
-            n = args.rows[0]
-            step = n // args.sessions
-            for name, extra, form in (("scalar, batched", [], "scalar"), ("llm_map_query", [], "query")):
-                times: list[float] = []
+                db.execute(f"CREATE TABLE sms_{n} (id int PRIMARY KEY, text text)")
+                with db.cursor() as cur:
+                    cur.executemany(f"INSERT INTO sms_{n} VALUES (%s, %s)", list(enumerate(texts(n))))
+        for n in args.rows:
+            scalar = f"SELECT id, llm_map('{TEMPLATE}', text) FROM sms_{n}"
+            query = f"SELECT * FROM llm_map_query('{TEMPLATE}', 'SELECT id, text FROM sms_{n}')"
+            forms = [("scalar, batched", common, scalar), ("llm_map_query", common, query)]
+            if n <= args.per_row_max:
+                forms.append(("scalar, one request per row", common + ["SET relserve.batch_calls = off"], scalar))
+            for name, setup, sql in forms:
+                s, got = timed(conninfo, setup, sql)
+                results.append((n, name, s, got))
+                print(f"{n:>5} rows  {name:<28} {s:8.1f} s  ({got} rows)", flush=True)
+        # sessions at once, each over its slice of the first table
+        n = args.rows[0]
+        step = n // args.sessions
+        for name, extra, form in (("scalar, batched", [], "scalar"), ("llm_map_query", [], "query")):
+            times: list[float] = []
 
-                def run(k: int) -> None:
-                    lo, hi = k * step, (k + 1) * step
-                    sql = (f"SELECT id, llm_map('{TEMPLATE}', text) FROM sms_{n} WHERE id >= {lo} AND id < {hi}" if form == "scalar"
-                           else f"SELECT * FROM llm_map_query('{TEMPLATE}', 'SELECT id, text FROM sms_{n} WHERE id >= {lo} AND id < {hi}')")
-                    times.append(timed(conninfo, common + extra, sql)[0])
+            def run(k: int) -> None:
+                lo, hi = k * step, (k + 1) * step
+                sql = (f"SELECT id, llm_map('{TEMPLATE}', text) FROM sms_{n} WHERE id >= {lo} AND id < {hi}" if form == "scalar"
+                       else f"SELECT * FROM llm_map_query('{TEMPLATE}', 'SELECT id, text FROM sms_{n} WHERE id >= {lo} AND id < {hi}')")
+                times.append(timed(conninfo, common + extra, sql)[0])
 
-                t0 = time.monotonic()
-                threads = [threading.Thread(target=run, args=(k,)) for k in range(args.sessions)]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
-                wall = time.monotonic() - t0
-                results.append((n, f"{args.sessions} sessions, {name}", wall, step * args.sessions))
-                print(f"{args.sessions} sessions x {step} rows, {name:<18} wall {wall:6.1f} s, mean statement {sum(times) / len(times):6.1f} s", flush=True)
-        finally:
-            pg.stop()
-            engine.close()
+            t0 = time.monotonic()
+            threads = [threading.Thread(target=run, args=(k,)) for k in range(args.sessions)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            wall = time.monotonic() - t0
+            results.append((n, f"{args.sessions} sessions, {name}", wall, step * args.sessions))
+            print(f"{args.sessions} sessions x {step} rows, {name:<18} wall {wall:6.1f} s, mean statement {sum(times) / len(times):6.1f} s", flush=True)
     print("\n| rows | form | seconds |\n|---|---|---|")
     for n, name, s, _ in results:
         print(f"| {n} | {name} | {s:.1f} |")

@@ -16,13 +16,8 @@ per run; the machine must let this user read the postgres user's /proc entries (
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-
 
 def peak_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -52,45 +47,29 @@ def main() -> None:
     args = ap.parse_args()
 
     import psycopg
-    from server_fixtures import running_server
-    from test_postgres import DB, PgCluster, install_extension
+    from pg_setup import cluster_and_server
 
-    from relserve import Engine
-    from relserve.planner.cache import ResultCache
-    import tempfile
-
-    engine = Engine()
-    cache = ResultCache(Path(tempfile.mkdtemp()) / "results.sqlite")
-    with running_server(engine, cache=cache) as srv:
-        pg = PgCluster().start()
-        try:
-            with psycopg.connect(pg.conninfo(), autocommit=True) as admin:
-                admin.execute(f"CREATE DATABASE {DB}")
-            with psycopg.connect(pg.conninfo(DB), autocommit=True) as db:
-                install_extension(db, srv.url)
-                db.execute(f"CREATE SERVER relserve FOREIGN DATA WRAPPER relserve_fdw OPTIONS (url '{srv.url}')")
-                db.execute("CREATE USER MAPPING FOR postgres SERVER relserve")
-            rows = []
-            for n in args.rows:
-                with psycopg.connect(pg.conninfo(DB), autocommit=True) as db:
-                    db.execute(f"CREATE FOREIGN TABLE IF NOT EXISTS said_{n} (n int, t text, answer text) SERVER relserve OPTIONS ("
-                               f"source 'SELECT g AS n, ''same'' AS t FROM generate_series(1, {n}) g', "
-                               "template 'Say {t}', kind 'map', max_tokens '1')")
-                got, s, kib = measure(pg.conninfo(DB), f"SELECT count(answer) FROM said_{n}")
-                rows.append(("foreign table", n, got, s, kib))
-                print(f"foreign table  {n:>9,} rows: {got:>9,} answers in {s:7.1f} s ({got / s:8.0f} rows/s), backend peak {kib / 1024:7.1f} MiB", flush=True)
-                if n <= args.query_form_max:
-                    got, s, kib = measure(pg.conninfo(DB), "SELECT count(answer) FROM llm_map_query('Say {t}', "
-                                          f"'SELECT g AS n, ''same'' AS t FROM generate_series(1, {n}) g', '{{\"max_tokens\": 1}}')")
-                    rows.append(("llm_map_query", n, got, s, kib))
-                    print(f"llm_map_query  {n:>9,} rows: {got:>9,} answers in {s:7.1f} s ({got / s:8.0f} rows/s), backend peak {kib / 1024:7.1f} MiB", flush=True)
-            print("\n| form | source rows | answers | seconds | rows/s | backend peak (MiB) |\n|---|---|---|---|---|---|")
-            for form, n, got, s, kib in rows:
-                print(f"| {form} | {n:,} | {got:,} | {s:.1f} | {got / s:.0f} | {kib / 1024:.1f} |")
-        finally:
-            pg.stop()
-            engine.close()
-
+    with cluster_and_server() as (conninfo, url):
+        with psycopg.connect(conninfo, autocommit=True) as db:
+            db.execute(f"CREATE SERVER relserve FOREIGN DATA WRAPPER relserve_fdw OPTIONS (url '{url}')")
+            db.execute("CREATE USER MAPPING FOR postgres SERVER relserve")
+        rows = []
+        for n in args.rows:
+            with psycopg.connect(conninfo, autocommit=True) as db:
+                db.execute(f"CREATE FOREIGN TABLE IF NOT EXISTS said_{n} (n int, t text, answer text) SERVER relserve OPTIONS ("
+                           f"source 'SELECT g AS n, ''same'' AS t FROM generate_series(1, {n}) g', "
+                           "template 'Say {t}', kind 'map', max_tokens '1')")
+            got, s, kib = measure(conninfo, f"SELECT count(answer) FROM said_{n}")
+            rows.append(("foreign table", n, got, s, kib))
+            print(f"foreign table  {n:>9,} rows: {got:>9,} answers in {s:7.1f} s ({got / s:8.0f} rows/s), backend peak {kib / 1024:7.1f} MiB", flush=True)
+            if n <= args.query_form_max:
+                got, s, kib = measure(conninfo, "SELECT count(answer) FROM llm_map_query('Say {t}', "
+                                      f"'SELECT g AS n, ''same'' AS t FROM generate_series(1, {n}) g', '{{\"max_tokens\": 1}}')")
+                rows.append(("llm_map_query", n, got, s, kib))
+                print(f"llm_map_query  {n:>9,} rows: {got:>9,} answers in {s:7.1f} s ({got / s:8.0f} rows/s), backend peak {kib / 1024:7.1f} MiB", flush=True)
+    print("\n| form | source rows | answers | seconds | rows/s | backend peak (MiB) |\n|---|---|---|---|---|---|")
+    for form, n, got, s, kib in rows:
+        print(f"| {form} | {n:,} | {got:,} | {s:.1f} | {got / s:.0f} | {kib / 1024:.1f} |")
 
 if __name__ == "__main__":
     main()

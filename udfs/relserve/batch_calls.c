@@ -364,7 +364,7 @@ rs_wrappable(Plan *plan)
 
 /* the custom scan in place of ``plan``, or ``plan`` as it was */
 static Plan *
-rs_batch_plan(Plan *plan, Oid schema, int window)
+rs_batch_plan(Plan *plan, Oid schema)
 {
 	RsFind		f = {schema, NIL, false, NULL};
 	RsRewrite	rw = {NIL, NIL, 0};
@@ -454,47 +454,46 @@ rs_batch_plan(Plan *plan, Oid schema, int window)
 	cscan->scan.plan.plan_node_id = plan->plan_node_id;
 	cscan->scan.plan.extParam = bms_copy(plan->extParam);
 	cscan->scan.plan.allParam = bms_copy(plan->allParam);
-	(void) window;
 	return (Plan *) cscan;
 }
 
-static Plan *rs_walk_plan(Plan *plan, Oid schema, int window);
+static Plan *rs_walk_plan(Plan *plan, Oid schema);
 
 static List *
-rs_walk_list(List *plans, Oid schema, int window)
+rs_walk_list(List *plans, Oid schema)
 {
 	ListCell   *lc;
 
 	foreach(lc, plans)
-		lfirst(lc) = rs_walk_plan((Plan *) lfirst(lc), schema, window);
+		lfirst(lc) = rs_walk_plan((Plan *) lfirst(lc), schema);
 	return plans;
 }
 
 static Plan *
-rs_walk_plan(Plan *plan, Oid schema, int window)
+rs_walk_plan(Plan *plan, Oid schema)
 {
 	if (plan == NULL)
 		return NULL;
-	plan->lefttree = rs_walk_plan(plan->lefttree, schema, window);
-	plan->righttree = rs_walk_plan(plan->righttree, schema, window);
+	plan->lefttree = rs_walk_plan(plan->lefttree, schema);
+	plan->righttree = rs_walk_plan(plan->righttree, schema);
 	switch (nodeTag(plan))
 	{
 		case T_Append:
-			rs_walk_list(((Append *) plan)->appendplans, schema, window);
+			rs_walk_list(((Append *) plan)->appendplans, schema);
 			break;
 		case T_MergeAppend:
-			rs_walk_list(((MergeAppend *) plan)->mergeplans, schema, window);
+			rs_walk_list(((MergeAppend *) plan)->mergeplans, schema);
 			break;
 		case T_SubqueryScan:
-			((SubqueryScan *) plan)->subplan = rs_walk_plan(((SubqueryScan *) plan)->subplan, schema, window);
+			((SubqueryScan *) plan)->subplan = rs_walk_plan(((SubqueryScan *) plan)->subplan, schema);
 			break;
 		case T_CustomScan:
-			rs_walk_list(((CustomScan *) plan)->custom_plans, schema, window);
+			rs_walk_list(((CustomScan *) plan)->custom_plans, schema);
 			break;
 		default:
 			break;
 	}
-	return rs_batch_plan(plan, schema, window);
+	return rs_batch_plan(plan, schema);
 }
 
 static bool
@@ -524,9 +523,9 @@ rs_planner(Query *parse, const char *query_string, int cursorOptions, ParamListI
 	ext = get_extension_oid("relserve", true);
 	if (!OidIsValid(ext))
 		return stmt;
-	stmt->planTree = rs_walk_plan(stmt->planTree, ext, 0);
+	stmt->planTree = rs_walk_plan(stmt->planTree, ext);
 	foreach(lc, stmt->subplans)
-		lfirst(lc) = rs_walk_plan((Plan *) lfirst(lc), ext, 0);
+		lfirst(lc) = rs_walk_plan((Plan *) lfirst(lc), ext);
 	return stmt;
 }
 
@@ -545,7 +544,6 @@ typedef struct RsExecSite
 	char	   *handle;			/* its relQuery for the current window, while it runs */
 	int		   *window_index;	/* the window row of each row sent */
 	int			nsent;
-	int			nanswered;
 } RsExecSite;
 
 typedef struct RsWinRow
@@ -554,7 +552,6 @@ typedef struct RsWinRow
 	bool	   *nulls;
 	int			pending;		/* answers still to come for the current phase */
 	bool		dropped;		/* a qual's answer removed it */
-	bool		emitted;
 } RsWinRow;
 
 typedef struct RsBatchState
@@ -694,7 +691,7 @@ rs_open_site(RsBatchState *st, RsExecSite *s)
 	Datum		h;
 
 	s->window_index = palloc(sizeof(int) * (st->nrows ? st->nrows : 1));
-	s->nsent = s->nanswered = 0;
+	s->nsent = 0;
 	initStringInfo(&rows);
 	appendStringInfoChar(&rows, '[');
 	for (r = 0; r < st->nrows; r++)
@@ -782,7 +779,6 @@ rs_poll_sites(RsBatchState *st)
 				}
 				else if (c != NULL)
 					ereport(NOTICE, (errmsg("%s: NULL for this row: %s", s->name, c)));
-				s->nanswered++;
 				if (--row->pending == 0 && st->phase == 1)
 				{
 					/* every qual call of the row answered: does the row stay? */
@@ -891,7 +887,6 @@ rs_next(ScanState *ss)
 			ExecClearTuple(slot);
 			memcpy(slot->tts_values, row->values, sizeof(Datum) * slot->tts_tupleDescriptor->natts);
 			memcpy(slot->tts_isnull, row->nulls, sizeof(bool) * slot->tts_tupleDescriptor->natts);
-			row->emitted = true;
 			return ExecStoreVirtualTuple(slot);
 		}
 		if (st->phase != 0 && rs_sites_open(st))
