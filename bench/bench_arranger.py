@@ -23,7 +23,7 @@ import argparse
 import json
 from pathlib import Path
 
-from relserve.benchmark.replay import scale_arrivals
+from relserve.workloads.traces import scale_arrivals
 from relserve.calibration import load_cost_model, load_policy_settings
 from relserve.model import resolve_model
 from relserve.policy import PRESETS, PolicySettings

@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from relserve.benchmark.replay import scale_arrivals
+from relserve.workloads.traces import scale_arrivals
 from relserve.calibration import load_cost_model
 from relserve.model import resolve_model
 from relserve.policy import POLICY_NAMES, PRESETS, CostModel

@@ -9,7 +9,7 @@ from relserve.errors import ConfigError
 from relserve.policy import CostModel
 from relserve.sim import simulate
 from relserve.sim.cluster import simulate_cluster
-from relserve.sim.prefix_cache import block_hashes
+from relserve.block_hashes import block_hashes
 from relserve.workloads import generate_trace
 
 BS = 32

@@ -49,11 +49,6 @@ class ReplayResult:
         }
 
 
-def scale_arrivals(trace: Sequence[TraceQuery], factor: float) -> list[TraceQuery]:
-    """The same relQueries arriving ``factor`` times as fast (the load of Fig. 9)."""
-    return [q.model_copy(update={"arrival_s": q.arrival_s / factor}) for q in trace]
-
-
 def replay(
     engine,
     trace: Sequence[TraceQuery],

@@ -17,11 +17,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from relserve.benchmark.replay import ReplayResult, replay, scale_arrivals
+from relserve.benchmark.replay import ReplayResult, replay
 from relserve.benchmark.summary import RunSummary, summarize
 from relserve.policy import POLICY_NAMES, CostModel, Limits, policy_class
 from relserve.relquery import RelQuery
-from relserve.workloads.traces import TraceQuery
+from relserve.workloads.traces import TraceQuery, scale_arrivals
 
 
 class BenchmarkConfig(BaseModel):

@@ -32,14 +32,13 @@ def sim(
     """Simulate TRACE under each policy with the calibrated cost model (or a preset)."""
     from rich.console import Console
 
-    from relserve.benchmark.replay import scale_arrivals
     from relserve.calibration import load_cost_model
     from relserve.errors import ConfigError
     from relserve.model import resolve_model
     from relserve.policy import PRESETS, CostModel
     from relserve.sim import default_limits, markdown_table, simulate_many, sweep_markdown, sweep_starvation, write_results
     from relserve.sim.prompts import template_renderer
-    from relserve.workloads import read_trace
+    from relserve.workloads import read_trace, scale_arrivals
 
     console = Console()
     queries = scale_arrivals(read_trace(trace), load)

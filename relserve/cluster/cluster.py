@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from relserve.block_hashes import block_hashes
 from relserve.calibration import load_cost_model
 from relserve.cluster.dispatch import DISPATCHERS, Work, make_dispatcher
 from relserve.engine.admission import admit
@@ -26,7 +27,6 @@ from relserve.model import resolve_model
 from relserve.policy import PRESETS, CostModel, policy_class
 from relserve.relquery import RelQuery
 from relserve.results import RelQueryResult, RelQueryStats, RowResult
-from relserve.sim.prefix_cache import block_hashes
 
 #: RelQuery options a replica needs to run the rows (on_error is applied here, on the whole)
 _PASSED = ("max_tokens", "temperature", "top_p", "seed", "choices", "json_schema", "system", "ignore_eos",

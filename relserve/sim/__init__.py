@@ -20,7 +20,8 @@ Typical use::
 
 from relserve.sim.engine import EngineSim, EngineStats, SimulationError
 from relserve.sim.metrics import PolicySummary, RelQueryTiming, SimResult
-from relserve.sim.prefix_cache import BlockPool, block_hashes
+from relserve.block_hashes import block_hashes
+from relserve.sim.prefix_cache import BlockPool
 from relserve.sim.prompts import PreparedTrace, prepare_trace, template_renderer, word_tokenizer
 from relserve.sim.report import markdown_table, results_to_dict, sweep_markdown, write_results
 from relserve.sim.run import DEFAULT_LIMITS, ISOLATED_POLICY, as_prepared, default_limits, isolated_latencies, simulate, simulate_many

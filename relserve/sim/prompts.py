@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from relserve.errors import ConfigError
-from relserve.sim.prefix_cache import BlockHash, block_hashes
+from relserve.block_hashes import BlockHash, block_hashes
 from relserve.template import Template
 from relserve.workloads.traces import TraceQuery
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from relserve.policy import CostModel, Limits, PolicySettings
 from relserve.sim.prompts import Renderer, Tokenizer
 from relserve.sim.run import as_prepared, simulate
-from relserve.workloads.traces import TraceQuery
+from relserve.workloads.traces import TraceQuery, scale_arrivals
 
 #: the arranger's knobs that tuning sets (a subset of PolicySettings)
 ARRANGER_KNOBS: tuple[str, ...] = ("fill_prefill", "mixed_steps", "mixed_chunk_tokens", "transitional_gain", "backlog_weight")
@@ -135,8 +135,6 @@ def tune_arranger(
 ) -> Tuning:
     """Replay ``trace`` (default ``tuning_trace()``) at each load factor under every candidate
     setting of relserve's arranger and under ``baselines``; choose the best candidate."""
-    from relserve.benchmark.replay import scale_arrivals
-
     trace = list(trace) if trace is not None else tuning_trace()
     base = base or PolicySettings()
     if loads is None:

@@ -19,6 +19,7 @@ from relserve.workloads.traces import (
     generate_trace,
     parse_trace_line,
     read_trace,
+    scale_arrivals,
     trace_stats,
     write_trace,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "query_spec",
     "read_trace",
     "resolve_datasets_dir",
+    "scale_arrivals",
     "table_info",
     "table_path",
     "trace_stats",

@@ -291,6 +291,11 @@ def _pick(rng: random.Random, rows: tuple[int, int], available: int) -> list[int
     return sorted(rng.sample(range(available), rng.randint(*rows)))
 
 
+def scale_arrivals(trace: Sequence[TraceQuery], factor: float) -> list[TraceQuery]:
+    """The same relQueries arriving ``factor`` times as fast (the load of Fig. 9)."""
+    return [q.model_copy(update={"arrival_s": q.arrival_s / factor}) for q in trace]
+
+
 def trace_stats(queries: Sequence[TraceQuery]) -> dict[str, float]:
     """Counts for reports: relQueries, requests, rows per relQuery, span of arrivals."""
     n = len(queries)
