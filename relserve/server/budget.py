@@ -51,6 +51,14 @@ class Cost:
 ZERO = Cost(0, 0, 0)
 
 
+class RequestTooLarge(Exception):
+    """One request alone is over a per-request size limit: it could never run (HTTP 413)."""
+
+
+class LimitExceeded(Exception):
+    """A tenant's rows- or tokens-in-flight limit would be passed (HTTP 429)."""
+
+
 def _value_len(value: Any, as_json: bool = False) -> int:
     """The length ``value`` has in a prompt: as text, or (fields reordered) as a JSON string,
     where quotes and control characters take more room."""
@@ -68,20 +76,16 @@ def _reordered(call: Any) -> bool:
 
 def check_template(template: str, system: str | None, tenant: Tenant, what: str = "template") -> Template:
     """The template parsed, if it is within the tenant's size and placeholder limits (413)."""
-    from relserve.server.errors import ApiError
-
     lim = tenant.limits
     size = len(template) + len(system or "")
     if size > lim.max_template_chars:
-        raise ApiError(
-            413,
+        raise RequestTooLarge(
             f"{what} too large: {size} characters (template plus system message); "
             f"the limit max_template_chars is {lim.max_template_chars}",
         )
     parsed = Template.parse(template)  # TemplateError: 400
     if len(parsed.fields) > lim.max_placeholders:
-        raise ApiError(
-            413,
+        raise RequestTooLarge(
             f"{what} has {len(parsed.fields)} placeholders; the limit max_placeholders is {lim.max_placeholders}",
         )
     return parsed
@@ -151,18 +155,14 @@ def values_cost(parsed: Template, call: Any, values: Sequence[Any], max_tokens: 
 
 def check_request(cost: Cost, tenant: Tenant) -> None:
     """413 if one request alone is over a per-request limit (it could never run)."""
-    from relserve.server.errors import ApiError
-
     lim = tenant.limits
     if cost.chars > lim.max_rendered_chars:
-        raise ApiError(
-            413,
+        raise RequestTooLarge(
             f"request too large: its prompts would render to {cost.chars} characters "
             f"({cost.rows} rows); the limit max_rendered_chars is {lim.max_rendered_chars}. Send fewer or shorter rows.",
         )
     if cost.tokens > lim.max_tokens_in_flight:
-        raise ApiError(
-            413,
+        raise RequestTooLarge(
             f"request too large: {cost.tokens} tokens (prompts, estimated at {CHARS_PER_TOKEN} characters per "
             f"token, plus max_tokens per row, {cost.rows} rows); the limit max_tokens_in_flight is "
             f"{lim.max_tokens_in_flight}. Send fewer rows or a smaller max_tokens.",

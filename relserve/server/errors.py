@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from relserve.errors import ConfigError, RowError, TemplateError
-from relserve.server.jobs import LimitExceeded
+from relserve.server.budget import LimitExceeded, RequestTooLarge
 from relserve.server.tenants import AuthError
 
 _TYPES = {400: "invalid_request", 401: "authentication_error", 404: "not_found", 413: "request_too_large",
@@ -79,6 +79,10 @@ def install_error_handlers(app: FastAPI, on_reject=None) -> None:
     @app.exception_handler(AuthError)
     async def _auth(request: Request, exc: AuthError) -> JSONResponse:
         return _reject(401, str(exc), {"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(RequestTooLarge)
+    async def _too_large(request: Request, exc: RequestTooLarge) -> JSONResponse:
+        return _reject(413, str(exc))
 
     @app.exception_handler(LimitExceeded)
     async def _limit(request: Request, exc: LimitExceeded) -> JSONResponse:

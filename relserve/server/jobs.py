@@ -22,7 +22,7 @@ from relserve.planner.executor import CallExecutor
 from relserve.policy.types import Tenancy
 from relserve.results import RelQueryStats, RowResult
 from relserve.server.batches import Batch
-from relserve.server.budget import Cost
+from relserve.server.budget import Cost, LimitExceeded, call_max_tokens
 from relserve.validation import OnError
 
 RUNNING, FINISHED, CANCELLED, FAILED = "running", "finished", "cancelled", "failed"
@@ -242,8 +242,6 @@ class Job:
 
 
 def _engine_cost(batch: Batch) -> Cost:
-    from relserve.server.budget import call_max_tokens
-
     system = len(getattr(batch.call.options, "system", None) or "")
     chars = sum(len(p) + system for p in batch.prompts)
     return Cost.of(len(batch.prompts), chars, call_max_tokens(batch.call))
@@ -283,10 +281,6 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return value
-
-
-class LimitExceeded(Exception):
-    """A tenant's rows- or tokens-in-flight limit would be passed (HTTP 429)."""
 
 
 class Reservation:
