@@ -96,6 +96,7 @@ class _Running:
             "deadline": self.arrival + rq.deadline_s if rq.deadline_s is not None else None,
             "tenant": t.tenant if t is not None else "",
             "weight": t.weight if t is not None else 1.0,
+            "max_running_shared": t.max_running_shared if t is not None else None,
         }
 
 

@@ -141,6 +141,7 @@ class RelServeScheduler(Scheduler):
                 deadline=meta.get("deadline"),
                 tenant=str(meta.get("tenant", "")),
                 weight=float(meta.get("weight", 1.0)),
+                max_running_shared=meta.get("max_running_shared"),
             )
             self._reqs[request.request_id] = req
         # A preempted request recomputes its output so far as part of its prompt.
@@ -221,25 +222,39 @@ class RelServeScheduler(Scheduler):
         if plan.priorities and len(self.running) > 1:
             self.running = preemption_order(self.running, view.running, plan.priorities)
         admit = [r.handle for r in plan.admit]
-        if kind is StepKind.PREFILL:
-            out = self._schedule_waiting(admit, True, None, *args, **kwargs)
-            if out.total_num_scheduled_tokens == 0 and self.running:
-                # The batch did not fit after all (KV allocation). This empty output still goes to
-                # the workers (it carries finished ids and the like); the next step decodes.
-                self._decode_next = True
-                reason = "kv-blocked"
-        elif kind is StepKind.MIXED:
-            out = self._schedule_waiting(admit, False, plan.token_budget, *args, **kwargs)
-        else:  # DECODE, or IDLE: nothing may be admitted
-            out = self._schedule_decode(*args, **kwargs)
+        # held requests (a tenant over its cap) keep their KV blocks but sit out this step
+        held = [r.handle for r in plan.hold]
+        if held:
+            ids = {id(h) for h in held}
+            self.running = [r for r in self.running if id(r) not in ids]
+        try:
+            out = self._dispatch(kind, admit, plan.token_budget, *args, **kwargs)
+        finally:
+            if held:
+                self.running = self.running + held
+        if kind is StepKind.PREFILL and out.total_num_scheduled_tokens == 0 and self.running:
+            reason = "kv-blocked"
         step = self._describe(out, kind.value, reason, t_policy)
         step["planned_admit"] = len(admit)
+        step["held"] = len(held)
         step["waiting"] = len(self.waiting) + len(self.kv_holding_waiting)
         step["running"] = len(self.running)
         step["free_blocks"] = self.kv_cache_manager.block_pool.get_num_free_blocks()
         if out.total_num_scheduled_tokens:
             self._pending_steps[id(out)] = step
         return out
+
+    def _dispatch(self, kind: StepKind, admit: list[Request], budget: int | None, *args: Any, **kwargs: Any):
+        if kind is StepKind.PREFILL:
+            out = self._schedule_waiting(admit, True, None, *args, **kwargs)
+            if out.total_num_scheduled_tokens == 0 and self.running:
+                # The batch did not fit after all (KV allocation). This empty output still goes to
+                # the workers (it carries finished ids and the like); the next step decodes.
+                self._decode_next = True
+            return out
+        if kind is StepKind.MIXED:
+            return self._schedule_waiting(admit, False, budget, *args, **kwargs)
+        return self._schedule_decode(*args, **kwargs)  # DECODE, or IDLE: nothing may be admitted
 
     def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
         self._preemptions += 1

@@ -14,6 +14,7 @@ from relserve.policy.cost_model import CostModel
 from relserve.policy.dpu import DynamicPriorityUpdater
 from relserve.policy.relqueries import RelQueryGroup, RelQueryTracker
 from relserve.policy.settings import PolicySettings
+from relserve.policy.tenant_cap import TenantCaps
 from relserve.policy.types import StepKind, StepPlan, StepView
 
 
@@ -44,6 +45,7 @@ class Policy(ABC):
         self.cost = cost or CostModel()
         self.settings = settings or PolicySettings()
         self.tracker = RelQueryTracker()
+        self.tenant_caps = TenantCaps(self.cost, self.settings)
         #: seconds spent deciding, split as the paper's Table 6 does
         self.dpu_seconds = 0.0
         self.aba_seconds = 0.0
@@ -60,7 +62,12 @@ class Policy(ABC):
             The step's plan: what to admit and whether to prefill, decode, mix or idle.
         """
         self.steps += 1
-        return self._schedule(view)
+        if not self.uses_plugin:
+            return self._schedule(view)
+        caps = self.tenant_caps.decide(view)
+        if caps is None:
+            return self._schedule(view)
+        return self.tenant_caps.trim(self._schedule(caps.view), caps)
 
     @abstractmethod
     def _schedule(self, view: StepView) -> StepPlan:

@@ -38,6 +38,14 @@ class PolicySettings(BaseModel):
     #: the queued work is done (arrival rate x queued work); 0 looks at the relQueries present
     #: only, as the paper does. Only with ``mixed_steps``.
     backlog_weight: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    #: While another tenant has work, a tenant without its own cap (the tenants file's
+    #: ``max_running_shared``) holds at most the running requests whose decode step costs at most
+    #: this many times a step of one request (cost model; see policy/tenant_cap.py). None: no
+    #: default cap. One tenant alone is never capped.
+    tenant_step_slowdown: float | None = Field(default=2.0, gt=1, allow_inf_nan=False)
+    #: A tenant counts as having work for this long after its last request left the engine, so a
+    #: tenant sending one small relQuery after another keeps others capped in the gaps between them.
+    tenant_linger_s: float = Field(default=1.0, ge=0, allow_inf_nan=False)
     #: Sarathi's chunk: the token budget of each mixed step.
     sarathi_chunk_tokens: int = Field(default=512, ge=16)
     #: Seed for the cache-miss sampling, so simulations repeat exactly.

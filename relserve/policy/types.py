@@ -22,6 +22,9 @@ class Tenancy:
     tenant: str
     cache_salt: str | None = None
     weight: float = 1.0
+    #: most running requests it may hold while another tenant has work (None: the policy's
+    #: default, ``PolicySettings.tenant_step_slowdown``)
+    max_running_shared: int | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -49,6 +52,8 @@ class Req:
     #: the tenant the relQuery runs for ("" : none) and its share of the engine
     tenant: str = ""
     weight: float = 1.0
+    #: its tenant's cap on running requests while another tenant has work (None: the default)
+    max_running_shared: int | None = None
 
     @property
     def remaining_output(self) -> int:
@@ -112,6 +117,9 @@ class StepPlan:
     token_budget: int | None = None
     #: priority of each relQuery this step (lower runs first); empty for FCFS policies
     priorities: dict[str, float] = field(default_factory=dict)
+    #: running requests that sit out this step, keeping their KV blocks (a tenant over its cap
+    #: while another tenant has work; see ``tenant_cap``)
+    hold: list[Req] = field(default_factory=list)
     #: which ABA case decided the step (for traces and tests): "only-prefill", "only-decode",
     #: "preemption", "internal", "transitional-prefill", "transitional-decode", "fcfs", ...
     reason: str = ""

@@ -45,7 +45,7 @@ class ServerState:
         None in open mode (one tenant: the engine runs as it does for a library user)."""
         if tenant.open_mode:
             return None
-        return Tenancy(tenant.name, tenant.prefix_cache_salt, tenant.limits.weight)
+        return Tenancy(tenant.name, tenant.prefix_cache_salt, tenant.limits.weight, tenant.limits.max_running_shared)
 
     def check_priority(self, priority: int, tenant: Tenant) -> None:
         """403 if ``priority`` is outside the classes the tenant may use."""

@@ -13,6 +13,9 @@ A file looks like this (TOML; the JSON form has the same structure)::
     min_priority = 0              # the lowest (most urgent) priority class the tenant may ask for
     max_priority = 1000
     weight = 1.0                  # the tenant's share of the engine when tenants compete
+    # max_running_shared = 16     # most rows it may have decoding while another tenant has work
+                                  # (unset: the scheduler's default from its cost model, a batch
+                                  # whose decode step is at most 2x a step of one row; alone, no cap)
 
     [tenants.analytics]
     key_sha256 = "5e884898da28..." # sha256 of the key, hex (preferred: the file holds no secret)
@@ -67,6 +70,8 @@ class Limits(BaseModel):
     min_priority: int | None = Field(None, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
     max_priority: int = Field(PRIORITY_LIMIT, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
     weight: float = Field(1.0, gt=0.0, le=1000.0)
+    #: None: the scheduler's default (``PolicySettings.tenant_step_slowdown``)
+    max_running_shared: int | None = Field(None, ge=1)
 
     def priority_range(self, open_mode: bool) -> tuple[int, int]:
         low = self.min_priority if self.min_priority is not None else (-PRIORITY_LIMIT if open_mode else 0)
@@ -88,6 +93,7 @@ class _TenantEntry(BaseModel):
     min_priority: int | None = Field(None, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
     max_priority: int | None = Field(None, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
     weight: float | None = Field(None, gt=0.0, le=1000.0)
+    max_running_shared: int | None = Field(None, ge=1)
     cache_group: str | None = Field(None, min_length=1, max_length=128)
     #: may read /metrics (every tenant's activity)
     admin: bool = False

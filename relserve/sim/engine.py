@@ -189,6 +189,18 @@ class EngineSim:
 
     def _execute(self, plan: StepPlan) -> float | None:
         """Apply the plan; returns the step's duration, or None if it scheduled nothing."""
+        if not plan.hold:
+            return self._execute_plan(plan)
+        # held requests (a tenant over its cap) keep their KV blocks but sit out the step
+        ids = {id(r) for r in plan.hold}
+        held = [r for r in self.running if id(r) in ids]
+        self.running = [r for r in self.running if id(r) not in ids]
+        try:
+            return self._execute_plan(plan)
+        finally:
+            self.running = self.running + held
+
+    def _execute_plan(self, plan: StepPlan) -> float | None:
         kind = plan.kind
         steps = self.stats.steps
         scheduled: list[tuple[SimRequest, int]] = []
