@@ -20,7 +20,7 @@ from relserve.postgres.settings import (
 )
 from relserve.postgres.source import as_json_rows_sql
 
-C_SOURCE = Path(__file__).resolve().parents[1] / "udfs" / "relserve" / "relserve.c"
+C_SOURCE = Path(__file__).resolve().parents[1] / "udfs" / "relserve" / "settings.c"
 
 
 def test_the_c_part_defines_exactly_the_settings_the_python_reads():

@@ -6,13 +6,19 @@
 
 #include "fmgr.h"
 
+/* settings.c: define the relserve.* settings; a setting's text ("" when unset) */
+extern void rs_settings_init(void);
+extern const char *rs_setting(const char *name);
+/* the names of the call settings (and of the call options of a foreign table), NULL-terminated */
+extern const char *const rs_setting_names[];
+
+/* log_redaction.c: strip PL/Python's wrapping from relserve's own errors */
+extern void rs_log_redaction_init(void);
+
 /* batch_calls.c: the planner hook and the custom scan that batch scalar llm_* calls */
 extern void rs_batch_calls_init(void);
 
-/* a relserve.* setting's text ("" when unset) */
-extern const char *rs_setting(const char *name);
-
-/* a function of the schema relserve, ready to call through fmgr (no EXECUTE check: roles may not) */
+/* python_calls.c: a function of the schema relserve, ready to call through fmgr (no EXECUTE check: roles may not) */
 extern void rs_lookup(FmgrInfo *fn, const char *name, int nargs, Oid *argtypes, MemoryContext cxt);
 
 #endif

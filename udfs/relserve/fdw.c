@@ -1,0 +1,1227 @@
+/*
+ * relserve_fdw: LLM answers over a source query's rows as a foreign table. The scan reads its
+ *    source query itself, through an SPI cursor with the caller's rights, in windows of rows; it
+ *    keeps each row's values and sends the window's rows (as PostgreSQL's own JSON) as ONE
+ *    relQuery through relserve._scan_open(), then polls relserve._scan_poll() for the answers as
+ *    they finish, checking for interrupts between polls. Those functions (relserve.postgres) are
+ *    called through fmgr, never through SQL: no role may execute them, so the server address and
+ *    the key only ever come from the catalog (a server's url, which only a superuser sets, and the
+ *    caller's user mapping).
+ *
+ * Plain EXPLAIN runs nothing and sends nothing: the source query runs only when the scan does.
+ */
+#include "postgres.h"
+
+#include "access/reloptions.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_foreign_server.h"
+#include "catalog/pg_foreign_table.h"
+#include "catalog/pg_operator.h"
+#include "catalog/pg_type.h"
+#include "catalog/pg_user_mapping.h"
+#include "commands/defrem.h"
+#include "commands/explain.h"
+#include "common/jsonapi.h"
+#include "executor/spi.h"
+#include "foreign/fdwapi.h"
+#include "foreign/foreign.h"
+#include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#include "nodes/parsenodes.h"
+#include "optimizer/cost.h"
+#include "optimizer/optimizer.h"
+#include "optimizer/pathnode.h"
+#include "optimizer/planmain.h"
+#include "optimizer/restrictinfo.h"
+#include "parser/parser.h"
+#include "parser/parsetree.h"
+#include "parser/parse_func.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/guc.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/resowner.h"
+#include "utils/snapmgr.h"
+
+#include "relserve.h"
+
+PG_FUNCTION_INFO_V1(relserve_fdw_handler);
+PG_FUNCTION_INFO_V1(relserve_fdw_validator);
+
+/* ------------------------------------------------------------------ options */
+
+/* options of a foreign server, a user mapping, and a foreign table (besides the call options) */
+typedef struct RsOption
+{
+	const char *name;
+	Oid			context;		/* catalog the option belongs to */
+} RsOption;
+
+static const RsOption rs_options[] = {
+	{"url", ForeignServerRelationId},
+	{"api_key", UserMappingRelationId},
+	{"source", ForeignTableRelationId},
+	{"template", ForeignTableRelationId},
+	{"kind", ForeignTableRelationId},
+	{"labels", ForeignTableRelationId},
+	{"json_schema", ForeignTableRelationId},
+	{"output", ForeignTableRelationId},
+	{"window_rows", ForeignTableRelationId},
+	{NULL, InvalidOid}
+};
+
+#define RS_DEFAULT_WINDOW_ROWS 2000
+#define RS_MAX_WINDOW_ROWS 10000	/* the server's default limit of rows per relQuery */
+
+static bool
+rs_one_of(const char *value, const char *const *allowed)
+{
+	for (; *allowed; allowed++)
+		if (strcmp(value, *allowed) == 0)
+			return true;
+	return false;
+}
+
+static void
+rs_bad_value(const char *option, const char *value, const char *expected)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
+			 errmsg("relserve_fdw: option \"%s\" must be %s, got \"%s\"", option, expected, value)));
+}
+
+static const char *const rs_kinds[] = {"map", "filter", "classify", "extract", NULL};
+static const char *const rs_on_errors[] = {"null", "raise", NULL};
+
+/*
+ * The source runs as one SELECT statement, checked here by PostgreSQL's own parser (no catalog
+ * access, nothing runs): several statements, or anything but a plain SELECT (a data-modifying
+ * WITH, SELECT INTO), are refused when the table is created or altered.
+ */
+static void
+rs_check_source(const char *value)
+{
+	List	   *stmts;
+	RawStmt    *raw;
+	SelectStmt *select;
+	ListCell   *lc;
+
+	if (value[0] == '\0')
+		rs_bad_value("source", value, "a SELECT statement");
+	stmts = raw_parser(value, RAW_PARSE_DEFAULT);
+	if (list_length(stmts) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
+				 errmsg("relserve_fdw: option \"source\" must be one SELECT statement, got %d statements",
+						list_length(stmts))));
+	raw = linitial_node(RawStmt, stmts);
+	if (!IsA(raw->stmt, SelectStmt))
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
+				 errmsg("relserve_fdw: option \"source\" must be a SELECT statement")));
+	select = (SelectStmt *) raw->stmt;
+	if (select->intoClause)
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
+				 errmsg("relserve_fdw: option \"source\" must not be SELECT INTO")));
+	if (select->withClause)
+		foreach(lc, select->withClause->ctes)
+		{
+			CommonTableExpr *cte = lfirst_node(CommonTableExpr, lc);
+
+			if (!IsA(cte->ctequery, SelectStmt))
+				ereport(ERROR,
+						(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
+						 errmsg("relserve_fdw: option \"source\" must only read: WITH \"%s\" modifies data",
+								cte->ctename)));
+		}
+}
+
+static void
+rs_check_value(const char *name, const char *value)
+{
+	if (strcmp(name, "kind") == 0 && !rs_one_of(value, rs_kinds))
+		rs_bad_value(name, value, "one of map, filter, classify, extract");
+	else if ((strcmp(name, "on_error") == 0 || strcmp(name, "on_server_error") == 0) && !rs_one_of(value, rs_on_errors))
+		rs_bad_value(name, value, "one of null, raise");
+	else if (strcmp(name, "url") == 0)
+	{
+		/* scheme, host and port only: a path or query of its own would change where requests go */
+		const char *host = strncmp(value, "http://", 7) == 0 ? value + 7
+			: strncmp(value, "https://", 8) == 0 ? value + 8 : NULL;
+
+		if (host == NULL || host[0] == '\0' || strpbrk(host, "?#@ ") != NULL ||
+			(strchr(host, '/') != NULL && strchr(host, '/')[1] != '\0'))
+			rs_bad_value(name, value, "an http:// or https:// address with a host and port only");
+	}
+	else if (strcmp(name, "max_tokens") == 0 || strcmp(name, "window_rows") == 0)
+	{
+		char	   *end;
+		long		n = strtol(value, &end, 10);
+		long		top = strcmp(name, "max_tokens") == 0 ? 1000000 : RS_MAX_WINDOW_ROWS;
+
+		if (*value == '\0' || *end != '\0' || n < 1 || n > top)
+			rs_bad_value(name, value, psprintf("a whole number from 1 to %ld", top));
+	}
+	else if (strcmp(name, "temperature") == 0)
+	{
+		char	   *end;
+		double		t = strtod(value, &end);
+
+		if (*value == '\0' || *end != '\0' || !(t >= 0.0 && t <= 2.0))
+			rs_bad_value(name, value, "a number from 0 to 2");
+	}
+	else if (strcmp(name, "cache") == 0 || strcmp(name, "reorder_fields") == 0)
+	{
+		bool		b;
+
+		if (!parse_bool(value, &b))
+			rs_bad_value(name, value, "a boolean (true or false)");
+	}
+	else if (strcmp(name, "json_schema") == 0 || strcmp(name, "examples") == 0)
+	{
+		JsonLexContext *lex = makeJsonLexContextCstringLen(pstrdup(value), strlen(value),
+														   GetDatabaseEncoding(), true);
+		JsonParseErrorType err = pg_parse_json(lex, &nullSemAction);
+
+		if (err != JSON_SUCCESS)
+			ereport(ERROR,
+					(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
+					 errmsg("relserve_fdw: option \"%s\" is not valid JSON: %s", name, json_errdetail(err, lex))));
+	}
+	else if (strcmp(name, "labels") == 0)
+	{
+		/* comma-separated, none empty */
+		const char *p = value;
+
+		for (;;)
+		{
+			const char *comma = strchr(p, ',');
+			const char *end = comma ? comma : p + strlen(p);
+			const char *q = p;
+
+			while (q < end && isspace((unsigned char) *q))
+				q++;
+			if (q == end)
+				rs_bad_value(name, value, "a comma-separated list of labels, none of them empty");
+			if (!comma)
+				break;
+			p = comma + 1;
+		}
+	}
+	else if (strcmp(name, "source") == 0)
+		rs_check_source(value);
+	else if (strcmp(name, "template") == 0 && value[0] == '\0')
+		rs_bad_value(name, value, "not empty");
+}
+
+static const char *
+rs_option(List *options, const char *name)
+{
+	ListCell   *lc;
+
+	foreach(lc, options)
+	{
+		DefElem    *def = (DefElem *) lfirst(lc);
+
+		if (strcmp(def->defname, name) == 0)
+			return defGetString(def);
+	}
+	return NULL;
+}
+
+static bool
+rs_known_option(const char *name, Oid catalog)
+{
+	const RsOption *opt;
+
+	for (opt = rs_options; opt->name; opt++)
+		if (opt->context == catalog && strcmp(opt->name, name) == 0)
+			return true;
+	/* a foreign table takes every call option, as settings and *_query options do */
+	return catalog == ForeignTableRelationId && rs_one_of(name, rs_setting_names) &&
+		strncmp(name, "batch_", 6) != 0;
+}
+
+Datum
+relserve_fdw_validator(PG_FUNCTION_ARGS)
+{
+	List	   *options = untransformRelOptions(PG_GETARG_DATUM(0));
+	Oid			catalog = PG_GETARG_OID(1);
+	ListCell   *lc;
+
+	foreach(lc, options)
+	{
+		DefElem    *def = (DefElem *) lfirst(lc);
+
+		if (!rs_known_option(def->defname, catalog))
+		{
+			StringInfoData valid;
+			const RsOption *opt;
+			int			i;
+
+			initStringInfo(&valid);
+			for (opt = rs_options; opt->name; opt++)
+				if (opt->context == catalog)
+					appendStringInfo(&valid, "%s%s", valid.len ? ", " : "", opt->name);
+			if (catalog == ForeignTableRelationId)
+				for (i = 0; rs_setting_names[i]; i++)
+					if (strncmp(rs_setting_names[i], "batch_", 6) != 0)
+						appendStringInfo(&valid, ", %s", rs_setting_names[i]);
+			ereport(ERROR,
+					(errcode(ERRCODE_FDW_INVALID_OPTION_NAME),
+					 errmsg("relserve_fdw: invalid option \"%s\"", def->defname),
+					 valid.len ? errhint("Valid options here are: %s.", valid.data)
+					 : errhint("There are no valid options here.")));
+		}
+		/* where the database sends requests is a superuser's decision (CREATE/ALTER SERVER) */
+		if (catalog == ForeignServerRelationId && strcmp(def->defname, "url") == 0 && !superuser())
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("relserve_fdw: only a superuser may set a server's url"),
+					 errhint("The url decides where the database sends requests and the keys of user mappings.")));
+		rs_check_value(def->defname, defGetString(def));
+	}
+
+	if (catalog == ForeignTableRelationId)
+	{
+		const char *kind = rs_option(options, "kind");
+		const char *required[] = {"source", "template", "kind", NULL};
+		const char **r;
+
+		for (r = required; *r; r++)
+			if (rs_option(options, *r) == NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FDW_OPTION_NAME_NOT_FOUND),
+						 errmsg("relserve_fdw: a foreign table needs the option \"%s\"", *r),
+						 errhint("OPTIONS (source 'SELECT ...', template '... {column} ...', kind 'map')")));
+		if (strcmp(kind, "classify") == 0 && rs_option(options, "labels") == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_FDW_OPTION_NAME_NOT_FOUND),
+					 errmsg("relserve_fdw: kind 'classify' needs the option \"labels\" (e.g. 'positive,negative')")));
+		if (strcmp(kind, "classify") != 0 && rs_option(options, "labels") != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_FDW_INVALID_OPTION_NAME),
+					 errmsg("relserve_fdw: option \"labels\" is only for kind 'classify', not '%s'", kind)));
+		if (strcmp(kind, "extract") == 0 && rs_option(options, "json_schema") == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_FDW_OPTION_NAME_NOT_FOUND),
+					 errmsg("relserve_fdw: kind 'extract' needs the option \"json_schema\"")));
+		if (strcmp(kind, "extract") != 0 && rs_option(options, "json_schema") != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_FDW_INVALID_OPTION_NAME),
+					 errmsg("relserve_fdw: option \"json_schema\" is only for kind 'extract', not '%s'", kind)));
+	}
+	PG_RETURN_VOID();
+}
+
+/* ------------------------------------------------------------------ planning */
+
+/* fdw_private of the plan */
+enum RsPrivate
+{
+	RS_SOURCE_SQL,				/* the source query with the pushed quals, each row with its JSON */
+	RS_SHOWN_SQL,				/* the source query with the pushed quals, as EXPLAIN shows it */
+	RS_KIND,
+	RS_TEMPLATE,
+	RS_OPTIONS_JSON,
+	RS_SPEC,					/* labels or JSON schema, "" for none */
+	RS_WINDOW_ROWS,
+	RS_ON_ERROR					/* the table's on_error, "" for the setting's */
+};
+
+typedef struct RsPlanState
+{
+	AttrNumber	output_attno;	/* the column the answers go to */
+	List	   *pushed;			/* RestrictInfos sent into the source query */
+} RsPlanState;
+
+static AttrNumber
+rs_output_attno(Relation rel, List *options)
+{
+	const char *output = rs_option(options, "output");
+	TupleDesc	desc = RelationGetDescr(rel);
+	AttrNumber	last = InvalidAttrNumber;
+	int			i;
+
+	for (i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped)
+			continue;
+		if (output && strcmp(NameStr(att->attname), output) == 0)
+			return att->attnum;
+		last = att->attnum;
+	}
+	if (output)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("relserve_fdw: option \"output\" names column \"%s\", which foreign table \"%s\" does not have",
+						output, RelationGetRelationName(rel))));
+	if (last == InvalidAttrNumber)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("relserve_fdw: foreign table \"%s\" has no column for the answers",
+						RelationGetRelationName(rel))));
+	return last;				/* by default the answers go to the last column */
+}
+
+/* A Var of this relation that is a source column (not the answer), possibly under a relabel. */
+static Var *
+rs_source_var(Node *node, Index relid, AttrNumber output_attno)
+{
+	if (node && IsA(node, RelabelType))
+		node = (Node *) ((RelabelType *) node)->arg;
+	if (node && IsA(node, Var))
+	{
+		Var		   *v = (Var *) node;
+
+		if (v->varno == relid && v->varlevelsup == 0 && v->varattno > 0 && v->varattno != output_attno)
+			return v;
+	}
+	return NULL;
+}
+
+static void
+rs_deparse_const(Const *c, StringInfo buf)
+{
+	Oid			typoutput;
+	bool		isvarlena;
+
+	if (c->constisnull)
+	{
+		appendStringInfo(buf, "NULL::%s", format_type_with_typemod(c->consttype, c->consttypmod));
+		return;
+	}
+	getTypeOutputInfo(c->consttype, &typoutput, &isvarlena);
+	appendStringInfo(buf, "%s::%s",
+					 quote_literal_cstr(OidOutputFunctionCall(typoutput, c->constvalue)),
+					 format_type_with_typemod(c->consttype, c->consttypmod));
+}
+
+static void
+rs_deparse_operator(Oid opno, StringInfo buf)
+{
+	char	   *name = get_opname(opno);
+
+	/* built-in operators only (checked by the caller), spelled with their schema */
+	appendStringInfo(buf, " OPERATOR(pg_catalog.%s) ", name);
+}
+
+/*
+ * Deparse a qual into SQL over the source query's columns, or return false if it cannot go there:
+ * only source columns compared with constants by built-in operators on non-collatable types (a text
+ * comparison could run under another collation in the source), IS [NOT] NULL, and AND/OR/NOT
+ * of those. Anything else (the answer column, parameters, functions) is evaluated here.
+ */
+static bool
+rs_deparse_expr(Node *node, Relation rel, Index relid, AttrNumber output_attno, StringInfo buf)
+{
+	if (node == NULL)
+		return false;
+	switch (nodeTag(node))
+	{
+		case T_Var:
+			{
+				Var		   *v = rs_source_var(node, relid, output_attno);
+
+				if (!v)
+					return false;
+				appendStringInfo(buf, "s.%s",
+								 quote_identifier(NameStr(TupleDescAttr(RelationGetDescr(rel), v->varattno - 1)->attname)));
+				return true;
+			}
+		case T_RelabelType:
+			return rs_deparse_expr((Node *) ((RelabelType *) node)->arg, rel, relid, output_attno, buf);
+		case T_Const:
+			rs_deparse_const((Const *) node, buf);
+			return true;
+		case T_OpExpr:
+			{
+				OpExpr	   *op = (OpExpr *) node;
+				Node	   *l,
+						   *r;
+
+				if (list_length(op->args) != 2 || op->opno >= FirstNormalObjectId || OidIsValid(op->inputcollid))
+					return false;
+				l = linitial(op->args);
+				r = lsecond(op->args);
+				/* a source column against a constant */
+				if (!((rs_source_var(l, relid, output_attno) && IsA(r, Const)) ||
+					  (rs_source_var(r, relid, output_attno) && IsA(l, Const))))
+					return false;
+				appendStringInfoChar(buf, '(');
+				if (!rs_deparse_expr(l, rel, relid, output_attno, buf))
+					return false;
+				rs_deparse_operator(op->opno, buf);
+				if (!rs_deparse_expr(r, rel, relid, output_attno, buf))
+					return false;
+				appendStringInfoChar(buf, ')');
+				return true;
+			}
+		case T_ScalarArrayOpExpr:
+			{
+				ScalarArrayOpExpr *op = (ScalarArrayOpExpr *) node;
+				Node	   *l = linitial(op->args),
+						   *r = lsecond(op->args);
+
+				if (op->opno >= FirstNormalObjectId || OidIsValid(op->inputcollid) ||
+					!rs_source_var(l, relid, output_attno) || !IsA(r, Const))
+					return false;
+				appendStringInfoChar(buf, '(');
+				rs_deparse_expr(l, rel, relid, output_attno, buf);
+				rs_deparse_operator(op->opno, buf);
+				appendStringInfoString(buf, op->useOr ? "ANY (" : "ALL (");
+				rs_deparse_const((Const *) r, buf);
+				appendStringInfoString(buf, "))");
+				return true;
+			}
+		case T_NullTest:
+			{
+				NullTest   *nt = (NullTest *) node;
+
+				if (nt->argisrow || !rs_source_var((Node *) nt->arg, relid, output_attno))
+					return false;
+				appendStringInfoChar(buf, '(');
+				rs_deparse_expr((Node *) nt->arg, rel, relid, output_attno, buf);
+				appendStringInfoString(buf, nt->nulltesttype == IS_NULL ? " IS NULL)" : " IS NOT NULL)");
+				return true;
+			}
+		case T_BoolExpr:
+			{
+				BoolExpr   *b = (BoolExpr *) node;
+				ListCell   *lc;
+				bool		first = true;
+
+				appendStringInfoChar(buf, '(');
+				if (b->boolop == NOT_EXPR)
+					appendStringInfoString(buf, "NOT ");
+				foreach(lc, b->args)
+				{
+					if (!first)
+						appendStringInfoString(buf, b->boolop == AND_EXPR ? " AND " : " OR ");
+					if (!rs_deparse_expr((Node *) lfirst(lc), rel, relid, output_attno, buf))
+						return false;
+					first = false;
+				}
+				appendStringInfoChar(buf, ')');
+				return true;
+			}
+		default:
+			return false;
+	}
+}
+
+static void
+relserveGetForeignRelSize(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
+{
+	RsPlanState *ps = palloc0(sizeof(RsPlanState));
+	ForeignTable *table = GetForeignTable(foreigntableid);
+	Relation	rel = table_open(foreigntableid, NoLock);
+	ListCell   *lc;
+	Selectivity sel;
+
+	ps->output_attno = rs_output_attno(rel, table->options);
+	foreach(lc, baserel->baserestrictinfo)
+	{
+		RestrictInfo *ri = lfirst_node(RestrictInfo, lc);
+		StringInfoData probe;
+
+		initStringInfo(&probe);
+		if (rs_deparse_expr((Node *) ri->clause, rel, baserel->relid, ps->output_attno, &probe))
+			ps->pushed = lappend(ps->pushed, ri);
+	}
+	table_close(rel, NoLock);
+
+	/*
+	 * No statistics, and nothing is run to get some: planning the source would evaluate its
+	 * immutable functions, and a foreign table's owner chose them. Assume 1000 source rows, cut
+	 * by the quals.
+	 */
+	sel = clauselist_selectivity(root, extract_actual_clauses(baserel->baserestrictinfo, false),
+								 baserel->relid, JOIN_INNER, NULL);
+	baserel->tuples = 1000;
+	baserel->rows = clamp_row_est(1000 * sel);
+	baserel->fdw_private = ps;
+}
+
+static void
+relserveGetForeignPaths(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid)
+{
+	/* an LLM answer costs far more than reading a row: a scan is worth running once, not per loop */
+	Cost		startup = 1000.0;
+	Cost		total = startup + baserel->rows * 1000.0;
+
+	add_path(baserel, (Path *) create_foreignscan_path(root, baserel, NULL, baserel->rows, startup, total,
+													   NIL, baserel->lateral_relids, NULL, NIL));
+}
+
+static char *
+rs_strip_semicolons(const char *sql)
+{
+	char	   *s = pstrdup(sql);
+	int			n = strlen(s);
+
+	while (n > 0 && (isspace((unsigned char) s[n - 1]) || s[n - 1] == ';'))
+		s[--n] = '\0';
+	return s;
+}
+
+static ForeignScan *
+relserveGetForeignPlan(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntableid, ForeignPath *best_path,
+					   List *tlist, List *scan_clauses, Plan *outer_plan)
+{
+	RsPlanState *ps = (RsPlanState *) baserel->fdw_private;
+	ForeignTable *table = GetForeignTable(foreigntableid);
+	Relation	rel = table_open(foreigntableid, NoLock);
+	StringInfoData quals,
+				source,
+				shown,
+				opts;
+	List	   *local = NIL;
+	ListCell   *lc;
+	const char *kind = rs_option(table->options, "kind");
+	const char *window = rs_option(table->options, "window_rows");
+	const char *on_error = rs_option(table->options, "on_error");
+	const char *spec = NULL;
+	char	   *body = rs_strip_semicolons(rs_option(table->options, "source"));
+	int			limit = -1;
+	int			i;
+
+	/* every pushable qual in the source's WHERE */
+	initStringInfo(&quals);
+	foreach(lc, ps->pushed)
+	{
+		RestrictInfo *ri = lfirst_node(RestrictInfo, lc);
+
+		appendStringInfoString(&quals, lc == list_head(ps->pushed) ? " WHERE " : " AND ");
+		rs_deparse_expr((Node *) ri->clause, rel, baserel->relid, ps->output_attno, &quals);
+	}
+
+	/* what the source query filters is not checked again here (as postgres_fdw does) */
+	foreach(lc, scan_clauses)
+	{
+		RestrictInfo *ri = lfirst_node(RestrictInfo, lc);
+
+		if (!ri->pseudoconstant && !list_member_ptr(ps->pushed, ri))
+			local = lappend(local, ri->clause);
+	}
+
+	/*
+	 * LIMIT goes into the source when the scan's rows are the query's rows: this table alone, every
+	 * qual pushed, nothing that needs all rows first (ORDER BY, GROUP BY, aggregates, DISTINCT,
+	 * window functions, set-returning functions).
+	 */
+	{
+		Query	   *parse = root->parse;
+
+		if (local == NIL && parse->limitCount && IsA(parse->limitCount, Const) &&
+			!((Const *) parse->limitCount)->constisnull && parse->limitOption == LIMIT_OPTION_COUNT &&
+			(parse->limitOffset == NULL || (IsA(parse->limitOffset, Const) && !((Const *) parse->limitOffset)->constisnull)) &&
+			bms_membership(root->all_baserels) == BMS_SINGLETON && parse->sortClause == NIL &&
+			parse->groupClause == NIL && !parse->hasAggs && parse->distinctClause == NIL &&
+			!parse->hasWindowFuncs && !parse->hasTargetSRFs && parse->groupingSets == NIL && parse->havingQual == NULL &&
+			root->query_level == 1)
+		{
+			int64		count = DatumGetInt64(((Const *) parse->limitCount)->constvalue);
+			int64		offset = parse->limitOffset ? DatumGetInt64(((Const *) parse->limitOffset)->constvalue) : 0;
+
+			if (count >= 0 && offset >= 0 && count + offset < PG_INT32_MAX)
+				limit = (int) (count + offset);
+		}
+	}
+	if (limit >= 0)
+		appendStringInfo(&quals, " LIMIT %d", limit);
+
+	/*
+	 * The newlines keep a trailing "--" comment of the source from swallowing the closing
+	 * parenthesis; the validator checked that the source is one SELECT on its own.
+	 */
+	initStringInfo(&source);
+	appendStringInfo(&source, "SELECT s.*, pg_catalog.row_to_json(s.*)::pg_catalog.text FROM (\n%s\n) AS s%s",
+					 body, quals.data);
+	initStringInfo(&shown);
+	appendStringInfo(&shown, "SELECT * FROM (%s) AS s%s", body, quals.data);
+
+	/* the call options of the table, as a JSON object of text values (checked by the Python side) */
+	initStringInfo(&opts);
+	appendStringInfoChar(&opts, '{');
+	for (i = 0; rs_setting_names[i]; i++)
+	{
+		const char *v = rs_option(table->options, rs_setting_names[i]);
+
+		if (v == NULL)
+			continue;
+		if (opts.len > 1)
+			appendStringInfoString(&opts, ", ");
+		escape_json(&opts, rs_setting_names[i]);
+		appendStringInfoString(&opts, ": ");
+		escape_json(&opts, v);
+	}
+	appendStringInfoChar(&opts, '}');
+
+	if (strcmp(kind, "classify") == 0)
+		spec = rs_option(table->options, "labels");
+	else if (strcmp(kind, "extract") == 0)
+		spec = rs_option(table->options, "json_schema");
+
+	table_close(rel, NoLock);
+	{
+		List	   *priv = list_make5(makeString(source.data), makeString(shown.data), makeString(pstrdup(kind)),
+									  makeString(pstrdup(rs_option(table->options, "template"))),
+									  makeString(opts.data));
+
+		priv = lappend(priv, makeString(pstrdup(spec ? spec : "")));
+		priv = lappend(priv, makeInteger(window ? atoi(window) : RS_DEFAULT_WINDOW_ROWS));
+		priv = lappend(priv, makeString(pstrdup(on_error ? on_error : "")));
+		return make_foreignscan(tlist, local, baserel->relid, NIL, priv, NIL, NIL, outer_plan);
+	}
+}
+
+/* ------------------------------------------------------------------ execution */
+
+/* one source row of the window: the foreign table's column values (the answer column empty) */
+typedef struct RsRow
+{
+	Datum	   *values;
+	bool	   *nulls;
+} RsRow;
+
+#define RS_NSTATS 9
+static const char *const rs_stat_names[RS_NSTATS] = {
+	"rows", "engine_rows", "cached_rows", "latency_s", "waiting_s", "core_s", "tail_s",
+	"prompt_tokens", "cached_tokens"
+};
+static const char *const rs_stat_labels[RS_NSTATS] = {
+	"Rows Sent", "Distinct Prompts", "Cached Rows", "Latency (s)", "Waiting (s)", "Core Running (s)",
+	"Tail Running (s)", "Prompt Tokens", "Prompt Tokens From Cache"
+};
+
+typedef struct RsScanState
+{
+	char	   *source_sql;
+	char	   *shown_sql;
+	char	   *kind;
+	char	   *template;
+	char	   *options_json;
+	char	   *spec;
+	int			window_rows;
+	bool		raise_on_error; /* a row whose answer does not fit the column fails the statement */
+	char	   *url;
+	char	   *api_key;
+	AttrNumber	output_attno;
+	bool		keep_answers;	/* a rescan replays them (EXEC_FLAG_REWIND) */
+
+	/* the Python side, called through fmgr (EXECUTE is revoked from every role) */
+	FmgrInfo	open_fn;
+	FmgrInfo	poll_fn;
+	FmgrInfo	close_fn;
+
+	MemoryContext scan_cxt;		/* lives as long as the scan */
+	MemoryContext window_cxt;	/* one window's rows, reset between windows */
+	char	   *portal;			/* the source cursor's name, while it is open */
+	bool		source_done;
+	int		   *source_cols;	/* per column of the table: its column in the source (1-based), 0: none */
+	Oid		   *source_types;
+	int			json_col;
+	char	   *handle;			/* the open window's relQuery, while it runs */
+	RsRow	   *window;
+	int			window_len;
+	bool		done;			/* every window is answered */
+
+	HeapTuple  *tuples;			/* answers ready to return (all of them when keep_answers) */
+	int			ntuples;
+	int			capacity;
+	int			next;
+
+	int			relqueries;
+	double		stats[RS_NSTATS];
+	bool		have_stats[RS_NSTATS];
+} RsScanState;
+
+static void
+relserveBeginForeignScan(ForeignScanState *node, int eflags)
+{
+	ForeignScan *fsplan = (ForeignScan *) node->ss.ps.plan;
+	EState	   *estate = node->ss.ps.state;
+	RsScanState *st = palloc0(sizeof(RsScanState));
+	Relation	rel = node->ss.ss_currentRelation;
+	List	   *priv = fsplan->fdw_private;
+	const char *on_error;
+
+	node->fdw_state = st;
+	st->scan_cxt = CurrentMemoryContext;
+	st->window_cxt = AllocSetContextCreate(st->scan_cxt, "relserve window", ALLOCSET_DEFAULT_SIZES);
+	st->source_sql = strVal(list_nth(priv, RS_SOURCE_SQL));
+	st->shown_sql = strVal(list_nth(priv, RS_SHOWN_SQL));
+	st->kind = strVal(list_nth(priv, RS_KIND));
+	st->template = strVal(list_nth(priv, RS_TEMPLATE));
+	st->options_json = strVal(list_nth(priv, RS_OPTIONS_JSON));
+	st->spec = strVal(list_nth(priv, RS_SPEC));
+	if (st->spec[0] == '\0')
+		st->spec = NULL;
+	st->window_rows = intVal(list_nth(priv, RS_WINDOW_ROWS));
+	on_error = strVal(list_nth(priv, RS_ON_ERROR));
+	if (on_error[0] == '\0')
+		on_error = GetConfigOption("relserve.on_error", true, false);
+	st->raise_on_error = on_error != NULL && pg_strcasecmp(on_error, "raise") == 0;
+	st->output_attno = rs_output_attno(rel, GetForeignTable(RelationGetRelid(rel))->options);
+	st->keep_answers = (eflags & EXEC_FLAG_REWIND) != 0;
+
+	/* plain EXPLAIN stops here: it runs nothing and sends nothing */
+	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
+		return;
+
+	/* the server (its url only a superuser sets) and the caller's key from the user mapping */
+	{
+		RangeTblEntry *rte = exec_rt_fetch(fsplan->scan.scanrelid, estate);
+		Oid			userid = OidIsValid(rte->checkAsUser) ? rte->checkAsUser : GetUserId();
+		ForeignTable *table = GetForeignTable(RelationGetRelid(rel));
+		ForeignServer *server = GetForeignServer(table->serverid);
+		UserMapping *user = GetUserMapping(userid, server->serverid);	/* errors when there is none */
+		const char *url = rs_option(server->options, "url");
+		const char *key = rs_option(user->options, "api_key");
+		Oid			open_args[7] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+		Oid			poll_args[2] = {TEXTOID, FLOAT8OID};
+		Oid			close_args[1] = {TEXTOID};
+
+		if (url == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_FDW_OPTION_NAME_NOT_FOUND),
+					 errmsg("relserve_fdw: server \"%s\" has no option \"url\"", server->servername),
+					 errhint("A superuser runs: ALTER SERVER %s OPTIONS (ADD url 'http://127.0.0.1:8000')",
+							 quote_identifier(server->servername))));
+		st->url = pstrdup(url);
+		st->api_key = key ? pstrdup(key) : NULL;
+		rs_lookup(&st->open_fn, "_scan_open", 7, open_args, st->scan_cxt);
+		rs_lookup(&st->poll_fn, "_scan_poll", 2, poll_args, st->scan_cxt);
+		rs_lookup(&st->close_fn, "_scan_close", 1, close_args, st->scan_cxt);
+	}
+}
+
+/* the source cursor, or NULL when it is gone (closed, or dropped by ROLLBACK TO SAVEPOINT) */
+static Portal
+rs_portal(RsScanState *st)
+{
+	return st->portal ? GetPortalByName(st->portal) : NULL;
+}
+
+static void
+rs_close_source(RsScanState *st)
+{
+	Portal		portal = rs_portal(st);
+
+	if (portal != NULL)
+		SPI_cursor_close(portal);
+	st->portal = NULL;
+}
+
+/* a value read as type "from", given to a column of type "to" (through text when they differ) */
+static Datum
+rs_convert(Datum d, Oid from, Oid to, int32 typmod)
+{
+	Oid			out,
+				in,
+				ioparam;
+	bool		varlena;
+
+	if (from == to)
+		return d;
+	getTypeOutputInfo(from, &out, &varlena);
+	getTypeInputInfo(to, &in, &ioparam);
+	return OidInputFunctionCall(in, OidOutputFunctionCall(out, d), ioparam, typmod);
+}
+
+/*
+ * Read the next window of source rows and send it as one relQuery. False when the source has no
+ * more rows.
+ */
+static bool
+rs_open_window(ForeignScanState *node, RsScanState *st)
+{
+	TupleDesc	desc = RelationGetDescr(node->ss.ss_currentRelation);
+	Portal		portal;
+	StringInfoData rows;
+	MemoryContext old;
+	uint64		n,
+				i;
+	Datum		args[7];
+	bool		args_null[7] = {false, st->api_key == NULL, false, false, st->spec == NULL, false, false};
+	LOCAL_FCINFO(fcinfo, 7);
+
+	if (st->source_done)
+		return false;
+	MemoryContextReset(st->window_cxt);
+	st->window = NULL;
+	st->window_len = 0;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "relserve_fdw: SPI_connect failed");
+	if (st->portal == NULL)
+	{
+		/* one statement, run as the caller: a cursor refuses several */
+		portal = SPI_cursor_open_with_args(NULL, st->source_sql, 0, NULL, NULL, NULL, true, 0);
+		st->portal = MemoryContextStrdup(st->scan_cxt, portal->name);
+	}
+	else if ((portal = rs_portal(st)) == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_CURSOR_STATE),
+				 errmsg("relserve_fdw: the scan's source cursor is gone (closed by ROLLBACK TO SAVEPOINT)"),
+				 errhint("Run the statement again.")));
+	SPI_cursor_fetch(portal, true, st->window_rows);
+	n = SPI_processed;
+
+	old = MemoryContextSwitchTo(st->window_cxt);
+	if (st->source_cols == NULL && n > 0)
+	{
+		/* the table's columns by name among the source's; the last source column is the row's JSON */
+		TupleDesc	sdesc = SPI_tuptable->tupdesc;
+		int			a;
+
+		MemoryContextSwitchTo(st->scan_cxt);
+		st->source_cols = palloc0(sizeof(int) * desc->natts);
+		st->source_types = palloc0(sizeof(Oid) * desc->natts);
+		st->json_col = sdesc->natts;
+		for (a = 0; a < desc->natts; a++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, a);
+			int			col;
+
+			if (att->attisdropped || att->attnum == st->output_attno)
+				continue;
+			col = SPI_fnumber(sdesc, NameStr(att->attname));
+			if (col <= 0 || col >= st->json_col)
+				ereport(ERROR,
+						(errcode(ERRCODE_UNDEFINED_COLUMN),
+						 errmsg("relserve_fdw: column \"%s\" of foreign table \"%s\" is not among the source query's columns",
+								NameStr(att->attname), RelationGetRelationName(node->ss.ss_currentRelation)),
+						 errhint("Name the foreign table's columns as the source query does.")));
+			st->source_cols[a] = col;
+			st->source_types[a] = SPI_gettypeid(sdesc, col);
+		}
+		MemoryContextSwitchTo(st->window_cxt);
+	}
+	st->window = palloc(sizeof(RsRow) * (n ? n : 1));
+	initStringInfo(&rows);
+	appendStringInfoChar(&rows, '[');
+	for (i = 0; i < n; i++)
+	{
+		HeapTuple	t = SPI_tuptable->vals[i];
+		TupleDesc	sdesc = SPI_tuptable->tupdesc;
+		RsRow	   *row = &st->window[i];
+		int			a;
+
+		row->values = palloc0(sizeof(Datum) * desc->natts);
+		row->nulls = palloc(sizeof(bool) * desc->natts);
+		for (a = 0; a < desc->natts; a++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, a);
+
+			row->nulls[a] = true;
+			if (st->source_cols[a] > 0)
+			{
+				Datum		d = SPI_getbinval(t, sdesc, st->source_cols[a], &row->nulls[a]);
+
+				if (!row->nulls[a])
+					row->values[a] = datumCopy(rs_convert(d, st->source_types[a], att->atttypid, att->atttypmod),
+											   att->attbyval, att->attlen);
+			}
+		}
+		if (i > 0)
+			appendStringInfoChar(&rows, ',');
+		appendStringInfoString(&rows, SPI_getvalue(t, sdesc, st->json_col));
+	}
+	appendStringInfoChar(&rows, ']');
+	MemoryContextSwitchTo(old);
+	st->window_len = (int) n;
+	if (n < (uint64) st->window_rows)
+	{
+		rs_close_source(st);
+		st->source_done = true;
+	}
+	SPI_finish();
+	if (n == 0)
+		return false;
+
+	args[0] = CStringGetTextDatum(st->url);
+	args[1] = st->api_key ? CStringGetTextDatum(st->api_key) : (Datum) 0;
+	args[2] = CStringGetTextDatum(st->kind);
+	args[3] = CStringGetTextDatum(st->template);
+	args[4] = st->spec ? CStringGetTextDatum(st->spec) : (Datum) 0;
+	args[5] = CStringGetTextDatum(st->options_json);
+	args[6] = CStringGetTextDatum(rows.data);
+	InitFunctionCallInfoData(*fcinfo, &st->open_fn, 7, InvalidOid, NULL, NULL);
+	for (i = 0; i < 7; i++)
+	{
+		fcinfo->args[i].value = args[i];
+		fcinfo->args[i].isnull = args_null[i];
+	}
+	{
+		Datum		h = FunctionCallInvoke(fcinfo);
+
+		if (fcinfo->isnull)
+			elog(ERROR, "relserve_fdw: relserve._scan_open returned NULL");
+		st->handle = MemoryContextStrdup(st->scan_cxt, TextDatumGetCString(h));
+	}
+	pfree(rows.data);
+	st->relqueries++;
+	return true;
+}
+
+static void
+rs_close_window(RsScanState *st)
+{
+	if (st->handle)
+	{
+		char	   *handle = st->handle;
+
+		st->handle = NULL;
+		FunctionCall1Coll(&st->close_fn, InvalidOid, CStringGetTextDatum(handle));
+	}
+}
+
+static void
+rs_keep(RsScanState *st, HeapTuple tuple)
+{
+	if (st->ntuples == st->capacity)
+	{
+		st->capacity = st->capacity ? 2 * st->capacity : 64;
+		st->tuples = st->tuples
+			? repalloc(st->tuples, sizeof(HeapTuple) * st->capacity)
+			: MemoryContextAlloc(st->scan_cxt, sizeof(HeapTuple) * st->capacity);
+	}
+	st->tuples[st->ntuples++] = tuple;
+}
+
+/*
+ * The answer's text as the output column's type. A text that does not fit the type (the model
+ * answered "maybe" for an integer column) fails this row only: NULL and a WARNING, unless
+ * on_error is raise.
+ */
+static Datum
+rs_answer_datum(RsScanState *st, Form_pg_attribute att, const char *text, int row, bool *isnull)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	Oid			in,
+				ioparam;
+	Datum		d = (Datum) 0;
+
+	*isnull = false;
+	if (att->atttypid == TEXTOID)
+		return CStringGetTextDatum(text);
+	getTypeInputInfo(att->atttypid, &in, &ioparam);
+	if (st->raise_on_error)
+		return OidInputFunctionCall(in, (char *) text, ioparam, att->atttypmod);
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		d = OidInputFunctionCall(in, (char *) text, ioparam, att->atttypmod);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *e;
+
+		MemoryContextSwitchTo(cxt);
+		e = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		ereport(WARNING,
+				(errmsg("relserve_fdw: row %d: the answer \"%s\" is not a valid %s (%s); NULL instead",
+						row + 1, text, format_type_be(att->atttypid), e->message)));
+		FreeErrorData(e);
+		*isnull = true;
+	}
+	PG_END_TRY();
+	return d;
+}
+
+/* Poll the open window's relQuery once (at most 0.1 s); answers are kept, errors raised. */
+static void
+rs_poll(ForeignScanState *node, RsScanState *st)
+{
+	TupleDesc	desc = RelationGetDescr(node->ss.ss_currentRelation);
+	Datum		events;
+	Datum	   *items;
+	bool	   *nulls;
+	int			n,
+				k;
+
+	events = FunctionCall2Coll(&st->poll_fn, InvalidOid, CStringGetTextDatum(st->handle), Float8GetDatum(0.1));
+	deconstruct_array(DatumGetArrayTypeP(events), TEXTOID, -1, false, TYPALIGN_INT, &items, &nulls, &n);
+	for (k = 0; k + 3 < n; k += 4)
+	{
+		char	   *event = TextDatumGetCString(items[k]);
+		char	   *a = nulls[k + 1] ? NULL : TextDatumGetCString(items[k + 1]);
+		char	   *b = nulls[k + 2] ? NULL : TextDatumGetCString(items[k + 2]);
+		char	   *c = nulls[k + 3] ? NULL : TextDatumGetCString(items[k + 3]);
+
+		if (strcmp(event, "row") == 0)
+		{
+			int			index = atoi(a);
+			RsRow	   *row;
+			MemoryContext old;
+			Datum	   *values;
+			bool	   *isnull;
+			int			att;
+
+			if (index < 0 || index >= st->window_len)
+				elog(ERROR, "relserve_fdw: the server answered row %d of a window of %d", index, st->window_len);
+			row = &st->window[index];
+			old = MemoryContextSwitchTo(st->keep_answers ? st->scan_cxt : st->window_cxt);
+			values = palloc(sizeof(Datum) * desc->natts);
+			isnull = palloc(sizeof(bool) * desc->natts);
+			memcpy(values, row->values, sizeof(Datum) * desc->natts);
+			memcpy(isnull, row->nulls, sizeof(bool) * desc->natts);
+			att = st->output_attno - 1;
+			if (b != NULL)
+				values[att] = rs_answer_datum(st, TupleDescAttr(desc, att), b, index, &isnull[att]);
+			else
+				isnull[att] = true;
+			rs_keep(st, heap_form_tuple(desc, values, isnull));
+			MemoryContextSwitchTo(old);
+		}
+		else if (strcmp(event, "stat") == 0)
+		{
+			int			s;
+
+			for (s = 0; s < RS_NSTATS; s++)
+				if (strcmp(a, rs_stat_names[s]) == 0 && b != NULL)
+				{
+					st->stats[s] += strtod(b, NULL);
+					st->have_stats[s] = true;
+				}
+		}
+		else if (strcmp(event, "done") == 0)
+			rs_close_window(st);
+		else if (strcmp(event, "error") == 0)
+		{
+			rs_close_window(st);
+			ereport(ERROR,
+					(errcode(a && strlen(a) == 5 ? MAKE_SQLSTATE(a[0], a[1], a[2], a[3], a[4])
+							 : ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
+					 errmsg("%s", b ? b : "relserve_fdw: the scan failed"),
+					 c ? errhint("%s", c) : 0));
+		}
+		/* "accepted": the relQuery runs */
+	}
+}
+
+static TupleTableSlot *
+relserveIterateForeignScan(ForeignScanState *node)
+{
+	RsScanState *st = (RsScanState *) node->fdw_state;
+	TupleTableSlot *slot = node->ss.ss_ScanTupleSlot;
+
+	ExecClearTuple(slot);
+	while (st->next >= st->ntuples && !st->done)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (st->handle == NULL)
+		{
+			/* the last window's answers are all returned: its rows are not needed any more */
+			if (!st->keep_answers)
+				st->ntuples = st->next = 0;
+			if (!rs_open_window(node, st))
+			{
+				st->done = true;
+				break;
+			}
+		}
+		rs_poll(node, st);
+	}
+	if (st->next < st->ntuples)
+		ExecStoreHeapTuple(st->tuples[st->next++], slot, false);
+	return slot;
+}
+
+static void
+rs_stop(RsScanState *st)
+{
+	/* the executor may be ending: the Python side runs SQL, which needs a snapshot */
+	PushActiveSnapshot(GetTransactionSnapshot());
+	rs_close_window(st);
+	PopActiveSnapshot();
+	rs_close_source(st);
+}
+
+static void
+relserveReScanForeignScan(ForeignScanState *node)
+{
+	RsScanState *st = (RsScanState *) node->fdw_state;
+
+	if (st->keep_answers)
+	{
+		/* the answers do not change within a statement: replay those here, fetch the rest as before */
+		st->next = 0;
+		return;
+	}
+	/* nothing kept: start over (repeated prompts come from the server's result cache) */
+	rs_stop(st);
+	st->source_done = st->done = false;
+	st->ntuples = st->next = 0;
+	MemoryContextReset(st->window_cxt);
+}
+
+static void
+relserveEndForeignScan(ForeignScanState *node)
+{
+	RsScanState *st = (RsScanState *) node->fdw_state;
+
+	/* ended early (LIMIT): the rest of the relQuery is not wanted, cancel it on the server */
+	if (st && (st->handle || st->portal))
+		rs_stop(st);
+}
+
+static void
+relserveExplainForeignScan(ForeignScanState *node, ExplainState *es)
+{
+	RsScanState *st = (RsScanState *) node->fdw_state;
+	int			k;
+
+	ExplainPropertyText("relserve Kind", st->kind, es);
+	ExplainPropertyText("Template", st->template, es);
+	ExplainPropertyText("Source Query", st->shown_sql, es);
+	ExplainPropertyInteger("Window Rows", NULL, st->window_rows, es);
+	if (es->verbose && strcmp(st->options_json, "{}") != 0)
+		ExplainPropertyText("relQuery Options", st->options_json, es);
+	if (es->analyze)
+	{
+		ExplainPropertyInteger("relQueries", NULL, st->relqueries, es);
+		for (k = 0; k < RS_NSTATS; k++)
+			if (st->have_stats[k])
+				ExplainPropertyFloat(rs_stat_labels[k], NULL, st->stats[k], k >= 3 && k <= 6 ? 3 : 0, es);
+	}
+}
+
+Datum
+relserve_fdw_handler(PG_FUNCTION_ARGS)
+{
+	FdwRoutine *routine = makeNode(FdwRoutine);
+
+	routine->GetForeignRelSize = relserveGetForeignRelSize;
+	routine->GetForeignPaths = relserveGetForeignPaths;
+	routine->GetForeignPlan = relserveGetForeignPlan;
+	routine->BeginForeignScan = relserveBeginForeignScan;
+	routine->IterateForeignScan = relserveIterateForeignScan;
+	routine->ReScanForeignScan = relserveReScanForeignScan;
+	routine->EndForeignScan = relserveEndForeignScan;
+	routine->ExplainForeignScan = relserveExplainForeignScan;
+	PG_RETURN_POINTER(routine);
+}
