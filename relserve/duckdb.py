@@ -30,7 +30,8 @@ __all__ = ["Connection", "SiteExplain", "StatementExplain", "connect", "errors",
 
 # -- issue 26: llm_reduce / llm_topk (relserve/operators/duckdb_hooks.py) ----------------------
 # A statement that names an operator is rewritten (aggregate form -> list form) and the
-# operator functions are registered on the connection; any other statement goes through as before.
+# operator functions are registered on the connection; one with llm_options(block := k) on a
+# JOIN's llm_filter runs with blocking (operators/join_sql.py); any other goes through as before.
 
 
 def install(con: Any, **defaults: Any) -> Any:
@@ -48,6 +49,10 @@ def sql(con: Any, query: str, params: Any = None) -> Any:
 
     if mentions_operator(query):
         return run_sql(con, query, _sql, params)
+    from relserve.operators.join_sql import mentions_block, run_sql as run_join_sql
+
+    if mentions_block(query):
+        return run_join_sql(con, query, _sql, params)
     return _sql(con, query, params)
 
 
@@ -63,6 +68,10 @@ def explain(con: Any, query: str, params: Any = None) -> Any:
 
     if mentions_operator(query):
         return explain_sql(con, query, params)
+    from relserve.operators.join_sql import explain_sql as explain_join_sql, mentions_block
+
+    if mentions_block(query):
+        return explain_join_sql(con, query, params)
     return _explain(con, query, params)
 
 

@@ -1,0 +1,343 @@
+"""Semantic join in DuckDB SQL, with optional blocking by embedding.
+
+    SELECT r.id, p.id FROM reviews r JOIN products p
+      ON llm_filter('Review: {review}\\nProduct: {title}\\nIs the review about the product?',
+                    r.text, p.title, llm_options(block := 3))
+
+Under ``relserve.duckdb.sql`` an ``llm_filter`` in ``JOIN ... ON`` is a call site like any other:
+the planner's collection pass records every pair the join meets (after the ON clause's other
+conditions and anything upstream) and asks them all as ONE relQuery, sorted so that pairs which
+share the template's first value (put the left row's there) sit side by side for the prefix cache.
+
+``block := k`` is this module's: the rewrite strips it from ``llm_options`` (DuckDB never sees
+it), and the statement runs on the planned path with a session that, for that call only, keeps
+each left value's k most similar right values (embedding cosine, ``blocking.py``) among the
+pairs the join met, asks only those, and answers FALSE for the rest. EXPLAIN says how many
+pairs it kept. Which placeholder belongs to which side comes from the column qualifiers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from relserve.errors import ConfigError
+from relserve.functions import LLMCall
+from relserve.planner.execute import CallOutcome
+from relserve.template import format_value
+
+WHO = "llm_filter in JOIN ... ON"
+
+
+def mentions_block(query: str) -> bool:
+    low = query.lower()
+    return "llm_options" in low and "block" in low
+
+
+@dataclass(frozen=True)
+class JoinBlock:
+    """One blocked join call: which of the call's placeholder values come from which side."""
+
+    #: the llm_filter template (identifies the call among the statement's sites)
+    template: str
+    k: int
+    #: positions in the call's value tuple (placeholders in order of first appearance)
+    left: tuple[int, ...]
+    right: tuple[int, ...]
+    sql: str
+
+
+@dataclass
+class BlockReport:
+    """What blocking did for one call, for EXPLAIN and tests."""
+
+    sql: str
+    k: int
+    pairs_met: int = 0
+    pairs_kept: int = 0
+    #: pairs dropped because a value was NULL
+    null_pairs: int = 0
+    left_values: int = 0
+    right_values: int = 0
+    embed_s: float = 0.0
+
+    def line(self) -> str:
+        return (
+            f"blocking (k={self.k}): kept {self.pairs_kept} of {self.pairs_met} pairs the join met "
+            f"({self.left_values} left values x up to {self.k} of {self.right_values} right values"
+            + (f"; {self.null_pairs} pairs with a NULL value dropped" if self.null_pairs else "")
+            + f"; embedding {self.embed_s:.1f} s): {self.sql}"
+        )
+
+
+def rewrite(text: str) -> tuple[str, list[JoinBlock]]:
+    """The statement without ``block := k`` and the blocked calls it had; clear errors for a
+    ``block`` that is not on an ``llm_filter`` in ``JOIN ... ON`` or whose sides are unclear."""
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        tree = sqlglot.parse_one(text, dialect="duckdb")
+    except Exception:
+        return text, []  # DuckDB will say what is wrong with it
+    blocks: list[JoinBlock] = []
+    for options in [n for n in tree.find_all(exp.Anonymous) if str(n.name).lower() == "llm_options"]:
+        given = [a for a in options.expressions if isinstance(a, exp.PropertyEQ) and a.this.name.lower() == "block"]
+        if not given:
+            continue
+        call = options.parent
+        if not (isinstance(call, exp.Anonymous) and str(call.name).lower() == "llm_filter"):
+            raise ConfigError(
+                "llm_options(block := k) is only for llm_filter in JOIN ... ON (the right rows kept per left row); "
+                f"found it in {call.sql(dialect='duckdb') if call is not None else options.sql(dialect='duckdb')}"
+            )
+        k = _block_k(given[-1].expression)
+        join = call.find_ancestor(exp.Join)
+        if join is None or not _within(call, join.args.get("on")):
+            raise ConfigError(
+                f"llm_options(block := {k}) needs the llm_filter in a JOIN ... ON clause, e.g. "
+                "FROM reviews r JOIN products p ON llm_filter('{review} / {title}: same product?', r.text, p.title, "
+                "llm_options(block := 3))"
+            )
+        blocks.append(_sides(call, join, k))
+        for a in given:
+            a.pop()
+    return (tree.sql(dialect="duckdb") if blocks else text), blocks
+
+
+def _within(node: Any, root: Any) -> bool:
+    while node is not None:
+        if node is root:
+            return True
+        node = node.parent
+    return False
+
+
+def _block_k(value: Any) -> int:
+    from sqlglot import exp
+
+    if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit() and int(value.this) >= 1:
+        return int(value.this)
+    raise ConfigError(
+        f"llm_options(block := ...) takes a positive integer literal (right rows kept per left row), got {value.sql()}"
+    )
+
+
+def _sides(call: Any, join: Any, k: int) -> JoinBlock:
+    """Which values come from the joined (right) table and which from the rows before it."""
+    from sqlglot import exp
+
+    from relserve.template import Template
+
+    args = list(call.expressions)
+    if not args or not isinstance(args[0], exp.Literal) or not args[0].is_string:
+        raise ConfigError(f"{WHO} with block: the template must be a string literal, got {call.sql(dialect='duckdb')}")
+    template = args[0].this
+    values = [a for a in args[1:] if not (isinstance(a, exp.Anonymous) and str(a.name).lower() == "llm_options")]
+    columns = Template.parse(template).columns
+    if len(values) != len(columns):
+        raise ConfigError(
+            f"{WHO} with block: pass one value per placeholder ({', '.join(columns)}), each a column of one side; "
+            f"got {len(values)} values"
+        )
+    right_name = join.this.alias_or_name.lower()
+    left, right = [], []
+    for i, v in enumerate(values):
+        tables = {c.table.lower() for c in v.find_all(exp.Column)}
+        if not tables or "" in tables:
+            raise ConfigError(
+                f"{WHO} with block: qualify the columns of value {i + 1} ({v.sql(dialect='duckdb')}) with their "
+                f"table, e.g. {right_name}.{columns[i]}, so relserve knows which side of the join it comes from"
+            )
+        if tables == {right_name}:
+            right.append(i)
+        elif right_name not in tables:
+            left.append(i)
+        else:
+            raise ConfigError(
+                f"{WHO} with block: value {i + 1} ({v.sql(dialect='duckdb')}) mixes both sides of the join; "
+                "each value must come from one side"
+            )
+    if not left or not right:
+        side = "right (the joined table)" if not right else "left"
+        raise ConfigError(f"{WHO} with block: no value comes from the {side} side, so there is nothing to block on")
+    return JoinBlock(template, k, tuple(left), tuple(right), call.sql(dialect="duckdb"))
+
+
+# -- choosing the pairs -------------------------------------------------------------------------
+
+
+def _text(part: tuple) -> str:
+    return "\n".join(v if isinstance(v, str) else format_value(v) for v in part)
+
+
+def keep_pairs(values: Sequence[tuple], block: JoinBlock, report: BlockReport) -> list[int]:
+    """Positions in ``values`` of the pairs blocking keeps: per distinct left part, the k most
+    similar distinct right parts it was met with (pairs with a NULL value: none)."""
+    import torch
+
+    from relserve.operators.blocking import embed
+
+    parts: list[tuple[tuple, tuple] | None] = []
+    met: dict[tuple, dict[tuple, None]] = {}
+    for v in values:
+        lp, rp = tuple(v[p] for p in block.left), tuple(v[p] for p in block.right)
+        if any(x is None for x in lp + rp):
+            parts.append(None)
+            continue
+        parts.append((lp, rp))
+        met.setdefault(lp, {})[rp] = None
+    distinct = {pr for pr in parts if pr is not None}
+    report.pairs_met += len(distinct)
+    report.null_pairs += len({tuple(v) for v, pr in zip(values, parts) if pr is None})
+    if not met:
+        return []
+    lefts = list(met)
+    rights = list(dict.fromkeys(r for rs in met.values() for r in rs))
+    report.left_values += len(lefts)
+    report.right_values = max(report.right_values, len(rights))
+    t0 = time.perf_counter()
+    sims = embed([_text(p) for p in lefts]) @ embed([_text(p) for p in rights]).T
+    report.embed_s += time.perf_counter() - t0
+    where = {r: j for j, r in enumerate(rights)}
+    kept: set[tuple[tuple, tuple]] = set()
+    for i, lp in enumerate(lefts):
+        cols = [where[r] for r in met[lp]]
+        row = sims[i, cols]
+        top = torch.topk(row, min(block.k, len(cols))).indices.tolist()
+        kept.update((lp, rights[cols[t]]) for t in top)
+    report.pairs_kept += len(kept)
+    return [i for i, pr in enumerate(parts) if pr is not None and pr in kept]
+
+
+class BlockingSession:
+    """The connection's session for one statement, except that a blocked join call asks only
+    the pairs blocking keeps (the rest answer FALSE). Everything else is the session's own."""
+
+    def __init__(self, session: Any, blocks: Sequence[JoinBlock]) -> None:
+        self._session = session
+        self._blocks = {b.template: b for b in blocks}
+        self.reports: dict[str, BlockReport] = {b.template: BlockReport(b.sql, b.k) for b in blocks}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    def _block(self, call: LLMCall) -> JoinBlock | None:
+        return self._blocks.get(call.template.source) if call.function.kind == "filter" else None
+
+    def cached(self, call: LLMCall, values: list[tuple]) -> dict:
+        # a cached answer of a pair blocking drops must not let that pair through
+        return {} if self._block(call) is not None else self._session.cached(call, values)
+
+    def run(self, call: LLMCall, values: list[tuple], *, explain_only: bool = False) -> CallOutcome:
+        block = self._block(call)
+        if block is None:
+            return self._session.run(call, values, explain_only=explain_only)
+        kept = keep_pairs(values, block, self.reports[block.template])
+        outcome = self._session.run(call, [values[i] for i in kept], explain_only=explain_only)
+        answers: list[Any] = [False] * len(values)
+        errors: list[str | None] = [None] * len(values)
+        for i, value, err in zip(kept, outcome.values, outcome.errors):
+            answers[i], errors[i] = value, err
+        return CallOutcome(answers, errors, outcome.plan, outcome.engine_stats, outcome.explain, outcome.ran)
+
+
+# -- the surface --------------------------------------------------------------------------------
+
+
+@dataclass
+class JoinExplain:
+    """EXPLAIN of a statement with a blocked join: the planner's EXPLAIN (its join site counts
+    the pairs blocking kept) plus what blocking did."""
+
+    plan: Any
+    blocks: list[BlockReport] = field(default_factory=list)
+
+    @property
+    def sites(self) -> Any:
+        return self.plan.sites
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.plan.to_dict()
+        d["blocking"] = [vars(b).copy() for b in self.blocks]
+        return d
+
+    def __str__(self) -> str:
+        return "\n".join([str(self.plan), *(b.line() for b in self.blocks)])
+
+
+def _statement(con: duckdb.DuckDBPyConnection, text: str) -> tuple[Any, Any, list[JoinBlock]]:
+    from relserve.duckdb_ext.session import session_of
+    from relserve.duckdb_ext.statement import analyze
+
+    rewritten, blocks = rewrite(text)
+    statement = analyze(rewritten)
+    if blocks and not statement.planned:
+        raise ConfigError(
+            f"{WHO} with block: this statement is not planned ({statement.unplanned_reason or 'no LLM call site'}), "
+            "so blocking cannot apply"
+        )
+    templates = [b.template for b in blocks]
+    sites = [s for s in statement.sites if s.function.kind == "filter"]
+    for t in templates:
+        found = [s for s in sites if _template_of(s) == t]
+        if len(found) > 1:
+            raise ConfigError(
+                f"{WHO} with block: the template {t!r} is used by {len(found)} llm_filter calls in this statement; "
+                "blocking needs the joined call's template to be its own"
+            )
+    return session_of(con), statement, blocks
+
+
+def _template_of(site: Any) -> str | None:
+    from sqlglot import exp
+
+    first = site.node.expressions[0] if site.node.expressions else None
+    return first.this if isinstance(first, exp.Literal) and first.is_string else None
+
+
+def run_sql(con: duckdb.DuckDBPyConnection, query: str, sql_fn: Any, params: Any = None) -> Any:
+    """``relserve.duckdb.sql`` for a script with blocked joins; other statements as usual."""
+    from relserve.duckdb_ext.planned import run_planned
+    from relserve.duckdb_ext.statement import split_statements
+
+    texts = split_statements(query)
+    if params is not None and len(texts) > 1:
+        raise ConfigError("parameters can only be given for a single statement")
+    result = None
+    for text in texts:
+        if not mentions_block(text):
+            result = sql_fn(con, text, params)
+            continue
+        session, statement, blocks = _statement(con, text)
+        if not blocks:
+            result = sql_fn(con, text, params)
+            continue
+        with session.lock:
+            session.failures.clear()
+        blocking = BlockingSession(session, blocks)
+        table, run = run_planned(con, blocking, statement, params)
+        run.blocking = list(blocking.reports.values())
+        session.last_run = run
+        result = con.from_arrow(table) if table is not None else None
+    return result
+
+
+def explain_sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> JoinExplain:
+    """What ``run_sql`` would do for one statement: the planner's EXPLAIN over the pairs blocking
+    keeps, and the pairs met and kept (the embedding runs; the engine does not)."""
+    from relserve.duckdb_ext.api import _statement_explain
+    from relserve.duckdb_ext.planned import explain_planned
+    from relserve.duckdb_ext.statement import split_statements
+
+    texts = split_statements(query)
+    if len(texts) != 1:
+        raise ConfigError(f"explain takes one statement, got {len(texts)}")
+    session, statement, blocks = _statement(con, texts[0])
+    blocking = BlockingSession(session, blocks)
+    run = explain_planned(con, blocking, statement, params)
+    return JoinExplain(_statement_explain(run), list(blocking.reports.values()))
