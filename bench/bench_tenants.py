@@ -126,18 +126,32 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--policy", default="relserve")
     ap.add_argument("--max-num-seqs", type=int, default=None, help="the engine's max_num_seqs (default: relserve serve's)")
+    ap.add_argument("--cap", type=int, default=None,
+                    help="max_running_shared of both tenants in the tenants file (default: the scheduler's own)")
+    ap.add_argument("--slowdown", type=float, default=None,
+                    help="the scheduler's tenant_step_slowdown (0: no default cap; default: the scheduler's)")
+    ap.add_argument("--linger", type=float, default=None, help="the scheduler's tenant_linger_s (default: the scheduler's)")
+    ap.add_argument("--out", default="tenants.json", help="report file name under bench/out/")
     args = ap.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="bench-tenants-"))
     tenants = home / "tenants.toml"
+    cap = f"max_running_shared = {args.cap}\n" if args.cap else ""
     tenants.write_text(
-        f'[tenants.flood]\nkey = "{FLOOD_KEY}"\n\n[tenants.small]\nkey = "{SMALL_KEY}"\n'
+        f'[tenants.flood]\nkey = "{FLOOD_KEY}"\n{cap}\n[tenants.small]\nkey = "{SMALL_KEY}"\n{cap}'
     )
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = dict(os.environ, RELSERVE_HOME=str(home / "home"))
     if args.max_num_seqs:
         env["RELSERVE_MAX_NUM_SEQS"] = str(args.max_num_seqs)
+    policy_settings: dict[str, float | None] = {}
+    if args.slowdown is not None:
+        policy_settings["tenant_step_slowdown"] = args.slowdown or None
+    if args.linger is not None:
+        policy_settings["tenant_linger_s"] = args.linger
+    if policy_settings:
+        env["RELSERVE_POLICY_SETTINGS"] = json.dumps(policy_settings)
     log = open(home / "server.log", "wb")
     proc = subprocess.Popen(
         [RELSERVE, "serve", "--port", str(port), "--tenants", str(tenants), "--no-cache", "--policy", args.policy,
@@ -192,6 +206,9 @@ def main() -> None:
         report = {
             "policy": args.policy,
             "max_num_seqs": args.max_num_seqs or "default",
+            "max_running_shared": args.cap or "default",
+            "tenant_step_slowdown": "default" if args.slowdown is None else (args.slowdown or None),
+            "tenant_linger_s": "default" if args.linger is None else args.linger,
             "load_average_1m_at_end": round(os.getloadavg()[0], 1),
             "flood_rows": flood_expected,
             "flood_relqueries": len(flood_out),
@@ -216,7 +233,7 @@ def main() -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
     OUT.mkdir(exist_ok=True)
-    (OUT / "tenants.json").write_text(json.dumps(report, indent=2))
+    (OUT / args.out).write_text(json.dumps(report, indent=2))
     print()
     print(f"{'small tenant, 1-row relQueries':34} {'alone':>8} {'under flood':>12}")
     print(f"{'median latency (s)':34} {report['small_alone_median_s']:>8.3f} {report['small_under_flood_median_s']:>12.3f}")
@@ -224,6 +241,8 @@ def main() -> None:
     print(f"p95 ratio under flood / alone: {report['p95_ratio']:.2f}x (target: within 2x)")
     print(f"flood: {report['flood_rows']} rows in {report['flood_relqueries']} relQueries, {report['flood_seconds']} s, "
           f"{report['flood_statuses']}; still running when the small phase ended: {still_flooding}")
+    print(f"variant: max_num_seqs {report['max_num_seqs']}, max_running_shared {report['max_running_shared']}, "
+          f"tenant_step_slowdown {report['tenant_step_slowdown']}, tenant_linger_s {report['tenant_linger_s']}")
     print(f"rows lost: {report['rows_lost']}, duplicated: {report['rows_duplicated']}")
     print(f"machine: {os.cpu_count()} cores, load average {report['load_average_1m_at_end']} at the end (other jobs count)")
     print(f"peak RSS: server process {report['server_peak_rss_mb']} MB, with its engine processes {report['server_and_engine_peak_rss_mb']} MB")
