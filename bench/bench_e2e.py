@@ -342,7 +342,7 @@ class RowUDF:
 
     def __call__(self, *arrays):
         from relserve.duckdb_ext.arguments import decode_chunk
-        from relserve.duckdb_ext.session import to_arrow
+        from relserve.duckdb_ext.udf import to_arrow
         from relserve.errors import RowError
         from relserve.functions import CallOptions
         from relserve.planner.prompts import Renderer, null_error
@@ -366,7 +366,7 @@ def udf_connection(datasets: Path, sql_dir: Path, backend: Callable):
     import duckdb
 
     from relserve.duckdb_ext.arguments import options_macro_sql
-    from relserve.duckdb_ext.session import RETURN_TYPES
+    from relserve.duckdb_ext.udf import RETURN_TYPES
     from relserve.functions import FUNCTIONS
 
     con = new_duckdb(datasets, sql_dir)
@@ -618,7 +618,7 @@ def relserve_server(args, tenants: Path, log, name: str):
 def phase_relserve(args, work_by_load: dict[float, list[Scheduled]], model_path: str, log) -> dict:
     import relserve.duckdb
     from relserve.client import Client
-    from relserve.duckdb_ext.session import session_of
+    from relserve.duckdb_ext.connections import session_of
 
     key = "bench-e2e-" + os.urandom(8).hex()
     # a tenant of its own: a result-cache scope no earlier run has filled

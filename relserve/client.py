@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
 
+from relserve.call_fields import CALL_FIELD_NAMES, CallFields
 from relserve.errors import RelServeError
-from relserve.results import RowResult, RowsView
+from relserve.results import RowResult, RowsView, in_input_order
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -34,10 +35,6 @@ class ServerError(RelServeError):
         super().__init__(f"{message} (HTTP {status})" if status else message)
         self.status = status
         self.message = message
-
-
-#: a row as the server sends it: the engine's row type (kept under this name for clients)
-RemoteRow = RowResult
 
 
 @dataclass
@@ -69,7 +66,7 @@ class RelQueryStream:
                 return json.loads(line)
         raise ServerError(0, "the server closed the stream before its end")
 
-    def __iter__(self) -> Iterator[RemoteRow]:
+    def __iter__(self) -> Iterator[RowResult]:
         try:
             while self.done is None:
                 event = self._next_event()
@@ -77,7 +74,7 @@ class RelQueryStream:
                 if kind == "done":
                     self.done = event
                 elif kind in ("row", "cell"):
-                    yield RemoteRow.from_dict(event) if kind == "row" else event  # type: ignore[misc]
+                    yield RowResult.from_dict(event) if kind == "row" else event  # type: ignore[misc]
         except httpx.HTTPError as e:
             raise ServerError(0, f"the stream from the relserve server broke: {e}") from None
         finally:
@@ -160,44 +157,50 @@ class Client:
 
     # ------------------------------------------------------------------ relQueries
 
-    def submit(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None, **options: Any) -> str:
+    def submit(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None,
+               call: CallFields | None = None, **options: Any) -> str:
         """Start a relQuery and return its id at once (see ``run`` for the options)."""
-        return self._request("POST", "/v1/relqueries", _body(template, rows, options))["id"]
+        return self._request("POST", "/v1/relqueries", _body(template, rows, call, options))["id"]
 
-    def plan(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None, **options: Any) -> dict[str, Any]:
+    def plan(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None,
+             call: CallFields | None = None, **options: Any) -> dict[str, Any]:
         """What the relQuery would send to the engine, without running it: ``rows``, ``engine_rows``
         (distinct prompts), ``cached_rows`` (answered from the result cache), ``failed_rows``."""
-        return self._request("POST", "/v1/relqueries/plan", _body(template, rows, options))
+        return self._request("POST", "/v1/relqueries/plan", _body(template, rows, call, options))
 
-    def stream(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None, **options: Any) -> RelQueryStream:
+    def stream(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None,
+               call: CallFields | None = None, **options: Any) -> RelQueryStream:
         """Submit and iterate the rows as they finish (each carries its input ``index``)."""
-        return self._stream("/v1/relqueries", {**_body(template, rows, options), "stream": "ndjson"})
+        return self._stream("/v1/relqueries", {**_body(template, rows, call, options), "stream": "ndjson"})
 
-    def run(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None, **options: Any) -> RemoteResult:
+    def run(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None,
+            call: CallFields | None = None, **options: Any) -> RemoteResult:
         """Submit, wait for every row, return them in input order.
 
         ``rows``: a list of mappings whose keys include the template's placeholders; or
         ``prompts=[...]`` instead of template and rows. Options: ``function`` (map, filter,
         classify, extract), ``labels``, ``json_schema``, ``max_tokens``, ``temperature``,
-        ``top_p``, ``seed``, ``system``, ``on_error`` ("null"/"raise"), ``cache``,
-        ``priority`` (lower runs sooner), ``deadline_s``.
+        ``top_p``, ``seed``, ``system``, ``method``, ``prompt_shape``, ``reorder_fields``,
+        ``examples``, ``on_error`` ("null"/"raise"), ``cache``, ``priority`` (lower runs
+        sooner), ``deadline_s``; or ``call=CallFields(...)`` (``relserve.call_fields``), which
+        the keyword options override.
         """
-        with self.stream(template, rows, **options) as s:
-            got = {r.index: r for r in s}
+        with self.stream(template, rows, call, **options) as s:
+            ordered = in_input_order(s, s.total)
             done = s.done or {}
-        ordered = [got.get(i) or RemoteRow(i, error="no answer") for i in range(s.total)]
         return RemoteResult(s.id, done.get("status", "unknown"), ordered, done.get("stats", {}), done.get("error"))
 
-    def map(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None, **options: Any) -> list[Any]:
+    def map(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None,
+            call: CallFields | None = None, **options: Any) -> list[Any]:
         """The value of every row, in input order (None where a row failed)."""
-        return self.run(template, rows, **options).values
+        return self.run(template, rows, call, **options).values
 
     def status(self, relquery_id: str) -> dict[str, Any]:
         return self._request("GET", f"/v1/relqueries/{relquery_id}")
 
     def result(self, relquery_id: str, wait: bool = True, timeout: float = 600.0) -> RemoteResult:
         d = self._request("GET", f"/v1/relqueries/{relquery_id}/result", params={"wait": wait, "timeout": timeout})
-        rows = [RemoteRow.from_dict(r) if r is not None else RemoteRow(i) for i, r in enumerate(d["rows"])]
+        rows = [RowResult.from_dict(r) if r is not None else RowResult(i) for i, r in enumerate(d["rows"])]
         return RemoteResult(d["id"], d["status"], rows, d.get("stats", {}), d.get("error"))
 
     def cancel(self, relquery_id: str, timeout: float | None = None) -> dict[str, Any]:
@@ -213,12 +216,12 @@ class Client:
 
     def cells(self, cells: Sequence[Mapping[str, Any]], **options: Any) -> dict[str, dict[str, Any]]:
         """Evaluate cells ({"id", "template", "args"}) as one batch; answers by cell id."""
-        d = self._request("POST", "/v1/cells", {"cells": list(cells), "stream": False, **options})
+        d = self._request("POST", "/v1/cells", {**_call_json(None, options), "cells": list(cells), "stream": False})
         return {c["id"]: c for c in d["cells"]}
 
     def stream_cells(self, cells: Sequence[Mapping[str, Any]], **options: Any) -> RelQueryStream:
         """Cells as they finish: dicts with id, value, text, error, cached."""
-        return self._stream("/v1/cells", {"cells": list(cells), "stream": True, **options})
+        return self._stream("/v1/cells", {**_call_json(None, options), "cells": list(cells), "stream": True})
 
     # ------------------------------------------------------------------ single calls and operations
 
@@ -237,8 +240,18 @@ class Client:
         return self._request("GET", "/metrics")
 
 
-def _body(template: str | None, rows: Sequence[Mapping[str, Any]] | None, options: dict[str, Any]) -> dict[str, Any]:
-    body = {k: v for k, v in options.items() if v is not None}
+def _call_json(call: CallFields | None, options: dict[str, Any]) -> dict[str, Any]:
+    """The call's fields (``CallFields``, the keyword options over ``call``) and any other option
+    as given: ``prompts``, and a misspelt name, which the server then names in its 422."""
+    given = {k: v for k, v in options.items() if v is not None}
+    known = {k: given.pop(k) for k in list(given) if k in CALL_FIELD_NAMES}
+    fields = replace(call, **known) if call is not None else CallFields(**known)
+    return {**fields.to_json(), **given}
+
+
+def _body(template: str | None, rows: Sequence[Mapping[str, Any]] | None, call: CallFields | None,
+          options: dict[str, Any]) -> dict[str, Any]:
+    body = _call_json(call, options)
     if template is not None:
         body["template"] = template
     if rows is not None:
@@ -261,4 +274,4 @@ def _raise_for(r: httpx.Response) -> None:
     raise ServerError(r.status_code, message)
 
 
-__all__ = ["Client", "RelQueryStream", "RemoteResult", "RemoteRow", "ServerError"]
+__all__ = ["CallFields", "Client", "RelQueryStream", "RemoteResult", "ServerError"]

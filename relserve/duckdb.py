@@ -36,7 +36,7 @@ __all__ = ["Connection", "SiteExplain", "StatementExplain", "connect", "errors",
 
 def install(con: Any, **defaults: Any) -> Any:
     """Register the row-level LLM functions (``relserve.duckdb_ext``) and ``llm_reduce`` /
-    ``llm_topk`` (list form) on ``con``; see ``relserve.duckdb_ext.session.install``."""
+    ``llm_topk`` (list form) on ``con``; see ``relserve.duckdb_ext.connections.install``."""
     from relserve.operators.duckdb_hooks import install as install_operators
 
     return install_operators(_install(con, **defaults))

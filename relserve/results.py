@@ -7,7 +7,7 @@ and ``cached``, the server sends ``as_dict()`` and the client reads it back with
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -48,6 +48,13 @@ class RowResult:
         """A row as the server sent it (unknown keys are left out)."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def in_input_order(rows: Iterable[RowResult], total: int) -> list[RowResult]:
+    """``total`` rows in input order from rows that arrived in any order; a row that never
+    arrived (the relQuery ended early) gets the error "no answer"."""
+    got = {r.index: r for r in rows}
+    return [got.get(i) or RowResult(i, error="no answer") for i in range(total)]
 
 
 @dataclass(slots=True)

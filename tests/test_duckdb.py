@@ -161,7 +161,7 @@ def test_filter_runs_before_the_calls_it_guards(con, engine):
 
 
 def con_run(con):
-    from relserve.duckdb_ext.session import session_of
+    from relserve.duckdb_ext.connections import session_of
 
     return session_of(con).last_run
 

@@ -224,7 +224,7 @@ def test_a_server_connection_answers_as_a_local_one(engine, server, tmp_path):
     errs = remote.errors().fetchall()
     assert errs and all("NULL" in e[3] or "null" in e[3].lower() for e in errs)
     # one relQuery per call site over its distinct argument tuples (rows 1 and 4 share a review)
-    calls = relserve.duckdb_ext.session.session_of(remote.con).calls
+    calls = relserve.duckdb_ext.connections.session_of(remote.con).calls
     assert sorted(c.function for c in calls) == ["llm_classify", "llm_extract", "llm_filter", "llm_map"]
     assert all(c.rows == (6 if c.function == "llm_map" else 5) for c in calls)
     assert all(c.cached_rows == 0 and c.prompt_tokens > 0 for c in calls)
@@ -253,13 +253,13 @@ def test_a_server_connection_uses_the_servers_result_cache_when_asked(engine, se
     first = con.sql(q).fetchall()
     again = con.sql(q).fetchall()
     assert again == first
-    calls = relserve.duckdb_ext.session.session_of(con.con).calls
+    calls = relserve.duckdb_ext.connections.session_of(con.con).calls
     # 5 distinct reviews sent (one NULL, which fails), the 4 others answered from the cache
     assert (calls[-1].rows, calls[-1].cached_rows, calls[-1].engine_rows) == (5, 4, 0)
     off = relserve.duckdb.connect(server=server.url, api_key=KEY, cache=False, progress=False)
     _reviews(off)
     assert off.sql(q).fetchall() == first
-    assert relserve.duckdb_ext.session.session_of(off.con).calls[-1].cached_rows == 0
+    assert relserve.duckdb_ext.connections.session_of(off.con).calls[-1].cached_rows == 0
     # the plain (per chunk) path of the same connection goes to the server too
     assert [r[0] for r in con.con.sql(q.replace("ORDER BY id", "ORDER BY id LIMIT 2")).fetchall()] == [1, 2]
 

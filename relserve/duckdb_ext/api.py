@@ -11,7 +11,7 @@ import pyarrow as pa
 from relserve.errors import ConfigError
 from relserve.planner.explain import Explain
 from relserve.duckdb_ext.planned import StatementRun, explain_planned, run_planned
-from relserve.duckdb_ext.session import install, session_of
+from relserve.duckdb_ext.connections import install, session_of
 from relserve.duckdb_ext.statement import analyze, split_statements
 
 

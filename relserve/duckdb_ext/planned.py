@@ -29,7 +29,8 @@ from relserve.errors import RowError
 from relserve.functions import LLMCall, LLMFunction
 from relserve.planner.explain import Explain
 from relserve.duckdb_ext.arguments import decode_chunk
-from relserve.duckdb_ext.session import RETURN_TYPES, Session, answer_chunk, to_arrow
+from relserve.duckdb_ext.session import Session
+from relserve.duckdb_ext.udf import answer_chunk, create_function, to_arrow
 from relserve.duckdb_ext.statement import CallSite, Statement
 
 #: stand-in answers during collection passes
@@ -189,15 +190,7 @@ class PlannedStatement:
 
     def __enter__(self) -> PlannedStatement:
         for name, state in zip(self.names, self.states):
-            self.con.create_function(
-                name,
-                state,
-                None,
-                RETURN_TYPES[state.function.kind],
-                type="arrow",
-                null_handling="special",
-                side_effects=True,
-            )
+            create_function(self.con, name, state, state.function)
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -1,5 +1,5 @@
-"""DuckDB sessions whose LLM calls run on a ``relserve serve`` server instead of an engine in this
-process.
+"""Where a DuckDB connection's LLM calls run when it is connected to a ``relserve serve`` server
+instead of an engine in this process: ``HttpRunner``, the runner its ``Session`` holds.
 
     con = relserve.duckdb.connect(server="http://127.0.0.1:8000", api_key="...")
     con.sql("SELECT id, llm_map('Summarize: {review}', review) FROM reviews")   # planned, as locally
@@ -13,27 +13,32 @@ is the one a local connection would get. The result cache is the server's (``cac
 it off for this connection's calls); the engine, its scheduler and its prefix cache are the
 server's, shared with its other clients.
 
-The whole call specification travels field by field (``system``, ``method``, ``prompt_shape``,
-``reorder_fields``, ``examples``); ``model`` must name the model the server serves.
+The whole call specification travels field by field (``relserve.call_fields.CallFields``, the
+encoder the Python client and the PostgreSQL extension use too): ``system``, ``method``,
+``prompt_shape``, ``reorder_fields``, ``examples``, ``top_p``, ``seed`` and the rest, and the
+server accepts every one of them; ``model`` must name the model the server serves.
 """
 
 from __future__ import annotations
 
-import math
+import threading
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from relserve.call_fields import CallFields, jsonable_row
+from relserve.client import Client
 from relserve.errors import ConfigError, RowError
 from relserve.functions import LLMCall
 from relserve.planner.execute import CallOutcome
 from relserve.progress import progress_bar
-from relserve.duckdb_ext.session import Session
+from relserve.results import RowResult, in_input_order
 
 
 @dataclass
 class RemoteCall:
-    """What one call sent to the server cost (``RemoteSession.calls``; the benchmark reads it)."""
+    """What one call sent to the server cost (``HttpRunner.calls``; the benchmark reads it)."""
 
     function: str
     rows: int
@@ -72,61 +77,57 @@ class RemoteExplain:
 
 
 @dataclass
-class RemoteSession(Session):
-    """A ``Session`` whose calls run on a relserve server (see the module docstring)."""
+class HttpRunner:
+    """Runs a session's calls on a relserve server (see the module docstring)."""
 
-    client: Any = None
+    client: Client
     #: use the server's result cache for this connection's calls
     server_cache: bool = True
+    progress: bool = True
     calls: list[RemoteCall] = field(default_factory=list)
     _model_id: str | None = None
-
-    # ------------------------------------------------------------------ Session interface
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def run(self, call: LLMCall, values: list[tuple], *, explain_only: bool = False) -> CallOutcome:
         self._check(call)
         if not values:
             return CallOutcome([], [], None)  # type: ignore[arg-type]
-        body = self._body(call, values)
+        names = call.template.columns
+        rows = [jsonable_row(names, vals) for vals in values]
+        # row errors come back per row; what a failed row does is applied here
+        fields = CallFields.of_call(call, on_error="null", cache=self.server_cache)
         if explain_only:
-            got = self.client.plan(**body)
+            got = self.client.plan(call.template.source, rows, fields)
             ex = RemoteExplain(call.function.name, call.template.source, self.client.url, got["rows"],
                                got["engine_rows"], got["cached_rows"], got["failed_rows"])
             return CallOutcome([None] * len(values), [None] * len(values), None, explain=ex)  # type: ignore[arg-type]
         t0 = time.perf_counter()
-        got: dict[int, Any] = {}
-        with self.client.stream(**body) as stream, progress_bar(len(values), call.function.name, show=self.progress) as bar:
-            for row in stream:
-                got[row.index] = row
-                bar.update(1)
+        with self.client.stream(call.template.source, rows, fields) as stream, \
+                progress_bar(len(values), call.function.name, show=self.progress) as bar:
+            answers = in_input_order(_counted(stream, bar), len(values))
             done = stream.done or {}
-            rid = stream.id
             engine_rows = stream.header.get("engine_rows", 0)
             cached_rows = stream.header.get("cached_rows", 0)
-        rows = [got.get(i) for i in range(len(values))]
-        out = [r.value if r is not None and r.error is None else None for r in rows]
-        errors = [("no answer" if r is None else r.error) for r in rows]
-        stats = done.get("stats", {})
         record = RemoteCall(
             call.function.name, len(values), engine_rows, cached_rows,
-            sum(r.prompt_tokens or 0 for r in rows if r is not None),
-            sum(r.cached_tokens or 0 for r in rows if r is not None),
-            sum(r.output_tokens or 0 for r in rows if r is not None),
-            time.perf_counter() - t0, rid,
+            sum(r.prompt_tokens or 0 for r in answers),
+            sum(r.cached_tokens or 0 for r in answers),
+            sum(r.output_tokens or 0 for r in answers),
+            time.perf_counter() - t0, stream.id,
         )
-        with self.lock:
+        with self._lock:
             self.calls.append(record)
+        out = [r.value if r.error is None else None for r in answers]
+        errors = [r.error for r in answers]
         if call.options.on_error == "raise":
             for i, err in enumerate(errors):
                 if err is not None:
                     raise RowError(f"row {i}: {err}")
-        return CallOutcome(out, errors, None, engine_stats=stats, ran=engine_rows)  # type: ignore[arg-type]
+        return CallOutcome(out, errors, None, engine_stats=done.get("stats", {}), ran=engine_rows)  # type: ignore[arg-type]
 
     def cached(self, call: LLMCall, values: list[tuple]) -> dict[int, tuple[Any, str | None]]:
         # the result cache is the server's: rows it knows come back at once from the relQuery
         return {}
-
-    # ------------------------------------------------------------------ helpers
 
     @property
     def model_id(self) -> str:
@@ -144,45 +145,14 @@ class RemoteSession(Session):
             if wanted != self.model_id:
                 raise ConfigError(f"{where}: model {o.model!r} was asked for, but the server serves {self.model_id!r}")
 
-    def _body(self, call: LLMCall, values: list[tuple]) -> dict[str, Any]:
-        names = call.template.columns
-        body: dict[str, Any] = {
-            "template": call.template.source,
-            "rows": [{n: _jsonable(v) for n, v in zip(names, vals)} for vals in values],
-            "function": call.function.kind,
-            "max_tokens": call.max_tokens,
-            "temperature": call.options.temperature,
-            "on_error": "null",
-            "cache": self.server_cache,
-        }
-        # the rest of the call specification, field by field (the server's CallFields)
-        o = call.options
-        for name in ("system", "method", "prompt_shape", "reorder_fields", "examples"):
-            value = getattr(o, name, None)
-            if value:
-                # examples are kept frozen as tuples of (column, value) pairs
-                body[name] = _jsonable([dict(ex) for ex in value] if name == "examples" else value)
-        if call.function.kind == "classify":
-            body["labels"] = list(call.labels or ())
-        if call.function.kind == "extract":
-            body["json_schema"] = call.json_schema
-        return body
+
+def _counted(rows: Iterable[RowResult], bar: Any) -> Iterator[RowResult]:
+    for row in rows:
+        bar.update(1)
+        yield row
 
 
-def _jsonable(value: Any) -> Any:
-    """A value the server renders as a local connection would: JSON has no NaN or Infinity, so
-    those travel as the text Python renders them with."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-def remote_session(
-    defaults: Any,
+def http_runner(
     server: str,
     *,
     api_key: str | None = None,
@@ -190,11 +160,9 @@ def remote_session(
     optimize: bool = True,
     progress: bool = True,
     timeout: float = 3600.0,
-) -> RemoteSession:
-    """The session ``install(con, server=...)`` attaches: ``cache`` None/True uses the server's
-    result cache, False turns it off for this connection."""
-    from relserve.client import Client
-
+) -> HttpRunner:
+    """The runner of ``install(con, server=...)``: ``cache`` None/True uses the server's result
+    cache, False turns it off for this connection's calls."""
     if cache is not None and not isinstance(cache, bool):
         raise ConfigError(
             "cache: on a connection to a server the result cache is the server's; give cache=True or cache=False"
@@ -202,7 +170,8 @@ def remote_session(
     if not isinstance(server, str) or not server.startswith(("http://", "https://")):
         raise ConfigError(f"server must be the server's address, e.g. 'http://127.0.0.1:8000', got {server!r}")
     client = Client(server, api_key=api_key, timeout=timeout)
-    return RemoteSession(defaults, None, None, optimize, progress, client=client, server_cache=cache is not False)
+    # optimize: the server plans (and orders) every relQuery itself
+    return HttpRunner(client, server_cache=cache is not False, progress=progress)
 
 
-__all__ = ["RemoteCall", "RemoteExplain", "RemoteSession", "remote_session"]
+__all__ = ["HttpRunner", "RemoteCall", "RemoteExplain", "http_runner"]

@@ -107,7 +107,7 @@ class _Operator:
     name = ""
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
-        from relserve.duckdb_ext.session import session_of
+        from relserve.duckdb_ext.connections import session_of
 
         self.session = session_of(con)
         self.mode = "inline"

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from relserve.call_fields import CallFields
 from relserve.client import Client, ServerError
 from relserve.results import RowResult
 
@@ -57,7 +58,7 @@ Event = Accepted | Answer | Finished | Broken
 class AnswerStream:
     """One relQuery sent in a thread; its events are read with ``poll``."""
 
-    def __init__(self, client: Client, template: str, rows: Sequence[Mapping[str, Any]], options: Mapping[str, Any],
+    def __init__(self, client: Client, template: str, rows: Sequence[Mapping[str, Any]], call: CallFields,
                  *, abandon_after_s: float | None = None) -> None:
         self._client = client
         self._events: queue.Queue[Event] = queue.Queue()
@@ -66,15 +67,15 @@ class AnswerStream:
         self.ended = False  # Finished or Broken has been polled
         self._last_poll = time.monotonic()
         self._abandon_after_s = abandon_after_s
-        self._thread = threading.Thread(target=self._read, args=(template, list(rows), dict(options)),
+        self._thread = threading.Thread(target=self._read, args=(template, list(rows), call),
                                         name="relserve-answers", daemon=True)
         self._thread.start()
         if abandon_after_s is not None:
             threading.Thread(target=self._watch, name="relserve-watch", daemon=True).start()
 
-    def _read(self, template: str, rows: list, options: dict) -> None:
+    def _read(self, template: str, rows: list, call: CallFields) -> None:
         try:
-            with self._client.stream(template, rows, **options) as st:
+            with self._client.stream(template, rows, call) as st:
                 self.relquery_id = st.id
                 self._events.put(Accepted(st.id, st.total))
                 for r in st:

@@ -14,7 +14,7 @@ from relserve.postgres.answers import Accepted, Answer, AnswerStream, Broken, Fi
 from relserve.postgres.errors import DATA_EXCEPTION, QUERY_CANCELED, PgError, raise_as_sql, server_error
 from relserve.postgres.settings import CallRequest, call_request
 from relserve.postgres.source import read_rows
-from relserve.results import RowResult
+from relserve.results import RowResult, in_input_order
 from relserve.template import Template
 
 WAIT_SLICE_S = 0.1
@@ -103,18 +103,18 @@ def run(plpy: Any, name: str, request: CallRequest, template: str, rows: list[di
 
     Returns the rows in input order (a row with no answer says so) and the server's error, if any."""
     client = backend.client(plpy, request.timeout_s)
-    stream = AnswerStream(client, template, rows, request.options)
-    got: dict[int, RowResult] = {}
+    stream = AnswerStream(client, template, rows, request.call)
+    answered: list[RowResult] = []
     end = time.monotonic() + request.timeout_s
     try:
         while True:
             for event in stream.poll(WAIT_SLICE_S):
                 if isinstance(event, Answer):
-                    got[event.row.index] = event.row
+                    answered.append(event.row)
                 elif isinstance(event, Broken):
                     return [], server_error(name, event.status, event.message)
                 elif isinstance(event, Finished):
-                    return [got.get(i) or RowResult(i, error="no answer") for i in range(len(rows))], None
+                    return in_input_order(answered, len(rows)), None
                 elif isinstance(event, Accepted):
                     pass
             backend.check_for_interrupts(plpy)

@@ -57,7 +57,7 @@ def scan_open(plpy: Any, url: str, api_key: str | None, kind: str, template: str
         handle = uuid.uuid4().hex
         for old in [h for h, s in _scans.items() if s.stream.stopped]:  # ended by an error nobody polled after
             del _scans[old]
-        stream = AnswerStream(client, template, window, request.options, abandon_after_s=ABANDON_AFTER_S)
+        stream = AnswerStream(client, template, window, request.call, abandon_after_s=ABANDON_AFTER_S)
         _scans[handle] = Scan(name, request, stream, len(window))
         return handle
     except PgError as e:
@@ -135,7 +135,7 @@ def batch_open(plpy: Any, kind: str, template: str, spec: str | None, form: str,
         bound = [bind(name, template, value, None) if form == "args" else
                  bind(name, template, None, None if value is None else json.dumps(value)) for value in window]
         client = backend.client(plpy, request.timeout_s)
-        stream = AnswerStream(client, template, bound, request.options, abandon_after_s=ABANDON_AFTER_S)
+        stream = AnswerStream(client, template, bound, request.call, abandon_after_s=ABANDON_AFTER_S)
         handle = uuid.uuid4().hex
         _scans[handle] = Scan(name, request, stream, len(window))
         return handle

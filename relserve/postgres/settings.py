@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from relserve.call_fields import CallFields
 from relserve.client import DEFAULT_URL
 from relserve.functions import OPTION_NAMES
 from relserve.postgres.errors import INSUFFICIENT_PRIVILEGE, INVALID_AUTHORIZATION, PgError
@@ -139,12 +140,18 @@ def settings_from_row(row: Mapping[str, Any]) -> Settings:
 
 @dataclass(frozen=True)
 class CallRequest:
-    """What one call sends: the options for the client, and what the backend does with errors."""
+    """What one call sends (its fields, encoded as every client encodes them), and what the
+    backend does with errors."""
 
-    options: dict[str, Any]
+    call: CallFields
     on_error: str
     on_server_error: str
     timeout_s: float
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The call's fields as the request body carries them."""
+        return self.call.to_json()
 
 
 def call_request(name: str, settings: Settings, function: str, spec: Any = None,
@@ -169,7 +176,7 @@ def call_request(name: str, settings: Settings, function: str, spec: Any = None,
     options.update(merged.call_options())
     # row errors come back per row; what a failed row does is applied here
     options["on_error"] = "null"
-    return CallRequest(options, merged.on_error, merged.on_server_error, merged.timeout_s)
+    return CallRequest(CallFields(**options), merged.on_error, merged.on_server_error, merged.timeout_s)
 
 
 # ---------------------------------------------------------------- what only a superuser decides

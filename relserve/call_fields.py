@@ -1,0 +1,103 @@
+"""An LLM call as a relserve server's request body carries it: the one encoder of every client
+(``relserve.client``, DuckDB's server mode, the PostgreSQL extension).
+
+The server parses the same names (``relserve.server.schemas.CallFields``, pydantic, which checks
+them); this side only encodes, so a value the server refuses comes back as the server's 400/422
+naming the field, whichever client sent it. The names are the call options
+(``relserve.functions.OPTION_NAMES`` but ``model``: a server serves one model and says which in
+``/health``), the scheduling hints (``HINT_NAMES``), the function with its labels or schema, and
+the relQuery's ``cache``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from relserve.functions import OPTION_NAMES, LLMCall
+
+#: call options a request carries (the server serves one model, so ``model`` is not sent)
+SENT_OPTION_NAMES: tuple[str, ...] = tuple(n for n in OPTION_NAMES if n != "model")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallFields:
+    """One call's fields; None is "not sent" (the server's default)."""
+
+    #: map, filter, classify or extract ("llm_" prefix allowed)
+    function: str | None = None
+    labels: Sequence[str] | None = None
+    json_schema: Mapping[str, Any] | str | None = None
+    # the call options (relserve.functions.CallOptions)
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    system: str | None = None
+    on_error: str | None = None
+    reorder_fields: bool | None = None
+    method: str | None = None
+    examples: Sequence[Mapping[str, Any]] | None = None
+    prompt_shape: str | None = None
+    # the scheduling hints (relserve.functions.SchedulingHints)
+    priority: int | None = None
+    deadline_s: float | None = None
+    #: answer repeated greedy prompts from the server's result cache
+    cache: bool | None = None
+
+    @classmethod
+    def of_call(cls, call: LLMCall, *, on_error: str | None = None, cache: bool | None = None) -> CallFields:
+        """The whole call specification of ``call``, field by field, as a local run would use it."""
+        o = call.options
+        options = {name: getattr(o, name) for name in SENT_OPTION_NAMES}
+        # empty text or False is the option's default: not sent, as the server's default is the same
+        for name in ("system", "method", "prompt_shape", "reorder_fields", "examples"):
+            options[name] = options[name] or None
+        if options["examples"] is not None:
+            # kept frozen as tuples of (column, value) pairs; values render as on a local run
+            options["examples"] = [{k: _jsonable(v) for k, v in ex} for ex in options["examples"]]
+        options["max_tokens"] = call.max_tokens  # the function's own default resolved
+        options["on_error"] = on_error if on_error is not None else o.on_error
+        kind = call.function.kind
+        return cls(
+            function=kind,
+            labels=list(call.labels or ()) if kind == "classify" else None,
+            json_schema=call.json_schema if kind == "extract" else None,
+            cache=cache,
+            **options,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields that are set, as the request body's JSON object (before the rows)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = list(value) if f.name == "labels" else value
+        return out
+
+
+#: every name ``CallFields`` sends
+CALL_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(CallFields))
+
+
+def _jsonable(value: Any) -> Any:
+    """A value the server renders as a local run would: JSON has no NaN or Infinity, so those
+    travel as the text Python renders them with."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def jsonable_row(names: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
+    """One row's placeholder values by name, rendered by the server as a local run would."""
+    return {n: _jsonable(v) for n, v in zip(names, values)}
+
+
+__all__ = ["CALL_FIELD_NAMES", "CallFields", "SENT_OPTION_NAMES", "jsonable_row"]

@@ -1,0 +1,71 @@
+"""The Python UDF DuckDB calls once per chunk of 2,048 rows: Arrow arrays in, one Arrow array out.
+
+On a plain connection each chunk is one relQuery (deduplicated, cached and ordered within the
+chunk; the result cache carries answers across chunks); ``relserve.duckdb.sql`` plans whole
+statements instead (``planned.py``), with the same decoding and answering of a chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from relserve.errors import RowError
+from relserve.functions import LLMCall, LLMFunction
+from relserve.planner.execute import CallOutcome
+from relserve.duckdb_ext.arguments import DecodedChunk, decode_chunk
+from relserve.duckdb_ext.session import Session
+
+#: DuckDB return type of each function
+RETURN_TYPES = {"map": "VARCHAR", "filter": "BOOLEAN", "classify": "VARCHAR", "extract": "JSON"}
+_ARROW_TYPES = {"map": pa.string(), "filter": pa.bool_(), "classify": pa.string(), "extract": pa.json_(pa.string())}
+
+
+def create_function(con: duckdb.DuckDBPyConnection, name: str, udf: Any, fn: LLMFunction) -> None:
+    """Register ``udf`` as ``name`` on ``con``: any arguments, the function's return type."""
+    con.create_function(
+        name,
+        udf,
+        None,  # any number of arguments of any type
+        RETURN_TYPES[fn.kind],
+        type="arrow",
+        null_handling="special",  # NULL arguments reach us, so the row gets an error message
+        side_effects=True,  # never fold or skip a call: each row's answer comes from the model
+    )
+
+
+def to_arrow(fn: LLMFunction, values: list[Any]) -> pa.Array:
+    return pa.array(values, type=_ARROW_TYPES[fn.kind])
+
+
+class PlainFunction:
+    """The UDF on a plain connection: each chunk is planned and run as one relQuery."""
+
+    def __init__(self, session: Session, fn: LLMFunction) -> None:
+        self.session = session
+        self.fn = fn
+
+    def __call__(self, *arrays: pa.Array) -> pa.Array:
+        chunk = decode_chunk(self.fn, arrays, self.session.defaults)
+        return to_arrow(self.fn, answer_chunk(self.fn, chunk, self.session, self.session.run))
+
+
+def answer_chunk(
+    fn: LLMFunction, chunk: DecodedChunk, session: Session, run: Callable[[LLMCall, list[tuple]], CallOutcome]
+) -> list[Any]:
+    """Values for every row of a chunk; failed rows are NULL and logged (or raise, if asked)."""
+    if chunk.errors:
+        modes = {g.call.options.on_error for g in chunk.groups} or {session.defaults.on_error}
+        if "raise" in modes:
+            raise RowError(chunk.errors[min(chunk.errors)])
+        session.record_chunk_errors(fn, chunk.errors)
+    out: list[Any] = [None] * chunk.size
+    for group in chunk.groups:
+        outcome = run(group.call, group.values)
+        for r, v in zip(group.rows, outcome.values):
+            out[r] = v
+        session.record_failures(group.call, group.values, outcome.errors)
+    return out
