@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel
 
 from relserve.benchmark.replay import ReplayResult
+from relserve.percentile import percentile
 
 
 class RunSummary(BaseModel):
@@ -37,16 +38,6 @@ class RunSummary(BaseModel):
     steps: int | None
 
 
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    xs = sorted(values)
-    k = (len(xs) - 1) * q
-    lo = int(k)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
 def summarize(policy: str, load: float, rate: float, run: ReplayResult, isolated: Mapping[str, float] | None) -> RunSummary:
     recs = run.records
     lat = [r.latency_s for r in recs]
@@ -64,8 +55,8 @@ def summarize(policy: str, load: float, rate: float, run: ReplayResult, isolated
         rows=sum(r.rows for r in recs),
         errors=sum(r.errors for r in recs),
         mean_latency=statistics.fmean(lat) if lat else 0.0,
-        p50_latency=percentile(lat, 0.5),
-        p95_latency=percentile(lat, 0.95),
+        p50_latency=percentile(lat, 0.5, empty=0.0),
+        p95_latency=percentile(lat, 0.95, empty=0.0),
         max_latency=max(lat, default=0.0),
         mean_waiting=statistics.fmean(r.waiting_s for r in recs) if recs else 0.0,
         mean_core=statistics.fmean(r.core_s for r in recs) if recs else 0.0,

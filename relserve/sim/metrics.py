@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel
 
+from relserve.percentile import percentile
 from relserve.sim.engine import EngineStats, RelQueryLog
 
 
@@ -115,8 +116,8 @@ def summarize(
         relqueries=n,
         requests=requests,
         mean_latency=float(lat.mean()),
-        p50_latency=float(np.percentile(lat, 50)),
-        p95_latency=float(np.percentile(lat, 95)),
+        p50_latency=percentile(lat, 0.5, empty=0.0),
+        p95_latency=percentile(lat, 0.95, empty=0.0),
         max_latency=float(lat.max()),
         mean_waiting=mean([t.waiting for t in timings]),
         mean_core=mean([t.core for t in timings]),
