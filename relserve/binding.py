@@ -92,6 +92,13 @@ class Binding:
         self.check_rows(rows)
         return [[row[n] for row in rows] for n in self.names]
 
+    def tuples(self, rows: Sequence[Mapping[str, Any]]) -> list[tuple]:
+        """Rows that name their columns (the server's ``rows``), as value tuples aligned with
+        ``template.columns``: the planner's rows."""
+        self.check_rows(rows)
+        names = self.names
+        return [tuple(row[n] for n in names) for row in rows]
+
     def columns(
         self,
         *,

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from relserve.functions import CallOptions, LLMCall, LLMFunction
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
-from relserve.planner.execute import CallOutcome, cached_values, run_call
+from relserve.planner.execute import CallOutcome, cached_values, run_rows
 from relserve.duckdb_ext.remote import HttpRunner, RemoteCall
 
 MAX_LOGGED_ERRORS = 10_000
@@ -46,10 +46,9 @@ class LocalRunner:
         return EngineRef(self.engine, call.options.model)
 
     def run(self, call: LLMCall, values: list[tuple], *, explain_only: bool = False) -> CallOutcome:
-        columns = [list(c) for c in zip(*values)] if values else [[] for _ in call.template.columns]
-        return run_call(
+        return run_rows(
             call,
-            columns,
+            values,
             engine=self._engine_for(call),
             cache=self.cache if self.cache is not None else True,
             optimize=self.optimize,

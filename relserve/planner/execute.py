@@ -13,7 +13,7 @@ from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.explain import Explain, explain_plan
 from relserve.planner.executor import CallExecutor
-from relserve.planner.plan import CallPlan, plan_call
+from relserve.planner.plan import CallPlan, plan_rows, rows_of
 from relserve.planner.planned_rows import PlannedRows
 from relserve.planner.prompts import Renderer, null_error
 from relserve.planner.tokens import token_source
@@ -49,7 +49,24 @@ def run_call(
     pin_prefix: bool = True,
     explain_only: bool = False,
 ) -> CallOutcome:
-    """Plan and run ``call`` over rows given as columns aligned with ``call.template.columns``.
+    """Plan and run ``call`` over rows given as columns aligned with ``call.template.columns``
+    (see ``run_rows``)."""
+    return run_rows(call, rows_of(call, columns), engine=engine, cache=cache, optimize=optimize,
+                    progress=progress, pin_prefix=pin_prefix, explain_only=explain_only)
+
+
+def run_rows(
+    call: LLMCall,
+    rows: Sequence[tuple],
+    *,
+    engine: Any = None,
+    cache: ResultCache | bool | None = True,
+    optimize: bool = True,
+    progress: bool = True,
+    pin_prefix: bool = True,
+    explain_only: bool = False,
+) -> CallOutcome:
+    """Plan and run ``call`` over row tuples aligned with ``call.template.columns``.
 
     ``engine`` may be an engine, an ``EngineRef`` or None (the default engine, started only if a
     row is not in the result cache). With ``explain_only`` nothing runs: the outcome carries the
@@ -57,7 +74,7 @@ def run_call(
     """
     ref = engine if isinstance(engine, EngineRef) else EngineRef(engine, call.options.model)
     store = shared_cache() if cache is True else (cache or None)
-    plan = plan_call(call, columns, model_id=ref.model_id, cache=store, optimize=optimize)
+    plan = plan_rows(call, rows, model_id=ref.model_id, cache=store, optimize=optimize)
 
     if explain_only:
         running = ref.peek()

@@ -84,6 +84,14 @@ class CallPlan:
         return out
 
 
+def rows_of(call: LLMCall, columns: Sequence[Sequence[object]]) -> list[tuple]:
+    """Value columns aligned with ``call.template.columns`` (a columnar surface's form) as the
+    row tuples the planner works on."""
+    if len(columns) != len(call.template.columns):
+        raise ValueError(f"expected {len(call.template.columns)} value columns, got {len(columns)}")
+    return list(zip(*columns))
+
+
 def plan_call(
     call: LLMCall,
     columns: Sequence[Sequence[object]],
@@ -93,11 +101,22 @@ def plan_call(
     optimize: bool = True,
 ) -> CallPlan:
     """Plan ``call`` over rows given as columns aligned with ``call.template.columns``."""
+    return plan_rows(call, rows_of(call, columns), model_id=model_id, cache=cache, optimize=optimize)
+
+
+def plan_rows(
+    call: LLMCall,
+    rows: Sequence[tuple],
+    *,
+    model_id: str,
+    cache: ResultCache | None = None,
+    optimize: bool = True,
+) -> CallPlan:
+    """Plan ``call`` over row tuples aligned with ``call.template.columns`` (DuckDB's chunks and
+    spreadsheet cells arrive as rows: they go straight in)."""
     t0 = time.perf_counter()
-    if len(columns) != len(call.template.columns):
-        raise ValueError(f"expected {len(call.template.columns)} value columns, got {len(columns)}")
-    n = len(columns[0]) if columns else 0
-    distinct = distinct_rows(columns)
+    n = len(rows)
+    distinct = distinct_rows(rows)
     # which distinct value tuples can run at all
     bad: dict[int, str] = {}
     for d, values in enumerate(distinct.values):

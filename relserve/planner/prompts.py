@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from relserve.errors import RowError
@@ -21,11 +21,11 @@ class DistinctRows:
     values: list[tuple]
 
 
-def distinct_rows(columns: Sequence[Sequence[object]]) -> DistinctRows:
+def distinct_rows(rows: Iterable[tuple]) -> DistinctRows:
     index: dict[tuple, int] = {}
     values: list[tuple] = []
     row_to_distinct: list[int] = []
-    for t in zip(*columns):
+    for t in rows:
         try:
             k = index.setdefault(t, len(index))
         except TypeError:  # lists or structs in a cell: compare them by their JSON text

@@ -1,7 +1,7 @@
 """From a request to a ``Batch``: the answers known before the engine runs (result-cache hits,
 rows that cannot run) and the distinct prompts left for ONE engine relQuery.
 
-The planner does the work (``plan_call``: deduplication, result-cache lookup, prefix-sharing
+The planner does the work (``plan_rows``: deduplication, result-cache lookup, prefix-sharing
 order), so a prompt sent here gets the same text, cache key and answer as the same call made
 from DuckDB or polars.
 """
@@ -14,7 +14,7 @@ from relserve.binding import Binding
 from relserve.errors import RowError, TemplateError
 from relserve.functions import LLMCall
 from relserve.planner.cache import CacheView, ResultCache
-from relserve.planner.plan import plan_call
+from relserve.planner.plan import plan_rows
 from relserve.planner.planned_rows import PlannedRows
 from relserve.server.schemas import CallFields, CellsRequest, RelQueryRequest
 
@@ -35,11 +35,11 @@ class _Builder:
         self.batch = Batch(call, total, self.cache)
         self._added = False
 
-    def add(self, call: LLMCall, columns: Sequence[Sequence[object]], out_rows: Sequence[int]) -> None:
-        """Plan ``call`` over rows given as columns; ``out_rows[i]`` is row i's index in the request."""
+    def add(self, call: LLMCall, rows: Sequence[tuple], out_rows: Sequence[int]) -> None:
+        """Plan ``call`` over row tuples; ``out_rows[i]`` is row i's index in the request."""
         if not self._added:  # the first part's call runs the relQuery (cells: the first template)
             self.batch.call, self._added = call, True
-        self.batch.add(plan_call(call, columns, model_id=self.model_id, cache=self.cache, optimize=True), out_rows)
+        self.batch.add(plan_rows(call, rows, model_id=self.model_id, cache=self.cache, optimize=True), out_rows)
 
 
 def plan_relquery(req: RelQueryRequest, model_id: str, cache: Cache | None) -> Batch:
@@ -48,10 +48,10 @@ def plan_relquery(req: RelQueryRequest, model_id: str, cache: Cache | None) -> B
         return plan_prompts(req, req.prompts, model_id, cache, wanted=req.cache)
     call = req.call(req.template or "")
     rows = req.rows or []
-    columns = Binding(call.template).rows(rows)
+    values = Binding(call.template).tuples(rows)
     b = _Builder(call, len(rows), model_id, cache, req.cache)
     if rows:
-        b.add(call, columns, range(len(rows)))
+        b.add(call, values, range(len(rows)))
     return b.batch
 
 
@@ -59,7 +59,7 @@ def plan_prompts(req: CallFields, prompts: Sequence[str | None], model_id: str, 
     """Plain prompts (``prompts`` of a relQuery, the OpenAI-compatible endpoints)."""
     call = req.call("{prompt}")
     b = _Builder(call, len(prompts), model_id, cache, wanted)
-    b.add(call, [prompts], range(len(prompts)))
+    b.add(call, [(p,) for p in prompts], range(len(prompts)))
     return b.batch
 
 
@@ -83,5 +83,5 @@ def plan_cells(req: CellsRequest, model_id: str, cache: Cache | None) -> Batch:
             b.batch.fail(i, f"cell {cell.id}: {e}")
     for call, rows, values in groups.values():
         if rows:
-            b.add(call, [list(col) for col in zip(*values)], rows)
+            b.add(call, values, rows)
     return b.batch
