@@ -269,3 +269,29 @@ def test_join_blocking_keeps_each_left_rows_most_similar_right_rows():
     assert len(eng.submitted) == 1 and len(eng.submitted[0]) == 2
     with pytest.raises(ConfigError, match="block must be a positive integer"):
         llm_join("Is {a} about {b}?", left, right, block=0, engine=eng)
+
+
+def test_reduce_structured_output_folds_partial_json_and_cancels_between_levels():
+    import json
+    import threading
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    eng = ScriptedEngine(answer=lambda p, rq: json.dumps({"n": p.count("- ")}))
+    groups = {"big": [words(30, f"b{i}_") for i in range(12)], "small": ["one note"], "empty": []}
+    out = llm_reduce(TEMPLATE, groups, engine=eng, json_schema=schema, max_tokens=8, context_tokens=200)
+    assert out.errors == [None, None, None] and out.values[2] is None
+    # answers are JSON text valid against the schema
+    assert json.loads(out.values[1]) == {"n": 1} and set(json.loads(out.values[0])) == {"n"}
+    assert len(out.levels) >= 2
+    # the second level folds the first level's JSON answers as text
+    assert any('- {"n": ' in p for p in eng.submitted[1])
+    with pytest.raises(ConfigError, match="json_schema"):
+        llm_reduce(TEMPLATE, groups, engine=eng, json_schema="not json at all")
+    stop = threading.Event()
+    stop.set()
+    eng2 = ScriptedEngine(answer=short_answers)
+    from relserve.operators import reduce_call, run_reduce
+
+    cancelled = run_reduce(reduce_call(TEMPLATE, max_tokens=8), [["a"], [], ["b"]], engine=eng2, cancel=stop)
+    assert cancelled.values == [None, None, None] and eng2.submitted == []
+    assert cancelled.errors == ["llm_reduce: cancelled before level 0", None, "llm_reduce: cancelled before level 0"]

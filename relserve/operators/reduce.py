@@ -13,12 +13,13 @@ the result cache where they can, prompts are ordered for prefix sharing.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from relserve.errors import ConfigError, RowError
-from relserve.functions import LLM_MAP, LLMCall, make_call
+from relserve.functions import LLM_EXTRACT, LLM_MAP, LLMCall, make_call
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.execute import run_call
@@ -46,13 +47,23 @@ class ReduceCall:
         return self.call.template.columns[0]
 
 
-def reduce_call(template: str, *, context_tokens: int | None = None, **options: Any) -> ReduceCall:
+def reduce_call(
+    template: str, *, context_tokens: int | None = None, json_schema: Any = None, **options: Any
+) -> ReduceCall:
     """Check a reduction before anything runs: the template names exactly one placeholder (where
-    the group's values go), the options are those of ``llm_map``."""
+    the group's values go), the options are those of ``llm_map``. With ``json_schema`` every
+    prompt is an ``llm_extract`` (structured output): a group's answer is JSON valid against the
+    schema, and a tree's partial answers are that JSON, folded as text at the next level."""
     if "reorder_fields" in options and options["reorder_fields"]:
         raise ConfigError(f"{WHO} takes no reorder_fields: its prompt has one placeholder")
     placeholders(template, WHO, 1, "Summarize these reviews:\n{review}")
-    call = make_call(LLM_MAP, template, **options)
+    if json_schema is not None:
+        try:
+            call = make_call(LLM_EXTRACT, template, json_schema=json_schema, **options)
+        except ConfigError as e:
+            raise ConfigError(f"{WHO}: json_schema: {str(e).removeprefix('llm_extract: ')}") from None
+    else:
+        call = make_call(LLM_MAP, template, **options)
     if call.options.examples:
         raise ConfigError(f"{WHO} takes no examples")
     context_of(None, context_tokens)  # checks the value
@@ -143,8 +154,12 @@ def run_reduce(
     engine: Any = None,
     cache: Any = True,
     progress: bool = False,
+    cancel: Any = None,
 ) -> ReduceOutcome:
-    """Reduce every group; each level of the tree is one relQuery over all groups' chunks."""
+    """Reduce every group; each level of the tree is one relQuery over all groups' chunks.
+
+    ``cancel`` (a ``threading.Event``) is checked before every level: once set, the groups not
+    yet answered get NULL and the error "cancelled" (a level already sent runs to its end)."""
     ref = engine if isinstance(engine, EngineRef) else EngineRef(engine, rc.call.options.model)
     # the running engine's context and tokenizer; without one (all answers cached, say) the
     # defaults of the engine that would start, so nothing is started only to count tokens
@@ -177,6 +192,10 @@ def run_reduce(
     out = ReduceOutcome(values, errors, keys=keys)
     level = 0
     while items:
+        if cancel is not None and cancel.is_set():
+            for g in list(items):
+                fail(g, f"cancelled before level {level}")
+            break
         if level >= MAX_LEVELS:
             for g in list(items):
                 fail(g, f"no answer after {MAX_LEVELS} levels")
@@ -212,7 +231,8 @@ def run_reduce(
                 values[g] = value
                 items.pop(g)
             else:
-                partial.setdefault(g, []).append(value)
+                # structured output: the partial answer is folded as its JSON text
+                partial.setdefault(g, []).append(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
         items = {g: partial[g] for g in items if g in partial}
         counts = b.counter.count([t for g in items for t in items[g]])
         pos = 0

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from relserve.planner.cache import ResultCache, shared_cache
-from relserve.server import api_cells, api_meta, api_openai, api_relqueries, log_redaction, pages
+from relserve.server import api_cells, api_meta, api_openai, api_operators, api_relqueries, log_redaction, pages
 from relserve.server.body_limit import BodyLimitMiddleware
 from relserve.server.errors import install_error_handlers
 from relserve.server.jobs import JobRegistry
@@ -71,6 +71,6 @@ def create_app(
         app.add_middleware(
             CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"], allow_headers=["*"]
         )
-    for module in (api_relqueries, api_cells, api_openai, api_meta, pages):
+    for module in (api_relqueries, api_cells, api_openai, api_meta, pages, api_operators):
         app.include_router(module.router)
     return app

@@ -1,0 +1,112 @@
+"""/v1/operators: ``llm_reduce`` and ``llm_topk`` over HTTP, one request per operator call.
+
+The server runs the operator (``relserve.operators``) on its engine: every level of a reduction
+is one relQuery for all the request's groups, a top-k's two rounds one relQuery each. The answer
+comes back in the response. While it runs, the request's size counts against the tenant as a
+relQuery's does (``ServerState.reserve``: 413 for a request over a per-request limit, 429 while
+the tenant's rows or tokens in flight would pass its limits), and the tenant's result cache view
+applies. A client that disconnects cancels the reduction before its next level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
+
+from relserve.operators.reduce import reduce_call, run_reduce
+from relserve.operators.topk import run_topk, topk_call
+from relserve.server.budget import Cost, check_template, rows_cost
+from relserve.server.schemas_operators import ReduceRequest, TopKRequest
+from relserve.server.state import ServerState, current_tenant, get_state
+from relserve.server.tenants import Tenant
+
+router = APIRouter(prefix="/v1/operators", tags=["operators"])
+
+_DISCONNECT_POLL_S = 0.25
+
+
+def _reduce_cost(body: ReduceRequest, tenant: Tenant, state: ServerState) -> Cost:
+    """The first level's size: every value once, plus the template once per group (later levels
+    fold the answers of this one, so they are smaller). Checked before anything runs."""
+    state.check_size(body.size, tenant, "values")
+    parsed = check_template(body.template, body.system, tenant)
+    chars = sum(len(v) if isinstance(v, str) else len(str(v)) for g in body.groups if g for v in g if v is not None)
+    groups = sum(1 for g in body.groups if g)
+    chars += groups * (sum(map(len, parsed.literals)) + len(body.system or ""))
+    return Cost.of(groups, chars, body.max_tokens or 64)
+
+
+def _topk_cost(body: TopKRequest, tenant: Tenant, state: ServerState) -> Cost:
+    """Round 1's prompts (one per value) plus round 2's (pool x (pool - 1) comparisons of two values)."""
+    state.check_size(len(body.values), tenant, "values")
+    parsed = check_template(body.template, body.system, tenant)
+    rows = [{n: v for n in parsed.fields} for v in body.values]
+    first = rows_cost(parsed, None, rows, 2)
+    pool = min(len(body.values), body.pool or 2 * body.k)
+    longest = max((len(v) if isinstance(v, str) else len(str(v)) for v in body.values if v is not None), default=0)
+    return first + Cost.of(pool * (pool - 1), pool * (pool - 1) * (2 * longest + 64), 2)
+
+
+async def _run(request: Request, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn`` in a worker thread; a client that disconnects sets its ``cancel`` event."""
+    cancel = threading.Event()
+    task = asyncio.ensure_future(run_in_threadpool(fn, *args, cancel=cancel, **kwargs))
+    while not task.done():
+        await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
+        if not task.done() and await request.is_disconnected():
+            cancel.set()
+    return task.result()
+
+
+@router.post("/reduce", summary="llm_reduce: one answer per group (a tree when a group does not fit a prompt)")
+async def reduce(
+    body: ReduceRequest, request: Request, tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)
+):
+    if body.keys is not None and len(body.keys) != len(body.groups):
+        from relserve.errors import ConfigError
+
+        raise ConfigError(f"llm_reduce: keys has {len(body.keys)} entries but there are {len(body.groups)} groups")
+    rc = reduce_call(body.template, context_tokens=body.context_tokens, json_schema=body.json_schema,
+                     temperature=body.temperature, **{k: v for k, v in body.options().items() if v is not None})
+    reservation = state.reserve(await run_in_threadpool(_reduce_cost, body, tenant, state), tenant)
+    cache = state.cache_for(tenant)
+    try:
+        out = await _run(request, run_reduce, rc, body.groups, keys=body.keys, engine=state.engine,
+                         cache=cache if cache is not None else False)
+    finally:
+        state.jobs.release(reservation)
+    return {
+        "values": out.values,
+        "errors": out.errors,
+        "keys": body.keys,
+        "relqueries": out.relqueries,
+        "levels": [vars(lv) for lv in out.levels],
+    }
+
+
+def _topk(tc: Any, values: list, *, engine: Any, cancel: threading.Event) -> Any:
+    # two rounds, each one relQuery: nothing to stop between them worth the check
+    return run_topk(tc, values, engine=engine)
+
+
+@router.post("/topk", summary="llm_topk: the k values that best answer a yes/no question, best first")
+async def topk(
+    body: TopKRequest, request: Request, tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)
+):
+    tc = topk_call(body.template, body.k, pool=body.pool, **{k: v for k, v in body.options().items() if v is not None})
+    reservation = state.reserve(await run_in_threadpool(_topk_cost, body, tenant, state), tenant)
+    try:
+        out = await _run(request, _topk, tc, body.values, engine=state.engine)
+    finally:
+        state.jobs.release(reservation)
+    return {
+        "values": out.values,
+        "indices": out.indices,
+        "scores": out.scores,
+        "errors": out.errors,
+        "rounds": [vars(r) for r in out.rounds],
+    }
