@@ -8,11 +8,11 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from relserve.duckdb_ext.connections import install, session_of
+from relserve.duckdb_ext.planned import StatementRun, explain_planned, run_planned
+from relserve.duckdb_ext.statement import analyze, split_statements
 from relserve.errors import ConfigError
 from relserve.planner.explain import Explain
-from relserve.duckdb_ext.planned import StatementRun, explain_planned, run_planned
-from relserve.duckdb_ext.connections import install, session_of
-from relserve.duckdb_ext.statement import analyze, split_statements
 
 
 def sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> duckdb.DuckDBPyRelation | None:

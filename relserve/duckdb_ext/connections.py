@@ -10,13 +10,13 @@ from typing import Any
 
 import duckdb
 
-from relserve.errors import ConfigError
-from relserve.functions import FUNCTIONS, CallOptions
-from relserve.planner.cache import ResultCache
 from relserve.duckdb_ext.arguments import options_macro_sql
 from relserve.duckdb_ext.remote import http_runner
 from relserve.duckdb_ext.session import CallRunner, LocalRunner, Session
 from relserve.duckdb_ext.udf import PlainFunction, create_function
+from relserve.errors import ConfigError
+from relserve.functions import FUNCTIONS, CallOptions
+from relserve.planner.cache import ResultCache
 
 # a connection's session lives as long as the connection
 _sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -25,13 +25,13 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from relserve.duckdb_ext.arguments import decode_chunk
+from relserve.duckdb_ext.session import Session
+from relserve.duckdb_ext.statement import CallSite, Statement
+from relserve.duckdb_ext.udf import answer_chunk, create_function, to_arrow
 from relserve.errors import RowError
 from relserve.functions import LLMCall, LLMFunction
 from relserve.planner.explain import Explain
-from relserve.duckdb_ext.arguments import decode_chunk
-from relserve.duckdb_ext.session import Session
-from relserve.duckdb_ext.udf import answer_chunk, create_function, to_arrow
-from relserve.duckdb_ext.statement import CallSite, Statement
 
 #: stand-in answers during collection passes
 _STAND_IN = {"map": "", "filter": True, "classify": None, "extract": "{}"}

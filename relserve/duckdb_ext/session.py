@@ -10,11 +10,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from relserve.duckdb_ext.remote import HttpRunner, RemoteCall
 from relserve.functions import CallOptions, LLMCall, LLMFunction
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.execute import CallOutcome, cached_values, run_rows
-from relserve.duckdb_ext.remote import HttpRunner, RemoteCall
 
 MAX_LOGGED_ERRORS = 10_000
 

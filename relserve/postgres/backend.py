@@ -8,7 +8,15 @@ from __future__ import annotations
 from typing import Any
 
 from relserve.client import Client
-from relserve.postgres.settings import REFUSED_SETTINGS, SETTING_NAMES, Settings, key_for, refused, server_url, settings_from_row
+from relserve.postgres.settings import (
+    REFUSED_SETTINGS,
+    SETTING_NAMES,
+    Settings,
+    key_for,
+    refused,
+    server_url,
+    settings_from_row,
+)
 
 _plans: dict[str, Any] = {}
 _clients: dict[tuple[str, str, float], Client] = {}

@@ -21,8 +21,8 @@ from typing import Any
 
 from relserve.postgres import backend
 from relserve.postgres.answers import Accepted, Answer, AnswerStream, Broken, Finished
-from relserve.postgres.errors import DATA_EXCEPTION, QUERY_CANCELED, PgError, raise_as_sql, server_error
 from relserve.postgres.calls import bind
+from relserve.postgres.errors import DATA_EXCEPTION, QUERY_CANCELED, PgError, raise_as_sql, server_error
 from relserve.postgres.settings import CallRequest, call_request
 
 #: the figures of a finished relQuery that EXPLAIN ANALYZE shows (summed over the windows)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from relserve.results import RowResult
 from relserve.errors import RowError, TemplateError
+from relserve.results import RowResult
 from relserve.server.batches import plan_cells
 from relserve.server.budget import ZERO, Cost, call_max_tokens, check_template, values_cost
 from relserve.server.jobs import Job

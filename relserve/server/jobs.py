@@ -181,8 +181,8 @@ class Job:
         while True:
             async with self._changed:
                 try:
-                    await asyncio.wait_for(self._changed.wait_for(lambda: len(self.order) > i or self.done), idle_s)
-                except asyncio.TimeoutError:
+                    await asyncio.wait_for(self._changed.wait_for(lambda i=i: len(self.order) > i or self.done), idle_s)
+                except TimeoutError:
                     ready, finished = [], False
                 else:
                     ready = self.order[i:]
