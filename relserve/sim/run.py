@@ -10,6 +10,7 @@ from pathlib import Path
 
 from relserve.errors import ConfigError
 from relserve.policy import POLICY_NAMES, CostModel, Limits, Policy, PolicySettings, make_policy
+from relserve.sim.clairvoyant import Limit, the_limit
 from relserve.sim.engine import EngineSim
 from relserve.sim.metrics import SimResult, relquery_timings, summarize
 from relserve.sim.prompts import OutputLengths, PreparedTrace, Renderer, Tokenizer, prepare_trace
@@ -149,3 +150,21 @@ def simulate_many(
     prepared = as_prepared(trace, limits, tokenize=tokenize, render=render, output_lengths=output_lengths)
     iso: bool | Mapping[str, float] = isolated_latencies(prepared, cost, limits) if isolated else False
     return {name: simulate(prepared, name, cost, limits, settings=settings, isolated=iso) for name in policies}
+
+
+def limit_of(
+    trace: TraceInput,
+    cost: CostModel | None = None,
+    limits: Limits | None = None,
+    *,
+    tokenize: Tokenizer | None = None,
+    render: Renderer | None = None,
+    output_lengths: OutputLengths | None = None,
+    clairvoyant: bool = True,
+) -> Limit:
+    """The trace's provable lower bound on mean relQuery latency and (unless ``clairvoyant`` is
+    False) its best clairvoyant schedule: what every table's ratio columns divide by."""
+    cost = cost or CostModel()
+    limits = limits or DEFAULT_LIMITS
+    prepared = as_prepared(trace, limits, tokenize=tokenize, render=render, output_lengths=output_lengths)
+    return the_limit(prepared, cost, limits, with_clairvoyant=clairvoyant)

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from relserve.errors import ConfigError
 from relserve.policy import CostModel, Limits, PolicySettings, make_policy
+from relserve.sim.clairvoyant import Limit, the_limit
 from relserve.sim.prompts import OutputLengths, Renderer, Tokenizer
 from relserve.sim.run import DEFAULT_LIMITS, TraceInput, as_prepared, simulate
 
@@ -42,6 +43,8 @@ class StarvationSweep(BaseModel):
     rule: str
     points: list[SweepPoint]
     chosen: SweepPoint
+    #: the trace's lower bound and clairvoyant schedule (``sweep_starvation(limit=True)``)
+    limit: Limit | None = None
 
 
 def choose_threshold(points: Sequence[SweepPoint], tolerance: float = 0.05) -> SweepPoint:
@@ -65,8 +68,10 @@ def sweep_starvation(
     tokenize: Tokenizer | None = None,
     render: Renderer | None = None,
     output_lengths: OutputLengths | None = None,
+    limit: bool = False,
 ) -> StarvationSweep:
-    """Simulate ``policy`` once per starvation threshold and pick one by the module's rule."""
+    """Simulate ``policy`` once per starvation threshold and pick one by the module's rule;
+    ``limit``: also compute the trace's lower bound and clairvoyant schedule to compare with."""
     if not thresholds:
         raise ConfigError("give at least one starvation threshold")
     cost = cost or CostModel()
@@ -88,5 +93,10 @@ def sweep_starvation(
             )
         )
     return StarvationSweep(
-        policy=policy, tolerance=tolerance, rule=RULE.format(tol=tolerance), points=points, chosen=choose_threshold(points, tolerance)
+        policy=policy,
+        tolerance=tolerance,
+        rule=RULE.format(tol=tolerance),
+        points=points,
+        chosen=choose_threshold(points, tolerance),
+        limit=the_limit(prepared, cost, limits) if limit else None,
     )
