@@ -192,7 +192,7 @@ def _cached_table_sql(n: int) -> str:
 
 
 def _engine_started() -> bool:
-    from relserve.engine import running_default_engine
+    from relserve.backend import running_default_engine
 
     return running_default_engine() is not None
 

@@ -11,7 +11,8 @@ from relserve.errors import (
 
 __version__ = "0.1.0"
 
-from relserve.engine import Engine, EngineSettings, RelQueryHandle, default_engine, set_default_engine  # noqa: E402
+from relserve.backend import Backend, default_engine, set_default_engine  # noqa: E402
+from relserve.engine import Engine, EngineSettings, RelQueryHandle  # noqa: E402
 from relserve.policy import POLICY_NAMES, CostModel, PolicySettings  # noqa: E402
 from relserve.relquery import RelQuery  # noqa: E402
 from relserve.results import RelQueryResult, RelQueryStats, RowResult  # noqa: E402
@@ -20,6 +21,7 @@ from relserve.settings import configure  # noqa: E402
 
 __all__ = [
     "POLICY_NAMES",
+    "Backend",
     "Cluster",
     "CostModel",
     "Engine",

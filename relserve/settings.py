@@ -19,8 +19,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, SkipValidation, ValidationError
 
+from relserve.backend import registry
+from relserve.backend.protocol import Backend
 from relserve.errors import ConfigError
 
 
@@ -28,8 +30,9 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, frozen=True)
 
     #: the engine calls run on when none is passed (None: the process's default engine, started
-    #: on first use)
-    engine: Any = None
+    #: on first use); kept in the backend registry, read back here. Not validated: a test double
+    #: that has the members callers use is a backend too (``Backend`` is a protocol)
+    engine: SkipValidation[Backend | None] = None
     #: order rows so that consecutive prompts share prefixes (GGR)
     optimize: bool = True
     #: show a progress bar while a call runs
@@ -48,12 +51,15 @@ def configure(**changes: Any) -> None:
         raise ConfigError(f"unknown setting(s) {', '.join(unknown)}; known settings: {', '.join(Settings.model_fields)}")
     with _lock:
         try:
-            _current = Settings(**{**{k: getattr(_current, k) for k in Settings.model_fields}, **changes})
+            new = Settings(**{**{k: getattr(_current, k) for k in Settings.model_fields}, **changes})
         except ValidationError as e:
             problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
             raise ConfigError(f"relserve.configure: {problems}") from None
+        if "engine" in changes:
+            registry.choose(new.engine)
+        _current = new.model_copy(update={"engine": None})
 
 
 def current() -> Settings:
     """The settings now (an immutable snapshot)."""
-    return _current
+    return _current.model_copy(update={"engine": registry.chosen()})

@@ -131,7 +131,7 @@ def test_serve_rejects_an_unknown_dispatcher_before_starting_anything():
 
 
 def test_replicas_setting_must_be_a_number(monkeypatch):
-    from relserve.engine.engine import _new_default
+    from relserve.backend.registry import new_backend as _new_default
 
     monkeypatch.setenv("RELSERVE_REPLICAS", "two")
     with pytest.raises(ConfigError, match="RELSERVE_REPLICAS must be a whole number of engine replicas, got 'two'"):

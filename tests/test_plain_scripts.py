@@ -28,7 +28,7 @@ relserve.duckdb.install(con)
 con.sql("CREATE TABLE t AS SELECT * FROM (VALUES ('cat'), ('dog')) v(animal)")
 rows = con.sql("SELECT animal, llm_map('Say the word {animal}. (run NONCE)', animal, llm_options(max_tokens := 3)) AS a FROM t ORDER BY animal").fetchall()
 print("ANSWERS", len(rows), all(isinstance(a, str) for _, a in rows), flush=True)
-from relserve.engine.engine import running_default_engine
+from relserve.backend import running_default_engine
 print("ENGINE-STARTED", running_default_engine() is not None, flush=True)
 """
 

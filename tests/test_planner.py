@@ -491,8 +491,8 @@ def test_fast_renderer_matches_the_template():
 
 
 def test_a_fully_cached_call_never_starts_the_default_engine(monkeypatch):
-    import relserve.engine
     import relserve.model
+    from relserve.backend import registry
     from relserve.planner import engine_ref
 
     def no_engine(**options):
@@ -500,7 +500,7 @@ def test_a_fully_cached_call_never_starts_the_default_engine(monkeypatch):
 
     spec = relserve.model.ModelSpec("/nowhere", "cached-model")
     monkeypatch.setattr(relserve.model, "resolve_model", lambda name=None, prepare=True: spec)
-    monkeypatch.setattr(relserve.engine, "default_engine", no_engine)
+    monkeypatch.setattr(registry, "default_engine", no_engine)
     monkeypatch.setattr(engine_ref, "_resolved", {})
     call = make_call("llm_map", "Echo: {review}")
     shared_cache().put_many("cached-model", call.sampling_settings(), [("Echo: a", "A"), ("Echo: b", "B")])

@@ -22,7 +22,7 @@ class ReplicaActor:
             # vLLM-CPU binds its model threads to these cores (read before it starts)
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores))
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-        from relserve.engine import Engine
+        from relserve.engine.engine import Engine
 
         self.index = index
         self.engine = Engine(**options)
@@ -62,13 +62,12 @@ class ReplicaActor:
         if held is None:
             return [], "unknown", None
         handle, indices, _ = held
-        order = list(handle._order)
-        rows = []
-        for local in order[seen:]:
-            r = handle._rows[local]
-            rows.append(RowResult(indices[r.index], r.text, r.error, r.prompt_tokens, r.output_tokens,
-                                  r.cached_tokens, r.finish_reason, r.label_logprobs))
-        done = handle.done() and len(order) == len(indices)
+        rows = [
+            RowResult(indices[r.index], r.text, r.error, r.prompt_tokens, r.output_tokens,
+                      r.cached_tokens, r.finish_reason, r.label_logprobs)
+            for r in handle.rows_since(seen)
+        ]
+        done = handle.done() and seen + len(rows) == len(indices)
         if not done:
             return rows, "running", None
         with self._lock:

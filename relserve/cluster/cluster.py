@@ -16,17 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relserve.block_hashes import block_hashes
-from relserve.calibration import load_cost_model
 from relserve.cluster.dispatch import DISPATCHERS, Work, make_dispatcher
 from relserve.engine.admission import admit
+from relserve.engine.backend_base import BackendBase, Span, finished_result
 from relserve.engine.handle import RelQueryHandle
-from relserve.engine.prompts import ChatPrompter, ChatTokenizing
-from relserve.engine.settings import EngineSettings
 from relserve.errors import ConfigError, EngineError, RowError
-from relserve.model import resolve_model
-from relserve.policy import PRESETS, CostModel, policy_class
 from relserve.relquery import RelQuery
-from relserve.results import RelQueryResult, RelQueryStats, RowResult
+from relserve.results import RowResult
 
 #: RelQuery options a replica needs to run the rows (on_error is applied here, on the whole)
 _PASSED = ("max_tokens", "temperature", "top_p", "seed", "choices", "json_schema", "system", "ignore_eos",
@@ -73,7 +69,7 @@ def _ray():
     return ray
 
 
-class Cluster(ChatTokenizing):
+class Cluster(BackendBase):
     """Engine replicas on Ray, used like an ``Engine``.
 
     >>> cluster = Cluster(replicas=2, kv_cache_gb=0.5)     # a local Ray, started on demand
@@ -100,26 +96,12 @@ class Cluster(ChatTokenizing):
             raise ConfigError(f"replicas must be a positive integer, got {replicas!r}")
         if dispatcher not in DISPATCHERS:  # before anything starts
             raise ConfigError(f"unknown dispatcher {dispatcher!r}; choose one of {', '.join(DISPATCHERS)}")
-        if model is not None:
-            options["model"] = model
-        if policy is not None:
-            options["policy"] = policy
-        self.settings = s = EngineSettings(**options)
-        policy_class(s.policy)  # an unknown policy fails here, not in every replica
-        spec = resolve_model(s.model)
-        self.model_id = spec.model_id
-        self.model_path = spec.path
-        self.policy = s.policy
-        self.cost_model: CostModel = s.cost_model or load_cost_model(self.model_id) or PRESETS["smollm2-135m-cpu"]
-        self.block_size = s.block_size
-        self.max_model_len = s.max_model_len
+        # an unknown policy fails here, not in every replica
+        s = self._configure(model, policy, options)
         self.num_replicas = replicas
         self.replica_timeout_s = replica_timeout_s
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self._prompters: dict[str | None, ChatPrompter] = {None: ChatPrompter(self.tokenizer)}
+        self._load_tokenizer()
 
         ray = _ray()
         self._owns_ray = not ray.is_initialized()
@@ -179,10 +161,6 @@ class Cluster(ChatTokenizing):
             return "every engine replica died; start a new Cluster"
         return None
 
-    @property
-    def alive(self) -> bool:
-        return self.dead_reason is None
-
     def replica_pids(self) -> list[int]:
         """Process id of each replica (as last seen; a restarted replica has a new one)."""
         return list(self._pids)
@@ -219,18 +197,6 @@ class Cluster(ChatTokenizing):
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         return self._idle.wait(timeout)
-
-    def run(self, rq: RelQuery, timeout: float | None = None) -> RelQueryResult:
-        return self.submit(rq).result(timeout)
-
-    def map(self, template: str, rows: Any, **options: Any) -> list[str | None]:
-        return self.run(RelQuery(template, rows, **options)).texts
-
-    def __enter__(self) -> Cluster:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def close(self) -> None:
         """Cancel what runs, stop the replicas (and the local Ray this cluster started)."""
@@ -339,7 +305,7 @@ class Cluster(ChatTokenizing):
                     self._replica_lost(part.replica, f"{type(e).__name__}")
                     continue
                 for r in rows:
-                    run.handle._row_done(r)
+                    run.handle.row_done(r)
                 part.seen += len(rows)
                 if state == "unknown":  # the replica restarted and lost the part
                     self._replica_lost(part.replica, "the replica restarted", restart=False)
@@ -367,16 +333,16 @@ class Cluster(ChatTokenizing):
             for p in lost:
                 p.done = True
                 p.poll = None
-                rows += [i for i in p.indices if run.handle._rows[i] is None]
+                rows += [i for i in p.indices if run.handle.row(i) is None]
             run.lost_replicas.append(replica)
             if run.handle.cancelled:
                 for i in rows:
-                    run.handle._row_done(RowResult(i, error="cancelled", prompt_tokens=len(run.ids[i])))
+                    run.handle.row_done(RowResult(i, error="cancelled", prompt_tokens=len(run.ids[i])))
                 continue
             run.redispatched += len(rows)
             if not any(b.alive for b in self._dispatcher.books):
                 for i in rows:
-                    run.handle._row_done(RowResult(i, error=f"every engine replica died ({why})", prompt_tokens=len(run.ids[i])))
+                    run.handle.row_done(RowResult(i, error=f"every engine replica died ({why})", prompt_tokens=len(run.ids[i])))
                 continue
             self._dispatch(run, rows)
         if replica not in self._revive:
@@ -406,42 +372,28 @@ class Cluster(ChatTokenizing):
     def _finish(self, run: _Run) -> None:
         """Every row is answered: the result (lock held)."""
         self._runs.pop(run.rq.rel_id, None)
-        rows = [r if r is not None else RowResult(i, error="cancelled") for i, r in enumerate(run.handle._rows)]
-        stats = RelQueryStats(rel_id=run.rq.rel_id, num_rows=len(rows), policy=self.policy)
-        stats.latency_s = time.monotonic() - run.arrival
-        stats.num_errors = sum(r.error is not None for r in rows)
-        stats.prompt_tokens = sum(r.prompt_tokens for r in rows)
-        stats.output_tokens = sum(r.output_tokens for r in rows)
-        stats.cached_tokens = sum(r.cached_tokens for r in rows)
-        _breakdown(stats, run)
+        result = finished_result(run.handle, self.policy, run.arrival, _spans(run))
+        stats = result.stats
         stats.replicas = len({p.replica for p in run.parts})
         stats.redispatched_rows = run.redispatched
-        result = RelQueryResult(rows, stats, cancelled=run.handle.cancelled)
         result.extra["cluster"] = {
             "parts": [{"replica": p.replica, "rows": len(p.indices)} for p in run.parts],
             "lost_replicas": run.lost_replicas,
             "redispatched_rows": run.redispatched,
         }
-        run.handle._finish(result)
+        run.handle.finish(result)
         if not self._runs:
             self._idle.set()
 
 
-def _breakdown(stats: RelQueryStats, run: _Run) -> None:
-    """Waiting / core / tail (paper Eq. 2) over the parts, each replica's own durations placed at
-    the time its part was sent (durations only: the replicas' clocks need not agree with ours)."""
+def _spans(run: _Run) -> list[Span]:
+    """Each part's waiting / core / tail (paper Eq. 2) as a span on our clock, placed at the time
+    the part was sent (durations only: the replicas' clocks need not agree with ours)."""
     spans = []
     for p in run.parts:
         t = p.times
         if t is None:
             continue
-        start = p.sent - run.arrival + t["waiting_s"]
+        start = p.sent + t["waiting_s"]
         spans.append((start, start + t["core_s"], start + t["core_s"] + t["tail_s"]))
-    if not spans:
-        return
-    first = min(s for s, _, _ in spans)
-    last_prefill = max(c for _, c, _ in spans)
-    end = max(e for _, _, e in spans)
-    stats.waiting_s = max(first, 0.0)
-    stats.core_s = max(last_prefill - first, 0.0)
-    stats.tail_s = max(end - last_prefill, 0.0)
+    return spans

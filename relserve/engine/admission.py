@@ -47,17 +47,17 @@ def admit(engine: Any, rq: Any, cancel: Callable[[], None]) -> Admitted:
     rows: list[tuple[int, list[int]]] = []
     for i, p in enumerate(prompts):
         if isinstance(p, RowError):
-            handle._row_done(RowResult(i, error=str(p)))
+            handle.row_done(RowResult(i, error=str(p)))
     for i, tok in zip(good, ids):
         if len(tok) + rq.max_tokens > engine.max_model_len:
-            handle._row_done(RowResult(
+            handle.row_done(RowResult(
                 i, error=f"prompt has {len(tok)} tokens; with max_tokens={rq.max_tokens} it exceeds "
                 f"the model's context of {engine.max_model_len} tokens", prompt_tokens=len(tok),
             ))
         else:
             rows.append((i, tok))
     if rq.on_error == "raise":  # fail fast: the caller learns of the first bad row at once
-        failed = next((r for r in handle._rows if r is not None and r.error), None)
+        failed = next((r for r in map(handle.row, range(len(prompts))) if r is not None and r.error), None)
         if failed is not None:
             raise RowError(f"row {failed.index}: {failed.error}")
     return Admitted(arrival, prompts, handle, rows)

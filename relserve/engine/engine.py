@@ -8,7 +8,6 @@ returns a ``RelQueryHandle`` that both worlds can wait on.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import gc
 import json
 import os
@@ -17,20 +16,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from relserve.calibration import load_cost_model, load_policy_settings
+from relserve.calibration import load_policy_settings
 from relserve.engine.admission import admit
+from relserve.engine.backend_base import BackendBase, finished_result
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import LabelTrie, pick
-from relserve.prompt_shapes import label_space
-from relserve.engine.prompts import ChatPrompter, ChatTokenizing
-from relserve.engine.settings import EngineSettings
+from relserve.engine.request_meta import RequestMeta
 from relserve.engine.spawn import check_not_bootstrapping, hidden_main
 from relserve.errors import ConfigError, EngineError
-from relserve.model import resolve_model
-from relserve.policy import POLICY_NAMES, PRESETS, CostModel, PolicySettings, policy_class
+from relserve.policy import POLICY_NAMES, CostModel, PolicySettings, policy_class
 from relserve.policy.types import Tenancy
+from relserve.prompt_shapes import label_space
 from relserve.relquery import RelQuery
-from relserve.results import RelQueryResult, RelQueryStats, RowResult
+from relserve.results import RowResult
 
 _SCHEDULER_CLS = "relserve.engine.scheduler.RelServeScheduler"
 _start_lock = threading.Lock()
@@ -85,19 +83,19 @@ class _Running:
     def prompt(self, ids: list[int]) -> Any:
         return _tokens_prompt(ids, self.tenancy)
 
-    def relserve_args(self, rel_size: int) -> dict[str, Any]:
+    def request_meta(self, rel_size: int) -> RequestMeta:
         """What the scheduler plug-in reads from every request of the relQuery."""
         rq, t = self.rq, self.tenancy
-        return {
-            "rel_id": rq.rel_id,
-            "rel_size": rel_size,
-            "arrival": self.arrival,
-            "priority": rq.priority,
-            "deadline": self.arrival + rq.deadline_s if rq.deadline_s is not None else None,
-            "tenant": t.tenant if t is not None else "",
-            "weight": t.weight if t is not None else 1.0,
-            "max_running_shared": t.max_running_shared if t is not None else None,
-        }
+        return RequestMeta(
+            rel_id=rq.rel_id,
+            rel_size=rel_size,
+            arrival=self.arrival,
+            priority=rq.priority,
+            deadline=self.arrival + rq.deadline_s if rq.deadline_s is not None else None,
+            tenant=t.tenant if t is not None else "",
+            weight=t.weight if t is not None else 1.0,
+            max_running_shared=t.max_running_shared if t is not None else None,
+        )
 
 
 def _tokens_prompt(ids: list[int], tenancy: Tenancy | None) -> Any:
@@ -110,7 +108,7 @@ def _tokens_prompt(ids: list[int], tenancy: Tenancy | None) -> Any:
     return TokensPrompt(prompt_token_ids=ids)
 
 
-class Engine(ChatTokenizing):
+class Engine(BackendBase):
     """An embedded vLLM engine with relQuery scheduling.
 
     >>> engine = Engine()                      # SmolLM2-135M, policy "relserve"
@@ -123,17 +121,7 @@ class Engine(ChatTokenizing):
 
     def __init__(self, model: str | None = None, policy: str | None = None, **options: Any) -> None:
         check_not_bootstrapping()
-        if model is not None:
-            options["model"] = model
-        if policy is not None:
-            options["policy"] = policy
-        self.settings = s = EngineSettings(**options)
-        policy_class(s.policy)  # unknown policy: ConfigError before anything starts
-        spec = resolve_model(s.model)
-        self.model_id = spec.model_id
-        self.model_path = spec.path
-        self.policy = s.policy
-        self.cost_model: CostModel = s.cost_model or load_cost_model(self.model_id) or PRESETS["smollm2-135m-cpu"]
+        s = self._configure(model, policy, options)
         #: the policies' settings: the user's, else the arranger settings tuned by `relserve
         #: calibrate` for this model and machine, else the defaults
         self.policy_settings: PolicySettings = (
@@ -141,16 +129,10 @@ class Engine(ChatTokenizing):
             if "policy_settings" in s.model_fields_set
             else load_policy_settings(self.model_id, s.policy_settings) or s.policy_settings
         )
-        self.block_size = s.block_size
-        self.max_model_len = s.max_model_len
         _quiet_vllm(s.quiet)
         if _on_cpu():
             _cpu_threads(s.cpu_threads)
-
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self._prompters: dict[str | None, ChatPrompter] = {None: ChatPrompter(self.tokenizer)}
+        self._load_tokenizer()
         self._inflight: dict[str, _Running] = {}
         self._tries: dict[tuple[str, ...], LabelTrie] = {}
         self._idle = threading.Event()
@@ -175,10 +157,6 @@ class Engine(ChatTokenizing):
         if llm is not None and llm.errored:
             return "the engine's processes died (killed, or out of memory); start a new Engine"
         return None
-
-    @property
-    def alive(self) -> bool:
-        return not self._closed and self.dead_reason is None
 
     @property
     def uses_plugin(self) -> bool:
@@ -249,12 +227,6 @@ class Engine(ChatTokenizing):
             self._closed = True
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
-
-    def __enter__(self) -> Engine:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     # ------------------------------------------------------------------ control
 
@@ -334,14 +306,6 @@ class Engine(ChatTokenizing):
         asyncio.run_coroutine_threadsafe(self._run(running, rows), self._loop)
         return handle
 
-    def run(self, rq: RelQuery, timeout: float | None = None) -> RelQueryResult:
-        """``submit`` and wait for every row."""
-        return self.submit(rq).result(timeout)
-
-    def map(self, template: str, rows: Any, **options: Any) -> list[str | None]:
-        """Shortcut: the answer text of every row, in row order."""
-        return self.run(RelQuery(template, rows, **options)).texts
-
     def _sampling_params(self, running: _Running, rel_size: int):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
@@ -360,7 +324,7 @@ class Engine(ChatTokenizing):
             structured_outputs=structured,
             ignore_eos=rq.ignore_eos,
             output_kind=RequestOutputKind.FINAL_ONLY,
-            extra_args={"relserve": running.relserve_args(rel_size)},
+            extra_args=running.request_meta(rel_size).to_extra_args(),
         )
 
     async def _run(self, running: _Running, rows: list[tuple[int, list[int]]]) -> None:
@@ -387,12 +351,12 @@ class Engine(ChatTokenizing):
                 await asyncio.gather(*running.tasks, return_exceptions=True)
             dead = self.dead_reason
             if dead is not None:  # not a row's fault: every caller hears that the engine died
-                running.handle._finish(EngineError(f"relQuery {rq.rel_id} failed: {dead}"))
+                running.handle.finish(EngineError(f"relQuery {rq.rel_id} failed: {dead}"))
                 return
-            result = self._result(running)
-            running.handle._finish(result)
+            result = finished_result(running.handle, self.policy, running.arrival, list(running.times.values()))
+            running.handle.finish(result)
         except BaseException as e:  # never leave a caller waiting forever
-            running.handle._finish(EngineError(f"relQuery {rq.rel_id} failed: {e}"))
+            running.handle.finish(EngineError(f"relQuery {rq.rel_id} failed: {e}"))
         finally:
             self._inflight.pop(rq.rel_id, None)
             if not self._inflight:
@@ -411,7 +375,7 @@ class Engine(ChatTokenizing):
             if m is not None and m.scheduled_ts:
                 running.times[index] = (m.scheduled_ts, m.first_token_ts, m.last_token_ts)
             aborted = c.finish_reason == "abort"
-            handle._row_done(
+            handle.row_done(
                 RowResult(
                     index,
                     text=None if aborted else c.text,
@@ -423,9 +387,9 @@ class Engine(ChatTokenizing):
                 )
             )
         except asyncio.CancelledError:
-            handle._row_done(RowResult(index, error="cancelled", prompt_tokens=prompt_len))
+            handle.row_done(RowResult(index, error="cancelled", prompt_tokens=prompt_len))
         except Exception as e:
-            handle._row_done(RowResult(index, error=f"{type(e).__name__}: {e}", prompt_tokens=prompt_len))
+            handle.row_done(RowResult(index, error=f"{type(e).__name__}: {e}", prompt_tokens=prompt_len))
 
     # ------------------------------------------------------------------ label scoring
 
@@ -446,7 +410,7 @@ class Engine(ChatTokenizing):
 
         rq = running.rq
         handle = running.handle
-        relserve_args = running.relserve_args(rows * sum(-(-len(w) // _MAX_LOGPROBS) for w in trie.nodes.values()))
+        extra_args = running.request_meta(rows * sum(-(-len(w) // _MAX_LOGPROBS) for w in trie.nodes.values())).to_extra_args()
 
         async def node(n: int, prefix: tuple[int, ...], wanted: tuple[int, ...]):
             sp = SamplingParams(
@@ -454,7 +418,7 @@ class Engine(ChatTokenizing):
                 temperature=0.0,
                 logprob_token_ids=list(wanted),
                 output_kind=RequestOutputKind.FINAL_ONLY,
-                extra_args={"relserve": relserve_args},
+                extra_args=extra_args,
             )
             request_id = f"{rq.rel_id}-{index}-{n}"
             running.request_ids[request_id] = index
@@ -483,7 +447,7 @@ class Engine(ChatTokenizing):
                      if f.metrics is not None and f.metrics.scheduled_ts]
             if times:
                 running.times[index] = (min(t[0] for t in times), max(t[1] for t in times), max(t[2] for t in times))
-            handle._row_done(
+            handle.row_done(
                 RowResult(
                     index,
                     text=pick(label_lps, rq.label_prior),
@@ -496,26 +460,9 @@ class Engine(ChatTokenizing):
                 )
             )
         except asyncio.CancelledError:
-            handle._row_done(RowResult(index, error="cancelled", prompt_tokens=len(ids)))
+            handle.row_done(RowResult(index, error="cancelled", prompt_tokens=len(ids)))
         except Exception as e:
-            handle._row_done(RowResult(index, error=f"{type(e).__name__}: {e}", prompt_tokens=len(ids)))
-
-    def _result(self, running: _Running) -> RelQueryResult:
-        rows = [r if r is not None else RowResult(i, error="cancelled") for i, r in enumerate(running.handle._rows)]
-        stats = RelQueryStats(rel_id=running.rq.rel_id, num_rows=len(rows), policy=self.policy)
-        stats.latency_s = time.monotonic() - running.arrival
-        stats.num_errors = sum(r.error is not None for r in rows)
-        stats.prompt_tokens = sum(r.prompt_tokens for r in rows)
-        stats.output_tokens = sum(r.output_tokens for r in rows)
-        stats.cached_tokens = sum(r.cached_tokens for r in rows)
-        if running.times:
-            start = min(t[0] for t in running.times.values())
-            last_prefill = max(t[1] for t in running.times.values())
-            end = max(t[2] for t in running.times.values())
-            stats.waiting_s = max(start - running.arrival, 0.0)
-            stats.core_s = max(last_prefill - start, 0.0)
-            stats.tail_s = max(end - last_prefill, 0.0)
-        return RelQueryResult(rows, stats, cancelled=running.handle.cancelled)
+            handle.row_done(RowResult(index, error=f"{type(e).__name__}: {e}", prompt_tokens=len(ids)))
 
     def _cancel(self, rel_id: str) -> None:
         running = self._inflight.get(rel_id)
@@ -529,53 +476,4 @@ class Engine(ChatTokenizing):
         self._loop.call_soon_threadsafe(_do)
 
 
-_default: Engine | None = None
-_default_lock = threading.Lock()
-
-
-def default_engine(**options: Any) -> Engine:
-    """The process-wide shared Engine, started on first use (settings from ``RELSERVE_*``;
-    ``RELSERVE_REPLICAS`` > 1 starts that many replicas on Ray instead: ``relserve.Cluster``)."""
-    global _default
-    with _default_lock:
-        if _default is None or not _default.alive:
-            if _default is not None and not _default._closed:
-                _default.close()
-            _default = _new_default(options)
-            atexit.register(_close_default)
-        return _default
-
-
-def _new_default(options: dict[str, Any]) -> Any:
-    raw = os.environ.get("RELSERVE_REPLICAS", "").strip()
-    try:
-        replicas = int(raw) if raw else 1
-    except ValueError:
-        raise ConfigError(f"RELSERVE_REPLICAS must be a whole number of engine replicas, got {raw!r}") from None
-    if replicas > 1:
-        from relserve.cluster.cluster import Cluster
-
-        return Cluster(replicas, **options)
-    return Engine(**options)
-
-
-def running_default_engine() -> Engine | None:
-    """The shared Engine if one is running; never starts one (EXPLAIN uses this)."""
-    eng = _default
-    return eng if eng is not None and eng.alive else None
-
-
-def _close_default() -> None:
-    eng = _default
-    if eng is not None and not eng._closed:
-        eng.close()
-
-
-def set_default_engine(engine: Engine | None) -> None:
-    """Make ``engine`` the one surfaces use when none is passed (tests, servers)."""
-    global _default
-    with _default_lock:
-        _default = engine
-
-
-__all__ = ["POLICY_NAMES", "Engine", "default_engine", "running_default_engine", "set_default_engine"]
+__all__ = ["POLICY_NAMES", "Engine"]

@@ -38,6 +38,16 @@ class RelQueryHandle:
 
     # ------------------------------------------------------------ producer side (engine thread)
 
+    def row_done(self, row: RowResult) -> None:
+        """Hand over one finished row (a row already answered keeps its first answer)."""
+        self._row_done(row)
+
+    def finish(self, result: RelQueryResult | BaseException) -> None:
+        """Hand over the whole result, or the error every caller waiting on it gets."""
+        self._finish(result)
+
+    # the steps behind the two calls above (tests wrap them to watch rows arrive)
+
     def _row_done(self, row: RowResult) -> None:
         with self._cond:
             if self._rows[row.index] is not None:
@@ -61,6 +71,20 @@ class RelQueryHandle:
             loop.call_soon_threadsafe(ev.set)
 
     # ------------------------------------------------------------ consumer side
+
+    def row(self, index: int) -> RowResult | None:
+        """Row ``index`` if it has finished, else None."""
+        return self._rows[index]
+
+    def rows_since(self, seen: int) -> list[RowResult]:
+        """The rows that finished after the first ``seen`` ones, in the order they finished."""
+        with self._cond:
+            order = self._order[seen:]
+        return [self._rows[i] for i in order]  # type: ignore[misc]
+
+    def rows_in_order(self) -> list[RowResult]:
+        """Every row in input order; a row with no answer counts as cancelled."""
+        return [r if r is not None else RowResult(i, error="cancelled") for i, r in enumerate(self._rows)]
 
     @property
     def progress(self) -> Progress:

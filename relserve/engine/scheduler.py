@@ -37,6 +37,7 @@ from vllm.v1.core.sched.request_queue import create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
+from relserve.engine.request_meta import RequestMeta
 from relserve.policy import CostModel, Limits, PolicySettings, Req, StepKind, StepView, make_policy
 from relserve.policy.preemption import preemption_order
 
@@ -128,20 +129,21 @@ class RelServeScheduler(Scheduler):
     def _req(self, request: Request) -> Req:
         req = self._reqs.get(request.request_id)
         if req is None:
-            meta = (request.sampling_params.extra_args or {}).get("relserve", {}) if request.sampling_params else {}
+            sp = request.sampling_params
+            meta = RequestMeta.from_extra_args(sp.extra_args if sp else None, request.request_id, time.monotonic())
             req = Req(
                 req_id=request.request_id,
-                rel_id=meta.get("rel_id", request.request_id),
-                arrival=float(meta.get("arrival", time.monotonic())),
-                rel_size=int(meta.get("rel_size", 1)),
+                rel_id=meta.rel_id,
+                arrival=meta.arrival,
+                rel_size=meta.rel_size,
                 prompt_tokens=request.num_prompt_tokens,
                 max_tokens=request.max_tokens,
                 handle=request,
-                hint=int(meta.get("priority", 0)),
-                deadline=meta.get("deadline"),
-                tenant=str(meta.get("tenant", "")),
-                weight=float(meta.get("weight", 1.0)),
-                max_running_shared=meta.get("max_running_shared"),
+                hint=meta.priority,
+                deadline=meta.deadline,
+                tenant=meta.tenant,
+                weight=meta.weight,
+                max_running_shared=meta.max_running_shared,
             )
             self._reqs[request.request_id] = req
         # A preempted request recomputes its output so far as part of its prompt.

@@ -8,16 +8,16 @@ and asks for the engine (given, or the process's default one) only on first use.
 from __future__ import annotations
 
 import threading
-from typing import Any
 
-from relserve import settings
+from relserve.backend import registry
+from relserve.backend.protocol import Backend
 from relserve.errors import ConfigError
 
 
 class EngineRef:
-    def __init__(self, engine: Any = None, model: str | None = None) -> None:
+    def __init__(self, engine: Backend | None = None, model: str | None = None) -> None:
         # no engine given: the one set with relserve.configure(engine=...), if any
-        engine = engine if engine is not None else settings.current().engine
+        engine = engine if engine is not None else registry.chosen()
         self._engine = engine
         self._model = model
         self._model_id: str | None = None
@@ -38,18 +38,18 @@ class EngineRef:
             self._model_id = _model_id_of(self._model) or self.get().model_id
         return self._model_id
 
-    def get(self) -> Any:
+    def get(self) -> Backend:
         """The engine, starting the default one if none was given."""
         with self._lock:
             if self._engine is None:
-                self._engine = _default_engine(self._model)
+                self._engine = _default_backend(self._model)
             return self._engine
 
-    def peek(self) -> Any:
+    def peek(self) -> Backend | None:
         """The engine if it is already running, else None (never starts one)."""
         if self._engine is not None:
             return self._engine
-        engine = _running_default_engine()
+        engine = registry.running_default_engine()
         if engine is not None and (self._model is None or _model_id_of(self._model) == engine.model_id):
             return engine
         return None
@@ -78,20 +78,11 @@ def _model_id_of(model: str | None) -> str | None:
     return model_id
 
 
-def _default_engine(model: str | None) -> Any:
-    from relserve.engine import default_engine
-
-    engine = default_engine(model=model) if model is not None else default_engine()
+def _default_backend(model: str | None) -> Backend:
+    engine = registry.default_engine(model=model) if model is not None else registry.default_engine()
     if model is not None and _model_id_of(model) not in (None, engine.model_id):
         raise ConfigError(
             f"model {model!r} was asked for, but this process's default engine serves {engine.model_id!r}; "
             "pass an engine that serves it"
         )
     return engine
-
-
-def _running_default_engine() -> Any:
-    """The process's default engine if it has been started (EXPLAIN uses it, never starts it)."""
-    from relserve.engine import running_default_engine
-
-    return running_default_engine()
