@@ -118,6 +118,42 @@ def mixed_delta(t: StepTimes, bigger: float, merged: float, num_running: int, nu
     return num_running * (t.mixed - t.decode) + bigger - merged - num_waiting * (t.mixed_prefill + t.decode - t.mixed)
 
 
+def decode_hold(cost: CostModel, running: list[RelQueryGroup], prios: Mapping[str, float], starved: set[str] = frozenset()) -> list[RelQueryGroup]:
+    """The running relQueries that sit out a decode step so the ones ranked ahead decode faster.
+
+    Over the next steps, holding relQueries H (``m`` of them, ``n`` requests, context ``c``) while
+    the ``k`` ranked ahead of them decode saves each of those ``k`` the held requests' share of
+    every step (``alpha_d * n + gamma_d * c``), and costs each held relQuery the fixed cost of
+    the extra steps it then needs (``beta_d``): hold iff ``k * (alpha_d * n + gamma_d * c) > m * beta_d``.
+    On a CPU (a decode step's cost grows with its batch) a 3-row relQuery no longer decodes in
+    steps of a 100-row one (issue 28); on a GPU (``alpha_d`` tiny) nothing is held. Running
+    relQueries rank by the time their running requests still need to decode, plus the policy's
+    priority; a starved relQuery is never held.
+    """
+    if len(running) < 2:
+        return []
+
+    def rank(g: RelQueryGroup) -> tuple[int, float, float, float, int]:
+        ctx = sum(r.prompt_tokens + r.output_tokens for r in g.running)
+        left = cost.decode_run(len(g.running), ctx, g.remaining_output_len)
+        return (g.hint, g.share, prios.get(g.rel_id, 0.0) + left, g.arrival, g.seq)
+
+    ordered = sorted(running, key=rank)
+    best, cut = 0.0, len(ordered)
+    n = c = 0
+    for k in range(len(ordered) - 1, 0, -1):  # hold ordered[k:]
+        g = ordered[k]
+        if g.rel_id in starved:
+            break
+        n += len(g.running)
+        c += sum(r.prompt_tokens + r.output_tokens for r in g.running)
+        m = len(ordered) - k
+        delta = m * cost.beta_d - k * (cost.alpha_d * n + cost.gamma_d * c)
+        if delta < best:
+            best, cut = delta, k
+    return ordered[cut:]
+
+
 def decode_work(view: StepView) -> tuple[int, int]:
     """Requests of the decode candidate and the context they attend to."""
     return len(view.running), sum(r.prompt_tokens + r.output_tokens for r in view.running)

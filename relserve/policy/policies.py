@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import ClassVar
 
-from relserve.policy.aba import AdaptiveBatchArranger, Transitional
+from relserve.policy.aba import AdaptiveBatchArranger, Transitional, decode_hold
 from relserve.policy.batching import fill_prefill_batch
 from relserve.policy.cost_model import CostModel
 from relserve.policy.dpu import DynamicPriorityUpdater
@@ -180,6 +180,11 @@ class RelServePolicy(Policy):
         prios = self.dpu.update(groups, view)
         t1 = time.perf_counter()
         plan = self.aba.arrange(view, groups, prios)
+        if plan.kind is StepKind.DECODE and self.settings.decode_subset:
+            running = [g for g in groups.values() if g.running]
+            plan.hold = [r for g in decode_hold(self.cost, running, prios, self.dpu.starved) for r in g.running]
+            if plan.hold:
+                plan.reason = f"{plan.reason}-subset"
         t2 = time.perf_counter()
         self.dpu_seconds += t1 - t0
         self.aba_seconds += t2 - t1

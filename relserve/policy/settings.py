@@ -46,6 +46,10 @@ class PolicySettings(BaseModel):
     #: A tenant counts as having work for this long after its last request left the engine, so a
     #: tenant sending one small relQuery after another keeps others capped in the gaps between them.
     tenant_linger_s: float = Field(default=1.0, ge=0, allow_inf_nan=False)
+    #: In a decode step, running relQueries ranked behind sit out while the ones ahead decode,
+    #: when their requests cost those more than the fixed step cost the held ones pay again
+    #: (``aba.decode_hold``; never on hardware whose decode step barely grows with its batch).
+    decode_subset: bool = True
     #: Sarathi's chunk: the token budget of each mixed step.
     sarathi_chunk_tokens: int = Field(default=512, ge=16)
     #: Seed for the cache-miss sampling, so simulations repeat exactly.

@@ -117,7 +117,7 @@ class TenantCaps:
                 left[r.tenant] = n - 1
                 admit.append(r)
         plan.admit = admit
-        plan.hold = list(decision.hold)
+        plan.hold = plan.hold + decision.hold  # the policy's own holds come from the kept requests
         if plan.kind is StepKind.PREFILL and not admit:
             plan.kind = StepKind.DECODE if decision.view.running else StepKind.IDLE
             plan.reason = f"{plan.reason}-tenant-cap"
