@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from relserve.engine.backend_base import BackendBase
 from relserve.engine.handle import RelQueryHandle
 from relserve.errors import ConfigError, EngineError, RowError
 from relserve.relquery import RelQuery
@@ -25,7 +26,7 @@ class Admitted:
     rows: list[tuple[int, list[int]]]
 
 
-def admit(engine: Any, rq: Any, cancel: Callable[[], None]) -> Admitted:
+def admit(engine: BackendBase, rq: Any, cancel: Callable[[], None]) -> Admitted:
     """``engine`` has ``dead_reason``, ``max_model_len`` and ``_prompter`` (``ChatTokenizing``)."""
     if not isinstance(rq, RelQuery):
         raise ConfigError(f"submit() takes a RelQuery, got {type(rq).__name__}")

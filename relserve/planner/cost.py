@@ -8,20 +8,19 @@ A coarse figure, meant to compare plans (original vs planned) rather than to pro
 from __future__ import annotations
 
 import math
-from typing import Any
 
+from relserve.backend.protocol import Backend
 from relserve.engine.settings import EngineSettings
+from relserve.policy.cost_model import CostModel
 
 # the engine's own defaults: an estimate without an engine assumes the engine it would start
 DEFAULT_MAX_SEQS: int = EngineSettings.model_fields["max_num_seqs"].default
 DEFAULT_TOKEN_BUDGET: int = EngineSettings.model_fields["max_num_batched_tokens"].default
 
 
-def cost_model_of(engine: Any) -> Any:
+def cost_model_of(engine: Backend | None) -> CostModel:
     model = getattr(engine, "cost_model", None) if engine is not None else None
     if model is None:
-        from relserve.policy.cost_model import CostModel
-
         model = CostModel()
     return model
 
@@ -32,7 +31,7 @@ def expected_output_tokens(max_tokens: int, constrained_choices: bool) -> int:
 
 
 def estimate_seconds(
-    cost_model: Any,
+    cost_model: CostModel,
     rows: int,
     uncached_tokens: int,
     output_tokens: int,
@@ -50,7 +49,7 @@ def estimate_seconds(
     return prefill + decode
 
 
-def engine_limits(engine: Any) -> tuple[int, int]:
+def engine_limits(engine: Backend | None) -> tuple[int, int]:
     """(max concurrent sequences, prefill token budget per step) of the engine, or defaults."""
     settings = getattr(engine, "settings", None)
     seqs = getattr(settings, "max_num_seqs", None) or DEFAULT_MAX_SEQS

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from relserve.backend.protocol import Backend
 from relserve.errors import RowError
 from relserve.functions import LLMCall
 from relserve.planner.cache import ResultCache, shared_cache
@@ -42,7 +43,7 @@ def run_call(
     call: LLMCall,
     columns: Sequence[Sequence[object]],
     *,
-    engine: Any = None,
+    engine: Backend | None = None,
     cache: ResultCache | bool | None = True,
     optimize: bool = True,
     progress: bool = True,
@@ -59,7 +60,7 @@ def run_rows(
     call: LLMCall,
     rows: Sequence[tuple],
     *,
-    engine: Any = None,
+    engine: Backend | None = None,
     cache: ResultCache | bool | None = True,
     optimize: bool = True,
     progress: bool = True,

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any
 
+from relserve.backend.protocol import Backend
+from relserve.engine.handle import RelQueryHandle
 from relserve.functions import SchedulingHints
 from relserve.planner.label_calibration import batch_picks, method_ran
 from relserve.planner.label_prior import label_options
@@ -48,7 +49,7 @@ class CallExecutor:
         self.error_prefix = error_prefix
         #: when the call arrived (time.monotonic()): its deadline counts from then
         self.received = time.monotonic() if received is None else received
-        self.handle: Any = None
+        self.handle: RelQueryHandle | None = None
         self.stats: RelQueryStats | None = None
         self._answers: list[tuple[str, str]] = []
         #: the label method this relQuery runs (``batch`` falls back to ``calibrate`` when small)
@@ -57,7 +58,7 @@ class CallExecutor:
         self._held: list[RowResult] = []
         self._seen = 0
 
-    def submit(self, engine: Any) -> Any:
+    def submit(self, engine: Backend) -> RelQueryHandle:
         """Send the prompts as one relQuery; returns the engine's handle. Blocks (tokenizing, the
         label prior's probes): a server calls it in a worker thread."""
         if self.prefix:
@@ -131,7 +132,7 @@ class CallExecutor:
             return 0
         return self.rows.cache.put_many(self.model_id, self.call.sampling_settings(), self._answers)
 
-    def run(self, engine: Any, *, progress: bool = False, fail_fast: bool = False) -> list[RowResult]:
+    def run(self, engine: Backend, *, progress: bool = False, fail_fast: bool = False) -> list[RowResult]:
         """Synchronously: every row of the relQuery, fanned out (a progress bar while it runs).
         With ``fail_fast`` the first failed row cancels the rest (they come back 'cancelled')."""
         handle = self.submit(engine)

@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from relserve.backend.protocol import Backend
 from relserve.planner.label_calibration import method_ran
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds, expected_output_tokens
 from relserve.planner.hit_rate import predict_hits
@@ -112,7 +113,7 @@ def explain_plan(
     plan: CallPlan,
     tokens: TokenSource,
     *,
-    engine: Any = None,
+    engine: Backend | None = None,
     block_size: int | None = None,
     capacity_blocks: int | None = None,
 ) -> Explain:
@@ -197,7 +198,7 @@ def _user_text_token_count(tokens: TokenSource, ids: list[int], prefix: str) -> 
     return len(ids) - tail
 
 
-def kv_capacity_blocks(engine: Any) -> int | None:
+def kv_capacity_blocks(engine: Backend | None) -> int | None:
     """How many KV blocks the engine's prefix cache holds, if the engine says."""
     if engine is None:
         return None

@@ -16,6 +16,7 @@ import threading
 import uuid
 from typing import Any
 
+from relserve.backend.protocol import Backend
 from relserve.functions import LLMCall
 from relserve.planner.prompts import Renderer
 
@@ -35,7 +36,7 @@ def content_free_prompts(call: LLMCall) -> list[str]:
     return [render((value,) * n) for value in CONTENT_FREE]
 
 
-def label_options(call: LLMCall, engine: Any, model_id: str, rows: int | None = None) -> dict[str, Any]:
+def label_options(call: LLMCall, engine: Backend, model_id: str, rows: int | None = None) -> dict[str, Any]:
     """The ``RelQuery`` options that make the engine choose labels as ``call.label_method`` says,
     for a relQuery of ``rows`` prompts (``batch`` needs the prior only below its minimum row
     count: above it the executor decides after every row is scored)."""
@@ -50,7 +51,7 @@ def label_options(call: LLMCall, engine: Any, model_id: str, rows: int | None = 
     return scoring
 
 
-def label_prior(call: LLMCall, engine: Any, model_id: str) -> dict[str, float]:
+def label_prior(call: LLMCall, engine: Backend, model_id: str) -> dict[str, float]:
     """The model's average probability of each label on content-free rows (sums to 1), under
     the call's system message."""
     system = call.options.system

@@ -12,7 +12,8 @@ import threading
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from relserve.backend.protocol import Backend
 
 TokenizeFn = Callable[[str], list[int]]
 
@@ -44,7 +45,7 @@ _hf_lock = threading.Lock()
 _hf_sources: dict[str, TokenSource | None] = {}
 
 
-def token_source(engine: Any = None, model: str | None = None) -> TokenSource:
+def token_source(engine: Backend | None = None, model: str | None = None) -> TokenSource:
     """The best available way to get the engine's token ids for a user prompt."""
     if engine is not None and hasattr(engine, "prompt_token_ids"):
         return TokenSource(engine.prompt_token_ids, "engine", _engine_batch(engine))
@@ -54,7 +55,7 @@ def token_source(engine: Any = None, model: str | None = None) -> TokenSource:
     return TokenSource(approximate_tokens, "approximate")
 
 
-def _engine_batch(engine: Any) -> Callable[[list[str]], list[list[int]]] | None:
+def _engine_batch(engine: Backend) -> Callable[[list[str]], list[list[int]]] | None:
     batch = getattr(engine, "prompt_token_ids_many", None)
     if callable(batch):
         return batch
