@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
+from relserve.backend.protocol import Backend
 from relserve.operators.reduce import reduce_call, run_reduce
 from relserve.operators.topk import run_topk, topk_call
 from relserve.server.budget import Cost, check_template, rows_cost
@@ -88,7 +89,7 @@ async def reduce(
     }
 
 
-def _topk(tc: Any, values: list, *, engine: Any, cancel: threading.Event) -> Any:
+def _topk(tc: Any, values: list, *, engine: Backend, cancel: threading.Event) -> Any:
     # two rounds, each one relQuery: nothing to stop between them worth the check
     return run_topk(tc, values, engine=engine)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 from fastapi import FastAPI
 
+from relserve.backend.protocol import Backend
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.server import api_cells, api_meta, api_openai, api_operators, api_relqueries, log_redaction, pages
 from relserve.server.body_limit import BodyLimitMiddleware
@@ -20,7 +20,7 @@ from relserve.server.tenants import Tenants
 
 
 def create_app(
-    engine: Any,
+    engine: Backend,
     *,
     tenants: Tenants | dict | str | Path | None = None,
     cache: ResultCache | bool | None = True,

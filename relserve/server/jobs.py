@@ -17,6 +17,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+from relserve.backend.protocol import Backend
 from relserve.functions import SchedulingHints
 from relserve.planner.executor import CallExecutor
 from relserve.policy.types import Tenancy
@@ -111,7 +112,7 @@ class Job:
 
     # ------------------------------------------------------------------ running
 
-    async def run(self, engine: Any, on_finish: Callable[[Job], None]) -> None:
+    async def run(self, engine: Backend, on_finish: Callable[[Job], None]) -> None:
         """Drive the job to its end: ready rows first, then the engine's rows as they finish."""
         b = self.batch
         ex = self.executor
@@ -247,7 +248,7 @@ def _engine_cost(batch: Batch) -> Cost:
     return Cost.of(len(batch.prompts), chars, call_max_tokens(batch.call))
 
 
-def _for_tenant(engine: Any, tenancy: Tenancy | None) -> Any:
+def _for_tenant(engine: Backend, tenancy: Tenancy | None) -> Any:
     """``engine`` as the executor should see it: submitting (and warming prefixes) in the
     tenant's prefix-cache namespace and with its share, when the engine supports tenancy."""
     if tenancy is None or not getattr(engine, "supports_tenancy", False):
@@ -258,7 +259,7 @@ def _for_tenant(engine: Any, tenancy: Tenancy | None) -> Any:
 class _TenantEngine:
     """Forwards everything to the engine, adding the tenancy to ``submit`` and ``warm_prefix``."""
 
-    def __init__(self, engine: Any, tenancy: Tenancy) -> None:
+    def __init__(self, engine: Backend, tenancy: Tenancy) -> None:
         self._engine = engine
         self._tenancy = tenancy
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.concurrency import run_in_threadpool
 
+from relserve.backend.protocol import Backend
 from relserve.server.jobs import Job, JobRegistry
 
 # the *_created series (one timestamp per label set) only clutter a scrape
@@ -28,7 +28,7 @@ _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 
 class _LiveCollector(Collector):
     """Values read when Prometheus scrapes: queues, prefix hit rate, scheduler overhead."""
 
-    def __init__(self, jobs: JobRegistry, tenants: Callable[[], list[str]], engine: Any, totals: dict[str, float]) -> None:
+    def __init__(self, jobs: JobRegistry, tenants: Callable[[], list[str]], engine: Backend, totals: dict[str, float]) -> None:
         self.jobs = jobs
         self.tenants = tenants
         self.engine = engine
@@ -71,7 +71,7 @@ class ServerMetrics:
     #: the longest a scrape waits for a refresh
     scheduler_wait_s = 2.0
 
-    def __init__(self, jobs: JobRegistry, tenants: Callable[[], list[str]], engine: Any) -> None:
+    def __init__(self, jobs: JobRegistry, tenants: Callable[[], list[str]], engine: Backend) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.relqueries = Counter(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
 
 from fastapi import Header, Request
 
+from relserve.backend.protocol import Backend
 from relserve.planner.cache import CacheView, ResultCache
 from relserve.policy.types import Tenancy
 from relserve.server.budget import Cost, check_request
@@ -23,7 +23,7 @@ STOPPING = "cancelled: the server is stopping"
 
 @dataclass
 class ServerState:
-    engine: Any
+    engine: Backend
     tenants: Tenants
     jobs: JobRegistry
     metrics: ServerMetrics
