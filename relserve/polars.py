@@ -27,6 +27,7 @@ from typing import Any
 import polars as pl
 
 from relserve import settings
+from relserve.backend.protocol import Backend
 from relserve.binding import Binding
 from relserve.functions import (
     LLM_CLASSIFY,
@@ -46,7 +47,7 @@ __all__ = ["LLMExpr", "LLMFrame", "configure", "errors", "explain"]
 _UNSET: Any = object()
 
 
-def configure(*, engine: Any = _UNSET, optimize: bool | None = None, progress: bool | None = None) -> None:
+def configure(*, engine: Backend | None = _UNSET, optimize: bool | None = None, progress: bool | None = None) -> None:
     """Process-wide defaults for polars calls (``relserve.configure`` with these keys): the
     engine (None: the default engine), whether to order rows for prefix sharing, and whether to
     show progress bars. A key not given keeps its value.
@@ -155,7 +156,7 @@ def _columns(call: LLMCall, series: pl.Series) -> list[Any]:
     return binding.columns(positional=[series.to_list()], hint=hint)
 
 
-def _batch_function(call: LLMCall, engine: Any) -> Callable[[pl.Series], pl.Series]:
+def _batch_function(call: LLMCall, engine: Backend) -> Callable[[pl.Series], pl.Series]:
     dtype = _dtype(call)
 
     def run(series: pl.Series) -> pl.Series:
@@ -185,7 +186,7 @@ def _record(call: LLMCall, outcome: CallOutcome) -> None:
             _failures.append(_Failure(number, call.function.name, call.template.source, row, err))
 
 
-def _expr(expr: pl.Expr, call: LLMCall, engine: Any) -> pl.Expr:
+def _expr(expr: pl.Expr, call: LLMCall, engine: Backend) -> pl.Expr:
     return expr.map_batches(_batch_function(call, engine), return_dtype=_dtype(call))
 
 
@@ -222,7 +223,7 @@ class LLMExpr:
         on_error: str | None = None,
         reorder_fields: bool | None = None,
         examples: list[dict] | None = None,
-        engine: Any = None,
+        engine: Backend | None = None,
     ) -> pl.Expr:
         """Free-text answer per row (String).
 
@@ -249,7 +250,7 @@ class LLMExpr:
         method: str | None = None,
         examples: list[dict] | None = None,
         prompt_shape: str | None = None,
-        engine: Any = None,
+        engine: Backend | None = None,
     ) -> pl.Expr:
         """Yes/no answer per row (Boolean).
 
@@ -278,7 +279,7 @@ class LLMExpr:
         method: str | None = None,
         examples: list[dict] | None = None,
         prompt_shape: str | None = None,
-        engine: Any = None,
+        engine: Backend | None = None,
     ) -> pl.Expr:
         """One of ``labels`` per row (Enum of the labels).
 
@@ -309,7 +310,7 @@ class LLMExpr:
         on_error: str | None = None,
         reorder_fields: bool | None = None,
         examples: list[dict] | None = None,
-        engine: Any = None,
+        engine: Backend | None = None,
     ) -> pl.Expr:
         """JSON text valid against ``json_schema`` per row (String; ``.str.json_decode()`` it).
 
@@ -334,7 +335,7 @@ class LLMExpr:
     # ``group_by().agg(pl.col(v))``, or ``df.llm.reduce``) reduces every group together, each
     # level of the tree ONE relQuery for all groups.
 
-    def reduce(self, template: str, *, engine: Any = None, context_tokens: int | None = None, **options: Any) -> pl.Expr:
+    def reduce(self, template: str, *, engine: Backend | None = None, context_tokens: int | None = None, **options: Any) -> pl.Expr:
         """One answer (String) for all the expression's values: in ``group_by().agg`` one per group.
 
         >>> lf = pl.LazyFrame({"g": [1, 1, 2], "review": ["Great film!", "Too long.", "Fine."]})
@@ -346,14 +347,14 @@ class LLMExpr:
         rc = reduce_call(template, context_tokens=context_tokens, **options)
         return self._expr.map_batches(_reduce_batch(rc, engine, one_group=True), return_dtype=pl.String(), returns_scalar=True)
 
-    def reduce_list(self, template: str, *, engine: Any = None, context_tokens: int | None = None, **options: Any) -> pl.Expr:
+    def reduce_list(self, template: str, *, engine: Backend | None = None, context_tokens: int | None = None, **options: Any) -> pl.Expr:
         """One answer (String) per row of a List column, each row a group; all groups together."""
         from relserve.operators.reduce import reduce_call
 
         rc = reduce_call(template, context_tokens=context_tokens, **options)
         return self._expr.map_batches(_reduce_batch(rc, engine, one_group=False), return_dtype=pl.String())
 
-    def topk(self, template: str, k: int, *, engine: Any = None, pool: int | None = None, **options: Any) -> pl.Expr:
+    def topk(self, template: str, k: int, *, engine: Backend | None = None, pool: int | None = None, **options: Any) -> pl.Expr:
         """The ``k`` values (List(String), best first) that best answer the yes/no question
         ``template``: in ``group_by().agg`` one list per group."""
         from relserve.operators.topk import topk_call
@@ -418,7 +419,7 @@ pl.api.register_lazyframe_namespace("llm")(LLMFrame)
 # -- issue 26: batch functions of the operators (logic in relserve/operators/) ----------------------
 
 
-def _reduce_batch(rc: Any, engine: Any, *, one_group: bool) -> Callable[[pl.Series], pl.Series]:
+def _reduce_batch(rc: Any, engine: Backend, *, one_group: bool) -> Callable[[pl.Series], pl.Series]:
     from relserve.operators.reduce import explain_reduce, run_reduce
 
     def run(series: pl.Series) -> pl.Series:
@@ -438,7 +439,7 @@ def _reduce_batch(rc: Any, engine: Any, *, one_group: bool) -> Callable[[pl.Seri
     return run
 
 
-def _topk_batch(tc: Any, engine: Any) -> Callable[[pl.Series], pl.Series]:
+def _topk_batch(tc: Any, engine: Backend) -> Callable[[pl.Series], pl.Series]:
     from relserve.operators.topk import explain_topk, run_topk
 
     def run(series: pl.Series) -> pl.Series:
