@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from relserve.backend.protocol import Backend
 from relserve.errors import ConfigError
 from relserve.operators.join import JoinOutcome, join_call, run_join
 from relserve.operators.reduce import (
@@ -56,7 +57,7 @@ def llm_reduce(
     template: str,
     groups: Mapping[Any, Sequence[Any]] | Sequence[Sequence[Any] | None],
     *,
-    engine: Any = None,
+    engine: Backend | None = None,
     context_tokens: int | None = None,
     progress: bool = False,
     **options: Any,
@@ -78,7 +79,7 @@ def llm_reduce_explain(
     template: str,
     groups: Mapping[Any, Sequence[Any]] | Sequence[Sequence[Any] | None],
     *,
-    engine: Any = None,
+    engine: Backend | None = None,
     context_tokens: int | None = None,
     **options: Any,
 ) -> ReduceExplain:
@@ -94,7 +95,7 @@ def llm_topk(
     values: Sequence[Any],
     k: int,
     *,
-    engine: Any = None,
+    engine: Backend | None = None,
     pool: int | None = None,
     progress: bool = False,
     **options: Any,
@@ -115,7 +116,7 @@ def llm_join(
     *,
     candidates: Sequence[tuple[int, int]] | None = None,
     block: int | None = None,
-    engine: Any = None,
+    engine: Backend | None = None,
     progress: bool = False,
     **options: Any,
 ) -> JoinOutcome:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from relserve.backend.protocol import Backend
 from relserve.engine.settings import EngineSettings
 from relserve.errors import ConfigError
 from relserve.planner.tokens import TokenSource, token_source
@@ -32,7 +32,7 @@ class TokenCounter:
     wrapper: int
 
     @classmethod
-    def of(cls, engine: Any = None, model: str | None = None) -> TokenCounter:
+    def of(cls, engine: Backend | None = None, model: str | None = None) -> TokenCounter:
         source = token_source(engine, model)
         return cls(source, len(source.tokenize("")))
 
@@ -50,7 +50,7 @@ class TokenCounter:
         return len(self.source.tokenize(text))
 
 
-def context_of(engine: Any, override: int | None) -> int:
+def context_of(engine: Backend, override: int | None) -> int:
     """The context a prompt plus its answer must fit in (``override`` may only shrink it)."""
     limit = getattr(engine, "max_model_len", None) if engine is not None else None
     limit = int(limit) if isinstance(limit, int) and limit > 0 else DEFAULT_CONTEXT

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from relserve.backend.protocol import Backend
 from relserve.errors import RowError
 from relserve.operators.budget import placeholders
 from relserve.functions import LLM_FILTER, LLMCall, make_call
@@ -45,7 +46,7 @@ def run_join(
     right: Sequence[Any],
     *,
     candidates: Sequence[tuple[int, int]] | None = None,
-    engine: Any = None,
+    engine: Backend | None = None,
     cache: Any = True,
     progress: bool = False,
 ) -> JoinOutcome:

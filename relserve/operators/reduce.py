@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from relserve.backend.protocol import Backend
 from relserve.errors import ConfigError, RowError
 from relserve.functions import LLM_EXTRACT, LLM_MAP, LLMCall, make_call
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds
@@ -136,7 +137,7 @@ class _Budget:
     budget: int
 
 
-def _budget(rc: ReduceCall, engine: Any) -> _Budget:
+def _budget(rc: ReduceCall, engine: Backend) -> _Budget:
     counter = TokenCounter.of(engine, rc.call.options.model)
     context = context_of(engine, rc.context_tokens)
     # the prompt around the values: the template with nothing folded in, plus a system message
@@ -151,7 +152,7 @@ def run_reduce(
     groups: Sequence[Sequence[Any] | None],
     *,
     keys: list[Any] | None = None,
-    engine: Any = None,
+    engine: Backend | None = None,
     cache: Any = True,
     progress: bool = False,
     cancel: Any = None,
@@ -316,7 +317,7 @@ def _model_id(running: Any, model: str | None) -> str | None:
 
 
 def explain_reduce(
-    rc: ReduceCall, groups: Sequence[Sequence[Any] | None], *, engine: Any = None
+    rc: ReduceCall, groups: Sequence[Sequence[Any] | None], *, engine: Backend | None = None
 ) -> ReduceExplain:
     """The tree each group would need and what each level costs; never starts the engine."""
     ref = engine if isinstance(engine, EngineRef) else EngineRef(engine, rc.call.options.model)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from relserve.backend.protocol import Backend
 from relserve.errors import ConfigError, RowError
 from relserve.functions import LLM_CLASSIFY, LLM_FILTER, LLMCall, make_call
 from relserve.planner.engine_ref import EngineRef
@@ -98,7 +99,7 @@ def _record(name: str, prompts: int, result: Any) -> Round:
     return r
 
 
-def run_topk(tc: TopKCall, values: Sequence[Any], *, engine: Any = None, progress: bool = False) -> TopKOutcome:
+def run_topk(tc: TopKCall, values: Sequence[Any], *, engine: Backend | None = None, progress: bool = False) -> TopKOutcome:
     ref = engine if isinstance(engine, EngineRef) else EngineRef(engine, tc.score.options.model)
     n = len(values)
     texts = [None if v is None else (v if isinstance(v, str) else format_value(v)) for v in values]
