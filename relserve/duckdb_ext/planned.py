@@ -28,7 +28,7 @@ import pyarrow as pa
 from relserve.duckdb_ext.arguments import decode_chunk
 from relserve.duckdb_ext.session import Session
 from relserve.duckdb_ext.statement import CallSite, Statement
-from relserve.duckdb_ext.udf import answer_chunk, create_function, to_arrow
+from relserve.duckdb_ext.udf import answer_chunk, create_function, settle_chunk_errors, to_arrow
 from relserve.errors import RowError
 from relserve.functions import LLMCall, LLMFunction
 from relserve.planner.explain import Explain
@@ -80,11 +80,7 @@ class SiteState:
         chunk = decode_chunk(fn, arrays, self.session.defaults)
         if self.mode == "inline":
             return to_arrow(fn, answer_chunk(fn, chunk, self.session, self._answer_or_run))
-        if chunk.errors:
-            modes = {g.call.options.on_error for g in chunk.groups} or {self.session.defaults.on_error}
-            if "raise" in modes:
-                raise RowError(f"{self.site.text}: {chunk.errors[min(chunk.errors)]}")
-            self.session.record_chunk_errors(fn, chunk.errors)
+        settle_chunk_errors(fn, chunk, self.session, f"{self.site.text}: ")
         out: list[Any] = [None] * chunk.size
         stand_in = _STAND_IN[fn.kind]
         with self.lock:

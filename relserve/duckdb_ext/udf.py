@@ -57,11 +57,7 @@ def answer_chunk(
     fn: LLMFunction, chunk: DecodedChunk, session: Session, run: Callable[[LLMCall, list[tuple]], CallOutcome]
 ) -> list[Any]:
     """Values for every row of a chunk; failed rows are NULL and logged (or raise, if asked)."""
-    if chunk.errors:
-        modes = {g.call.options.on_error for g in chunk.groups} or {session.defaults.on_error}
-        if "raise" in modes:
-            raise RowError(chunk.errors[min(chunk.errors)])
-        session.record_chunk_errors(fn, chunk.errors)
+    settle_chunk_errors(fn, chunk, session)
     out: list[Any] = [None] * chunk.size
     for group in chunk.groups:
         outcome = run(group.call, group.values)
@@ -69,3 +65,13 @@ def answer_chunk(
             out[r] = v
         session.record_failures(group.call, group.values, outcome.errors)
     return out
+
+
+def settle_chunk_errors(fn: LLMFunction, chunk: DecodedChunk, session: Session, where: str = "") -> None:
+    """Rows of a chunk whose arguments could not be read: the first raises when a call of the
+    chunk (or the session) asks for on_error "raise", else they are logged (their value is NULL)."""
+    if chunk.errors:
+        modes = {g.call.options.on_error for g in chunk.groups} or {session.defaults.on_error}
+        if "raise" in modes:
+            raise RowError(f"{where}{chunk.errors[min(chunk.errors)]}")
+        session.record_chunk_errors(fn, chunk.errors)
