@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any
 
 import duckdb
 
+from relserve.backend.protocol import Backend
 from relserve.duckdb_ext.arguments import options_macro_sql
 from relserve.duckdb_ext.remote import http_runner
 from relserve.duckdb_ext.session import CallRunner, LocalRunner, Session
@@ -26,7 +26,7 @@ _sessions_lock = threading.Lock()
 def install(
     con: duckdb.DuckDBPyConnection,
     *,
-    engine: Any = None,
+    engine: Backend | None = None,
     model: str | None = None,
     max_tokens: int | None = None,
     temperature: float = 0.0,

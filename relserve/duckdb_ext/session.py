@@ -10,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from relserve.backend.protocol import Backend
 from relserve.duckdb_ext.remote import HttpRunner, RemoteCall
 from relserve.functions import CallOptions, LLMCall, LLMFunction
 from relserve.planner.cache import ResultCache, shared_cache
@@ -35,7 +36,7 @@ class CallRunner(Protocol):
 class LocalRunner:
     """Calls planned and run on an engine in this process (None: the default engine)."""
 
-    engine: Any = None
+    engine: Backend | None = None
     #: None or True: the shared result cache; False: none
     cache: ResultCache | bool | None = None
     #: order rows (and fields, where allowed) for prefix sharing
