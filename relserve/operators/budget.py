@@ -50,7 +50,7 @@ class TokenCounter:
         return len(self.source.tokenize(text))
 
 
-def context_of(engine: Backend, override: int | None) -> int:
+def context_of(engine: Backend | None, override: int | None) -> int:
     """The context a prompt plus its answer must fit in (``override`` may only shrink it)."""
     limit = getattr(engine, "max_model_len", None) if engine is not None else None
     limit = int(limit) if isinstance(limit, int) and limit > 0 else DEFAULT_CONTEXT
