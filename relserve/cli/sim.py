@@ -28,6 +28,7 @@ def sim(
     max_num_seqs: int = typer.Option(256, help="Most requests running at once."),
     max_num_batched_tokens: int = typer.Option(1024, help="Token budget of a step."),
     block_size: int = typer.Option(32, help="KV block size (prefix caching granularity)."),
+    limit: bool = typer.Option(True, help="Also the trace's lower bound and clairvoyant schedule, and each policy's ratio to them."),
 ) -> None:
     """Simulate TRACE under each policy with the calibrated cost model (or a preset)."""
     from rich.console import Console
@@ -38,6 +39,7 @@ def sim(
     from relserve.policy import PRESETS, CostModel
     from relserve.sim import default_limits, markdown_table, simulate_many, sweep_markdown, sweep_starvation, write_results
     from relserve.sim.prompts import template_renderer
+    from relserve.sim.run import limit_of
     from relserve.workloads import read_trace, scale_arrivals
 
     console = Console()
@@ -64,13 +66,17 @@ def sim(
     )
     console.log(f"cost model: {cost.model_dump()}")
     results = simulate_many(queries, _csv(policies), cost, limits, tokenize=tokenize, render=render)
-    console.print(markdown_table(results))
+    reference = limit_of(queries, cost, limits, tokenize=tokenize, render=render) if limit else None
+    console.print(markdown_table(results, reference))
     swept = None
     if sweep:
         thresholds = [None if x.lower() == "none" else float(x) for x in _csv(sweep)]
         swept = sweep_starvation(queries, thresholds, cost, limits, tokenize=tokenize, render=render)
+        swept.limit = reference
         console.print(sweep_markdown(swept))
     if markdown_out and not json_out:
         json_out = markdown_out.with_suffix(".json")
     if json_out:
-        write_results(results, json_out, markdown_out, sweep=swept, meta={"trace": str(trace), "load": load, "cost_model": cost.model_dump()})
+        write_results(
+            results, json_out, markdown_out, sweep=swept, meta={"trace": str(trace), "load": load, "cost_model": cost.model_dump()}, limit=reference
+        )
