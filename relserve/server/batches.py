@@ -1,4 +1,4 @@
-"""From a request to a ``Batch``: the answers known before the engine runs (result-cache hits,
+"""From a request to ``PlannedRows``: the answers known before the engine runs (result-cache hits,
 rows that cannot run) and the distinct prompts left for ONE engine relQuery.
 
 The planner does the work (``plan_rows``: deduplication, result-cache lookup, prefix-sharing
@@ -18,21 +18,17 @@ from relserve.planner.plan import plan_rows
 from relserve.planner.planned_rows import PlannedRows
 from relserve.server.schemas import CallFields, CellsRequest, RelQueryRequest
 
-
-#: what the server runs: a request's rows after planning (cache hits, failed rows, prompts)
-Batch = PlannedRows
-
 Cache = ResultCache | CacheView
 
 
 class _Builder:
-    """Plans each part of a request and gathers them into one ``Batch``."""
+    """Plans each part of a request and gathers them into one ``PlannedRows``."""
 
     def __init__(self, call: LLMCall, total: int, model_id: str, cache: Cache | None, wanted: bool = True) -> None:
         # sampled answers must not be replayed; the system message is in the call's cache key
         self.cache = cache if wanted and call.deterministic else None
         self.model_id = model_id
-        self.batch = Batch(call, total, self.cache)
+        self.batch = PlannedRows(call, total, self.cache)
         self._added = False
 
     def add(self, call: LLMCall, rows: Sequence[tuple], out_rows: Sequence[int]) -> None:
@@ -42,7 +38,7 @@ class _Builder:
         self.batch.add(plan_rows(call, rows, model_id=self.model_id, cache=self.cache, optimize=True), out_rows)
 
 
-def plan_relquery(req: RelQueryRequest, model_id: str, cache: Cache | None) -> Batch:
+def plan_relquery(req: RelQueryRequest, model_id: str, cache: Cache | None) -> PlannedRows:
     """``template`` + ``rows`` (placeholders name columns), or already-rendered ``prompts``."""
     if req.prompts is not None:
         return plan_prompts(req, req.prompts, model_id, cache, wanted=req.cache)
@@ -55,7 +51,7 @@ def plan_relquery(req: RelQueryRequest, model_id: str, cache: Cache | None) -> B
     return b.batch
 
 
-def plan_prompts(req: CallFields, prompts: Sequence[str | None], model_id: str, cache: Cache | None, wanted: bool = True) -> Batch:
+def plan_prompts(req: CallFields, prompts: Sequence[str | None], model_id: str, cache: Cache | None, wanted: bool = True) -> PlannedRows:
     """Plain prompts (``prompts`` of a relQuery, the OpenAI-compatible endpoints)."""
     call = req.call("{prompt}")
     b = _Builder(call, len(prompts), model_id, cache, wanted)
@@ -63,7 +59,7 @@ def plan_prompts(req: CallFields, prompts: Sequence[str | None], model_id: str, 
     return b.batch
 
 
-def plan_cells(req: CellsRequest, model_id: str, cache: Cache | None) -> Batch:
+def plan_cells(req: CellsRequest, model_id: str, cache: Cache | None) -> PlannedRows:
     """Cells may carry different templates; all of them go into one relQuery.
 
     A cell whose formula is wrong (bad template, wrong number of values) gets its own error,

@@ -20,9 +20,9 @@ from starlette.concurrency import run_in_threadpool
 from relserve.backend.protocol import Backend
 from relserve.functions import SchedulingHints
 from relserve.planner.executor import CallExecutor
+from relserve.planner.planned_rows import PlannedRows
 from relserve.policy.types import Tenancy
 from relserve.results import RelQueryStats, RowResult
-from relserve.server.batches import Batch
 from relserve.server.budget import Cost, LimitExceeded, call_max_tokens
 from relserve.validation import OnError
 
@@ -33,7 +33,7 @@ class Job:
 
     def __init__(
         self,
-        batch: Batch,
+        batch: PlannedRows,
         tenant: str,
         kind: str,
         hints: SchedulingHints = SchedulingHints(),
@@ -242,7 +242,7 @@ class Job:
         })
 
 
-def _engine_cost(batch: Batch) -> Cost:
+def _engine_cost(batch: PlannedRows) -> Cost:
     system = len(getattr(batch.call.options, "system", None) or "")
     chars = sum(len(p) + system for p in batch.prompts)
     return Cost.of(len(batch.prompts), chars, call_max_tokens(batch.call))
