@@ -105,7 +105,7 @@ def main() -> None:
     from relserve.operators.scoring import label_scores
     from relserve.operators.topk import run_topk, topk_call
     from relserve.planner.engine_ref import EngineRef
-    from relserve.planner.execute import run_call
+    from relserve.planner.plan_and_run import run_call
 
     groups, titles = load(args.groups, args.per_group)
     t0 = time.perf_counter()

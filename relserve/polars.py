@@ -38,7 +38,7 @@ from relserve.functions import (
     LLMFunction,
     make_call,
 )
-from relserve.planner.execute import CallOutcome, run_call
+from relserve.planner.plan_and_run import CallOutcome, run_call
 from relserve.planner.explain import Explain
 from relserve.template import Template
 

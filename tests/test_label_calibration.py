@@ -12,7 +12,7 @@ import pytest
 from engine_doubles import ScriptedEngine
 from relserve.errors import ConfigError
 from relserve.functions import CallOptions, make_call
-from relserve.planner.execute import run_call
+from relserve.planner.plan_and_run import run_call
 from relserve.planner.label_calibration import (
     MIN_BATCH_ROWS,
     batch_picks,

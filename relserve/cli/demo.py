@@ -62,7 +62,7 @@ def demo(
     console.print(f"engine ready in {time.monotonic() - t0:.1f} s")
     try:
         from relserve.functions import make_call
-        from relserve.planner.execute import run_call
+        from relserve.planner.plan_and_run import run_call
 
         call = make_call("llm_filter", QUESTION, method=method, prompt_shape=prompt_shape)
         columns = [[row[c] for row in rows] for c in call.template.columns]

@@ -31,7 +31,7 @@ from relserve.call_fields import CallFields, jsonable_row
 from relserve.client import Client
 from relserve.errors import ConfigError, RowError
 from relserve.functions import LLMCall
-from relserve.planner.execute import CallOutcome
+from relserve.planner.plan_and_run import CallOutcome
 from relserve.progress import progress_bar
 from relserve.results import RowResult, in_input_order
 

@@ -15,7 +15,7 @@ from relserve.duckdb_ext.remote import HttpRunner, RemoteCall
 from relserve.functions import CallOptions, LLMCall, LLMFunction
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
-from relserve.planner.execute import CallOutcome, cached_values, run_rows
+from relserve.planner.plan_and_run import CallOutcome, cached_values, run_rows
 
 MAX_LOGGED_ERRORS = 10_000
 

@@ -17,7 +17,7 @@ from relserve.duckdb_ext.arguments import DecodedChunk, decode_chunk
 from relserve.duckdb_ext.session import Session
 from relserve.errors import RowError
 from relserve.functions import LLMCall, LLMFunction
-from relserve.planner.execute import CallOutcome
+from relserve.planner.plan_and_run import CallOutcome
 
 #: DuckDB return type of each function
 RETURN_TYPES = {"map": "VARCHAR", "filter": "BOOLEAN", "classify": "VARCHAR", "extract": "JSON"}

@@ -17,7 +17,7 @@ from relserve.backend.protocol import Backend
 from relserve.errors import RowError
 from relserve.operators.budget import placeholders
 from relserve.functions import LLM_FILTER, LLMCall, make_call
-from relserve.planner.execute import run_call
+from relserve.planner.plan_and_run import run_call
 
 WHO = "llm_join"
 

@@ -27,7 +27,7 @@ import duckdb
 
 from relserve.errors import ConfigError
 from relserve.functions import LLMCall
-from relserve.planner.execute import CallOutcome
+from relserve.planner.plan_and_run import CallOutcome
 from relserve.template import format_value
 
 WHO = "llm_filter in JOIN ... ON"

@@ -9,7 +9,7 @@ drive too, over ``PlannedRows`` (a plan's cache hits, failed rows and prompts le
 
 from relserve.planner.cache import ResultCache, clear_result_cache, shared_cache
 from relserve.planner.engine_ref import EngineRef
-from relserve.planner.execute import CallOutcome, cached_values, run_call
+from relserve.planner.plan_and_run import CallOutcome, cached_values, run_call
 from relserve.planner.executor import CallExecutor
 from relserve.planner.explain import Explain, explain_plan
 from relserve.planner.ggr import GGR, Ordering, ggr, sort_rows

@@ -3,7 +3,7 @@ answer out to the rows that share its prompt, collect new answers for the result
 report rows as they finish.
 
 Two drivers use it: ``run`` for the synchronous surfaces (DuckDB, polars, through
-``relserve.planner.execute.run_call``), and the server's jobs, which call ``submit`` in a worker
+``relserve.planner.plan_and_run.run_call``), and the server's jobs, which call ``submit`` in a worker
 thread, pass each row the engine streams to ``answer`` on their event loop, and end with
 ``write_cache``. What is the server's own (tenants, cancel reasons, streaming) stays there.
 """
