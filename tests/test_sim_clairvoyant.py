@@ -47,6 +47,7 @@ def test_two_relqueries_bound_and_clairvoyant_by_hand():
     0.006 + 0.004 plus 3 steps x 0.02 = 0.070. B: a row's chain 0.026 + 0.022 = 0.048; work
     0.012 + 0.004 plus 2 steps = 0.056. Mean 0.063.
     SRPT: shares by requests (3/10 and 4/10 of a 0.02 step): A 0.016, B 0.024: mean (0.016 + 0.040)/2.
+    Combined: taking A out of SRPT gives 0.024 + 0.070, then B too: back to the floors, 0.063.
     The optimum: prefill all three rows (0.038), decode three (0.026: B done at 0.064), decode A
     (0.022: 0.086): mean 0.075 (prefilling B first, or A first, gives 0.084). The clairvoyant
     policy ranks B (0.056 left) before A (0.070) and fills the prefill with A: the same 0.075.
@@ -59,7 +60,9 @@ def test_two_relqueries_bound_and_clairvoyant_by_hand():
     assert by_id["B"].min_latency == pytest.approx(0.056, **APPROX)
     assert lb.isolated_mean == pytest.approx(0.063, **APPROX)
     assert lb.srpt_mean == pytest.approx(0.028, **APPROX)
-    assert lb.share_weight == 0.0
+    assert lb.share_weights == (0.0, 1.0, 0.0)
+    assert lb.combined_mean == pytest.approx(0.063, **APPROX)
+    assert lb.outside_srpt == 2
     assert lb.mean == pytest.approx(0.063, **APPROX)
     cv = clairvoyant(trace, COST, lim)
     assert cv.mean == pytest.approx(0.075, **APPROX)
@@ -77,9 +80,28 @@ def test_one_request_at_a_time_makes_the_srpt_bound_exact():
     lb = lower_bound(trace, COST, lim)
     assert lb.isolated_mean == pytest.approx(0.026, **APPROX)
     assert lb.srpt_mean == pytest.approx(0.052, **APPROX)
+    assert lb.combined_mean == pytest.approx(0.052, **APPROX)
+    assert lb.outside_srpt == 0
     assert lb.mean == pytest.approx(0.052, **APPROX)
     assert simulate(trace, "fcfs", COST, lim, isolated=False).summary.mean_latency == pytest.approx(0.052, **APPROX)
     assert clairvoyant(trace, COST, lim).mean == pytest.approx(0.052, **APPROX)
+
+
+def test_the_combination_beats_both_relaxations():
+    """max_num_seqs = 2. X: one 6-token row answering 10 tokens (alone: 0.026 + 9 x 0.022 = 0.224;
+    SRPT work 0.024 + 10 samples x 0.02 / 2 = 0.124); Y1-Y3: one 6-token row answering 1 (alone
+    0.026; work 0.006 + 0.01 = 0.016). All at t=0. SRPT: 0.016, 0.032, 0.048, X 0.172: mean 0.067;
+    floors: mean 0.0755; X by its floor, the Ys by SRPT: (0.096 + 0.224) / 4 = 0.080.
+    The best schedule found by hand: Y1+Y2 (0.032), Y3+X (0.064), 9 decodes: mean 0.0975."""
+    lim = limits(seqs=2)
+    trace = prepare_trace([rq("X", 0.0, [words("x", 6)], 10)] + [rq(f"Y{k}", 0.0, [words(f"y{k}", 6)], 1) for k in range(3)], block_size=4)
+    lb = lower_bound(trace, COST, lim)
+    assert lb.srpt_mean == pytest.approx(0.268 / 4, **APPROX)
+    assert lb.isolated_mean == pytest.approx(0.302 / 4, **APPROX)
+    assert lb.combined_mean == pytest.approx(0.080, **APPROX)
+    assert lb.outside_srpt == 1
+    assert lb.mean == pytest.approx(0.080, **APPROX)
+    assert clairvoyant(trace, COST, lim).mean == pytest.approx(0.0975, **APPROX)
 
 
 def test_a_block_two_rows_share_is_paid_once():

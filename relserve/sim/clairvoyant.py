@@ -14,9 +14,14 @@ Two references, both computed with the true answer length of every row:
      terms) and (b) its own token work plus one fixed cost per step it needs at least (its
      longest answer, its tokens over the step budget, its samples over ``max_num_seqs``);
   2. *one machine, preemptive SRPT*: a step of duration D holds each relQuery's own token work
-     plus a share of the fixed cost that sums to at most 1 per step (weights over tokens/budget
-     and requests/max_num_seqs); serialising every step's pieces gives a one-machine preemptive
-     schedule finishing each relQuery no later, and SRPT minimises the mean flow time there.
+     plus a share of the fixed cost that sums to at most 1 per step (weights over tokens/budget,
+     requests/max_num_seqs and KV tokens only that request can hold/KV capacity); serialising
+     every step's pieces gives a one-machine preemptive schedule finishing each relQuery no
+     later, and SRPT minimises the mean flow time there.
+
+  and, stronger than both, their combination: for any subset A of the relQueries, the sum of
+  latencies is at least SRPT's flow-time sum over A alone plus the others' relaxation-1 floors
+  (the best A a greedy search finds).
 
   Prompt work is counted generously to the scheduler: a block any other request also holds is
   assumed cached; a block only one relQuery holds is paid once by that relQuery. A token after a
@@ -27,7 +32,8 @@ Two references, both computed with the true answer length of every row:
 * ``clairvoyant``: the best of a few *achievable* schedules in the simulator itself (same host,
   same KV cache and prefix cache): relQueries ranked by their exact remaining work alone
   (shortest remaining work first), the step arranged by one of a handful of rules (prefill
-  first, mixed steps of several chunk sizes, protect the head relQuery's decodes). It is a
+  first, mixed steps, protect the head relQuery's decodes) or by RelServe's own arranger fed
+  the exact priorities and answer lengths (four of its settings). It is a
   strong clairvoyant heuristic, not a bound: an implemented policy may beat it, and the true
   optimum lies between ``lower_bound`` and it.
 """
@@ -37,18 +43,25 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel
 
 from relserve.policy import CostModel, Limits, Policy, PolicySettings, Req, StepKind, StepPlan, StepView
+from relserve.policy.aba import AdaptiveBatchArranger, Transitional
 from relserve.policy.batching import blocks
+from relserve.policy.relqueries import RelQueryGroup
 from relserve.sim.engine import EngineSim, SimRequest
 from relserve.sim.prompts import PreparedTrace
 
-#: weights of the fixed-cost share between tokens/step budget and requests/max_num_seqs
-SHARE_WEIGHTS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+#: weights of a step's fixed cost shared out by tokens/step budget, requests/max_num_seqs and
+#: KV tokens held/KV capacity (each weight triple sums to 1, so a step's shares sum to at most 1)
+SHARE_WEIGHTS: tuple[tuple[float, float, float], ...] = tuple(
+    (a / 4, b / 4, (4 - a - b) / 4) for a in range(5) for b in range(5 - a)
+)
+#: relaxations 1 and 2 combine over a subset of relQueries; at most this many are tried out of it
+COMBINE_CANDIDATES = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,24 +92,31 @@ class RelQueryFloor(BaseModel):
     min_latency: float
     #: seconds of step time only its own tokens account for (token terms, no fixed cost)
     token_work: float
-    #: tokens it must schedule at least, and request-steps (samples) it needs
+    #: tokens it must schedule at least, request-steps (samples) it needs, and the sum over its
+    #: samples of the KV tokens only that request can be holding in that step
     tokens: int
     samples: int
+    kv_tokens: float
 
 
 class LowerBound(BaseModel):
     relqueries: list[RelQueryFloor]
     #: mean of ``min_latency`` (relaxation 1)
     isolated_mean: float
-    #: mean flow time of one-machine preemptive SRPT (relaxation 2), best share weight
+    #: mean flow time of one-machine preemptive SRPT (relaxation 2), best share weights
     srpt_mean: float
-    share_weight: float
+    share_weights: tuple[float, float, float]
+    #: both at once: SRPT over a subset A of the relQueries, ``min_latency`` for the others
+    #: (every schedule's sum of latencies is at least that, for any A); the best A found
+    combined_mean: float
+    #: relQueries counted by ``min_latency`` in ``combined_mean``
+    outside_srpt: int
     #: speed of the one machine (N replicas: N)
     replicas: int = 1
 
     @property
     def mean(self) -> float:
-        return max(self.isolated_mean, self.srpt_mean)
+        return max(self.isolated_mean, self.srpt_mean, self.combined_mean)
 
 
 def _prefill_pairs(u: float, c: float) -> float:
@@ -121,8 +141,10 @@ def lower_bound(trace: PreparedTrace, cost: CostModel, limits: Limits, *, replic
             in_requests.update(hs)
             seen.update(hs)
         in_relqueries.update(seen)
+    kv_tokens_total = (limits.kv_capacity_tokens // bs) * bs
     floors = []
     for q in qs:
+        kv = 0.0
         tokens_forced = 0
         pairs = 0.0
         decode_work = 0.0
@@ -144,6 +166,9 @@ def lower_bound(trace: PreparedTrace, cost: CostModel, limits: Limits, *, replic
             row_pairs = _prefill_pairs(u, k * bs)
             pairs += row_pairs
             tail = p - len(hs) * bs  # prompt tokens no block hash covers: recomputed after a preemption
+            # KV only this request can hold: blocks no other request has, its tail, its answer
+            own = p - bs * sum(1 for h in hs if in_requests[h] > 1)
+            kv += o * own + o * (o - 1) / 2
             row_decode, row_chain = _later_samples(f, p, tail, o - 1)
             decode_work += row_decode
             samples += o
@@ -155,18 +180,58 @@ def lower_bound(trace: PreparedTrace, cost: CostModel, limits: Limits, *, replic
         work = f.a_p * tokens + f.g_p * pairs + decode_work
         steps = max(max(q.output_tokens), math.ceil((tokens + decoded) / limits.max_num_batched_tokens), math.ceil(samples / limits.max_num_seqs))
         alone = chain if replicas > 1 else max(chain, work + f.b * steps)
-        floors.append(RelQueryFloor(id=q.id, arrival=q.arrival, min_latency=alone, token_work=work, tokens=tokens + decoded, samples=samples))
-    iso = sum(x.min_latency for x in floors) / len(floors) if floors else 0.0
-    best, best_w = 0.0, 0.0
+        floors.append(
+            RelQueryFloor(
+                id=q.id, arrival=q.arrival, min_latency=alone, token_work=work, tokens=tokens + decoded, samples=samples, kv_tokens=kv
+            )
+        )
+    n = len(floors)
+    if not n:
+        return LowerBound(relqueries=[], isolated_mean=0.0, srpt_mean=0.0, share_weights=(0.0, 0.0, 1.0), combined_mean=0.0, outside_srpt=0)
+    iso = sum(x.min_latency for x in floors) / n
+    best_jobs: list[tuple[float, float]] = []
+    best, best_w = -1.0, SHARE_WEIGHTS[0]
     for w in SHARE_WEIGHTS:
         jobs = [
-            (x.arrival, (x.token_work + f.b * (w * x.tokens / limits.max_num_batched_tokens + (1 - w) * x.samples / limits.max_num_seqs)) / replicas)
+            (
+                x.arrival,
+                (
+                    x.token_work
+                    + f.b * (w[0] * x.tokens / limits.max_num_batched_tokens + w[1] * x.samples / limits.max_num_seqs + w[2] * x.kv_tokens / kv_tokens_total)
+                )
+                / replicas,
+            )
             for x in floors
         ]
-        m = srpt_mean_flow(jobs)
+        m = sum(srpt_flows(jobs)) / n
         if m > best:
-            best, best_w = m, w
-    return LowerBound(relqueries=floors, isolated_mean=iso, srpt_mean=best, share_weight=best_w, replicas=replicas)
+            best, best_w, best_jobs = m, w, jobs
+    combined, outside = _combine(best_jobs, [x.min_latency for x in floors])
+    return LowerBound(
+        relqueries=floors, isolated_mean=iso, srpt_mean=best, share_weights=best_w, combined_mean=combined / n, outside_srpt=outside, replicas=replicas
+    )
+
+
+def _combine(jobs: list[tuple[float, float]], alone: list[float]) -> tuple[float, int]:
+    """max over subsets A of (SRPT's flow-time sum over A alone + the others' ``alone``), by one
+    greedy sweep from A = everything: the relQueries whose own floor most exceeds their SRPT
+    flow first (at most ``COMBINE_CANDIDATES``), each taken out of A if that raises the sum.
+    Returns the sum and how many were taken out."""
+    everyone = range(len(jobs))
+    inside = set(everyone)
+
+    def value(members: set[int]) -> float:
+        idx = sorted(members)
+        return sum(srpt_flows([jobs[i] for i in idx])) + sum(alone[i] for i in everyone if i not in members)
+
+    flows = srpt_flows(jobs)
+    total = sum(flows)
+    for i in sorted(everyone, key=lambda i: flows[i] - alone[i])[:COMBINE_CANDIDATES]:
+        trial = value(inside - {i})
+        if trial > total:
+            inside.discard(i)
+            total = trial
+    return total, len(jobs) - len(inside)
 
 
 def _later_samples(f: _Floors, prompt: int, tail: int, n: int) -> tuple[float, float]:
@@ -183,31 +248,36 @@ def _later_samples(f: _Floors, prompt: int, tail: int, n: int) -> tuple[float, f
     return token, chain
 
 
-def srpt_mean_flow(jobs: Iterable[tuple[float, float]]) -> float:
-    """Mean (finish - release) of preemptive shortest-remaining-processing-time on one machine,
-    which minimises it there (Schrage 1968). ``jobs``: (release, processing time)."""
-    todo = sorted(jobs)
-    if not todo:
-        return 0.0
-    heap: list[tuple[float, int]] = []  # (remaining, index)
-    total = 0.0
-    t = todo[0][0]
+def srpt_flows(jobs: Sequence[tuple[float, float]]) -> list[float]:
+    """Each job's (finish - release) under preemptive shortest-remaining-processing-time on one
+    machine, which minimises their sum there (Schrage 1968). ``jobs``: (release, processing time)."""
+    order = sorted(range(len(jobs)), key=lambda k: jobs[k])
+    flows = [0.0] * len(jobs)
+    heap: list[tuple[float, int]] = []  # (remaining, job)
+    t = jobs[order[0]][0] if order else 0.0
     i = 0
-    while i < len(todo) or heap:
+    while i < len(order) or heap:
         if not heap:
-            t = max(t, todo[i][0])
-        while i < len(todo) and todo[i][0] <= t:
-            heapq.heappush(heap, (todo[i][1], i))
+            t = max(t, jobs[order[i]][0])
+        while i < len(order) and jobs[order[i]][0] <= t:
+            k = order[i]
+            heapq.heappush(heap, (jobs[k][1], k))
             i += 1
-        rem, j = heapq.heappop(heap)
-        nxt = todo[i][0] if i < len(todo) else math.inf
+        rem, k = heapq.heappop(heap)
+        nxt = jobs[order[i]][0] if i < len(order) else math.inf
         if t + rem <= nxt:
             t += rem
-            total += t - todo[j][0]
+            flows[k] = t - jobs[k][0]
         else:
-            heapq.heappush(heap, (rem - (nxt - t), j))
+            heapq.heappush(heap, (rem - (nxt - t), k))
             t = nxt
-    return total / len(todo)
+    return flows
+
+
+def srpt_mean_flow(jobs: Iterable[tuple[float, float]]) -> float:
+    """Mean of ``srpt_flows``."""
+    flows = srpt_flows(list(jobs))
+    return sum(flows) / len(flows) if flows else 0.0
 
 
 # -- the clairvoyant schedule ---------------------------------------------------------------------
@@ -226,14 +296,19 @@ class Arrangement:
     #: chunk (MIXED): the head's tokens are not slowed down by others' prompts
     protect_head: bool = False
     protect_chunk: int = 32
+    #: RelServe's Adaptive Batch Arranger with these PolicySettings knobs, fed the true
+    #: remaining work as priorities and the true answer lengths (None: the rules above)
+    aba: Mapping[str, object] | None = None
 
 
 ARRANGEMENTS: tuple[Arrangement, ...] = (
     Arrangement("prefill-first", mixed=False),
     Arrangement("prefill-first, head decodes alone", mixed=False, protect_head=True),
     Arrangement("mixed", mixed=True),
-    Arrangement("mixed/256", mixed=True, chunk=256),
-    Arrangement("mixed, head protected", mixed=True, protect_head=True),
+    Arrangement("relserve's arranger", mixed=False, aba={}),
+    Arrangement("relserve's arranger, fill+mixed", mixed=True, aba={"fill_prefill": True, "mixed_steps": True}),
+    Arrangement("relserve's arranger, mixed, gain 4", mixed=True, aba={"mixed_steps": True, "transitional_gain": 4.0}),
+    Arrangement("relserve's arranger, mixed, backlog 1", mixed=True, aba={"mixed_steps": True, "backlog_weight": 1.0}),
 )
 
 
@@ -249,6 +324,10 @@ class ClairvoyantPolicy(Policy):
     def __init__(self, cost: CostModel, arrangement: Arrangement) -> None:
         super().__init__(cost, PolicySettings(starvation_threshold=None))
         self.arrangement = arrangement
+        self.aba = None
+        if arrangement.aba is not None:
+            knobs = PolicySettings(starvation_threshold=None).model_copy(update=dict(arrangement.aba))
+            self.aba = AdaptiveBatchArranger(cost, Transitional.ADAPTIVE, knobs)
         #: remaining work of a relQuery's waiting rows, keyed by (relQuery, rows waiting)
         self._waiting_work: dict[tuple[str, int], tuple[float, int]] = {}
 
@@ -277,6 +356,10 @@ class ClairvoyantPolicy(Policy):
             return StepPlan(StepKind.IDLE, reason="idle")
         groups = self.tracker.group(view)
         work = {rid: self._remaining(rid, g.waiting, g.running, view) for rid, g in groups.items()}
+        if self.aba is not None:
+            for g in groups.values():
+                _true_lengths(g)
+            return self.aba.arrange(view, groups, work)
         order = sorted(groups.values(), key=lambda g: (work[g.rel_id], g.arrival, g.seq))
         head = order[0]
         queue = (r for g in order for r in g.waiting)
@@ -297,6 +380,14 @@ class ClairvoyantPolicy(Policy):
         if not batch and not view.running:
             return StepPlan(StepKind.IDLE, reason="nothing fits")
         return StepPlan(StepKind.MIXED, admit=batch, token_budget=len(view.running) + chunk, priorities=work, reason="mixed")
+
+
+def _true_lengths(g: RelQueryGroup) -> None:
+    """The group's answer lengths (Eq. 15-16's OL) from the rows' true lengths, not max_tokens."""
+    lefts = [_left(r) for r in g.running]
+    g.remaining_output_len = max(lefts, default=0)
+    g.remaining_output_total = sum(lefts)
+    g.output_len = max((r.handle.out_len for r in (*g.waiting, *g.running)), default=0)  # type: ignore[attr-defined]
 
 
 def _left(r: Req) -> int:
