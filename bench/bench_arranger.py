@@ -53,7 +53,7 @@ ENGINE_VARIANTS = ("paper", "mixed", "mixed, backlog 1", "fill+mixed, backlog 1"
 def _tokenizer():
     from transformers import AutoTokenizer
 
-    from relserve.engine.prompts import ChatPrompter
+    from relserve.engine.chat_template import ChatPrompter
 
     tok = AutoTokenizer.from_pretrained(resolve_model().path)
     return (lambda text: tok(text, add_special_tokens=False)["input_ids"]), template_renderer(wrap=ChatPrompter(tok).text)

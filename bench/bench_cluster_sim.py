@@ -21,7 +21,7 @@ import dataclasses
 import random
 
 from relserve.sim.cluster import simulate_cluster
-from relserve.sim.prompts import prepare_trace, template_renderer
+from relserve.sim.prepared_trace import prepare_trace, template_renderer
 from relserve.sim.run import DEFAULT_LIMITS
 from relserve.cluster.dispatch import DISPATCHER_NAMES
 from relserve.workloads import generate_trace

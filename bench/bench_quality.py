@@ -239,7 +239,7 @@ def run_one(engine, task: dict, config: str, tap: ScoreTap) -> dict:
     import relserve.duckdb
     from relserve.functions import make_call
     from relserve.planner.cache import ResultCache
-    from relserve.planner.prompts import Renderer
+    from relserve.planner.prompt_rendering import Renderer
 
     method, shape, examples = parse_config(config)
     con = duckdb.connect()
@@ -280,7 +280,7 @@ def run_one(engine, task: dict, config: str, tap: ScoreTap) -> dict:
     if method == "score" and tap.scores:
         # every row's label scores with its truth, for comparing calibrations offline (--offline)
         from relserve.functions import make_call as _mc
-        from relserve.planner.prompts import Renderer as _R
+        from relserve.planner.prompt_rendering import Renderer as _R
 
         c2 = _mc(task["fn"], task["template"], labels=task["labels"] if task["fn"] == "llm_classify" else None,
                  method="score", prompt_shape=shape, examples=task["examples"] if examples else None)

@@ -30,7 +30,7 @@ from relserve.model import resolve_model
 from relserve.policy import POLICY_NAMES, PRESETS, CostModel, Limits, PolicySettings
 from relserve.sim import default_limits, simulate, sweep_markdown, sweep_starvation
 from relserve.sim.clairvoyant import Limit, lower_bound, the_limit
-from relserve.sim.prompts import OutputLengths, Renderer, Tokenizer
+from relserve.sim.prepared_trace import OutputLengths, Renderer, Tokenizer
 from relserve.sim.run import as_prepared
 from relserve.workloads import TraceQuery, generate_long_trace, generate_trace, read_trace
 from relserve.workloads.traces import scale_arrivals
@@ -43,7 +43,7 @@ CPU_LIMITS = dict(kv_capacity_tokens=46_592, max_num_seqs=256, max_num_batched_t
 def _tokenizer() -> tuple[Tokenizer, Renderer]:
     from transformers import AutoTokenizer
 
-    from relserve.engine.prompts import ChatPrompter
+    from relserve.engine.chat_template import ChatPrompter
     from relserve.sim import template_renderer
 
     tok = AutoTokenizer.from_pretrained(resolve_model().path)

@@ -21,7 +21,7 @@ from relserve.planner.label_calibration import (
     method_ran,
     pick_calibrated,
 )
-from relserve.planner.prompts import Renderer, render
+from relserve.planner.prompt_rendering import Renderer, render
 from relserve.prompt_shapes import ANSWER_FIELD, engine_text, label_space
 from relserve.relquery import RelQuery
 

@@ -153,7 +153,7 @@ def run_benchmark(
 
 def _sim_inputs(engine) -> dict:
     """What the simulator needs to imitate this engine: tokenizer, chat template, limits."""
-    from relserve.engine.prompts import ChatPrompter
+    from relserve.engine.chat_template import ChatPrompter
 
     prompter = ChatPrompter(engine.tokenizer)
     tok = engine.tokenizer

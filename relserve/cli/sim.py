@@ -38,7 +38,7 @@ def sim(
     from relserve.model import resolve_model
     from relserve.policy import PRESETS, CostModel
     from relserve.sim import default_limits, markdown_table, simulate_many, sweep_markdown, sweep_starvation, write_results
-    from relserve.sim.prompts import template_renderer
+    from relserve.sim.prepared_trace import template_renderer
     from relserve.sim.run import limit_of
     from relserve.workloads import read_trace, scale_arrivals
 
@@ -53,7 +53,7 @@ def sim(
         cost = load_cost_model(spec.model_id) or CostModel()
     from transformers import AutoTokenizer
 
-    from relserve.engine.prompts import ChatPrompter
+    from relserve.engine.chat_template import ChatPrompter
 
     tok = AutoTokenizer.from_pretrained(spec.path)
     render = template_renderer(wrap=ChatPrompter(tok).text)

@@ -10,7 +10,7 @@ from typing import Any
 
 from relserve.calibration import load_cost_model
 from relserve.engine.handle import RelQueryHandle
-from relserve.engine.prompts import ChatPrompter, ChatTokenizing
+from relserve.engine.chat_template import ChatPrompter, ChatTokenizing
 from relserve.engine.settings import EngineSettings
 from relserve.model import resolve_model
 from relserve.policy import PRESETS, CostModel, policy_class

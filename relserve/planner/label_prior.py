@@ -18,7 +18,7 @@ from typing import Any
 
 from relserve.backend.protocol import Backend
 from relserve.functions import LLMCall
-from relserve.planner.prompts import Renderer
+from relserve.planner.prompt_rendering import Renderer
 
 #: rel_id prefix of the probe relQueries (they are not a user's rows)
 PROBE_PREFIX = "calibrate-"

@@ -21,7 +21,7 @@ from relserve.functions import LLMCall
 from relserve.planner.cache import ResultCache
 from relserve.planner.ggr import ggr, sort_rows
 from relserve.template import format_value
-from relserve.planner.prompts import (
+from relserve.planner.prompt_rendering import (
     DistinctRows,
     distinct_rows,
     field_lengths,

@@ -16,7 +16,7 @@ from relserve.planner.explain import Explain, explain_plan
 from relserve.planner.executor import CallExecutor
 from relserve.planner.plan import CallPlan, plan_rows, rows_of
 from relserve.planner.planned_rows import PlannedRows
-from relserve.planner.prompts import Renderer, null_error
+from relserve.planner.prompt_rendering import Renderer, null_error
 from relserve.planner.tokens import token_source
 from relserve.results import RowResult
 

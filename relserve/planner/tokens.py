@@ -63,7 +63,7 @@ def _engine_batch(engine: Backend) -> Callable[[list[str]], list[list[int]]] | N
     if tokenizer is None:
         return None
     try:  # the engine's own chat-template renderer, applied to a whole list at once
-        from relserve.engine.prompts import ChatPrompter
+        from relserve.engine.chat_template import ChatPrompter
 
         return ChatPrompter(tokenizer).token_ids
     except Exception:
@@ -79,7 +79,7 @@ def _hf_source(model: str | None) -> TokenSource | None:
         try:
             from transformers import AutoTokenizer
 
-            from relserve.engine.prompts import ChatPrompter
+            from relserve.engine.chat_template import ChatPrompter
             from relserve.model import resolve_model
 
             spec = resolve_model(model, prepare=False)

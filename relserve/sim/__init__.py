@@ -3,7 +3,7 @@
 * ``engine.py``: the step loop and its host semantics (PREFILL / DECODE / MIXED / IDLE, KV blocks,
   preemption), matching the vLLM scheduler plug-in;
 * ``prefix_cache.py``: vLLM-style automatic prefix caching (chained block hashes, LRU eviction);
-* ``prompts.py``: rendering and tokenizing each row once (``render``, ``tokenize`` are pluggable);
+* ``prepared_trace.py``: rendering and tokenizing each row once (``render``, ``tokenize`` are pluggable);
 * ``run.py``: ``simulate`` / ``simulate_many`` and the isolated latencies behind the slowdown
   metric (each relQuery alone on an empty engine under FCFS, the same reference for every policy);
 * ``metrics.py``: Eq. 2 waiting / core / tail per relQuery and the per-policy summary;
@@ -22,7 +22,7 @@ from relserve.sim.engine import EngineSim, EngineStats, SimulationError
 from relserve.sim.metrics import PolicySummary, RelQueryTiming, SimResult
 from relserve.block_hashes import block_hashes
 from relserve.sim.prefix_cache import BlockPool
-from relserve.sim.prompts import PreparedTrace, prepare_trace, template_renderer, word_tokenizer
+from relserve.sim.prepared_trace import PreparedTrace, prepare_trace, template_renderer, word_tokenizer
 from relserve.sim.report import markdown_table, results_to_dict, sweep_markdown, write_results
 from relserve.sim.run import DEFAULT_LIMITS, ISOLATED_POLICY, as_prepared, default_limits, isolated_latencies, simulate, simulate_many
 from relserve.sim.sweep import DEFAULT_THRESHOLDS, StarvationSweep, SweepPoint, choose_threshold, sweep_starvation

@@ -53,7 +53,7 @@ from relserve.policy.aba import AdaptiveBatchArranger, Transitional
 from relserve.policy.batching import blocks
 from relserve.policy.relqueries import RelQueryGroup
 from relserve.sim.engine import EngineSim, SimRequest
-from relserve.sim.prompts import PreparedTrace
+from relserve.sim.prepared_trace import PreparedTrace
 
 #: weights of a step's fixed cost shared out by tokens/step budget, requests/max_num_seqs and
 #: KV tokens held/KV capacity (each weight triple sums to 1, so a step's shares sum to at most 1)

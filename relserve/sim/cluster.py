@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from relserve.cluster.dispatch import Dispatcher, Work, make_dispatcher
 from relserve.policy import CostModel, Limits, PolicySettings, make_policy
 from relserve.sim.engine import EngineSim
-from relserve.sim.prompts import PreparedRelQuery, PreparedTrace
+from relserve.sim.prepared_trace import PreparedRelQuery, PreparedTrace
 from relserve.sim.run import DEFAULT_LIMITS, TraceInput, as_prepared
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from relserve.errors import RelServeError
 from relserve.policy import CostModel, Limits, Policy, Req, StepKind, StepPlan, StepView
 from relserve.sim.prefix_cache import BlockPool
-from relserve.sim.prompts import PreparedRelQuery
+from relserve.sim.prepared_trace import PreparedRelQuery
 
 WAITING, RUNNING, FINISHED = 0, 1, 2
 

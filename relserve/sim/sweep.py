@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from relserve.errors import ConfigError
 from relserve.policy import CostModel, Limits, PolicySettings, make_policy
 from relserve.sim.clairvoyant import Limit, the_limit
-from relserve.sim.prompts import OutputLengths, Renderer, Tokenizer
+from relserve.sim.prepared_trace import OutputLengths, Renderer, Tokenizer
 from relserve.sim.run import DEFAULT_LIMITS, TraceInput, as_prepared, simulate
 
 DEFAULT_THRESHOLDS: tuple[float | None, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, None)

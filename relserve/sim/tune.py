@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from relserve.policy import CostModel, Limits, PolicySettings
-from relserve.sim.prompts import Renderer, Tokenizer
+from relserve.sim.prepared_trace import Renderer, Tokenizer
 from relserve.sim.run import as_prepared, simulate
 from relserve.workloads.traces import TraceQuery, scale_arrivals
 

@@ -5,8 +5,8 @@ per statement). Token-identical prompts are what make the answers comparable.
 These are the only relserve internals the benchmark uses, and on purpose: the contenders must
 NOT get relserve's planner (no deduplication, no reordering, no result cache, no label scoring),
 only its argument parser (``relserve.duckdb_ext.arguments``), its return types and Arrow
-conversion (``relserve.duckdb_ext.udf``), its prompt text (``relserve.planner.prompts``) and its
-chat template (``relserve.engine.prompts``). ``relserve.duckdb.install`` always plans.
+conversion (``relserve.duckdb_ext.udf``), its prompt text (``relserve.planner.prompt_rendering``) and its
+chat template (``relserve.engine.chat_template``). ``relserve.duckdb.install`` always plans.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Prompter:
     def __init__(self, model_path: str) -> None:
         from transformers import AutoTokenizer
 
-        from relserve.engine.prompts import ChatPrompter
+        from relserve.engine.chat_template import ChatPrompter
 
         self._p = ChatPrompter(AutoTokenizer.from_pretrained(model_path))
         self._lock = threading.Lock()
@@ -79,7 +79,7 @@ class RowUDF:
         from relserve.duckdb_ext.udf import to_arrow
         from relserve.errors import RowError
         from relserve.functions import CallOptions
-        from relserve.planner.prompts import Renderer, null_error
+        from relserve.planner.prompt_rendering import Renderer, null_error
 
         chunk = decode_chunk(self.fn, arrays, CallOptions())
         out: list[Any] = [None] * chunk.size
