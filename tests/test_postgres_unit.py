@@ -140,3 +140,23 @@ def test_scan_poll_flattens_events_for_the_c_side(monkeypatch):
     assert plpy.warnings == ["relserve_fdw (map): relserve server error, NULL returned for every row: down"]
     assert foreign_scan.scan_poll(plpy, "nope", 0.1)[:2] == ["error", "XX000"]
     foreign_scan._scans.clear()
+
+
+def test_operator_options_take_only_what_the_operator_takes():
+    from relserve.postgres.operators import REDUCE_OPTIONS, TOPK_OPTIONS, _options, _state
+
+    s = Settings({"max_tokens": 8, "on_error": "raise", "cache": False, "reorder_fields": True})
+    # settings the operator does not take (cache, reorder_fields) are left out, not errors
+    assert _options("llm_reduce", s, REDUCE_OPTIONS) == {"max_tokens": 8, "on_error": "raise"}
+    assert _options("llm_reduce_query", s, REDUCE_OPTIONS, {"max_tokens": "16", "context_tokens": 300}) == {
+        "max_tokens": 16, "on_error": "raise"}
+    with pytest.raises(PgError, match=r"^llm_reduce_query: unknown option\(s\) colour"):
+        _options("llm_reduce_query", s, REDUCE_OPTIONS, {"colour": 1})
+    with pytest.raises(PgError, match=r"^llm_reduce_query takes no option\(s\) examples"):
+        _options("llm_reduce_query", s, REDUCE_OPTIONS, {"examples": []})
+    with pytest.raises(PgError, match=r"llm_reduce_query: option max_tokens must be a whole number"):
+        _options("llm_reduce_query", s, REDUCE_OPTIONS, {"max_tokens": "many"})
+    assert "temperature" not in TOPK_OPTIONS
+    # the aggregates' state: the template (and k) first, then the non-NULL values
+    assert _state("llm_topk", ["{x}", "2", "a", None, "b"], 2) == (["{x}", "2"], ["a", "b"])
+    assert _state("llm_reduce", None, 1) is None

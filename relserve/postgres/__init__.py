@@ -9,6 +9,8 @@ with a fake one (tests/test_postgres_unit.py), and tested for real on a PostgreS
 - ``foreign_scan``: what the C part calls to send a window of rows as one relQuery and to read
   its answers as they finish: a foreign table's source rows, or a query's scalar ``llm_*`` calls
   (batched by the planner hook in udfs/relserve/batch_calls.c).
+- ``operators``: ``llm_reduce`` / ``llm_topk`` aggregates and ``llm_reduce_query`` (issue 26),
+  each call one request to the server's /v1/operators endpoints.
 - ``settings``: the ``relserve.*`` settings, the options vocabulary (DuckDB's ``llm_options``
   names) and the superuser's configuration (server address, keys).
 - ``answers``: the one loop that reads a relQuery's answer stream in a thread while the backend
@@ -17,5 +19,7 @@ with a fake one (tests/test_postgres_unit.py), and tested for real on a PostgreS
 
 from relserve.postgres.calls import over_query, scalar
 from relserve.postgres.foreign_scan import batch_open, scan_close, scan_open, scan_poll
+from relserve.postgres.operators import reduce_group, reduce_query, topk_group
 
-__all__ = ["batch_open", "over_query", "scalar", "scan_close", "scan_open", "scan_poll"]
+__all__ = ["batch_open", "over_query", "reduce_group", "reduce_query", "scalar", "scan_close", "scan_open", "scan_poll",
+           "topk_group"]

@@ -202,3 +202,56 @@ AS 'MODULE_PATHNAME', 'relserve_fdw_validator' LANGUAGE C STRICT;
 
 -- USAGE on it is a superuser's to grant (CREATE SERVER); a server's url only a superuser sets.
 CREATE FOREIGN DATA WRAPPER relserve_fdw HANDLER relserve.fdw_handler VALIDATOR relserve.fdw_validator;
+
+-- ---------------------------------------------------------------- operators past one row (issue 26)
+-- Aggregates: the state is a text[] (the template, for llm_topk also k, then the group's non-NULL
+-- values); the final function sends the group to the server's /v1/operators endpoint. PostgreSQL
+-- calls a final function once per group, so each group is its own request (and relQuery);
+-- llm_reduce_query sends every group of a query in one request. The support functions are
+-- internal: the aggregates run them with their owner's EXECUTE right, the caller's otherwise.
+
+CREATE FUNCTION relserve._reduce_step(state text[], template text, value text) RETURNS text[]
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+SELECT coalesce(state, ARRAY[template]) || CASE WHEN value IS NULL THEN '{}'::text[] ELSE ARRAY[value] END
+$$;
+
+CREATE FUNCTION relserve._reduce_final(state text[]) RETURNS text
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].reduce_group(plpy, state)
+$$;
+
+-- SELECT stars, llm_reduce('Summarize these reviews:\n{review}', review) FROM reviews GROUP BY stars
+CREATE AGGREGATE llm_reduce(template text, value text) (
+    SFUNC = relserve._reduce_step, STYPE = text[], FINALFUNC = relserve._reduce_final
+);
+
+CREATE FUNCTION relserve._topk_step(state text[], template text, value text, k integer) RETURNS text[]
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+SELECT coalesce(state, ARRAY[template, k::text]) || CASE WHEN value IS NULL THEN '{}'::text[] ELSE ARRAY[value] END
+$$;
+
+CREATE FUNCTION relserve._topk_final(state text[]) RETURNS text[]
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].topk_group(plpy, state)
+$$;
+
+-- SELECT llm_topk('Is this review enthusiastic? {review}', review, 3) FROM reviews  -> text[], best first
+CREATE AGGREGATE llm_topk(template text, value text, k integer) (
+    SFUNC = relserve._topk_step, STYPE = text[], FINALFUNC = relserve._topk_final
+);
+
+REVOKE EXECUTE ON FUNCTION relserve._reduce_step(text[], text, text), relserve._reduce_final(text[]),
+                           relserve._topk_step(text[], text, text, integer), relserve._topk_final(text[]) FROM PUBLIC;
+
+-- every group of a query in ONE request (one relQuery per level of the reduction for all groups):
+-- SELECT * FROM llm_reduce_query('Summarize:\n{review}', 'SELECT stars, review FROM reviews')
+-- the placeholder names the column of values; the other columns are the group (grp, as jsonb).
+-- No SET search_path: the query is the caller's, read in the caller's search_path (as llm_map_query).
+CREATE FUNCTION llm_reduce_query(template text, query text, options jsonb DEFAULT '{}')
+RETURNS TABLE (grp jsonb, answer text, error text)
+LANGUAGE plpython3u AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].reduce_query(plpy, template, query, options)
+$$;

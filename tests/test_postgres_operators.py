@@ -1,0 +1,90 @@
+"""llm_reduce / llm_topk aggregates and llm_reduce_query (issue 26) in the real PostgreSQL 15
+cluster of test_postgres.py, calling the real server on the session engine: answers per group,
+NULLs and empty groups, one request for all groups with llm_reduce_query, bad arguments as SQL
+errors naming the problem, and a role without superuser rights calling them with its own key."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+import pytest
+from test_postgres import ROLE_KEYS, cluster, connect, server  # noqa: F401 (fixtures)
+
+pytestmark = [pytest.mark.postgres, pytest.mark.engine]
+
+SUMMARY = "Summarize these reviews in a few words:\n{review}"
+
+
+def test_reduce_per_group_nulls_and_empty_groups(cluster):
+    with connect(cluster) as db:
+        db.execute("SET relserve.max_tokens = 12")
+        rows = db.execute(
+            f"SELECT stars, llm_reduce('{SUMMARY}', review) FROM reviews GROUP BY stars ORDER BY stars"
+        ).fetchall()
+        by_stars = dict(rows)
+        assert sorted(by_stars) == [1, 2, 3, 4, 5]
+        assert by_stars[3] is None  # the group holds only a NULL review: NULL, as SQL aggregates give
+        assert all(isinstance(by_stars[s], str) and by_stars[s].strip() for s in (1, 2, 4, 5))
+        # no rows at all: NULL
+        assert db.execute(f"SELECT llm_reduce('{SUMMARY}', review) FROM reviews WHERE false").fetchone() == (None,)
+        top = db.execute("SELECT llm_topk('Is this review enthusiastic? {review}', review, 2) FROM reviews").fetchone()[0]
+        assert len(top) == 2 and set(top) <= {r for (r,) in db.execute("SELECT review FROM reviews WHERE review IS NOT NULL")}
+        assert db.execute("SELECT llm_topk('Good? {r}', review, 2) FROM reviews WHERE id = 7").fetchone() == ([],)
+
+
+def test_reduce_query_sends_every_group_in_one_request(cluster, server):
+    with connect(cluster) as db:
+        rows = db.execute(
+            f"SELECT grp->>'stars', answer, error FROM llm_reduce_query('{SUMMARY}', "
+            "'SELECT stars, review FROM reviews ORDER BY id', '{\"max_tokens\": 12}')"
+        ).fetchall()
+        assert [g for g, _, _ in rows] == ["5", "1", "4", "2", "3"]  # groups in order of first appearance
+        answers = {g: (a, e) for g, a, e in rows}
+        assert answers["3"] == (None, None)
+        assert all(answers[s][0] and answers[s][1] is None for s in ("1", "2", "4", "5"))
+        out = db.execute(
+            "SELECT answer FROM llm_reduce_query('List the words:\n{review}', 'SELECT review FROM reviews WHERE id < 3', "
+            "'{\"json_schema\": {\"type\": \"object\", \"properties\": {\"words\": {\"type\": \"array\", "
+            "\"items\": {\"type\": \"string\"}}}, \"required\": [\"words\"]}, \"max_tokens\": 40}')"
+        ).fetchone()[0]
+        assert "words" in json.loads(out)
+
+
+def test_bad_arguments_are_sql_errors_naming_the_problem(cluster):
+    with connect(cluster) as db:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"^llm_reduce: template .* must have exactly one placeholder"):
+            db.execute("SELECT llm_reduce('No placeholder here', review) FROM reviews")
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"^llm_topk: k must be a positive integer, got 0"):
+            db.execute("SELECT llm_topk('Good? {r}', review, 0) FROM reviews")
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"^llm_reduce: the template is NULL"):
+            db.execute("SELECT llm_reduce(NULL, review) FROM reviews")
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"^llm_reduce_query: unknown option\(s\) colour"):
+            db.execute("SELECT * FROM llm_reduce_query('{review}', 'SELECT review FROM reviews', '{\"colour\": 1}')")
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"^llm_reduce_query takes no option\(s\) examples"):
+            db.execute("SELECT * FROM llm_reduce_query('{review}', 'SELECT review FROM reviews', '{\"examples\": []}')")
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"^llm_reduce_query: the query has no column 'text'"):
+            db.execute("SELECT * FROM llm_reduce_query('{text}', 'SELECT review FROM reviews', '{}')")
+        with pytest.raises(psycopg.errors.UndefinedTable, match=r"^llm_reduce_query: the query failed"):
+            db.execute("SELECT * FROM llm_reduce_query('{x}', 'SELECT x FROM no_such_table', '{}')")
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"llm_reduce: .*room for two partial answers"):
+            db.execute("SELECT * FROM llm_reduce_query('{review}', 'SELECT review FROM reviews', '{\"max_tokens\": 1900}')")
+
+
+def test_a_role_without_superuser_rights_uses_its_own_key(cluster, server):
+    role = "alice"
+    with connect(cluster, role) as db:
+        db.execute("SET relserve.max_tokens = 8")
+        assert isinstance(db.execute(f"SELECT llm_reduce('{SUMMARY}', review) FROM reviews WHERE id < 3").fetchone()[0], str)
+        # the internal support functions are not the caller's to call
+        for call in ("relserve._reduce_final(ARRAY['{x}', 'a'])", "relserve._topk_final(ARRAY['{x}', '1', 'a'])"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                db.execute(f"SELECT {call}")
+    with connect(cluster, "mallory") as db:  # no key stored: the server refuses it
+        with pytest.raises(psycopg.errors.InvalidAuthorizationSpecification, match=r"^llm_reduce: .*\(HTTP 401\)"):
+            db.execute(f"SELECT llm_reduce('{SUMMARY}', review) FROM reviews")
+        with pytest.raises(psycopg.errors.InvalidAuthorizationSpecification, match=r"^llm_reduce_query: .*\(HTTP 401\)"):
+            db.execute(f"SELECT * FROM llm_reduce_query('{SUMMARY}', 'SELECT review FROM reviews', '{{}}')")
+        # a role cannot point the call elsewhere: the url is not a setting
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            db.execute("SET relserve.url = 'http://127.0.0.1:1'")
