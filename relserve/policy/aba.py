@@ -118,37 +118,53 @@ def mixed_delta(t: StepTimes, bigger: float, merged: float, num_running: int, nu
     return num_running * (t.mixed - t.decode) + bigger - merged - num_waiting * (t.mixed_prefill + t.decode - t.mixed)
 
 
-def decode_hold(cost: CostModel, running: list[RelQueryGroup], prios: Mapping[str, float], starved: set[str] = frozenset()) -> list[RelQueryGroup]:
+def decode_hold(
+    cost: CostModel, running: list[RelQueryGroup], prios: Mapping[str, float], starved: set[str] = frozenset(), num_waiting: float = 0.0
+) -> list[RelQueryGroup]:
     """The running relQueries that sit out a decode step so the ones ranked ahead decode faster.
 
-    Over the next steps, holding relQueries H (``m`` of them, ``n`` requests, context ``c``) while
-    the ``k`` ranked ahead of them decode saves each of those ``k`` the held requests' share of
-    every step (``alpha_d * n + gamma_d * c``), and costs each held relQuery the fixed cost of
-    the extra steps it then needs (``beta_d``): hold iff ``k * (alpha_d * n + gamma_d * c) > m * beta_d``.
-    On a CPU (a decode step's cost grows with its batch) a 3-row relQuery no longer decodes in
-    steps of a 100-row one (issue 28); on a GPU (``alpha_d`` tiny) nothing is held. Running
-    relQueries rank by the time their running requests still need to decode, plus the policy's
-    priority; a starved relQuery is never held.
+    Holding relQueries H while the relQueries T ranked ahead decode alone, until the last of T
+    is done (``S`` steps of ``d_T`` each): each held ``h`` (``s_h`` decode steps left) then
+    finishes ``max(S - s_h, 0) * d_T + min(S, s_h) * beta_d`` later (it waits out the steps it
+    would have shared, and pays the fixed cost again for its own), while each ``k`` of T saves
+    the held requests' share of the steps they would have shared,
+    ``min(s_k, s_h) * (alpha_d * n_h + gamma_d * c_h)``. The engine does ``min(S, s_h) * beta_d``
+    more work for each held ``h``, which each of the ``num_waiting`` relQueries queued behind
+    waits out too. Hold the H (a tail of the ranking) whose
+    change is the most negative. On a CPU (a decode step's cost grows with its batch) a 3-row
+    relQuery then no longer decodes in steps of a 100-row one (issue 28); on a GPU (``alpha_d``
+    tiny) nothing is held. Running relQueries rank by the time their running requests still need
+    to decode, plus the policy's priority; a starved relQuery is never held.
     """
     if len(running) < 2:
         return []
 
-    def rank(g: RelQueryGroup) -> tuple[int, float, float, float, int]:
+    def info(g: RelQueryGroup) -> tuple[int, float, int]:
         ctx = sum(r.prompt_tokens + r.output_tokens for r in g.running)
-        left = cost.decode_run(len(g.running), ctx, g.remaining_output_len)
-        return (g.hint, g.share, prios.get(g.rel_id, 0.0) + left, g.arrival, g.seq)
+        return len(g.running), ctx, max(g.remaining_output_len, 1)
+
+    data = {g.rel_id: info(g) for g in running}
+
+    def rank(g: RelQueryGroup) -> tuple[int, float, float, float, int]:
+        n, ctx, steps = data[g.rel_id]
+        return (g.hint, g.share, prios.get(g.rel_id, 0.0) + cost.decode_run(n, ctx, steps), g.arrival, g.seq)
 
     ordered = sorted(running, key=rank)
     best, cut = 0.0, len(ordered)
-    n = c = 0
     for k in range(len(ordered) - 1, 0, -1):  # hold ordered[k:]
-        g = ordered[k]
-        if g.rel_id in starved:
+        if ordered[k].rel_id in starved:
             break
-        n += len(g.running)
-        c += sum(r.prompt_tokens + r.output_tokens for r in g.running)
-        m = len(ordered) - k
-        delta = m * cost.beta_d - k * (cost.alpha_d * n + cost.gamma_d * c)
+        kept, held = ordered[:k], ordered[k:]
+        n_t = sum(data[g.rel_id][0] for g in kept)
+        c_t = sum(data[g.rel_id][1] for g in kept)
+        s_t = max(data[g.rel_id][2] for g in kept)
+        d_t = cost.decode(n_t, c_t)
+        delta = 0.0
+        for h in held:
+            n_h, c_h, s_h = data[h.rel_id]
+            per_step = cost.alpha_d * n_h + cost.gamma_d * c_h
+            delta += max(s_t - s_h, 0) * d_t + (1 + num_waiting) * min(s_t, s_h) * cost.beta_d
+            delta -= sum(min(data[g.rel_id][2], s_h) for g in kept) * per_step
         if delta < best:
             best, cut = delta, k
     return ordered[cut:]

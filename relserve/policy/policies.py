@@ -44,7 +44,7 @@ class Policy(ABC):
     def __init__(self, cost: CostModel | None = None, settings: PolicySettings | None = None) -> None:
         self.cost = cost or CostModel()
         self.settings = settings or PolicySettings()
-        self.tracker = RelQueryTracker()
+        self.tracker = RelQueryTracker(self.settings.learn_output)
         self.tenant_caps = TenantCaps(self.cost, self.settings)
         #: seconds spent deciding, split as the paper's Table 6 does
         self.dpu_seconds = 0.0
@@ -182,7 +182,9 @@ class RelServePolicy(Policy):
         plan = self.aba.arrange(view, groups, prios)
         if plan.kind is StepKind.DECODE and self.settings.decode_subset:
             running = [g for g in groups.values() if g.running]
-            plan.hold = [r for g in decode_hold(self.cost, running, prios, self.dpu.starved) for r in g.running]
+            waiting = sum(1 for g in groups.values() if g.waiting)
+            held = decode_hold(self.cost, running, prios, self.dpu.starved, waiting)
+            plan.hold = [r for g in held for r in g.running]
             if plan.hold:
                 plan.reason = f"{plan.reason}-subset"
         t2 = time.perf_counter()

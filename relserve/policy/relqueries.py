@@ -55,11 +55,42 @@ def tenant_shares(reqs: Iterable[Req]) -> dict[str, float]:
 
 
 class RelQueryTracker:
-    """Groups each step's requests by relQuery and remembers the order relQueries appeared in."""
+    """Groups each step's requests by relQuery and remembers the order relQueries appeared in.
 
-    def __init__(self) -> None:
+    With ``learn_output`` it also remembers how long the answers of each relQuery's finished rows
+    were, and estimates the rest from them instead of from ``max_tokens`` (a relQuery asking
+    for up to 256 tokens whose rows answer in 5 is short, not long): the output length of its
+    waiting rows is the longest answer seen so far (finished, or still being produced), and a
+    running row has at least one token left. Rows that finish first are the short ones, so the
+    estimate errs low at first and rises as longer answers come in; it never exceeds max_tokens.
+    """
+
+    def __init__(self, learn_output: bool = False) -> None:
         self._seq: dict[str, int] = {}
         self._next = 0
+        self.learn_output = learn_output
+        #: requests seen last step and the answer tokens they had then (to notice the ones that
+        #: finished since; hosts update ``Req`` at different times, so the figure is copied)
+        self._live: dict[str, tuple[str, int]] = {}
+        #: rel_id -> longest answer among its finished rows
+        self._longest: dict[str, int] = {}
+
+    def _learn(self, view: StepView) -> None:
+        live = {r.req_id: (r.rel_id, r.output_tokens) for r in view.waiting}
+        live.update((r.req_id, (r.rel_id, r.output_tokens)) for r in view.running)
+        longest = self._longest
+        for req_id, (rel_id, seen) in self._live.items():
+            if req_id not in live:
+                # gone since last step: it finished in that step, which gave it one more token
+                # (a waiting row gone was admitted and answered in one token)
+                n = seen + 1
+                if n > longest.get(rel_id, 0):
+                    longest[rel_id] = n
+        self._live = live
+
+    def output_estimate(self, rel_id: str) -> int | None:
+        """The learned answer length of the relQuery's rows, None before any row finished."""
+        return self._longest.get(rel_id)
 
     def _new_group(self, req: Req) -> RelQueryGroup:
         seq = self._seq.get(req.rel_id)
@@ -71,25 +102,38 @@ class RelQueryTracker:
     def group(self, view: StepView) -> dict[str, RelQueryGroup]:
         groups: dict[str, RelQueryGroup] = {}
         get = groups.get
+        learned: dict[str, int] = {}
+        if self.learn_output:
+            self._learn(view)
+            longest = self._longest
+            for req in view.running:  # answers still being produced count as seen lengths
+                if req.output_tokens > longest.get(req.rel_id, 0) and req.rel_id in longest:
+                    longest[req.rel_id] = req.output_tokens
+            learned = longest
         for req in view.waiting:
             g = get(req.rel_id)
             if g is None:
                 g = groups[req.rel_id] = self._new_group(req)
             g.waiting.append(req)
-            if req.max_tokens > g.output_len:
-                g.output_len = req.max_tokens
+            out = min(req.max_tokens, learned.get(req.rel_id, req.max_tokens))
+            if out > g.output_len:
+                g.output_len = out
         for req in view.running:
             g = get(req.rel_id)
             if g is None:
                 g = groups[req.rel_id] = self._new_group(req)
             g.running.append(req)
+            est = learned.get(req.rel_id)
             left = req.max_tokens - req.output_tokens
+            if est is not None and left > 0:
+                left = max(min(est, req.max_tokens) - req.output_tokens, 1)
             if left > 0:
                 g.remaining_output_total += left
                 if left > g.remaining_output_len:
                     g.remaining_output_len = left
-            if req.max_tokens > g.output_len:
-                g.output_len = req.max_tokens
+            out = min(req.max_tokens, learned.get(req.rel_id, req.max_tokens))
+            if out > g.output_len:
+                g.output_len = out
         shares = tenant_shares(list(view.waiting) + list(view.running))
         if shares:
             for g in groups.values():
@@ -98,6 +142,8 @@ class RelQueryTracker:
         # Forget relQueries that have finished, so the table stays as small as the engine's queues.
         if len(self._seq) > 2 * len(groups) + 64:
             self._seq = {k: v for k, v in self._seq.items() if k in groups}
+        if len(self._longest) > 2 * len(groups) + 64:
+            self._longest = {k: v for k, v in self._longest.items() if k in groups}
         return groups
 
     def seq(self, rel_id: str) -> int:

@@ -50,6 +50,9 @@ class PolicySettings(BaseModel):
     #: when their requests cost those more than the fixed step cost the held ones pay again
     #: (``aba.decode_hold``; never on hardware whose decode step barely grows with its batch).
     decode_subset: bool = True
+    #: Estimate a relQuery's answer length from its finished rows (the longest answer seen so
+    #: far, never above max_tokens) instead of max_tokens (``RelQueryTracker``).
+    learn_output: bool = False
     #: Sarathi's chunk: the token budget of each mixed step.
     sarathi_chunk_tokens: int = Field(default=512, ge=16)
     #: Seed for the cache-miss sampling, so simulations repeat exactly.

@@ -1,0 +1,91 @@
+"""Two arranger rules in the simulator, on the policy traces (issue 28 items 1 and 2).
+
+* ``decode_subset``: running relQueries ranked behind sit out decode steps when their requests
+  cost the ones ahead more than the fixed step cost they pay again (policy/aba.py decode_hold);
+* ``learn_output``: a relQuery's answer length estimated from its finished rows instead of
+  ``max_tokens`` (policy/relqueries.py).
+
+Each trace is replayed under relserve with each rule off/on, and under sp, with the CPU step
+model of this machine (preset smollm2-135m-cpu) and a GPU preset. Answers are shorter than
+max_tokens, as real ones are: per query type a seeded draw (filter/rating 1-2 tokens of 5,
+classification 1-3 of 10, summary 15-50 of 50, open 30-100 of 100; the long workload runs to
+max_tokens). Prints mean and p95 latency, each against relserve with both rules off.
+
+    .venv/bin/python bench/bench_policy_estimates.py          # about 1 min
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+from relserve.policy import PRESETS, PolicySettings, make_policy
+from relserve.sim import simulate
+from relserve.sim.run import default_limits
+from relserve.workloads import generate_trace
+from relserve.workloads.traces import scale_arrivals
+
+OUT = Path(__file__).resolve().parent / "out"
+
+#: (low, high) answer tokens by max_tokens of the standard query types (workloads/queries.py)
+ANSWERS = {5: (1, 2), 10: (1, 3), 50: (15, 50), 100: (30, 100)}
+
+VARIANTS = {
+    "relserve (both off)": ("relserve", {"decode_subset": False, "learn_output": False}),
+    "+ decode_subset": ("relserve", {"decode_subset": True, "learn_output": False}),
+    "+ learn_output": ("relserve", {"decode_subset": False, "learn_output": True}),
+    "+ both": ("relserve", {"decode_subset": True, "learn_output": True}),
+    "sp": ("sp", {}),
+}
+
+
+def answer_lengths(seed: int):
+    def length(q, i: int) -> int:
+        lo, hi = ANSWERS.get(q.max_tokens, (q.max_tokens, q.max_tokens))
+        return random.Random(f"{seed}/{q.id}/{i}").randint(lo, hi)
+
+    return length
+
+
+def traces() -> dict[str, list]:
+    bench = generate_trace(["rotten_tomatoes", "amazon_reviews", "beer_ratings"], 20, 0.25, rows=(1, 20), seed=5)
+    big = generate_trace(["rotten_tomatoes", "amazon_reviews", "beer_ratings"], 150, 0.1, rows=(1, 100), seed=7)
+    return {
+        "benchmark x1": bench,
+        "benchmark x1.5": scale_arrivals(bench, 1.5),
+        "150 relQ 1-100 rows": big,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--presets", default="smollm2-135m-cpu,opt-13b-a100")
+    args = ap.parse_args()
+    limits = default_limits(max_num_batched_tokens=1024)
+    lengths = answer_lengths(0)
+    report: list[dict] = []
+    print(f"{'preset':18} {'trace':22} {'variant':22} {'mean s':>8} {'p95 s':>8} {'mean/off':>9} {'p95/off':>8}")
+    for preset in args.presets.split(","):
+        cost = PRESETS[preset]
+        for tname, trace in traces().items():
+            if preset != "smollm2-135m-cpu":
+                # a GPU is ~20-50x faster: the same trace at a rate that loads it alike
+                trace = scale_arrivals(trace, 20.0)
+            base = None
+            for vname, (policy, settings) in VARIANTS.items():
+                pol = make_policy(policy, cost, PolicySettings(**settings))
+                s = simulate(trace, pol, cost, limits, output_lengths=lengths, isolated=False).summary
+                base = base or s
+                row = {"preset": preset, "trace": tname, "variant": vname, "mean_s": s.mean_latency, "p95_s": s.p95_latency,
+                       "mean_ratio": s.mean_latency / base.mean_latency, "p95_ratio": s.p95_latency / base.p95_latency}
+                report.append(row)
+                print(f"{preset:18} {tname:22} {vname:22} {s.mean_latency:8.2f} {s.p95_latency:8.2f} "
+                      f"{row['mean_ratio']:9.3f} {row['p95_ratio']:8.3f}", flush=True)
+    OUT.mkdir(exist_ok=True)
+    (OUT / "policy_estimates.json").write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
