@@ -11,12 +11,12 @@ from relserve.errors import (
 
 __version__ = "0.1.0"
 
+from relserve import settings  # noqa: E402
 from relserve.backend import Backend, default_engine, set_default_engine  # noqa: E402
 from relserve.engine import Engine, EngineSettings, RelQueryHandle  # noqa: E402
 from relserve.policy import POLICY_NAMES, CostModel, PolicySettings  # noqa: E402
 from relserve.relquery import RelQuery  # noqa: E402
 from relserve.results import RelQueryResult, RelQueryStats, RowResult  # noqa: E402
-from relserve import settings  # noqa: E402
 from relserve.settings import configure  # noqa: E402
 
 __all__ = [

@@ -38,8 +38,8 @@ from relserve.functions import (
     LLMFunction,
     make_call,
 )
-from relserve.planner.plan_and_run import CallOutcome, run_call
 from relserve.planner.explain import Explain
+from relserve.planner.plan_and_run import CallOutcome, run_call
 from relserve.template import Template
 
 __all__ = ["LLMExpr", "LLMFrame", "configure", "errors", "explain"]

@@ -37,7 +37,14 @@ def sim(
     from relserve.errors import ConfigError
     from relserve.model import resolve_model
     from relserve.policy import PRESETS, CostModel
-    from relserve.sim import default_limits, markdown_table, simulate_many, sweep_markdown, sweep_starvation, write_results
+    from relserve.sim import (
+        default_limits,
+        markdown_table,
+        simulate_many,
+        sweep_markdown,
+        sweep_starvation,
+        write_results,
+    )
     from relserve.sim.prepared_trace import template_renderer
     from relserve.sim.run import limit_of
     from relserve.workloads import read_trace, scale_arrivals

@@ -280,7 +280,7 @@ class Cluster(BackendBase):
         with self._lock:
             parts = [(run, part) for run in self._runs.values() for part in run.parts if not part.done]
             now = time.monotonic()
-            for run, part in parts:
+            for _, part in parts:
                 if part.poll is None and self._dispatcher.books[part.replica].alive:
                     part.poll = self._actors[part.replica].poll.remote(part.key, part.seen)
                     part.poll_sent = now

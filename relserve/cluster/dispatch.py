@@ -85,7 +85,7 @@ class ReplicaBook:
         self.last = max(self.last, now)
         if dt <= 0 or not self.held:
             return
-        for rel_id, h in sorted(self.held.items(), key=lambda kv: kv[1].remaining):
+        for h in sorted(self.held.values(), key=lambda h: h.remaining):
             used = min(dt, h.remaining)
             h.remaining -= used
             dt -= used

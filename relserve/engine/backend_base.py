@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from relserve.calibration import load_cost_model
-from relserve.engine.handle import RelQueryHandle
 from relserve.engine.chat_template import ChatPrompter, ChatTokenizing
+from relserve.engine.handle import RelQueryHandle
 from relserve.engine.settings import EngineSettings
 from relserve.model import resolve_model
 from relserve.policy import PRESETS, CostModel, policy_class

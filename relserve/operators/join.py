@@ -15,8 +15,8 @@ from typing import Any
 
 from relserve.backend.protocol import Backend
 from relserve.errors import RowError
-from relserve.operators.budget import placeholders
 from relserve.functions import LLM_FILTER, LLMCall, make_call
+from relserve.operators.budget import placeholders
 from relserve.planner.plan_and_run import run_call
 
 WHO = "llm_join"

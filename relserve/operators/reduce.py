@@ -21,11 +21,11 @@ from typing import Any
 from relserve.backend.protocol import Backend
 from relserve.errors import ConfigError, RowError
 from relserve.functions import LLM_EXTRACT, LLM_MAP, LLMCall, make_call
+from relserve.operators.budget import TokenCounter, context_of, item_budget, placeholders
+from relserve.operators.packing import TooLong, estimate_levels, fold, pack
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.plan_and_run import run_call
-from relserve.operators.budget import TokenCounter, context_of, item_budget, placeholders
-from relserve.operators.packing import TooLong, estimate_levels, fold, pack
 from relserve.template import format_value
 from relserve.validation import OnError
 

@@ -23,9 +23,9 @@ from typing import Any
 from relserve.backend.protocol import Backend
 from relserve.errors import ConfigError, RowError
 from relserve.functions import LLM_CLASSIFY, LLM_FILTER, LLMCall, make_call
-from relserve.planner.engine_ref import EngineRef
 from relserve.operators.budget import placeholders
 from relserve.operators.scoring import label_scores
+from relserve.planner.engine_ref import EngineRef
 from relserve.template import format_value
 
 WHO = "llm_topk"

@@ -9,12 +9,12 @@ drive too, over ``PlannedRows`` (a plan's cache hits, failed rows and prompts le
 
 from relserve.planner.cache import ResultCache, clear_result_cache, shared_cache
 from relserve.planner.engine_ref import EngineRef
-from relserve.planner.plan_and_run import CallOutcome, cached_values, run_call
 from relserve.planner.executor import CallExecutor
 from relserve.planner.explain import Explain, explain_plan
 from relserve.planner.ggr import GGR, Ordering, ggr, sort_rows
 from relserve.planner.hit_rate import HitStats, PrefixCacheModel, predict_hits
 from relserve.planner.plan import CallPlan, plan_call
+from relserve.planner.plan_and_run import CallOutcome, cached_values, run_call
 from relserve.planner.planned_rows import PlannedRows
 from relserve.planner.tokens import TokenSource, token_source
 

@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from relserve.backend.protocol import Backend
-from relserve.planner.label_calibration import method_ran
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds, expected_output_tokens
 from relserve.planner.hit_rate import predict_hits
+from relserve.planner.label_calibration import method_ran
 from relserve.planner.plan import CallPlan
 from relserve.planner.tokens import TokenSource
 

@@ -20,16 +20,16 @@ from relserve.errors import RowError
 from relserve.functions import LLMCall
 from relserve.planner.cache import ResultCache
 from relserve.planner.ggr import ggr, sort_rows
-from relserve.template import format_value
 from relserve.planner.prompt_rendering import (
     DistinctRows,
+    Renderer,
     distinct_rows,
     field_lengths,
-    Renderer,
     null_error,
     render,
     render_with_fields,
 )
+from relserve.template import format_value
 
 
 @dataclass

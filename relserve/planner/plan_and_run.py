@@ -12,8 +12,8 @@ from relserve.errors import RowError
 from relserve.functions import LLMCall
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
-from relserve.planner.explain import Explain, explain_plan
 from relserve.planner.executor import CallExecutor
+from relserve.planner.explain import Explain, explain_plan
 from relserve.planner.plan import CallPlan, plan_rows, rows_of
 from relserve.planner.planned_rows import PlannedRows
 from relserve.planner.prompt_rendering import Renderer, null_error

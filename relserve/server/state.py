@@ -16,7 +16,6 @@ from relserve.server.jobs import Job, JobRegistry, Reservation
 from relserve.server.metrics import ServerMetrics
 from relserve.server.tenants import Tenant, Tenants
 
-
 #: the error of rows cut short because the server stops
 STOPPING = "cancelled: the server is stopping"
 

@@ -18,13 +18,21 @@ Typical use::
     print(markdown_table(results))
 """
 
+from relserve.block_hashes import block_hashes
 from relserve.sim.engine import EngineSim, EngineStats, SimulationError
 from relserve.sim.metrics import PolicySummary, RelQueryTiming, SimResult
-from relserve.block_hashes import block_hashes
 from relserve.sim.prefix_cache import BlockPool
 from relserve.sim.prepared_trace import PreparedTrace, prepare_trace, template_renderer, word_tokenizer
 from relserve.sim.report import markdown_table, results_to_dict, sweep_markdown, write_results
-from relserve.sim.run import DEFAULT_LIMITS, ISOLATED_POLICY, as_prepared, default_limits, isolated_latencies, simulate, simulate_many
+from relserve.sim.run import (
+    DEFAULT_LIMITS,
+    ISOLATED_POLICY,
+    as_prepared,
+    default_limits,
+    isolated_latencies,
+    simulate,
+    simulate_many,
+)
 from relserve.sim.sweep import DEFAULT_THRESHOLDS, StarvationSweep, SweepPoint, choose_threshold, sweep_starvation
 from relserve.workloads.traces import generate_trace, read_trace, write_trace
 

@@ -343,7 +343,9 @@ class ClairvoyantPolicy(Policy):
             if sample is not None and sample.prompt_tokens:
                 miss = 1.0 - min(view.cached_tokens(sample), sample.prompt_tokens) / sample.prompt_tokens
             utok = miss * sum(r.prompt_tokens for r in waiting)
-            pre = c.alpha_p * utok + c.beta_p * math.ceil(utok / view.limits.max_num_batched_tokens) if waiting else 0.0
+            # attention pairs of each row's uncached part after its cached part (long prompts pay them)
+            pairs = sum(miss * r.prompt_tokens * ((1 - miss) * r.prompt_tokens + (miss * r.prompt_tokens + 1) / 2) for r in waiting)
+            pre = c.alpha_p * utok + c.gamma_p * pairs + c.beta_p * math.ceil(utok / view.limits.max_num_batched_tokens) if waiting else 0.0
             left = [_left(r) - 1 for r in waiting]
             hit = self._waiting_work[key] = (pre + c.alpha_d * sum(left), max(left, default=0))
         pre_dec, longest = hit

@@ -94,7 +94,7 @@ def simulate_cluster(
             shares[p.replica].append(_part(q, p.rows))
     finish: dict[str, float] = {}
     prompt = cached = 0
-    for r, qs in shares.items():
+    for qs in shares.values():
         sim = EngineSim(make_policy(policy, cost, settings), cost, limits, qs)
         stats = sim.run()
         prompt += stats.prefill_tokens

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from relserve.errors import ConfigError
 from relserve.block_hashes import BlockHash, block_hashes
+from relserve.errors import ConfigError
 from relserve.template import Template
 from relserve.workloads.traces import TraceQuery
 

@@ -18,7 +18,7 @@ from relserve.template import Template
 from relserve.workloads.tables import TABLE_NAMES, table_info
 
 
-class QueryType(str, enum.Enum):
+class QueryType(str, enum.Enum):  # noqa: UP042 (StrEnum changes what str() of a member gives)
     FILTERING = "filtering"
     CLASSIFICATION = "classification"
     RATING = "rating"
