@@ -2,7 +2,7 @@
 
 * ``dispatch.py``: the placement policies (plain Python; the simulator uses them too);
 * ``actor.py``: one replica, a Ray actor holding an ``Engine``;
-* ``cluster.py``: ``Cluster``, the replicas behind the interface of ``Engine``.
+* ``cluster.py``: ``Cluster``, the replicas behind the ``Backend`` protocol (as ``Engine``).
 """
 
 from relserve.cluster.dispatch import DISPATCHER_NAMES, Dispatcher, Part, Work, make_dispatcher

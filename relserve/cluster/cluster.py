@@ -1,4 +1,4 @@
-"""``Cluster``: N engine replicas (Ray actors) behind the interface of ``Engine``.
+"""``Cluster``: N engine replicas (Ray actors) behind the ``Backend`` protocol, like ``Engine``.
 
 ``submit`` renders and tokenizes the relQuery here (the dispatcher needs prompt lengths and
 prefix blocks), asks the dispatcher where its rows go and starts each part on its replica. One
