@@ -33,7 +33,8 @@ Two references, both computed with the true answer length of every row:
   same KV cache and prefix cache): relQueries ranked by their exact remaining work alone
   (shortest remaining work first), the step arranged by one of a handful of rules (prefill
   first, mixed steps, protect the head relQuery's decodes) or by RelServe's own arranger fed
-  the exact priorities and answer lengths (four of its settings). It is a
+  the exact priorities and answer lengths (four of its settings); and RelServe's whole policy
+  told the true lengths (two settings). It is a
   strong clairvoyant heuristic, not a bound: an implemented policy may beat it, and the true
   optimum lies between ``lower_bound`` and it.
 """
@@ -48,7 +49,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from relserve.policy import CostModel, Limits, Policy, PolicySettings, Req, StepKind, StepPlan, StepView
+from relserve.policy import CostModel, Limits, Policy, PolicySettings, Req, StepKind, StepPlan, StepView, make_policy
 from relserve.policy.aba import AdaptiveBatchArranger, Transitional
 from relserve.policy.batching import blocks
 from relserve.policy.relqueries import RelQueryGroup
@@ -299,6 +300,9 @@ class Arrangement:
     #: RelServe's Adaptive Batch Arranger with these PolicySettings knobs, fed the true
     #: remaining work as priorities and the true answer lengths (None: the rules above)
     aba: Mapping[str, object] | None = None
+    #: RelServe's whole policy (its own priority estimates, arranger, starvation guard) with
+    #: these PolicySettings knobs, told each row's true answer length as its max_tokens
+    relserve: Mapping[str, object] | None = None
 
 
 ARRANGEMENTS: tuple[Arrangement, ...] = (
@@ -309,6 +313,8 @@ ARRANGEMENTS: tuple[Arrangement, ...] = (
     Arrangement("relserve's arranger, fill+mixed", mixed=True, aba={"fill_prefill": True, "mixed_steps": True}),
     Arrangement("relserve's arranger, mixed, gain 4", mixed=True, aba={"mixed_steps": True, "transitional_gain": 4.0}),
     Arrangement("relserve's arranger, mixed, backlog 1", mixed=True, aba={"mixed_steps": True, "backlog_weight": 1.0}),
+    Arrangement("relserve, true lengths", mixed=False, relserve={}),
+    Arrangement("relserve fill+mixed, true lengths", mixed=True, relserve={"fill_prefill": True, "mixed_steps": True}),
 )
 
 
@@ -384,6 +390,22 @@ class ClairvoyantPolicy(Policy):
         return StepPlan(StepKind.MIXED, admit=batch, token_budget=len(view.running) + chunk, priorities=work, reason="mixed")
 
 
+class ClairvoyantRelServe(Policy):
+    """RelServe's policy as it is, except that every row's max_tokens is its true answer length
+    (the simulator finishes a row by its own record, so only the policy's estimates change)."""
+
+    name = "clairvoyant"  # type: ignore[assignment]
+
+    def __init__(self, cost: CostModel, settings: PolicySettings) -> None:
+        super().__init__(cost, settings)
+        self.inner = make_policy("relserve", cost, settings)
+
+    def _schedule(self, view: StepView) -> StepPlan:
+        for r in view.waiting:
+            r.max_tokens = r.handle.out_len  # type: ignore[attr-defined]
+        return self.inner.schedule(view)
+
+
 def _true_lengths(g: RelQueryGroup) -> None:
     """The group's answer lengths (Eq. 15-16's OL) from the rows' true lengths, not max_tokens."""
     lefts = [_left(r) for r in g.running]
@@ -440,7 +462,11 @@ def clairvoyant(
     means: dict[str, float] = {}
     best: tuple[float, str, dict[str, float]] | None = None
     for a in arrangements:
-        engine = EngineSim(ClairvoyantPolicy(cost, a), cost, limits, trace.relqueries)
+        if a.relserve is not None:
+            policy: Policy = ClairvoyantRelServe(cost, PolicySettings().model_copy(update=dict(a.relserve)))
+        else:
+            policy = ClairvoyantPolicy(cost, a)
+        engine = EngineSim(policy, cost, limits, trace.relqueries)
         engine.run()
         lat = {log.id: log.finish - log.arrival for log in engine.logs}  # type: ignore[operator]
         mean = sum(lat.values()) / len(lat) if lat else 0.0
