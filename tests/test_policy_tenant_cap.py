@@ -123,3 +123,18 @@ def test_stock_vllm_runs_without_the_plugin_so_without_caps():
     flood_run = decoding(reqs("flood", "F", 10, cap=4))
     plan = policy("vllm").schedule(view(reqs("small", "S", 1), flood_run))
     assert plan.hold == []
+
+
+def test_the_tenants_file_sets_a_tenants_cap_and_refuses_a_cap_below_one():
+    from relserve.errors import ConfigError
+    from relserve.server.tenants import Tenants
+
+    t = Tenants.from_dict({
+        "limits": {"max_running_shared": 8},
+        "tenants": {"flood": {"key": "flood-secret", "max_running_shared": 2}, "small": {"key": "small-secret"}},
+    })
+    caps = {x.name: x.limits.max_running_shared for x in t.by_hash.values()}
+    assert caps == {"flood": 2, "small": 8}
+    assert Tenants.from_dict({"tenants": {"a": {"key": "a-secret-key"}}}).by_hash.popitem()[1].limits.max_running_shared is None
+    with pytest.raises(ConfigError, match="max_running_shared"):
+        Tenants.from_dict({"tenants": {"a": {"key": "a-secret-key", "max_running_shared": 0}}})
