@@ -7,9 +7,9 @@ the fast layer; tests/test_operators_engine.py runs the real engine."""
 from __future__ import annotations
 
 import pytest
+from engine_doubles import ScriptedEngine
 
 import relserve.duckdb
-from engine_doubles import ScriptedEngine
 from relserve.errors import ConfigError
 
 TEMPLATE = "Review: {review}\\nTopic: {topic}\\nIs the review about the topic?"
@@ -104,3 +104,14 @@ def test_bad_blocking_arguments_name_the_problem():
         with pytest.raises(ConfigError, match=match):
             relserve.duckdb.sql(con, q)
     assert eng.submitted == []
+
+
+def test_a_statement_that_only_mentions_block_runs_as_usual():
+    eng = ScriptedEngine(answer=about)
+    con = relserve.duckdb.connect(engine=eng, method="score")
+    tables(con)
+    con.sql("CREATE TABLE blocks AS SELECT 1 AS block")
+    q = f"SELECT r.id, t.id FROM r JOIN t ON llm_filter('{TEMPLATE}', r.text, t.topic, llm_options(max_tokens := 2)) " \
+        "WHERE r.id IN (SELECT block FROM blocks)"
+    assert con.sql(q).fetchall() == [(1, 10)]
+    assert not hasattr(con.explain(q), "blocks") and len(eng.submitted) == 1

@@ -88,3 +88,16 @@ def test_a_role_without_superuser_rights_uses_its_own_key(cluster, server):
         # a role cannot point the call elsewhere: the url is not a setting
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             db.execute("SET relserve.url = 'http://127.0.0.1:1'")
+
+
+def test_statement_timeout_cancels_a_reduction(cluster):
+    with connect(cluster) as db:
+        db.execute("SET statement_timeout = '2s'")
+        # 40 groups of long answers: minutes of engine work, far past the timeout
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            db.execute(
+                "SELECT * FROM llm_reduce_query('Write a long story about these numbers:\n{n}', "
+                "'SELECT g % 40 AS grp, g::text AS n FROM generate_series(1, 400) g', '{\"max_tokens\": 64}')"
+            )
+        db.execute("RESET statement_timeout")
+        assert db.execute("SELECT 1").fetchone() == (1,)

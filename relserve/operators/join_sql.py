@@ -271,7 +271,7 @@ class JoinExplain:
 
 
 def _statement(con: duckdb.DuckDBPyConnection, text: str) -> tuple[Any, Any, list[JoinBlock]]:
-    from relserve.duckdb_ext.session import session_of
+    from relserve.duckdb_ext.connections import session_of
     from relserve.duckdb_ext.statement import analyze
 
     rewritten, blocks = rewrite(text)
@@ -327,7 +327,7 @@ def run_sql(con: duckdb.DuckDBPyConnection, query: str, sql_fn: Any, params: Any
     return result
 
 
-def explain_sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> JoinExplain:
+def explain_sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> Any:
     """What ``run_sql`` would do for one statement: the planner's EXPLAIN over the pairs blocking
     keeps, and the pairs met and kept (the embedding runs; the engine does not)."""
     from relserve.duckdb_ext.api import _statement_explain
@@ -338,6 +338,10 @@ def explain_sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) 
     if len(texts) != 1:
         raise ConfigError(f"explain takes one statement, got {len(texts)}")
     session, statement, blocks = _statement(con, texts[0])
+    if not blocks:  # "block" was only a word in the text: the planner's own EXPLAIN
+        from relserve.duckdb_ext.api import explain
+
+        return explain(con, texts[0], params)
     blocking = BlockingSession(session, blocks)
     run = explain_planned(con, blocking, statement, params)
     return JoinExplain(_statement_explain(run), list(blocking.reports.values()))

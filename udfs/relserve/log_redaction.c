@@ -22,7 +22,9 @@ rs_strip_python(ErrorData *edata)
 		(strstr(edata->context, "PL/Python function \"llm_") == NULL &&
 		 strstr(edata->context, "PL/Python function \"_load\"") == NULL &&
 		 strstr(edata->context, "PL/Python function \"_scan_") == NULL &&
-		 strstr(edata->context, "PL/Python function \"_batch_") == NULL))
+		 strstr(edata->context, "PL/Python function \"_batch_") == NULL &&
+		 strstr(edata->context, "PL/Python function \"_reduce_final\"") == NULL &&
+		 strstr(edata->context, "PL/Python function \"_topk_final\"") == NULL))
 		return;
 	while (changed)
 	{
