@@ -294,3 +294,17 @@ def test_an_unknown_model_is_a_clear_error(con, engine):
     with pytest.raises(ConfigError, match="unknown model 'no-such-model'"):
         relserve.duckdb.sql(con, "SELECT llm_map('Echo: {review}', review, llm_options(model := 'no-such-model')) FROM reviews")
     assert engine.submitted == []
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_a_planned_statement_runs_with_the_result_cache_off_or_on(engine, cache, tmp_path, monkeypatch):
+    # install(cache=False/True) once made the planned path's cache look-up call get_many on a bool
+    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path))
+    c = duckdb.connect()
+    relserve.duckdb.install(c, engine=engine, cache=cache)
+    c.execute("CREATE TABLE t AS SELECT 'good film ' || range AS review FROM range(3)")
+    query = "SELECT llm_map('Echo: {review}', review) AS s FROM t ORDER BY s"
+    assert relserve.duckdb.sql(c, query).fetchall() == [("good film 0",), ("good film 1",), ("good film 2",)]
+    assert relserve.duckdb.sql(c, query).fetchall() == [("good film 0",), ("good film 1",), ("good film 2",)]
+    # off: both statements reach the engine; on: the second is answered from the cache
+    assert [len(p) for p in engine.submitted] == ([3, 3] if cache is False else [3])

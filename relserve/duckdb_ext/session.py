@@ -58,7 +58,8 @@ class LocalRunner:
         )
 
     def cached(self, call: LLMCall, values: list[tuple]) -> dict[int, tuple[Any, str | None]]:
-        cache = self.cache if self.cache is not None else shared_cache()
+        # True/None mean the shared cache, False none (as for run_rows)
+        cache = shared_cache() if self.cache is None or self.cache is True else self.cache or None
         return cached_values(call, values, model_id=self._engine_for(call).model_id, cache=cache)
 
 
