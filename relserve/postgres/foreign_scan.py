@@ -19,6 +19,7 @@ import time
 import uuid
 from typing import Any
 
+from relserve.client import Client
 from relserve.postgres import backend
 from relserve.postgres.answers import Accepted, Answer, AnswerStream, Broken, Finished
 from relserve.postgres.calls import bind
@@ -43,6 +44,14 @@ class Scan:
 _scans: dict[str, Scan] = {}
 
 
+def _start(name: str, request: CallRequest, client: Client, template: str, rows: list) -> str:
+    """Send ``rows`` as one relQuery and register its stream for polling; the scan's handle."""
+    stream = AnswerStream(client, template, rows, request.call, abandon_after_s=ABANDON_AFTER_S)
+    handle = uuid.uuid4().hex
+    _scans[handle] = Scan(name, request, stream, len(rows))
+    return handle
+
+
 def scan_open(plpy: Any, url: str, api_key: str | None, kind: str, template: str, spec: str | None,
               options: str | None, rows: str) -> str:
     """Send one window of source rows (a JSON array of objects) as a relQuery; its handle."""
@@ -54,12 +63,9 @@ def scan_open(plpy: Any, url: str, api_key: str | None, kind: str, template: str
         request = call_request(name, backend.settings(plpy), kind, spec, given)
         window = json.loads(rows)
         client = backend.client(plpy, request.timeout_s, url=url, api_key=api_key or "")
-        handle = uuid.uuid4().hex
         for old in [h for h, s in _scans.items() if s.stream.stopped]:  # ended by an error nobody polled after
             del _scans[old]
-        stream = AnswerStream(client, template, window, request.call, abandon_after_s=ABANDON_AFTER_S)
-        _scans[handle] = Scan(name, request, stream, len(window))
-        return handle
+        return _start(name, request, client, template, window)
     except PgError as e:
         raise_as_sql(plpy, e)
 
@@ -135,9 +141,6 @@ def batch_open(plpy: Any, kind: str, template: str, spec: str | None, form: str,
         bound = [bind(name, template, value, None) if form == "args" else
                  bind(name, template, None, None if value is None else json.dumps(value)) for value in window]
         client = backend.client(plpy, request.timeout_s)
-        stream = AnswerStream(client, template, bound, request.call, abandon_after_s=ABANDON_AFTER_S)
-        handle = uuid.uuid4().hex
-        _scans[handle] = Scan(name, request, stream, len(window))
-        return handle
+        return _start(name, request, client, template, bound)
     except PgError as e:
         raise_as_sql(plpy, e)
