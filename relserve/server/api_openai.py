@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,25 +95,20 @@ def _sse(obj: dict | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
-@router.post("/completions", summary="OpenAI-compatible completions (a list of prompts is one relQuery)")
-async def completions(
-    body: CompletionRequest, request: Request, tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)
-):
-    model = _check_model(body, state)
-    job = await _start(state, tenant, body, body.prompts, "completion", max_tokens=body.max_tokens or DEFAULT_COMPLETION_TOKENS)
-    rid, created = f"cmpl-{job.id}", int(time.time())
-
-    if body.stream:
+async def _reply(
+    job: Job, request: Request, stream: bool, rid: str, model: str, final_object: str, chunk_object: str,
+    chunks: Callable[[dict, RowResult], list[dict]], choice: Callable[[RowResult], dict],
+) -> Any:
+    """Both endpoints answer alike: streamed, each row's ``chunks`` as Server-Sent Events as it
+    finishes, then ``[DONE]``; otherwise, once every row is done, one ``choice`` per row and the usage."""
+    created = int(time.time())
+    if stream:
+        head = {"id": rid, "object": chunk_object, "created": created, "model": model}
 
         async def events() -> AsyncIterator[bytes]:
             async for r in job.follow():
-                if r is None:
-                    continue
-                choice = {"text": r.text or "", "index": r.index, "logprobs": None, "finish_reason": _finish_reason(r)}
-                chunk = {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [choice]}
-                if r.text is None:
-                    chunk["error"] = {"message": f"prompt {r.index}: {r.error}", "type": "invalid_request", "code": 400}
-                yield _sse(chunk)
+                for chunk in chunks(head, r) if r is not None else ():
+                    yield _sse(chunk)
             yield _sse("[DONE]")
 
         return JobStreamResponse(job, events(), SSE, cancel_on_disconnect=True)
@@ -121,14 +116,29 @@ async def completions(
     await wait_or_cancel(job, request)
     _raise_row_error(job)
     rows = [r for r in job.rows if r is not None]
-    return {
-        "id": rid,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [{"text": r.text, "index": r.index, "logprobs": None, "finish_reason": _finish_reason(r)} for r in rows],
-        "usage": _usage(rows),
-    }
+    head = {"id": rid, "object": final_object, "created": created, "model": model}
+    return {**head, "choices": [choice(r) for r in rows], "usage": _usage(rows)}
+
+
+@router.post("/completions", summary="OpenAI-compatible completions (a list of prompts is one relQuery)")
+async def completions(
+    body: CompletionRequest, request: Request, tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)
+):
+    model = _check_model(body, state)
+    job = await _start(state, tenant, body, body.prompts, "completion", max_tokens=body.max_tokens or DEFAULT_COMPLETION_TOKENS)
+    return await _reply(job, request, body.stream, f"cmpl-{job.id}", model, "text_completion", "text_completion",
+                        _completion_chunks, _completion_choice)
+
+
+def _completion_choice(r: RowResult) -> dict:
+    return {"text": r.text, "index": r.index, "logprobs": None, "finish_reason": _finish_reason(r)}
+
+
+def _completion_chunks(head: dict, r: RowResult) -> list[dict]:
+    chunk = {**head, "choices": [{**_completion_choice(r), "text": r.text or ""}]}
+    if r.text is None:
+        chunk["error"] = {"message": f"prompt {r.index}: {r.error}", "type": "invalid_request", "code": 400}
+    return [chunk]
 
 
 @router.post("/chat/completions", summary="OpenAI-compatible chat completions (single turn)")
@@ -150,33 +160,18 @@ async def chat_completions(
         state, tenant, body, [body.user], "chat", function=function, json_schema=schema, system=body.system,
         max_tokens=body.max_completion_tokens or body.max_tokens or DEFAULT_CHAT_TOKENS,
     )
-    rid, created = f"chatcmpl-{job.id}", int(time.time())
+    return await _reply(job, request, body.stream, f"chatcmpl-{job.id}", model, "chat.completion",
+                        "chat.completion.chunk", _chat_chunks, _chat_choice)
 
-    if body.stream:
 
-        async def events() -> AsyncIterator[bytes]:
-            async for r in job.follow():
-                if r is None:
-                    continue
-                head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model}
-                if r.text is None:
-                    yield _sse({**head, "choices": [], "error": {"message": r.error, "type": "invalid_request", "code": 400}})
-                    continue
-                yield _sse({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": r.text or ""}, "finish_reason": None}]})
-                yield _sse({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": _finish_reason(r)}]})
-            yield _sse("[DONE]")
+def _chat_choice(r: RowResult) -> dict:
+    return {"index": 0, "message": {"role": "assistant", "content": r.text}, "finish_reason": _finish_reason(r)}
 
-        return JobStreamResponse(job, events(), SSE, cancel_on_disconnect=True)
 
-    await wait_or_cancel(job, request)
-    _raise_row_error(job)
-    r = job.rows[0]
-    assert r is not None
-    return {
-        "id": rid,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": r.text}, "finish_reason": _finish_reason(r)}],
-        "usage": _usage([r]),
-    }
+def _chat_chunks(head: dict, r: RowResult) -> list[dict]:
+    if r.text is None:
+        return [{**head, "choices": [], "error": {"message": r.error, "type": "invalid_request", "code": 400}}]
+    return [
+        {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": r.text or ""}, "finish_reason": None}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": _finish_reason(r)}]},
+    ]
