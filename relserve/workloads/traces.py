@@ -15,7 +15,7 @@ import json
 import math
 import os
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -179,13 +179,9 @@ def generate_trace(
     distinct rows at random among those whose template fields are non-blank, kept in table order
     as a filtered scan would return them. Only the template's columns are stored.
     """
-    lo, hi = rows
-    if not (isinstance(lo, int) and isinstance(hi, int)) or lo < 1 or hi < lo:
-        raise ConfigError(f"rows must be a pair of integers 1 <= lo <= hi, got {rows!r}")
+    hi = _check_sizes(rows, rate)
     if num_relqueries < 0:
         raise ConfigError(f"num_relqueries must be >= 0, got {num_relqueries}")
-    if not rate > 0:
-        raise ConfigError(f"rate must be > 0 relQueries/s, got {rate}")
     tables = [table] if isinstance(table, str) else list(table)
     if not tables:
         raise ConfigError("no table given")
@@ -198,24 +194,15 @@ def generate_trace(
                     f"table {t!r} has only {len(usable)} rows usable for {qtype.value} queries, fewer than rows upper bound {hi}"
                 )
 
-    rng = random.Random(seed)
-    out: list[TraceQuery] = []
-    for rel_id, clock, t in _arrivals(rng, num_relqueries, rate, tables, id_prefix):
+
+    def draw(rng: random.Random, t: str) -> dict[str, Any]:
         spec = specs[t][rng.randrange(len(specs[t]))]
         usable = pools[t].usable[spec.type]
         picked = _pick(rng, rows, len(usable))
-        out.append(
-            TraceQuery(
-                id=rel_id,
-                arrival_s=clock,
-                template=spec.template,
-                max_tokens=spec.max_tokens,
-                rows=pools[t].rows(spec, [usable[i] for i in picked]),
-                type=spec.type.value,
-                table=t,
-            )
-        )
-    return out
+        rows_ = pools[t].rows(spec, [usable[i] for i in picked])
+        return {"template": spec.template, "max_tokens": spec.max_tokens, "rows": rows_, "type": spec.type.value, "table": t}
+
+    return _generate(random.Random(seed), num_relqueries, rate, tables, id_prefix, draw)
 
 
 #: characters a row's fields need in the long workload (about 4 characters a token)
@@ -237,11 +224,7 @@ def generate_long_trace(
 
     Arrivals, table choice and row sampling work as in ``generate_trace``.
     """
-    lo, hi = rows
-    if not (isinstance(lo, int) and isinstance(hi, int)) or lo < 1 or hi < lo:
-        raise ConfigError(f"rows must be a pair of integers 1 <= lo <= hi, got {rows!r}")
-    if not rate > 0:
-        raise ConfigError(f"rate must be > 0 relQueries/s, got {rate}")
+    hi = _check_sizes(rows, rate)
     tables = [table] if isinstance(table, str) else list(table)
     unknown = [t for t in tables if t not in LONG_TEMPLATES]
     if unknown or not tables:
@@ -257,33 +240,47 @@ def generate_long_trace(
         if len(usable) < hi:
             raise ConfigError(f"table {t!r} has only {len(usable)} rows long enough for the long workload, fewer than {hi}")
         pools[t] = (template, cols, columns, usable)
-    rng = random.Random(seed)
-    out: list[TraceQuery] = []
-    for rel_id, clock, t in _arrivals(rng, num_relqueries, rate, tables, id_prefix):
+
+    def draw(rng: random.Random, t: str) -> dict[str, Any]:
         template, cols, columns, usable = pools[t]
         picked = _pick(rng, rows, len(usable))
-        out.append(
-            TraceQuery(
-                id=rel_id,
-                arrival_s=clock,
-                template=template,
-                max_tokens=LONG_MAX_TOKENS[rng.randrange(len(LONG_MAX_TOKENS))],
-                rows=[{c: columns[c][usable[i]] for c in cols} for i in picked],
-                type="long",
-                table=t,
-                ignore_eos=True,
-            )
-        )
-    return out
+        return {
+            "template": template,
+            "max_tokens": LONG_MAX_TOKENS[rng.randrange(len(LONG_MAX_TOKENS))],
+            "rows": [{c: columns[c][usable[i]] for c in cols} for i in picked],
+            "type": "long",
+            "table": t,
+            "ignore_eos": True,
+        }
+
+    return _generate(random.Random(seed), num_relqueries, rate, tables, id_prefix, draw)
 
 
-def _arrivals(rng: random.Random, num: int, rate: float, tables: Sequence[str], id_prefix: str):
-    """(id, arrival time, table) of each relQuery: Poisson arrivals, tables drawn uniformly."""
+def _check_sizes(rows: tuple[int, int], rate: float) -> int:
+    """Check the generators' shared arguments; the most rows a relQuery may take."""
+    lo, hi = rows
+    if not (isinstance(lo, int) and isinstance(hi, int)) or lo < 1 or hi < lo:
+        raise ConfigError(f"rows must be a pair of integers 1 <= lo <= hi, got {rows!r}")
+    if not rate > 0:
+        raise ConfigError(f"rate must be > 0 relQueries/s, got {rate}")
+    return hi
+
+
+def _generate(
+    rng: random.Random, num: int, rate: float, tables: Sequence[str], id_prefix: str,
+    draw: Callable[[random.Random, str], dict[str, Any]],
+) -> list[TraceQuery]:
+    """Poisson arrivals of ``rate`` relQueries per second, each on a table drawn uniformly; the
+    rest of each record (template, rows, limits, extras) from ``draw``, called in arrival order so
+    that a seed fixes the trace."""
     width = max(5, len(str(max(num - 1, 0))))
     clock = 0.0
+    out: list[TraceQuery] = []
     for k in range(num):
         clock += 0.0 if math.isinf(rate) else rng.expovariate(rate)
-        yield f"{id_prefix}{k:0{width}d}", round(clock, 6), tables[rng.randrange(len(tables))]
+        t = tables[rng.randrange(len(tables))]
+        out.append(TraceQuery(id=f"{id_prefix}{k:0{width}d}", arrival_s=round(clock, 6), **draw(rng, t)))
+    return out
 
 
 def _pick(rng: random.Random, rows: tuple[int, int], available: int) -> list[int]:
