@@ -61,7 +61,7 @@ from relserve.sim.prepared_trace import PreparedTrace
 SHARE_WEIGHTS: tuple[tuple[float, float, float], ...] = tuple(
     (a / 4, b / 4, (4 - a - b) / 4) for a in range(5) for b in range(5 - a)
 )
-#: relaxations 1 and 2 combine over a subset of relQueries; at most this many are tried out of it
+#: relaxations 1 and 2 combine over a subset of relQueries; at most this many are moved in or out
 COMBINE_CANDIDATES = 200
 
 
@@ -214,25 +214,31 @@ def lower_bound(trace: PreparedTrace, cost: CostModel, limits: Limits, *, replic
 
 
 def _combine(jobs: list[tuple[float, float]], alone: list[float]) -> tuple[float, int]:
-    """max over subsets A of (SRPT's flow-time sum over A alone + the others' ``alone``), by one
-    greedy sweep from A = everything: the relQueries whose own floor most exceeds their SRPT
-    flow first (at most ``COMBINE_CANDIDATES``), each taken out of A if that raises the sum.
-    Returns the sum and how many were taken out."""
+    """max over subsets A of (SRPT's flow-time sum over A alone + the others' ``alone``), searched
+    greedily from three starts (everyone in A; no one; those whose SRPT flow exceeds their own
+    floor): one sweep over the relQueries (at most ``COMBINE_CANDIDATES``, those whose floor most
+    exceeds their SRPT flow first), moving each in or out of A if that raises the sum. Returns the
+    best sum found and how many relQueries it leaves out of A."""
     everyone = range(len(jobs))
-    inside = set(everyone)
 
     def value(members: set[int]) -> float:
         idx = sorted(members)
         return sum(srpt_flows([jobs[i] for i in idx])) + sum(alone[i] for i in everyone if i not in members)
 
     flows = srpt_flows(jobs)
-    total = sum(flows)
-    for i in sorted(everyone, key=lambda i: flows[i] - alone[i])[:COMBINE_CANDIDATES]:
-        trial = value(inside - {i})
-        if trial > total:
-            inside.discard(i)
-            total = trial
-    return total, len(jobs) - len(inside)
+    order = sorted(everyone, key=lambda i: flows[i] - alone[i])[:COMBINE_CANDIDATES]
+    best_total, best_out = -1.0, 0
+    for start in (set(everyone), set(), {i for i in everyone if flows[i] > alone[i]}):
+        inside = set(start)
+        total = value(inside)
+        for i in order:
+            trial_set = inside - {i} if i in inside else inside | {i}
+            trial = value(trial_set)
+            if trial > total:
+                inside, total = trial_set, trial
+        if total > best_total:
+            best_total, best_out = total, len(jobs) - len(inside)
+    return best_total, best_out
 
 
 def _later_samples(f: _Floors, prompt: int, tail: int, n: int) -> tuple[float, float]:
