@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +104,10 @@ class _ExplainRecorder:
         self.active = 0
         self.items: list[Explain] = []
 
+    def add(self, item: Explain) -> None:
+        with self.lock:
+            self.items.append(item)
+
 
 _recorder = _ExplainRecorder()
 
@@ -169,21 +173,21 @@ def _batch_function(call: LLMCall, engine: Backend) -> Callable[[pl.Series], pl.
             call, columns, engine=use_engine, optimize=optimize, progress=progress, explain_only=explaining
         )
         if explaining:
-            with _recorder.lock:
-                _recorder.items.append(outcome.explain)
+            _recorder.add(outcome.explain)
         else:
-            _record(call, outcome)
+            _record(call.function.name, call.template.source, outcome.failures)
         return pl.Series(series.name, outcome.values, dtype=dtype)
 
     return run
 
 
-def _record(call: LLMCall, outcome: CallOutcome) -> None:
+def _record(function: str, template: str, failures: Iterable[tuple[int, str]]) -> None:
+    """Count one finished call and keep its failed rows for ``errors()``."""
     with _lock:
         _calls[0] += 1
         number = _calls[0]
-        for row, err in outcome.failures:
-            _failures.append(_Failure(number, call.function.name, call.template.source, row, err))
+        for row, err in failures:
+            _failures.append(_Failure(number, function, template, row, err))
 
 
 def _expr(expr: pl.Expr, call: LLMCall, engine: Backend) -> pl.Expr:
@@ -426,14 +430,10 @@ def _reduce_batch(rc: Any, engine: Backend, *, one_group: bool) -> Callable[[pl.
         groups = [series.to_list()] if one_group else series.to_list()
         use_engine = engine if engine is not None else settings.current().engine
         if _recorder.active > 0:
-            with _recorder.lock:
-                _recorder.items.append(explain_reduce(rc, groups, engine=use_engine))
+            _recorder.add(explain_reduce(rc, groups, engine=use_engine))
             return pl.Series(series.name, [None] * len(groups), dtype=pl.String())
         outcome = run_reduce(rc, groups, engine=use_engine, progress=settings.current().progress)
-        with _lock:
-            _calls[0] += 1
-            for g, err in outcome.failures:
-                _failures.append(_Failure(_calls[0], "llm_reduce", rc.call.template.source, g, err))
+        _record("llm_reduce", rc.call.template.source, outcome.failures)
         return pl.Series(series.name, outcome.values, dtype=pl.String())
 
     return run
@@ -446,15 +446,11 @@ def _topk_batch(tc: Any, engine: Backend) -> Callable[[pl.Series], pl.Series]:
         values = series.to_list()
         use_engine = engine if engine is not None else settings.current().engine
         if _recorder.active > 0:
-            with _recorder.lock:
-                _recorder.items.append(explain_topk(tc, values))
+            _recorder.add(explain_topk(tc, values))
             return pl.Series(series.name, [None], dtype=pl.List(pl.String()))
         outcome = run_topk(tc, values, engine=use_engine, progress=settings.current().progress)
-        with _lock:
-            _calls[0] += 1
-            for row, err in enumerate(outcome.errors):
-                if err is not None:
-                    _failures.append(_Failure(_calls[0], "llm_topk", tc.score.template.source, row, err))
+        failed = [(row, err) for row, err in enumerate(outcome.errors) if err is not None]
+        _record("llm_topk", tc.score.template.source, failed)
         top = [v if isinstance(v, str) else str(v) for v in outcome.values]
         return pl.Series(series.name, [top], dtype=pl.List(pl.String()))
 
