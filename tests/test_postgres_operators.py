@@ -67,7 +67,8 @@ def test_bad_arguments_are_sql_errors_naming_the_problem(cluster):
             db.execute("SELECT * FROM llm_reduce_query('{text}', 'SELECT review FROM reviews', '{}')")
         with pytest.raises(psycopg.errors.UndefinedTable, match=r"^llm_reduce_query: the query failed"):
             db.execute("SELECT * FROM llm_reduce_query('{x}', 'SELECT x FROM no_such_table', '{}')")
-        with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"llm_reduce: .*room for two partial answers"):
+        with pytest.raises(psycopg.errors.InvalidParameterValue,
+                           match=r"^llm_reduce_query: a context of \d+ tokens .* room for two partial answers .*\(HTTP 400\)"):
             db.execute("SELECT * FROM llm_reduce_query('{review}', 'SELECT review FROM reviews', '{\"max_tokens\": 1900}')")
 
 
