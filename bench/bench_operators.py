@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -98,7 +99,12 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--block", type=int, default=3, help="llm_join blocking: right rows kept per left row (0: skip)")
     ap.add_argument("--match", type=int, default=12, help="reviews (and their products) of the labelled join")
+    ap.add_argument("--sql-join", action="store_true",
+                    help="only the labelled join in DuckDB SQL (relserve.duckdb.sql), full and llm_options(block := k)")
+    ap.add_argument("--method", default="score", help="label method of the --sql-join runs (score or batch)")
     args = ap.parse_args()
+    if args.sql_join:
+        return sql_join_main(args)
 
     from relserve import Engine
     from relserve.operators import join_call, reduce_call, run_join, run_reduce
@@ -219,6 +225,60 @@ def main() -> None:
     (out / "operators.json").write_text(json.dumps(
         {"rows": [{"operator": n, "size": s, "operator_run": o, "loop": lp, "note": note} for n, s, o, lp, note in rows],
          "join_blocking": blocking}, indent=1))
+    engine.close()
+
+
+def sql_join_main(args) -> None:
+    """The labelled join through relserve.duckdb.sql: ``JOIN ... ON llm_filter(...)`` over every
+    pair, then with ``llm_options(block := k)``; recall of each against the truth and of the
+    blocked join against the full one."""
+    import pyarrow as pa
+
+    import relserve.duckdb
+    from relserve import Engine
+
+    reviews, products = labelled_pairs(args.match)
+    t0 = time.perf_counter()
+    engine = Engine()
+    print(f"engine started in {time.perf_counter() - t0:.0f}s; {len(reviews)} reviews x {len(products)} products")
+    template = "Review: {review}\nProduct: {product}\nIs the review about this product?"
+    sides = {}
+    for name, extra in (("full", ""), ("blocked", f", block := {args.block}")):
+        def run(e, extra=extra):
+            con = relserve.duckdb.connect(engine=e, progress=False)
+            con.con.register("r", pa.table({"id": list(range(len(reviews))), "text": reviews}))
+            con.con.register("p", pa.table({"id": list(range(len(products))), "name": products}))
+            q = (f"SELECT r.id, p.id FROM r JOIN p ON llm_filter('{template}', r.text, p.name, "
+                 f"llm_options(method := '{args.method}'{extra}))")
+            ex = con.explain(q)
+            return set(con.sql(q).fetchall()), ex
+        # a fresh result cache per side: the blocked join must not read the full join's answers
+        os.environ["RELSERVE_HOME"] = tempfile.mkdtemp(prefix=f"relserve-sql-join-{name}-")
+        m, (pairs, ex) = measure(engine, run)
+        blocks = getattr(ex, "blocks", [])
+        sides[name] = {"measure": m, "pairs": sorted(pairs), "asked": blocks[0].pairs_kept if blocks else
+                       len(reviews) * len(products), "embed_s": blocks[0].embed_s if blocks else 0.0}
+    truth = {(i, i) for i in range(len(reviews))}
+    full, blocked = set(map(tuple, sides["full"]["pairs"])), set(map(tuple, sides["blocked"]["pairs"]))
+    result = {
+        "method": args.method, "k": args.block, "left": len(reviews), "right": len(products),
+        "full_recall_of_truth": len(truth & full) / len(truth),
+        "blocked_recall_of_truth": len(truth & blocked) / len(truth),
+        "blocked_recall_of_full": len(full & blocked) / len(full) if full else None,
+        "full_precision": len(truth & full) / len(full) if full else None,
+        "blocked_precision": len(truth & blocked) / len(blocked) if blocked else None,
+        **{name: {k: v for k, v in side.items() if k != "pairs"} for name, side in sides.items()},
+    }
+    for name in ("full", "blocked"):
+        m = sides[name]["measure"]
+        print(f"  SQL {name:<8} {sides[name]['asked']:>4} pairs asked  {m['seconds']:>6.1f}s  {m['relqueries']} relQuery  "
+              f"{m['prompt_tokens']:>7,} prompt tokens  accepted {len(full if name == 'full' else blocked):>3}  "
+              f"recall of truth {result[name + '_recall_of_truth']:.0%}")
+    print(f"  blocked join (k={args.block}, method={args.method}, embedding {sides['blocked']['embed_s']:.1f}s): "
+          f"recall vs the full join {result['blocked_recall_of_full'] if result['blocked_recall_of_full'] is None else format(result['blocked_recall_of_full'], '.0%')}")
+    out = ROOT / "bench" / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"operators_sql_join_{args.method}.json").write_text(json.dumps(result, indent=1))
     engine.close()
 
 
