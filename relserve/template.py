@@ -34,11 +34,11 @@ class Template:
         i, n = 0, len(source)
         while i < n:
             ch = source[i]
+            if ch in "{}" and source.startswith(ch * 2, i):  # a doubled brace is a literal one
+                buf.append(ch)
+                i += 2
+                continue
             if ch == "{":
-                if source.startswith("{{", i):
-                    buf.append("{")
-                    i += 2
-                    continue
                 end = source.find("}", i + 1)
                 if end < 0:
                     raise TemplateError(f"unclosed '{{' at position {i} in template {source!r}")
@@ -53,10 +53,6 @@ class Template:
                 fields.append(name)
                 i = end + 1
             elif ch == "}":
-                if source.startswith("}}", i):
-                    buf.append("}")
-                    i += 2
-                    continue
                 raise TemplateError(f"single '}}' at position {i} in template {source!r} (write '}}}}' for a brace)")
             else:
                 buf.append(ch)
