@@ -7,10 +7,10 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 import pytest
+from engine_doubles import ScriptedEngine
 
 import relserve.duckdb
 import relserve.polars  # noqa: F401  (registers .llm)
-from engine_doubles import ScriptedEngine
 from relserve.errors import ConfigError, RowError, TemplateError
 from relserve.operators import llm_join, llm_reduce, llm_reduce_explain, llm_topk, llm_topk_explain
 from relserve.operators.packing import Chunk, TooLong, estimate_levels, fold, pack
