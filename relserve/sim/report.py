@@ -36,7 +36,7 @@ def limit_markdown(limit: Limit) -> str:
     b = limit.bound
     text = (
         f"Lower bound {b.mean:.3f} s (provable: each relQuery alone {b.isolated_mean:.3f} s, one-machine SRPT "
-        f"{b.srpt_mean:.3f} s)"
+        f"{b.srpt_mean:.3f} s, the two combined {b.combined_mean:.3f} s)"
     )
     if limit.clairvoyant is not None:
         c = limit.clairvoyant
