@@ -100,7 +100,7 @@ def decode_chunk(fn: LLMFunction, arrays: Sequence[pa.Array], defaults: CallOpti
             for r in row_ids:
                 errors[r] = f"{fn.name}: the {fn.spec_argument} argument is NULL in this row"
             continue
-        key = (t, _hashable(s), _hashable(o))
+        key = (t, hashable_key(s), hashable_key(o))
         call = calls.get(key)
         if call is None:
             call = calls[key] = _make_call(fn, t, s, o, defaults)
@@ -228,7 +228,7 @@ def _rows_by_call(size: int, templates: list, specs: list | None, options: list 
 
     for r in range(size):
         t, s, o = at(templates, r), at(specs, r), at(options, r)
-        key = (t, _hashable(s), _hashable(o))
+        key = (t, hashable_key(s), hashable_key(o))
         entry = combos.get(key)
         if entry is None:
             entry = combos[key] = ([], t, s, o)
@@ -236,7 +236,10 @@ def _rows_by_call(size: int, templates: list, specs: list | None, options: list 
     yield from combos.values()
 
 
-def _hashable(value: Any) -> Any:
-    if isinstance(value, (list, dict)):
+def hashable_key(value: Any) -> Any:
+    """``value`` as a dict key: itself, or its JSON text when it holds a list or a struct (dict)."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
         return json.dumps(value, sort_keys=True, default=str)
-    return value

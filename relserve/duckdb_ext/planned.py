@@ -14,7 +14,6 @@ up unknown, for instance through ``random()``, are answered per chunk on the spo
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -25,7 +24,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from relserve.duckdb_ext.arguments import decode_chunk
+from relserve.duckdb_ext.arguments import decode_chunk, hashable_key
 from relserve.duckdb_ext.session import Session
 from relserve.duckdb_ext.statement import CallSite, Statement
 from relserve.duckdb_ext.udf import answer_chunk, create_function, settle_chunk_errors, to_arrow
@@ -35,14 +34,6 @@ from relserve.planner.explain import Explain
 
 #: stand-in answers during collection passes
 _STAND_IN = {"map": "", "filter": True, "classify": None, "extract": "{}"}
-
-
-def _key(values: tuple) -> Any:
-    try:
-        hash(values)
-        return values
-    except TypeError:
-        return json.dumps(values, sort_keys=True, default=str)
 
 
 @dataclass
@@ -89,7 +80,7 @@ class SiteState:
                 if self.arrivals is not None:
                     self.arrivals.setdefault(group.call, []).extend(group.values)
                 known = self.answers.setdefault(group.call, {})
-                keys = [_key(v) for v in group.values]
+                keys = [hashable_key(v) for v in group.values]
                 unknown: dict[Any, tuple] = {}
                 for k, values in zip(keys, group.values):
                     if k not in known:
@@ -120,12 +111,12 @@ class SiteState:
     def _answer_or_run(self, call: LLMCall, values: list[tuple]):
         """Inline mode: known rows from the answers, the rest run now as one relQuery."""
         known = self.answers.get(call, {})
-        missing = [v for v in values if _key(v) not in known]
+        missing = [v for v in values if hashable_key(v) not in known]
         if missing:
             # answer_chunk logs these rows' errors, so _run_call does not
-            self._run_call(call, list({_key(v): v for v in missing}.values()), record=False)
+            self._run_call(call, list({hashable_key(v): v for v in missing}.values()), record=False)
             known = self.answers[call]
-        return _Outcome([known[_key(v)][0] for v in values], [known[_key(v)][1] for v in values])
+        return _Outcome([known[hashable_key(v)][0] for v in values], [known[hashable_key(v)][1] for v in values])
 
     def has_pending(self) -> bool:
         return any(self.pending.values())
@@ -152,7 +143,7 @@ class SiteState:
         with self.lock:
             known = self.answers.setdefault(call, {})
             for v, value, err in zip(values, outcome.values, outcome.errors):
-                known[_key(v)] = (value, err)
+                known[hashable_key(v)] = (value, err)
 
 
 @dataclass
