@@ -8,14 +8,16 @@ first, then the other cells as their rows finish.
 
 from __future__ import annotations
 
+from functools import partial
+
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from relserve.errors import RowError, TemplateError
 from relserve.results import RowResult
+from relserve.server.api_relqueries import start_job
 from relserve.server.batches import plan_cells
 from relserve.server.budget import ZERO, Cost, call_max_tokens, check_template, values_cost
-from relserve.server.jobs import Job
 from relserve.server.schemas import CellsRequest
 from relserve.server.state import ServerState, current_tenant, get_state
 from relserve.server.streaming import job_stream
@@ -53,13 +55,8 @@ async def cells(
 ):
     state.check_size(len(body.cells), tenant, "cells")
     state.check_priority(body.priority, tenant)
-    reservation = state.reserve(await run_in_threadpool(_cost, body, tenant), tenant)
-    try:
-        batch = await run_in_threadpool(plan_cells, body, state.engine.model_id, state.cache_for(tenant))
-        job = Job(batch, tenant.name, "cells", body.hints(), state.tenancy(tenant))
-        state.launch(job, tenant, reservation)
-    finally:
-        state.jobs.release(reservation)
+    cost = await run_in_threadpool(_cost, body, tenant)
+    job, batch = await start_job(state, tenant, cost, partial(plan_cells, body), "cells", body.hints())
     ids = [c.id for c in body.cells]
 
     def cell(r: RowResult) -> dict:

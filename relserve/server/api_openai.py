@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from starlette.concurrency import run_in_threadpool
 
 from relserve.results import RowResult
+from relserve.server.api_relqueries import start_job
 from relserve.server.batches import plan_prompts
 from relserve.server.budget import call_max_tokens, check_template, prompts_cost
 from relserve.server.errors import ApiError
@@ -61,13 +62,9 @@ async def _start(state: ServerState, tenant: Tenant, body: _OpenAIBase, prompts:
     fields = CallFields(**{name: getattr(body, name) for name in shared}, **call)
     check_template("{prompt}", fields.system, tenant, "system message")
     spec = fields.call("{prompt}")
-    reservation = state.reserve(prompts_cost(prompts, spec, call_max_tokens(spec)), tenant)
-    try:
-        batch = await run_in_threadpool(plan_prompts, fields, prompts, state.engine.model_id, state.cache_for(tenant))
-        job = Job(batch, tenant.name, kind, fields.hints(), state.tenancy(tenant))
-        return state.launch(job, tenant, reservation)
-    finally:
-        state.jobs.release(reservation)
+    cost = prompts_cost(prompts, spec, call_max_tokens(spec))
+    job, _ = await start_job(state, tenant, cost, partial(plan_prompts, fields, prompts), kind, fields.hints())
+    return job
 
 
 def _usage(rows: list[RowResult]) -> dict:

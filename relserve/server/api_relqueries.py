@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from relserve.server.batches import plan_relquery
+from relserve.functions import SchedulingHints
+from relserve.planner.planned_rows import PlannedRows
+from relserve.server.batches import Cache, plan_relquery
 from relserve.server.budget import Cost, call_max_tokens, check_template, prompts_cost, rows_cost
 from relserve.server.jobs import Job
 from relserve.server.schemas import RelQueryRequest
@@ -41,6 +45,23 @@ def _done(job: Job) -> dict:
     return job.describe()
 
 
+async def start_job(
+    state: ServerState, tenant: Tenant, cost: Cost, plan: Callable[[str, Cache | None], PlannedRows], kind: str,
+    hints: SchedulingHints,
+) -> tuple[Job, PlannedRows]:
+    """Every request that runs rows (relQuery, cells, OpenAI calls): ``plan(model_id, cache)``
+    off the event loop while ``cost`` is reserved for the tenant (planning renders every row, so
+    it counts as work in flight), then its job launched in the reservation's place."""
+    reservation = state.reserve(cost, tenant)
+    try:
+        batch = await run_in_threadpool(plan, state.engine.model_id, state.cache_for(tenant))
+        job = Job(batch, tenant.name, kind, hints, state.tenancy(tenant))
+        state.launch(job, tenant, reservation)
+        return job, batch
+    finally:
+        state.jobs.release(reservation)
+
+
 def _cost(body: RelQueryRequest, tenant: Tenant, state: ServerState) -> Cost:
     """The request's size from lengths, before anything is rendered (413 over a size limit,
     403 for a priority the tenant may not use)."""
@@ -64,13 +85,8 @@ async def submit(
     state: ServerState = Depends(get_state),
 ):
     # sizes are summed off the event loop (linear in the body); the booking is on it
-    reservation = state.reserve(await run_in_threadpool(_cost, body, tenant, state), tenant)
-    try:
-        batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant))
-        job = Job(batch, tenant.name, "relquery", body.hints(), state.tenancy(tenant))
-        state.launch(job, tenant, reservation)
-    finally:
-        state.jobs.release(reservation)
+    cost = await run_in_threadpool(_cost, body, tenant, state)
+    job, batch = await start_job(state, tenant, cost, partial(plan_relquery, body), "relquery", body.hints())
     fmt = _wanted_format(request, body.stream or stream)
     location = {"Location": f"/v1/relqueries/{job.id}"}
     if fmt is None:
