@@ -12,6 +12,9 @@ relserve's choice, and it decides much of what a small model gets right:
                  its name; another is named "the review above"), then the answer field, the
                  label scored after a space. A base-model layout: the one in which a small
                  instruct model is most likely to say the label (measured in docs/quality.md).
+                 Without the "Answer with one of: ..." / "Answer yes or no." line the other
+                 shapes carry: listing the labels right before the answer field makes a small
+                 model repeat the list whatever the row says (rt_filter AUC 0.56 -> 0.62).
 
 Two halves: ``ShapedRenderer`` (the planner's side: which text a row's prompt is, so the result
 cache, EXPLAIN and deduplication see the real text) and ``engine_text`` (the engine's side: the
@@ -89,6 +92,9 @@ class ShapedRenderer:
         self.suffix = suffix
         self.prefix = prefix
         self.format_value = format_value
+        #: a value at least this long moves in front; the content-free probes set 0, so they are
+        #: laid out as the rows they stand for (relserve/planner/label_prior.py)
+        self.move_chars = MOVE_CHARS
 
     def __call__(self, values: tuple) -> str:
         head: list[str] = []
@@ -97,7 +103,7 @@ class ShapedRenderer:
         for lit, name, pos in zip(self.literals, self.fields, self.positions):
             v = values[pos]
             text = v if type(v) is str else self.format_value(v)
-            if len(text) < MOVE_CHARS:
+            if len(text) < self.move_chars:
                 parts += [lit, text]
                 continue
             # a value the template introduces with a field name ("Review: {review}") moves with

@@ -100,17 +100,21 @@ def test_completion_shape_puts_long_values_first_and_names_them_in_the_question(
     call = make_call("llm_filter", "Is this customer happy with their {product}? Review: {review}")
     values = ("chair", "My back pain is gone since I switched to this chair")
     # "Review: {review}" leaves the question with its field name; the short product stays
+    # no "Answer yes or no." line under this shape: the engine adds the answer field after the question
     assert Renderer(call)(values) == (
         "Review: My back pain is gone since I switched to this chair\n"
-        "Is this customer happy with their chair?\nAnswer yes or no."
+        "Is this customer happy with their chair?"
     )
     # a value the template does not introduce by name is named in the question
     bare = make_call("llm_filter", "Is {review} positive?")
     assert Renderer(bare)((values[1],)) == (
-        "Review: My back pain is gone since I switched to this chair\nIs the review above positive?\nAnswer yes or no."
+        "Review: My back pain is gone since I switched to this chair\nIs the review above positive?"
     )
-    # short values (the content-free probes' "N/A") stay where they are
-    assert Renderer(bare)(("N/A",)) == "Is N/A positive?\nAnswer yes or no."
+    # short values stay where they are
+    assert Renderer(bare)(("N/A",)) == "Is N/A positive?"
+    # the labels are not listed either
+    classify = make_call("llm_classify", "Which department sells {name}?", labels=["office", "automotive"])
+    assert Renderer(classify)(("stapler",)) == "Which department sells stapler?"
     assert render(call, values) == Renderer(call)(values)
     chat = make_call("llm_filter", "Is this customer happy with their {product}? Review: {review}", prompt_shape="chat")
     assert Renderer(chat)(values) == (

@@ -134,7 +134,8 @@ def test_calibration_probes_run_once_per_template_on_content_free_rows():
         con.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('a'), ('b'), ('c')) v(r)")
         relserve.duckdb.sql(con, "SELECT llm_filter('Is {r} fine?', r) FROM t").fetchall()
         relserve.duckdb.sql(con, "SELECT llm_filter('Is {r} fine?', r) FROM t WHERE r <> 'a'").fetchall()
-    # the default completion shape's layout (relserve/prompt_shapes.py) folds the empty value's double space
-    assert eng.probes == [["Is N/A fine?\nAnswer yes or no.", "Is fine?\nAnswer yes or no.", "Is [MASK] fine?\nAnswer yes or no."]]
+    # the default completion shape lays the probes out as its rows: every value in front, named,
+    # and the question names it (relserve/planner/label_prior.py)
+    assert eng.probes == [["R: N/A\nIs the r above fine?", "R: \nIs the r above fine?", "R: [MASK]\nIs the r above fine?"]]
     # three rows: below batch calibration's minimum, so the content-free prior decides
     assert all(rq.score_labels and rq.label_prior is not None for rq in eng.relqueries)

@@ -68,7 +68,8 @@ class Renderer:
         if call.prompt_shape == "completion":
             from relserve.prompt_shapes import ShapedRenderer
 
-            self.shaped = ShapedRenderer(t.literals, t.fields, self.positions, self.suffix, self.prefix, format_value)
+            # no "Answer with one of ..." line: the answer field follows the question (docs/quality.md)
+            self.shaped = ShapedRenderer(t.literals, t.fields, self.positions, t.literals[-1], self.prefix, format_value)
 
     def __call__(self, values: tuple) -> str:
         if self.shaped is not None:
