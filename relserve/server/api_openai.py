@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -92,19 +93,29 @@ def _sse(obj: dict | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
-async def _reply(
-    job: Job, request: Request, stream: bool, rid: str, model: str, final_object: str, chunk_object: str,
-    chunks: Callable[[dict, RowResult], list[dict]], choice: Callable[[RowResult], dict],
-) -> Any:
-    """Both endpoints answer alike: streamed, each row's ``chunks`` as Server-Sent Events as it
-    finishes, then ``[DONE]``; otherwise, once every row is done, one ``choice`` per row and the usage."""
+@dataclass(frozen=True)
+class _Shape:
+    """How one endpoint lays out its answer; the rest of the response is the same for both."""
+
+    #: the response's "object" when it is sent whole, and each streamed chunk's
+    whole_object: str
+    chunk_object: str
+    #: a finished row as streamed chunks (given the chunk's head: id, object, created, model)
+    chunks: Callable[[dict, RowResult], list[dict]]
+    #: a finished row as one of the whole response's choices
+    choice: Callable[[RowResult], dict]
+
+
+async def _reply(job: Job, request: Request, stream: bool, rid: str, model: str, shape: _Shape) -> Any:
+    """Streamed: each row's chunks as Server-Sent Events as it finishes, then ``[DONE]``;
+    otherwise, once every row is done, one choice per row and the usage."""
     created = int(time.time())
     if stream:
-        head = {"id": rid, "object": chunk_object, "created": created, "model": model}
+        head = {"id": rid, "object": shape.chunk_object, "created": created, "model": model}
 
         async def events() -> AsyncIterator[bytes]:
             async for r in job.follow():
-                for chunk in chunks(head, r) if r is not None else ():
+                for chunk in shape.chunks(head, r) if r is not None else ():
                     yield _sse(chunk)
             yield _sse("[DONE]")
 
@@ -113,8 +124,8 @@ async def _reply(
     await wait_or_cancel(job, request)
     _raise_row_error(job)
     rows = [r for r in job.rows if r is not None]
-    head = {"id": rid, "object": final_object, "created": created, "model": model}
-    return {**head, "choices": [choice(r) for r in rows], "usage": _usage(rows)}
+    head = {"id": rid, "object": shape.whole_object, "created": created, "model": model}
+    return {**head, "choices": [shape.choice(r) for r in rows], "usage": _usage(rows)}
 
 
 @router.post("/completions", summary="OpenAI-compatible completions (a list of prompts is one relQuery)")
@@ -123,8 +134,7 @@ async def completions(
 ):
     model = _check_model(body, state)
     job = await _start(state, tenant, body, body.prompts, "completion", max_tokens=body.max_tokens or DEFAULT_COMPLETION_TOKENS)
-    return await _reply(job, request, body.stream, f"cmpl-{job.id}", model, "text_completion", "text_completion",
-                        _completion_chunks, _completion_choice)
+    return await _reply(job, request, body.stream, f"cmpl-{job.id}", model, _COMPLETION)
 
 
 def _completion_choice(r: RowResult) -> dict:
@@ -136,6 +146,9 @@ def _completion_chunks(head: dict, r: RowResult) -> list[dict]:
     if r.text is None:
         chunk["error"] = {"message": f"prompt {r.index}: {r.error}", "type": "invalid_request", "code": 400}
     return [chunk]
+
+
+_COMPLETION = _Shape("text_completion", "text_completion", _completion_chunks, _completion_choice)
 
 
 @router.post("/chat/completions", summary="OpenAI-compatible chat completions (single turn)")
@@ -157,8 +170,7 @@ async def chat_completions(
         state, tenant, body, [body.user], "chat", function=function, json_schema=schema, system=body.system,
         max_tokens=body.max_completion_tokens or body.max_tokens or DEFAULT_CHAT_TOKENS,
     )
-    return await _reply(job, request, body.stream, f"chatcmpl-{job.id}", model, "chat.completion",
-                        "chat.completion.chunk", _chat_chunks, _chat_choice)
+    return await _reply(job, request, body.stream, f"chatcmpl-{job.id}", model, _CHAT)
 
 
 def _chat_choice(r: RowResult) -> dict:
@@ -172,3 +184,6 @@ def _chat_chunks(head: dict, r: RowResult) -> list[dict]:
         {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": r.text or ""}, "finish_reason": None}]},
         {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": _finish_reason(r)}]},
     ]
+
+
+_CHAT = _Shape("chat.completion", "chat.completion.chunk", _chat_chunks, _chat_choice)
