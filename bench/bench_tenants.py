@@ -113,6 +113,7 @@ def small_run(url: str, n: int, tag: str, max_tokens: int, stop: threading.Event
         t0 = time.monotonic()
         expected, got, d, _ = _stream(url, SMALL_KEY, body)
         lat.append(time.monotonic() - t0)
+        print(f"  {tag} {i}: {lat[-1]:.2f} s", flush=True)
         lost += expected - got
         dup += d
     return lat, lost, dup
@@ -131,6 +132,7 @@ def main() -> None:
     ap.add_argument("--slowdown", type=float, default=None,
                     help="the scheduler's tenant_step_slowdown (0: no default cap; default: the scheduler's)")
     ap.add_argument("--linger", type=float, default=None, help="the scheduler's tenant_linger_s (default: the scheduler's)")
+    ap.add_argument("--no-decode-subset", action="store_true", help="the scheduler's decode_subset off")
     ap.add_argument("--out", default="tenants.json", help="report file name under bench/out/")
     args = ap.parse_args()
 
@@ -150,6 +152,8 @@ def main() -> None:
         policy_settings["tenant_step_slowdown"] = args.slowdown or None
     if args.linger is not None:
         policy_settings["tenant_linger_s"] = args.linger
+    if args.no_decode_subset:
+        policy_settings["decode_subset"] = False
     if policy_settings:
         env["RELSERVE_POLICY_SETTINGS"] = json.dumps(policy_settings)
     log = open(home / "server.log", "wb")
@@ -209,6 +213,7 @@ def main() -> None:
             "max_running_shared": args.cap or "default",
             "tenant_step_slowdown": "default" if args.slowdown is None else (args.slowdown or None),
             "tenant_linger_s": "default" if args.linger is None else args.linger,
+            "decode_subset": not args.no_decode_subset,
             "load_average_1m_at_end": round(os.getloadavg()[0], 1),
             "flood_rows": flood_expected,
             "flood_relqueries": len(flood_out),
@@ -242,7 +247,8 @@ def main() -> None:
     print(f"flood: {report['flood_rows']} rows in {report['flood_relqueries']} relQueries, {report['flood_seconds']} s, "
           f"{report['flood_statuses']}; still running when the small phase ended: {still_flooding}")
     print(f"variant: max_num_seqs {report['max_num_seqs']}, max_running_shared {report['max_running_shared']}, "
-          f"tenant_step_slowdown {report['tenant_step_slowdown']}, tenant_linger_s {report['tenant_linger_s']}")
+          f"tenant_step_slowdown {report['tenant_step_slowdown']}, tenant_linger_s {report['tenant_linger_s']}, "
+          f"decode_subset {report['decode_subset']}")
     print(f"rows lost: {report['rows_lost']}, duplicated: {report['rows_duplicated']}")
     print(f"machine: {os.cpu_count()} cores, load average {report['load_average_1m_at_end']} at the end (other jobs count)")
     print(f"peak RSS: server process {report['server_peak_rss_mb']} MB, with its engine processes {report['server_and_engine_peak_rss_mb']} MB")

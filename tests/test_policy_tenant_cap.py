@@ -138,3 +138,20 @@ def test_the_tenants_file_sets_a_tenants_cap_and_refuses_a_cap_below_one():
     assert Tenants.from_dict({"tenants": {"a": {"key": "a-secret-key"}}}).by_hash.popitem()[1].limits.max_running_shared is None
     with pytest.raises(ConfigError, match="max_running_shared"):
         Tenants.from_dict({"tenants": {"a": {"key": "a-secret-key", "max_running_shared": 0}}})
+
+
+def test_a_capped_tenant_prefills_at_most_the_budgets_tokens_beyond_its_first_row():
+    from relserve.policy.tenant_cap import prefill_budget
+
+    # prefill(u) = 0.001 u + 0.01 <= 2 x decode(1) = 0.2  ->  u = 190 (int of 189.99...)
+    assert prefill_budget(COST, 2.0) in (189, 190)
+    budget = prefill_budget(COST, 2.0)
+    flood = reqs("flood", "G", 20, cap=100)  # 20-token prompts, nothing cached
+    small = decoding(reqs("small", "S", 1))
+    plan = policy("sp").schedule(view(flood, small))
+    assert plan.kind is StepKind.PREFILL
+    assert len(plan.admit) == budget // 20
+    # a prompt bigger than the budget still goes, alone
+    big = [Req("B-0", "B", 0.0, 2, 500, 8, tenant="flood"), Req("B-1", "B", 0.0, 2, 500, 8, tenant="flood")]
+    plan = policy("sp").schedule(view(big, small))
+    assert [r.req_id for r in plan.admit] == ["B-0"]

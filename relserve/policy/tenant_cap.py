@@ -8,7 +8,9 @@ running requests:
 
 * its requests beyond the cap are *held*: they keep their KV blocks but sit out the step (the
   most advanced ones keep running, so they finish and free their blocks first);
-* it admits at most ``cap - running`` new requests.
+* it admits at most ``cap - running`` new requests, and prefills at most ``prefill_budget``
+  uncached tokens a step beyond its first request (the step another tenant's new row arrives
+  during is the one it waits out: 2.2 s for a full 1024-token prefill on these CPUs).
 
 Alone, a tenant is never capped (work-conserving). The cap is the tenant's own
 (``Req.max_running_shared``, from the server's tenants file) or, by default, derived from the
@@ -37,6 +39,15 @@ def auto_cap(cost: CostModel, slowdown: float, max_num_seqs: int) -> int:
     return max(1, min(n, max_num_seqs))
 
 
+def prefill_budget(cost: CostModel, slowdown: float | None) -> int | None:
+    """Uncached tokens a capped tenant may prefill in one step: a prefill step costing at most
+    ``slowdown`` times a decode step of one request (another tenant's new row may arrive during
+    it and wait it out); None without a slowdown."""
+    if slowdown is None or cost.alpha_p <= 0:
+        return None
+    return max(int((slowdown * cost.decode(1) - cost.beta_p) / cost.alpha_p), 1)
+
+
 @dataclass(slots=True)
 class CapDecision:
     """What the caps change in one step."""
@@ -47,6 +58,9 @@ class CapDecision:
     hold: list[Req] = field(default_factory=list)
     #: capped tenant -> how many more requests it may admit this step
     allowance: dict[str, int] = field(default_factory=dict)
+    #: uncached prompt tokens a capped tenant may prefill this step (None: no bound), so that the
+    #: step another tenant's new row waits behind stays short
+    prefill_tokens: int | None = None
 
 
 class TenantCaps:
@@ -95,27 +109,39 @@ class TenantCaps:
                 mine = sorted(mine, key=lambda r: (-r.output_tokens, -r.computed_tokens))
                 hold.extend(mine[cap:])
             allowance[t] = max(cap - len(mine), 0)
-        if not hold and all(
+        tokens = prefill_budget(self.cost, self.settings.tenant_step_slowdown)
+        if not hold and tokens is None and all(
             n >= sum(1 for r in view.waiting if r.tenant == t) for t, n in allowance.items()
         ):
             return None
         held = {id(r) for r in hold}
         kept = [r for r in view.running if id(r) not in held]
-        return CapDecision(replace(view, running=kept), hold, allowance)
+        return CapDecision(replace(view, running=kept), hold, allowance, tokens)
 
     @staticmethod
     def trim(plan: StepPlan, decision: CapDecision) -> StepPlan:
         """The plan with each capped tenant's admissions cut to its allowance and the holds set;
         a prefill left with nothing to admit decodes (or idles) instead."""
         left = dict(decision.allowance)
+        budget = decision.prefill_tokens
+        spent: dict[str, int] = {}
+        cached = decision.view.cached_tokens
         admit: list[Req] = []
         for r in plan.admit:
             n = left.get(r.tenant)
             if n is None:
                 admit.append(r)
-            elif n > 0:
-                left[r.tenant] = n - 1
-                admit.append(r)
+                continue
+            if n <= 0:
+                continue
+            if budget is not None:
+                u = max(r.prompt_tokens - max(cached(r), r.computed_tokens), 0)
+                used = spent.get(r.tenant)
+                if used is not None and used + u > budget:  # its first request always goes
+                    continue
+                spent[r.tenant] = (used or 0) + u
+            left[r.tenant] = n - 1
+            admit.append(r)
         plan.admit = admit
         plan.hold = plan.hold + decision.hold  # the policy's own holds come from the kept requests
         if plan.kind is StepKind.PREFILL and not admit:
