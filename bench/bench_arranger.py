@@ -23,7 +23,6 @@ import argparse
 import json
 from pathlib import Path
 
-from relserve.workloads.traces import scale_arrivals
 from relserve.calibration import load_cost_model, load_policy_settings
 from relserve.model import resolve_model
 from relserve.policy import PRESETS, PolicySettings
@@ -31,6 +30,7 @@ from relserve.sim import default_limits, simulate, template_renderer
 from relserve.sim.run import as_prepared
 from relserve.sim.tune import tune_arranger, tuning_markdown
 from relserve.workloads import generate_long_trace, generate_trace, read_trace
+from relserve.workloads.traces import scale_arrivals
 
 OUT = Path(__file__).parent / "out"
 BASELINES = ("fcfs", "sp", "sarathi", "vllm")

@@ -22,12 +22,11 @@ import argparse
 import dataclasses
 import random
 
-from relserve.sim.prepared_trace import prepare_trace, template_renderer
-
 from relserve.cluster.dispatch import DISPATCHER_NAMES
 from relserve.policy import CostModel
 from relserve.sim.clairvoyant import lower_bound
 from relserve.sim.cluster import simulate_cluster
+from relserve.sim.prepared_trace import prepare_trace, template_renderer
 from relserve.sim.run import DEFAULT_LIMITS
 from relserve.workloads import generate_trace
 

@@ -243,8 +243,8 @@ def bench_cached(model_id: str, n: int, cache_path: Path) -> dict:
     assert table.num_rows == n and table.column("answer").null_count == 0 and not _engine_started()
 
     code = (
-        "import json, sys; sys.path.insert(0, %r); import bench_planner as b; "
-        "print(json.dumps(b._timed_cached_query(%d, %r)))" % (str(Path(__file__).parent), n, str(cache_path))
+        f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_planner as b; "
+        f"print(json.dumps(b._timed_cached_query({n:d}, {str(cache_path)!r})))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ.copy())
     fresh = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -305,7 +305,7 @@ def main() -> None:
         print(f"\n2. engine: llm_map over the first {args.rows} rows, unplanned vs planned", flush=True)
         report["engine_runs"] = bench_engine(engine, args.rows, args.max_tokens, args.rows_only)
     model_id = engine.model_id if engine is not None else "SmolLM2-135M-Instruct"
-    print(f"\n3. fully cached llm_map in DuckDB", flush=True)
+    print("\n3. fully cached llm_map in DuckDB", flush=True)
     report["cached"] = bench_cached(model_id, args.cached_rows, cache_path)
 
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -74,7 +74,8 @@ def main() -> None:
         for name, extra, form in (("scalar, batched", [], "scalar"), ("llm_map_query", [], "query")):
             times: list[float] = []
 
-            def run(k: int) -> None:
+            # the loop's values bound now: the threads run within this iteration, but say so
+            def run(k: int, form: str = form, extra: list = extra, times: list = times) -> None:
                 lo, hi = k * step, (k + 1) * step
                 sql = (f"SELECT id, llm_map('{TEMPLATE}', text) FROM sms_{n} WHERE id >= {lo} AND id < {hi}" if form == "scalar"
                        else f"SELECT * FROM llm_map_query('{TEMPLATE}', 'SELECT id, text FROM sms_{n} WHERE id >= {lo} AND id < {hi}')")

@@ -19,6 +19,7 @@ import argparse
 import time
 from pathlib import Path
 
+
 def peak_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):

@@ -17,11 +17,19 @@ from typing import Any
 
 from relserve.duckdb_ext import (
     Connection as _Connection,
+)
+from relserve.duckdb_ext import (
     SiteExplain,
     StatementExplain,
     errors,
+)
+from relserve.duckdb_ext import (
     explain as _explain,
+)
+from relserve.duckdb_ext import (
     install as _install,
+)
+from relserve.duckdb_ext import (
     sql as _sql,
 )
 
@@ -49,7 +57,8 @@ def sql(con: Any, query: str, params: Any = None) -> Any:
 
     if mentions_operator(query):
         return run_sql(con, query, _sql, params)
-    from relserve.operators.join_sql import mentions_block, run_sql as run_join_sql
+    from relserve.operators.join_sql import mentions_block
+    from relserve.operators.join_sql import run_sql as run_join_sql
 
     if mentions_block(query):
         return run_join_sql(con, query, _sql, params)
@@ -68,7 +77,8 @@ def explain(con: Any, query: str, params: Any = None) -> Any:
 
     if mentions_operator(query):
         return explain_sql(con, query, params)
-    from relserve.operators.join_sql import explain_sql as explain_join_sql, mentions_block
+    from relserve.operators.join_sql import explain_sql as explain_join_sql
+    from relserve.operators.join_sql import mentions_block
 
     if mentions_block(query):
         return explain_join_sql(con, query, params)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 DEFAULT_DELAY_S = 2.0

@@ -13,9 +13,9 @@ import itertools
 import torch
 from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
 from vllm.sampling_params import SamplingParams
+from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-from vllm.utils.hashing import sha256
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
@@ -86,7 +86,7 @@ def make_request(prompt_tokens: int, max_tokens: int, rel_id: str, rel_size: int
 def finish_step(scheduler, out, token: int = 7) -> None:
     """Feed back one sampled token for every request the step computed to its end."""
     req_ids, sampled = [], []
-    for req_id, n in out.num_scheduled_tokens.items():
+    for req_id in out.num_scheduled_tokens:
         req = scheduler.requests[req_id]
         req_ids.append(req_id)
         sampled.append([token] if req.num_computed_tokens >= req.num_tokens else [])

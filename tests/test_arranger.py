@@ -8,13 +8,13 @@ variable parts and the larger fixed cost (0.02).
 from __future__ import annotations
 
 import pytest
+from test_policy import BIG, COST, reqs, running, view
 
 from relserve.policy import POLICY_NAMES, CostModel, Limits, Policy, PolicyName, PolicySettings, StepKind, make_policy
 from relserve.policy.aba import StepTimes, mixed_delta, mixed_vs_prefill
 from relserve.sim import word_tokenizer
 from relserve.sim.tune import candidate_settings, tune_arranger, tuning_markdown
 from relserve.workloads import TraceQuery
-from test_policy import BIG, COST, reqs, running, view
 
 MIXED = PolicySettings(starvation_threshold=None, mixed_steps=True)
 

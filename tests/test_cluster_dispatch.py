@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from relserve.block_hashes import block_hashes
 from relserve.cluster.dispatch import Work, make_dispatcher
 from relserve.errors import ConfigError
 from relserve.policy import CostModel
 from relserve.sim import simulate
 from relserve.sim.cluster import simulate_cluster
-from relserve.block_hashes import block_hashes
 from relserve.workloads import generate_trace
 
 BS = 32

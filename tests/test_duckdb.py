@@ -6,10 +6,10 @@ import json
 
 import duckdb
 import pytest
+from engine_doubles import ScriptedEngine
 
 import relserve.duckdb
 from relserve.errors import ConfigError, RowError, TemplateError
-from engine_doubles import ScriptedEngine
 
 
 @pytest.fixture(autouse=True)

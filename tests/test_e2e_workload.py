@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import duckdb
-
 import pytest
 from server_fixtures import running_server
 

@@ -7,7 +7,6 @@ import threading
 import time
 
 import pytest
-
 from conftest import TEST_ENGINE_OPTIONS
 
 from relserve import ConfigError, Engine, RelQuery, RowError, TemplateError

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from engine_doubles import ScriptedEngine
 
 import relserve.duckdb
 from relserve.errors import ConfigError, TemplateError
 from relserve.functions import make_call
 from relserve.planner.cache import ResultCache
-from engine_doubles import ScriptedEngine
 
 EXAMPLES = [{"review": "loved it", "answer": True}, {"review": "hated it", "answer": "no"}]
 PREFIX = (

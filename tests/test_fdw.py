@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import socket
-import subprocess
 import threading
 import time
 

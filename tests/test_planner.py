@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+from engine_doubles import ScriptedEngine
 
 from relserve.errors import ConfigError, RowError, TemplateError
 from relserve.functions import CallOptions, make_call
@@ -28,7 +29,6 @@ from relserve.planner import (
 )
 from relserve.planner.dependencies import find_dependencies
 from relserve.planner.hit_rate import PrefixCacheModel
-from engine_doubles import ScriptedEngine
 from relserve.planner.tokens import TokenSource
 from relserve.progress import enabled, progress_bar
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+from engine_doubles import RecordingEngine
 
 import relserve.polars
-from engine_doubles import RecordingEngine
 
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("engine_home")]
 

@@ -4,8 +4,6 @@ answers as the per-row path and the *_query functions, one relQuery per call sit
 
 from __future__ import annotations
 
-import re
-
 import psycopg
 import pytest
 from test_postgres import KEY, MAP_TEMPLATE, REVIEWS, ROLE_KEYS, cluster, connect, jobs_of, server  # noqa: F401 (fixtures)
@@ -67,8 +65,8 @@ def test_a_filter_in_where_runs_after_the_cheap_quals_and_before_the_map(server,
 
 def test_classify_in_group_by_and_a_join(server, cluster):
     group = f"SELECT llm_classify('{TONE}', ARRAY['positive','negative'], review) AS tone, count(*) FROM reviews WHERE review IS NOT NULL GROUP BY 1 ORDER BY 1"
-    join = (f"SELECT a.id, b.id FROM reviews a JOIN reviews b ON a.stars = b.stars AND a.id < b.id "
-            f"WHERE llm_filter('Is this review positive? {{r}}', a.review) ORDER BY 1, 2")
+    join = ("SELECT a.id, b.id FROM reviews a JOIN reviews b ON a.stars = b.stars AND a.id < b.id "
+            "WHERE llm_filter('Is this review positive? {r}', a.review) ORDER BY 1, 2")
     with connect(cluster) as db:
         got_group, got_join = db.execute(group).fetchall(), db.execute(join).fetchall()
         assert "relserve batch" in plan_of(db, group)

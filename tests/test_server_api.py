@@ -366,7 +366,7 @@ def test_health_and_addin_files(server):
 
     root = ET.fromstring(manifest.encode())
     ns = {"o": "http://schemas.microsoft.com/office/appforoffice/1.1", "bt": "http://schemas.microsoft.com/office/officeappbasictypes/1.0"}
-    urls = {u.get("id"): u.get("DefaultValue") for u in root.iter("{%s}Url" % ns["bt"])}
+    urls = {u.get("id"): u.get("DefaultValue") for u in root.iter(f"{{{ns['bt']}}}Url")}
     assert urls == {
         "Functions.Script.Url": f"{server.url}/addin/functions.js",
         "Functions.Metadata.Url": f"{server.url}/addin/functions.json",

@@ -20,7 +20,7 @@ async def wait_or_cancel(job: Job, request: Request, timeout: float | None = Non
         step = _POLL_S if end is None else max(min(_POLL_S, end - loop.time()), 0.0)
         try:
             await asyncio.wait_for(job.wait(), step)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         if job.done:
             break
