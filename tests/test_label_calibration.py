@@ -146,7 +146,8 @@ def test_executor_picks_every_row_after_subtracting_the_batch_means():
         return "yes" if "great" in prompt else "no"
 
     eng = ScriptedEngine(answer=answer)
-    call = make_call("llm_filter", "Is {r} good?")
+    # a template no other test uses: content-free priors are remembered per process and template
+    call = make_call("llm_filter", "Is {r} good, after the batch means?")
     out = run_call(call, [rows], engine=eng, cache=False, progress=False)
     assert out.values == ["great" in r for r in rows]
     rq = eng.relqueries[0]
