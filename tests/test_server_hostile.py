@@ -384,3 +384,35 @@ def test_a_tenant_ranked_behind_does_not_interrupt_the_decoding_of_one_ranked_ah
     # beside the running ones (it would do that to bob for mallory without the tenant rule)
     same = [r for k in range(50) for r in _reqs(f"m{k}", 1, "bob", arrival=0.0)]
     assert make_policy("relserve").schedule(StepView(1.0, same, bob, limits)).reason == "transitional-prefill"
+
+
+@pytest.mark.engine
+def test_a_flooding_tenant_decodes_at_most_its_cap_beside_another_tenants_row(engine):
+    """Ranking the small tenant's row first is not enough on a CPU, where each decode step costs
+    in proportion to its batch: while the small tenant has work, the flooding tenant (its
+    ``max_running_shared`` 4) keeps at most 4 rows decoding, the rest held with their KV blocks;
+    alone it decodes all of them (work-conserving)."""
+    tenants = {"tenants": {"flood": {"key": "flood-secret-key", "max_running_shared": 4}, "small": {"key": BOB}}}
+    with running_server(engine, tenants=tenants, cache=False) as srv:
+        flood, small = Client(srv.url, api_key="flood-secret-key"), Client(srv.url, api_key=BOB)
+        engine.scheduler_stats(clear=True)
+        prompts = [f"Write the numbers from {i} to {i + 200}, separated by commas." for i in range(24)]
+        fid = flood.submit(prompts=prompts, max_tokens=64, cache=False)
+        # the flood decodes as many rows as the engine takes (the test engine's max_num_seqs is
+        # 16; uncapped: it is alone) before the small row comes
+        while not any(s["decode_reqs"] >= 12 for s in engine.scheduler_stats(steps=True)["step_log"]):
+            assert flood.status(fid)["status"] == "running"
+            time.sleep(0.05)  # a poll interval, not a time limit
+        res = small.run(prompts=["Name a colour."], max_tokens=8, cache=False)
+        assert res.status == "finished" and res.rows[0].error is None
+        assert flood.status(fid)["status"] == "running"  # the small row finished first
+        fres = flood.result(fid)
+        assert fres.status == "finished" and len(fres.rows) == 24 and all(r.error is None for r in fres.rows)
+        steps = engine.scheduler_stats(steps=True)["step_log"]
+    held = [s for s in steps if s["held"]]
+    assert held, "the flood's rows beyond its cap were never held"
+    # while held, a decode step holds the flood's 4 rows and at most the small tenant's one
+    assert max(s["decode_reqs"] for s in held) <= 5
+    assert max(s["held"] for s in held) >= 8
+    # before the small row came the flood decoded 12 or more rows a step (no cap alone)
+    assert max(s["decode_reqs"] for s in steps) >= 12
