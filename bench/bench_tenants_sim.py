@@ -10,7 +10,9 @@ the calibrated step model (preset smollm2-135m-cpu) and no noise, so the variant
   runs, and the same relQueries again on an empty engine ("alone").
 
 Prints the small tenant's p95 and median latency alone and under the flood, and the flood's time,
-for each variant (tenant cap on or off, decode_subset on or off, lower max_num_seqs).
+for each variant (tenant cap on or off, decode_subset on or off, lower max_num_seqs). The cap's
+default: tenant_step_slowdown 2 (26 decoding rows, 37 prefill tokens a step beyond the first row
+with this step model), tenant_linger_s 3.
 
     .venv/bin/python bench/bench_tenants_sim.py            # a few seconds
 """
@@ -53,7 +55,7 @@ def _p95(xs: list[float]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--flood-rows", type=int, default=3000)
-    ap.add_argument("--small", type=int, default=30)
+    ap.add_argument("--small", type=int, default=300, help="small relQueries (300 x 2 s outlasts the flood)")
     ap.add_argument("--every", type=float, default=2.0, help="seconds between the small tenant's relQueries")
     args = ap.parse_args()
     cost = PRESETS["smollm2-135m-cpu"]
@@ -72,15 +74,14 @@ def main() -> None:
     ]
     tenants = {q.id: "flood" for q in flood} | {q.id: "small" for q in small}
     variants = {
-        "no cap, no decode_subset (before)": ({"tenant_step_slowdown": None, "decode_subset": False}, {}, 256),
+        "before: no cap, no decode_subset": ({"tenant_step_slowdown": None, "decode_subset": False}, {}, 256),
         "decode_subset only": ({"tenant_step_slowdown": None}, {}, 256),
-        "cap: default (slowdown 2 -> 26 rows)": ({"decode_subset": False}, {}, 256),
-        "cap: default + decode_subset (new default)": ({}, {}, 256),
-        "cap: slowdown 1.5 (13 rows) + decode_subset": ({"tenant_step_slowdown": 1.5}, {}, 256),
-        "cap: max_running_shared 4 + decode_subset": ({}, {"flood": 4, "small": 4}, 256),
-        "cap: default, linger 0": ({"tenant_linger_s": 0.0}, {}, 256),
-        "cap: default, linger 3 s": ({"tenant_linger_s": 3.0}, {}, 256),
-        "cap: slowdown 1.5, linger 3 s": ({"tenant_step_slowdown": 1.5, "tenant_linger_s": 3.0}, {}, 256),
+        "cap default, no decode_subset": ({"decode_subset": False}, {}, 256),
+        "cap default + decode_subset (the default)": ({}, {}, 256),
+        "cap default, linger 1 s": ({"tenant_linger_s": 1.0}, {}, 256),
+        "cap default, linger 0": ({"tenant_linger_s": 0.0}, {}, 256),
+        "cap: slowdown 1.5 (13 rows, 2-row prefill)": ({"tenant_step_slowdown": 1.5}, {}, 256),
+        "cap: max_running_shared 4": ({}, {"flood": 4, "small": 4}, 256),
         "max_num_seqs 32, no cap, no subset": ({"tenant_step_slowdown": None, "decode_subset": False}, {}, 32),
         "max_num_seqs 16, no cap, no subset": ({"tenant_step_slowdown": None, "decode_subset": False}, {}, 16),
     }
