@@ -90,7 +90,7 @@ def main() -> None:
     for name, (settings, caps, seqs) in variants.items():
         limits = dataclasses.replace(base, max_num_seqs=seqs)
 
-        def run(queries):
+        def run(queries, limits=limits, settings=settings, caps=caps):
             prepared = prepare_trace(queries, block_size=limits.block_size)
             pol = make_policy("relserve", cost, PolicySettings(**settings))
             sim = TenantSim(pol, cost, limits, prepared.relqueries, tenants=tenants, caps=caps)
