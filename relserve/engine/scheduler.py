@@ -224,7 +224,8 @@ class RelServeScheduler(Scheduler):
         if plan.priorities and len(self.running) > 1:
             self.running = preemption_order(self.running, view.running, plan.priorities)
         admit = [r.handle for r in plan.admit]
-        # held requests (a tenant over its cap) keep their KV blocks but sit out this step
+        # held requests (a tenant over its cap, a relQuery ranked behind: decode_subset) keep
+        # their KV blocks but sit out this step
         held = [r.handle for r in plan.hold]
         if held:
             ids = {id(h) for h in held}

@@ -191,7 +191,8 @@ class EngineSim:
         """Apply the plan; returns the step's duration, or None if it scheduled nothing."""
         if not plan.hold:
             return self._execute_plan(plan)
-        # held requests (a tenant over its cap) keep their KV blocks but sit out the step
+        # held requests (a tenant over its cap, a relQuery ranked behind: decode_subset) keep their
+        # KV blocks but sit out the step
         ids = {id(r) for r in plan.hold}
         held = [r for r in self.running if id(r) in ids]
         self.running = [r for r in self.running if id(r) not in ids]
