@@ -33,6 +33,8 @@ class FakeEngine:
     model_id = "fake-model"
     policy = "fake"
     uses_plugin = False
+    #: the context the operators size their prompts against
+    max_model_len = 2048
 
     def __init__(self, delay: float = 0.0) -> None:
         self.delay = delay
@@ -40,6 +42,10 @@ class FakeEngine:
         #: time.monotonic() at each submit (beside ``submitted``)
         self.submitted_at: list[float] = []
         self.cancelled: list[str] = []
+
+    def warm_prefix(self, text: str = "", system: str | None = None) -> int:
+        # no prefix cache to warm: the shared executor's warm-up is a no-op here
+        return 0
 
     def submit(self, rq):
         prompts = rq.render()

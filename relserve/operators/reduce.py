@@ -147,6 +147,16 @@ def _budget(rc: ReduceCall, engine: Backend) -> _Budget:
     return _Budget(counter, context, overhead, item_budget(context, rc.call.max_tokens, overhead, WHO))
 
 
+def _not_unicode(texts: Sequence[str]) -> str | None:
+    """What is wrong with the first value that cannot be encoded (a lone surrogate from JSON), or None."""
+    for i, text in enumerate(texts):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return f"value {i} is not valid Unicode text ({e.reason} at character {e.start})"
+    return None
+
+
 def run_reduce(
     rc: ReduceCall,
     groups: Sequence[Sequence[Any] | None],
@@ -173,9 +183,13 @@ def run_reduce(
     values: list[str | None] = [None] * n
     errors: list[str | None] = [None] * n
     items: dict[int, list[str]] = {}
+    unreadable: dict[int, str] = {}
     for g, group in enumerate(groups):
         texts = _items(group)
-        if texts:
+        problem = _not_unicode(texts)
+        if problem is not None:
+            unreadable[g] = problem  # fails its group below, before the tokenizer meets it
+        elif texts:
             items[g] = texts  # an empty group (no values, or only NULLs) is NULL, as in SQL
     counts = b.counter.count([t for g in items for t in items[g]])
     tokens: dict[int, list[int]] = {}
@@ -190,6 +204,8 @@ def run_reduce(
         if raising:
             raise RowError(f"{WHO}: {_group_label(keys, g)}: {message}")
 
+    for g, problem in unreadable.items():
+        fail(g, problem)
     out = ReduceOutcome(values, errors, keys=keys)
     level = 0
     while items:

@@ -18,7 +18,7 @@ FunctionName = Literal[tuple(f.kind for f in FUNCTIONS.values())]  # type: ignor
 
 #: body fields that carry per-row data (checked per row, or per cell by ``Cell``): a value there
 #: that cannot run fails its row, not the request
-ROW_DATA = frozenset({"rows", "prompts", "cells", "args", "values", "prompt", "messages"})
+ROW_DATA = frozenset({"rows", "prompts", "cells", "args", "values", "groups", "prompt", "messages"})
 
 
 def _bad_value(value: Any, path: str = "", in_rows: bool = False) -> str | None:
