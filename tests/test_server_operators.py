@@ -130,3 +130,35 @@ def test_a_tenant_over_its_tokens_in_flight_waits_429(tmp_path, monkeypatch):
         assert first[0].status_code == 200 and first[0].json()["values"][0].startswith("echo: ")
         # alice's limits are her own
         assert post(srv, "reduce", {"template": TEMPLATE, "groups": [["a"]]}).status_code == 200
+
+
+class TenancyEngine(Engine):
+    """The stand-in engine, recording the tenancy every submit and warm-up arrives with."""
+
+    supports_tenancy = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tenancies: list = []
+
+    def submit(self, rq, tenancy=None):
+        self.tenancies.append(tenancy)
+        return super().submit(rq)
+
+    def warm_prefix(self, text: str = "", system: str | None = None, tenancy=None) -> int:
+        self.tenancies.append(tenancy)
+        return 0
+
+
+@pytest.mark.parametrize("path,body", [
+    ("reduce", {"template": TEMPLATE, "groups": [["a", "b"]], "max_tokens": 8}),
+    ("topk", {"template": "Is this about batteries? {v}", "values": ["a", "b", "c"], "k": 1}),
+])
+def test_operators_run_in_the_tenants_prefix_cache_namespace(tmp_path, monkeypatch, path, body):
+    # otherwise another tenant could read from cached_tokens or timing which prompts are cached
+    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))
+    engine = TenancyEngine()
+    with running_server(engine, tenants=TENANTS, cache=False) as srv:
+        assert post(srv, path, body, key=BOB).status_code == 200
+    assert engine.tenancies and {t.tenant for t in engine.tenancies} == {"bob"}
+    assert {t.cache_salt for t in engine.tenancies} == {"tenant:bob"}

@@ -23,6 +23,7 @@ from relserve.operators.topk import run_topk, topk_call
 from relserve.server.budget import Cost, check_template, rows_cost
 from relserve.server.schemas_operators import ReduceRequest, TopKRequest
 from relserve.server.state import ServerState, current_tenant, get_state
+from relserve.server.tenant_engine import engine_for_tenant
 from relserve.server.tenants import Tenant
 
 router = APIRouter(prefix="/v1/operators", tags=["operators"])
@@ -76,7 +77,8 @@ async def reduce(
     reservation = state.reserve(await run_in_threadpool(_reduce_cost, body, tenant, state), tenant)
     cache = state.cache_for(tenant)
     try:
-        out = await _run(request, run_reduce, rc, body.groups, keys=body.keys, engine=state.engine,
+        out = await _run(request, run_reduce, rc, body.groups, keys=body.keys,
+                         engine=engine_for_tenant(state.engine, state.tenancy(tenant)),
                          cache=cache if cache is not None else False)
     finally:
         state.jobs.release(reservation)
@@ -101,7 +103,7 @@ async def topk(
     tc = topk_call(body.template, body.k, pool=body.pool, **{k: v for k, v in body.options().items() if v is not None})
     reservation = state.reserve(await run_in_threadpool(_topk_cost, body, tenant, state), tenant)
     try:
-        out = await _run(request, _topk, tc, body.values, engine=state.engine)
+        out = await _run(request, _topk, tc, body.values, engine=engine_for_tenant(state.engine, state.tenancy(tenant)))
     finally:
         state.jobs.release(reservation)
     return {

@@ -24,6 +24,7 @@ from relserve.planner.planned_rows import PlannedRows
 from relserve.policy.types import Tenancy
 from relserve.results import RelQueryStats, RowResult
 from relserve.server.budget import Cost, LimitExceeded, call_max_tokens
+from relserve.server.tenant_engine import engine_for_tenant
 from relserve.validation import OnError
 
 RUNNING, FINISHED, CANCELLED, FAILED = "running", "finished", "cancelled", "failed"
@@ -124,7 +125,7 @@ class Job:
                     self._row_failed(row.index, row.error)
             await self._notify()
             if b.prompts and self._cancel_reason is None:
-                self.handle = await run_in_threadpool(ex.submit, _for_tenant(engine, self.tenancy))
+                self.handle = await run_in_threadpool(ex.submit, engine_for_tenant(engine, self.tenancy))
                 if self._cancel_reason is not None:  # cancelled while the engine was tokenizing
                     self.handle.cancel()
                 async for er in self.handle:
@@ -246,31 +247,6 @@ def _engine_cost(batch: PlannedRows) -> Cost:
     system = len(getattr(batch.call.options, "system", None) or "")
     chars = sum(len(p) + system for p in batch.prompts)
     return Cost.of(len(batch.prompts), chars, call_max_tokens(batch.call))
-
-
-def _for_tenant(engine: Backend, tenancy: Tenancy | None) -> Any:
-    """``engine`` as the executor should see it: submitting (and warming prefixes) in the
-    tenant's prefix-cache namespace and with its share, when the engine supports tenancy."""
-    if tenancy is None or not getattr(engine, "supports_tenancy", False):
-        return engine
-    return _TenantEngine(engine, tenancy)
-
-
-class _TenantEngine:
-    """Forwards everything to the engine, adding the tenancy to ``submit`` and ``warm_prefix``."""
-
-    def __init__(self, engine: Backend, tenancy: Tenancy) -> None:
-        self._engine = engine
-        self._tenancy = tenancy
-
-    def submit(self, rq: Any) -> Any:
-        return self._engine.submit(rq, tenancy=self._tenancy)
-
-    def warm_prefix(self, text: str = "", system: str | None = None) -> int:
-        return self._engine.warm_prefix(text, system, tenancy=self._tenancy)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
 
 
 def json_safe(value: Any) -> Any:

@@ -152,7 +152,7 @@ class ServerMetrics:
             task = self._refresh = asyncio.ensure_future(run_in_threadpool(self.read_scheduler))
         try:
             await asyncio.wait_for(asyncio.shield(task), self.scheduler_wait_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     def render(self) -> bytes:
