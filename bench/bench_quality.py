@@ -290,6 +290,17 @@ def run_one(engine, task: dict, config: str, tap: ScoreTap) -> dict:
     return res
 
 
+
+def _offset_accuracy(task: dict, rows: list, labels: list[str], offset: dict[str, float]) -> float:
+    """Share of rows whose best label after subtracting ``offset`` is the true one."""
+    right = 0
+    for scores, truth in rows:
+        best = max(labels, key=lambda lab: scores[lab] - offset[lab])  # noqa: B023 (used at once)
+        if task["fn"] != "llm_classify":
+            best = task["labels"][0] if best == "yes" else task["labels"][1]
+        right += best == truth
+    return right / len(rows)
+
 def offline(results: list[dict], tasks_by_name: dict) -> str:
     """Calibrations compared on the same scores (the score/<shape> runs): argmax, minus the
     mean log-probability (relserve's batch), divided by the mean probability (Zhou et al.)."""
@@ -300,14 +311,13 @@ def offline(results: list[dict], tasks_by_name: dict) -> str:
         if "scores" not in r:
             continue
         task = tasks_by_name[r["task"]]
-        to_label = (lambda x: x) if task["fn"] == "llm_classify" else (lambda x: task["labels"][0] if x == "yes" else task["labels"][1])
         rows = r["scores"]
         labels = list(rows[0][0])
         mean_lp = {lab: sum(s[lab] for s, _ in rows) / len(rows) for lab in labels}
         mean_p = {lab: m.log(sum(m.exp(s[lab]) for s, _ in rows) / len(rows)) for lab in labels}
-        acc = lambda off: sum(to_label(max(labels, key=lambda lab: s[lab] - off[lab])) == t for s, t in rows) / len(rows)  # noqa: E731
         zero = {lab: 0.0 for lab in labels}
-        lines.append(f"| {r['task']} | {r['config']} | {acc(zero):.1%} | {acc(mean_lp):.1%} | {acc(mean_p):.1%} |")
+        accs = [_offset_accuracy(task, rows, labels, off) for off in (zero, mean_lp, mean_p)]
+        lines.append(f"| {r['task']} | {r['config']} | {accs[0]:.1%} | {accs[1]:.1%} | {accs[2]:.1%} |")
     return "\n".join(lines)
 
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from engine_doubles import ScriptedEngine
+
 from relserve.errors import ConfigError
 from relserve.functions import CallOptions, make_call
-from relserve.planner.plan_and_run import run_call
 from relserve.planner.label_calibration import (
     MIN_BATCH_ROWS,
     batch_picks,
@@ -21,6 +20,7 @@ from relserve.planner.label_calibration import (
     method_ran,
     pick_calibrated,
 )
+from relserve.planner.plan_and_run import run_call
 from relserve.planner.prompt_rendering import Renderer, render
 from relserve.prompt_shapes import ANSWER_FIELD, engine_text, label_space
 from relserve.relquery import RelQuery

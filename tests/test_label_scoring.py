@@ -119,10 +119,10 @@ def test_relquery_checks_score_labels_and_prior():
 
 def test_calibration_probes_run_once_per_template_on_content_free_rows():
     import duckdb
+    from engine_doubles import ScriptedEngine
 
     import relserve.duckdb
     from relserve.planner.cache import ResultCache
-    from engine_doubles import ScriptedEngine
 
     eng = ScriptedEngine(model_id="probe-model")
     con = duckdb.connect()

@@ -104,10 +104,10 @@ def test_default_method_gets_a_small_labelled_set_right(engine):
     from pathlib import Path
 
     import duckdb
+    from engine_doubles import RecordingEngine
 
     import relserve.duckdb
     from relserve.planner.cache import ResultCache
-    from engine_doubles import RecordingEngine
 
     rec = RecordingEngine(engine)
     con = duckdb.connect()
@@ -131,11 +131,11 @@ def test_small_filter_and_classify_fall_back_to_calibrated_scores(engine):
     from pathlib import Path
 
     import duckdb
+    from engine_doubles import RecordingEngine
 
     import relserve.duckdb
     from relserve.planner.cache import ResultCache
     from relserve.planner.label_prior import known_priors
-    from engine_doubles import RecordingEngine
 
     rec = RecordingEngine(engine)
     con = duckdb.connect()

@@ -140,9 +140,9 @@ def plot(report: BenchmarkReport, out: Path) -> list[Path]:
         width = 0.8 / len(abl)
         for k, pol in enumerate(abl):
             vals = {s.load: s.mean_latency / base[s.load] for s in by_policy[pol] if base.get(s.load)}
-            ax.bar([i + k * width for i in range(len(loads))], [vals.get(l, 0) for l in loads], width, label=pol)
+            ax.bar([i + k * width for i in range(len(loads))], [vals.get(load, 0) for load in loads], width, label=pol)
         ax.set_xticks([i + width * (len(abl) - 1) / 2 for i in range(len(loads))])
-        ax.set_xticklabels([f"{report.trace_rate * l:.2f}" for l in loads])
+        ax.set_xticklabels([f"{report.trace_rate * load:.2f}" for load in loads])
         ax.set_xlabel("load (relQueries/s)")
         ax.set_ylabel("mean latency / relserve's")
         ax.set_title("Prefill/decode arrangement (cf. paper Fig. 10)")

@@ -32,7 +32,6 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-
 #: how a label's tokens are combined into its score: "mean", "sum" or "first" (see above)
 LABEL_NORMS = ("mean", "sum", "first")
 LABEL_NORM = os.environ.get("RELSERVE_LABEL_NORM", "mean")
