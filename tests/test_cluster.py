@@ -170,3 +170,25 @@ def test_a_replica_that_stops_answering_is_timed_out(cluster):
     _wait_until(lambda: all(cluster.replica_alive()), "Ray to restart the replica", timeout=180)
     assert cluster.replica_alive() == [True, True]
     assert cluster.replica_pids()[victim] != before[victim]  # Ray restarted the silent one
+
+
+def test_each_tenants_prompts_hit_only_its_own_prefix_cache_on_the_replicas(cluster):
+    # the server hands the cluster a tenancy per relQuery: the replica running a part must use
+    # its cache salt, or another tenant could read from cached_tokens which prompts are cached
+    from relserve.policy.types import Tenancy
+
+    cluster.wait_idle(120)
+    words = " ".join(f"clause {i} of the confidential merger plan" for i in range(40))
+    prompt = f"{time.time_ns()} Summarize: {words}"
+    alice, bob = Tenancy("alice", cache_salt="tenant:alice"), Tenancy("bob", cache_salt="tenant:bob")
+
+    def cached(tenancy: Tenancy) -> int:
+        (row,) = cluster.submit(RelQuery.from_prompts([prompt], max_tokens=2), tenancy=tenancy).result(300).rows
+        assert row.error is None, row.error
+        return row.cached_tokens
+
+    assert cached(alice) == 0
+    mine = cached(alice)
+    assert mine >= cluster.block_size  # alice's repeat hits her own blocks
+    assert cached(bob) == 0  # bob's guess of it tells him nothing
+    assert cached(alice) == mine

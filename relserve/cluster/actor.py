@@ -10,6 +10,7 @@ import os
 import threading
 from typing import Any
 
+from relserve.policy.types import Tenancy
 from relserve.results import RowResult
 
 
@@ -44,12 +45,15 @@ class ReplicaActor:
     def pid(self) -> int:
         return os.getpid()
 
-    def start(self, rel_id: str, options: dict[str, Any], prompts: list[str], indices: list[int]) -> None:
-        """Run ``prompts`` (rows ``indices`` of relQuery ``rel_id``) as one local relQuery."""
+    def start(
+        self, rel_id: str, options: dict[str, Any], prompts: list[str], indices: list[int], tenancy: Tenancy | None = None
+    ) -> None:
+        """Run ``prompts`` (rows ``indices`` of relQuery ``rel_id``) as one local relQuery, as
+        ``tenancy``'s work (its prefix-cache salt and share) when given."""
         from relserve.relquery import RelQuery
 
         rq = RelQuery.from_prompts(prompts, rel_id=rel_id, **options)
-        handle = self.engine.submit(rq)
+        handle = self.engine.submit(rq, tenancy=tenancy)
         with self._lock:
             self._held[rel_id] = (handle, indices, len(prompts))
 
@@ -85,8 +89,8 @@ class ReplicaActor:
         if held is not None:
             held[0].cancel()
 
-    def warm_prefix(self, text: str, system: str | None) -> int:
-        return self.engine.warm_prefix(text, system)
+    def warm_prefix(self, text: str, system: str | None, tenancy: Tenancy | None = None) -> int:
+        return self.engine.warm_prefix(text, system, tenancy=tenancy)
 
     def reset_prefix_cache(self) -> None:
         self.engine.reset_prefix_cache()

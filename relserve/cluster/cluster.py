@@ -21,6 +21,7 @@ from relserve.engine.admission import admit
 from relserve.engine.backend_base import BackendBase, Span, finished_result
 from relserve.engine.handle import RelQueryHandle
 from relserve.errors import ConfigError, EngineError, RowError
+from relserve.policy.types import Tenancy
 from relserve.relquery import RelQuery
 from relserve.results import RowResult
 
@@ -59,6 +60,9 @@ class _Run:
     rounds: int = 0
     redispatched: int = 0
     lost_replicas: list[int] = field(default_factory=list)
+    #: whose work it is (the server's tenants): every part, re-dispatched ones too, runs in its
+    #: prefix-cache namespace and with its share on whichever replica gets it
+    tenancy: Tenancy | None = None
 
 
 def _ray():
@@ -76,6 +80,9 @@ class Cluster(BackendBase):
     >>> cluster = Cluster(replicas=8, address="ray://head:10001")   # an existing Ray cluster
     >>> cluster.submit(RelQuery("Is {review} positive?", rows, max_tokens=4)).result()
     """
+
+    #: ``submit`` and ``warm_prefix`` take a ``Tenancy`` and hand it to the replica running each part
+    supports_tenancy = True
 
     def __init__(
         self,
@@ -175,10 +182,11 @@ class Cluster(BackendBase):
     def replica_alive(self) -> list[bool]:
         return [b.alive for b in self._dispatcher.books]
 
-    def warm_prefix(self, text: str = "", system: str | None = None) -> int:
-        """Warm the prefix on every live replica (any of them may get the rows)."""
+    def warm_prefix(self, text: str = "", system: str | None = None, tenancy: Tenancy | None = None) -> int:
+        """Warm the prefix on every live replica (any of them may get the rows), in the
+        prefix-cache namespace of ``tenancy`` if it has a salt."""
         ray = _ray()
-        refs = [a.warm_prefix.remote(text, system) for a, b in zip(self._actors, self._dispatcher.books) if b.alive]
+        refs = [a.warm_prefix.remote(text, system, tenancy) for a, b in zip(self._actors, self._dispatcher.books) if b.alive]
         return max(ray.get(refs), default=0)
 
     def reset_prefix_cache(self) -> None:
@@ -223,10 +231,10 @@ class Cluster(BackendBase):
 
     # ------------------------------------------------------------------ relQueries
 
-    def submit(self, rq: RelQuery) -> RelQueryHandle:
+    def submit(self, rq: RelQuery, tenancy: Tenancy | None = None) -> RelQueryHandle:
         a = admit(self, rq, lambda: self._cancel(rq.rel_id))
         handle = a.handle
-        run = _Run(rq, handle, a.arrival, a.prompts, dict(a.rows))
+        run = _Run(rq, handle, a.arrival, a.prompts, dict(a.rows), tenancy=tenancy)
         with self._lock:
             if rq.rel_id in self._runs:
                 raise ConfigError(f"a relQuery with rel_id {rq.rel_id!r} is already running")
@@ -250,7 +258,7 @@ class Cluster(BackendBase):
         for p in parts:
             indices = [rows[j] for j in p.rows]
             actor = self._actors[p.replica]
-            actor.start.remote(key, options, [run.prompts[i] for i in indices], indices)
+            actor.start.remote(key, options, [run.prompts[i] for i in indices], indices, run.tenancy)
             run.parts.append(_Part(key, p.replica, indices, sent=time.monotonic()))
 
     def _cancel(self, rel_id: str) -> None:
