@@ -81,20 +81,23 @@ def _answer(recording, prefix: str, review: str):
 
 
 def test_filter_then_map_and_a_cached_rerun(con, recording):
-    # NOT: SmolLM2 answers this question "no" for these reviews (constrained decoding), so the map
-    # runs on the rows it said "no" to; with the filter alone it would never run
-    query = """SELECT id, llm_map('One word for: {review}', review) AS word FROM reviews
-               WHERE NOT llm_filter('Is this review positive? {review}', review) ORDER BY id"""
+    # the map must run on the rows the filter keeps and on no other. Which rows those are is the
+    # model's answer (it has changed with the scoring prompt), so the predicate keeps the answer
+    # the model gave at least once (the map always runs on something), and row 2 is always left
+    # out (the map must never see it, whatever the model says)
+    positive = "llm_filter('Is this review positive? {review}', review)"
+    answers = dict(relserve.duckdb.sql(con, f"SELECT review, {positive} FROM reviews WHERE review IS NOT NULL").fetchall())
+    keep = any(yes for review, yes in answers.items() if review != "Boring and far too long.")
+    kept = {review for review, yes in answers.items() if yes == keep and review != "Boring and far too long."}
+    query = f"""SELECT id, llm_map('One word for: {{review}}', review) AS word FROM reviews
+                WHERE {"" if keep else "NOT "}{positive} AND id <> 2 ORDER BY id"""
     first = relserve.duckdb.sql(con, query).fetchall()
-    filter_prompts, *rest = recording.submitted
-    kept = [p.split("? ", 1)[1].split("\n")[0] for p in filter_prompts if recording.answers[p] == "no"]
-    # the map must run on something, or the checks below would compare empty lists
-    assert kept, {p: recording.answers[p] for p in filter_prompts}
-    assert [r[1] for r in first] == [recording.answers[f"One word for: {r}"] for r in
-                                     ["A wonderful, moving film.", "Boring and far too long.", "A wonderful, moving film.",
-                                      "I loved every minute."] if r in kept]
-    # the map ran on the kept reviews only
-    assert sorted(p.removeprefix("One word for: ") for p in (rest[0] if rest else [])) == sorted(kept)
+    reviews = {1: "A wonderful, moving film.", 2: "Boring and far too long.", 3: "A wonderful, moving film.",
+               5: "I loved every minute."}
+    assert first == [(i, recording.answers[f"One word for: {r}"]) for i, r in reviews.items() if r in kept]
+    # the filter's answers came from the result cache; the map ran once on the kept reviews only
+    (map_prompts,) = recording.submitted[1:]
+    assert sorted(p.removeprefix("One word for: ") for p in map_prompts) == sorted(kept)
     calls = len(recording.submitted)
     assert relserve.duckdb.sql(con, query).fetchall() == first
     assert len(recording.submitted) == calls
