@@ -238,8 +238,9 @@ def test_filter_and_classify_agree_with_the_planner(engine, cluster):
         ).fetchall()
         assert [a for (a,) in rows] == want_filter
         db.execute("SET relserve.max_tokens = 4")
+        # the same placeholder name as the expectation: the completion shape names the value by it
         rows = db.execute(
-            "SELECT llm_classify('What is the sentiment of this review? {r}', ARRAY['positive','negative'], review) "
+            "SELECT llm_classify('What is the sentiment of this review? {review}', ARRAY['positive','negative'], review) "
             "FROM reviews WHERE id <= 6 ORDER BY id"
         ).fetchall()
         assert [a for (a,) in rows] == want_class
