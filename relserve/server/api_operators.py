@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from relserve.backend.protocol import Backend
+from relserve.errors import ConfigError
 from relserve.operators.reduce import reduce_call, run_reduce
 from relserve.operators.topk import run_topk, topk_call
 from relserve.server.budget import Cost, check_template, rows_cost
@@ -64,24 +65,30 @@ async def _run(request: Request, fn: Any, *args: Any, **kwargs: Any) -> Any:
     return task.result()
 
 
+async def _run_for_tenant(
+    request: Request, state: ServerState, tenant: Tenant, cost: Cost, fn: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """``fn`` as the tenant's work: ``cost`` reserved against its limits while it runs, its prompts
+    in the tenant's prefix-cache namespace and with its share."""
+    reservation = state.reserve(cost, tenant)
+    try:
+        return await _run(request, fn, *args, engine=engine_for_tenant(state.engine, state.tenancy(tenant)), **kwargs)
+    finally:
+        state.jobs.release(reservation)
+
+
 @router.post("/reduce", summary="llm_reduce: one answer per group (a tree when a group does not fit a prompt)")
 async def reduce(
     body: ReduceRequest, request: Request, tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)
 ):
     if body.keys is not None and len(body.keys) != len(body.groups):
-        from relserve.errors import ConfigError
-
         raise ConfigError(f"llm_reduce: keys has {len(body.keys)} entries but there are {len(body.groups)} groups")
     rc = reduce_call(body.template, context_tokens=body.context_tokens, json_schema=body.json_schema,
                      temperature=body.temperature, **{k: v for k, v in body.options().items() if v is not None})
-    reservation = state.reserve(await run_in_threadpool(_reduce_cost, body, tenant, state), tenant)
     cache = state.cache_for(tenant)
-    try:
-        out = await _run(request, run_reduce, rc, body.groups, keys=body.keys,
-                         engine=engine_for_tenant(state.engine, state.tenancy(tenant)),
-                         cache=cache if cache is not None else False)
-    finally:
-        state.jobs.release(reservation)
+    cost = await run_in_threadpool(_reduce_cost, body, tenant, state)
+    out = await _run_for_tenant(request, state, tenant, cost, run_reduce, rc, body.groups, keys=body.keys,
+                                cache=cache if cache is not None else False)
     return {
         "values": out.values,
         "errors": out.errors,
@@ -101,11 +108,8 @@ async def topk(
     body: TopKRequest, request: Request, tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)
 ):
     tc = topk_call(body.template, body.k, pool=body.pool, **{k: v for k, v in body.options().items() if v is not None})
-    reservation = state.reserve(await run_in_threadpool(_topk_cost, body, tenant, state), tenant)
-    try:
-        out = await _run(request, _topk, tc, body.values, engine=engine_for_tenant(state.engine, state.tenancy(tenant)))
-    finally:
-        state.jobs.release(reservation)
+    cost = await run_in_threadpool(_topk_cost, body, tenant, state)
+    out = await _run_for_tenant(request, state, tenant, cost, _topk, tc, body.values)
     return {
         "values": out.values,
         "indices": out.indices,
