@@ -203,19 +203,15 @@ class EngineSim:
 
     def _execute_plan(self, plan: StepPlan) -> float | None:
         kind = plan.kind
-        steps = self.stats.steps
         scheduled: list[tuple[SimRequest, int]] = []
         if kind is StepKind.IDLE:
-            steps["idle"] += 1
+            self.stats.steps["idle"] += 1
             return None
         budget0 = self.limits.max_num_batched_tokens
         if kind is StepKind.PREFILL:
             self._admit(plan.admit, budget0, scheduled)
             if scheduled:
-                steps["prefill"] += 1
-                dt = self._step_time(scheduled)
-                self._complete(scheduled, dt)
-                return dt
+                return self._take_step("prefill", scheduled)
             if not self.running:
                 req = plan.admit[0] if plan.admit else None
                 raise SimulationError(
@@ -227,25 +223,22 @@ class EngineSim:
             kind = StepKind.DECODE
         if kind is StepKind.DECODE:
             self._schedule_running(budget0, scheduled)
-            if not scheduled:
-                return None
-            steps["decode"] += 1
-            dt = self._step_time(scheduled)
-            self._complete(scheduled, dt)
-            return dt
+            return self._take_step("decode", scheduled) if scheduled else None
         if kind is StepKind.MIXED:
             if plan.token_budget is not None:
                 budget0 = plan.token_budget
             budget, preempted, _ = self._schedule_running(budget0, scheduled)
             if not preempted:  # vLLM admits nothing in a step that had to preempt
                 self._admit(plan.admit, budget, scheduled)
-            if not scheduled:
-                return None
-            steps["mixed"] += 1
-            dt = self._step_time(scheduled)
-            self._complete(scheduled, dt)
-            return dt
+            return self._take_step("mixed", scheduled) if scheduled else None
         raise SimulationError(f"unknown step kind {kind!r}")
+
+    def _take_step(self, kind: str, scheduled: list[tuple[SimRequest, int]]) -> float:
+        """Count a step of ``kind`` that computes ``scheduled`` and apply it; returns its duration."""
+        self.stats.steps[kind] += 1
+        dt = self._step_time(scheduled)
+        self._complete(scheduled, dt)
+        return dt
 
     def _step_time(self, scheduled: list[tuple[SimRequest, int]]) -> float:
         """The cost model's time for a step that computes ``scheduled`` (before ``_complete``):

@@ -58,6 +58,21 @@ def as_prepared(
     return prepare_trace(trace, block_size=limits.block_size, tokenize=tokenize, render=render, output_lengths=output_lengths)
 
 
+def _prepared_run(
+    trace: TraceInput,
+    cost: CostModel | None,
+    limits: Limits | None,
+    tokenize: Tokenizer | None,
+    render: Renderer | None,
+    output_lengths: OutputLengths | None,
+) -> tuple[CostModel, Limits, PreparedTrace]:
+    """What every entry point below starts from: the default cost model and limits where none
+    are given, and the trace prepared for those limits' block size."""
+    cost = cost or CostModel()
+    limits = limits or DEFAULT_LIMITS
+    return cost, limits, as_prepared(trace, limits, tokenize=tokenize, render=render, output_lengths=output_lengths)
+
+
 def _policy(policy: str | Policy, cost: CostModel, settings: PolicySettings | None) -> Policy:
     if isinstance(policy, Policy):
         return policy
@@ -76,9 +91,7 @@ def isolated_latencies(
     output_lengths: OutputLengths | None = None,
 ) -> dict[str, float]:
     """Latency of each relQuery run alone on an empty engine (empty prefix cache)."""
-    cost = cost or CostModel()
-    limits = limits or DEFAULT_LIMITS
-    prepared = as_prepared(trace, limits, tokenize=tokenize, render=render, output_lengths=output_lengths)
+    cost, limits, prepared = _prepared_run(trace, cost, limits, tokenize, render, output_lengths)
     out: dict[str, float] = {}
     for q in prepared.relqueries:
         engine = EngineSim(make_policy(policy, cost, settings), cost, limits, [q.at(0.0)])
@@ -106,9 +119,7 @@ def simulate(
     ``isolated``: True computes each relQuery's isolated latency (FCFS, alone) for the slowdown
     metric, a mapping supplies them, False skips them.
     """
-    cost = cost or CostModel()
-    limits = limits or DEFAULT_LIMITS
-    prepared = as_prepared(trace, limits, tokenize=tokenize, render=render, output_lengths=output_lengths)
+    cost, limits, prepared = _prepared_run(trace, cost, limits, tokenize, render, output_lengths)
     pol = _policy(policy, cost, settings)
     t0 = time.perf_counter()
     engine = EngineSim(pol, cost, limits, prepared.relqueries)
@@ -145,9 +156,7 @@ def simulate_many(
 ) -> dict[str, SimResult]:
     """The same trace under several policies: {policy name: result}. Prompts are prepared once
     and the isolated latencies computed once."""
-    cost = cost or CostModel()
-    limits = limits or DEFAULT_LIMITS
-    prepared = as_prepared(trace, limits, tokenize=tokenize, render=render, output_lengths=output_lengths)
+    cost, limits, prepared = _prepared_run(trace, cost, limits, tokenize, render, output_lengths)
     iso: bool | Mapping[str, float] = isolated_latencies(prepared, cost, limits) if isolated else False
     return {name: simulate(prepared, name, cost, limits, settings=settings, isolated=iso) for name in policies}
 
@@ -164,7 +173,5 @@ def limit_of(
 ) -> Limit:
     """The trace's provable lower bound on mean relQuery latency and (unless ``clairvoyant`` is
     False) its best clairvoyant schedule: what every table's ratio columns divide by."""
-    cost = cost or CostModel()
-    limits = limits or DEFAULT_LIMITS
-    prepared = as_prepared(trace, limits, tokenize=tokenize, render=render, output_lengths=output_lengths)
+    cost, limits, prepared = _prepared_run(trace, cost, limits, tokenize, render, output_lengths)
     return the_limit(prepared, cost, limits, with_clairvoyant=clairvoyant)
