@@ -22,6 +22,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from relserve.duckdb_ext.arguments import hashable_key
 from relserve.errors import ConfigError, RelServeError
 from relserve.functions import FUNCTIONS
 from relserve.operators.reduce import ReduceExplain, explain_reduce, reduce_call, run_reduce
@@ -85,11 +86,10 @@ def _split_options(arrays: list[pa.Array]) -> tuple[list[pa.Array], list[dict | 
 
 
 def _group_key(group: Any) -> Any:
+    """A group (a list of values, or NULL) as a dict key."""
     try:
-        key = tuple(group) if group is not None else None
-        hash(key)
-        return key
-    except TypeError:
+        return hashable_key(tuple(group) if group is not None else None)
+    except TypeError:  # not a list at all
         return json.dumps(group, sort_keys=True, default=str)
 
 
@@ -105,6 +105,10 @@ class _Operator:
     """
 
     name = ""
+    #: the SQL arguments the function takes (llm_options(...) aside) and how it says so when
+    #: it gets another number of them
+    arity = 0
+    usage = ""
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         from relserve.duckdb_ext.connections import session_of
@@ -122,6 +126,30 @@ class _Operator:
         base = {k: getattr(d, k) for k in _DEFAULT_KEYS}
         base.update(row_options or {})
         return {k: v for k, v in base.items() if v is not None}
+
+    def _arguments(self, arrays: Sequence[pa.Array]) -> tuple[list[pa.Array], list[dict | None] | None]:
+        """The argument columns and the options per row, the number of arguments checked."""
+        values, options = _split_options(list(arrays))
+        if len(values) != self.arity:
+            raise ConfigError(f"{self.usage}, got {len(values)} arguments")
+        return values, options
+
+    def _answers(self, templates: list, options: list | None, groups: list, extra: list | None = None) -> list[Any]:
+        """One value per row: rows that share a call are resolved together, each over its group."""
+        out: list[Any] = [None] * len(templates)
+        for key, rows in self._by_call(templates, options, extra).items():
+            template, opts, extra_arg = key
+            spec = self._spec(template, extra_arg, self._options(dict(opts)), len(rows))
+            if spec is None:
+                continue
+            for r, (value, _) in zip(rows, self._resolve(key, spec, [groups[r] for r in rows])):
+                out[r] = value
+        return out
+
+    def _spec(self, template: str | None, extra: Any, options: dict[str, Any], rows: int) -> Any:
+        """The operator call for ``rows`` rows that share template, options and extra argument,
+        or None when those rows get NULL."""
+        raise NotImplementedError
 
     def _by_call(self, templates: list, options: list | None, extra: list | None = None) -> dict:
         """Rows that share template, options (and k): one operator run per such set."""
@@ -192,31 +220,27 @@ class ReduceFunction(_Operator):
     """``llm_reduce(template, list [, llm_options(...)])`` -> VARCHAR, one value per group."""
 
     name = "llm_reduce"
+    arity = 2
+    usage = (
+        "llm_reduce(template, values [, llm_options(...)]) takes a template and the group's values "
+        "(in relserve.duckdb.sql: a column; on a plain connection: list(column))"
+    )
 
     def __call__(self, *arrays: pa.Array) -> pa.Array:
-        values, options = _split_options(list(arrays))
-        if len(values) != 2:
-            raise ConfigError(
-                "llm_reduce(template, values [, llm_options(...)]) takes a template and the group's values "
-                f"(in relserve.duckdb.sql: a column; on a plain connection: list(column)), got {len(values)} arguments"
-            )
+        values, options = self._arguments(arrays)
         templates = _column(values[0]).to_pylist()
         lists = _column(values[1])
         if not pa.types.is_list(lists.type) and not pa.types.is_large_list(lists.type):
             raise ConfigError(
                 f"llm_reduce: the values must be a list (list(column) on a plain connection), got {lists.type}"
             )
-        lists = lists.to_pylist()
-        out: list[str | None] = [None] * len(templates)
-        for key, rows in self._by_call(templates, options).items():
-            template, opts, _ = key
-            if template is None:
-                self._record("", [("{}", "llm_reduce: the template is NULL in this row")] * len(rows))
-                continue
-            rc = reduce_call(template, **self._options(dict(opts)))
-            for r, (value, _) in zip(rows, self._resolve(key, rc, [lists[r] for r in rows])):
-                out[r] = value
-        return pa.array(out, pa.string())
+        return pa.array(self._answers(templates, options, lists.to_pylist()), pa.string())
+
+    def _spec(self, template: str | None, extra: Any, options: dict[str, Any], rows: int) -> Any:
+        if template is None:
+            self._record("", [("{}", "llm_reduce: the template is NULL in this row")] * rows)
+            return None
+        return reduce_call(template, **options)
 
     def _run(self, rc: Any, groups: list[Any]) -> list[tuple[Any, str | None]]:
         outcome = run_reduce(rc, groups, engine=self.session.engine, progress=self.session.progress)
@@ -231,26 +255,23 @@ class TopKFunction(_Operator):
     """``llm_topk(template, list, k [, llm_options(...)])`` -> VARCHAR[], best first."""
 
     name = "llm_topk"
+    arity = 3
+    usage = (
+        "llm_topk(template, values, k [, llm_options(...)]) takes a template, the values (a column in "
+        "relserve.duckdb.sql, list(column) on a plain connection) and k"
+    )
 
     def __call__(self, *arrays: pa.Array) -> pa.Array:
-        values, options = _split_options(list(arrays))
-        if len(values) != 3:
-            raise ConfigError(
-                "llm_topk(template, values, k [, llm_options(...)]) takes a template, the values (a column in "
-                f"relserve.duckdb.sql, list(column) on a plain connection) and k, got {len(values)} arguments"
-            )
+        values, options = self._arguments(arrays)
         templates = _column(values[0]).to_pylist()
-        lists = _column(values[1]).to_pylist()
+        lists = [v or [] for v in _column(values[1]).to_pylist()]
         ks = _column(values[2]).to_pylist()
-        out: list[list[str] | None] = [None] * len(templates)
-        for key, rows in self._by_call(templates, options, ks).items():
-            template, opts, k = key
-            if template is None or k is None:
-                continue
-            tc = topk_call(template, int(k), **self._options(dict(opts)))
-            for r, (value, _) in zip(rows, self._resolve(key, tc, [lists[r] or [] for r in rows])):
-                out[r] = value
-        return pa.array(out, pa.list_(pa.string()))
+        return pa.array(self._answers(templates, options, lists, ks), pa.list_(pa.string()))
+
+    def _spec(self, template: str | None, k: Any, options: dict[str, Any], rows: int) -> Any:
+        if template is None or k is None:
+            return None
+        return topk_call(template, int(k), **options)
 
     def _run(self, tc: Any, groups: list[Any]) -> list[tuple[Any, str | None]]:
         results = []
