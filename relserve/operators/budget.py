@@ -45,6 +45,15 @@ class TokenCounter:
             return []
         return [max(0, len(ids) - self.wrapper) for ids in self.source.many(list(texts))]
 
+    def count_each(self, lists: Sequence[Sequence[str]]) -> list[list[int]]:
+        """``count`` of each list of texts, all tokenized in one pass."""
+        counts = self.count([t for texts in lists for t in texts])
+        out, pos = [], 0
+        for texts in lists:
+            out.append(counts[pos : pos + len(texts)])
+            pos += len(texts)
+        return out
+
     def prompt(self, text: str) -> int:
         """Tokens of a whole prompt as the engine sees it (chat template included)."""
         return len(self.source.tokenize(text))

@@ -191,12 +191,7 @@ def run_reduce(
             unreadable[g] = problem  # fails its group below, before the tokenizer meets it
         elif texts:
             items[g] = texts  # an empty group (no values, or only NULLs) is NULL, as in SQL
-    counts = b.counter.count([t for g in items for t in items[g]])
-    tokens: dict[int, list[int]] = {}
-    pos = 0
-    for g in items:
-        tokens[g] = counts[pos : pos + len(items[g])]
-        pos += len(items[g])
+    tokens = dict(zip(items, b.counter.count_each(list(items.values()))))
 
     def fail(g: int, message: str) -> None:
         errors[g] = f"{WHO}: {message}"
@@ -251,11 +246,7 @@ def run_reduce(
                 # structured output: the partial answer is folded as its JSON text
                 partial.setdefault(g, []).append(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
         items = {g: partial[g] for g in items if g in partial}
-        counts = b.counter.count([t for g in items for t in items[g]])
-        pos = 0
-        for g in items:
-            tokens[g] = counts[pos : pos + len(items[g])]
-            pos += len(items[g])
+        tokens = dict(zip(items, b.counter.count_each(list(items.values()))))
         level += 1
     return out
 
@@ -341,11 +332,8 @@ def explain_reduce(
     b = _budget(rc, running)
     texts = [_items(g) for g in groups]
     nulls = sum(sum(1 for v in g if v is None) for g in groups if g is not None)
-    counts = b.counter.count([t for g in texts for t in g])
-    per_group, pos, too_long = [], 0, 0
-    for g in texts:
-        toks = counts[pos : pos + len(g)]
-        pos += len(g)
+    per_group, too_long = [], 0
+    for toks in b.counter.count_each(texts):
         if any(t + 3 > b.budget for t in toks):
             too_long += 1
             toks = []
