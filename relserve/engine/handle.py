@@ -17,6 +17,11 @@ class Progress(NamedTuple):
     total: int
 
 
+def _wake_loops(waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]) -> None:
+    for loop, ev in waiters:
+        loop.call_soon_threadsafe(ev.set)
+
+
 class RelQueryHandle:
     """Results of one relQuery as they arrive.
 
@@ -54,10 +59,8 @@ class RelQueryHandle:
                 return
             self._rows[row.index] = row
             self._order.append(row.index)
-            self._cond.notify_all()
-            waiters, self._waiters = self._waiters, []
-        for loop, ev in waiters:
-            loop.call_soon_threadsafe(ev.set)
+            waiters = self._wake_threads()
+        _wake_loops(waiters)
 
     def _finish(self, result: RelQueryResult | BaseException) -> None:
         with self._cond:
@@ -65,10 +68,15 @@ class RelQueryHandle:
                 self._future.set_exception(result)
             else:
                 self._future.set_result(result)
-            self._cond.notify_all()
-            waiters, self._waiters = self._waiters, []
-        for loop, ev in waiters:
-            loop.call_soon_threadsafe(ev.set)
+            waiters = self._wake_threads()
+        _wake_loops(waiters)
+
+    def _wake_threads(self) -> list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]:
+        """With the lock held, after a change: wake the waiting threads, and hand over the event
+        loops' waiters (set outside the lock, by ``_wake_loops``)."""
+        self._cond.notify_all()
+        waiters, self._waiters = self._waiters, []
+        return waiters
 
     # ------------------------------------------------------------ consumer side
 
