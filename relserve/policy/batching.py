@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from relserve.policy.types import Req, StepView
 
@@ -12,15 +12,17 @@ def blocks(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size)
 
 
-def kv_headroom(view: StepView) -> int:
+def kv_headroom(view: StepView, output_left: Callable[[Req], int] | None = None) -> int:
     """KV blocks left for new requests once running requests have blocks to finish decoding.
 
     A running request holds the blocks of its computed tokens and will need those of its whole
-    sequence (prompt plus ``max_tokens``).
+    sequence (prompt plus ``max_tokens``; plus ``output_left(r)`` when the host knows better,
+    as the clairvoyant simulation does).
     """
     bs = view.limits.block_size
     reserve = sum(
-        max(blocks(r.prompt_tokens + r.max_tokens, bs) - blocks(r.computed_tokens, bs), 0) for r in view.running
+        max(blocks(r.prompt_tokens + (r.max_tokens if output_left is None else output_left(r)), bs) - blocks(r.computed_tokens, bs), 0)
+        for r in view.running
     )
     return view.limits.kv_free_blocks - reserve
 
@@ -31,7 +33,13 @@ def fill_prefill_batch(queue: Iterable[Req], view: StepView) -> tuple[list[Req],
     return batch, tokens
 
 
-def prefill_candidate(queue: Iterable[Req], view: StepView) -> tuple[list[Req], int, float]:
+def prefill_candidate(
+    queue: Iterable[Req],
+    view: StepView,
+    *,
+    token_budget: int | None = None,
+    output_left: Callable[[Req], int] | None = None,
+) -> tuple[list[Req], int, float]:
     """Take requests from the front of ``queue`` while they fit; stop at the first that does not.
 
     Limits: ``max_num_batched_tokens`` on uncached prompt tokens, ``max_num_seqs`` on running plus
@@ -40,11 +48,16 @@ def prefill_candidate(queue: Iterable[Req], view: StepView) -> tuple[list[Req], 
     keeping the watermark free once anything runs beside it. Returns the batch, its uncached
     token count and the attention pairs those tokens compute (``cost_model.prefill_pairs``). Stopping at the first misfit keeps the queue's order, as vLLM does
     (head-of-line semantics).
+
+    ``token_budget`` replaces ``max_num_batched_tokens`` (a chunk of a mixed step);
+    ``output_left`` gives each request's output still to come in place of ``max_tokens`` (see
+    ``kv_headroom``).
     """
     lim = view.limits
     bs = lim.block_size
+    budget = lim.max_num_batched_tokens if token_budget is None else token_budget
     slots = lim.max_num_seqs - len(view.running)
-    kv_left = kv_headroom(view)
+    kv_left = kv_headroom(view, output_left)
     batch: list[Req] = []
     tokens = 0
     pairs = 0.0
@@ -53,9 +66,10 @@ def prefill_candidate(queue: Iterable[Req], view: StepView) -> tuple[list[Req], 
             break
         cached = max(view.cached_tokens(req), req.computed_tokens)
         u = max(req.prompt_tokens - cached, 0)
-        if batch and tokens + u > lim.max_num_batched_tokens:
+        if batch and tokens + u > budget:
             break
-        need = blocks(req.prompt_tokens + req.remaining_output, bs) - min(cached, req.prompt_tokens) // bs
+        left = req.remaining_output if output_left is None else output_left(req)
+        need = blocks(req.prompt_tokens + left, bs) - min(cached, req.prompt_tokens) // bs
         if (batch or view.running) and need + lim.watermark_blocks > kv_left:
             # An empty engine still admits one request: vLLM decides whether it really fits.
             break

@@ -51,7 +51,7 @@ from pydantic import BaseModel
 
 from relserve.policy import CostModel, Limits, Policy, PolicySettings, Req, StepKind, StepPlan, StepView, make_policy
 from relserve.policy.aba import AdaptiveBatchArranger, Transitional
-from relserve.policy.batching import blocks
+from relserve.policy.batching import prefill_candidate
 from relserve.policy.relqueries import RelQueryGroup
 from relserve.sim.engine import EngineSim, SimRequest
 from relserve.sim.prepared_trace import PreparedTrace
@@ -429,26 +429,7 @@ def _left(r: Req) -> int:
 def _fit(queue: Iterable[Req], view: StepView, budget: int) -> list[Req]:
     """Waiting requests from the front of ``queue`` while the token budget, max_num_seqs and the
     KV cache (reserving each running and admitted row's true remaining length) allow."""
-    lim = view.limits
-    bs = lim.block_size
-    slots = lim.max_num_seqs - len(view.running)
-    kv_left = lim.kv_free_blocks - sum(max(blocks(r.prompt_tokens + _left(r), bs) - blocks(r.computed_tokens, bs), 0) for r in view.running)
-    batch: list[Req] = []
-    tokens = 0
-    for req in queue:
-        if len(batch) >= slots:
-            break
-        cached = min(max(view.cached_tokens(req), req.computed_tokens), req.prompt_tokens)
-        u = max(req.prompt_tokens - cached, 0)
-        if batch and tokens + u > budget:
-            break
-        need = blocks(req.prompt_tokens + _left(req), bs) - cached // bs
-        if (batch or view.running) and need + lim.watermark_blocks > kv_left:
-            break
-        batch.append(req)
-        tokens += u
-        kv_left -= need
-    return batch
+    return prefill_candidate(queue, view, token_budget=budget, output_left=_left)[0]
 
 
 class ClairvoyantResult(BaseModel):
