@@ -110,30 +110,28 @@ class RelQueryTracker:
                 if req.output_tokens > longest.get(req.rel_id, 0) and req.rel_id in longest:
                     longest[req.rel_id] = req.output_tokens
             learned = longest
-        for req in view.waiting:
-            g = get(req.rel_id)
-            if g is None:
-                g = groups[req.rel_id] = self._new_group(req)
-            g.waiting.append(req)
-            out = min(req.max_tokens, learned.get(req.rel_id, req.max_tokens))
-            if out > g.output_len:
-                g.output_len = out
-        for req in view.running:
-            g = get(req.rel_id)
-            if g is None:
-                g = groups[req.rel_id] = self._new_group(req)
-            g.running.append(req)
-            est = learned.get(req.rel_id)
-            left = req.max_tokens - req.output_tokens
-            if est is not None and left > 0:
-                left = max(min(est, req.max_tokens) - req.output_tokens, 1)
-            if left > 0:
-                g.remaining_output_total += left
-                if left > g.remaining_output_len:
-                    g.remaining_output_len = left
-            out = min(req.max_tokens, learned.get(req.rel_id, req.max_tokens))
-            if out > g.output_len:
-                g.output_len = out
+        # every row joins its relQuery's group and bounds its answer length; a running row also
+        # counts the output it has still to produce
+        for queue, running in ((view.waiting, False), (view.running, True)):
+            for req in queue:
+                g = get(req.rel_id)
+                if g is None:
+                    g = groups[req.rel_id] = self._new_group(req)
+                out = min(req.max_tokens, learned.get(req.rel_id, req.max_tokens))
+                if out > g.output_len:
+                    g.output_len = out
+                if not running:
+                    g.waiting.append(req)
+                    continue
+                g.running.append(req)
+                est = learned.get(req.rel_id)
+                left = req.max_tokens - req.output_tokens
+                if est is not None and left > 0:
+                    left = max(min(est, req.max_tokens) - req.output_tokens, 1)
+                if left > 0:
+                    g.remaining_output_total += left
+                    if left > g.remaining_output_len:
+                        g.remaining_output_len = left
         shares = tenant_shares(list(view.waiting) + list(view.running))
         if shares:
             for g in groups.values():
