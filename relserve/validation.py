@@ -34,6 +34,15 @@ TEMPERATURE_LIMIT = 10.0
 PRIORITY_LIMIT = 1000
 
 
+def unicode_problem(text: str) -> str | None:
+    """Why ``text`` cannot be encoded (a lone surrogate, which JSON can carry), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"not valid Unicode text ({e.reason} at character {e.start})"
+    return None
+
+
 def finite_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 

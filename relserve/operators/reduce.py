@@ -27,7 +27,7 @@ from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.plan_and_run import run_call
 from relserve.template import format_value
-from relserve.validation import OnError
+from relserve.validation import OnError, unicode_problem
 
 #: a tree over values that each fit a prompt has at most log2(values) levels; far beyond any
 #: real group, so reaching it means partial answers stopped shrinking (a bug, not a big group)
@@ -150,10 +150,9 @@ def _budget(rc: ReduceCall, engine: Backend) -> _Budget:
 def _not_unicode(texts: Sequence[str]) -> str | None:
     """What is wrong with the first value that cannot be encoded (a lone surrogate from JSON), or None."""
     for i, text in enumerate(texts):
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as e:
-            return f"value {i} is not valid Unicode text ({e.reason} at character {e.start})"
+        problem = unicode_problem(text)
+        if problem is not None:
+            return f"value {i} is {problem}"
     return None
 
 

@@ -33,11 +33,8 @@ def _bad_value(value: Any, path: str = "", in_rows: bool = False) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         return f"{where}: NaN and Infinity are not JSON numbers; send a finite number or null"
     if isinstance(value, str) and not in_rows:
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as e:
-            return f"{where}: not valid Unicode text ({e.reason} at character {e.start})"
-        return None
+        problem = check.unicode_problem(value)
+        return f"{where}: {problem}" if problem is not None else None
     if isinstance(value, dict):
         items = [(k, v, f"{path}.{k}" if path else str(k), in_rows or (not path and k in ROW_DATA)) for k, v in value.items()]
     elif isinstance(value, list):
