@@ -298,7 +298,7 @@ def _set_dependencies(st: Statement) -> None:
             if a is b:
                 continue
             scope_a, clause_a, _, alias_a = info[a.index]
-            if _contains(b.node, a.node) or id(scope_a) in upstream_b:
+            if within(a.node.parent, b.node) or id(scope_a) in upstream_b:  # a inside b
                 deps.add(a.index)
             elif scope_a is scope_b:
                 phase_a, phase_b = _PHASE.get(clause_a, 5), _PHASE.get(clause_b, 5)
@@ -313,10 +313,10 @@ def _set_dependencies(st: Statement) -> None:
         b.depends_on = frozenset(deps)
 
 
-def _contains(outer: exp.Expression, inner: exp.Expression) -> bool:
-    node = inner.parent
+def within(node: exp.Expression | None, root: exp.Expression | None) -> bool:
+    """Whether ``node`` is ``root`` or lies inside it."""
     while node is not None:
-        if node is outer:
+        if node is root:
             return True
         node = node.parent
     return False

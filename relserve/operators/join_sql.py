@@ -80,6 +80,8 @@ def rewrite(text: str) -> tuple[str, list[JoinBlock]]:
     import sqlglot
     from sqlglot import exp
 
+    from relserve.duckdb_ext.statement import within
+
     try:
         tree = sqlglot.parse_one(text, dialect="duckdb")
     except Exception:
@@ -97,7 +99,7 @@ def rewrite(text: str) -> tuple[str, list[JoinBlock]]:
             )
         k = _block_k(given[-1].expression)
         join = call.find_ancestor(exp.Join)
-        if join is None or not _within(call, join.args.get("on")):
+        if join is None or not within(call, join.args.get("on")):
             raise ConfigError(
                 f"llm_options(block := {k}) needs the llm_filter in a JOIN ... ON clause, e.g. "
                 "FROM reviews r JOIN products p ON llm_filter('{review} / {title}: same product?', r.text, p.title, "
@@ -107,14 +109,6 @@ def rewrite(text: str) -> tuple[str, list[JoinBlock]]:
         for a in given:
             a.pop()
     return (tree.sql(dialect="duckdb") if blocks else text), blocks
-
-
-def _within(node: Any, root: Any) -> bool:
-    while node is not None:
-        if node is root:
-            return True
-        node = node.parent
-    return False
 
 
 def _block_k(value: Any) -> int:
