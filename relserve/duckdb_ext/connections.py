@@ -13,7 +13,7 @@ from relserve.backend.protocol import Backend
 from relserve.duckdb_ext.arguments import options_macro_sql
 from relserve.duckdb_ext.remote import http_runner
 from relserve.duckdb_ext.session import CallRunner, LocalRunner, Session
-from relserve.duckdb_ext.udf import PlainFunction, create_function
+from relserve.duckdb_ext.udf import RETURN_TYPES, PlainFunction, create_function
 from relserve.errors import ConfigError
 from relserve.functions import FUNCTIONS, CallOptions
 from relserve.planner.cache import ResultCache
@@ -67,11 +67,7 @@ def install(
             session.failures = old.failures
         _sessions[con] = session
     for fn in FUNCTIONS.values():
-        try:
-            con.remove_function(fn.name)
-        except (duckdb.InvalidInputException, duckdb.CatalogException):
-            pass
-        create_function(con, fn.name, PlainFunction(session, fn), fn)
+        create_function(con, fn.name, PlainFunction(session, fn), RETURN_TYPES[fn.kind], replace=True)
     con.execute(options_macro_sql())
     return con
 

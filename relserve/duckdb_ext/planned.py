@@ -27,7 +27,7 @@ import pyarrow as pa
 from relserve.duckdb_ext.arguments import decode_chunk, hashable_key
 from relserve.duckdb_ext.session import Session
 from relserve.duckdb_ext.statement import CallSite, Statement
-from relserve.duckdb_ext.udf import answer_chunk, create_function, settle_chunk_errors, to_arrow
+from relserve.duckdb_ext.udf import RETURN_TYPES, answer_chunk, create_function, settle_chunk_errors, to_arrow
 from relserve.errors import RowError
 from relserve.functions import LLMCall, LLMFunction
 from relserve.planner.explain import Explain
@@ -177,7 +177,7 @@ class PlannedStatement:
 
     def __enter__(self) -> PlannedStatement:
         for name, state in zip(self.names, self.states):
-            create_function(self.con, name, state, state.function)
+            create_function(self.con, name, state, RETURN_TYPES[state.function.kind])
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -24,13 +24,20 @@ RETURN_TYPES = {"map": "VARCHAR", "filter": "BOOLEAN", "classify": "VARCHAR", "e
 _ARROW_TYPES = {"map": pa.string(), "filter": pa.bool_(), "classify": pa.string(), "extract": pa.json_(pa.string())}
 
 
-def create_function(con: duckdb.DuckDBPyConnection, name: str, udf: Any, fn: LLMFunction) -> None:
-    """Register ``udf`` as ``name`` on ``con``: any arguments, the function's return type."""
+def create_function(con: duckdb.DuckDBPyConnection, name: str, udf: Any, returns: str, *, replace: bool = False) -> None:
+    """Register ``udf`` as ``name`` on ``con``: any arguments, returning the DuckDB type
+    ``returns``; with ``replace``, in place of a function of that name already there (a
+    connection installed again)."""
+    if replace:
+        try:
+            con.remove_function(name)
+        except (duckdb.InvalidInputException, duckdb.CatalogException):
+            pass
     con.create_function(
         name,
         udf,
         None,  # any number of arguments of any type
-        RETURN_TYPES[fn.kind],
+        returns,
         type="arrow",
         null_handling="special",  # NULL arguments reach us, so the row gets an error message
         side_effects=True,  # never fold or skip a call: each row's answer comes from the model

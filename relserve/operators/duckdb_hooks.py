@@ -23,6 +23,7 @@ import duckdb
 import pyarrow as pa
 
 from relserve.duckdb_ext.arguments import hashable_key
+from relserve.duckdb_ext.udf import create_function
 from relserve.errors import ConfigError, RelServeError
 from relserve.functions import FUNCTIONS
 from relserve.operators.reduce import ReduceExplain, explain_reduce, reduce_call, run_reduce
@@ -298,11 +299,7 @@ def install(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         ("llm_reduce", functions[0], "VARCHAR"),
         ("llm_topk", functions[1], "VARCHAR[]"),
     ):
-        try:
-            con.remove_function(name)
-        except (duckdb.InvalidInputException, duckdb.CatalogException):
-            pass
-        con.create_function(name, _raising(udf), None, returns, type="arrow", null_handling="special", side_effects=True)
+        create_function(con, name, _raising(udf), returns, replace=True)
     return con
 
 
