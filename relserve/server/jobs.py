@@ -295,19 +295,18 @@ class JobRegistry:
 
     def _check(self, tenant: str, new: Cost, limits: Any) -> None:
         busy = self.in_flight(tenant)
-        if new.rows and busy.rows + new.rows > limits.max_rows_in_flight:
-            raise LimitExceeded(
-                f"tenant {tenant!r} would have {busy.rows + new.rows} rows in flight "
-                f"({busy.rows} running + {new.rows} new); the limit is {limits.max_rows_in_flight} "
-                "(max_rows_in_flight; rows being planned count as running). Retry when some finish, or send fewer rows."
-            )
-        if new.tokens and busy.tokens + new.tokens > limits.max_tokens_in_flight:
-            raise LimitExceeded(
-                f"tenant {tenant!r} would have {busy.tokens + new.tokens} tokens in flight "
-                f"({busy.tokens} running + {new.tokens} new; prompt tokens estimated plus max_tokens per row); "
-                f"the limit is {limits.max_tokens_in_flight} (max_tokens_in_flight; tokens being planned count as "
-                "running). Retry when some finish, or send fewer rows or a smaller max_tokens."
-            )
+        # the same check for both limits, rows first; the messages differ only in what they name
+        for unit, n, running, limit, counted, smaller in (
+            ("rows", new.rows, busy.rows, limits.max_rows_in_flight, "", "fewer rows"),
+            ("tokens", new.tokens, busy.tokens, limits.max_tokens_in_flight,
+             "; prompt tokens estimated plus max_tokens per row", "fewer rows or a smaller max_tokens"),
+        ):
+            if n and running + n > limit:
+                raise LimitExceeded(
+                    f"tenant {tenant!r} would have {running + n} {unit} in flight ({running} running + {n} new{counted}); "
+                    f"the limit is {limit} (max_{unit}_in_flight; {unit} being planned count as running). "
+                    f"Retry when some finish, or send {smaller}."
+                )
 
     def reserve(self, tenant: str, cost: Cost, limits: Any) -> Reservation:
         """Count ``cost`` against ``tenant`` while its request is planned (429 if over a limit).
