@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "datasets" / "demo_reviews.csv"
 SHAPES = ("chat", "chat_answer", "completion")
 #: method/shape; generate decodes, so it has no scoring shape
-CONFIGS = ("generate/-",) + tuple(f"{m}/{s}" for m in ("score", "calibrate", "batch") for s in SHAPES)
+CONFIGS = ("generate/-",) + tuple(f"{m}/{s}" for m in ("score", "calibrate", "batch", "bootstrap") for s in SHAPES)
 #: labelled rows per class shown as few-shot examples in "+examples" configs (never evaluated)
 SHOTS_PER_CLASS = 1
 SEED = 12

@@ -32,13 +32,16 @@ from relserve.validation import OnError
 #: "generate"  constrained decoding, token by token (what vLLM does with ``choice=``);
 #: "score"     every label scored by the model's log-probability of the whole label;
 #: "calibrate" "score" with the model's prior over the labels divided out, measured once per
-#:             template on content-free rows (Zhao et al. 2021). The default: it removes the
-#:             label bias that made a small model answer one label for every row (issue 12);
+#:             template on content-free rows (Zhao et al. 2021). Issue 12's default: it removes
+#:             the label bias that made a small model answer one label for every row;
 #: "batch"     "score" with each label's mean score over the relQuery's own rows subtracted
 #:             (batch calibration, Zhou et al. 2024; relserve/planner/label_calibration.py), the
-#:             content-free prior below a minimum row count. The default (issue 22).
-LABEL_METHODS = ("generate", "score", "calibrate", "batch")
-DEFAULT_LABEL_METHOD = "batch"
+#:             content-free prior below a minimum row count.
+#: "bootstrap" "batch" behind examples the model labelled itself: a first pass over a sample of
+#:             the relQuery's rows, the surest rows of each label shown in front of every row
+#:             (relserve/planner/label_bootstrap.py).
+LABEL_METHODS = ("generate", "score", "calibrate", "batch", "bootstrap")
+DEFAULT_LABEL_METHOD = "bootstrap"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -309,7 +312,7 @@ class LLMCall:
         out: dict[str, Any] = {"method": method}
         if self.prompt_shape != "chat":
             out["prompt_shape"] = self.prompt_shape  # chat: keys as before issue 22
-        if method == "batch":
+        if method in ("batch", "bootstrap"):
             # the answer depends on the other rows of the relQuery (and, below the minimum row
             # count, on the content-free prior of this template)
             out["template"] = self.template.source

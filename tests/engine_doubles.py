@@ -9,6 +9,7 @@ the engine.
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,6 +21,13 @@ from relserve.policy.cost_model import CostModel
 from relserve.results import RowResult
 
 Answer = Callable[[str, Any], str]
+_EXAMPLES = re.compile(r"\nAnswer: [^\n]*\n\n")
+
+
+def own_text(prompt: str) -> str:
+    """A prompt without the examples in front of it (the call's own, or those ``bootstrap``
+    labelled in its first pass: each ends with "Answer: ...", a blank line)."""
+    return _EXAMPLES.split(prompt)[-1]
 
 
 def default_answer(prompt: str, rq: Any) -> str:
@@ -106,6 +114,9 @@ class ScriptedEngine:
     #: calibration probes (content-free prompts of llm_filter / llm_classify), kept apart from
     #: ``submitted`` so tests count the relQueries of the rows
     probes: list[list[str]] = field(default_factory=list)
+    #: the first passes of ``method := 'bootstrap'`` (a sample of a relQuery's prompts), apart
+    #: from ``submitted`` for the same reason
+    first_passes: list[list[str]] = field(default_factory=list)
     #: prefix-cache capacity in tokens for the cached-token counts (None: unbounded)
     kv_capacity_tokens: int | None = None
 
@@ -126,6 +137,8 @@ class ScriptedEngine:
         with self._lock:
             if str(getattr(rq, "rel_id", "")).startswith("calibrate-"):
                 self.probes.append(prompts)
+            elif str(getattr(rq, "rel_id", "")).startswith("bootstrap-"):
+                self.first_passes.append(prompts)
             else:
                 self.submitted.append(prompts)
                 self.relqueries.append(rq)
@@ -134,7 +147,8 @@ class ScriptedEngine:
                 ids = self.prompt_token_ids(p)
                 cached = self._prefix_cache.admit(ids)
                 try:
-                    text = self.answer(p, rq)
+                    # a row is answered by its own text, not by the examples in front of it
+                    text = self.answer(own_text(p), rq)
                     if getattr(rq, "score_labels", False):
                         rows.append(_scored_row(i, text, rq, len(ids), cached))
                         continue

@@ -6,7 +6,7 @@ import json
 
 import duckdb
 import pytest
-from engine_doubles import ScriptedEngine
+from engine_doubles import ScriptedEngine, own_text
 
 import relserve.duckdb
 from relserve.errors import ConfigError, RowError, TemplateError
@@ -172,7 +172,8 @@ def test_cte_classification_feeds_an_outer_map(con, engine):
         """WITH s AS (SELECT id, review, llm_classify('Kind: {review}', ['x', 'y'], review) AS kind FROM reviews)
            SELECT id, kind, llm_map('Echo: {review}', review) FROM s WHERE kind = 'x' ORDER BY id LIMIT 3""",
     ).fetchall()
-    classify_prompts = engine.submitted[0]
+    # each prompt's own text, after the examples the default method (bootstrap) put in front
+    classify_prompts = [own_text(p) for p in engine.submitted[0]]
     assert len(classify_prompts) == 80
     # the double's answer for each review (its prompt's length picks the label)
     kind_of = {p.split(": ", 1)[1].split("\n")[0]: answer(p, engine.relqueries[0]) for p in classify_prompts}

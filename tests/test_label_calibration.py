@@ -68,7 +68,7 @@ def test_batch_falls_back_to_the_content_free_prior_below_the_minimum_rows():
 
 
 def test_method_and_prompt_shape_options_are_checked():
-    with pytest.raises(ConfigError, match="method must be one of generate, score, calibrate, batch, got 'vote'"):
+    with pytest.raises(ConfigError, match="method must be one of generate, score, calibrate, batch, bootstrap, got 'vote'"):
         CallOptions(method="vote")
     with pytest.raises(ConfigError, match="prompt_shape must be one of chat, chat_answer, completion, got 'json'"):
         CallOptions(prompt_shape="json")
@@ -77,7 +77,7 @@ def test_method_and_prompt_shape_options_are_checked():
     with pytest.raises(ConfigError, match="prompt_shape applies only with score_labels"):
         RelQuery("{a}", [{"a": 1}], choices=["x", "y"], prompt_shape="completion")
     call = make_call("llm_filter", "Is {r} good?")
-    assert (call.label_method, call.prompt_shape) == ("batch", "completion")
+    assert (call.label_method, call.prompt_shape) == ("bootstrap", "completion")
     # decoding has no scoring layout
     assert make_call("llm_filter", "Is {r} good?", method="generate", prompt_shape="completion").prompt_shape == "chat"
 
@@ -147,7 +147,7 @@ def test_executor_picks_every_row_after_subtracting_the_batch_means():
 
     eng = ScriptedEngine(answer=answer)
     # a template no other test uses: content-free priors are remembered per process and template
-    call = make_call("llm_filter", "Is {r} good, after the batch means?")
+    call = make_call("llm_filter", "Is {r} good, after the batch means?", method="batch")
     out = run_call(call, [rows], engine=eng, cache=False, progress=False)
     assert out.values == ["great" in r for r in rows]
     rq = eng.relqueries[0]
@@ -166,7 +166,7 @@ def test_executor_batch_correction_flips_the_rows_the_bias_decided():
     from relserve.results import RowResult
 
     rows = [f"r{i}" for i in range(16)]
-    call = make_call("llm_filter", "Is {r} good?")
+    call = make_call("llm_filter", "Is {r} good?", method="batch")
     plan = plan_call(call, [rows], model_id="m", cache=None, optimize=False)
     ex = CallExecutor(PlannedRows.of(plan, None), model_id="m")
     assert ex.label_method == "batch"
@@ -186,7 +186,7 @@ def test_executor_batch_correction_flips_the_rows_the_bias_decided():
 
 
 def test_explain_says_which_method_runs_and_the_prompt_shape():
-    call = make_call("llm_filter", "Is this review positive? Review: {r}")
+    call = make_call("llm_filter", "Is this review positive? Review: {r}", method="batch")
     long_rows = [f"review number {i}, long enough to move in front" for i in range(16)]
     ex = str(run_call(call, [long_rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert "  label method               batch   (label scores minus their means over this relQuery's rows)" in ex

@@ -84,10 +84,10 @@ def test_pick_breaks_a_calibrated_tie_by_the_models_own_preference():
     assert pick({"a": math.log(0.5), "b": math.log(0.5)}, None) == "a"
 
 
-def test_method_option_is_checked_and_defaults_to_batch():
-    with pytest.raises(ConfigError, match="method must be one of generate, score, calibrate, batch, got 'vote'"):
+def test_method_option_is_checked_and_defaults_to_bootstrap():
+    with pytest.raises(ConfigError, match="method must be one of generate, score, calibrate, batch, bootstrap, got 'vote'"):
         CallOptions(method="vote")
-    assert make_call("llm_filter", "Is {r} good?").label_method == "batch"
+    assert make_call("llm_filter", "Is {r} good?").label_method == "bootstrap"
     assert make_call("llm_classify", "{r}", labels=["a", "b"], method="score").label_method == "score"
     # sampling asks for varied answers: scoring cannot give them, so it decodes
     assert make_call("llm_filter", "Is {r} good?", temperature=0.7).label_method == "generate"

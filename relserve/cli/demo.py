@@ -44,7 +44,7 @@ def method_label(call) -> str:
 def demo(
     policy: str = typer.Option("relserve", help="Scheduling policy."),
     model: str = typer.Option("smollm2", help="Model name or local folder."),
-    method: str = typer.Option(None, help="How the yes/no answer is chosen: generate, score, calibrate or batch (default: relserve's default)."),
+    method: str = typer.Option(None, help="How the yes/no answer is chosen: generate, score, calibrate, batch or bootstrap (default: relserve's default)."),
     prompt_shape: str = typer.Option(None, help="Scoring layout: chat, chat_answer or completion (default: relserve's default)."),
 ) -> None:
     """Ask the model a question about every row of the demo table and show how it went."""

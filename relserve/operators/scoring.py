@@ -32,7 +32,7 @@ class Scores:
 
 def label_scores(call: LLMCall, columns: Sequence[Sequence[object]], ref: EngineRef, *, progress: bool = False) -> Scores:
     """Run ``call`` (filter/classify with a scoring method) over the rows; return label scores."""
-    assert call.label_method in ("score", "calibrate", "batch"), call.label_method
+    assert call.label_method in ("score", "calibrate", "batch", "bootstrap"), call.label_method
     plan = plan_call(call, columns, model_id=ref.model_id, cache=None, optimize=True)
     rows = PlannedRows.of(plan, None)
     logprobs: list[dict[str, float] | None] = [None] * plan.rows

@@ -16,7 +16,8 @@ from dataclasses import replace
 from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
 from relserve.functions import SchedulingHints
-from relserve.planner.label_calibration import batch_picks, method_ran
+from relserve.planner.label_bootstrap import BootstrapExamples, first_pass
+from relserve.planner.label_calibration import BATCH_METHODS, batch_picks, method_ran
 from relserve.planner.label_prior import label_options
 from relserve.planner.planned_rows import PlannedRows
 from relserve.progress import progress_bar
@@ -53,7 +54,9 @@ class CallExecutor:
         self.stats: RelQueryStats | None = None
         self._answers: list[tuple[str, str]] = []
         #: the label method this relQuery runs (``batch`` falls back to ``calibrate`` when small)
-        self.label_method = method_ran(self.call.label_method, len(rows.prompts))
+        self.label_method = method_ran(self.call.label_method, len(rows.prompts), bool(self.call.options.examples))
+        #: the examples ``bootstrap`` put in front of every prompt (None: not bootstrapped)
+        self.bootstrap: BootstrapExamples | None = None
         #: batch calibration: the engine's rows held until every row is scored
         self._held: list[RowResult] = []
         self._seen = 0
@@ -69,15 +72,14 @@ class CallExecutor:
             engine.warm_prefix(self.prefix)
         # filter/classify choose labels by scores and the calibrated prior, when asked
         scoring = label_options(self.call, engine, self.model_id, len(self.rows.prompts))
-        rq = RelQuery.from_prompts(
-            self.rows.prompts,
-            **self.call.engine_options(),
-            **scoring,
-            on_error="null",  # each row's error comes back to the caller, who decides
-            rel_id=self.rel_id,
-            priority=self.hints.priority,
-            deadline_s=self._deadline_left(),
-        )
+        options = dict(**self.call.engine_options(), **scoring, on_error="null", priority=self.hints.priority)
+        prompts = self.rows.prompts
+        if self.label_method == "bootstrap":
+            # examples the model labels itself, in front of every prompt (label_bootstrap.py)
+            self.bootstrap = first_pass(engine, prompts, options, self.rel_id)
+            prompts = [self.bootstrap.text + p for p in prompts]
+        # on_error "null": each row's error comes back to the caller, who decides
+        rq = RelQuery.from_prompts(prompts, **options, rel_id=self.rel_id, deadline_s=self._deadline_left())
         self.handle = engine.submit(rq)
         return self.handle
 
@@ -95,7 +97,7 @@ class CallExecutor:
         Under batch calibration a scored row is held (``[]``) until the relQuery's last row
         arrives; that call returns every held row, each label picked after subtracting the
         labels' means over the relQuery's scored rows (relserve/planner/label_calibration.py)."""
-        if self.label_method != "batch":
+        if self.label_method not in BATCH_METHODS:
             return self._answer_one(row)
         self._seen += 1
         if row.error is None and row.label_logprobs is not None:

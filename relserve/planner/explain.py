@@ -14,6 +14,7 @@ from typing import Any
 from relserve.backend.protocol import Backend
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds, expected_output_tokens
 from relserve.planner.hit_rate import predict_hits
+from relserve.planner.label_bootstrap import PER_LABEL, SAMPLE_ROWS
 from relserve.planner.label_calibration import method_ran
 from relserve.planner.plan import CallPlan
 from relserve.planner.tokens import TokenSource
@@ -91,8 +92,12 @@ class Explain:
                 "score": "whole-label log-probabilities",
                 "calibrate": "whole-label log-probabilities / content-free prior",
                 "batch": "label scores minus their means over this relQuery's rows",
+                "bootstrap": f"{PER_LABEL} example{'s' if PER_LABEL > 1 else ''} per label the model labelled in a first pass over up to "
+                             f"{SAMPLE_ROWS} of these rows, then batch",
             }[self.label_method]
-            if self.label_method_asked:
+            if self.label_method_asked == "bootstrap" and self.label_method == "batch":
+                how += "; asked for bootstrap, which the call's own examples replace"
+            elif self.label_method_asked:
                 from relserve.planner.label_calibration import MIN_BATCH_ROWS
 
                 how += f"; asked for {self.label_method_asked}, which needs at least {MIN_BATCH_ROWS} prompts to run"
@@ -124,6 +129,7 @@ def explain_plan(
     cost = cost_model_of(engine)
     seqs, budget = engine_limits(engine)
     call = plan.call
+    ran = method_ran(call.label_method, len(plan.run_order), bool(call.options.examples))
     out_tokens = expected_output_tokens(call.max_tokens, call.choices is not None)
 
     baseline_texts = plan.baseline_prompts()
@@ -166,8 +172,8 @@ def explain_plan(
         cost_model=getattr(cost, "source", "default"),
         sample_prompt=plan.run_prompts[0] if plan.run_order else None,
         explain_s=time.perf_counter() - t0,
-        label_method=method_ran(call.label_method, len(plan.run_order)),
-        label_method_asked=call.label_method if method_ran(call.label_method, len(plan.run_order)) != call.label_method else None,
+        label_method=ran,
+        label_method_asked=call.label_method if ran != call.label_method else None,
         prompt_shape=call.prompt_shape if call.label_method not in (None, "generate") else None,
         examples=len(call.options.examples or ()),
         examples_tokens=len(tokens.many([call.examples_prefix])[0]) if call.options.examples else 0,

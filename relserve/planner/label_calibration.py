@@ -31,11 +31,18 @@ from collections.abc import Mapping, Sequence
 MIN_BATCH_ROWS = 16
 
 
-def method_ran(method: str | None, rows: int) -> str | None:
-    """The label method a relQuery of ``rows`` prompts actually runs (``batch`` falls back to
-    ``calibrate`` below ``MIN_BATCH_ROWS``)."""
-    if method == "batch" and rows < MIN_BATCH_ROWS:
+#: the methods that pick every label after the relQuery's last row is scored
+BATCH_METHODS = ("batch", "bootstrap")
+
+
+def method_ran(method: str | None, rows: int, examples: bool = False) -> str | None:
+    """The label method a relQuery of ``rows`` prompts actually runs: ``batch`` and ``bootstrap``
+    fall back to ``calibrate`` below ``MIN_BATCH_ROWS``; ``bootstrap`` runs as ``batch`` when the
+    call has the user's own ``examples`` (relserve/planner/label_bootstrap.py)."""
+    if method in BATCH_METHODS and rows < MIN_BATCH_ROWS:
         return "calibrate"
+    if method == "bootstrap" and examples:
+        return "batch"
     return method
 
 

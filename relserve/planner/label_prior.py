@@ -47,8 +47,8 @@ def label_options(call: LLMCall, engine: Backend, model_id: str, rows: int | Non
     count: above it the executor decides after every row is scored)."""
     from relserve.planner.label_calibration import method_ran
 
-    method = method_ran(call.label_method, rows if rows is not None else 0)
-    if method not in ("score", "calibrate", "batch"):
+    method = method_ran(call.label_method, rows if rows is not None else 0, bool(call.options.examples))
+    if method not in ("score", "calibrate", "batch", "bootstrap"):
         return {}
     scoring = {"score_labels": True, "prompt_shape": call.prompt_shape}
     if method == "calibrate":

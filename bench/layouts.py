@@ -1,0 +1,142 @@
+"""Scoring layouts tried offline by bench/quality_offline.py (issue 22).
+
+Each layout takes a task of bench_quality.py, its rows and labels and returns the prompts (one per
+row) and per label the surface forms scored after the prompt. Every layout is built from the
+task's template by the same generic rules relserve would apply; nothing is written per task.
+"""
+
+from __future__ import annotations
+
+from relserve.functions import make_call
+from relserve.planner.prompt_rendering import format_value
+from relserve.prompt_shapes import _FIELD_NAME, _SPACES, MOVE_CHARS, _title
+
+
+def pieces(task: dict, row: dict, move_chars: int = MOVE_CHARS) -> tuple[str, str]:
+    """(head, question): the row's long values as "Name: value" lines, and the question."""
+    call = make_call(task["fn"], task["template"], labels=task["labels"] if task["fn"] == "llm_classify" else None)
+    t = call.template
+    head, parts, moved = [], [], set()
+    for lit, name in zip(t.literals, t.fields):
+        v = row[name]
+        text = v if isinstance(v, str) else format_value(v)
+        if len(text) < move_chars:
+            parts += [lit, text]
+            continue
+        m = _FIELD_NAME.search(lit)
+        if m:
+            parts.append(lit[: m.start()].rstrip(" "))
+            title = m.group(1)
+        else:
+            parts += [lit, f"the {name.replace('_', ' ')} above"]
+            title = _title(name)
+        if name not in moved:
+            moved.add(name)
+            head.append(f"{title}: {text}\n")
+    question = _SPACES.sub(" ", "".join(parts) + t.literals[-1]).strip(" \n")
+    return "".join(head), question
+
+
+def forms_of(labels, space=" "):
+    return [[space + lab, space + lab[:1].upper() + lab[1:]] for lab in labels]
+
+
+def current(task, rows, labels):
+    prompts = []
+    for r in rows:
+        head, q = pieces(task, r)
+        prompts.append(head + q + "\nAnswer:")
+    return prompts, forms_of(labels)
+
+
+def question_first(task, rows, labels):
+    prompts = []
+    for r in rows:
+        head, q = pieces(task, r)
+        prompts.append(q + "\n" + head + "Answer:")
+    return prompts, forms_of(labels)
+
+
+def qa_fields(task, rows, labels):
+    prompts = []
+    for r in rows:
+        head, q = pieces(task, r)
+        prompts.append(head + "Question: " + q + "\nAnswer:")
+    return prompts, forms_of(labels)
+
+
+def q_head_qa(task, rows, labels):
+    prompts = []
+    for r in rows:
+        head, q = pieces(task, r)
+        prompts.append("Question: " + q + "\n" + head + "Answer:")
+    return prompts, forms_of(labels)
+
+
+def label_line(task, rows, labels):
+    opts = "yes or no" if labels == ["yes", "no"] else ", ".join(labels[:-1]) + " or " + labels[-1]
+    prompts = []
+    for r in rows:
+        head, q = pieces(task, r)
+        prompts.append(head + q + f" ({opts})\nAnswer:")
+    return prompts, forms_of(labels)
+
+
+def _demo(task, row, label):
+    head, q = pieces(task, row)
+    return head + q + "\nAnswer: " + label + "\n\n"
+
+
+def _self_examples(task, rows, labels, score, per_label, pick, sample=None):
+    """Two passes: score every row in the current layout, batch-calibrate, take ``per_label``
+    rows per label (``pick``: the most confident, or the first rows of each pseudo-label) as
+    examples in front of every row, score again."""
+    import random
+
+    prompts, forms = current(task, rows, labels)
+    s = score(prompts[:sample] if sample else prompts, forms)
+    n = len(labels)
+    means = [sum(x[j] for x in s) / len(s) for j in range(n)]
+    cal = [[x[j] - means[j] for j in range(n)] for x in s]
+    best = [max(range(n), key=lambda j: c[j]) for c in cal]
+    demos = []
+    for j in range(n):
+        mine = [i for i in range(len(s)) if best[i] == j]
+        if pick == "confident":
+            mine.sort(key=lambda i: -(cal[i][j] - max(c for k, c in enumerate(cal[i]) if k != j)))
+        demos += [(i, j) for i in mine[:per_label]]
+    random.Random(0).shuffle(demos)
+    prefix = "".join(_demo(task, rows[i], labels[j]) for i, j in demos)
+    return [prefix + p for p in prompts], forms
+
+
+def self_confident2(task, rows, labels, score):
+    return _self_examples(task, rows, labels, score, 2, "confident")
+
+
+def self_confident4(task, rows, labels, score):
+    return _self_examples(task, rows, labels, score, 4, "confident")
+
+
+def self2_s16(task, rows, labels, score):
+    return _self_examples(task, rows, labels, score, 2, "confident", 16)
+
+
+def self2_s32(task, rows, labels, score):
+    return _self_examples(task, rows, labels, score, 2, "confident", 32)
+
+
+def self1(task, rows, labels, score):
+    return _self_examples(task, rows, labels, score, 1, "confident")
+
+
+def random_labels(task, rows, labels, score):
+    """One pass: the first 2 rows per label shown with labels given round-robin (not checked)."""
+    prompts, forms = current(task, rows, labels)
+    k = 2 * len(labels)
+    prefix = "".join(_demo(task, rows[i], labels[i % len(labels)]) for i in range(k))
+    return [prefix + p for p in prompts], forms
+
+
+LAYOUTS = {f.__name__: f for f in (current, question_first, qa_fields, q_head_qa, label_line)}
+TWO_PASS = {f.__name__: f for f in (self_confident2, self_confident4, random_labels, self2_s16, self2_s32, self1)}

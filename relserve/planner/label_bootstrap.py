@@ -1,0 +1,115 @@
+"""Bootstrapped examples for ``llm_filter`` / ``llm_classify`` (issue 22; ``method := 'bootstrap'``).
+
+A small model answers a closed question much better with a few worked examples in front of the
+row (docs/quality.md); a user seldom writes them. A relQuery has rows to take them from, and the
+model can label them itself:
+
+1. a first pass scores a spread sample of the relQuery's prompts (at most ``SAMPLE_ROWS``) and
+   picks their labels by batch calibration (relserve/planner/label_calibration.py);
+2. per label, the ``PER_LABEL`` sampled rows the model is surest of (largest calibrated margin
+   over the next label) become examples: their prompt, then ``Answer: <label>``;
+3. every prompt of the relQuery is scored behind those examples (one shared prefix, so the prefix
+   cache prefills it once) and picked by batch calibration again.
+
+A wrong example label costs less than it seems: what a small model takes from examples is mostly
+the rows' look, the label words and the answer format (Min et al., "Rethinking the Role of
+Demonstrations", EMNLP 2022); the margin choice keeps the labels mostly right anyway. The same
+idea picks few-shot examples from a program's own confident outputs in DSPy
+(``BootstrapFewShot``).
+
+Below ``MIN_BATCH_ROWS`` prompts the relQuery runs as ``calibrate`` (as ``batch`` does); with the
+user's own ``examples`` it runs as ``batch`` (given examples beat guessed ones).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from relserve.planner.label_calibration import label_means
+
+#: prompts scored by the first pass (a spread sample of the relQuery's prompts); the environment
+#: variables are there for the benchmark (docs/quality.md), not for users
+SAMPLE_ROWS = int(os.environ.get("RELSERVE_BOOTSTRAP_SAMPLE", "32"))
+#: examples per label (1 against 2 on the tuning tasks: 58.3% against 56.7% mean; docs/quality.md)
+PER_LABEL = int(os.environ.get("RELSERVE_BOOTSTRAP_PER_LABEL", "1"))
+#: rel_id prefix of a first pass (its rows are a sample of the relQuery's, answered again after it)
+FIRST_PASS_PREFIX = "bootstrap-"
+#: a longer prompt is not used as an example (it would crowd the context of every row)
+MAX_EXAMPLE_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class BootstrapExamples:
+    """The examples a first pass chose: (prompt index, label) pairs, and their text."""
+
+    picked: tuple[tuple[int, str], ...]
+    text: str
+    #: prompts the first pass scored
+    sampled: int
+
+
+def sample_indices(n: int, size: int = SAMPLE_ROWS) -> list[int]:
+    """``size`` prompt indices spread evenly over ``n`` prompts (all of them when fewer)."""
+    if n <= size:
+        return list(range(n))
+    return [i * n // size for i in range(size)]
+
+
+def choose(
+    scores: Sequence[tuple[int, Mapping[str, float]]],
+    prompts: Sequence[str],
+    *,
+    per_label: int = PER_LABEL,
+    max_chars: int = MAX_EXAMPLE_CHARS,
+) -> list[tuple[int, str]]:
+    """The examples: per label, the scored rows whose batch-calibrated pick is that label, surest
+    first (the margin of the label over the next best, both calibrated), ``per_label`` of them;
+    interleaved by rank (first of every label, then second of every label ...) so no label
+    stands last by construction more often than the others.
+
+    ``scores``: (prompt index, the row's label scores) for the rows the first pass scored.
+    """
+    if not scores:
+        return []
+    means = label_means([s for _, s in scores])
+    labels = list(means)
+    ranked: dict[str, list[tuple[float, int]]] = {label: [] for label in labels}
+    for index, s in scores:
+        if len(prompts[index]) > max_chars:
+            continue
+        cal = {label: s[label] - means[label] for label in labels}
+        best = max(labels, key=lambda label: (round(cal[label], 9), s[label], -labels.index(label)))
+        runner_up = max((cal[label] for label in labels if label != best), default=0.0)
+        ranked[best].append((cal[best] - runner_up, index))
+    for label in labels:
+        ranked[label].sort(key=lambda m: (-m[0], m[1]))
+    out = []
+    for rank in range(per_label):
+        for label in labels:
+            if rank < len(ranked[label]):
+                out.append((ranked[label][rank][1], label))
+    return out
+
+
+def examples_text(prompts: Sequence[str], picked: Sequence[tuple[int, str]]) -> str:
+    """The examples as the text every prompt starts with: each example's prompt, its answer,
+    a blank line."""
+    return "".join(f"{prompts[i]}\nAnswer: {label}\n\n" for i, label in picked)
+
+
+def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, object], rel_id: str | None = None) -> BootstrapExamples:
+    """Score a spread sample of ``prompts`` on ``engine`` (``relquery_options``: the call's
+    engine and scoring options, as the relQuery itself gets them) and choose the examples.
+    Rows that fail in the first pass are left out of the choice; they run again in the second."""
+    from relserve.relquery import RelQuery
+
+    sample = sample_indices(len(prompts))
+    rel_id = FIRST_PASS_PREFIX + (rel_id or uuid.uuid4().hex[:8])
+    rq = RelQuery.from_prompts([prompts[i] for i in sample], **relquery_options, rel_id=rel_id)
+    rows = engine.submit(rq).result().rows
+    scores = [(sample[r.index], r.label_logprobs) for r in rows if r.error is None and r.label_logprobs is not None]
+    picked = choose(scores, prompts)
+    return BootstrapExamples(tuple(picked), examples_text(prompts, picked), len(sample))

@@ -1,0 +1,114 @@
+"""Bootstrapped examples (``method := 'bootstrap'``, issue 22): the pure parts with hand-worked
+numbers, and the executor's two passes on the scripted engine. The real engine's run is in
+tests/test_label_scoring_engine.py."""
+
+from __future__ import annotations
+
+import math
+
+from engine_doubles import ScriptedEngine
+
+from relserve.functions import make_call
+from relserve.planner.label_bootstrap import PER_LABEL, SAMPLE_ROWS, choose, examples_text, sample_indices
+from relserve.planner.label_calibration import method_ran
+from relserve.planner.plan_and_run import run_call
+
+
+def lp(p_yes: float) -> dict[str, float]:
+    return {"yes": math.log(p_yes), "no": math.log(1 - p_yes)}
+
+
+def test_the_sample_spreads_over_the_relquery_and_takes_all_of_a_small_one():
+    assert sample_indices(5, 8) == [0, 1, 2, 3, 4]
+    assert sample_indices(100, 4) == [0, 25, 50, 75]
+    assert sample_indices(10, 4) == [0, 2, 5, 7]
+    assert len(sample_indices(1000)) == SAMPLE_ROWS
+
+
+def test_choose_takes_the_surest_rows_of_each_label_after_the_batch_correction():
+    # every row leans "no" in the raw scores; after subtracting the means rows 0 and 3 are the
+    # surest yes (largest calibrated margin), rows 4 and 1 the surest no
+    prompts = ["a", "b", "c", "d", "e"]
+    scores = [(0, lp(0.6)), (1, lp(0.1)), (2, lp(0.3)), (3, lp(0.5)), (4, lp(0.05))]
+    picked = choose(scores, prompts, per_label=2)
+    # interleaved by rank: the surest yes, the surest no, then the second of each
+    assert picked == [(0, "yes"), (4, "no"), (3, "yes"), (1, "no")]
+    # one per label
+    assert choose(scores, prompts, per_label=1) == [(0, "yes"), (4, "no")]
+
+
+def test_choose_skips_long_prompts_and_a_label_no_row_got():
+    prompts = ["x" * 50, "b", "c"]
+    scores = [(0, lp(0.9)), (1, lp(0.8)), (2, lp(0.1))]
+    # prompt 0 is the surest yes but longer than max_chars: the next surest yes is taken
+    assert choose(scores, prompts, per_label=1, max_chars=10) == [(1, "yes"), (2, "no")]
+    # every row picks yes after the correction only if scores are equal: a label no row got has
+    # no example (and the other labels keep theirs)
+    same = [(0, lp(0.7)), (1, lp(0.7))]
+    assert choose(same, ["a", "b"], per_label=2) == [(0, "yes"), (1, "yes")]
+    assert choose([], prompts) == []
+
+
+def test_the_examples_are_each_prompt_then_its_answer():
+    assert examples_text(["Review: good\nHappy?", "Review: bad\nHappy?"], [(1, "no"), (0, "yes")]) == (
+        "Review: bad\nHappy?\nAnswer: no\n\nReview: good\nHappy?\nAnswer: yes\n\n"
+    )
+
+
+def test_method_ran_for_bootstrap():
+    assert method_ran("bootstrap", 16) == "bootstrap"
+    assert method_ran("bootstrap", 15) == "calibrate"
+    assert method_ran("bootstrap", 40, examples=True) == "batch"
+    assert method_ran("batch", 40, examples=True) == "batch"
+
+
+def test_the_executor_scores_a_sample_first_then_every_row_behind_the_examples():
+    rows = [f"review {i} {'great' if i % 3 == 0 else 'bad'}" for i in range(40)]
+
+    def answer(prompt, rq):
+        # the scripted engine answers by the row's own words (the last line of the prompt)
+        return "yes" if "great" in prompt.rsplit("\n", 1)[-1] else "no"
+
+    eng = ScriptedEngine(answer=answer)
+    call = make_call("llm_filter", "Is {r} good, bootstrapped?")  # the default method
+    out = run_call(call, [rows], engine=eng, cache=False, progress=False)
+    assert out.values == ["great" in r for r in rows]
+    (first,) = eng.first_passes
+    (second,) = eng.submitted
+    # the first pass: 32 prompts spread over the 40, no examples in front
+    assert len(first) == SAMPLE_ROWS and all(p.startswith("Is review") for p in first)
+    # the second: every prompt, each behind the same examples
+    assert len(second) == 40
+    # the scripted scores tie within a label, so the surest are the sample's first prompts of
+    # each label, PER_LABEL of them, interleaved yes, no, yes, no ...
+    yes = [p for p in first if "great" in p]
+    no = [p for p in first if "great" not in p]
+    prefix = "".join(f"{yes[k]}\nAnswer: yes\n\n{no[k]}\nAnswer: no\n\n" for k in range(PER_LABEL))
+    assert prefix.count("\nAnswer: ") == 2 * PER_LABEL
+    assert all(p.startswith(prefix) for p in second)
+    assert sorted(p[len(prefix):] for p in second) == sorted(f"Is {r} good, bootstrapped?" for r in rows)
+    # below the minimum row count it runs as calibrate: one pass, content-free probes
+    eng2 = ScriptedEngine(answer=answer)
+    run_call(call, [rows[:10]], engine=eng2, cache=False, progress=False)
+    assert len(eng2.submitted) == 1 and len(eng2.probes) == 1 and eng2.first_passes == []
+
+
+def test_explain_names_bootstrap_and_when_the_users_examples_replace_it():
+    call = make_call("llm_filter", "Is this review positive? Review: {r}", method="bootstrap")
+    rows = [f"review number {i}, long enough to move in front" for i in range(16)]
+    ex = str(run_call(call, [rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
+    assert (
+        "  label method           bootstrap   (1 example per label the model labelled in a first pass over up to "
+        "32 of these rows, then batch)"
+    ) in ex
+    given = make_call("llm_filter", "Is this review positive? Review: {r}", method="bootstrap",
+                      examples=[{"r": "great", "answer": "yes"}, {"r": "awful", "answer": "no"}])
+    ex = str(run_call(given, [rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
+    assert "label method               batch   (label scores minus their means over this relQuery's rows; " \
+           "asked for bootstrap, which the call's own examples replace)" in ex
+
+
+def test_the_result_cache_keys_on_bootstrap():
+    a = make_call("llm_filter", "Is {r} good?", method="batch").sampling_settings()
+    b = make_call("llm_filter", "Is {r} good?", method="bootstrap").sampling_settings()
+    assert a["method"] == "batch" and b["method"] == "bootstrap" and b["template"] == "Is {r} good?"
