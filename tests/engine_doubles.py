@@ -184,13 +184,16 @@ class RecordingEngine:
         #: prompt -> answer text, from every finished relQuery
         self.answers: dict[str, str | None] = {}
         self.relqueries: list[Any] = []
-        #: calibration probes, kept apart from ``submitted`` (see ScriptedEngine.probes)
+        #: calibration probes and bootstrap first passes, kept apart from ``submitted`` (see
+        #: ScriptedEngine.probes)
         self.probes: list[list[str]] = []
+        self.first_passes: list[list[str]] = []
 
     def submit(self, rq: Any) -> Any:
         prompts = list(rq.prompts) if getattr(rq, "prompts", None) is not None else [str(r) for r in rq.rows]
-        if str(getattr(rq, "rel_id", "")).startswith("calibrate-"):
-            self.probes.append(prompts)
+        rel_id = str(getattr(rq, "rel_id", ""))
+        if rel_id.startswith(("calibrate-", "bootstrap-")):
+            (self.probes if rel_id.startswith("calibrate-") else self.first_passes).append(prompts)
             return self._engine.submit(rq)
         self.submitted.append(prompts)
         self.relqueries.append(rq)
