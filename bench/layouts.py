@@ -8,69 +8,40 @@ task's template by the same generic rules relserve would apply; nothing is writt
 from __future__ import annotations
 
 from relserve.functions import make_call
-from relserve.planner.prompt_rendering import format_value
-from relserve.prompt_shapes import _FIELD_NAME, _SPACES, MOVE_CHARS, _title
+from relserve.planner.prompt_rendering import Renderer
 
 
-def pieces(task: dict, row: dict, move_chars: int = MOVE_CHARS) -> tuple[str, str]:
-    """(head, question): the row's long values as "Name: value" lines, and the question."""
-    call = make_call(task["fn"], task["template"], labels=task["labels"] if task["fn"] == "llm_classify" else None)
-    t = call.template
-    head, parts, moved = [], [], set()
-    for lit, name in zip(t.literals, t.fields):
-        v = row[name]
-        text = v if isinstance(v, str) else format_value(v)
-        if len(text) < move_chars:
-            parts += [lit, text]
-            continue
-        m = _FIELD_NAME.search(lit)
-        if m:
-            parts.append(lit[: m.start()].rstrip(" "))
-            title = m.group(1)
-        else:
-            parts += [lit, f"the {name.replace('_', ' ')} above"]
-            title = _title(name)
-        if name not in moved:
-            moved.add(name)
-            head.append(f"{title}: {text}\n")
-    question = _SPACES.sub(" ", "".join(parts) + t.literals[-1]).strip(" \n")
-    return "".join(head), question
+def pieces(task: dict, row: dict) -> tuple[str, str]:
+    """(head, question): the row's long values as "Name: value" lines, and the question, as
+    relserve's completion shape lays them out."""
+    call = make_call(task["fn"], task["template"], labels=task["labels"] if task["fn"] == "llm_classify" else None,
+                     prompt_shape="completion")
+    return Renderer(call).shaped.parts(tuple(row[c] for c in call.template.columns))
 
 
 def forms_of(labels, space=" "):
     return [[space + lab, space + lab[:1].upper() + lab[1:]] for lab in labels]
 
 
+def _each(task, rows, labels, layout):
+    """Every row's prompt as ``layout(head, question)``, the labels after a space."""
+    return [layout(*pieces(task, r)) for r in rows], forms_of(labels)
+
+
 def current(task, rows, labels):
-    prompts = []
-    for r in rows:
-        head, q = pieces(task, r)
-        prompts.append(head + q + "\nAnswer:")
-    return prompts, forms_of(labels)
+    return _each(task, rows, labels, lambda head, q: head + q + "\nAnswer:")
 
 
 def question_first(task, rows, labels):
-    prompts = []
-    for r in rows:
-        head, q = pieces(task, r)
-        prompts.append(q + "\n" + head + "Answer:")
-    return prompts, forms_of(labels)
+    return _each(task, rows, labels, lambda head, q: q + "\n" + head + "Answer:")
 
 
 def qa_fields(task, rows, labels):
-    prompts = []
-    for r in rows:
-        head, q = pieces(task, r)
-        prompts.append(head + "Question: " + q + "\nAnswer:")
-    return prompts, forms_of(labels)
+    return _each(task, rows, labels, lambda head, q: head + "Question: " + q + "\nAnswer:")
 
 
 def q_head_qa(task, rows, labels):
-    prompts = []
-    for r in rows:
-        head, q = pieces(task, r)
-        prompts.append("Question: " + q + "\n" + head + "Answer:")
-    return prompts, forms_of(labels)
+    return _each(task, rows, labels, lambda head, q: "Question: " + q + "\n" + head + "Answer:")
 
 
 def label_line(task, rows, labels):

@@ -97,6 +97,11 @@ class ShapedRenderer:
         self.move_chars = MOVE_CHARS
 
     def __call__(self, values: tuple) -> str:
+        head, question = self.parts(values)
+        return self.prefix + head + question
+
+    def parts(self, values: tuple) -> tuple[str, str]:
+        """(the moved values as "Name: value" lines, the question) of one row."""
         head: list[str] = []
         moved: set[str] = set()
         parts: list[str] = []
@@ -119,5 +124,4 @@ class ShapedRenderer:
                 moved.add(name)
                 head.append(f"{title}: {text}\n")
         question = "".join(parts) + self.suffix
-        question = _SPACES.sub(" ", question).strip(" \n")
-        return self.prefix + "".join(head) + question
+        return "".join(head), _SPACES.sub(" ", question).strip(" \n")
