@@ -35,6 +35,16 @@ def test_trie_asks_each_prefix_for_exactly_its_next_tokens():
     }
 
 
+def test_free_forms_only_drops_the_spellings_that_would_cost_a_request():
+    # "ab" is two tokens: "Ab" would need its own inner node (A) and is left out; "c" keeps "C",
+    # read from the root request that scores "c" anyway
+    trie = LabelTrie.build(["ab", "c"], encode, END, free_forms_only=True)
+    assert trie.sequences == (((ord("a"), ord("b")),), ((ord("c"),), (ord("C"),)))
+    assert dict(trie.nodes) == {(): (ord("C"), ord("a"), ord("c")), (ord("a"),): (ord("b"),)}
+    # without it: two inner nodes, "a" and "A"
+    assert len(LabelTrie.build(["ab", "c"], encode, END).nodes) == 3
+
+
 def test_a_label_that_prefixes_another_is_scored_with_its_end_token():
     trie = LabelTrie.build(["4", "45"], encode, END)
     four = trie.sequences[0][0]

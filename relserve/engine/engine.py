@@ -27,6 +27,10 @@ from relserve.errors import ConfigError, EngineError
 from relserve.policy import POLICY_NAMES, CostModel, PolicySettings, policy_class
 from relserve.policy.types import Tenancy
 from relserve.prompt_shapes import label_space
+
+#: score a multi-token label's other spellings only when free (LabelTrie.build); off: measured
+#: 1.3x the rows/s but fewer right answers (docs/quality.md, third pass); for the benchmark
+FREE_FORMS_ONLY = os.environ.get("RELSERVE_FREE_LABEL_FORMS", "") == "1"
 from relserve.relquery import RelQuery
 from relserve.results import RowResult
 
@@ -399,7 +403,9 @@ class Engine(BackendBase):
             # after an answer field the label follows a space (" yes"), which BPE tokenizers
             # fold into the label's first token
             encode = lambda text: self.tokenizer(space + text, add_special_tokens=False)["input_ids"]  # noqa: E731
-            trie = self._tries[(labels, space)] = LabelTrie.build(labels, encode, self.tokenizer.eos_token_id)
+            # (a capitalised spelling of several tokens costs a request per inner node)
+            trie = self._tries[(labels, space)] = LabelTrie.build(labels, encode, self.tokenizer.eos_token_id,
+                                                                  free_forms_only=FREE_FORMS_ONLY and space == " ")
         return trie
 
     async def _scored_row(self, running: _Running, index: int, ids: list[int], trie: LabelTrie, rows: int) -> None:

@@ -59,8 +59,14 @@ class LabelTrie:
     nodes: Mapping[tuple[int, ...], tuple[int, ...]]
 
     @classmethod
-    def build(cls, labels: Sequence[str], encode: Callable[[str], list[int]], end_id: int | None) -> LabelTrie:
+    def build(cls, labels: Sequence[str], encode: Callable[[str], list[int]], end_id: int | None,
+              free_forms_only: bool = False) -> LabelTrie:
+        """``free_forms_only``: a label's other spellings ("Pale ale" for "pale ale") are scored
+        only when they are one token, so they add no request (every form of one token is read
+        from the same first request); the written form is always scored."""
         seqs = [[tuple(encode(f)) for f in surface_forms(label)] for label in labels]
+        if free_forms_only:
+            seqs = [[forms[0]] + [f for f in forms[1:] if len(f) == 1] for forms in seqs]
         flat = {s for forms in seqs for s in forms}
         if () in flat:
             raise ValueError("a label encodes to no tokens")
