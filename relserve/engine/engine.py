@@ -27,13 +27,12 @@ from relserve.errors import ConfigError, EngineError
 from relserve.policy import POLICY_NAMES, CostModel, PolicySettings, policy_class
 from relserve.policy.types import Tenancy
 from relserve.prompt_shapes import label_space
+from relserve.relquery import RelQuery
+from relserve.results import RowResult
 
 #: score a multi-token label's other spellings only when free (LabelTrie.build); off: measured
 #: 1.3x the rows/s but fewer right answers (docs/quality.md, third pass); for the benchmark
 FREE_FORMS_ONLY = os.environ.get("RELSERVE_FREE_LABEL_FORMS", "") == "1"
-from relserve.relquery import RelQuery
-from relserve.results import RowResult
-
 _SCHEDULER_CLS = "relserve.engine.scheduler.RelServeScheduler"
 _start_lock = threading.Lock()
 #: vLLM's default cap on log-probabilities per request (ModelConfig.max_logprobs)
