@@ -266,6 +266,18 @@ def test_statements_without_calls_pass_through(con):
     assert con.execute("SELECT count(*) FROM empty_t").fetchall() == [(0,)]
 
 
+def test_a_statement_sqlglot_does_not_model_runs_without_its_warning(con, engine, caplog):
+    # DuckDB's own EXPLAIN is a statement sqlglot keeps as a raw command (and warns about);
+    # relserve leaves it to DuckDB, and the user sees DuckDB's plan, not a sqlglot warning
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        plan = relserve.duckdb.sql(con, "EXPLAIN SELECT llm_classify('Kind of {review}?', ['a', 'b'], review) FROM reviews").fetchall()
+    assert "llm_classify" in plan[0][-1]
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("sqlglot")] == []
+    assert engine.submitted == []
+
+
 def test_explain_reports_each_call_site_without_running(con, engine):
     ex = relserve.duckdb.explain(
         con,

@@ -14,6 +14,9 @@ rows); it only costs LLM calls on rows a filter would have removed.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import sqlglot
@@ -99,9 +102,24 @@ def split_statements(sql: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
+@contextmanager
+def quiet_sqlglot() -> Iterator[None]:
+    """sqlglot without its warnings while relserve reads a statement: it warns when it keeps a
+    statement it does not model (EXPLAIN, PRAGMA, ...) as a raw command, and relserve leaves such
+    statements to DuckDB, so the warning only puzzles the user."""
+    log = logging.getLogger("sqlglot")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def analyze(text: str) -> Statement:
     try:
-        tree = sqlglot.parse_one(text, dialect="duckdb")
+        with quiet_sqlglot():
+            tree = sqlglot.parse_one(text, dialect="duckdb")
         tokens = sqlglot.Dialect.get_or_raise("duckdb").tokenize(text)
     except Exception:
         return Statement(text, None, [], False, unplanned_reason="sqlglot cannot parse it")

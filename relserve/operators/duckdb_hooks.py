@@ -23,6 +23,7 @@ import duckdb
 import pyarrow as pa
 
 from relserve.duckdb_ext.arguments import hashable_key
+from relserve.duckdb_ext.statement import quiet_sqlglot
 from relserve.duckdb_ext.udf import create_function
 from relserve.errors import ConfigError, RelServeError
 from relserve.functions import FUNCTIONS
@@ -47,7 +48,8 @@ def rewrite(query: str) -> str:
     from sqlglot import exp
 
     try:
-        trees = sqlglot.parse(query, dialect="duckdb")
+        with quiet_sqlglot():
+            trees = sqlglot.parse(query, dialect="duckdb")
     except Exception:
         return query  # DuckDB will say what is wrong with it
     out = []

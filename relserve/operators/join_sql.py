@@ -80,10 +80,11 @@ def rewrite(text: str) -> tuple[str, list[JoinBlock]]:
     import sqlglot
     from sqlglot import exp
 
-    from relserve.duckdb_ext.statement import within
+    from relserve.duckdb_ext.statement import quiet_sqlglot, within
 
     try:
-        tree = sqlglot.parse_one(text, dialect="duckdb")
+        with quiet_sqlglot():
+            tree = sqlglot.parse_one(text, dialect="duckdb")
     except Exception:
         return text, []  # DuckDB will say what is wrong with it
     blocks: list[JoinBlock] = []
