@@ -42,6 +42,10 @@ from relserve.validation import OnError
 #:             (relserve/planner/label_bootstrap.py).
 LABEL_METHODS = ("generate", "score", "calibrate", "batch", "bootstrap")
 DEFAULT_LABEL_METHOD = "bootstrap"
+#: the methods that score labels instead of decoding one
+SCORING_METHODS = tuple(m for m in LABEL_METHODS if m != "generate")
+#: the methods that pick every label after the relQuery's last row is scored
+BATCH_METHODS = ("batch", "bootstrap")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -312,14 +316,10 @@ class LLMCall:
         out: dict[str, Any] = {"method": method}
         if self.prompt_shape != "chat":
             out["prompt_shape"] = self.prompt_shape  # chat: keys as before issue 22
-        if method in ("batch", "bootstrap"):
-            # the answer depends on the other rows of the relQuery (and, below the minimum row
-            # count, on the content-free prior of this template)
-            out["template"] = self.template.source
-            out["examples"] = self.examples_prefix or None
-        if method == "calibrate":
-            # the prior is measured on this template (and examples), so two templates rendering
-            # one prompt differ
+        if method != "score":
+            # calibrate: the prior is measured on this template (and examples), so two templates
+            # rendering one prompt differ; batch, bootstrap: the answer also depends on the other
+            # rows of the relQuery (and, below the minimum row count, on that prior)
             out["template"] = self.template.source
             out["examples"] = self.examples_prefix or None
         return out

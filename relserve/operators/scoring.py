@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from relserve.functions import LLMCall
+from relserve.functions import SCORING_METHODS, LLMCall
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.executor import CallExecutor
 from relserve.planner.plan import plan_call
@@ -32,7 +32,7 @@ class Scores:
 
 def label_scores(call: LLMCall, columns: Sequence[Sequence[object]], ref: EngineRef, *, progress: bool = False) -> Scores:
     """Run ``call`` (filter/classify with a scoring method) over the rows; return label scores."""
-    assert call.label_method in ("score", "calibrate", "batch", "bootstrap"), call.label_method
+    assert call.label_method in SCORING_METHODS, call.label_method
     plan = plan_call(call, columns, model_id=ref.model_id, cache=None, optimize=True)
     rows = PlannedRows.of(plan, None)
     logprobs: list[dict[str, float] | None] = [None] * plan.rows

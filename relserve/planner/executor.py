@@ -15,9 +15,9 @@ from dataclasses import replace
 
 from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
-from relserve.functions import SchedulingHints
-from relserve.planner.label_bootstrap import BootstrapExamples, first_pass
-from relserve.planner.label_calibration import BATCH_METHODS, batch_picks, method_ran
+from relserve.functions import BATCH_METHODS, SchedulingHints
+from relserve.planner.label_bootstrap import first_pass
+from relserve.planner.label_calibration import batch_picks, method_ran
 from relserve.planner.label_prior import label_options
 from relserve.planner.planned_rows import PlannedRows
 from relserve.progress import progress_bar
@@ -55,8 +55,6 @@ class CallExecutor:
         self._answers: list[tuple[str, str]] = []
         #: the label method this relQuery runs (``batch`` falls back to ``calibrate`` when small)
         self.label_method = method_ran(self.call.label_method, len(rows.prompts), bool(self.call.options.examples))
-        #: the examples ``bootstrap`` put in front of every prompt (None: not bootstrapped)
-        self.bootstrap: BootstrapExamples | None = None
         #: batch calibration: the engine's rows held until every row is scored
         self._held: list[RowResult] = []
         self._seen = 0
@@ -76,8 +74,8 @@ class CallExecutor:
         prompts = self.rows.prompts
         if self.label_method == "bootstrap":
             # examples the model labels itself, in front of every prompt (label_bootstrap.py)
-            self.bootstrap = first_pass(engine, prompts, options, self.rel_id)
-            prompts = [self.bootstrap.text + p for p in prompts]
+            examples = first_pass(engine, prompts, options, self.rel_id)
+            prompts = [examples + p for p in prompts]
         # on_error "null": each row's error comes back to the caller, who decides
         rq = RelQuery.from_prompts(prompts, **options, rel_id=self.rel_id, deadline_s=self._deadline_left())
         self.handle = engine.submit(rq)

@@ -26,9 +26,8 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-from relserve.planner.label_calibration import label_means
+from relserve.planner.label_calibration import calibrated, label_means, pick_calibrated
 
 #: prompts scored by the first pass (a spread sample of the relQuery's prompts); the environment
 #: variables are there for the benchmark (docs/quality.md), not for users
@@ -39,16 +38,6 @@ PER_LABEL = int(os.environ.get("RELSERVE_BOOTSTRAP_PER_LABEL", "1"))
 FIRST_PASS_PREFIX = "bootstrap-"
 #: a longer prompt is not used as an example (it would crowd the context of every row)
 MAX_EXAMPLE_CHARS = 1000
-
-
-@dataclass(frozen=True)
-class BootstrapExamples:
-    """The examples a first pass chose: (prompt index, label) pairs, and their text."""
-
-    picked: tuple[tuple[int, str], ...]
-    text: str
-    #: prompts the first pass scored
-    sampled: int
 
 
 def sample_indices(n: int, size: int = SAMPLE_ROWS) -> list[int]:
@@ -80,8 +69,8 @@ def choose(
     for index, s in scores:
         if len(prompts[index]) > max_chars:
             continue
-        cal = {label: s[label] - means[label] for label in labels}
-        best = max(labels, key=lambda label: (round(cal[label], 9), s[label], -labels.index(label)))
+        cal = calibrated(s, means)
+        best = pick_calibrated(s, means)
         runner_up = max((cal[label] for label in labels if label != best), default=0.0)
         ranked[best].append((cal[best] - runner_up, index))
     for label in labels:
@@ -100,9 +89,10 @@ def examples_text(prompts: Sequence[str], picked: Sequence[tuple[int, str]]) -> 
     return "".join(f"{prompts[i]}\nAnswer: {label}\n\n" for i, label in picked)
 
 
-def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, object], rel_id: str | None = None) -> BootstrapExamples:
+def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, object], rel_id: str | None = None) -> str:
     """Score a spread sample of ``prompts`` on ``engine`` (``relquery_options``: the call's
-    engine and scoring options, as the relQuery itself gets them) and choose the examples.
+    engine and scoring options, as the relQuery itself gets them) and choose the examples; returns
+    their text (``examples_text``), to put in front of every prompt.
     Rows that fail in the first pass are left out of the choice; they run again in the second."""
     from relserve.relquery import RelQuery
 
@@ -111,5 +101,4 @@ def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, ob
     rq = RelQuery.from_prompts([prompts[i] for i in sample], **relquery_options, rel_id=rel_id)
     rows = engine.submit(rq).result().rows
     scores = [(sample[r.index], r.label_logprobs) for r in rows if r.error is None and r.label_logprobs is not None]
-    picked = choose(scores, prompts)
-    return BootstrapExamples(tuple(picked), examples_text(prompts, picked), len(sample))
+    return examples_text(prompts, choose(scores, prompts))

@@ -27,12 +27,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from relserve.functions import BATCH_METHODS
+
 #: fewer rows than this in a relQuery: the content-free prior instead of the batch mean
 MIN_BATCH_ROWS = 16
-
-
-#: the methods that pick every label after the relQuery's last row is scored
-BATCH_METHODS = ("batch", "bootstrap")
 
 
 def method_ran(method: str | None, rows: int, examples: bool = False) -> str | None:

@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 from relserve.backend.protocol import Backend
-from relserve.functions import LLMCall
+from relserve.functions import SCORING_METHODS, LLMCall
 from relserve.planner.prompt_rendering import Renderer
 
 #: rel_id prefix of the probe relQueries (they are not a user's rows)
@@ -48,7 +48,7 @@ def label_options(call: LLMCall, engine: Backend, model_id: str, rows: int | Non
     from relserve.planner.label_calibration import method_ran
 
     method = method_ran(call.label_method, rows if rows is not None else 0, bool(call.options.examples))
-    if method not in ("score", "calibrate", "batch", "bootstrap"):
+    if method not in SCORING_METHODS:
         return {}
     scoring = {"score_labels": True, "prompt_shape": call.prompt_shape}
     if method == "calibrate":
