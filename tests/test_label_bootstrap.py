@@ -112,3 +112,34 @@ def test_the_result_cache_keys_on_bootstrap():
     a = make_call("llm_filter", "Is {r} good?", method="batch").sampling_settings()
     b = make_call("llm_filter", "Is {r} good?", method="bootstrap").sampling_settings()
     assert a["method"] == "batch" and b["method"] == "bootstrap" and b["template"] == "Is {r} good?"
+
+
+def test_a_tenants_first_pass_runs_in_its_own_prefix_cache_namespace():
+    # as a tenant of the shared server: the job's executor gets the tenant's view of the engine
+    # (server/jobs.py), and the first pass, which puts other rows of the tenant's table into the
+    # prompts, must reach the engine salted like the rows, or another tenant could probe them
+    from relserve.planner.executor import CallExecutor
+    from relserve.planner.plan import plan_call
+    from relserve.planner.planned_rows import PlannedRows
+    from relserve.policy.types import Tenancy
+    from relserve.server.tenant_engine import engine_for_tenant
+
+    class TenantAwareEngine(ScriptedEngine):
+        supports_tenancy = True
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.tenancies: list[Tenancy | None] = []
+
+        def submit(self, rq, tenancy=None):
+            self.tenancies.append(tenancy)
+            return super().submit(rq)
+
+    alice = Tenancy("alice", cache_salt="salt-of-alice")
+    eng = TenantAwareEngine()
+    call = make_call("llm_filter", "Is {r} good, as alice?")
+    plan = plan_call(call, [[f"row {i}" for i in range(20)]], model_id="m", cache=None, optimize=False)
+    ex = CallExecutor(PlannedRows.of(plan, None), model_id="m")
+    ex.submit(engine_for_tenant(eng, alice)).result()
+    assert ex.label_method == "bootstrap" and len(eng.first_passes) == 1 and len(eng.submitted) == 1
+    assert eng.tenancies == [alice, alice]
