@@ -33,12 +33,15 @@ the generated columns (llm_map, llm_extract) row by row, and reports label agree
 
     .venv/bin/python bench/bench_e2e.py --workload other   # the second workload: other tables,
                                                           # templates and prompt/answer lengths
+    .venv/bin/python bench/bench_e2e.py --workload third   # the third: rows neither reads, other
+                                                          # columns and templates, tuned on nothing
 
 The code is in bench/e2e/, one job per module (workload, sessions, contenders, processes,
 Prometheus, report, runner); this file is the command line.
 
 Results: bench/out/e2e.json, bench/out/e2e.md, bench/out/e2e_latency_vs_load.png
-(--quick writes e2e_quick.*, --workload other e2e_other.*).
+(--quick writes e2e_quick.*, --workload other e2e_other.*, --workload third e2e_third.*;
+--workload third --quick e2e_third_quick.*).
 """
 
 from __future__ import annotations
@@ -91,7 +94,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--contenders", default=",".join(CONTENDERS))
     ap.add_argument("--datasets", type=Path, default=DATASETS)
     ap.add_argument("--workload", choices=sorted(WORKLOADS), default="main",
-                    help="main: the headline's statements (sql/bench_e2e); other: other tables, templates and lengths (sql/bench_e2e_other)")
+                    help="main: the headline's statements (sql/bench_e2e); other: other tables, templates and lengths (sql/bench_e2e_other); "
+                         "third: rows neither reads, other columns and templates, used to tune nothing (sql/bench_e2e_third)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--report", type=Path, metavar="DIR",
                     help="write the report again from the phase files a run left in DIR (give the run's other options too)")

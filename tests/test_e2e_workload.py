@@ -83,7 +83,8 @@ def test_loads_nest_and_rows_are_the_same_for_every_contender():
         assert 0 <= w.offset <= b.TABLE_ROWS - w.item.rows and f"id > {w.offset} " in w.sql
 
 
-@pytest.mark.parametrize("workload, tables", [("main", ("rotten", "products", "beers")), ("other", ("films", "ratings"))])
+@pytest.mark.parametrize("workload, tables", [("main", ("rotten", "products", "beers")), ("other", ("films", "ratings")),
+                                              ("third", ("shop", "critics", "brews"))])
 def test_tables_come_from_the_shared_datasets(workload, tables):
     sql_dir = b.WORKLOADS[workload]
     needed = re.findall(r"\$\{?datasets\}?/([\w.]+)", (sql_dir / "tables.sql").read_text())
@@ -94,7 +95,7 @@ def test_tables_come_from_the_shared_datasets(workload, tables):
         "(set RELSERVE_DATASETS to the folder holding the benchmark Parquet files)"
     )
     n_rows = b.table_rows(sql_dir)
-    assert n_rows == {"main": b.TABLE_ROWS, "other": 1000}[workload]
+    assert n_rows == {"main": b.TABLE_ROWS, "other": 1000, "third": 1000}[workload]
     con = b.new_duckdb(b.DATASETS, sql_dir)
     for t in tables:
         n, lo, hi = con.sql(f"SELECT count(*), min(id), max(id) FROM {t}").fetchall()[0]
@@ -122,6 +123,39 @@ def test_the_second_workload_differs_from_the_first_in_tables_templates_and_leng
     # longer answers than any statement of the main workload asks for
     longest = lambda sts: max(int(m) for s in sts for m in re.findall(r"max_tokens := (\d+)", s.text))  # noqa: E731
     assert longest(other) > 2 * longest(main)
+
+
+def test_the_third_workload_shares_no_table_template_or_row_with_the_others():
+    main, other, third = (b.load_statements(b.WORKLOADS[w]) for w in ("main", "other", "third"))
+    assert len(third) == 5
+    assert not {s.table for s in third} & {s.table for s in main + other}
+    assert not {p.name for p in b.WORKLOADS["third"].glob("*.sql")} & {p.name for w in ("main", "other") for p in b.WORKLOADS[w].glob("*.sql")} - {"tables.sql"}
+    # no template of the others: the first argument of every LLM call differs
+    templates = lambda sts: set(re.findall(r"llm_\w+\('([^']*)'", " ".join(s.text for s in sts)))  # noqa: E731
+    assert len(templates(third)) == 6 and not templates(third) & templates(main + other)
+    text = " ".join(s.text for s in third)
+    for fn in ("llm_filter(", "llm_classify(", "llm_map(", "llm_extract("):
+        assert fn in text
+    # labels of more than one word; a filter then a map; short and long answers
+    labels = re.findall(r"\['([^\]]*)'\]", text)
+    assert any(" " in lab for group in labels for lab in group.split("', '"))
+    assert any(s.filters_rows and "llm_map(" in s.text for s in third)
+    answers = sorted(int(m) for s in third if "llm_map(" in s.text for m in re.findall(r"max_tokens := (\d+)", s.text))
+    assert answers[0] <= 10 and answers[-1] >= 30
+    # none of its rows is a row the main workload reads (the second reads other files)
+    from e2e.workload import tables_sql
+
+    con = b.new_duckdb(b.DATASETS, b.WORKLOADS["main"])
+    con.execute(tables_sql(b.DATASETS, b.WORKLOADS["third"]))
+    assert con.sql("SELECT min(src_row) FROM (SELECT src_row FROM shop UNION ALL SELECT src_row FROM critics "
+                   "UNION ALL SELECT src_row FROM brews)").fetchall() == [(3000,)]
+    shared = (
+        "SELECT count(*) FROM shop s JOIN products p ON left(s.product, 120) = p.name AND left(s.body, 500) = p.text",
+        "SELECT count(*) FROM critics c JOIN rotten r ON c.movie_id = r.movie_id AND c.review = r.review",
+        "SELECT count(*) FROM brews w JOIN beers x ON w.beer = x.beer_name AND left(w.review, 400) = x.review",
+    )
+    for q in shared:
+        assert con.sql(q).fetchall() == [(0,)], q
 
 
 def test_a_workload_without_a_row_count_is_refused(tmp_path):

@@ -13,9 +13,10 @@ from string import Template
 
 ROOT = Path(__file__).resolve().parents[2]
 SQL_DIR = ROOT / "sql" / "bench_e2e"
-#: --workload: the headline's statements, and a second set over other tables, templates and
-#: prompt/answer lengths (a check that the headline holds on work it was not sized on)
-WORKLOADS = {"main": SQL_DIR, "other": ROOT / "sql" / "bench_e2e_other"}
+#: --workload: the headline's statements, a second set over other tables, templates and
+#: prompt/answer lengths (a check that the headline holds on work it was not sized on), and a third
+#: over rows neither reads, with other columns and templates, built after both and used to tune nothing
+WORKLOADS = {"main": SQL_DIR, "other": ROOT / "sql" / "bench_e2e_other", "third": ROOT / "sql" / "bench_e2e_third"}
 DATASETS = Path(os.environ.get("RELSERVE_DATASETS", ROOT.parent / "shared" / "datasets"))
 
 #: statement sizes (rows) and their weights: mostly small, some large (1-300; mean 32.8 rows)

@@ -16,7 +16,7 @@ class PhaseContext:
     #: the run's folder: phase files (<phase>.json) and server logs
     workdir: Path
     datasets: Path
-    #: the workload's SQL folder (sql/bench_e2e or sql/bench_e2e_other)
+    #: the workload's SQL folder (sql/bench_e2e, sql/bench_e2e_other or sql/bench_e2e_third)
     sql_dir: Path
     contenders: tuple[str, ...]
     #: the converted model folder every contender loads
