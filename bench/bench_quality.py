@@ -46,7 +46,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "datasets" / "demo_reviews.csv"
-SHAPES = ("chat", "chat_answer", "completion")
+SHAPES = ("chat", "chat_answer", "completion", "question_first")
 #: method/shape; generate decodes, so it has no scoring shape
 CONFIGS = ("generate/-",) + tuple(f"{m}/{s}" for m in ("score", "calibrate", "batch", "bootstrap") for s in SHAPES)
 #: labelled rows per class shown as few-shot examples in "+examples" configs (never evaluated)
@@ -99,6 +99,8 @@ def tasks(rows: int) -> list[dict]:
     rt = load_table("rotten_tomatoes").filter(pl.col("review_content").str.len_chars() > 0)
     rt = rt.select(pl.col("review_content").alias("review"), pl.col("review_type").alias("truth"))
     rt, rt_shots = balanced(rt, "truth", rows, ["fresh", "rotten"])
+    fresh = {"fresh": "positive", "rotten": "negative"}
+    rt_pn, rt_pn_shots = (d.with_columns(pl.col("truth").replace_strict(fresh)) for d in (rt, rt_shots))
     beer = load_table("beer_reviews").filter(pl.col("review_text").str.len_chars() > 0)
     beer = beer.with_columns(pl.col("style").map_elements(beer_family, return_dtype=pl.Utf8).alias("truth"))
     beer, beer_shots = balanced(beer.filter(pl.col("truth").is_not_null()), "truth", rows,
@@ -120,6 +122,12 @@ def tasks(rows: int) -> list[dict]:
             name="rt_classify", group="tuning", table=rt, labels=["fresh", "rotten"], fn="llm_classify",
             template="Is this movie review fresh (positive) or rotten (negative)? Review: {review}", columns=["review"],
             answer=lambda v: v, examples=shots(rt_shots, str),
+        ),
+        dict(
+            # the rt table with the labels the issue's own measurement scored (" positive"/" negative")
+            name="rt_sentiment", group="tuning", table=rt_pn, labels=["positive", "negative"], fn="llm_classify",
+            template="Is this movie review positive or negative? Review: {review}", columns=["review"],
+            answer=lambda v: v, examples=shots(rt_pn_shots, str),
         ),
         dict(
             name="rt_filter", group="tuning", table=rt, labels=["fresh", "rotten"], fn="llm_filter",

@@ -53,18 +53,20 @@ def label_line(task, rows, labels):
     return prompts, forms_of(labels)
 
 
-def _demo(task, row, label):
+def _demo(task, row, label, base=None):
+    if base is not None:
+        return base(task, [row], [label])[0][0] + " " + label + "\n\n"
     head, q = pieces(task, row)
     return head + q + "\nAnswer: " + label + "\n\n"
 
 
-def _self_examples(task, rows, labels, score, per_label, pick, sample=None):
+def _self_examples(task, rows, labels, score, per_label, pick, sample=None, base=None):
     """Two passes: score every row in the current layout, batch-calibrate, take ``per_label``
     rows per label (``pick``: the most confident, or the first rows of each pseudo-label) as
     examples in front of every row, score again."""
     import random
 
-    prompts, forms = current(task, rows, labels)
+    prompts, forms = (base or current)(task, rows, labels)
     s = score(prompts[:sample] if sample else prompts, forms)
     n = len(labels)
     means = [sum(x[j] for x in s) / len(s) for j in range(n)]
@@ -77,7 +79,7 @@ def _self_examples(task, rows, labels, score, per_label, pick, sample=None):
             mine.sort(key=lambda i: -(cal[i][j] - max(c for k, c in enumerate(cal[i]) if k != j)))
         demos += [(i, j) for i in mine[:per_label]]
     random.Random(0).shuffle(demos)
-    prefix = "".join(_demo(task, rows[i], labels[j]) for i, j in demos)
+    prefix = "".join(_demo(task, rows[i], labels[j], base) for i, j in demos)
     return [prefix + p for p in prompts], forms
 
 
@@ -101,6 +103,20 @@ def self1(task, rows, labels, score):
     return _self_examples(task, rows, labels, score, 1, "confident")
 
 
+def self1_qf(task, rows, labels, score):
+    """self1 in the question-first layout (examples and rows)."""
+    return _self_examples(task, rows, labels, score, 1, "confident", 32, base=question_first)
+
+
+def self1_s32(task, rows, labels, score):
+    """what relserve's bootstrap does: 1 surest row per label from a 32-row first pass"""
+    return _self_examples(task, rows, labels, score, 1, "confident", 32)
+
+
+def self1_qaf(task, rows, labels, score):
+    return _self_examples(task, rows, labels, score, 1, "confident", 32, base=q_head_qa)
+
+
 def random_labels(task, rows, labels, score):
     """One pass: the first 2 rows per label shown with labels given round-robin (not checked)."""
     prompts, forms = current(task, rows, labels)
@@ -110,4 +126,18 @@ def random_labels(task, rows, labels, score):
 
 
 LAYOUTS = {f.__name__: f for f in (current, question_first, qa_fields, q_head_qa, label_line)}
-TWO_PASS = {f.__name__: f for f in (self_confident2, self_confident4, random_labels, self2_s16, self2_s32, self1)}
+TWO_PASS = {f.__name__: f for f in (self_confident2, self_confident4, random_labels, self2_s16, self2_s32, self1,
+                                     self1_qf, self1_s32, self1_qaf)}
+
+
+def reference_sentiment(task, rows, labels):
+    """Reference only, not generic: the issue's measured shape, "Review: <text>\\nSentiment:"."""
+    return _each(task, rows, labels, lambda head, q: head + "Sentiment:")
+
+
+def no_question(task, rows, labels):
+    """Reference: the row and the answer field, no question (what the values alone suggest)."""
+    return _each(task, rows, labels, lambda head, q: head + "Answer:")
+
+
+LAYOUTS.update({f.__name__: f for f in (reference_sentiment, no_question)})

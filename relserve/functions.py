@@ -74,7 +74,7 @@ class CallOptions:
     #: are the same text in every prompt, so the prefix cache prefills them once
     examples: Any = None
     #: how a scoring request is laid out around the prompt (filter/classify with a scoring
-    #: method): "chat", "chat_answer" or "completion" (None: the default); see
+    #: method): "chat", "chat_answer", "completion" or "question_first" (None: the default); see
     #: relserve.prompt_shapes.py
     prompt_shape: str | None = None
 

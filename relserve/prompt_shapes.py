@@ -15,6 +15,11 @@ relserve's choice, and it decides much of what a small model gets right:
                  Without the "Answer with one of: ..." / "Answer yes or no." line the other
                  shapes carry: listing the labels right before the answer field makes a small
                  model repeat the list whatever the row says (rt_filter AUC 0.56 -> 0.62).
+``question_first`` the completion shape with the question first, as a field: "Question: <the
+                 question>", then the row's long values ("Review: <text>"), then the answer
+                 field. The default: with bootstrapped examples it scored 68.5% on the four
+                 tuning tasks against 56.0% for ``completion`` (docs/quality.md, "Fourth pass"),
+                 and the question, the same in every row, is a prefix the rows share.
 
 Two halves: ``ShapedRenderer`` (the planner's side: which text a row's prompt is, so the result
 cache, EXPLAIN and deduplication see the real text) and ``engine_text`` (the engine's side: the
@@ -26,12 +31,16 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-PROMPT_SHAPES = ("chat", "chat_answer", "completion")
+PROMPT_SHAPES = ("chat", "chat_answer", "completion", "question_first")
 #: chosen on the tuning tasks of bench/bench_quality.py (docs/quality.md)
-DEFAULT_PROMPT_SHAPE = "completion"
+DEFAULT_PROMPT_SHAPE = "question_first"
+#: the shapes whose prompt text ``ShapedRenderer`` lays out (no chat template, an answer field)
+SHAPED = ("completion", "question_first")
 #: the answer field of the answer-field shapes; the label is scored after it and a space
 ANSWER_FIELD = "Answer:"
-#: a placeholder value at least this long moves in front of the question (completion shape)
+#: the field that names the question in the ``question_first`` shape
+QUESTION_FIELD = "Question:"
+#: a placeholder value at least this long moves out of the question (the shaped layouts)
 MOVE_CHARS = 30
 
 
@@ -69,6 +78,9 @@ def engine_texts(prompter, prompts: Sequence[str], system: str | None, shape: st
 #: a field name that introduces a value at the end of a literal: "Review: ", "Product title:"
 _FIELD_NAME = re.compile(r"(?:^|(?<=[\s.?!:;,]))([A-Z][A-Za-z]*(?: [A-Za-z]+){0,2}):\s*$")
 _SPACES = re.compile(r"[ \t]+\n|[ \t]{2,}")
+#: punctuation left dangling after a sentence's end once a value moved out ("negative? Title: {t}.
+#: Review: {r}" keeps "negative?" and the "." that closed the title: "negative?.")
+_DANGLING = re.compile(r"([.?!:])(?:\s*[.,;:])+(?=\s|$)")
 
 
 def _title(name: str) -> str:
@@ -77,7 +89,8 @@ def _title(name: str) -> str:
 
 
 class ShapedRenderer:
-    """The completion shape's prompt text of a row: long values first, then the question.
+    """A shaped layout's prompt text of a row: the question and the long values apart, the
+    values first (``completion``) or after the question (``question_first``).
 
     ``literals``/``fields`` are the template's (``Template.literals``, ``Template.fields``);
     ``format_value`` turns a cell into text. A value shorter than ``MOVE_CHARS`` (a product name, a
@@ -85,19 +98,24 @@ class ShapedRenderer:
     the question names it ("the review above").
     """
 
-    def __init__(self, literals: Sequence[str], fields: Sequence[str], positions: Sequence[int], suffix: str, prefix: str, format_value) -> None:
+    def __init__(self, literals: Sequence[str], fields: Sequence[str], positions: Sequence[int], suffix: str, prefix: str, format_value,
+                 question_first: bool = False) -> None:
         self.literals = list(literals)
         self.fields = list(fields)
         self.positions = list(positions)
         self.suffix = suffix
         self.prefix = prefix
         self.format_value = format_value
+        self.question_first = question_first
         #: a value at least this long moves in front; the content-free probes set 0, so they are
         #: laid out as the rows they stand for (relserve/planner/label_prior.py)
         self.move_chars = MOVE_CHARS
 
     def __call__(self, values: tuple) -> str:
         head, question = self.parts(values)
+        if self.question_first:
+            # the answer field follows on its own line (engine_text), as after the question
+            return self.prefix + f"{QUESTION_FIELD} {question}" + ("\n" + head.rstrip("\n") if head else "")
         return self.prefix + head + question
 
     def parts(self, values: tuple) -> tuple[str, str]:
@@ -124,4 +142,4 @@ class ShapedRenderer:
                 moved.add(name)
                 head.append(f"{title}: {text}\n")
         question = "".join(parts) + self.suffix
-        return "".join(head), _SPACES.sub(" ", question).strip(" \n")
+        return "".join(head), _DANGLING.sub(r"\1", _SPACES.sub(" ", question)).strip(" \n")

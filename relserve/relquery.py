@@ -96,7 +96,7 @@ class RelQuery:
     #: before picking (contextual calibration)
     label_prior: Mapping[str, float] | None = None
     #: with ``score_labels``: how the scoring request is laid out around the prompt ("chat",
-    #: "chat_answer", "completion"; see relserve/prompt_shapes.py)
+    #: "chat_answer", "completion", "question_first"; see relserve/prompt_shapes.py)
     prompt_shape: str = "chat"
     #: already-rendered prompts (see ``from_prompts``); then ``template`` is None
     prompts: list[str] | None = field(default=None, repr=False)

@@ -70,14 +70,14 @@ def test_batch_falls_back_to_the_content_free_prior_below_the_minimum_rows():
 def test_method_and_prompt_shape_options_are_checked():
     with pytest.raises(ConfigError, match="method must be one of generate, score, calibrate, batch, bootstrap, got 'vote'"):
         CallOptions(method="vote")
-    with pytest.raises(ConfigError, match="prompt_shape must be one of chat, chat_answer, completion, got 'json'"):
+    with pytest.raises(ConfigError, match="prompt_shape must be one of chat, chat_answer, completion, question_first, got 'json'"):
         CallOptions(prompt_shape="json")
     with pytest.raises(ConfigError, match="prompt_shape must be one of"):
         make_call("llm_filter", "Is {r} good?", prompt_shape="Chat")
     with pytest.raises(ConfigError, match="prompt_shape applies only with score_labels"):
         RelQuery("{a}", [{"a": 1}], choices=["x", "y"], prompt_shape="completion")
     call = make_call("llm_filter", "Is {r} good?")
-    assert (call.label_method, call.prompt_shape) == ("bootstrap", "completion")
+    assert (call.label_method, call.prompt_shape) == ("bootstrap", "question_first")
     # decoding has no scoring layout
     assert make_call("llm_filter", "Is {r} good?", method="generate", prompt_shape="completion").prompt_shape == "chat"
 
@@ -97,7 +97,7 @@ def test_result_cache_key_holds_method_and_shape():
 
 
 def test_completion_shape_puts_long_values_first_and_names_them_in_the_question():
-    call = make_call("llm_filter", "Is this customer happy with their {product}? Review: {review}")
+    call = make_call("llm_filter", "Is this customer happy with their {product}? Review: {review}", prompt_shape="completion")
     values = ("chair", "My back pain is gone since I switched to this chair")
     # "Review: {review}" leaves the question with its field name; the short product stays
     # no "Answer yes or no." line under this shape: the engine adds the answer field after the question
@@ -106,14 +106,14 @@ def test_completion_shape_puts_long_values_first_and_names_them_in_the_question(
         "Is this customer happy with their chair?"
     )
     # a value the template does not introduce by name is named in the question
-    bare = make_call("llm_filter", "Is {review} positive?")
+    bare = make_call("llm_filter", "Is {review} positive?", prompt_shape="completion")
     assert Renderer(bare)((values[1],)) == (
         "Review: My back pain is gone since I switched to this chair\nIs the review above positive?"
     )
     # short values stay where they are
     assert Renderer(bare)(("N/A",)) == "Is N/A positive?"
     # the labels are not listed either
-    classify = make_call("llm_classify", "Which department sells {name}?", labels=["office", "automotive"])
+    classify = make_call("llm_classify", "Which department sells {name}?", labels=["office", "automotive"], prompt_shape="completion")
     assert Renderer(classify)(("stapler",)) == "Which department sells stapler?"
     assert render(call, values) == Renderer(call)(values)
     chat = make_call("llm_filter", "Is this customer happy with their {product}? Review: {review}", prompt_shape="chat")
@@ -121,6 +121,34 @@ def test_completion_shape_puts_long_values_first_and_names_them_in_the_question(
         "Is this customer happy with their chair? Review: My back pain is gone since I switched to this chair\n"
         "Answer yes or no."
     )
+
+
+def test_question_first_shape_names_the_question_then_the_long_values():
+    # the default shape
+    call = make_call("llm_filter", "Is this customer happy with their {product}? Review: {review}")
+    assert call.prompt_shape == "question_first"
+    values = ("chair", "My back pain is gone since I switched to this chair")
+    assert Renderer(call)(values) == (
+        "Question: Is this customer happy with their chair?\n"
+        "Review: My back pain is gone since I switched to this chair"
+    )
+    assert render(call, values) == Renderer(call)(values)
+    bare = make_call("llm_filter", "Is {review} positive?")
+    assert Renderer(bare)((values[1],)) == (
+        "Question: Is the review above positive?\nReview: My back pain is gone since I switched to this chair"
+    )
+    # short values stay in the question, which is then the whole prompt
+    assert Renderer(bare)(("N/A",)) == "Question: Is N/A positive?"
+    # two moved values keep the template's order; the "." that closed the first one does not
+    # stay behind the question's "?" ("Is it positive?." before)
+    two = make_call("llm_classify", "Is this review positive or negative? Title: {title}. Review: {text}",
+                    labels=["positive", "negative"])
+    assert Renderer(two)(("A title long enough to move out of it", "A text long enough to move out of it")) == (
+        "Question: Is this review positive or negative?\n"
+        "Title: A title long enough to move out of it\nReview: A text long enough to move out of it"
+    )
+    # the engine adds the answer field on its own line
+    assert engine_text(_Prompter(), Renderer(bare)(("N/A",)), None, "question_first") == "Question: Is N/A positive?\nAnswer:"
 
 
 class _Prompter:
@@ -134,7 +162,7 @@ def test_engine_text_per_shape():
     assert engine_text(p, "Q?", None, "chat_answer") == "<user>Q?<assistant>" + ANSWER_FIELD
     assert engine_text(p, "Q?", None, "completion") == "Q?\nAnswer:"
     assert engine_text(p, "Q?", "Be brief.", "completion") == "Be brief.\n\nQ?\nAnswer:"
-    assert [label_space(s) for s in ("chat", "chat_answer", "completion")] == ["", " ", " "]
+    assert [label_space(s) for s in ("chat", "chat_answer", "completion", "question_first")] == ["", " ", " ", " "]
 
 
 def test_executor_picks_every_row_after_subtracting_the_batch_means():
@@ -152,7 +180,7 @@ def test_executor_picks_every_row_after_subtracting_the_batch_means():
     assert out.values == ["great" in r for r in rows]
     rq = eng.relqueries[0]
     # 20 rows: batch needs no content-free probes and asks the engine for raw scores
-    assert rq.score_labels and rq.label_prior is None and rq.prompt_shape == "completion"
+    assert rq.score_labels and rq.label_prior is None and rq.prompt_shape == "question_first"
     assert eng.probes == []
     # a small relQuery falls back to the content-free prior (three probes)
     run_call(call, [rows[:5]], engine=eng, cache=False, progress=False)
@@ -190,7 +218,7 @@ def test_explain_says_which_method_runs_and_the_prompt_shape():
     long_rows = [f"review number {i}, long enough to move in front" for i in range(16)]
     ex = str(run_call(call, [long_rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert "  label method               batch   (label scores minus their means over this relQuery's rows)" in ex
-    assert "  prompt shape          completion   (how the scoring request is laid out)" in ex
+    assert "  prompt shape          question_first   (how the scoring request is laid out)" in ex
     small = str(run_call(call, [long_rows[:15]], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert (
         "  label method           calibrate   (whole-label log-probabilities / content-free prior; "

@@ -34,7 +34,7 @@ def demo_accuracy_line(rows: list[dict], values: list, method: str) -> str:
 
 
 def method_label(call) -> str:
-    """'batch, prompt shape completion': how the demo's answers were chosen."""
+    """'bootstrap, prompt shape question_first': how the demo's answers were chosen."""
     if call.label_method == "generate":
         return "generate"
     return f"{call.label_method}, prompt shape {call.prompt_shape}"
@@ -45,7 +45,7 @@ def demo(
     policy: str = typer.Option("relserve", help="Scheduling policy."),
     model: str = typer.Option("smollm2", help="Model name or local folder."),
     method: str = typer.Option(None, help="How the yes/no answer is chosen: generate, score, calibrate, batch or bootstrap (default: relserve's default)."),
-    prompt_shape: str = typer.Option(None, help="Scoring layout: chat, chat_answer or completion (default: relserve's default)."),
+    prompt_shape: str = typer.Option(None, help="Scoring layout: chat, chat_answer, completion or question_first (default: relserve's default)."),
 ) -> None:
     """Ask the model a question about every row of the demo table and show how it went."""
     from rich.console import Console

@@ -63,7 +63,7 @@ class CallExecutor:
         """Send the prompts as one relQuery; returns the engine's handle. Blocks (tokenizing, the
         label prior's probes): a server calls it in a worker thread."""
         if self.prefix:
-            # (under the completion shape the engine's prompts have no chat template in front,
+            # (under the shaped layouts the engine's prompts have no chat template in front,
             # so these warmed blocks do not serve them; the rows share their prefix anyway)
             # prefill the shared prefix once, before the rows, instead of in every row of the
             # first batch (the engine skips prefixes shorter than one KV block)

@@ -33,7 +33,7 @@ def content_free_prompts(call: LLMCall) -> list[str]:
     """The call's prompt with every placeholder set to each content-free value."""
     render = Renderer(call)
     if render.shaped is not None:
-        # under the completion shape a row's long values lead the prompt; a probe's "N/A" would
+        # under the shaped layouts a row's long values stand apart from the question; a probe's "N/A" would
         # stay inside the question, a layout no row has. Laid out like the rows, the prior fits
         # them better (docs/quality.md: tiny relQueries)
         render.shaped.move_chars = 0

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from relserve.errors import RowError
 from relserve.functions import LLMCall
+from relserve.prompt_shapes import SHAPED, ShapedRenderer
 from relserve.template import format_value
 
 
@@ -44,7 +45,7 @@ def _freeze(value: object) -> object:
 
 def render(call: LLMCall, values: tuple) -> str:
     """The prompt for one row in the template's own field order; ``RowError`` for a NULL value."""
-    if call.prompt_shape == "completion":
+    if call.prompt_shape in SHAPED:
         null = null_error(call, values)
         if null is not None:
             raise RowError(null)
@@ -55,8 +56,8 @@ def render(call: LLMCall, values: tuple) -> str:
 class Renderer:
     """``render`` for many rows: the same text as ``Template.render``, without a dict per row.
 
-    Callers check for NULL values first (``null_error``). Under the completion prompt shape the
-    row's long values come first (``relserve.prompt_shapes.ShapedRenderer``)."""
+    Callers check for NULL values first (``null_error``). Under the shaped layouts the row's
+    long values and the question are laid out apart (``relserve.prompt_shapes.ShapedRenderer``)."""
 
     def __init__(self, call: LLMCall) -> None:
         t = call.template
@@ -65,11 +66,10 @@ class Renderer:
         self.suffix = t.literals[-1] + call.answer_instruction
         self.prefix = call.examples_prefix
         self.shaped = None
-        if call.prompt_shape == "completion":
-            from relserve.prompt_shapes import ShapedRenderer
-
+        if call.prompt_shape in SHAPED:
             # no "Answer with one of ..." line: the answer field follows the question (docs/quality.md)
-            self.shaped = ShapedRenderer(t.literals, t.fields, self.positions, t.literals[-1], self.prefix, format_value)
+            self.shaped = ShapedRenderer(t.literals, t.fields, self.positions, t.literals[-1], self.prefix, format_value,
+                                         question_first=call.prompt_shape == "question_first")
 
     def __call__(self, values: tuple) -> str:
         if self.shaped is not None:

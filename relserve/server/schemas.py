@@ -92,7 +92,7 @@ class CallFields(Body):
     system: str | None = None
     #: filter/classify: "generate", "score", "calibrate", "batch" or "bootstrap" (None: the default)
     method: str | None = None
-    #: filter/classify: "chat", "chat_answer" or "completion" (None: the default)
+    #: filter/classify: "chat", "chat_answer", "completion" or "question_first" (None: the default)
     prompt_shape: str | None = None
     reorder_fields: bool | None = None
     examples: list[dict[str, Any]] | None = None
