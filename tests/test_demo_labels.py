@@ -25,6 +25,6 @@ def test_accuracy_line_counts_matches_and_the_one_label_baseline():
 
 def test_the_demo_runs_relserves_defaults_and_names_them():
     call = make_call("llm_filter", QUESTION)
-    assert method_label(call) == "bootstrap, prompt shape question_first"
+    assert method_label(call) == "bootstrap, prompt shape completion"
     assert method_label(make_call("llm_filter", QUESTION, method="generate")) == "generate"
     assert method_label(make_call("llm_filter", QUESTION, method="score", prompt_shape="chat")) == "score, prompt shape chat"

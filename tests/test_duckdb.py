@@ -176,8 +176,7 @@ def test_cte_classification_feeds_an_outer_map(con, engine):
     classify_prompts = [own_text(p) for p in engine.submitted[0]]
     assert len(classify_prompts) == 80
     # the double's answer for each review (its prompt's length picks the label)
-    # ("Question: Kind: <review>" under the default question_first shape: the review is short)
-    kind_of = {p.removeprefix("Question: Kind: "): answer(p, engine.relqueries[0]) for p in classify_prompts}
+    kind_of = {p.split(": ", 1)[1].split("\n")[0]: answer(p, engine.relqueries[0]) for p in classify_prompts}
     x_reviews = {r for r, k in kind_of.items() if k == "x"}
     assert 0 < len(x_reviews) < 80
     expected = [(i, "x", expected_review(i)) for i in range(5000) if kind_of[expected_review(i)] == "x"][:3]

@@ -76,8 +76,7 @@ def test_the_executor_scores_a_sample_first_then_every_row_behind_the_examples()
     (first,) = eng.first_passes
     (second,) = eng.submitted
     # the first pass: 32 prompts spread over the 40, no examples in front
-    # (the default question_first shape: the short values stay in the question)
-    assert len(first) == SAMPLE_ROWS and all(p.startswith("Question: Is review") for p in first)
+    assert len(first) == SAMPLE_ROWS and all(p.startswith("Is review") for p in first)
     # the second: every prompt, each behind the same examples
     assert len(second) == 40
     # the scripted scores tie within a label, so the surest are the sample's first prompts of
@@ -87,7 +86,7 @@ def test_the_executor_scores_a_sample_first_then_every_row_behind_the_examples()
     prefix = "".join(f"{yes[k]}\nAnswer: yes\n\n{no[k]}\nAnswer: no\n\n" for k in range(PER_LABEL))
     assert prefix.count("\nAnswer: ") == 2 * PER_LABEL
     assert all(p.startswith(prefix) for p in second)
-    assert sorted(p[len(prefix):] for p in second) == sorted(f"Question: Is {r} good, bootstrapped?" for r in rows)
+    assert sorted(p[len(prefix):] for p in second) == sorted(f"Is {r} good, bootstrapped?" for r in rows)
     # below the minimum row count it runs as calibrate: one pass, content-free probes
     eng2 = ScriptedEngine(answer=answer)
     run_call(call, [rows[:10]], engine=eng2, cache=False, progress=False)

@@ -77,7 +77,7 @@ def test_method_and_prompt_shape_options_are_checked():
     with pytest.raises(ConfigError, match="prompt_shape applies only with score_labels"):
         RelQuery("{a}", [{"a": 1}], choices=["x", "y"], prompt_shape="completion")
     call = make_call("llm_filter", "Is {r} good?")
-    assert (call.label_method, call.prompt_shape) == ("bootstrap", "question_first")
+    assert (call.label_method, call.prompt_shape) == ("bootstrap", "completion")
     # decoding has no scoring layout
     assert make_call("llm_filter", "Is {r} good?", method="generate", prompt_shape="completion").prompt_shape == "chat"
 
@@ -124,16 +124,15 @@ def test_completion_shape_puts_long_values_first_and_names_them_in_the_question(
 
 
 def test_question_first_shape_names_the_question_then_the_long_values():
-    # the default shape
-    call = make_call("llm_filter", "Is this customer happy with their {product}? Review: {review}")
-    assert call.prompt_shape == "question_first"
+    qf = dict(prompt_shape="question_first")
+    call = make_call("llm_filter", "Is this customer happy with their {product}? Review: {review}", **qf)
     values = ("chair", "My back pain is gone since I switched to this chair")
     assert Renderer(call)(values) == (
         "Question: Is this customer happy with their chair?\n"
         "Review: My back pain is gone since I switched to this chair"
     )
     assert render(call, values) == Renderer(call)(values)
-    bare = make_call("llm_filter", "Is {review} positive?")
+    bare = make_call("llm_filter", "Is {review} positive?", **qf)
     assert Renderer(bare)((values[1],)) == (
         "Question: Is the review above positive?\nReview: My back pain is gone since I switched to this chair"
     )
@@ -142,13 +141,17 @@ def test_question_first_shape_names_the_question_then_the_long_values():
     # two moved values keep the template's order; the "." that closed the first one does not
     # stay behind the question's "?" ("Is it positive?." before)
     two = make_call("llm_classify", "Is this review positive or negative? Title: {title}. Review: {text}",
-                    labels=["positive", "negative"])
+                    labels=["positive", "negative"], **qf)
     assert Renderer(two)(("A title long enough to move out of it", "A text long enough to move out of it")) == (
         "Question: Is this review positive or negative?\n"
         "Title: A title long enough to move out of it\nReview: A text long enough to move out of it"
     )
     # the engine adds the answer field on its own line
     assert engine_text(_Prompter(), Renderer(bare)(("N/A",)), None, "question_first") == "Question: Is N/A positive?\nAnswer:"
+    # the completion shape drops the dangling "." too
+    two_c = make_call("llm_classify", two.template.source, labels=["positive", "negative"])
+    assert Renderer(two_c)(("A title long enough to move out of it", "A text long enough to move out of it")).endswith(
+        "\nIs this review positive or negative?")
 
 
 class _Prompter:
@@ -180,7 +183,7 @@ def test_executor_picks_every_row_after_subtracting_the_batch_means():
     assert out.values == ["great" in r for r in rows]
     rq = eng.relqueries[0]
     # 20 rows: batch needs no content-free probes and asks the engine for raw scores
-    assert rq.score_labels and rq.label_prior is None and rq.prompt_shape == "question_first"
+    assert rq.score_labels and rq.label_prior is None and rq.prompt_shape == "completion"
     assert eng.probes == []
     # a small relQuery falls back to the content-free prior (three probes)
     run_call(call, [rows[:5]], engine=eng, cache=False, progress=False)
@@ -218,7 +221,7 @@ def test_explain_says_which_method_runs_and_the_prompt_shape():
     long_rows = [f"review number {i}, long enough to move in front" for i in range(16)]
     ex = str(run_call(call, [long_rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert "  label method               batch   (label scores minus their means over this relQuery's rows)" in ex
-    assert "  prompt shape          question_first   (how the scoring request is laid out)" in ex
+    assert "  prompt shape          completion   (how the scoring request is laid out)" in ex
     small = str(run_call(call, [long_rows[:15]], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert (
         "  label method           calibrate   (whole-label log-probabilities / content-free prior; "

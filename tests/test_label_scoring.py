@@ -144,9 +144,8 @@ def test_calibration_probes_run_once_per_template_on_content_free_rows():
         con.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('a'), ('b'), ('c')) v(r)")
         relserve.duckdb.sql(con, "SELECT llm_filter('Is {r} fine?', r) FROM t").fetchall()
         relserve.duckdb.sql(con, "SELECT llm_filter('Is {r} fine?', r) FROM t WHERE r <> 'a'").fetchall()
-    # the default question_first shape lays the probes out as its rows: every value out of the
-    # question, named, and the question names it (relserve/planner/label_prior.py)
-    q = "Question: Is the r above fine?\nR: "
-    assert eng.probes == [[q + "N/A", q, q + "[MASK]"]]
+    # the default completion shape lays the probes out as its rows: every value in front, named,
+    # and the question names it (relserve/planner/label_prior.py)
+    assert eng.probes == [["R: N/A\nIs the r above fine?", "R: \nIs the r above fine?", "R: [MASK]\nIs the r above fine?"]]
     # three rows: below batch calibration's minimum, so the content-free prior decides
     assert all(rq.score_labels and rq.label_prior is not None for rq in eng.relqueries)

@@ -8,6 +8,8 @@ import math
 import pytest
 
 from relserve.engine.label_scoring import pick
+from relserve.functions import make_call
+from relserve.planner.prompt_rendering import render
 from relserve.relquery import RelQuery
 
 ROWS = [
@@ -62,6 +64,13 @@ def test_prompt_shapes_lay_out_the_scoring_request(engine):
         res = engine.run(RelQuery.from_prompts([prompt], choices=["yes", "no"], score_labels=True, prompt_shape=shape))
         assert res.rows[0].prompt_tokens == tokens, shape
         assert res.rows[0].text == pick(res.rows[0].label_logprobs, None)
+    # question_first: the planner names the question and moves the long value after it; the
+    # engine adds the answer field on its own line, as for completion
+    call = make_call("llm_filter", "Is this review positive? Review: {review}", prompt_shape="question_first", method="score")
+    text = render(call, ("Wonderful, I love it, the best purchase this year.",))
+    assert text == "Question: Is this review positive?\nReview: Wonderful, I love it, the best purchase this year."
+    res = engine.run(RelQuery.from_prompts([text], choices=["yes", "no"], score_labels=True, prompt_shape="question_first"))
+    assert res.rows[0].prompt_tokens == len(tok(text + "\nAnswer:"))
     # after an answer field the label is scored with its space: " yes" is one token
     trie = engine._label_trie(("yes", "no"), " ")
     assert trie.sequences == ((tuple(tok(" yes")), tuple(tok(" Yes"))), (tuple(tok(" no")), tuple(tok(" No"))))

@@ -481,12 +481,11 @@ def test_fast_renderer_matches_the_template():
         (datetime.date(2024, 5, 1), Decimal("1.10"), b"bytes"),
     ]
     # written out: str() for scalars (2.0 as 2), JSON for lists and dicts, bytes decoded; the default
-    # question_first shape names the question and adds no "Answer yes or no." line
-    # (relserve/prompt_shapes.py)
+    # completion shape adds no "Answer yes or no." line (relserve/prompt_shapes.py)
     expected = [
-        "Question: A text, b 3, a again text; {literal} 2",
-        'Question: A 1.5, b [1, "x"], a again 1.5; {literal} {"k": "v"}',
-        "Question: A 2024-05-01, b 1.10, a again 2024-05-01; {literal} bytes",
+        "A text, b 3, a again text; {literal} 2",
+        'A 1.5, b [1, "x"], a again 1.5; {literal} {"k": "v"}',
+        "A 2024-05-01, b 1.10, a again 2024-05-01; {literal} bytes",
     ]
     fast = Renderer(call)
     assert [fast(values) for values in rows] == expected

@@ -34,7 +34,7 @@ def demo_accuracy_line(rows: list[dict], values: list, method: str) -> str:
 
 
 def method_label(call) -> str:
-    """'bootstrap, prompt shape question_first': how the demo's answers were chosen."""
+    """'bootstrap, prompt shape completion': how the demo's answers were chosen."""
     if call.label_method == "generate":
         return "generate"
     return f"{call.label_method}, prompt shape {call.prompt_shape}"
