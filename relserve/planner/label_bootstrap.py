@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from relserve.planner.label_calibration import calibrated, label_means, pick_calibrated
+from relserve.prompt_shapes import ANSWER_FIELD
 
 #: prompts scored by the first pass (a spread sample of the relQuery's prompts); the environment
 #: variables are there for the benchmark (docs/quality.md), not for users
@@ -86,7 +87,8 @@ def choose(
 def examples_text(prompts: Sequence[str], picked: Sequence[tuple[int, str]]) -> str:
     """The examples as the text every prompt starts with: each example's prompt, its answer,
     a blank line."""
-    return "".join(f"{prompts[i]}\nAnswer: {label}\n\n" for i, label in picked)
+    # the answer field the engine puts after every shaped prompt, with the label after a space
+    return "".join(f"{prompts[i]}\n{ANSWER_FIELD} {label}\n\n" for i, label in picked)
 
 
 def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, object], rel_id: str | None = None) -> str:
