@@ -191,3 +191,14 @@ def test_another_tenants_relquery_is_404_on_every_route(server, method, path):
     theirs = r.json()["id"]
     r = httpx.request(method, server.url + path.replace("{job_id}", theirs), headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
     assert (r.status_code, _message(r)) == (404, f"no relQuery with id {theirs!r}")
+
+
+@pytest.mark.parametrize("path", ["/v1/relqueries", "/v1/relqueries/plan"])
+def test_a_tenants_prompt_shape_is_checked_by_name(server, path):
+    # a tenant picks the scoring layout per call: an unknown one is refused naming every known one
+    body = {"function": "llm_filter", "template": "Is {x} good?", "rows": [{"x": "a"}, {"x": "b"}]}
+    r = _send(server, path, _raw({**body, "prompt_shape": "json"}))
+    assert r.status_code == 400
+    assert _message(r) == "prompt_shape must be one of chat, chat_answer, completion, question_first, got 'json'"
+    ok = _send(server, path, _raw({**body, "prompt_shape": "question_first"}))
+    assert ok.status_code == (201 if path == "/v1/relqueries" else 200), ok.text
