@@ -26,7 +26,7 @@ result cache; the machine is shared, so compare rows/s within one run only).
 
     python bench/bench_quality.py                      # every task and config, 200 rows per task
     python bench/bench_quality.py --group tuning --configs score/chat,batch/completion
-    RELSERVE_LABEL_NORM=sum python bench/bench_quality.py --tasks beer_family   # multi-token scoring
+    python bench/bench_quality.py --tasks beer_family --configs default,default@mean   # label norms side by side
 
 Results print as tables and go to bench/out/quality.json (``--report`` rebuilds the tables).
 """
@@ -34,6 +34,7 @@ Results print as tables and go to bench/out/quality.json (``--report`` rebuilds 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -244,14 +245,36 @@ class ScoreTap:
 def run_one(engine, task: dict, config: str, tap: ScoreTap) -> dict:
     import duckdb
 
+    config, _, scoring = config.partition("@")
+    method, shape, examples = parse_config(config)
+    con = duckdb.connect()
+    sql = statement(task, config)
+    with label_scoring_as(scoring):
+        return _run_one(engine, task, config, tap, con, sql, method, shape, examples, scoring)
+
+
+@contextlib.contextmanager
+def label_scoring_as(norm: str):
+    """A config's part after "@" (e.g. "default@mean"): the label norm of that one statement
+    (label_scoring.LABEL_NORM), so two norms compare in one run on one engine; empty: the default."""
+    from relserve.engine import label_scoring
+
+    saved = label_scoring.LABEL_NORM
+    if norm and norm not in label_scoring.LABEL_NORMS:
+        raise SystemExit(f"unknown label norm {norm!r}: one of {', '.join(label_scoring.LABEL_NORMS)}")
+    label_scoring.LABEL_NORM = norm or saved
+    try:
+        yield
+    finally:
+        label_scoring.LABEL_NORM = saved
+
+
+def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scoring) -> dict:
     import relserve.duckdb
     from relserve.functions import make_call
     from relserve.planner.cache import ResultCache
     from relserve.planner.prompt_rendering import Renderer
 
-    method, shape, examples = parse_config(config)
-    con = duckdb.connect()
-    sql = statement(task, config)
     with tempfile.TemporaryDirectory() as tmp:
         # an empty result cache: every row runs on the engine
         relserve.duckdb.install(con, engine=engine, cache=ResultCache(Path(tmp) / "r.sqlite"), progress=False)
@@ -266,7 +289,7 @@ def run_one(engine, task: dict, config: str, tap: ScoreTap) -> dict:
     n = len(pairs)
     dist = Counter(a if a is not None else "NULL" for a, _ in pairs)
     res = dict(
-        task=task["name"], group=task["group"], config=config, sql=sql, rows=n,
+        task=task["name"], group=task["group"], config=config + (f"@{scoring}" if scoring else ""), sql=sql, rows=n,
         accuracy=sum(a == t for a, t in pairs) / n,
         macro_f1=macro_f1(pairs, task["labels"]),
         answers=dict(dist.most_common()),
@@ -359,7 +382,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=200, help="rows per task (the demo table always has 24)")
     ap.add_argument("--model", default="smollm2", help="model name or folder")
     ap.add_argument("--configs", default=",".join(CONFIGS) + ",default",
-                    help="comma-separated method/shape[+examples]; 'default' runs without method/prompt_shape")
+                    help="comma-separated method/shape[+examples][@norm]; 'default' runs without "
+                         "method/prompt_shape; '@mean' scores that config's labels by another norm")
     ap.add_argument("--group", choices=("tuning", "check", "all"), default="all")
     ap.add_argument("--tasks", default=None, help="comma-separated task names (default: the group's)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "quality.json"))

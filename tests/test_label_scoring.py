@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from relserve.engine.label_scoring import LabelTrie, pick, surface_forms
+from relserve.engine.label_scoring import LabelTrie, asks, pick, surface_forms
 from relserve.errors import ConfigError
 from relserve.functions import CallOptions, make_call
 from relserve.relquery import RelQuery
@@ -64,7 +64,7 @@ def test_label_logprobs_sum_tokens_add_spellings_and_normalise():
     assert got == pytest.approx({"ab": math.log(0.5), "c": math.log(0.5)})
 
 
-def test_label_logprobs_mean_per_token_so_length_does_not_decide():
+def test_label_logprobs_mean_per_token_and_first_token_only():
     trie = LabelTrie.build(["ab", "c"], encode, END)
     lp = {
         (): {ord("a"): math.log(0.2), ord("A"): math.log(0.2), ord("c"): math.log(0.1), ord("C"): math.log(0.1)},
@@ -76,9 +76,10 @@ def test_label_logprobs_mean_per_token_so_length_does_not_decide():
     ab, c = 2 * math.sqrt(0.1), 0.2
     got = trie.label_logprobs(lp, norm="mean")
     assert got == pytest.approx({"ab": math.log(ab / (ab + c)), "c": math.log(c / (ab + c))})
-    assert trie.label_logprobs(lp) == got  # the default
-    # first token only: 0.2 + 0.2 against 0.1 + 0.1
+    # first token only: 0.2 + 0.2 against 0.1 + 0.1; "ab" and "c" part at their first token, so
+    # split (the default) reads the same
     assert trie.label_logprobs(lp, norm="first") == pytest.approx({"ab": math.log(2 / 3), "c": math.log(1 / 3)})
+    assert trie.label_logprobs(lp) == trie.label_logprobs(lp, norm="split") == trie.label_logprobs(lp, norm="first")
 
 
 def test_pick_divides_the_prior_out():
@@ -149,3 +150,31 @@ def test_calibration_probes_run_once_per_template_on_content_free_rows():
     assert eng.probes == [["R: N/A\nIs the r above fine?", "R: \nIs the r above fine?", "R: [MASK]\nIs the r above fine?"]]
     # three rows: below batch calibration's minimum, so the content-free prior decides
     assert all(rq.score_labels and rq.label_prior is not None for rq in eng.relqueries)
+
+
+def test_split_reads_each_label_up_to_where_it_parts_from_the_others():
+    # "ab" and "ac" part at their second token; "xyz" at its first ("x"; "X" for "Xyz")
+    trie = LabelTrie.build(["ab", "ac", "xyz"], encode, END)
+    assert trie.read("split") == (
+        (tuple(map(ord, "ab")), tuple(map(ord, "Ab"))),
+        (tuple(map(ord, "ac")), tuple(map(ord, "Ac"))),
+        ((ord("x"),), (ord("X"),)),
+    )
+    # only the root, "a" and "A" are asked: not "x", "xy", "X", "Xy"
+    assert set(trie.needed_nodes("split")) == {(), (ord("a"),), (ord("A"),)}
+    assert len(asks(trie, 20, norm="split")) == 3 and len(asks(trie, 20, norm="mean")) == 7
+    # labels with different first tokens: one request per row, whatever their length
+    assert asks(LabelTrie.build(["pale ale", "stout", "wheat beer"], encode, END), 20, norm="split") == [
+        ((), tuple(sorted(map(ord, "psSwWP"))))]
+    # more next tokens than one request may return: the node is asked in chunks of 20
+    wide = LabelTrie.build([chr(c) for c in range(ord("a"), ord("l"))], encode, END)  # 11 labels, 22 spellings
+    assert [len(w) for _, w in asks(wide, 20)] == [20, 2]
+    # the score is the probability of the tokens read, summed; missing deeper nodes are not read
+    lp = {(): {ord("a"): math.log(0.4), ord("A"): math.log(0.1), ord("x"): math.log(0.3), ord("X"): math.log(0.2)},
+          (ord("a"),): {ord("b"): math.log(0.5), ord("c"): math.log(0.5)},
+          (ord("A"),): {ord("b"): math.log(1.0), ord("c"): math.log(1e-9)}}
+    got = {k: math.exp(v) for k, v in trie.label_logprobs(lp, norm="split").items()}
+    assert got == pytest.approx({"ab": 0.3, "ac": 0.2, "xyz": 0.5}, abs=1e-6)
+    # a label that is a prefix of another parts from it at the end token
+    prefix = LabelTrie.build(["a", "ab"], encode, END)
+    assert prefix.read("split")[0] == ((ord("a"), END), (ord("A"), END))

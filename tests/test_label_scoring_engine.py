@@ -43,12 +43,35 @@ def test_multi_token_labels_are_scored_whole(engine):
     assert res.stats.num_errors == 0
     trie = engine._label_trie(tuple(labels), "")
     # "very positive" is two tokens and "neutral" one: the root asks for the first tokens of all
-    # six spellings, and "very"/"Very" for the second tokens of the two "very" labels
+    # six spellings, and "very"/"Very" for the second tokens of the two "very" labels, where they
+    # part; "Neutral" (two tokens) parts from the others at its first, so its second is not asked
     assert len(trie.sequences[0][0]) == 2 and len(trie.sequences[2][0]) == 1
-    assert res.rows[0].output_tokens == len(trie.nodes)
+    assert [len(s) for s in trie.read()[2]] == [1, 1]
+    assert res.rows[0].output_tokens == len(trie.needed_nodes()) == 3
     for row in res.rows:
         assert set(row.label_logprobs) == set(labels)
         assert row.text == pick(row.label_logprobs, None)
+
+
+def test_split_scores_labels_that_start_apart_in_one_request_per_row(engine, monkeypatch):
+    """Issue 28 item 3: under the default norm ("split") four labels of two words each cost one
+    request per row; each label's score is its first token's, as the whole-label norm reads it."""
+    from relserve.engine import label_scoring
+
+    labels = ["home cook", "professional chef", "young child", "pet owner"]
+    assert label_scoring.LABEL_NORM == "split"
+    split = engine.run(RelQuery(Q, ROWS, choices=labels, score_labels=True, prompt_shape="completion"))
+    monkeypatch.setattr(label_scoring, "LABEL_NORM", "first")
+    first = engine.run(RelQuery(Q, ROWS, choices=labels, score_labels=True, prompt_shape="completion"))
+    monkeypatch.setattr(label_scoring, "LABEL_NORM", "mean")
+    mean = engine.run(RelQuery(Q, ROWS, choices=labels, score_labels=True, prompt_shape="completion"))
+    trie = engine._label_trie(tuple(labels), " ")
+    assert [r.output_tokens for r in split.rows] == [1] * len(ROWS)
+    assert [r.output_tokens for r in mean.rows] == [len(trie.nodes)] * len(ROWS) and len(trie.nodes) > 1
+    for s, f in zip(split.rows, first.rows):
+        # no two labels share a first token here, so split reads exactly the first tokens
+        assert s.label_logprobs == pytest.approx(f.label_logprobs, abs=1e-4)
+        assert s.text == pick(s.label_logprobs, None)
 
 
 def test_prompt_shapes_lay_out_the_scoring_request(engine):

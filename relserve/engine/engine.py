@@ -20,7 +20,7 @@ from relserve.calibration import load_policy_settings
 from relserve.engine.admission import admit
 from relserve.engine.backend_base import BackendBase, finished_result
 from relserve.engine.handle import RelQueryHandle
-from relserve.engine.label_scoring import LabelTrie, pick
+from relserve.engine.label_scoring import LabelTrie, asks, pick
 from relserve.engine.request_meta import RequestMeta
 from relserve.engine.spawn import check_not_bootstrapping, hidden_main
 from relserve.errors import ConfigError, EngineError
@@ -408,14 +408,16 @@ class Engine(BackendBase):
         return trie
 
     async def _scored_row(self, running: _Running, index: int, ids: list[int], trie: LabelTrie, rows: int) -> None:
-        """One row of a ``score_labels`` relQuery: one one-token request per trie node, all
-        sharing the row's prompt (prefix cache), then the best label after the prior."""
+        """One row of a ``score_labels`` relQuery: one one-token request per trie node the label
+        norm reads (``label_scoring.asks``), all sharing the row's prompt (prefix cache), then the
+        best label after the prior."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         rq = running.rq
         handle = running.handle
-        extra_args = running.request_meta(rows * sum(-(-len(w) // _MAX_LOGPROBS) for w in trie.nodes.values())).to_extra_args()
+        row_asks = asks(trie, _MAX_LOGPROBS)
+        extra_args = running.request_meta(rows * len(row_asks)).to_extra_args()
 
         async def node(n: int, prefix: tuple[int, ...], wanted: tuple[int, ...]):
             sp = SamplingParams(
@@ -438,11 +440,8 @@ class Engine(BackendBase):
             got = {t: lp.logprob for t, lp in c.logprobs[0].items()}
             return prefix, {t: got[t] for t in wanted}, final
 
-        # vLLM returns at most max_logprobs (20) log-probabilities per request: a node with more
-        # next tokens (many labels) is asked in several requests, all on the same cached prefix
-        asks = [(p, w[k : k + _MAX_LOGPROBS]) for p, w in trie.nodes.items() for k in range(0, len(w), _MAX_LOGPROBS)]
         try:
-            outs = await asyncio.gather(*(node(n, p, w) for n, (p, w) in enumerate(asks)))
+            outs = await asyncio.gather(*(node(n, p, w) for n, (p, w) in enumerate(row_asks)))
             node_lps: dict[tuple[int, ...], dict[int, float]] = {}
             for p, lps, _ in outs:
                 node_lps.setdefault(p, {}).update(lps)

@@ -8,21 +8,29 @@ al. 2021; the prior is measured by ``relserve.planner.label_prior``).
 
 How it runs on vLLM v1, cheaply: a label's log-probability is the sum over its tokens of
 ``log p(token | prompt + earlier label tokens)``. The labels' token sequences form a trie; every
-inner node (the empty prefix included) is one request ``prompt + node`` that generates one token
-and asks for the log-probabilities of exactly the node's children (``logprob_token_ids``, read
-from the raw distribution, so the constraint does not distort them). All of a row's requests
-share the row's prompt, so the prefix cache prefills it once. ``prompt_logprobs`` would score a
-whole label in one request, but vLLM v1 then skips the prefix cache for the request (it must
-recompute every scored token), which costs a full prompt prefill per label.
+inner node (the empty prefix included) is one request ``prompt + node`` that generates one
+token and asks for the log-probabilities of exactly the node's children (``logprob_token_ids``,
+read from the raw distribution, so the constraint does not distort them). All of a row's requests
+share the row's prompt, so the prefix cache prefills it once.
+
+Reading a multi-token label whole from one ``prompt_logprobs`` request (prefix cache kept on,
+only the label's own positions read) was built and measured (issue 28 item 3): 6 requests per row
+instead of 10 on a 4-label task gave 3.1 against 2.9 rows/s, so it was not kept. What a row
+costs is mostly how many requests it is; the "split" norm below needs one.
 
 Each label is scored in its written form and capitalised ("yes" and "Yes"): a chat model starts
 its reply capitalised as often as not, and both mean the same answer.
 
-Labels of several tokens (issue 22): the sum of a label's token log-probabilities favours short
-labels (fewer terms, each below zero), so a surface form is scored by the MEAN log-probability of
-its tokens (``LABEL_NORM = "mean"``, the default, chosen in docs/quality.md); "sum" (the whole
-label's log-probability, before issue 22) and "first" (its first token only) are there for the
-benchmark (environment variable ``RELSERVE_LABEL_NORM``). With one token per label all three agree.
+Labels of several tokens: each label is read only up to the token where it parts from every
+other label ("pale" of "pale ale" when no other label starts so), its token log-probabilities
+summed there: the chance that the model, answering with one of the labels, heads for this one
+(``LABEL_NORM = "split"``, the default since issue 28). Label length does not enter, and labels
+that start with different tokens cost one request per row, whatever their number and length
+(measured in docs/quality.md: 3x the rows/s of "mean" on two 4-label tasks, 2 and 4 points
+fewer right answers). The norms before it stay for the benchmark (environment variable
+``RELSERVE_LABEL_NORM``): "mean" (issue 22: the mean log-probability of each label's tokens,
+read whole), "sum" (the whole label's log-probability, issue 12) and "first" (the first token
+only). With one token per label all four agree.
 """
 
 from __future__ import annotations
@@ -33,8 +41,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 #: how a label's tokens are combined into its score: "mean", "sum" or "first" (see above)
-LABEL_NORMS = ("mean", "sum", "first")
-LABEL_NORM = os.environ.get("RELSERVE_LABEL_NORM", "mean")
+LABEL_NORMS = ("mean", "sum", "first", "split")
+LABEL_NORM = os.environ.get("RELSERVE_LABEL_NORM", "split")
 if LABEL_NORM not in LABEL_NORMS:
     raise ValueError(f"RELSERVE_LABEL_NORM must be one of {', '.join(LABEL_NORMS)}, got {LABEL_NORM!r}")
 
@@ -57,6 +65,8 @@ class LabelTrie:
     sequences: tuple[tuple[tuple[int, ...], ...], ...]
     #: inner nodes: token prefix -> the next-token ids whose log-probabilities it needs
     nodes: Mapping[tuple[int, ...], tuple[int, ...]]
+    #: per label, per spelling: how many of its tokens it takes to part from every other label
+    splits: tuple[tuple[int, ...], ...] = ()
 
     @classmethod
     def build(cls, labels: Sequence[str], encode: Callable[[str], list[int]], end_id: int | None,
@@ -80,26 +90,59 @@ class LabelTrie:
             for s in forms:
                 for k in range(len(s)):
                     nodes.setdefault(s[:k], set()).add(s[k])
+        # where each spelling parts from every other label's: its shortest prefix that no
+        # spelling of another label starts with (its whole length when there is none)
+        splits = []
+        for i, forms in enumerate(seqs):
+            others = {o[:k] for j, other in enumerate(seqs) if j != i for o in other for k in range(1, len(o) + 1)}
+            splits.append(tuple(next((k for k in range(1, len(s) + 1) if s[:k] not in others), len(s)) for s in forms))
         return cls(
             tuple(labels),
             tuple(tuple(forms) for forms in seqs),
             {node: tuple(sorted(ids)) for node, ids in sorted(nodes.items())},
+            tuple(splits),
         )
+
+    def read(self, norm: str | None = None) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        """Per label, the token sequences of its spellings as far as ``norm`` reads them: whole
+        for "mean" and "sum", the first token for "first", up to where it parts from every
+        other label for "split"."""
+        norm = norm or LABEL_NORM
+        if norm == "first":
+            return tuple(tuple(s[:1] for s in forms) for forms in self.sequences)
+        if norm == "split":
+            return tuple(tuple(s[:k] for s, k in zip(forms, ks)) for forms, ks in zip(self.sequences, self.splits))
+        return self.sequences
+
+    def needed_nodes(self, norm: str | None = None) -> dict[tuple[int, ...], tuple[int, ...]]:
+        """The inner nodes ``norm`` reads, each with the next-token ids it needs."""
+        nodes: dict[tuple[int, ...], set[int]] = {}
+        for forms in self.read(norm):
+            for s in forms:
+                for k in range(len(s)):
+                    nodes.setdefault(s[:k], set()).add(s[k])
+        return {node: tuple(sorted(ids)) for node, ids in sorted(nodes.items())}
 
     def label_logprobs(self, node_logprobs: Mapping[tuple[int, ...], Mapping[int, float]], norm: str | None = None) -> dict[str, float]:
         """Every label's score (see ``LABEL_NORM``), normalised over the labels (log-softmax)."""
         norm = norm or LABEL_NORM
         raw = []
-        for forms in self.sequences:
+        for forms in self.read(norm):
             per_form = []
             for s in forms:
                 terms = [node_logprobs[s[:k]][s[k]] for k in range(len(s))]
-                if norm == "first":
-                    terms = terms[:1]
                 per_form.append(sum(terms) / len(terms) if norm == "mean" else sum(terms))
             raw.append(_logsumexp(per_form))
         total = _logsumexp(raw)
         return {label: r - total for label, r in zip(self.labels, raw)}
+
+
+def asks(trie: LabelTrie, max_logprobs: int, norm: str | None = None) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The one-token requests that score one row under ``norm``: (trie node, the next-token ids
+    it reads), only the nodes the norm reads (``LabelTrie.needed_nodes``). vLLM returns at most
+    ``max_logprobs`` log-probabilities per request, so a node with more next tokens (many labels)
+    is asked in several requests, all on the same cached prefix."""
+    return [(p, w[k : k + max_logprobs]) for p, w in trie.needed_nodes(norm).items() for k in range(0, len(w), max_logprobs)]
 
 
 def pick(label_logprobs: Mapping[str, float], prior: Mapping[str, float] | None) -> str:
