@@ -30,7 +30,8 @@ from relserve.validation import OnError
 
 #: How llm_filter and llm_classify choose a label (llm_map and llm_extract ignore it):
 #: "generate"  constrained decoding, token by token (what vLLM does with ``choice=``);
-#: "score"     every label scored by the model's log-probability of the whole label;
+#: "score"     every label scored by the model's log-probability of it (read up to where it parts
+#:             from the other labels; relserve/engine/label_scoring.py);
 #: "calibrate" "score" with the model's prior over the labels divided out, measured once per
 #:             template on content-free rows (Zhao et al. 2021). Issue 12's default: it removes
 #:             the label bias that made a small model answer one label for every row;

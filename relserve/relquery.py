@@ -89,8 +89,8 @@ class RelQuery:
     #: seconds from submission by which the user wants the answers; a relQuery at risk of
     #: missing it is scheduled first (relserve policies)
     deadline_s: float | None = None
-    #: closed questions (``choices``): score every choice by the model's log-probability of the
-    #: whole label instead of decoding one (see relserve/engine/label_scoring.py)
+    #: closed questions (``choices``): score every choice by the model's log-probability of it
+    #: instead of decoding one (see relserve/engine/label_scoring.py)
     score_labels: bool = False
     #: with ``score_labels``: the model's prior over the choices (probabilities), divided out
     #: before picking (contextual calibration)

@@ -224,7 +224,7 @@ def test_explain_says_which_method_runs_and_the_prompt_shape():
     assert "  prompt shape          completion   (how the scoring request is laid out)" in ex
     small = str(run_call(call, [long_rows[:15]], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert (
-        "  label method           calibrate   (whole-label log-probabilities / content-free prior; "
+        "  label method           calibrate   (label log-probabilities / content-free prior; "
         "asked for batch, which needs at least 16 prompts to run)"
     ) in small
     gen = make_call("llm_filter", "Is this review positive? Review: {r}", method="generate")

@@ -55,7 +55,7 @@ def test_multi_token_labels_are_scored_whole(engine):
 
 def test_split_scores_labels_that_start_apart_in_one_request_per_row(engine, monkeypatch):
     """Issue 28 item 3: under the default norm ("split") four labels of two words each cost one
-    request per row; each label's score is its first token's, as the whole-label norm reads it."""
+    request per row; each label's score is its first token's, as the "first" norm reads it."""
     from relserve.engine import label_scoring
 
     labels = ["home cook", "professional chef", "young child", "pet owner"]

@@ -89,8 +89,8 @@ class Explain:
         if self.label_method is not None:
             how = {
                 "generate": "constrained decoding",
-                "score": "whole-label log-probabilities",
-                "calibrate": "whole-label log-probabilities / content-free prior",
+                "score": "label log-probabilities",
+                "calibrate": "label log-probabilities / content-free prior",
                 "batch": "label scores minus their means over this relQuery's rows",
                 "bootstrap": f"{PER_LABEL} example{'s' if PER_LABEL > 1 else ''} per label the model labelled in a first pass over up to "
                              f"{SAMPLE_ROWS} of these rows, then batch",
