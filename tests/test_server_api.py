@@ -193,6 +193,37 @@ def test_rows_in_flight_limit_is_429_per_tenant(tmp_path):
         assert bob.submit("Say {x}", [{"x": i} for i in range(2)])  # room again
 
 
+def test_a_bootstrap_first_pass_counts_against_the_tenants_rows_in_flight(tmp_path):
+    """A filter or classify of 16+ rows runs as ``bootstrap``: the engine scores up to 32 of its
+    rows once more before them. Those requests count against the tenant's limits like its rows:
+    bob (5 rows in flight) can no longer sneak 32 extra engine requests past the limit."""
+    from relserve.functions import make_call
+    from relserve.server.budget import first_pass_rows, prompts_cost
+
+    assert first_pass_rows(make_call("llm_filter", "Is {x} ok?"), 100) == 32
+    assert first_pass_rows(make_call("llm_filter", "Is {x} ok?"), 20) == 20
+    assert first_pass_rows(make_call("llm_filter", "Is {x} ok?"), 15) == 0  # runs as calibrate
+    assert first_pass_rows(make_call("llm_filter", "Is {x} ok?", method="score"), 100) == 0
+    assert first_pass_rows(make_call("llm_classify", "{x}", labels=["a", "b"], examples=[{"x": "1", "answer": "a"}]), 100) == 0
+    assert first_pass_rows(make_call("llm_map", "Say {x}"), 100) == 0
+    cost = prompts_cost(["p" * 30] * 100, make_call("llm_filter", "{x}", method="score"), 1)
+    boot = prompts_cost(["p" * 30] * 100, make_call("llm_filter", "{x}"), 1)
+    assert (boot.rows, boot.chars, boot.tokens) == (132, cost.chars * 132 // 100, -(-cost.tokens * 132 // 100))
+
+    tenants = {"tenants": {"carol": {"key": "carol-secret-key", "max_rows_in_flight": 40}}}
+    with running_server(FakeEngine(delay=0.0), tenants=tenants, cache=False) as srv:
+        body = {"function": "filter", "template": "Is {x} ok?", "rows": [{"x": i} for i in range(21)]}
+        r = _post(srv, "/v1/relqueries", body, key="carol-secret-key")
+        assert r.status_code == 429
+        assert _error(r).startswith("tenant 'carol' would have 42 rows in flight (0 running + 42 new); the limit is 40")
+        carol = Client(srv.url, api_key="carol-secret-key")
+        # each accepted job is waited for, so the next one starts with nothing in flight
+        for accepted in ({**body, "method": "score"}, {**body, "rows": body["rows"][:20]}):
+            r = _post(srv, "/v1/relqueries", accepted, key="carol-secret-key")
+            assert r.status_code == 201
+            assert carol.result(r.json()["id"]).status == "finished"
+
+
 def test_openai_bodies_that_cannot_be_served_are_refused(server):
     r = _post(server, "/v1/completions", {"prompt": "hi", "n": 2})
     assert r.status_code == 422 and "n > 1 is not supported" in _error(r)

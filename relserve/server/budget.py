@@ -132,7 +132,7 @@ def rows_cost(parsed: Template, call: Any, rows: Sequence[Mapping[str, Any]], ma
         get = row.get
         for name, n in counts.items():
             chars += n * _value_len(get(name), as_json)
-    return Cost.of(len(rows), chars, max_tokens)
+    return with_first_pass(Cost.of(len(rows), chars, max_tokens), call)
 
 
 def prompts_cost(prompts: Iterable[str | None], call: Any, max_tokens: int) -> Cost:
@@ -142,7 +142,30 @@ def prompts_cost(prompts: Iterable[str | None], call: Any, max_tokens: int) -> C
     for p in prompts:
         n += 1
         chars += len(p or "") + system
-    return Cost.of(n, chars, max_tokens)
+    return with_first_pass(Cost.of(n, chars, max_tokens), call)
+
+
+def first_pass_rows(call: Any, rows: int) -> int:
+    """The prompts a call of ``rows`` prompts scores once more before its rows: a ``bootstrap``
+    call's first pass (relserve/planner/label_bootstrap.py: a spread sample of at most
+    ``SAMPLE_ROWS``); 0 for every other method, and when the call runs as another (below 16
+    rows, or with the user's own examples)."""
+    from relserve.planner.label_bootstrap import SAMPLE_ROWS
+    from relserve.planner.label_calibration import method_ran
+
+    options = getattr(call, "options", None)
+    if options is None or method_ran(call.label_method, rows, bool(options.examples)) != "bootstrap":
+        return 0
+    return min(rows, SAMPLE_ROWS)
+
+
+def with_first_pass(cost: Cost, call: Any) -> Cost:
+    """``cost`` plus a ``bootstrap`` call's first pass, as a share of its rows (the sample is
+    spread over them), so a tenant's limits count every request the engine runs for it."""
+    k = first_pass_rows(call, cost.rows)
+    if not k:
+        return cost
+    return cost + Cost(k, cost.chars * k // cost.rows, -(-cost.tokens * k // cost.rows))
 
 
 def values_cost(parsed: Template, call: Any, values: Sequence[Any], max_tokens: int) -> Cost:

@@ -23,7 +23,7 @@ from relserve.planner.executor import CallExecutor
 from relserve.planner.planned_rows import PlannedRows
 from relserve.policy.types import Tenancy
 from relserve.results import RelQueryStats, RowResult
-from relserve.server.budget import Cost, LimitExceeded, call_max_tokens
+from relserve.server.budget import Cost, LimitExceeded, call_max_tokens, with_first_pass
 from relserve.server.tenant_engine import engine_for_tenant
 from relserve.validation import OnError
 
@@ -81,13 +81,14 @@ class Job:
 
     @property
     def engine_pending(self) -> int:
-        return 0 if self.done else self.engine_total - self.engine_done
+        # a bootstrap first pass (cost.rows over engine_total) counts until the job ends
+        return 0 if self.done else self.cost.rows - self.engine_done
 
     @property
     def tokens_pending(self) -> int:
-        if self.done or not self.engine_total:
+        if self.done or not self.cost.rows:
             return 0
-        return -(-self.cost.tokens * self.engine_pending // self.engine_total)
+        return -(-self.cost.tokens * self.engine_pending // self.cost.rows)
 
     @property
     def latency_s(self) -> float:
@@ -246,7 +247,7 @@ class Job:
 def _engine_cost(batch: PlannedRows) -> Cost:
     system = len(getattr(batch.call.options, "system", None) or "")
     chars = sum(len(p) + system for p in batch.prompts)
-    return Cost.of(len(batch.prompts), chars, call_max_tokens(batch.call))
+    return with_first_pass(Cost.of(len(batch.prompts), chars, call_max_tokens(batch.call)), batch.call)
 
 
 def json_safe(value: Any) -> Any:
