@@ -115,3 +115,35 @@ def test_a_statement_that_only_mentions_block_runs_as_usual():
         "WHERE r.id IN (SELECT block FROM blocks)"
     assert con.sql(q).fetchall() == [(1, 10)]
     assert not hasattr(con.explain(q), "blocks") and len(eng.submitted) == 1
+
+
+def test_quiet_sqlglot_drops_only_the_reading_threads_warnings(caplog):
+    """relserve mutes sqlglot's warnings while it reads a statement; another thread's sqlglot
+    warning in that window (an application's own use of sqlglot) still reaches its handlers."""
+    import logging
+    import threading
+
+    from relserve.duckdb_ext.statement import quiet_sqlglot
+
+    log = logging.getLogger("sqlglot")
+    inside, logged = threading.Event(), threading.Event()
+
+    def reader():
+        with quiet_sqlglot():
+            with quiet_sqlglot():  # nested: still quiet after the inner one ends
+                pass
+            log.warning("from the reading thread")
+            log.error("an error from the reading thread")
+            inside.set()
+            assert logged.wait(30)
+
+    with caplog.at_level(logging.WARNING, logger="sqlglot"):
+        t = threading.Thread(target=reader)
+        t.start()
+        assert inside.wait(30)
+        log.warning("from another thread")
+        logged.set()
+        t.join()
+        log.warning("from the reading thread, after")
+    assert [r.getMessage() for r in caplog.records if r.name == "sqlglot"] == [
+        "an error from the reading thread", "from another thread", "from the reading thread, after"]
