@@ -40,7 +40,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-#: how a label's tokens are combined into its score: "mean", "sum" or "first" (see above)
+#: how a label's tokens are combined into its score: "mean", "sum", "first" or "split" (see above)
 LABEL_NORMS = ("mean", "sum", "first", "split")
 LABEL_NORM = os.environ.get("RELSERVE_LABEL_NORM", "split")
 if LABEL_NORM not in LABEL_NORMS:
@@ -66,7 +66,7 @@ class LabelTrie:
     #: inner nodes: token prefix -> the next-token ids whose log-probabilities it needs
     nodes: Mapping[tuple[int, ...], tuple[int, ...]]
     #: per label, per spelling: how many of its tokens it takes to part from every other label
-    splits: tuple[tuple[int, ...], ...] = ()
+    splits: tuple[tuple[int, ...], ...]
 
     @classmethod
     def build(cls, labels: Sequence[str], encode: Callable[[str], list[int]], end_id: int | None,
@@ -85,11 +85,6 @@ class LabelTrie:
         prefixes = {s[:k] for s in flat for k in range(1, len(s))}
         if end_id is not None:
             seqs = [[s + (end_id,) if s in prefixes else s for s in forms] for forms in seqs]
-        nodes: dict[tuple[int, ...], set[int]] = {}
-        for forms in seqs:
-            for s in forms:
-                for k in range(len(s)):
-                    nodes.setdefault(s[:k], set()).add(s[k])
         # where each spelling parts from every other label's: its shortest prefix that no
         # spelling of another label starts with (its whole length when there is none)
         splits = []
@@ -99,7 +94,7 @@ class LabelTrie:
         return cls(
             tuple(labels),
             tuple(tuple(forms) for forms in seqs),
-            {node: tuple(sorted(ids)) for node, ids in sorted(nodes.items())},
+            _inner_nodes(seqs),
             tuple(splits),
         )
 
@@ -116,12 +111,7 @@ class LabelTrie:
 
     def needed_nodes(self, norm: str | None = None) -> dict[tuple[int, ...], tuple[int, ...]]:
         """The inner nodes ``norm`` reads, each with the next-token ids it needs."""
-        nodes: dict[tuple[int, ...], set[int]] = {}
-        for forms in self.read(norm):
-            for s in forms:
-                for k in range(len(s)):
-                    nodes.setdefault(s[:k], set()).add(s[k])
-        return {node: tuple(sorted(ids)) for node, ids in sorted(nodes.items())}
+        return _inner_nodes(self.read(norm))
 
     def label_logprobs(self, node_logprobs: Mapping[tuple[int, ...], Mapping[int, float]], norm: str | None = None) -> dict[str, float]:
         """Every label's score (see ``LABEL_NORM``), normalised over the labels (log-softmax)."""
@@ -135,6 +125,16 @@ class LabelTrie:
             raw.append(_logsumexp(per_form))
         total = _logsumexp(raw)
         return {label: r - total for label, r in zip(self.labels, raw)}
+
+
+def _inner_nodes(spellings: Sequence[Sequence[tuple[int, ...]]]) -> dict[tuple[int, ...], tuple[int, ...]]:
+    """Every proper prefix of the spellings (per label) -> the next-token ids that follow it."""
+    nodes: dict[tuple[int, ...], set[int]] = {}
+    for forms in spellings:
+        for s in forms:
+            for k in range(len(s)):
+                nodes.setdefault(s[:k], set()).add(s[k])
+    return {node: tuple(sorted(ids)) for node, ids in sorted(nodes.items())}
 
 
 def asks(trie: LabelTrie, max_logprobs: int, norm: str | None = None) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
