@@ -273,6 +273,7 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
     import relserve.duckdb
     from relserve.functions import make_call
     from relserve.planner.cache import ResultCache
+    from relserve.planner.label_bootstrap import forget_examples
     from relserve.planner.prompt_rendering import Renderer
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -281,6 +282,8 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
         con.register("t_arrow", task["table"].to_arrow())
         con.execute("CREATE TABLE t AS SELECT * FROM t_arrow")
         engine.reset_prefix_cache()
+        # every statement chooses its own bootstrapped examples (the first pass is measured)
+        forget_examples()
         tap.scores.clear()
         t0 = time.monotonic()
         out = relserve.duckdb.sql(con, sql).fetchall()

@@ -19,6 +19,7 @@ function         answer constrained to       returned value
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -42,7 +43,11 @@ from relserve.validation import OnError
 #:             the relQuery's rows, the surest rows of each label shown in front of every row
 #:             (relserve/planner/label_bootstrap.py).
 LABEL_METHODS = ("generate", "score", "calibrate", "batch", "bootstrap")
-DEFAULT_LABEL_METHOD = "bootstrap"
+#: the method of a call that names none; the environment variable is for the benchmark (it
+#: measures the default against another end to end, docs/benchmarks.md), not for users
+DEFAULT_LABEL_METHOD = os.environ.get("RELSERVE_LABEL_METHOD", "bootstrap")
+if DEFAULT_LABEL_METHOD not in LABEL_METHODS:
+    raise ValueError(f"RELSERVE_LABEL_METHOD must be one of {', '.join(LABEL_METHODS)}, got {DEFAULT_LABEL_METHOD!r}")
 #: the methods that score labels instead of decoding one
 SCORING_METHODS = tuple(m for m in LABEL_METHODS if m != "generate")
 #: the methods that pick every label after the relQuery's last row is scored

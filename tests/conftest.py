@@ -14,6 +14,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 TEST_ENGINE_OPTIONS = dict(policy="relserve", max_num_seqs=16, max_num_batched_tokens=1024, kv_cache_gb=1.0)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_bootstrap_examples():
+    """Each test chooses its own bootstrapped examples (label_bootstrap remembers them per
+    template for the process): a test that counts first passes does not see another's."""
+    from relserve.planner.label_bootstrap import forget_examples
+
+    forget_examples()
+    yield
+
+
 @pytest.fixture(scope="session")
 def engine():
     from relserve import Engine, set_default_engine

@@ -99,7 +99,7 @@ def test_explain_names_bootstrap_and_when_the_users_examples_replace_it():
     ex = str(run_call(call, [rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert (
         "  label method           bootstrap   (1 example per label the model labelled in a first pass over up to "
-        "32 of these rows, then batch)"
+        "32 rows of this template's first relQuery, then batch)"
     ) in ex
     given = make_call("llm_filter", "Is this review positive? Review: {r}", method="bootstrap",
                       examples=[{"r": "great", "answer": "yes"}, {"r": "awful", "answer": "no"}])
@@ -143,3 +143,44 @@ def test_a_tenants_first_pass_runs_in_its_own_prefix_cache_namespace():
     ex.submit(engine_for_tenant(eng, alice)).result()
     assert ex.label_method == "bootstrap" and len(eng.first_passes) == 1 and len(eng.submitted) == 1
     assert eng.tenancies == [alice, alice]
+
+
+def test_a_later_relquery_of_the_template_reuses_the_examples_within_its_namespace():
+    """The examples are chosen once per call, like the content-free prior: the next relQuery of
+    the same template runs no first pass. They hold rows of the relQuery that chose them, so
+    another tenant (another prefix-cache namespace) chooses its own, from its own rows."""
+    from relserve.policy.types import Tenancy
+    from relserve.server.tenant_engine import engine_for_tenant
+
+    class TenantAwareEngine(ScriptedEngine):
+        supports_tenancy = True
+
+        def submit(self, rq, tenancy=None):
+            return super().submit(rq)
+
+        def warm_prefix(self, text="", system=None, tenancy=None):
+            return super().warm_prefix(text)
+
+    def answer(prompt, rq):
+        return "yes" if "great" in prompt.rsplit("\n", 1)[-1] else "no"
+
+    eng = TenantAwareEngine(answer=answer)
+    call = make_call("llm_filter", "Is {r} good, again?")
+    alice_rows = [f"alice review {i} {'great' if i % 2 else 'bad'}" for i in range(20)]
+    bob_rows = [f"bob review {i} {'great' if i % 2 else 'bad'}" for i in range(20)]
+    alice = engine_for_tenant(eng, Tenancy("alice", cache_salt="salt-a"))
+    alice_again = engine_for_tenant(eng, Tenancy("alice", cache_salt="salt-a"))
+    bob = engine_for_tenant(eng, Tenancy("bob", cache_salt="salt-b"))
+    run_call(call, [alice_rows], engine=alice, cache=False, progress=False)
+    run_call(call, [alice_rows[::-1]], engine=alice_again, cache=False, progress=False)
+    assert len(eng.first_passes) == 1 and len(eng.submitted) == 2
+    first_examples = eng.submitted[0][0][: eng.submitted[0][0].rindex("\n\n") + 2]
+    assert first_examples and all(p.startswith(first_examples) for p in eng.submitted[1])
+    run_call(call, [bob_rows], engine=bob, cache=False, progress=False)
+    assert len(eng.first_passes) == 2
+    # bob's prompts carry examples from bob's rows only
+    bob_examples = eng.submitted[2][0][: eng.submitted[2][0].rindex("\n\n") + 2]
+    assert "alice" not in bob_examples and bob_examples.count("bob review") == 2
+    # another call (other labels' question) chooses its own
+    run_call(make_call("llm_filter", "Is {r} bad, again?"), [alice_rows], engine=alice, cache=False, progress=False)
+    assert len(eng.first_passes) == 3

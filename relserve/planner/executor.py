@@ -16,7 +16,7 @@ from dataclasses import replace
 from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
 from relserve.functions import BATCH_METHODS, SchedulingHints
-from relserve.planner.label_bootstrap import first_pass
+from relserve.planner.label_bootstrap import examples_for
 from relserve.planner.label_calibration import batch_picks, method_ran
 from relserve.planner.label_prior import label_options
 from relserve.planner.planned_rows import PlannedRows
@@ -73,8 +73,9 @@ class CallExecutor:
         options = dict(**self.call.engine_options(), **scoring, on_error="null", priority=self.hints.priority)
         prompts = self.rows.prompts
         if self.label_method == "bootstrap":
-            # examples the model labels itself, in front of every prompt (label_bootstrap.py)
-            examples = first_pass(engine, prompts, options, self.rel_id)
+            # examples the model labels itself, in front of every prompt (label_bootstrap.py);
+            # chosen by the template's first relQuery, reused by the next ones
+            examples = examples_for(self.call, engine, prompts, options, self.model_id, self.rel_id)
             prompts = [examples + p for p in prompts]
         # on_error "null": each row's error comes back to the caller, who decides
         rq = RelQuery.from_prompts(prompts, **options, rel_id=self.rel_id, deadline_s=self._deadline_left())

@@ -93,7 +93,7 @@ class Explain:
                 "calibrate": "label log-probabilities / content-free prior",
                 "batch": "label scores minus their means over this relQuery's rows",
                 "bootstrap": f"{PER_LABEL} example{'s' if PER_LABEL > 1 else ''} per label the model labelled in a first pass over up to "
-                             f"{SAMPLE_ROWS} of these rows, then batch",
+                             f"{SAMPLE_ROWS} rows of this template's first relQuery, then batch",
             }[self.label_method]
             if self.label_method_asked == "bootstrap" and self.label_method == "batch":
                 how += "; asked for bootstrap, which the call's own examples replace"

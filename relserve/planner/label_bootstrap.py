@@ -19,11 +19,19 @@ idea picks few-shot examples from a program's own confident outputs in DSPy
 
 Below ``MIN_BATCH_ROWS`` prompts the relQuery runs as ``calibrate`` (as ``batch`` does); with the
 user's own ``examples`` it runs as ``batch`` (given examples beat guessed ones).
+
+The examples are chosen once per template, like the content-free prior: a later relQuery of the
+same call (template, labels, shape, system message) reuses them and runs no first pass
+(``examples_for``). On the third end-to-end workload the first pass and its wait doubled the
+mean statement latency (docs/benchmarks.md). The examples hold rows of the relQuery that chose
+them, so they are reused only within one prefix-cache namespace: one tenant of the server (or
+one ``cache_group``), or the library user's own process.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 
@@ -39,6 +47,11 @@ PER_LABEL = int(os.environ.get("RELSERVE_BOOTSTRAP_PER_LABEL", "1"))
 FIRST_PASS_PREFIX = "bootstrap-"
 #: a longer prompt is not used as an example (it would crowd the context of every row)
 MAX_EXAMPLE_CHARS = 1000
+#: calls whose examples are remembered (the oldest are forgotten past this)
+MAX_REMEMBERED = 256
+
+_chosen: dict[tuple, str] = {}
+_lock = threading.Lock()
 
 
 def sample_indices(n: int, size: int = SAMPLE_ROWS) -> list[int]:
@@ -104,3 +117,31 @@ def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, ob
     rows = engine.submit(rq).result().rows
     scores = [(sample[r.index], r.label_logprobs) for r in rows if r.error is None and r.label_logprobs is not None]
     return examples_text(prompts, choose(scores, prompts))
+
+
+def examples_for(call, engine, prompts: Sequence[str], relquery_options: Mapping[str, object], model_id: str,
+                 rel_id: str | None = None) -> str:
+    """The examples to put in front of ``call``'s prompts: those an earlier relQuery of the same
+    call chose in the same prefix-cache namespace, else a first pass over ``prompts``
+    (``first_pass``), remembered for the next relQuery."""
+    # the tenant's namespace (server/tenant_engine.py); None: the process's own engine
+    namespace = getattr(engine, "prefix_cache_namespace", None)
+    key = (namespace, model_id, call.function.kind, call.template.source, call.choices, call.answer_instruction,
+           call.options.system, call.prompt_shape)
+    with _lock:
+        got = _chosen.get(key)
+    if got is not None:
+        return got
+    text = first_pass(engine, prompts, relquery_options, rel_id)
+    if text:  # no examples (every sampled row failed): try again next time
+        with _lock:
+            if len(_chosen) >= MAX_REMEMBERED:
+                _chosen.pop(next(iter(_chosen)))
+            _chosen[key] = text
+    return text
+
+
+def forget_examples() -> None:
+    """Forget every remembered choice (tests, and the benchmark between configurations)."""
+    with _lock:
+        _chosen.clear()

@@ -25,6 +25,11 @@ class _TenantEngine:
         self._engine = engine
         self._tenancy = tenancy
 
+    @property
+    def prefix_cache_namespace(self) -> str | None:
+        """Whose cached state this tenant may reuse (label_bootstrap's remembered examples)."""
+        return self._tenancy.cache_salt
+
     def submit(self, rq: Any) -> Any:
         return self._engine.submit(rq, tenancy=self._tenancy)
 
