@@ -8,6 +8,7 @@ template, prompt encoding, sampling path or label scorer would pass them all; th
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -66,14 +67,38 @@ def test_greedy_answers_are_the_reference_tokens(engine):
         assert row.finish_reason == ("stop" if ids[-1] == tok.eos_token_id else "length"), case["prompt"]
 
 
+def _split_reference(case) -> dict[str, float]:
+    """The pinned per-token log-probabilities (transformers) read the way the "split" norm reads
+    a label: each spelling up to the token where it parts from every other label's spellings,
+    summed there; spellings of one label added, then normalised over the labels."""
+    forms = {lab: [f for f in case["form_token_ids"] if f.lower() == lab.lower()] for lab in case["labels"]}
+    raw = {}
+    for lab, fs in forms.items():
+        others = {tuple(case["form_token_ids"][o][:k]) for other, ofs in forms.items() if other != lab for o in ofs
+                  for k in range(1, len(case["form_token_ids"][o]) + 1)}
+        per_form = []
+        for f in fs:
+            ids = case["form_token_ids"][f]
+            depth = next((k for k in range(1, len(ids) + 1) if tuple(ids[:k]) not in others), len(ids))
+            per_form.append(sum(case["form_token_logprobs"][f][:depth]))
+        raw[lab] = math.log(sum(math.exp(x) for x in per_form))
+    total = math.log(sum(math.exp(x) for x in raw.values()))
+    return {lab: r - total for lab, r in raw.items()}
+
+
 @pytest.mark.usefixtures("same_weights")
+@pytest.mark.parametrize("norm", ["split", "mean"])
 @pytest.mark.parametrize("case", LABELS["cases"], ids=_ids)
-def test_label_logprobs_match_transformers(engine, case):
+def test_label_logprobs_match_transformers(engine, case, norm, monkeypatch):
+    # "split" (the default) from the pinned token log-probabilities; "mean" as pinned
+    from relserve.engine import label_scoring
+
+    monkeypatch.setattr(label_scoring, "LABEL_NORM", norm)
     rq = RelQuery.from_prompts([case["prompt"]], choices=case["labels"], score_labels=True,
                                prompt_shape=case["prompt_shape"], max_tokens=8)
     [row] = engine.run(rq, timeout=120).rows
     assert row.error is None, row.error
-    expected = case["label_logprobs"]
+    expected = _split_reference(case) if norm == "split" else case["label_logprobs"]
     assert list(row.label_logprobs) == case["labels"]
     for label in case["labels"]:
         # float32 on both sides, different kernels: agreement to ~1e-3 (a wrong token, template or

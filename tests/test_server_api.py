@@ -208,7 +208,9 @@ def test_a_bootstrap_first_pass_counts_against_the_tenants_rows_in_flight(tmp_pa
     assert first_pass_rows(make_call("llm_map", "Say {x}"), 100) == 0
     cost = prompts_cost(["p" * 30] * 100, make_call("llm_filter", "{x}", method="score"), 1)
     boot = prompts_cost(["p" * 30] * 100, make_call("llm_filter", "{x}"), 1)
-    assert (boot.rows, boot.chars, boot.tokens) == (132, cost.chars * 132 // 100, -(-cost.tokens * 132 // 100))
+    # the first pass sends 32 of the prompts again: rows and tokens, no new text to render
+    assert (boot.rows, boot.chars, boot.tokens, boot.first_pass) == (132, cost.chars, cost.tokens + -(-cost.tokens * 32 // 100), 32)
+    assert boot.describe_rows() == "100 rows, 32 of them scored twice by bootstrap's first pass"
 
     tenants = {"tenants": {"carol": {"key": "carol-secret-key", "max_rows_in_flight": 40}}}
     with running_server(FakeEngine(delay=0.0), tenants=tenants, cache=False) as srv:

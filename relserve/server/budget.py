@@ -38,6 +38,8 @@ class Cost:
     rows: int
     chars: int
     tokens: int
+    #: of ``rows``, the prompts a ``bootstrap`` first pass scores a second time (no new text)
+    first_pass: int = 0
 
     @classmethod
     def of(cls, rows: int, chars: int, max_tokens: int) -> Cost:
@@ -45,7 +47,13 @@ class Cost:
         return cls(rows, chars, prompt_tokens + rows * max_tokens)
 
     def __add__(self, other: Cost) -> Cost:
-        return Cost(self.rows + other.rows, self.chars + other.chars, self.tokens + other.tokens)
+        return Cost(self.rows + other.rows, self.chars + other.chars, self.tokens + other.tokens,
+                    self.first_pass + other.first_pass)
+
+    def describe_rows(self) -> str:
+        """"100 rows", or "100 rows, 32 of them scored twice by bootstrap's first pass"."""
+        own = self.rows - self.first_pass
+        return f"{own} rows" + (f", {self.first_pass} of them scored twice by bootstrap's first pass" if self.first_pass else "")
 
 
 ZERO = Cost(0, 0, 0)
@@ -165,7 +173,8 @@ def with_first_pass(cost: Cost, call: Any) -> Cost:
     k = first_pass_rows(call, cost.rows)
     if not k:
         return cost
-    return cost + Cost(k, cost.chars * k // cost.rows, -(-cost.tokens * k // cost.rows))
+    # the first pass sends prompts the request already renders: rows and tokens, no new text
+    return cost + Cost(k, 0, -(-cost.tokens * k // cost.rows), k)
 
 
 def values_cost(parsed: Template, call: Any, values: Sequence[Any], max_tokens: int) -> Cost:
@@ -182,12 +191,13 @@ def check_request(cost: Cost, tenant: Tenant) -> None:
     if cost.chars > lim.max_rendered_chars:
         raise RequestTooLarge(
             f"request too large: its prompts would render to {cost.chars} characters "
-            f"({cost.rows} rows); the limit max_rendered_chars is {lim.max_rendered_chars}. Send fewer or shorter rows.",
+            f"({cost.rows - cost.first_pass} rows); the limit max_rendered_chars is {lim.max_rendered_chars}. "
+            "Send fewer or shorter rows.",
         )
     if cost.tokens > lim.max_tokens_in_flight:
         raise RequestTooLarge(
             f"request too large: {cost.tokens} tokens (prompts, estimated at {CHARS_PER_TOKEN} characters per "
-            f"token, plus max_tokens per row, {cost.rows} rows); the limit max_tokens_in_flight is "
+            f"token, plus max_tokens per row, {cost.describe_rows()}); the limit max_tokens_in_flight is "
             f"{lim.max_tokens_in_flight}. Send fewer rows or a smaller max_tokens.",
         )
 
