@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from relserve.planner.label_calibration import calibrated, label_means, pick_calibrated
+from relserve.planner.label_prior import template_key
 from relserve.prompt_shapes import ANSWER_FIELD
 
 #: prompts scored by the first pass (a spread sample of the relQuery's prompts); the environment
@@ -126,8 +127,7 @@ def examples_for(call, engine, prompts: Sequence[str], relquery_options: Mapping
     (``first_pass``), remembered for the next relQuery."""
     # the tenant's namespace (server/tenant_engine.py); None: the process's own engine
     namespace = getattr(engine, "prefix_cache_namespace", None)
-    key = (namespace, model_id, call.function.kind, call.template.source, call.choices, call.answer_instruction,
-           call.options.system, call.prompt_shape)
+    key = (namespace, *template_key(call, model_id))
     with _lock:
         got = _chosen.get(key)
     if got is not None:

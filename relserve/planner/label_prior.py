@@ -56,12 +56,19 @@ def label_options(call: LLMCall, engine: Backend, model_id: str, rows: int | Non
     return scoring
 
 
+def template_key(call: LLMCall, model_id: str) -> tuple:
+    """What a call's per-template measurements (this prior, bootstrap's examples) depend on: the
+    model, the function, the template, the labels, the instruction, the user's examples, the
+    system message and the prompt shape; not its rows."""
+    return (model_id, call.function.kind, call.template.source, call.choices, call.answer_instruction, call.examples_prefix,
+            call.options.system, call.prompt_shape)
+
+
 def label_prior(call: LLMCall, engine: Backend, model_id: str) -> dict[str, float]:
     """The model's average probability of each label on content-free rows (sums to 1), under
     the call's system message."""
     system = call.options.system
-    key = (model_id, call.function.kind, call.template.source, call.choices, call.answer_instruction, call.examples_prefix, system,
-           call.prompt_shape)
+    key = template_key(call, model_id)
     with _lock:
         got = _priors.get(key)
     if got is not None:
