@@ -290,6 +290,19 @@ def test_a_repeated_call_is_answered_from_the_cache_without_the_engine():
     assert again.plan.cache_hits == 2
 
 
+def test_an_empty_result_cache_of_the_users_own_is_written_and_then_answers(tmp_path):
+    # an empty ResultCache has len 0: it must not be taken for "no cache" (it was, and stayed empty)
+    engine = ScriptedEngine(answer=echo_review)
+    cache = ResultCache(tmp_path / "own.sqlite")
+    assert len(cache) == 0
+    call = make_call("llm_map", "Echo: {review}")
+    first = run_call(call, [["a", "b"]], engine=engine, cache=cache)
+    assert first.ran == 2 and len(cache) == 2
+    again = run_call(call, [["b", "a"]], engine=engine, cache=cache)
+    assert again.values == ["b", "a"] and again.ran == 0
+    assert len(engine.submitted) == 1
+
+
 def test_the_cache_is_shared_across_processes(tmp_path, monkeypatch):
     home = tmp_path / "shared-home"
     monkeypatch.setenv("RELSERVE_HOME", str(home))

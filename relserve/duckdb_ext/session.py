@@ -59,7 +59,7 @@ class LocalRunner:
 
     def cached(self, call: LLMCall, values: list[tuple]) -> dict[int, tuple[Any, str | None]]:
         # True/None mean the shared cache, False none (as for run_rows)
-        cache = shared_cache() if self.cache is None or self.cache is True else self.cache or None
+        cache = shared_cache() if self.cache is None or self.cache is True else (None if self.cache is False else self.cache)
         return cached_values(call, values, model_id=self._engine_for(call).model_id, cache=cache)
 
 

@@ -74,7 +74,8 @@ def run_rows(
     EXPLAIN and NULL values.
     """
     ref = engine if isinstance(engine, EngineRef) else EngineRef(engine, call.options.model)
-    store = shared_cache() if cache is True else (cache or None)
+    # (not `cache or None`: an empty ResultCache has len 0, and would never be written)
+    store = shared_cache() if cache is True else (None if cache is None or cache is False else cache)
     plan = plan_rows(call, rows, model_id=ref.model_id, cache=store, optimize=optimize)
 
     if explain_only:
