@@ -230,3 +230,19 @@ def test_explain_says_which_method_runs_and_the_prompt_shape():
     gen = make_call("llm_filter", "Is this review positive? Review: {r}", method="generate")
     out = str(run_call(gen, [long_rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert "  label method            generate   (constrained decoding)" in out and "prompt shape" not in out
+
+
+def test_explain_of_a_call_the_result_cache_answers_names_no_fallback(tmp_path):
+    # every row cached: nothing runs, so there is no "needs at least 16 prompts" fallback to name
+    from relserve.planner.cache import ResultCache
+
+    call = make_call("llm_filter", "Is this review positive? Review: {r}", method="batch")
+    long_rows = [f"review number {i}, long enough to move in front" for i in range(16)]
+    cache = ResultCache(tmp_path / "results.sqlite")
+    run_call(call, [long_rows], engine=ScriptedEngine(), cache=cache, progress=False)
+    ex = str(run_call(call, [long_rows], engine=ScriptedEngine(), cache=cache, progress=False, explain_only=True).explain)
+    assert "  prompts to run                 0" in ex
+    assert (
+        "  label method               batch   (label scores minus their means over this relQuery's rows; "
+        "no prompt to run: every row comes from the result cache)"
+    ) in ex

@@ -340,8 +340,10 @@ class Engine(BackendBase):
                 rows = []
             if rq.score_labels:
                 trie = self._label_trie(tuple(rq.choices or ()), label_space(rq.prompt_shape))
+                # the same requests for every row of the relQuery: built once, not per row
+                row_asks = asks(trie, _MAX_LOGPROBS)
                 for i, ids in rows:
-                    running.tasks.append(asyncio.create_task(self._scored_row(running, i, ids, trie, len(rows))))
+                    running.tasks.append(asyncio.create_task(self._scored_row(running, i, ids, trie, row_asks, len(rows))))
                 rows = []
             else:
                 sp = self._sampling_params(running, len(rows))
@@ -407,16 +409,16 @@ class Engine(BackendBase):
                                                                   free_forms_only=FREE_FORMS_ONLY and space == " ")
         return trie
 
-    async def _scored_row(self, running: _Running, index: int, ids: list[int], trie: LabelTrie, rows: int) -> None:
-        """One row of a ``score_labels`` relQuery: one one-token request per trie node the label
-        norm reads (``label_scoring.asks``), all sharing the row's prompt (prefix cache), then the
-        best label after the prior."""
+    async def _scored_row(self, running: _Running, index: int, ids: list[int], trie: LabelTrie,
+                          row_asks: list[tuple[tuple[int, ...], tuple[int, ...]]], rows: int) -> None:
+        """One row of a ``score_labels`` relQuery: ``row_asks``, one one-token request per trie node
+        the label norm reads (``label_scoring.asks``), all sharing the row's prompt (prefix cache),
+        then the best label after the prior."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         rq = running.rq
         handle = running.handle
-        row_asks = asks(trie, _MAX_LOGPROBS)
         extra_args = running.request_meta(rows * len(row_asks)).to_extra_args()
 
         async def node(n: int, prefix: tuple[int, ...], wanted: tuple[int, ...]):

@@ -97,6 +97,8 @@ class Explain:
             }[self.label_method]
             if self.label_method_asked == "bootstrap" and self.label_method == "batch":
                 how += "; asked for bootstrap, which the call's own examples replace"
+            elif self.to_run == 0:
+                how += "; no prompt to run: every row comes from the result cache"
             elif self.label_method_asked:
                 from relserve.planner.label_calibration import MIN_BATCH_ROWS
 
@@ -129,7 +131,8 @@ def explain_plan(
     cost = cost_model_of(engine)
     seqs, budget = engine_limits(engine)
     call = plan.call
-    ran = method_ran(call.label_method, len(plan.run_order), bool(call.options.examples))
+    # nothing to run (every row cached): no fallback to name, the call's method stands
+    ran = method_ran(call.label_method, len(plan.run_order), bool(call.options.examples)) if plan.run_order else call.label_method
     out_tokens = expected_output_tokens(call.max_tokens, call.choices is not None)
 
     baseline_texts = plan.baseline_prompts()
