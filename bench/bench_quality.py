@@ -53,16 +53,25 @@ CONFIGS = ("generate/-",) + tuple(f"{m}/{s}" for m in ("score", "calibrate", "ba
 #: labelled rows per class shown as few-shot examples in "+examples" configs (never evaluated)
 SHOTS_PER_CLASS = 1
 SEED = 12
+#: share of a task's first class (--skew; None: as many of each class as possible)
+SKEW: float | None = None
 
 
 def balanced(df, column: str, rows: int, classes: list):
     """``rows`` rows, as many of each class as possible (seeded, then shuffled), and apart from
-    them ``SHOTS_PER_CLASS`` rows of each class for the few-shot examples."""
+    them ``SHOTS_PER_CLASS`` rows of each class for the few-shot examples. With ``SKEW`` the first
+    class (a filter's "yes") is that share of the rows and the others split the rest: a column
+    where one label is rare, as most filters select."""
     import polars as pl
 
-    per = rows // len(classes)
-    picked = [df.filter(pl.col(column) == c).sample(per + SHOTS_PER_CLASS, seed=SEED, shuffle=True) for c in classes]
-    rows_ = pl.concat([p.head(per) for p in picked]).sample(fraction=1.0, seed=SEED, shuffle=True)
+    if SKEW is None:
+        counts = [rows // len(classes)] * len(classes)
+    else:
+        first = max(1, round(rows * SKEW))
+        counts = [first] + [(rows - first) // (len(classes) - 1)] * (len(classes) - 1)
+    picked = [df.filter(pl.col(column) == c).sample(n + SHOTS_PER_CLASS, seed=SEED, shuffle=True)
+              for c, n in zip(classes, counts)]
+    rows_ = pl.concat([p.head(n) for p, n in zip(picked, counts)]).sample(fraction=1.0, seed=SEED, shuffle=True)
     shots = pl.concat([p.tail(SHOTS_PER_CLASS) for p in picked])
     return rows_, shots
 
@@ -311,47 +320,107 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
         got = [(s[first], t == task["labels"][0]) for s, t in got if s is not None]
         if len(got) == n:
             res["auc"] = auc([s for s, _ in got], [p for _, p in got])
-    if method == "score" and tap.scores:
-        # every row's label scores with its truth, for comparing calibrations offline (--offline)
-        from relserve.functions import make_call as _mc
-        from relserve.planner.prompt_rendering import Renderer as _R
-
-        c2 = _mc(task["fn"], task["template"], labels=task["labels"] if task["fn"] == "llm_classify" else None,
-                 method="score", prompt_shape=shape, examples=task["examples"] if examples else None)
-        r2 = _R(c2)
-        keyed = [(tap.scores.get(r2(tuple(r[c] for c in task["columns"]))), r["truth"]) for r in task["table"].to_dicts()]
+    if tap.scores:
+        # every row's label scores (as the engine scored them, before any correction) with its
+        # truth, for comparing calibrations offline on the same scores (--offline)
+        opts = {"method": None if method == "default" else method, "prompt_shape": shape}
+        if examples:
+            opts["examples"] = task["examples"]
+        call = make_call(task["fn"], task["template"], labels=task["labels"] if task["fn"] == "llm_classify" else None, **opts)
+        render = Renderer(call)
+        keyed = [(tap.scores.get(render(tuple(r[c] for c in task["columns"]))), r["truth"]) for r in task["table"].to_dicts()]
         res["scores"] = [[s, t] for s, t in keyed if s is not None]
     return res
 
 
 
-def _offset_accuracy(task: dict, rows: list, labels: list[str], offset: dict[str, float]) -> float:
-    """Share of rows whose best label after subtracting ``offset`` is the true one."""
-    right = 0
-    for scores, truth in rows:
-        best = max(labels, key=lambda lab: scores[lab] - offset[lab])  # noqa: B023 (used at once)
+def class_means(scores: list, max_rounds: int = 50) -> dict[str, float]:
+    """Each label's mean score with every answered label weighing alike (tried for skewed columns,
+    not kept): start from batch calibration's means, pick, average each label's score per picked
+    label and take the mean of those, until the picks stop changing. For two labels: 1-D
+    two-means, the threshold halfway between the groups' mean score gaps."""
+    from relserve.planner.label_calibration import label_means, pick_calibrated
+
+    means = label_means(scores)
+    picks = [pick_calibrated(s, means) for s in scores]
+    for _ in range(max_rounds):
+        groups = [g for g in ([s for s, p in zip(scores, picks) if p == label] for label in means) if g]
+        if len(groups) < 2:
+            return means
+        per_group = [label_means(g) for g in groups]
+        means = {label: sum(m[label] for m in per_group) / len(per_group) for label in means}
+        again = [pick_calibrated(s, means) for s in scores]
+        if again == picks:
+            break
+        picks = again
+    return means
+
+
+def em_means(scores: list, rounds: int = 100) -> dict[str, float]:
+    """Label shares estimated by EM under label shift (Saerens et al., Neural Computation 2002;
+    tried for skewed columns, not kept): the batch-calibrated scores as posteriors under equal
+    shares, reweighted by the estimated shares until they settle; returned as offsets to subtract."""
+    import math
+
+    from relserve.planner.label_calibration import label_means
+
+    means = label_means(scores)
+    labels = list(means)
+    post = []
+    for s in scores:
+        z = math.log(sum(math.exp(s[lab] - means[lab]) for lab in labels))
+        post.append({lab: math.exp(s[lab] - means[lab] - z) for lab in labels})
+    share = {lab: 1 / len(labels) for lab in labels}
+    for _ in range(rounds):
+        weighted = [{lab: p[lab] * share[lab] for lab in labels} for p in post]
+        weighted = [{lab: w[lab] / sum(w.values()) for lab in labels} for w in weighted]
+        share = {lab: sum(w[lab] for w in weighted) / len(weighted) for lab in labels}
+    return {lab: means[lab] - math.log(max(share[lab], 1e-12)) for lab in labels}
+
+
+RULES = ("raw", "mean", "class", "em")
+
+
+def _picks_scored(task: dict, rows: list, rule: str) -> list[tuple[str, str]]:
+    """(answer as the task's label, truth) of every stored row under one pick rule: ``raw`` (the
+    model's best label), ``mean`` (batch calibration, relserve's), ``class`` (``class_means``),
+    ``em`` (``em_means``)."""
+    from relserve.planner.label_calibration import label_means, pick_calibrated
+
+    scores = [s for s, _ in rows]
+    if rule == "raw":
+        means = {lab: 0.0 for lab in scores[0]}
+    else:
+        means = {"mean": label_means, "class": class_means, "em": em_means}[rule](scores)
+    out = []
+    for s, truth in rows:
+        best = pick_calibrated(s, means)
         if task["fn"] != "llm_classify":
             best = task["labels"][0] if best == "yes" else task["labels"][1]
-        right += best == truth
-    return right / len(rows)
+        out.append((best, truth))
+    return out
+
 
 def offline(results: list[dict], tasks_by_name: dict) -> str:
-    """Calibrations compared on the same scores (the score/<shape> runs): argmax, minus the
-    mean log-probability (relserve's batch), divided by the mean probability (Zhou et al.)."""
-    import math as m
-
-    lines = ["| task | shape | raw | minus mean log-prob | / mean prob |", "|---|---|---|---|---|"]
+    """Pick rules compared on the same stored scores (every run keeps its rows' scores): the
+    model's best label, batch calibration (minus each label's mean), per-label means
+    (``class_means``), EM label shares (``em_means``). Accuracy / macro-F1 / share answered the
+    first label."""
+    lines = ["| task | config | truth: first label | raw | minus mean (batch) | per-label means | EM shares |",
+             "|---|---|---|---|---|---|---|"]
     for r in results:
-        if "scores" not in r:
+        if not r.get("scores"):
             continue
         task = tasks_by_name[r["task"]]
-        rows = r["scores"]
-        labels = list(rows[0][0])
-        mean_lp = {lab: sum(s[lab] for s, _ in rows) / len(rows) for lab in labels}
-        mean_p = {lab: m.log(sum(m.exp(s[lab]) for s, _ in rows) / len(rows)) for lab in labels}
-        zero = {lab: 0.0 for lab in labels}
-        accs = [_offset_accuracy(task, rows, labels, off) for off in (zero, mean_lp, mean_p)]
-        lines.append(f"| {r['task']} | {r['config']} | {accs[0]:.1%} | {accs[1]:.1%} | {accs[2]:.1%} |")
+        first = task["labels"][0]
+        truth_share = sum(t == first for _, t in r["scores"]) / len(r["scores"])
+        cells = []
+        for rule in RULES:
+            pairs = _picks_scored(task, r["scores"], rule)
+            acc = sum(a == t for a, t in pairs) / len(pairs)
+            share = sum(a == first for a, _ in pairs) / len(pairs)
+            cells.append(f"{acc:.1%} / {macro_f1(pairs, task['labels']):.2f} / {share:.0%}")
+        lines.append(f"| {r['task']} | {r['config']} | {truth_share:.0%} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -392,7 +461,11 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "quality.json"))
     ap.add_argument("--report", default=None, help="print the tables of a results file and exit")
     ap.add_argument("--offline", action="store_true", help="with --report: compare calibrations on the stored scores")
+    ap.add_argument("--skew", type=float, default=None,
+                    help="share of each task's first class (a filter's yes), e.g. 0.1: a column where one label is rare")
     a = ap.parse_args()
+    global SKEW
+    SKEW = a.skew
     if a.report:
         results = json.loads(Path(a.report).read_text())["results"]
         print(report(results))
@@ -423,7 +496,7 @@ def main() -> None:
                 # written after every statement: an interrupted run keeps what it measured
                 out = Path(a.out)
                 out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
+                out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
                 print(
                     f"{r['group']:6s} {r['task']:13s} {config:24s} acc {r['accuracy']:6.1%} F1 {r['macro_f1']:5.3f} "
                     f"top {r['top_share']:5.1%} AUC {r.get('auc') or float('nan'):4.2f} {r['rows_per_s']:6.1f} rows/s  {r['answers']}",
@@ -431,7 +504,7 @@ def main() -> None:
                 )
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
+    out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
     print(report(results))
     print(f"wrote {out}")
 
