@@ -308,21 +308,9 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
         top_share=dist.most_common(1)[0][1] / n,
         rows_per_s=n / seconds, seconds=seconds,
     )
-    if len(task["labels"]) == 2 and tap.scores:
-        # the first label's score (truth: the first label) of every row, its prompt rendered again
-        opts = {"method": None if method == "default" else method, "prompt_shape": shape}
-        if examples:
-            opts["examples"] = task["examples"]
-        call = make_call(task["fn"], task["template"], labels=task["labels"] if task["fn"] == "llm_classify" else None, **opts)
-        render = Renderer(call)
-        first = call.choices[0]
-        got = [(tap.scores.get(render(tuple(r[c] for c in task["columns"]))), r["truth"]) for r in task["table"].to_dicts()]
-        got = [(s[first], t == task["labels"][0]) for s, t in got if s is not None]
-        if len(got) == n:
-            res["auc"] = auc([s for s, _ in got], [p for _, p in got])
     if tap.scores:
         # every row's label scores (as the engine scored them, before any correction) with its
-        # truth, for comparing calibrations offline on the same scores (--offline)
+        # truth, its prompt rendered again: for the AUC and for comparing pick rules (--offline)
         opts = {"method": None if method == "default" else method, "prompt_shape": shape}
         if examples:
             opts["examples"] = task["examples"]
@@ -330,8 +318,11 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
         render = Renderer(call)
         keyed = [(tap.scores.get(render(tuple(r[c] for c in task["columns"]))), r["truth"]) for r in task["table"].to_dicts()]
         res["scores"] = [[s, t] for s, t in keyed if s is not None]
+        if len(task["labels"]) == 2 and len(res["scores"]) == n:
+            # the first label's score ranks the rows (truth: the first label)
+            first = call.choices[0]
+            res["auc"] = auc([s[first] for s, _ in res["scores"]], [t == task["labels"][0] for _, t in res["scores"]])
     return res
-
 
 
 def class_means(scores: list, max_rounds: int = 50) -> dict[str, float]:
