@@ -55,6 +55,9 @@ SHOTS_PER_CLASS = 1
 SEED = 12
 #: share of a task's first class (--skew; None: as many of each class as possible)
 SKEW: float | None = None
+#: run each task as this many statements over contiguous ranges of its rows sorted by truth
+#: (--homogeneous; None: one statement), as SQL over a table stored in blocks of one label reads it
+CHUNKS: int | None = None
 
 
 def balanced(df, column: str, rows: int, classes: list):
@@ -289,13 +292,23 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
         # an empty result cache: every row runs on the engine
         relserve.duckdb.install(con, engine=engine, cache=ResultCache(Path(tmp) / "r.sqlite"), progress=False)
         con.register("t_arrow", task["table"].to_arrow())
-        con.execute("CREATE TABLE t AS SELECT * FROM t_arrow")
+        if CHUNKS:
+            # rid: the rows sorted by truth, read in contiguous ranges
+            con.execute("CREATE TABLE t0 AS SELECT row_number() OVER () AS i, * FROM t_arrow")
+            con.execute("CREATE TABLE t AS SELECT row_number() OVER (ORDER BY truth, i) AS rid, * FROM t0")
+        else:
+            con.execute("CREATE TABLE t AS SELECT * FROM t_arrow")
         engine.reset_prefix_cache()
-        # every statement chooses its own bootstrapped examples (the first pass is measured)
+        # every statement chooses its own bootstrapped examples (the first pass is measured); the
+        # chunks of one --homogeneous task are one template's relQueries, so they share them
         forget_examples()
         tap.scores.clear()
+        n_rows = len(task["table"])
+        ranges = [f" WHERE rid > {n_rows * k // CHUNKS} AND rid <= {n_rows * (k + 1) // CHUNKS}" for k in range(CHUNKS)] if CHUNKS else [""]
         t0 = time.monotonic()
-        out = relserve.duckdb.sql(con, sql).fetchall()
+        out = []
+        for where in ranges:
+            out += relserve.duckdb.sql(con, sql + where).fetchall()
         seconds = time.monotonic() - t0
     pairs = [(task["answer"](v), str(t)) for t, v in out]
     n = len(pairs)
@@ -454,9 +467,11 @@ def main() -> None:
     ap.add_argument("--offline", action="store_true", help="with --report: compare calibrations on the stored scores")
     ap.add_argument("--skew", type=float, default=None,
                     help="share of each task's first class (a filter's yes), e.g. 0.1: a column where one label is rare")
+    ap.add_argument("--homogeneous", type=int, default=None, metavar="K",
+                    help="run each task as K statements over contiguous ranges of its rows sorted by label: relQueries of one kind of row")
     a = ap.parse_args()
-    global SKEW
-    SKEW = a.skew
+    global SKEW, CHUNKS
+    SKEW, CHUNKS = a.skew, a.homogeneous
     if a.report:
         results = json.loads(Path(a.report).read_text())["results"]
         print(report(results))
@@ -487,7 +502,7 @@ def main() -> None:
                 # written after every statement: an interrupted run keeps what it measured
                 out = Path(a.out)
                 out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
+                out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, homogeneous=a.homogeneous, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
                 print(
                     f"{r['group']:6s} {r['task']:13s} {config:24s} acc {r['accuracy']:6.1%} F1 {r['macro_f1']:5.3f} "
                     f"top {r['top_share']:5.1%} AUC {r.get('auc') or float('nan'):4.2f} {r['rows_per_s']:6.1f} rows/s  {r['answers']}",
@@ -495,7 +510,7 @@ def main() -> None:
                 )
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
+    out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, homogeneous=a.homogeneous, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
     print(report(results))
     print(f"wrote {out}")
 
