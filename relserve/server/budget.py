@@ -50,10 +50,14 @@ class Cost:
         return Cost(self.rows + other.rows, self.chars + other.chars, self.tokens + other.tokens,
                     self.first_pass + other.first_pass)
 
+    @property
+    def own_rows(self) -> int:
+        """The request's own rows, without the first pass's second scoring of some of them."""
+        return self.rows - self.first_pass
+
     def describe_rows(self) -> str:
         """"100 rows", or "100 rows, 32 of them scored twice by bootstrap's first pass"."""
-        own = self.rows - self.first_pass
-        return f"{own} rows" + (f", {self.first_pass} of them scored twice by bootstrap's first pass" if self.first_pass else "")
+        return f"{self.own_rows} rows" + (f", {self.first_pass} of them scored twice by bootstrap's first pass" if self.first_pass else "")
 
 
 ZERO = Cost(0, 0, 0)
@@ -191,7 +195,7 @@ def check_request(cost: Cost, tenant: Tenant) -> None:
     if cost.chars > lim.max_rendered_chars:
         raise RequestTooLarge(
             f"request too large: its prompts would render to {cost.chars} characters "
-            f"({cost.rows - cost.first_pass} rows); the limit max_rendered_chars is {lim.max_rendered_chars}. "
+            f"({cost.own_rows} rows); the limit max_rendered_chars is {lim.max_rendered_chars}. "
             "Send fewer or shorter rows.",
         )
     if cost.tokens > lim.max_tokens_in_flight:
