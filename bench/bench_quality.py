@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -58,6 +59,8 @@ SKEW: float | None = None
 #: run each task as this many statements over contiguous ranges of its rows sorted by truth
 #: (--homogeneous; None: one statement), as SQL over a table stored in blocks of one label reads it
 CHUNKS: int | None = None
+#: run those statements in a seeded random order (--shuffle-chunks) instead of label order
+SHUFFLE_CHUNKS = False
 
 
 def balanced(df, column: str, rows: int, classes: list):
@@ -286,6 +289,7 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
     from relserve.functions import make_call
     from relserve.planner.cache import ResultCache
     from relserve.planner.label_bootstrap import forget_examples
+    from relserve.planner.label_history import forget_means
     from relserve.planner.prompt_rendering import Renderer
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -302,9 +306,12 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
         # every statement chooses its own bootstrapped examples (the first pass is measured); the
         # chunks of one --homogeneous task are one template's relQueries, so they share them
         forget_examples()
+        forget_means()
         tap.scores.clear()
         n_rows = len(task["table"])
         ranges = [f" WHERE rid > {n_rows * k // CHUNKS} AND rid <= {n_rows * (k + 1) // CHUNKS}" for k in range(CHUNKS)] if CHUNKS else [""]
+        if SHUFFLE_CHUNKS:
+            random.Random(SEED).shuffle(ranges)
         t0 = time.monotonic()
         out = []
         for where in ranges:
@@ -469,9 +476,11 @@ def main() -> None:
                     help="share of each task's first class (a filter's yes), e.g. 0.1: a column where one label is rare")
     ap.add_argument("--homogeneous", type=int, default=None, metavar="K",
                     help="run each task as K statements over contiguous ranges of its rows sorted by label: relQueries of one kind of row")
+    ap.add_argument("--shuffle-chunks", action="store_true",
+                    help="with --homogeneous: the K statements in a seeded random order, not sorted by label")
     a = ap.parse_args()
-    global SKEW, CHUNKS
-    SKEW, CHUNKS = a.skew, a.homogeneous
+    global SKEW, CHUNKS, SHUFFLE_CHUNKS
+    SKEW, CHUNKS, SHUFFLE_CHUNKS = a.skew, a.homogeneous, a.shuffle_chunks
     if a.report:
         results = json.loads(Path(a.report).read_text())["results"]
         print(report(results))
@@ -502,7 +511,7 @@ def main() -> None:
                 # written after every statement: an interrupted run keeps what it measured
                 out = Path(a.out)
                 out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, homogeneous=a.homogeneous, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
+                out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, homogeneous=a.homogeneous, shuffle_chunks=a.shuffle_chunks, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
                 print(
                     f"{r['group']:6s} {r['task']:13s} {config:24s} acc {r['accuracy']:6.1%} F1 {r['macro_f1']:5.3f} "
                     f"top {r['top_share']:5.1%} AUC {r.get('auc') or float('nan'):4.2f} {r['rows_per_s']:6.1f} rows/s  {r['answers']}",
@@ -510,7 +519,7 @@ def main() -> None:
                 )
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, homogeneous=a.homogeneous, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
+    out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, homogeneous=a.homogeneous, shuffle_chunks=a.shuffle_chunks, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
     print(report(results))
     print(f"wrote {out}")
 

@@ -15,12 +15,15 @@ TEST_ENGINE_OPTIONS = dict(policy="relserve", max_num_seqs=16, max_num_batched_t
 
 
 @pytest.fixture(autouse=True)
-def _fresh_bootstrap_examples():
-    """Each test chooses its own bootstrapped examples (label_bootstrap remembers them per
-    template for the process): a test that counts first passes does not see another's."""
+def _fresh_template_memory():
+    """Each test chooses its own bootstrapped examples and pools its own label means (both are
+    remembered per template for the process): a test that counts first passes, or checks picks,
+    does not see another's."""
     from relserve.planner.label_bootstrap import forget_examples
+    from relserve.planner.label_history import forget_means
 
     forget_examples()
+    forget_means()
     yield
 
 

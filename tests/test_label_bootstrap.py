@@ -104,7 +104,7 @@ def test_explain_names_bootstrap_and_when_the_users_examples_replace_it():
     given = make_call("llm_filter", "Is this review positive? Review: {r}", method="bootstrap",
                       examples=[{"r": "great", "answer": "yes"}, {"r": "awful", "answer": "no"}])
     ex = str(run_call(given, [rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
-    assert "label method               batch   (label scores minus their means over this relQuery's rows; " \
+    assert "label method               batch   (label scores minus their means over this relQuery's rows and the call's earlier ones; " \
            "asked for bootstrap, which the call's own examples replace)" in ex
 
 

@@ -220,7 +220,7 @@ def test_explain_says_which_method_runs_and_the_prompt_shape():
     call = make_call("llm_filter", "Is this review positive? Review: {r}", method="batch")
     long_rows = [f"review number {i}, long enough to move in front" for i in range(16)]
     ex = str(run_call(call, [long_rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
-    assert "  label method               batch   (label scores minus their means over this relQuery's rows)" in ex
+    assert "  label method               batch   (label scores minus their means over this relQuery's rows and the call's earlier ones)" in ex
     assert "  prompt shape          completion   (how the scoring request is laid out)" in ex
     small = str(run_call(call, [long_rows[:15]], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert (
@@ -243,6 +243,6 @@ def test_explain_of_a_call_the_result_cache_answers_names_no_fallback(tmp_path):
     ex = str(run_call(call, [long_rows], engine=ScriptedEngine(), cache=cache, progress=False, explain_only=True).explain)
     assert "  prompts to run                 0" in ex
     assert (
-        "  label method               batch   (label scores minus their means over this relQuery's rows; "
+        "  label method               batch   (label scores minus their means over this relQuery's rows and the call's earlier ones; "
         "no prompt to run: every row comes from the result cache)"
     ) in ex

@@ -17,8 +17,9 @@ from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
 from relserve.functions import BATCH_METHODS, SchedulingHints
 from relserve.planner.label_bootstrap import examples_for
-from relserve.planner.label_calibration import batch_picks, method_ran
-from relserve.planner.label_prior import label_options
+from relserve.planner.label_calibration import method_ran
+from relserve.planner.label_history import pooled_picks
+from relserve.planner.label_prior import label_options, template_key
 from relserve.planner.planned_rows import PlannedRows
 from relserve.progress import progress_bar
 from relserve.relquery import RelQuery
@@ -58,6 +59,8 @@ class CallExecutor:
         #: batch calibration: the engine's rows held until every row is scored
         self._held: list[RowResult] = []
         self._seen = 0
+        #: whose label means this relQuery's pick pools with (label_history.py; set by submit)
+        self._means_key: tuple | None = None
 
     def submit(self, engine: Backend) -> RelQueryHandle:
         """Send the prompts as one relQuery; returns the engine's handle. Blocks (tokenizing, the
@@ -77,6 +80,12 @@ class CallExecutor:
             # chosen by the template's first relQuery, reused by the next ones
             examples = examples_for(self.call, engine, prompts, options, self.model_id, self.rel_id)
             prompts = [examples + p for p in prompts]
+        else:
+            examples = ""
+        if self.label_method in BATCH_METHODS:
+            # scores depend on the examples in front: pooled only with relQueries behind the same
+            namespace = getattr(engine, "prefix_cache_namespace", None)
+            self._means_key = (namespace, *template_key(self.call, self.model_id), examples)
         # on_error "null": each row's error comes back to the caller, who decides
         rq = RelQuery.from_prompts(prompts, **options, rel_id=self.rel_id, deadline_s=self._deadline_left())
         self.handle = engine.submit(rq)
@@ -95,7 +104,8 @@ class CallExecutor:
 
         Under batch calibration a scored row is held (``[]``) until the relQuery's last row
         arrives; that call returns every held row, each label picked after subtracting the
-        labels' means over the relQuery's scored rows (relserve/planner/label_calibration.py)."""
+        labels' means over the scored rows of this relQuery and the earlier ones of its call
+        (relserve/planner/label_calibration.py, label_history.py)."""
         if self.label_method not in BATCH_METHODS:
             return self._answer_one(row)
         self._seen += 1
@@ -110,7 +120,7 @@ class CallExecutor:
         held, self._held = self._held, []
         if not held:
             return []
-        picks = batch_picks([r.label_logprobs for r in held])
+        picks = pooled_picks(self._means_key, [r.label_logprobs for r in held])
         return [out for r, text in zip(held, picks) for out in self._answer_one(replace(r, text=text))]
 
     def _answer_one(self, row: RowResult) -> list[RowResult]:

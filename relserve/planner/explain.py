@@ -91,7 +91,7 @@ class Explain:
                 "generate": "constrained decoding",
                 "score": "label log-probabilities",
                 "calibrate": "label log-probabilities / content-free prior",
-                "batch": "label scores minus their means over this relQuery's rows",
+                "batch": "label scores minus their means over this relQuery's rows and the call's earlier ones",
                 "bootstrap": f"{PER_LABEL} example{'s' if PER_LABEL > 1 else ''} per label the model labelled in a first pass over up to "
                              f"{SAMPLE_ROWS} rows of this template's first relQuery, then batch",
             }[self.label_method]
