@@ -9,8 +9,16 @@ import math
 from engine_doubles import ScriptedEngine
 
 from relserve.functions import make_call
-from relserve.planner.label_bootstrap import PER_LABEL, SAMPLE_ROWS, choose, examples_text, sample_indices
+from relserve.planner.label_bootstrap import (
+    PER_LABEL,
+    SAMPLE_ROWS,
+    choose,
+    examples_text,
+    forget_examples,
+    sample_indices,
+)
 from relserve.planner.label_calibration import method_ran
+from relserve.planner.label_history import forget_means
 from relserve.planner.plan_and_run import run_call
 
 
@@ -87,7 +95,15 @@ def test_the_executor_scores_a_sample_first_then_every_row_behind_the_examples()
     assert prefix.count("\nAnswer: ") == 2 * PER_LABEL
     assert all(p.startswith(prefix) for p in second)
     assert sorted(p[len(prefix):] for p in second) == sorted(f"Is {r} good, bootstrapped?" for r in rows)
-    # below the minimum row count it runs as calibrate: one pass, content-free probes
+    # below the minimum row count, once the call has chosen its examples and pooled 40 rows'
+    # means: behind the same examples, no first pass, no content-free probes
+    eng.submitted.clear()
+    out = run_call(call, [rows[:10]], engine=eng, cache=False, progress=False)
+    assert out.values == ["great" in r for r in rows[:10]]
+    assert len(eng.first_passes) == 1 and eng.probes == [] and all(p.startswith(prefix) for p in eng.submitted[0])
+    # with no history it runs as calibrate: one pass, content-free probes
+    forget_examples()
+    forget_means()
     eng2 = ScriptedEngine(answer=answer)
     run_call(call, [rows[:10]], engine=eng2, cache=False, progress=False)
     assert len(eng2.submitted) == 1 and len(eng2.probes) == 1 and eng2.first_passes == []

@@ -63,6 +63,10 @@ def test_batch_falls_back_to_the_content_free_prior_below_the_minimum_rows():
     assert MIN_BATCH_ROWS == 16
     assert method_ran("batch", 15) == "calibrate"
     assert method_ran("batch", 16) == "batch"
+    # earlier relQueries of the call pooled enough rows' means: the small one uses them
+    assert method_ran("batch", 5, pooled=16) == "batch"
+    assert method_ran("bootstrap", 5, pooled=16) == "bootstrap"
+    assert method_ran("batch", 5, pooled=15) == "calibrate"
     assert method_ran("score", 2) == "score"
     assert method_ran(None, 100) is None
 
@@ -185,9 +189,15 @@ def test_executor_picks_every_row_after_subtracting_the_batch_means():
     # 20 rows: batch needs no content-free probes and asks the engine for raw scores
     assert rq.score_labels and rq.label_prior is None and rq.prompt_shape == "completion"
     assert eng.probes == []
-    # a small relQuery falls back to the content-free prior (three probes)
-    run_call(call, [rows[:5]], engine=eng, cache=False, progress=False)
+    # a small relQuery of a call with no history falls back to the content-free prior (three probes)
+    fresh = make_call("llm_filter", "Is {r} good, with no history?", method="batch")
+    run_call(fresh, [rows[:5]], engine=eng, cache=False, progress=False)
     assert len(eng.probes) == 1 and eng.relqueries[1].label_prior is not None
+    # after the 20-row relQuery, a small one of that call is corrected by the pooled means:
+    # no probes, raw scores, picked by the executor
+    out = run_call(call, [rows[:5]], engine=eng, cache=False, progress=False)
+    assert len(eng.probes) == 1 and eng.relqueries[2].label_prior is None and eng.relqueries[2].score_labels
+    assert out.values == ["great" in r for r in rows[:5]]
 
 
 def test_executor_batch_correction_flips_the_rows_the_bias_decided():
@@ -227,6 +237,14 @@ def test_explain_says_which_method_runs_and_the_prompt_shape():
         "  label method           calibrate   (label log-probabilities / content-free prior; "
         "asked for batch, which needs at least 16 prompts to run)"
     ) in small
+    # once a relQuery of the call has run, a small one is corrected by the pooled means
+    eng = ScriptedEngine()
+    run_call(call, [long_rows], engine=eng, cache=False, progress=False)
+    small = str(run_call(call, [long_rows[:15]], engine=eng, cache=False, progress=False, explain_only=True).explain)
+    assert (
+        "  label method               batch   (label scores minus their means over this relQuery's rows and the call's earlier ones; "
+        "16 earlier rows pooled so far)"
+    ) in small
     gen = make_call("llm_filter", "Is this review positive? Review: {r}", method="generate")
     out = str(run_call(gen, [long_rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert "  label method            generate   (constrained decoding)" in out and "prompt shape" not in out
@@ -244,5 +262,5 @@ def test_explain_of_a_call_the_result_cache_answers_names_no_fallback(tmp_path):
     assert "  prompts to run                 0" in ex
     assert (
         "  label method               batch   (label scores minus their means over this relQuery's rows and the call's earlier ones; "
-        "no prompt to run: every row comes from the result cache)"
+        "16 earlier rows pooled so far; no prompt to run: every row comes from the result cache)"
     ) in ex

@@ -16,10 +16,10 @@ from dataclasses import replace
 from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
 from relserve.functions import BATCH_METHODS, SchedulingHints
-from relserve.planner.label_bootstrap import examples_for
-from relserve.planner.label_calibration import method_ran
-from relserve.planner.label_history import pooled_picks
-from relserve.planner.label_prior import label_options, template_key
+from relserve.planner.label_bootstrap import examples_for, pooled_history
+from relserve.planner.label_calibration import MIN_BATCH_ROWS, method_ran
+from relserve.planner.label_history import means_key, pooled_picks
+from relserve.planner.label_prior import label_options
 from relserve.planner.planned_rows import PlannedRows
 from relserve.progress import progress_bar
 from relserve.relquery import RelQuery
@@ -54,7 +54,8 @@ class CallExecutor:
         self.handle: RelQueryHandle | None = None
         self.stats: RelQueryStats | None = None
         self._answers: list[tuple[str, str]] = []
-        #: the label method this relQuery runs (``batch`` falls back to ``calibrate`` when small)
+        #: the label method this relQuery runs (``batch`` falls back to ``calibrate`` when small
+        #: and the call has no pooled means yet: decided again by ``submit``, which knows the engine)
         self.label_method = method_ran(self.call.label_method, len(rows.prompts), bool(self.call.options.examples))
         #: batch calibration: the engine's rows held until every row is scored
         self._held: list[RowResult] = []
@@ -71,8 +72,13 @@ class CallExecutor:
             # prefill the shared prefix once, before the rows, instead of in every row of the
             # first batch (the engine skips prefixes shorter than one KV block)
             engine.warm_prefix(self.prefix)
+        if len(self.rows.prompts) < MIN_BATCH_ROWS:
+            # too few rows for a mean of their own: the call's earlier relQueries may have enough
+            pooled = pooled_history(self.call, engine, self.model_id)
+            self.label_method = method_ran(self.call.label_method, len(self.rows.prompts),
+                                           bool(self.call.options.examples), pooled)
         # filter/classify choose labels by scores and the calibrated prior, when asked
-        scoring = label_options(self.call, engine, self.model_id, len(self.rows.prompts))
+        scoring = label_options(self.call, engine, self.model_id, self.label_method)
         options = dict(**self.call.engine_options(), **scoring, on_error="null", priority=self.hints.priority)
         prompts = self.rows.prompts
         if self.label_method == "bootstrap":
@@ -83,9 +89,7 @@ class CallExecutor:
         else:
             examples = ""
         if self.label_method in BATCH_METHODS:
-            # scores depend on the examples in front: pooled only with relQueries behind the same
-            namespace = getattr(engine, "prefix_cache_namespace", None)
-            self._means_key = (namespace, *template_key(self.call, self.model_id), examples)
+            self._means_key = means_key(self.call, engine, self.model_id, examples)
         # on_error "null": each row's error comes back to the caller, who decides
         rq = RelQuery.from_prompts(prompts, **options, rel_id=self.rel_id, deadline_s=self._deadline_left())
         self.handle = engine.submit(rq)

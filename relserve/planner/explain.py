@@ -14,7 +14,7 @@ from typing import Any
 from relserve.backend.protocol import Backend
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds, expected_output_tokens
 from relserve.planner.hit_rate import predict_hits
-from relserve.planner.label_bootstrap import PER_LABEL, SAMPLE_ROWS
+from relserve.planner.label_bootstrap import PER_LABEL, SAMPLE_ROWS, pooled_history
 from relserve.planner.label_calibration import method_ran
 from relserve.planner.plan import CallPlan
 from relserve.planner.tokens import TokenSource
@@ -55,6 +55,8 @@ class Explain:
     label_method: str | None = None
     #: the method asked for when it differs from the one that runs (batch below its minimum rows)
     label_method_asked: str | None = None
+    #: rows of the call's earlier relQueries its label means pool with (batch, bootstrap)
+    pooled_rows: int = 0
     #: how the scoring request is laid out (relserve/prompt_shapes.py); None when decoding
     prompt_shape: str | None = None
     #: few-shot examples, and their tokens (all in the prefix every prompt shares)
@@ -95,6 +97,8 @@ class Explain:
                 "bootstrap": f"{PER_LABEL} example{'s' if PER_LABEL > 1 else ''} per label the model labelled in a first pass over up to "
                              f"{SAMPLE_ROWS} rows of this template's first relQuery, then batch",
             }[self.label_method]
+            if self.label_method in ("batch", "bootstrap") and self.pooled_rows:
+                how += f"; {self.pooled_rows:,} earlier rows pooled so far"
             if self.label_method_asked == "bootstrap" and self.label_method == "batch":
                 how += "; asked for bootstrap, which the call's own examples replace"
             elif self.to_run == 0:
@@ -132,7 +136,9 @@ def explain_plan(
     seqs, budget = engine_limits(engine)
     call = plan.call
     # nothing to run (every row cached): no fallback to name, the call's method stands
-    ran = method_ran(call.label_method, len(plan.run_order), bool(call.options.examples)) if plan.run_order else call.label_method
+    # rows the call's earlier relQueries pooled label means over (label_history.py)
+    pooled = pooled_history(call, engine, plan.model_id) if engine is not None else 0
+    ran = method_ran(call.label_method, len(plan.run_order), bool(call.options.examples), pooled) if plan.run_order else call.label_method
     out_tokens = expected_output_tokens(call.max_tokens, call.choices is not None)
 
     baseline_texts = plan.baseline_prompts()
@@ -177,6 +183,7 @@ def explain_plan(
         explain_s=time.perf_counter() - t0,
         label_method=ran,
         label_method_asked=call.label_method if ran != call.label_method else None,
+        pooled_rows=pooled,
         prompt_shape=call.prompt_shape if call.label_method not in (None, "generate") else None,
         examples=len(call.options.examples or ()),
         examples_tokens=len(tokens.many([call.examples_prefix])[0]) if call.options.examples else 0,

@@ -17,8 +17,10 @@ Demonstrations", EMNLP 2022); the margin choice keeps the labels mostly right an
 idea picks few-shot examples from a program's own confident outputs in DSPy
 (``BootstrapFewShot``).
 
-Below ``MIN_BATCH_ROWS`` prompts the relQuery runs as ``calibrate`` (as ``batch`` does); with the
-user's own ``examples`` it runs as ``batch`` (given examples beat guessed ones).
+Below ``MIN_BATCH_ROWS`` prompts the relQuery runs as ``calibrate`` (as ``batch`` does), unless an
+earlier relQuery of the call chose the examples and pooled that many rows' label means behind
+them (``pooled_history``); with the user's own ``examples`` it runs as ``batch`` (given examples
+beat guessed ones).
 
 The examples are chosen once per template, like the content-free prior: a later relQuery of the
 same call (template, labels, shape, system message) reuses them and runs no first pass
@@ -35,7 +37,9 @@ import threading
 import uuid
 from collections.abc import Mapping, Sequence
 
+from relserve.functions import BATCH_METHODS
 from relserve.planner.label_calibration import calibrated, label_means, pick_calibrated
+from relserve.planner.label_history import means_key, pooled_rows
 from relserve.planner.label_prior import template_key
 from relserve.prompt_shapes import ANSWER_FIELD
 
@@ -120,16 +124,38 @@ def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, ob
     return examples_text(prompts, choose(scores, prompts))
 
 
+def _key(call, engine, model_id: str) -> tuple:
+    # the tenant's namespace (server/tenant_engine.py); None: the process's own engine
+    return (getattr(engine, "prefix_cache_namespace", None), *template_key(call, model_id))
+
+
+def remembered_examples(call, engine, model_id: str) -> str | None:
+    """The examples an earlier relQuery of ``call`` chose in ``engine``'s namespace (None: none yet)."""
+    with _lock:
+        return _chosen.get(_key(call, engine, model_id))
+
+
+def pooled_history(call, engine, model_id: str) -> int:
+    """How many rows' label means earlier relQueries of ``call`` pooled in ``engine``'s namespace,
+    behind the examples this relQuery would get (label_history.py): 0 for a ``bootstrap`` call
+    whose examples are not chosen yet, and for every method but ``batch`` and ``bootstrap``."""
+    if call.label_method not in BATCH_METHODS:
+        return 0
+    examples = ""
+    if call.label_method == "bootstrap" and not call.options.examples:
+        examples = remembered_examples(call, engine, model_id)
+        if examples is None:
+            return 0
+    return pooled_rows(means_key(call, engine, model_id, examples))
+
+
 def examples_for(call, engine, prompts: Sequence[str], relquery_options: Mapping[str, object], model_id: str,
                  rel_id: str | None = None) -> str:
     """The examples to put in front of ``call``'s prompts: those an earlier relQuery of the same
     call chose in the same prefix-cache namespace, else a first pass over ``prompts``
     (``first_pass``), remembered for the next relQuery."""
-    # the tenant's namespace (server/tenant_engine.py); None: the process's own engine
-    namespace = getattr(engine, "prefix_cache_namespace", None)
-    key = (namespace, *template_key(call, model_id))
-    with _lock:
-        got = _chosen.get(key)
+    key = _key(call, engine, model_id)
+    got = remembered_examples(call, engine, model_id)
     if got is not None:
         return got
     text = first_pass(engine, prompts, relquery_options, rel_id)

@@ -20,7 +20,8 @@ flatter than the truth. How to tell: compare the shares with ``method := 'score'
 on a sample, or look at the margins (``label_logprobs``) of the rows that changed.
 
 Below ``MIN_BATCH_ROWS`` scored rows a mean is too noisy, and the content-free prior is used
-instead (the relQuery then runs as ``calibrate``; EXPLAIN says so).
+instead (the relQuery then runs as ``calibrate``; EXPLAIN says so), unless earlier relQueries of
+the same call have pooled at least that many rows' means (relserve/planner/label_history.py).
 """
 
 from __future__ import annotations
@@ -33,11 +34,13 @@ from relserve.functions import BATCH_METHODS
 MIN_BATCH_ROWS = 16
 
 
-def method_ran(method: str | None, rows: int, examples: bool = False) -> str | None:
+def method_ran(method: str | None, rows: int, examples: bool = False, pooled: int = 0) -> str | None:
     """The label method a relQuery of ``rows`` prompts actually runs: ``batch`` and ``bootstrap``
-    fall back to ``calibrate`` below ``MIN_BATCH_ROWS``; ``bootstrap`` runs as ``batch`` when the
-    call has the user's own ``examples`` (relserve/planner/label_bootstrap.py)."""
-    if method in BATCH_METHODS and rows < MIN_BATCH_ROWS:
+    fall back to ``calibrate`` below ``MIN_BATCH_ROWS``, unless the call's earlier relQueries
+    already pooled that many rows' means (``pooled``, relserve/planner/label_history.py);
+    ``bootstrap`` runs as ``batch`` when the call has the user's own ``examples``
+    (relserve/planner/label_bootstrap.py)."""
+    if method in BATCH_METHODS and rows < MIN_BATCH_ROWS and pooled < MIN_BATCH_ROWS:
         return "calibrate"
     if method == "bootstrap" and examples:
         return "batch"

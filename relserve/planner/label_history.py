@@ -16,6 +16,10 @@ with pooled means against 53.0% with each relQuery's own.
 Like bootstrap's examples, the pool holds what a tenant's rows scored, so it is kept per
 prefix-cache namespace: one tenant of the server (or one ``cache_group``), or the library user's
 own process. It holds two numbers per label, not rows.
+
+A relQuery of fewer than 16 prompts, too few for a mean of its own, is corrected by the pool once
+the pool holds 16 rows, instead of by the content-free prior: a ``WHERE`` that leaves 5 rows
+after a statement over 100 is answered like them (label_calibration.method_ran).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from relserve.planner.label_calibration import batch_picks, pick_calibrated
+from relserve.planner.label_prior import template_key
 
 #: templates whose means are remembered (the oldest are forgotten past this)
 MAX_REMEMBERED = 256
@@ -49,6 +54,14 @@ class LabelPool:
 
 _pools: dict[Hashable, LabelPool] = {}
 _lock = threading.Lock()
+
+
+def means_key(call, engine, model_id: str, examples: str = "") -> tuple:
+    """Whose means a relQuery of ``call`` on ``engine`` pools with: the engine's prefix-cache
+    namespace (a server tenant's, None for the process's own), the call's template and, since
+    scores depend on the examples in front, the bootstrapped ``examples``."""
+    namespace = getattr(engine, "prefix_cache_namespace", None)
+    return (namespace, *template_key(call, model_id), examples)
 
 
 def pooled_picks(key: Hashable | None, scores: Sequence[Mapping[str, float]]) -> list[str]:

@@ -41,13 +41,10 @@ def content_free_prompts(call: LLMCall) -> list[str]:
     return [render((value,) * n) for value in CONTENT_FREE]
 
 
-def label_options(call: LLMCall, engine: Backend, model_id: str, rows: int | None = None) -> dict[str, Any]:
-    """The ``RelQuery`` options that make the engine choose labels as ``call.label_method`` says,
-    for a relQuery of ``rows`` prompts (``batch`` needs the prior only below its minimum row
-    count: above it the executor decides after every row is scored)."""
-    from relserve.planner.label_calibration import method_ran
-
-    method = method_ran(call.label_method, rows if rows is not None else 0, bool(call.options.examples))
+def label_options(call: LLMCall, engine: Backend, model_id: str, method: str | None) -> dict[str, Any]:
+    """The ``RelQuery`` options that make the engine choose labels as ``method`` (the one the
+    relQuery runs, label_calibration.method_ran) says: the prior only for ``calibrate``; under
+    ``batch`` and ``bootstrap`` the executor picks after every row is scored."""
     if method not in SCORING_METHODS:
         return {}
     scoring = {"score_labels": True, "prompt_shape": call.prompt_shape}
