@@ -61,6 +61,11 @@ SKEW: float | None = None
 CHUNKS: int | None = None
 #: run those statements in a seeded random order (--shuffle-chunks) instead of label order
 SHUFFLE_CHUNKS = False
+#: (--small K) the first half of each task's rows as one statement (the call's history, not
+#: scored), then the second half as statements of K rows, the only ones scored; with --cold
+#: (SMALL_COLD) the history is forgotten before them: each small statement on its own
+SMALL: int | None = None
+SMALL_COLD = False
 
 
 def balanced(df, column: str, rows: int, classes: list):
@@ -296,7 +301,9 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
         # an empty result cache: every row runs on the engine
         relserve.duckdb.install(con, engine=engine, cache=ResultCache(Path(tmp) / "r.sqlite"), progress=False)
         con.register("t_arrow", task["table"].to_arrow())
-        if CHUNKS:
+        if SMALL:
+            con.execute("CREATE TABLE t AS SELECT row_number() OVER () AS rid, * FROM t_arrow")
+        elif CHUNKS:
             # rid: the rows sorted by truth, read in contiguous ranges
             con.execute("CREATE TABLE t0 AS SELECT row_number() OVER () AS i, * FROM t_arrow")
             con.execute("CREATE TABLE t AS SELECT row_number() OVER (ORDER BY truth, i) AS rid, * FROM t0")
@@ -314,6 +321,14 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
             random.Random(SEED).shuffle(ranges)
         t0 = time.monotonic()
         out = []
+        if SMALL:
+            half = n_rows // 2
+            relserve.duckdb.sql(con, sql + f" WHERE rid <= {half}").fetchall()
+            if SMALL_COLD:
+                forget_examples()
+                forget_means()
+            ranges = [f" WHERE rid > {lo} AND rid <= {min(lo + SMALL, n_rows)}" for lo in range(half, n_rows, SMALL)]
+            t0 = time.monotonic()
         for where in ranges:
             out += relserve.duckdb.sql(con, sql + where).fetchall()
         seconds = time.monotonic() - t0
@@ -336,7 +351,10 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
             opts["examples"] = task["examples"]
         call = make_call(task["fn"], task["template"], labels=task["labels"] if task["fn"] == "llm_classify" else None, **opts)
         render = Renderer(call)
-        keyed = [(tap.scores.get(render(tuple(r[c] for c in task["columns"]))), r["truth"]) for r in task["table"].to_dicts()]
+        scored_rows = task["table"].to_dicts()
+        if SMALL:  # the first half is the call's history, not scored
+            scored_rows = scored_rows[len(scored_rows) // 2:]
+        keyed = [(tap.scores.get(render(tuple(r[c] for c in task["columns"]))), r["truth"]) for r in scored_rows]
         res["scores"] = [[s, t] for s, t in keyed if s is not None]
         if len(task["labels"]) == 2 and len(res["scores"]) == n:
             # the first label's score ranks the rows (truth: the first label)
@@ -478,9 +496,12 @@ def main() -> None:
                     help="run each task as K statements over contiguous ranges of its rows sorted by label: relQueries of one kind of row")
     ap.add_argument("--shuffle-chunks", action="store_true",
                     help="with --homogeneous: the K statements in a seeded random order, not sorted by label")
+    ap.add_argument("--small", type=int, default=None, metavar="K",
+                    help="half of each task's rows as one statement first, then the other half as statements of K rows (only those scored)")
+    ap.add_argument("--cold", action="store_true", help="with --small: forget the first statement's examples and label means first")
     a = ap.parse_args()
-    global SKEW, CHUNKS, SHUFFLE_CHUNKS
-    SKEW, CHUNKS, SHUFFLE_CHUNKS = a.skew, a.homogeneous, a.shuffle_chunks
+    global SKEW, CHUNKS, SHUFFLE_CHUNKS, SMALL, SMALL_COLD
+    SKEW, CHUNKS, SHUFFLE_CHUNKS, SMALL, SMALL_COLD = a.skew, a.homogeneous, a.shuffle_chunks, a.small, a.cold
     if a.report:
         results = json.loads(Path(a.report).read_text())["results"]
         print(report(results))
@@ -511,7 +532,7 @@ def main() -> None:
                 # written after every statement: an interrupted run keeps what it measured
                 out = Path(a.out)
                 out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, homogeneous=a.homogeneous, shuffle_chunks=a.shuffle_chunks, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
+                out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, homogeneous=a.homogeneous, shuffle_chunks=a.shuffle_chunks, small=a.small, cold=a.cold, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
                 print(
                     f"{r['group']:6s} {r['task']:13s} {config:24s} acc {r['accuracy']:6.1%} F1 {r['macro_f1']:5.3f} "
                     f"top {r['top_share']:5.1%} AUC {r.get('auc') or float('nan'):4.2f} {r['rows_per_s']:6.1f} rows/s  {r['answers']}",
@@ -519,7 +540,7 @@ def main() -> None:
                 )
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, homogeneous=a.homogeneous, shuffle_chunks=a.shuffle_chunks, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
+    out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, homogeneous=a.homogeneous, shuffle_chunks=a.shuffle_chunks, small=a.small, cold=a.cold, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
     print(report(results))
     print(f"wrote {out}")
 
