@@ -5,7 +5,7 @@ demo: install
 	.venv/bin/relserve demo
 
 test: install-test
-	.venv/bin/pytest -q
+	.venv/bin/pytest -q --durations=15
 
 install:
 	./scripts/install.sh
