@@ -39,8 +39,7 @@ from collections.abc import Mapping, Sequence
 
 from relserve.functions import BATCH_METHODS
 from relserve.planner.label_calibration import calibrated, label_means, pick_calibrated
-from relserve.planner.label_history import means_key, pooled_rows
-from relserve.planner.label_prior import template_key
+from relserve.planner.label_history import call_key, means_key, pooled_rows
 from relserve.prompt_shapes import ANSWER_FIELD
 
 #: prompts scored by the first pass (a spread sample of the relQuery's prompts); the environment
@@ -124,15 +123,10 @@ def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, ob
     return examples_text(prompts, choose(scores, prompts))
 
 
-def _key(call, engine, model_id: str) -> tuple:
-    # the tenant's namespace (server/tenant_engine.py); None: the process's own engine
-    return (getattr(engine, "prefix_cache_namespace", None), *template_key(call, model_id))
-
-
 def remembered_examples(call, engine, model_id: str) -> str | None:
     """The examples an earlier relQuery of ``call`` chose in ``engine``'s namespace (None: none yet)."""
     with _lock:
-        return _chosen.get(_key(call, engine, model_id))
+        return _chosen.get(call_key(call, engine, model_id))
 
 
 def pooled_history(call, engine, model_id: str) -> int:
@@ -154,8 +148,9 @@ def examples_for(call, engine, prompts: Sequence[str], relquery_options: Mapping
     """The examples to put in front of ``call``'s prompts: those an earlier relQuery of the same
     call chose in the same prefix-cache namespace, else a first pass over ``prompts``
     (``first_pass``), remembered for the next relQuery."""
-    key = _key(call, engine, model_id)
-    got = remembered_examples(call, engine, model_id)
+    key = call_key(call, engine, model_id)
+    with _lock:
+        got = _chosen.get(key)
     if got is not None:
         return got
     text = first_pass(engine, prompts, relquery_options, rel_id)

@@ -56,12 +56,16 @@ _pools: dict[Hashable, LabelPool] = {}
 _lock = threading.Lock()
 
 
+def call_key(call, engine, model_id: str) -> tuple:
+    """A call's per-template memory (these means, bootstrap's examples) in ``engine``'s
+    prefix-cache namespace: a server tenant's (server/tenant_engine.py), None for the process's own."""
+    return (getattr(engine, "prefix_cache_namespace", None), *template_key(call, model_id))
+
+
 def means_key(call, engine, model_id: str, examples: str = "") -> tuple:
-    """Whose means a relQuery of ``call`` on ``engine`` pools with: the engine's prefix-cache
-    namespace (a server tenant's, None for the process's own), the call's template and, since
-    scores depend on the examples in front, the bootstrapped ``examples``."""
-    namespace = getattr(engine, "prefix_cache_namespace", None)
-    return (namespace, *template_key(call, model_id), examples)
+    """Whose means a relQuery of ``call`` on ``engine`` pools with: ``call_key`` and, since scores
+    depend on the examples in front, the bootstrapped ``examples``."""
+    return (*call_key(call, engine, model_id), examples)
 
 
 def pooled_picks(key: Hashable | None, scores: Sequence[Mapping[str, float]]) -> list[str]:
