@@ -188,35 +188,58 @@ class RecordingEngine:
         #: ScriptedEngine.probes)
         self.probes: list[list[str]] = []
         self.first_passes: list[list[str]] = []
+        #: the last probes' handle, until the rows sent beside them take it
+        self._probes_handle: Any = None
 
     def submit(self, rq: Any) -> Any:
         prompts = list(rq.prompts) if getattr(rq, "prompts", None) is not None else [str(r) for r in rq.rows]
         rel_id = str(getattr(rq, "rel_id", ""))
         if rel_id.startswith(("calibrate-", "bootstrap-")):
             (self.probes if rel_id.startswith("calibrate-") else self.first_passes).append(prompts)
-            return self._engine.submit(rq)
+            handle = self._engine.submit(rq)
+            if rel_id.startswith("calibrate-"):
+                self._probes_handle = handle
+            return handle
         self.submitted.append(prompts)
         self.relqueries.append(rq)
         handle = self._engine.submit(rq)
-        return _RecordingHandle(handle, prompts, self.answers)
+        # a call's first small relQuery runs beside its content-free probes and its labels are
+        # picked with their prior by the executor, not the engine: record that answer
+        probes = None
+        if getattr(rq, "score_labels", False) and getattr(rq, "label_prior", None) is None:
+            probes, self._probes_handle = self._probes_handle, None
+        return _RecordingHandle(handle, prompts, self.answers, probes)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
 
 
 class _RecordingHandle:
-    def __init__(self, handle: Any, prompts: list[str], answers: dict[str, str | None]) -> None:
+    def __init__(self, handle: Any, prompts: list[str], answers: dict[str, str | None], probes: Any = None) -> None:
         self._handle = handle
         self._prompts = prompts
         self._answers = answers
+        self._probes = probes
 
     def __iter__(self):
         return iter(self._handle)
 
     def result(self, *args: Any, **kwargs: Any) -> Any:
         result = self._handle.result(*args, **kwargs)
+        prior = None
+        if self._probes is not None:
+            # contextual calibration's prior: each label's probability averaged over the probes
+            probe_rows = self._probes.result().rows
+            labels = list(probe_rows[0].label_logprobs)
+            mean = {lab: sum(math.exp(r.label_logprobs[lab]) for r in probe_rows) for lab in labels}
+            prior = {lab: m / sum(mean.values()) for lab, m in mean.items()}
         for row in result.rows:
-            self._answers[self._prompts[row.index]] = row.text
+            text = row.text
+            if prior is not None and row.label_logprobs is not None:
+                from relserve.engine.label_scoring import pick
+
+                text = pick(row.label_logprobs, prior)
+            self._answers[self._prompts[row.index]] = text
         return result
 
     def __getattr__(self, name: str) -> Any:

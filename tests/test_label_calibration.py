@@ -191,12 +191,18 @@ def test_executor_picks_every_row_after_subtracting_the_batch_means():
     assert eng.probes == []
     # a small relQuery of a call with no history falls back to the content-free prior (three probes)
     fresh = make_call("llm_filter", "Is {r} good, with no history?", method="batch")
-    run_call(fresh, [rows[:5]], engine=eng, cache=False, progress=False)
-    assert len(eng.probes) == 1 and eng.relqueries[1].label_prior is not None
+    out = run_call(fresh, [rows[:5]], engine=eng, cache=False, progress=False)
+    # the probes run beside the rows (issue 28), so the engine gets no prior and the executor picks
+    assert len(eng.probes) == 1 and eng.relqueries[1].label_prior is None and eng.relqueries[1].score_labels
+    assert out.values == ["great" in r for r in rows[:5]]
+    # the call's next small relQuery: the prior is known, the engine picks with it, no new probes
+    out = run_call(fresh, [rows[5:10]], engine=eng, cache=False, progress=False)
+    assert len(eng.probes) == 1 and set(eng.relqueries[2].label_prior) == {"yes", "no"}
+    assert out.values == ["great" in r for r in rows[5:10]]
     # after the 20-row relQuery, a small one of that call is corrected by the pooled means:
     # no probes, raw scores, picked by the executor
     out = run_call(call, [rows[:5]], engine=eng, cache=False, progress=False)
-    assert len(eng.probes) == 1 and eng.relqueries[2].label_prior is None and eng.relqueries[2].score_labels
+    assert len(eng.probes) == 1 and eng.relqueries[3].label_prior is None and eng.relqueries[3].score_labels
     assert out.values == ["great" in r for r in rows[:5]]
 
 

@@ -148,8 +148,11 @@ def test_calibration_probes_run_once_per_template_on_content_free_rows():
     # the default completion shape lays the probes out as its rows: every value in front, named,
     # and the question names it (relserve/planner/label_prior.py)
     assert eng.probes == [["R: N/A\nIs the r above fine?", "R: \nIs the r above fine?", "R: [MASK]\nIs the r above fine?"]]
-    # three rows: below batch calibration's minimum, so the content-free prior decides
-    assert all(rq.score_labels and rq.label_prior is not None for rq in eng.relqueries)
+    # three rows: below batch calibration's minimum, so the content-free prior decides; its
+    # probes ran beside the rows (the engine got no prior: the executor picked), and the second
+    # statement's rows came from the result cache
+    (rq,) = eng.relqueries
+    assert rq.score_labels and rq.label_prior is None
 
 
 def test_split_reads_each_label_up_to_where_it_parts_from_the_others():

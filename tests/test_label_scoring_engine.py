@@ -186,11 +186,23 @@ def test_small_filter_and_classify_fall_back_to_calibrated_scores(engine):
     # no "Answer yes or no." line before the engine's answer field
     assert rec.probes == [["Review: N/A\nIs this review positive?", "Review: \nIs this review positive?",
                            "Review: [MASK]\nIs this review positive?"]]
-    scored, generated = rec.relqueries
-    assert scored.score_labels and set(scored.label_prior) == {"yes", "no"}
+    # the call's second relQuery (no result cache, so it runs): the prior is remembered and the
+    # engine picks with it
+    con2 = duckdb.connect()
+    relserve.duckdb.install(con2, engine=rec, cache=False, progress=False)
+    con2.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('Wonderful, I love it.'), ('Awful.')) v(review)")
+    again = relserve.duckdb.sql(
+        con2, "SELECT llm_filter('Review: {review}\nIs this review positive?', review) AS a FROM t"
+    ).fetchall()
+    scored, generated, scored_again = rec.relqueries
+    # the first: the probes ran beside the rows (issue 28), the executor picked with their prior
+    assert scored.score_labels and scored.label_prior is None
     assert not generated.score_labels
     prior = next(p for k, p in known_priors().items() if k[2] == "Review: {review}\nIs this review positive?")
     assert sum(prior.values()) == pytest.approx(1.0)
+    assert scored_again.label_prior == prior and len(rec.probes) == 1
+    # both ways pick the same labels for the same rows
+    assert again == got
 
 
 def test_many_labels_are_scored_past_vllms_twenty_logprobs_per_request(engine):

@@ -15,11 +15,12 @@ from dataclasses import replace
 
 from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
+from relserve.engine.label_scoring import pick
 from relserve.functions import BATCH_METHODS, SchedulingHints
 from relserve.planner.label_bootstrap import examples_for, pooled_history
 from relserve.planner.label_calibration import MIN_BATCH_ROWS, method_ran
 from relserve.planner.label_history import means_key, pooled_picks
-from relserve.planner.label_prior import label_options
+from relserve.planner.label_prior import label_options, prior_from, submit_probes
 from relserve.planner.planned_rows import PlannedRows
 from relserve.progress import progress_bar
 from relserve.relquery import RelQuery
@@ -62,6 +63,8 @@ class CallExecutor:
         self._seen = 0
         #: whose label means this relQuery's pick pools with (label_history.py; set by submit)
         self._means_key: tuple | None = None
+        #: ``calibrate`` whose prior was measured beside the rows: the executor picks with it
+        self._prior: dict[str, float] | None = None
 
     def submit(self, engine: Backend) -> RelQueryHandle:
         """Send the prompts as one relQuery; returns the engine's handle. Blocks (tokenizing, the
@@ -78,7 +81,11 @@ class CallExecutor:
             self.label_method = method_ran(self.call.label_method, len(self.rows.prompts),
                                            bool(self.call.options.examples), pooled)
         # filter/classify choose labels by scores and the calibrated prior, when asked
-        scoring = label_options(self.call, engine, self.model_id, self.label_method)
+        scoring = label_options(self.call, self.model_id, self.label_method)
+        probes = None
+        if self.label_method == "calibrate" and "label_prior" not in scoring:
+            # the call's first relQuery: its prior's probes run beside its rows, not before them
+            probes = submit_probes(self.call, engine)
         options = dict(**self.call.engine_options(), **scoring, on_error="null", priority=self.hints.priority)
         prompts = self.rows.prompts
         if self.label_method == "bootstrap":
@@ -93,6 +100,13 @@ class CallExecutor:
         # on_error "null": each row's error comes back to the caller, who decides
         rq = RelQuery.from_prompts(prompts, **options, rel_id=self.rel_id, deadline_s=self._deadline_left())
         self.handle = engine.submit(rq)
+        if probes is not None:
+            try:
+                # the rows are scored meanwhile; their labels are picked here once it is known
+                self._prior = prior_from(self.call, self.model_id, probes)
+            except BaseException:
+                self.handle.cancel()
+                raise
         return self.handle
 
     def _deadline_left(self) -> float | None:
@@ -111,6 +125,8 @@ class CallExecutor:
         labels' means over the scored rows of this relQuery and the earlier ones of its call
         (relserve/planner/label_calibration.py, label_history.py)."""
         if self.label_method not in BATCH_METHODS:
+            if self._prior is not None and row.error is None and row.label_logprobs is not None:
+                row = replace(row, text=pick(row.label_logprobs, self._prior))
             return self._answer_one(row)
         self._seen += 1
         if row.error is None and row.label_logprobs is not None:

@@ -17,6 +17,7 @@ import uuid
 from typing import Any
 
 from relserve.backend.protocol import Backend
+from relserve.engine.handle import RelQueryHandle
 from relserve.functions import SCORING_METHODS, LLMCall
 from relserve.planner.prompt_rendering import Renderer
 
@@ -41,15 +42,19 @@ def content_free_prompts(call: LLMCall) -> list[str]:
     return [render((value,) * n) for value in CONTENT_FREE]
 
 
-def label_options(call: LLMCall, engine: Backend, model_id: str, method: str | None) -> dict[str, Any]:
+def label_options(call: LLMCall, model_id: str, method: str | None) -> dict[str, Any]:
     """The ``RelQuery`` options that make the engine choose labels as ``method`` (the one the
-    relQuery runs, label_calibration.method_ran) says: the prior only for ``calibrate``; under
-    ``batch`` and ``bootstrap`` the executor picks after every row is scored."""
+    relQuery runs, label_calibration.method_ran) says: the prior only for ``calibrate``, and only
+    once it is known (``known_prior``); until then the executor measures it beside the rows
+    (``submit_probes``) and picks their labels itself. Under ``batch`` and ``bootstrap`` the
+    executor picks after every row is scored."""
     if method not in SCORING_METHODS:
         return {}
-    scoring = {"score_labels": True, "prompt_shape": call.prompt_shape}
+    scoring: dict[str, Any] = {"score_labels": True, "prompt_shape": call.prompt_shape}
     if method == "calibrate":
-        scoring["label_prior"] = label_prior(call, engine, model_id)
+        prior = known_prior(call, model_id)
+        if prior is not None:
+            scoring["label_prior"] = prior
     return scoring
 
 
@@ -61,28 +66,36 @@ def template_key(call: LLMCall, model_id: str) -> tuple:
             call.options.system, call.prompt_shape)
 
 
-def label_prior(call: LLMCall, engine: Backend, model_id: str) -> dict[str, float]:
-    """The model's average probability of each label on content-free rows (sums to 1), under
-    the call's system message."""
-    system = call.options.system
-    key = template_key(call, model_id)
+def known_prior(call: LLMCall, model_id: str) -> dict[str, float] | None:
+    """The prior of ``call`` measured earlier in this process (None: not yet)."""
     with _lock:
-        got = _priors.get(key)
-    if got is not None:
-        return got
+        return _priors.get(template_key(call, model_id))
+
+
+def submit_probes(call: LLMCall, engine: Backend) -> RelQueryHandle:
+    """Send the content-free probes of ``call`` as their own small relQuery and return at once,
+    so they run beside the call's rows instead of before them (issue 28: the prior off a small
+    relQuery's critical path); ``prior_from`` reads the result."""
     from relserve.relquery import RelQuery
 
-    labels = list(call.choices or ())
     rq = RelQuery.from_prompts(
-        content_free_prompts(call), choices=labels, score_labels=True, prompt_shape=call.prompt_shape, on_error="raise",
-        rel_id=PROBE_PREFIX + uuid.uuid4().hex[:8], system=system,
+        content_free_prompts(call), choices=list(call.choices or ()), score_labels=True,
+        prompt_shape=call.prompt_shape, on_error="raise", rel_id=PROBE_PREFIX + uuid.uuid4().hex[:8],
+        system=call.options.system,
     )
-    result = engine.submit(rq).result()
-    mean = {label: sum(math.exp(r.label_logprobs[label]) for r in result.rows) / len(result.rows) for label in labels}
+    return engine.submit(rq)
+
+
+def prior_from(call: LLMCall, model_id: str, probes: RelQueryHandle) -> dict[str, float]:
+    """The prior from the probes' scores (waits for them), remembered for the call's next
+    relQueries: each label's average probability over the probes, normalised to sum to 1."""
+    rows = probes.result().rows
+    labels = list(call.choices or ())
+    mean = {label: sum(math.exp(r.label_logprobs[label]) for r in rows) / len(rows) for label in labels}
     total = sum(mean.values())
     prior = {label: p / total for label, p in mean.items()}
     with _lock:
-        _priors[key] = prior
+        _priors[template_key(call, model_id)] = prior
     return prior
 
 
