@@ -3,7 +3,9 @@
 * ``decode_subset``: running relQueries ranked behind sit out decode steps when their requests
   cost the ones ahead more than the fixed step cost they pay again (policy/aba.py decode_hold);
 * ``learn_output``: a relQuery's answer length estimated from its finished rows instead of
-  ``max_tokens`` (policy/relqueries.py).
+  ``max_tokens`` (policy/relqueries.py);
+* ``count_admitted_decode`` (on in every row but the one that turns it off): a relQuery whose
+  requests all run ranks by the decode they still need instead of 0 (policy/dpu.py).
 
 Each trace is replayed under relserve with each rule off/on, and under sp, with the CPU step
 model of this machine (preset smollm2-135m-cpu) and a GPU preset. Answers are shorter than
@@ -37,6 +39,8 @@ VARIANTS = {
     "+ decode_subset": ("relserve", {"decode_subset": True, "learn_output": False}),
     "+ learn_output": ("relserve", {"decode_subset": False, "learn_output": True}),
     "+ both": ("relserve", {"decode_subset": True, "learn_output": True}),
+    "default, paper ranking": ("relserve", {"count_admitted_decode": False}),
+    "default": ("relserve", {}),
     "sp": ("sp", {}),
 }
 

@@ -81,3 +81,28 @@ def test_simulated_small_statement_behind_a_decoding_extract_runs_as_if_alone():
     # the extract pays one fixed step cost per held step: 9 x 0.02 later
     assert t["extract"].finish - t_off["extract"].finish == pytest.approx(9 * COST.beta_d, rel=0, abs=1e-9)
     assert res.summary.mean_latency < off.summary.mean_latency
+
+
+def test_a_small_relquery_is_not_ranked_behind_one_whose_rows_all_decode():
+    """The paper ranks a relQuery by its unprefilled requests only, so one whose rows all run has
+    priority 0 and every waiting relQuery ranks behind it: a 3-row relQuery arriving while a 40-row
+    one decodes 30-token answers waited for all of it (the transitional rule chose decode every
+    step). Ranked by the decode it still needs (``count_admitted_decode``), the big one is behind:
+    the small relQuery is prefilled in the step after it arrives."""
+    trace = [_rq("big", 0.0, 40, 8, 30), _rq("small", 0.5, 3, 8, 1)]
+    settings = dict(starvation_threshold=None, decode_subset=False)
+    res = simulate(trace, make_policy("relserve", COST, PolicySettings(**settings)), COST, LIMITS, isolated=False)
+    t = {x.id: x for x in res.relqueries}
+    small, big = t["small"], t["big"]
+    # its prefill step (its one-token answers come with it) starts by the end of the decode step
+    # under way when it arrived
+    step = small.last_prefill_end - small.first_prefill_start
+    assert small.first_prefill_start - small.arrival <= COST.decode(40) + 1e-9
+    assert small.finish == pytest.approx(small.last_prefill_end)
+    paper = simulate(trace, make_policy("relserve", COST, PolicySettings(**settings, count_admitted_decode=False)),
+                     COST, LIMITS, isolated=False)
+    p = {x.id: x for x in paper.relqueries}
+    # the paper's rule: the small relQuery starts once the big one is done
+    assert p["small"].first_prefill_start >= p["big"].finish - 1e-9
+    # and ranked right, the big relQuery pays exactly the small one's prefill step for it
+    assert big.finish - p["big"].finish == pytest.approx(step, abs=1e-9)

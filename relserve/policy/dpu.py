@@ -1,7 +1,8 @@
 """Dynamic Priority Updater (paper Section 4.2).
 
 Every step, each relQuery's priority is its estimated remaining execution time (PEM over the
-batch decomposition of its unprefilled requests), with three cheapenings from the paper:
+batch decomposition of its unprefilled requests; once every request of it runs, the decode they
+still need, ``count_admitted_decode``), with three cheapenings from the paper:
 uncached tokens from a sampled miss ratio (Eq. 11), reuse of last step's value while the relQuery
 only waits (Eq. 12), and starvation prevention by unit waiting time (Eq. 13).
 """
@@ -67,7 +68,7 @@ class DynamicPriorityUpdater:
                 prompts=prompts,
             )
             prio = dec.duration(self.cost)
-        if self.settings.count_running_decode and group.running:
+        if group.running and (self.settings.count_running_decode or (self.settings.count_admitted_decode and not group.waiting)):
             context = sum(r.prompt_tokens + r.output_tokens for r in group.running)
             prio += self.cost.decode_run(len(group.running), context, group.remaining_output_len)
         return prio

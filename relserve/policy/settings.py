@@ -22,6 +22,13 @@ class PolicySettings(BaseModel):
     #: The paper drops already-prefilled requests from the decomposition (Section 4.2). When
     #: True, a relQuery's remaining decode steps are added to its priority instead.
     count_running_decode: bool = False
+    #: A relQuery whose requests have all been admitted ranks by the decode they still need,
+    #: not by 0 (the paper's rule: only unprefilled requests count). With the paper's rule a
+    #: 4-row relQuery arriving beside a 100-row one decoding 64-token answers ranked behind it
+    #: and waited for all of it: 22 s where alone it takes 0.5 s (docs/benchmarks.md). A relQuery
+    #: with requests still waiting keeps the paper's rule (counting them too cost up to 9% on a
+    #: saturated trace; ``count_running_decode``).
+    count_admitted_decode: bool = True
     #: Adaptive Batch Arranger candidates (policy/aba.py). ``fill_prefill``: a prefill step
     #: filled past the head relQuery with the next ones in priority order, instead of the
     #: paper's one-relQuery candidate.
