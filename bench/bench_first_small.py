@@ -11,6 +11,11 @@ engine of a shared server); printed: the mean statement latency of each way and 
 
     .venv/bin/python bench/bench_first_small.py                # 10 trials per setting, about 5 minutes
     .venv/bin/python bench/bench_first_small.py --trials 10 --rows 3
+    .venv/bin/python bench/bench_first_small.py --paper-ranking   # the scheduler's rule before issue 28's last pass
+
+``--paper-ranking`` runs the engine with ``count_admitted_decode`` off (relserve/policy/settings.py):
+a relQuery whose rows all run then ranks ahead of every waiting one, and on the busy engine the
+small statement waits for the whole map (docs/benchmarks.md).
 
 Each statement has a template of its own, so neither way finds the other's rows in the prefix
 cache. That both ways pick the same labels is a test (tests/test_label_scoring_engine.py).
@@ -64,13 +69,16 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--rows", type=int, default=4, help="rows of each small statement (under 16)")
+    ap.add_argument("--paper-ranking", action="store_true", help="the scheduler with count_admitted_decode off")
     a = ap.parse_args()
 
     from relserve import Engine
+    from relserve.policy import PolicySettings
 
     reviews = REVIEWS[: a.rows]
     # the engine limits relserve serves with by default (256 sequences; a 2 GiB KV cache, as bench_e2e)
-    with Engine(model=a.model, kv_cache_gb=2.0) as engine:
+    settings = PolicySettings(count_admitted_decode=not a.paper_ranking)
+    with Engine(model=a.model, kv_cache_gb=2.0, policy_settings=settings) as engine:
         one_statement(engine, "Warm-up: is this review kind? Review: {r}", reviews, probes_first=False)
         for busy in (False, True):
             stop = threading.Event()
