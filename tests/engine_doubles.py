@@ -9,6 +9,7 @@ the engine.
 from __future__ import annotations
 
 import math
+import os
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -188,8 +189,10 @@ class RecordingEngine:
         #: ScriptedEngine.probes)
         self.probes: list[list[str]] = []
         self.first_passes: list[list[str]] = []
-        #: the last probes' handle, until the rows sent beside them take it
-        self._probes_handle: Any = None
+        #: probes not yet matched with the rows sent beside them: (choices, prompts, handle).
+        #: Sites of one statement run on threads, so several can be pending at once.
+        self._pending_probes: list[tuple[tuple[str, ...], list[str], Any]] = []
+        self._lock = threading.Lock()
 
     def submit(self, rq: Any) -> Any:
         prompts = list(rq.prompts) if getattr(rq, "prompts", None) is not None else [str(r) for r in rq.rows]
@@ -198,7 +201,8 @@ class RecordingEngine:
             (self.probes if rel_id.startswith("calibrate-") else self.first_passes).append(prompts)
             handle = self._engine.submit(rq)
             if rel_id.startswith("calibrate-"):
-                self._probes_handle = handle
+                with self._lock:
+                    self._pending_probes.append((tuple(rq.choices or ()), prompts, handle))
             return handle
         self.submitted.append(prompts)
         self.relqueries.append(rq)
@@ -207,8 +211,22 @@ class RecordingEngine:
         # picked with their prior by the executor, not the engine: record that answer
         probes = None
         if getattr(rq, "score_labels", False) and getattr(rq, "label_prior", None) is None:
-            probes, self._probes_handle = self._probes_handle, None
+            probes = self._take_probes(tuple(rq.choices or ()), prompts)
         return _RecordingHandle(handle, prompts, self.answers, probes)
+
+    def _take_probes(self, choices: tuple[str, ...], prompts: list[str]) -> Any:
+        """The pending probes of this call: same labels, and the probe prompt sharing the
+        longest prefix with the rows' (the template's text before its first placeholder)."""
+        def shared(probe_prompts: list[str]) -> int:
+            return len(os.path.commonprefix([probe_prompts[0], prompts[0]])) if prompts else 0
+
+        with self._lock:
+            same = [p for p in self._pending_probes if p[0] == choices]
+            if not same:
+                return None
+            best = max(same, key=lambda p: shared(p[1]))
+            self._pending_probes.remove(best)
+            return best[2]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
