@@ -461,6 +461,33 @@ def offline(results: list[dict], tasks_by_name: dict) -> str:
     return "\n".join(lines)
 
 
+def own_means(results: list[dict], tasks_by_name: dict, sizes: list[int]) -> str:
+    """Each statement corrected by its own label means, computed on stored scores: the scored
+    rows cut into statements of k rows as they come ("mixed") and sorted by truth first ("one
+    kind", what a ``WHERE`` over a column stored by label gives). For choosing the smallest
+    relQuery whose own means beat the content-free prior (docs/quality.md, "Ninth pass")."""
+    lines = ["| task | config | raw | " + " | ".join(f"k={k} mixed / one kind" for k in sizes) + " |",
+             "|---|---|---|" + "---|" * len(sizes)]
+
+    def accuracy(rows: list, k: int) -> float:
+        pairs = []
+        for lo in range(0, len(rows), k):
+            chunk = rows[lo:lo + k]
+            pairs += _picks_scored(tasks_by_name[r["task"]], chunk, "mean")
+        return sum(a == t for a, t in pairs) / len(pairs)
+
+    for r in results:
+        if not r.get("scores"):
+            continue
+        task = tasks_by_name[r["task"]]
+        raw = _picks_scored(task, r["scores"], "raw")
+        cells = [f"{sum(a == t for a, t in raw) / len(raw):.0%}"]
+        one_kind = sorted(r["scores"], key=lambda st: str(st[1]))
+        cells += [f"{accuracy(r['scores'], k):.0%} / {accuracy(one_kind, k):.0%}" for k in sizes]
+        lines.append(f"| {r['task']} | {r['config']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def report(results: list[dict]) -> str:
     """One markdown table per group: a row per config, a column per task."""
     out = []
@@ -498,6 +525,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "quality.json"))
     ap.add_argument("--report", default=None, help="print the tables of a results file and exit")
     ap.add_argument("--offline", action="store_true", help="with --report: compare calibrations on the stored scores")
+    ap.add_argument("--own-means", default=None, metavar="K,K",
+                    help="with --report: each statement of K stored rows corrected by its own label means, mixed and of one kind")
     ap.add_argument("--skew", type=float, default=None,
                     help="share of each task's first class (a filter's yes), e.g. 0.1: a column where one label is rare")
     ap.add_argument("--homogeneous", type=int, default=None, metavar="K",
@@ -515,6 +544,8 @@ def main() -> None:
         print(report(results))
         if a.offline:
             print(offline(results, {t["name"]: t for t in tasks(a.rows)}))
+        if a.own_means:
+            print(own_means(results, {t["name"]: t for t in tasks(a.rows)}, [int(k) for k in a.own_means.split(",")]))
         return
 
     from relserve import Engine

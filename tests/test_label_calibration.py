@@ -14,6 +14,7 @@ from relserve.errors import ConfigError
 from relserve.functions import CallOptions, make_call
 from relserve.planner.label_calibration import (
     MIN_BATCH_ROWS,
+    MIN_BATCH_ROWS_MANY_LABELS,
     batch_picks,
     calibrated,
     label_means,
@@ -69,6 +70,57 @@ def test_batch_falls_back_to_the_content_free_prior_below_the_minimum_rows():
     assert method_ran("batch", 5, pooled=15) == "calibrate"
     assert method_ran("score", 2) == "score"
     assert method_ran(None, 100) is None
+
+
+def test_three_labels_or_more_use_their_own_means_from_fewer_rows():
+    # the content-free prior of a 4-label call gave one label to 82% of the rows; its own
+    # means are better from 8 rows, even over rows of one kind (docs/quality.md, "Ninth pass")
+    assert MIN_BATCH_ROWS_MANY_LABELS == 8
+    assert method_ran("batch", 7, labels=4) == "calibrate"
+    assert method_ran("batch", 8, labels=4) == "batch"
+    assert method_ran("batch", 8, labels=3) == "batch"
+    # too few rows to choose examples from: bootstrap runs as batch
+    assert method_ran("bootstrap", 8, labels=4) == "batch"
+    assert method_ran("bootstrap", 15, labels=4) == "batch"
+    assert method_ran("bootstrap", 16, labels=4) == "bootstrap"
+    # two labels keep the prior below 16 rows (a few rows of one kind would be split in half)
+    assert method_ran("batch", 15, labels=2) == "calibrate"
+    assert method_ran("bootstrap", 15, labels=2) == "calibrate"
+    assert method_ran("score", 3, labels=4) == "score"
+
+
+def test_a_small_four_label_relquery_is_corrected_by_its_own_means_without_probes():
+    from relserve.planner.executor import CallExecutor
+    from relserve.planner.plan import plan_call
+    from relserve.planner.planned_rows import PlannedRows
+    from relserve.results import RowResult
+
+    labels = ["sports", "business", "world", "tech"]
+    rows = [f"story {i} about {'money' if i % 2 else 'a match'}" for i in range(8)]
+    call = make_call("llm_classify", "Topic of {r}, for the own-means test?", labels=labels)
+    ex = CallExecutor(PlannedRows.of(plan_call(call, [rows], model_id="m", cache=None, optimize=False), None), model_id="m")
+    assert ex.label_method == "batch"
+    # every row prefers "sports" in the raw scores; the money rows less so, and give "business"
+    # more: after each label's mean over the 8 rows is subtracted they move to "business"
+    match = {"sports": math.log(0.7), "business": math.log(0.1), "world": math.log(0.1), "tech": math.log(0.1)}
+    money = {"sports": math.log(0.5), "business": math.log(0.3), "world": math.log(0.1), "tech": math.log(0.1)}
+    out = []
+    for i in range(8):
+        target = ex.rows.targets[i][0]
+        out += ex.answer(RowResult(i, text="sports", label_logprobs=money if target % 2 else match, finish_reason="scored"))
+    assert {r.index: r.value for r in out} == {i: "business" if i % 2 else "sports" for i in range(8)}
+
+    eng = ScriptedEngine(answer=lambda prompt, rq: "business" if "money" in prompt else "sports")
+    out = run_call(call, [rows], engine=eng, cache=False, progress=False)
+    assert out.values == ["business" if i % 2 else "sports" for i in range(8)]
+    # no content-free probes, no bootstrap first pass: one relQuery of raw scores
+    assert eng.probes == [] and eng.first_passes == []
+    [rq] = eng.relqueries
+    assert rq.score_labels and rq.label_prior is None
+    ex = str(run_call(call, [rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
+    assert "asked for bootstrap, whose examples need at least 16 prompts to choose from)" in ex
+    seven = str(run_call(call, [rows[:7]], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
+    assert "label log-probabilities / content-free prior; asked for bootstrap, which needs at least 8 prompts to run)" in seven
 
 
 def test_method_and_prompt_shape_options_are_checked():

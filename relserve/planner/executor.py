@@ -57,7 +57,8 @@ class CallExecutor:
         self._answers: list[tuple[str, str]] = []
         #: the label method this relQuery runs (``batch`` falls back to ``calibrate`` when small
         #: and the call has no pooled means yet: decided again by ``submit``, which knows the engine)
-        self.label_method = method_ran(self.call.label_method, len(rows.prompts), bool(self.call.options.examples))
+        self.label_method = method_ran(self.call.label_method, len(rows.prompts), bool(self.call.options.examples),
+                                       labels=len(self.call.choices or ()))
         #: batch calibration: the engine's rows held until every row is scored
         self._held: list[RowResult] = []
         self._seen = 0
@@ -79,7 +80,8 @@ class CallExecutor:
             # too few rows for a mean of their own: the call's earlier relQueries may have enough
             pooled = pooled_history(self.call, engine, self.model_id)
             self.label_method = method_ran(self.call.label_method, len(self.rows.prompts),
-                                           bool(self.call.options.examples), pooled)
+                                           bool(self.call.options.examples), pooled,
+                                           labels=len(self.call.choices or ()))
         # filter/classify choose labels by scores and the calibrated prior, when asked
         scoring = label_options(self.call, self.model_id, self.label_method)
         probes = None

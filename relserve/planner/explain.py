@@ -15,7 +15,7 @@ from relserve.backend.protocol import Backend
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds, expected_output_tokens
 from relserve.planner.hit_rate import predict_hits
 from relserve.planner.label_bootstrap import PER_LABEL, SAMPLE_ROWS, pooled_history
-from relserve.planner.label_calibration import method_ran
+from relserve.planner.label_calibration import MIN_BATCH_ROWS, method_ran, min_batch_rows
 from relserve.planner.plan import CallPlan
 from relserve.planner.tokens import TokenSource
 
@@ -57,6 +57,8 @@ class Explain:
     label_method_asked: str | None = None
     #: rows of the call's earlier relQueries its label means pool with (batch, bootstrap)
     pooled_rows: int = 0
+    #: the fewest prompts whose own label means this call uses (label_calibration.min_batch_rows)
+    min_batch_rows: int = MIN_BATCH_ROWS
     #: how the scoring request is laid out (relserve/prompt_shapes.py); None when decoding
     prompt_shape: str | None = None
     #: few-shot examples, and their tokens (all in the prefix every prompt shares)
@@ -99,14 +101,16 @@ class Explain:
             }[self.label_method]
             if self.label_method in ("batch", "bootstrap") and self.pooled_rows:
                 how += f"; {self.pooled_rows:,} earlier rows pooled so far"
-            if self.label_method_asked == "bootstrap" and self.label_method == "batch":
+            if self.label_method_asked == "bootstrap" and self.label_method == "batch" and self.examples:
                 how += "; asked for bootstrap, which the call's own examples replace"
             elif self.to_run == 0:
                 how += "; no prompt to run: every row comes from the result cache"
+            elif self.label_method_asked and self.label_method == "calibrate":
+                how += f"; asked for {self.label_method_asked}, which needs at least {self.min_batch_rows} prompts to run"
             elif self.label_method_asked:
-                from relserve.planner.label_calibration import MIN_BATCH_ROWS
-
-                how += f"; asked for {self.label_method_asked}, which needs at least {MIN_BATCH_ROWS} prompts to run"
+                # three labels or more, between the two thresholds (label_calibration.py)
+                how += (f"; asked for {self.label_method_asked}, whose examples need at least {MIN_BATCH_ROWS}"
+                        " prompts to choose from")
             lines.append(f"  label method          {self.label_method:>10}   ({how})")
             if self.prompt_shape is not None:
                 lines.append(f"  prompt shape          {self.prompt_shape:>10}   (how the scoring request is laid out)")
@@ -138,7 +142,8 @@ def explain_plan(
     # nothing to run (every row cached): no fallback to name, the call's method stands
     # rows the call's earlier relQueries pooled label means over (label_history.py)
     pooled = pooled_history(call, engine, plan.model_id) if engine is not None else 0
-    ran = method_ran(call.label_method, len(plan.run_order), bool(call.options.examples), pooled) if plan.run_order else call.label_method
+    ran = method_ran(call.label_method, len(plan.run_order), bool(call.options.examples), pooled,
+                     labels=len(call.choices or ())) if plan.run_order else call.label_method
     out_tokens = expected_output_tokens(call.max_tokens, call.choices is not None)
 
     baseline_texts = plan.baseline_prompts()
@@ -184,6 +189,7 @@ def explain_plan(
         label_method=ran,
         label_method_asked=call.label_method if ran != call.label_method else None,
         pooled_rows=pooled,
+        min_batch_rows=min_batch_rows(len(call.choices or ())),
         prompt_shape=call.prompt_shape if call.label_method not in (None, "generate") else None,
         examples=len(call.options.examples or ()),
         examples_tokens=len(tokens.many([call.examples_prefix])[0]) if call.options.examples else 0,

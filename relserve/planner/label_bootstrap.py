@@ -17,10 +17,11 @@ Demonstrations", EMNLP 2022); the margin choice keeps the labels mostly right an
 idea picks few-shot examples from a program's own confident outputs in DSPy
 (``BootstrapFewShot``).
 
-Below ``MIN_BATCH_ROWS`` prompts the relQuery runs as ``calibrate`` (as ``batch`` does), unless an
-earlier relQuery of the call chose the examples and pooled that many rows' label means behind
-them (``pooled_history``); with the user's own ``examples`` it runs as ``batch`` (given examples
-beat guessed ones).
+Below ``MIN_BATCH_ROWS`` prompts the relQuery runs as ``calibrate`` (as ``batch`` does; with three
+labels or more as ``batch`` from 8 prompts, too few to choose examples from), unless an earlier
+relQuery of the call chose the examples and pooled that many rows' label means behind them
+(``pooled_history``); with the user's own ``examples`` it runs as ``batch`` (given examples beat
+guessed ones). See label_calibration.method_ran.
 
 The examples are chosen once per template, like the content-free prior: a later relQuery of the
 same call (template, labels, shape, system message) reuses them and runs no first pass

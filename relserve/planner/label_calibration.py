@@ -22,6 +22,12 @@ on a sample, or look at the margins (``label_logprobs``) of the rows that change
 Below ``MIN_BATCH_ROWS`` scored rows a mean is too noisy, and the content-free prior is used
 instead (the relQuery then runs as ``calibrate``; EXPLAIN says so), unless earlier relQueries of
 the same call have pooled at least that many rows' means (relserve/planner/label_history.py).
+With three labels or more the prior is so poor (one label for 82% of a 4-label column's rows)
+that a relQuery's own mean is better from ``MIN_BATCH_ROWS_MANY_LABELS`` rows, even over rows
+of one kind; such a relQuery runs as ``batch`` (too few rows to choose examples from). With
+two labels a mean over a few rows of one kind (a ``WHERE`` that kept only complaints) splits
+them half and half, where the prior kept 61-64% right: two labels keep the prior below 16.
+Measured in docs/quality.md, "Ninth pass".
 """
 
 from __future__ import annotations
@@ -32,16 +38,25 @@ from relserve.functions import BATCH_METHODS
 
 #: fewer rows than this in a relQuery: the content-free prior instead of the batch mean
 MIN_BATCH_ROWS = 16
+#: with three labels or more: a relQuery's own mean from this many rows (``batch``), the
+#: prior below it
+MIN_BATCH_ROWS_MANY_LABELS = 8
 
 
-def method_ran(method: str | None, rows: int, examples: bool = False, pooled: int = 0) -> str | None:
-    """The label method a relQuery of ``rows`` prompts actually runs: ``batch`` and ``bootstrap``
-    fall back to ``calibrate`` below ``MIN_BATCH_ROWS``, unless the call's earlier relQueries
-    already pooled that many rows' means (``pooled``, relserve/planner/label_history.py);
-    ``bootstrap`` runs as ``batch`` when the call has the user's own ``examples``
-    (relserve/planner/label_bootstrap.py)."""
+def min_batch_rows(labels: int) -> int:
+    """The fewest rows whose own label means a relQuery of ``labels`` labels uses."""
+    return MIN_BATCH_ROWS_MANY_LABELS if labels >= 3 else MIN_BATCH_ROWS
+
+
+def method_ran(method: str | None, rows: int, examples: bool = False, pooled: int = 0, labels: int = 2) -> str | None:
+    """The label method a relQuery of ``rows`` prompts over ``labels`` labels actually runs:
+    ``batch`` and ``bootstrap`` fall back to ``calibrate`` below ``min_batch_rows(labels)``,
+    unless the call's earlier relQueries already pooled ``MIN_BATCH_ROWS`` rows' means
+    (``pooled``, relserve/planner/label_history.py); between the two thresholds (three labels
+    or more) ``bootstrap`` runs as ``batch``; it also does when the call has the user's own
+    ``examples`` (relserve/planner/label_bootstrap.py)."""
     if method in BATCH_METHODS and rows < MIN_BATCH_ROWS and pooled < MIN_BATCH_ROWS:
-        return "calibrate"
+        return "calibrate" if rows < min_batch_rows(labels) else "batch"
     if method == "bootstrap" and examples:
         return "batch"
     return method

@@ -161,12 +161,12 @@ def first_pass_rows(call: Any, rows: int) -> int:
     """The prompts a call of ``rows`` prompts scores once more before its rows: a ``bootstrap``
     call's first pass (relserve/planner/label_bootstrap.py: a spread sample of at most
     ``SAMPLE_ROWS``); 0 for every other method, and when the call runs as another (below 16
-    rows, or with the user's own examples)."""
+    rows, or with the user's own examples; label_calibration.method_ran)."""
     from relserve.planner.label_bootstrap import SAMPLE_ROWS
     from relserve.planner.label_calibration import method_ran
 
     options = getattr(call, "options", None)
-    if options is None or method_ran(call.label_method, rows, bool(options.examples)) != "bootstrap":
+    if options is None or method_ran(call.label_method, rows, bool(options.examples), labels=len(getattr(call, "choices", None) or ())) != "bootstrap":
         return 0
     return min(rows, SAMPLE_ROWS)
 
