@@ -121,6 +121,9 @@ def test_a_small_four_label_relquery_is_corrected_by_its_own_means_without_probe
     assert "asked for bootstrap, whose examples need at least 16 prompts to choose from)" in ex
     seven = str(run_call(call, [rows[:7]], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert "label log-probabilities / content-free prior; asked for bootstrap, which needs at least 8 prompts to run)" in seven
+    # the next small relQuery pools with the first (both ran with no examples in front)
+    more = str(run_call(call, [[r + " again" for r in rows]], engine=eng, cache=False, progress=False, explain_only=True).explain)
+    assert "the call's earlier ones; 8 earlier rows pooled so far; asked for bootstrap, whose examples need" in more
 
 
 def test_method_and_prompt_shape_options_are_checked():

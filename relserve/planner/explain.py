@@ -16,6 +16,7 @@ from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds
 from relserve.planner.hit_rate import predict_hits
 from relserve.planner.label_bootstrap import PER_LABEL, SAMPLE_ROWS, pooled_history
 from relserve.planner.label_calibration import MIN_BATCH_ROWS, method_ran, min_batch_rows
+from relserve.planner.label_history import means_key, pooled_rows
 from relserve.planner.plan import CallPlan
 from relserve.planner.tokens import TokenSource
 
@@ -144,6 +145,10 @@ def explain_plan(
     pooled = pooled_history(call, engine, plan.model_id) if engine is not None else 0
     ran = method_ran(call.label_method, len(plan.run_order), bool(call.options.examples), pooled,
                      labels=len(call.choices or ())) if plan.run_order else call.label_method
+    if ran == "batch" and call.label_method == "bootstrap" and not call.options.examples and engine is not None:
+        # too few rows to choose examples from (three labels or more): the rows run with none in
+        # front, so they pool with the call's other relQueries that had none
+        pooled = pooled_rows(means_key(call, engine, plan.model_id, ""))
     out_tokens = expected_output_tokens(call.max_tokens, call.choices is not None)
 
     baseline_texts = plan.baseline_prompts()
