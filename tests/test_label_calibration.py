@@ -87,6 +87,10 @@ def test_three_labels_or_more_use_their_own_means_from_fewer_rows():
     assert method_ran("batch", 15, labels=2) == "calibrate"
     assert method_ran("bootstrap", 15, labels=2) == "calibrate"
     assert method_ran("score", 3, labels=4) == "score"
+    # a bootstrap call's earlier small relQueries ran with no examples and pooled 16 rows: a
+    # smaller one pools with them instead of using the prior
+    assert method_ran("bootstrap", 5, labels=4, pooled_plain=16) == "batch"
+    assert method_ran("bootstrap", 5, labels=4, pooled_plain=15) == "calibrate"
 
 
 def test_a_small_four_label_relquery_is_corrected_by_its_own_means_without_probes():
@@ -124,6 +128,17 @@ def test_a_small_four_label_relquery_is_corrected_by_its_own_means_without_probe
     # the next small relQuery pools with the first (both ran with no examples in front)
     more = str(run_call(call, [[r + " again" for r in rows]], engine=eng, cache=False, progress=False, explain_only=True).explain)
     assert "the call's earlier ones; 8 earlier rows pooled so far; asked for bootstrap, whose examples need" in more
+    # two more small relQueries: 16 rows pooled without examples, so a 5-row one pools with them
+    # where it would have used the content-free prior
+    run_call(call, [[r + " again" for r in rows]], engine=eng, cache=False, progress=False)
+    five = [f"story {i} about money, five" for i in range(5)]
+    fresh = make_call("llm_classify", "Topic of {r}, with no small relQueries before?", labels=labels)
+    before = str(run_call(fresh, [five], engine=eng, cache=False, progress=False, explain_only=True).explain)
+    assert "  label method           calibrate" in before
+    after = str(run_call(call, [five], engine=eng, cache=False, progress=False, explain_only=True).explain)
+    assert "  label method               batch" in after and "; 16 earlier rows pooled so far;" in after
+    out = run_call(call, [five], engine=eng, cache=False, progress=False)
+    assert out.values == ["business"] * 5 and eng.probes == [] and eng.first_passes == []
 
 
 def test_method_and_prompt_shape_options_are_checked():

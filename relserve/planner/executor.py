@@ -17,7 +17,7 @@ from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import pick
 from relserve.functions import BATCH_METHODS, SchedulingHints
-from relserve.planner.label_bootstrap import examples_for, pooled_history
+from relserve.planner.label_bootstrap import examples_for, method_and_pool
 from relserve.planner.label_calibration import MIN_BATCH_ROWS, method_ran
 from relserve.planner.label_history import means_key, pooled_picks
 from relserve.planner.label_prior import label_options, prior_from, submit_probes
@@ -78,10 +78,7 @@ class CallExecutor:
             engine.warm_prefix(self.prefix)
         if len(self.rows.prompts) < MIN_BATCH_ROWS:
             # too few rows for a mean of their own: the call's earlier relQueries may have enough
-            pooled = pooled_history(self.call, engine, self.model_id)
-            self.label_method = method_ran(self.call.label_method, len(self.rows.prompts),
-                                           bool(self.call.options.examples), pooled,
-                                           labels=len(self.call.choices or ()))
+            self.label_method, _ = method_and_pool(self.call, engine, self.model_id, len(self.rows.prompts))
         # filter/classify choose labels by scores and the calibrated prior, when asked
         scoring = label_options(self.call, self.model_id, self.label_method)
         probes = None

@@ -14,9 +14,8 @@ from typing import Any
 from relserve.backend.protocol import Backend
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds, expected_output_tokens
 from relserve.planner.hit_rate import predict_hits
-from relserve.planner.label_bootstrap import PER_LABEL, SAMPLE_ROWS, pooled_history
+from relserve.planner.label_bootstrap import PER_LABEL, SAMPLE_ROWS, method_and_pool, pooled_history
 from relserve.planner.label_calibration import MIN_BATCH_ROWS, method_ran, min_batch_rows
-from relserve.planner.label_history import means_key, pooled_rows
 from relserve.planner.plan import CallPlan
 from relserve.planner.tokens import TokenSource
 
@@ -142,13 +141,13 @@ def explain_plan(
     call = plan.call
     # nothing to run (every row cached): no fallback to name, the call's method stands
     # rows the call's earlier relQueries pooled label means over (label_history.py)
-    pooled = pooled_history(call, engine, plan.model_id) if engine is not None else 0
-    ran = method_ran(call.label_method, len(plan.run_order), bool(call.options.examples), pooled,
-                     labels=len(call.choices or ())) if plan.run_order else call.label_method
-    if ran == "batch" and call.label_method == "bootstrap" and not call.options.examples and engine is not None:
-        # too few rows to choose examples from (three labels or more): the rows run with none in
-        # front, so they pool with the call's other relQueries that had none
-        pooled = pooled_rows(means_key(call, engine, plan.model_id, ""))
+    if not plan.run_order:
+        ran, pooled = call.label_method, pooled_history(call, engine, plan.model_id) if engine is not None else 0
+    elif engine is None:
+        ran, pooled = method_ran(call.label_method, len(plan.run_order), bool(call.options.examples),
+                                 labels=len(call.choices or ())), 0
+    else:
+        ran, pooled = method_and_pool(call, engine, plan.model_id, len(plan.run_order))
     out_tokens = expected_output_tokens(call.max_tokens, call.choices is not None)
 
     baseline_texts = plan.baseline_prompts()

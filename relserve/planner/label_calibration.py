@@ -48,15 +48,21 @@ def min_batch_rows(labels: int) -> int:
     return MIN_BATCH_ROWS_MANY_LABELS if labels >= 3 else MIN_BATCH_ROWS
 
 
-def method_ran(method: str | None, rows: int, examples: bool = False, pooled: int = 0, labels: int = 2) -> str | None:
+def method_ran(
+    method: str | None, rows: int, examples: bool = False, pooled: int = 0, labels: int = 2, pooled_plain: int = 0
+) -> str | None:
     """The label method a relQuery of ``rows`` prompts over ``labels`` labels actually runs:
     ``batch`` and ``bootstrap`` fall back to ``calibrate`` below ``min_batch_rows(labels)``,
     unless the call's earlier relQueries already pooled ``MIN_BATCH_ROWS`` rows' means
     (``pooled``, relserve/planner/label_history.py); between the two thresholds (three labels
-    or more) ``bootstrap`` runs as ``batch``; it also does when the call has the user's own
+    or more) ``bootstrap`` runs as ``batch``, and so does a smaller relQuery of a ``bootstrap``
+    call whose earlier small relQueries, run with no examples, pooled ``MIN_BATCH_ROWS`` rows
+    (``pooled_plain``); ``bootstrap`` also runs as ``batch`` when the call has the user's own
     ``examples`` (relserve/planner/label_bootstrap.py)."""
     if method in BATCH_METHODS and rows < MIN_BATCH_ROWS and pooled < MIN_BATCH_ROWS:
-        return "calibrate" if rows < min_batch_rows(labels) else "batch"
+        if rows >= min_batch_rows(labels) or pooled_plain >= MIN_BATCH_ROWS:
+            return "batch"
+        return "calibrate"
     if method == "bootstrap" and examples:
         return "batch"
     return method
