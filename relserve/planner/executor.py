@@ -18,7 +18,7 @@ from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import pick
 from relserve.functions import BATCH_METHODS, SchedulingHints
 from relserve.planner.label_bootstrap import examples_for, method_and_pool
-from relserve.planner.label_calibration import MIN_BATCH_ROWS, method_ran
+from relserve.planner.label_calibration import MIN_BATCH_ROWS, method_of
 from relserve.planner.label_history import means_key, pooled_picks
 from relserve.planner.label_prior import label_options, prior_from, submit_probes
 from relserve.planner.planned_rows import PlannedRows
@@ -57,8 +57,7 @@ class CallExecutor:
         self._answers: list[tuple[str, str]] = []
         #: the label method this relQuery runs (``batch`` falls back to ``calibrate`` when small
         #: and the call has no pooled means yet: decided again by ``submit``, which knows the engine)
-        self.label_method = method_ran(self.call.label_method, len(rows.prompts), bool(self.call.options.examples),
-                                       labels=len(self.call.choices or ()))
+        self.label_method = method_of(self.call, len(rows.prompts))
         #: batch calibration: the engine's rows held until every row is scored
         self._held: list[RowResult] = []
         self._seen = 0

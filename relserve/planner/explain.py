@@ -15,7 +15,7 @@ from relserve.backend.protocol import Backend
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds, expected_output_tokens
 from relserve.planner.hit_rate import predict_hits
 from relserve.planner.label_bootstrap import PER_LABEL, SAMPLE_ROWS, method_and_pool, pooled_history
-from relserve.planner.label_calibration import MIN_BATCH_ROWS, method_ran, min_batch_rows
+from relserve.planner.label_calibration import MIN_BATCH_ROWS, method_of, min_batch_rows
 from relserve.planner.plan import CallPlan
 from relserve.planner.tokens import TokenSource
 
@@ -144,8 +144,7 @@ def explain_plan(
     if not plan.run_order:
         ran, pooled = call.label_method, pooled_history(call, engine, plan.model_id) if engine is not None else 0
     elif engine is None:
-        ran, pooled = method_ran(call.label_method, len(plan.run_order), bool(call.options.examples),
-                                 labels=len(call.choices or ())), 0
+        ran, pooled = method_of(call, len(plan.run_order)), 0
     else:
         ran, pooled = method_and_pool(call, engine, plan.model_id, len(plan.run_order))
     out_tokens = expected_output_tokens(call.max_tokens, call.choices is not None)

@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from relserve.functions import BATCH_METHODS
-from relserve.planner.label_calibration import calibrated, label_means, method_ran, pick_calibrated
+from relserve.planner.label_calibration import calibrated, label_means, method_of, pick_calibrated
 from relserve.planner.label_history import call_key, means_key, pooled_rows
 from relserve.prompt_shapes import ANSWER_FIELD
 
@@ -151,15 +151,11 @@ def method_and_pool(call, engine, model_id: str, rows: int) -> tuple[str | None,
     A ``bootstrap`` call whose examples are not chosen yet pools, when it runs as ``batch``
     (three labels or more, too few rows to choose examples from), with its earlier relQueries
     that ran so: no examples in front of either."""
-    examples = bool(call.options.examples)
     pooled = pooled_history(call, engine, model_id)
-    plain = 0
-    if call.label_method == "bootstrap" and not examples and not pooled:
-        plain = pooled_rows(means_key(call, engine, model_id, ""))
-    ran = method_ran(call.label_method, rows, examples, pooled, labels=len(call.choices or ()), pooled_plain=plain)
-    if ran == "batch" and call.label_method == "bootstrap" and not examples:
-        pooled = plain
-    return ran, pooled
+    without_examples = call.label_method == "bootstrap" and not call.options.examples
+    plain = pooled_rows(means_key(call, engine, model_id, "")) if without_examples and not pooled else 0
+    ran = method_of(call, rows, pooled, pooled_plain=plain)
+    return ran, plain if ran == "batch" and without_examples else pooled
 
 
 def examples_for(call, engine, prompts: Sequence[str], relquery_options: Mapping[str, object], model_id: str,

@@ -68,6 +68,13 @@ def method_ran(
     return method
 
 
+def method_of(call, rows: int, pooled: int = 0, pooled_plain: int = 0) -> str | None:
+    """``method_ran`` for a relQuery of ``rows`` prompts of ``call`` (an ``LLMCall``): its label
+    method, its own examples and its number of labels."""
+    return method_ran(call.label_method, rows, bool(call.options.examples), pooled,
+                      labels=len(call.choices or ()), pooled_plain=pooled_plain)
+
+
 def label_means(scores: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """Each label's mean score over the rows (the rows must score the same labels)."""
     if not scores:

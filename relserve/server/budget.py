@@ -163,10 +163,9 @@ def first_pass_rows(call: Any, rows: int) -> int:
     ``SAMPLE_ROWS``); 0 for every other method, and when the call runs as another (below 16
     rows, or with the user's own examples; label_calibration.method_ran)."""
     from relserve.planner.label_bootstrap import SAMPLE_ROWS
-    from relserve.planner.label_calibration import method_ran
+    from relserve.planner.label_calibration import method_of
 
-    options = getattr(call, "options", None)
-    if options is None or method_ran(call.label_method, rows, bool(options.examples), labels=len(getattr(call, "choices", None) or ())) != "bootstrap":
+    if getattr(call, "options", None) is None or method_of(call, rows) != "bootstrap":
         return 0
     return min(rows, SAMPLE_ROWS)
 
