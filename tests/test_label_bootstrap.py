@@ -200,3 +200,61 @@ def test_a_later_relquery_of_the_template_reuses_the_examples_within_its_namespa
     # another call (other labels' question) chooses its own
     run_call(make_call("llm_filter", "Is {r} bad, again?"), [alice_rows], engine=alice, cache=False, progress=False)
     assert len(eng.first_passes) == 3
+
+
+def test_a_two_label_classify_is_laid_out_question_first_when_examples_pick_its_labels():
+    """The prompt shape follows the label method that runs (docs/quality.md, "Tenth pass"): a
+    2-label llm_classify of 16 prompts or more, or one whose examples are already chosen in its
+    namespace, is scored question first behind the examples; below 16 prompts with no history
+    the content-free prior decides, in the completion shape (under question_first that prior
+    gives one label to almost every row)."""
+    from relserve.planner.plan import plan_call
+    from relserve.policy.types import Tenancy
+    from relserve.server.tenant_engine import engine_for_tenant
+
+    class TenantAwareEngine(ScriptedEngine):
+        supports_tenancy = True
+
+        def submit(self, rq, tenancy=None):
+            return super().submit(rq)
+
+        def warm_prefix(self, text="", system=None, tenancy=None):
+            return super().warm_prefix(text)
+
+    def answer(prompt, rq):
+        return "positive" if "great" in prompt else "negative"
+
+    forget_examples()
+    forget_means()
+    rows = [f"a review that runs long enough to move out, number {i}: {'great' if i % 2 else 'awful'}" for i in range(20)]
+    call = make_call("llm_classify", "Is this review positive or negative? Review: {r}", labels=["positive", "negative"])
+    # planned alone: the layout is in the plan's call, its prompts, and its result-cache key
+    big = plan_call(call, [rows], model_id="m")
+    small = plan_call(call, [rows[:6]], model_id="m")
+    assert big.call.prompt_shape == "question_first" and small.call.prompt_shape == "completion"
+    assert big.prompts[0] == f"Question: Is this review positive or negative?\nReview: {rows[0]}"
+    assert small.prompts[0] == f"Review: {rows[0]}\nIs this review positive or negative?"
+    assert big.call.sampling_settings()["prompt_shape"] == "question_first"
+    # not relserve's to choose: the user's shape, a filter, three labels, another method
+    assert plan_call(make_call("llm_classify", call.template, labels=["positive", "negative"], prompt_shape="completion"),
+                     [rows], model_id="m").call.prompt_shape == "completion"
+    assert plan_call(make_call("llm_filter", "Is this review positive? Review: {r}"), [rows], model_id="m").call.prompt_shape == "completion"
+    assert plan_call(make_call("llm_classify", call.template, labels=["positive", "negative", "mixed"]),
+                     [rows], model_id="m").call.prompt_shape == "completion"
+    assert plan_call(make_call("llm_classify", call.template, labels=["positive", "negative"], method="batch"),
+                     [rows], model_id="m").call.prompt_shape == "completion"
+
+    eng = TenantAwareEngine(answer=answer)
+    alice = engine_for_tenant(eng, Tenancy("alice", cache_salt="salt-a"))
+    out = run_call(call, [rows], engine=alice, cache=False, progress=False)
+    assert out.values == ["positive" if i % 2 else "negative" for i in range(20)]
+    (first,) = eng.first_passes
+    assert all(p.startswith("Question: ") for p in first)
+    assert all(p.rsplit("\n\n", 1)[-1].startswith("Question: ") for p in eng.submitted[0])
+    # alice's next 6-row statement: her examples, question first, no probes
+    run_call(call, [rows[:6]], engine=engine_for_tenant(eng, Tenancy("alice", cache_salt="salt-a")), cache=False, progress=False)
+    assert eng.probes == [] and all(p.rsplit("\n\n", 1)[-1].startswith("Question: ") for p in eng.submitted[1])
+    assert eng.submitted[1][0].count("\nAnswer: ") == 2
+    # bob's first 6-row statement of the same template: alice's history decides nothing for him
+    run_call(call, [rows[:6]], engine=engine_for_tenant(eng, Tenancy("bob", cache_salt="salt-b")), cache=False, progress=False)
+    assert len(eng.probes) == 1 and all(p.startswith("Review: ") for p in eng.submitted[2])

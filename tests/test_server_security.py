@@ -114,3 +114,41 @@ def test_a_stopping_server_refuses_new_work_with_503(server):
     assert r.json()["error"]["message"] == "the server is stopping; retry on another server or after it restarts"
     r = httpx.get(server.url + "/health")
     assert (r.status_code, r.json()["status"]) == (503, "stopping")
+
+
+class TenantAwareFakeEngine(FakeEngine):
+    """The instant engine with tenancy: each submit is in the tenant's prefix-cache namespace."""
+
+    supports_tenancy = True
+
+    def submit(self, rq, tenancy=None):
+        return super().submit(rq)
+
+    def warm_prefix(self, text: str = "", system: str | None = None, tenancy=None) -> int:
+        return 0
+
+
+def test_a_tenants_history_decides_the_layout_of_its_own_small_classify_only(tmp_path):
+    """A 2-label llm_classify is laid out question first behind bootstrapped examples; a small
+    relQuery gets that layout only where an earlier one of the same tenant chose the examples.
+    Another tenant's small relQuery of the same template is laid out as a first one is, so the
+    layout tells bob nothing of alice's work."""
+    from relserve.planner.label_bootstrap import forget_examples
+    from relserve.planner.label_history import forget_means
+
+    forget_examples()
+    forget_means()
+    engine = TenantAwareFakeEngine()
+    rows = [{"r": f"a review long enough to move out of the question, number {i}"} for i in range(20)]
+    body = dict(function="classify", labels=["positive", "negative"], cache=False)
+    template = "Is this review positive or negative? Review: {r}"
+    with running_server(engine, tenants=TENANTS, cache=False) as srv:
+        alice, bob = Client(srv.url, api_key=ALICE), Client(srv.url, api_key=BOB)
+        alice.result(alice.submit(template, rows, **body))
+        alice.result(alice.submit(template, rows[:6], **body))
+        bob.result(bob.submit(template, rows[:6], **body))
+    runs = [rq for rq in engine.submitted if not rq.rel_id.startswith(("bootstrap-", "calibrate-"))]
+    own_text = [[p.rsplit("\n\n", 1)[-1] for p in rq.render()] for rq in runs]
+    assert [len(p) for p in own_text] == [20, 6, 6]
+    assert all(p.startswith("Question: ") for p in own_text[0] + own_text[1])
+    assert all(p.startswith("Review: ") for p in own_text[2])

@@ -15,6 +15,7 @@ from typing import Any
 from relserve.functions import SCORING_METHODS, LLMCall
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.executor import CallExecutor
+from relserve.planner.label_history import namespace_of
 from relserve.planner.plan import plan_call
 from relserve.planner.planned_rows import PlannedRows
 
@@ -33,7 +34,7 @@ class Scores:
 def label_scores(call: LLMCall, columns: Sequence[Sequence[object]], ref: EngineRef, *, progress: bool = False) -> Scores:
     """Run ``call`` (filter/classify with a scoring method) over the rows; return label scores."""
     assert call.label_method in SCORING_METHODS, call.label_method
-    plan = plan_call(call, columns, model_id=ref.model_id, cache=None, optimize=True)
+    plan = plan_call(call, columns, model_id=ref.model_id, cache=None, optimize=True, namespace=namespace_of(ref.peek()))
     rows = PlannedRows.of(plan, None)
     logprobs: list[dict[str, float] | None] = [None] * plan.rows
     errors: list[str | None] = [None] * plan.rows

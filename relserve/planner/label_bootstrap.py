@@ -37,10 +37,11 @@ import os
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from relserve.functions import BATCH_METHODS
-from relserve.planner.label_calibration import calibrated, label_means, method_of, pick_calibrated
-from relserve.planner.label_history import call_key, means_key, pooled_rows
+from relserve.planner.label_calibration import MIN_BATCH_ROWS, calibrated, label_means, method_of, pick_calibrated
+from relserve.planner.label_history import call_key, means_key, namespace_key, pooled_rows
 from relserve.prompt_shapes import ANSWER_FIELD
 
 #: prompts scored by the first pass (a spread sample of the relQuery's prompts); the environment
@@ -54,6 +55,10 @@ FIRST_PASS_PREFIX = "bootstrap-"
 MAX_EXAMPLE_CHARS = 1000
 #: calls whose examples are remembered (the oldest are forgotten past this)
 MAX_REMEMBERED = 256
+#: the prompt shape of a 2-label ``llm_classify`` whose labels are picked behind bootstrapped
+#: examples, when the user sets none (docs/quality.md, "Tenth pass": 200 balanced rows, tuning
+#: 57% -> 76% and 58.5% -> 83.5%, check 66% -> 78.5%); filters and 3+ labels lost with it
+EXAMPLES_SHAPE = "question_first"
 
 _chosen: dict[tuple, str] = {}
 _lock = threading.Lock()
@@ -122,6 +127,35 @@ def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, ob
     rows = engine.submit(rq).result().rows
     scores = [(sample[r.index], r.label_logprobs) for r in rows if r.error is None and r.label_logprobs is not None]
     return examples_text(prompts, choose(scores, prompts))
+
+
+def follows_method(call) -> bool:
+    """Whether relserve picks ``call``'s prompt shape per relQuery (``shaped_for``): a 2-label
+    ``llm_classify`` under ``bootstrap``, with neither a shape nor examples of the user's."""
+    o = call.options
+    return (call.function.kind == "classify" and len(call.choices or ()) == 2 and call.label_method == "bootstrap"
+            and o.prompt_shape is None and not o.examples)
+
+
+def shaped_for(call, prompts: int, model_id: str, namespace: str | None = None):
+    """``call`` as a relQuery of ``prompts`` distinct prompts runs it: laid out ``EXAMPLES_SHAPE``
+    when its labels will be picked behind bootstrapped examples (``follows_method``, and 16
+    prompts or more, or examples an earlier relQuery of that layout chose in ``namespace``),
+    else unchanged: below 16 prompts the content-free prior decides, and under
+    ``question_first`` it gives one label to 90-99% of the rows (docs/quality.md, "Fourth pass").
+
+    The planner calls it before rendering, so the result cache, deduplication and EXPLAIN see
+    the layout that runs. It counts distinct prompts before the result cache: a relQuery left
+    under 16 prompts by cache hits, in a process that did not choose the examples, is scored
+    under the prior in this layout."""
+    if not follows_method(call):
+        return call
+    shaped = replace(call, options=replace(call.options, prompt_shape=EXAMPLES_SHAPE))
+    if prompts >= MIN_BATCH_ROWS:
+        return shaped
+    with _lock:
+        chosen = namespace_key(shaped, namespace, model_id) in _chosen
+    return shaped if chosen else call
 
 
 def remembered_examples(call, engine, model_id: str) -> str | None:

@@ -59,7 +59,17 @@ _lock = threading.Lock()
 def call_key(call, engine, model_id: str) -> tuple:
     """A call's per-template memory (these means, bootstrap's examples) in ``engine``'s
     prefix-cache namespace: a server tenant's (server/tenant_engine.py), None for the process's own."""
-    return (getattr(engine, "prefix_cache_namespace", None), *template_key(call, model_id))
+    return namespace_key(call, namespace_of(engine), model_id)
+
+
+def namespace_of(engine) -> str | None:
+    """``engine``'s prefix-cache namespace (None: the process's own, or no engine yet)."""
+    return getattr(engine, "prefix_cache_namespace", None)
+
+
+def namespace_key(call, namespace: str | None, model_id: str) -> tuple:
+    """``call_key`` for a namespace known without its engine (the planner's side)."""
+    return (namespace, *template_key(call, model_id))
 
 
 def means_key(call, engine, model_id: str, examples: str = "") -> tuple:

@@ -20,6 +20,7 @@ from relserve.errors import RowError
 from relserve.functions import LLMCall
 from relserve.planner.cache import ResultCache
 from relserve.planner.ggr import ggr, sort_rows
+from relserve.planner.label_bootstrap import shaped_for
 from relserve.planner.prompt_rendering import (
     DistinctRows,
     Renderer,
@@ -99,9 +100,10 @@ def plan_call(
     model_id: str,
     cache: ResultCache | None = None,
     optimize: bool = True,
+    namespace: str | None = None,
 ) -> CallPlan:
     """Plan ``call`` over rows given as columns aligned with ``call.template.columns``."""
-    return plan_rows(call, rows_of(call, columns), model_id=model_id, cache=cache, optimize=optimize)
+    return plan_rows(call, rows_of(call, columns), model_id=model_id, cache=cache, optimize=optimize, namespace=namespace)
 
 
 def plan_rows(
@@ -111,9 +113,13 @@ def plan_rows(
     model_id: str,
     cache: ResultCache | None = None,
     optimize: bool = True,
+    namespace: str | None = None,
 ) -> CallPlan:
     """Plan ``call`` over row tuples aligned with ``call.template.columns`` (DuckDB's chunks and
-    spreadsheet cells arrive as rows: they go straight in)."""
+    spreadsheet cells arrive as rows: they go straight in). ``namespace``: the prefix-cache
+    namespace the rows will run in (a server tenant's; None: the process's own), whose
+    per-template memory may decide the prompt shape (label_bootstrap.shaped_for); the plan's
+    ``call`` carries the shape chosen."""
     t0 = time.perf_counter()
     n = len(rows)
     distinct = distinct_rows(rows)
@@ -124,6 +130,7 @@ def plan_rows(
         if err is not None:
             bad[d] = err
     good = [d for d in range(len(distinct.values)) if d not in bad]
+    call = shaped_for(call, len(good), model_id, namespace)
 
     fields_reordered = call.options.reorder_fields and optimize and len(good) > 1
     if fields_reordered:

@@ -14,6 +14,7 @@ from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.executor import CallExecutor
 from relserve.planner.explain import Explain, explain_plan
+from relserve.planner.label_history import namespace_of
 from relserve.planner.plan import CallPlan, plan_rows, rows_of
 from relserve.planner.planned_rows import PlannedRows
 from relserve.planner.prompt_rendering import Renderer, null_error
@@ -76,7 +77,7 @@ def run_rows(
     ref = engine if isinstance(engine, EngineRef) else EngineRef(engine, call.options.model)
     # (not `cache or None`: an empty ResultCache has len 0, and would never be written)
     store = shared_cache() if cache is True else (None if cache is None or cache is False else cache)
-    plan = plan_rows(call, rows, model_id=ref.model_id, cache=store, optimize=optimize)
+    plan = plan_rows(call, rows, model_id=ref.model_id, cache=store, optimize=optimize, namespace=namespace_of(ref.peek()))
 
     if explain_only:
         running = ref.peek()

@@ -11,13 +11,15 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from relserve.functions import SchedulingHints
+from relserve.planner.label_history import namespace_of
 from relserve.planner.planned_rows import PlannedRows
-from relserve.server.batches import Cache, plan_relquery
+from relserve.server.batches import plan_relquery
 from relserve.server.budget import Cost, call_max_tokens, check_template, prompts_cost, rows_cost
 from relserve.server.jobs import Job
 from relserve.server.schemas import RelQueryRequest
 from relserve.server.state import ServerState, current_tenant, get_state
 from relserve.server.streaming import NDJSON, SSE, job_stream
+from relserve.server.tenant_engine import engine_for_tenant
 from relserve.server.tenants import Tenant
 from relserve.server.waiting import wait_or_cancel
 
@@ -46,16 +48,18 @@ def _done(job: Job) -> dict:
 
 
 async def start_job(
-    state: ServerState, tenant: Tenant, cost: Cost, plan: Callable[[str, Cache | None], PlannedRows], kind: str,
+    state: ServerState, tenant: Tenant, cost: Cost, plan: Callable[..., PlannedRows], kind: str,
     hints: SchedulingHints,
 ) -> tuple[Job, PlannedRows]:
-    """Every request that runs rows (relQuery, cells, OpenAI calls): ``plan(model_id, cache)``
-    off the event loop while ``cost`` is reserved for the tenant (planning renders every row, so
-    it counts as work in flight), then its job launched in the reservation's place."""
+    """Every request that runs rows (relQuery, cells, OpenAI calls): ``plan(model_id, cache,
+    namespace)`` off the event loop while ``cost`` is reserved for the tenant (planning renders
+    every row, so it counts as work in flight), then its job launched in the reservation's place."""
     reservation = state.reserve(cost, tenant)
     try:
-        batch = await run_in_threadpool(plan, state.engine.model_id, state.cache_for(tenant))
-        job = Job(batch, tenant.name, kind, hints, state.tenancy(tenant))
+        tenancy = state.tenancy(tenant)
+        namespace = namespace_of(engine_for_tenant(state.engine, tenancy))
+        batch = await run_in_threadpool(plan, state.engine.model_id, state.cache_for(tenant), namespace=namespace)
+        job = Job(batch, tenant.name, kind, hints, tenancy)
         state.launch(job, tenant, reservation)
         return job, batch
     finally:
@@ -102,7 +106,8 @@ async def plan(body: RelQueryRequest, tenant: Tenant = Depends(current_tenant), 
     # sizes are summed off the event loop (linear in the body); the booking is on it
     reservation = state.reserve(await run_in_threadpool(_cost, body, tenant, state), tenant)
     try:
-        batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant))
+        namespace = namespace_of(engine_for_tenant(state.engine, state.tenancy(tenant)))
+        batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant), namespace)
     finally:
         state.jobs.release(reservation)
     return {

@@ -24,49 +24,55 @@ Cache = ResultCache | CacheView
 class _Builder:
     """Plans each part of a request and gathers them into one ``PlannedRows``."""
 
-    def __init__(self, call: LLMCall, total: int, model_id: str, cache: Cache | None, wanted: bool = True) -> None:
+    def __init__(self, call: LLMCall, total: int, model_id: str, cache: Cache | None, wanted: bool = True,
+                 namespace: str | None = None) -> None:
         # sampled answers must not be replayed; the system message is in the call's cache key
         self.cache = cache if wanted and call.deterministic else None
         self.model_id = model_id
+        #: the tenant's prefix-cache namespace (plan_rows: its memory may decide the prompt shape)
+        self.namespace = namespace
         self.batch = PlannedRows(call, total, self.cache)
         self._added = False
 
     def add(self, call: LLMCall, rows: Sequence[tuple], out_rows: Sequence[int]) -> None:
         """Plan ``call`` over row tuples; ``out_rows[i]`` is row i's index in the request."""
+        plan = plan_rows(call, rows, model_id=self.model_id, cache=self.cache, optimize=True, namespace=self.namespace)
         if not self._added:  # the first part's call runs the relQuery (cells: the first template)
-            self.batch.call, self._added = call, True
-        self.batch.add(plan_rows(call, rows, model_id=self.model_id, cache=self.cache, optimize=True), out_rows)
+            # the planned call: the prompt shape its rows were rendered in
+            self.batch.call, self._added = plan.call, True
+        self.batch.add(plan, out_rows)
 
 
-def plan_relquery(req: RelQueryRequest, model_id: str, cache: Cache | None) -> PlannedRows:
+def plan_relquery(req: RelQueryRequest, model_id: str, cache: Cache | None, namespace: str | None = None) -> PlannedRows:
     """``template`` + ``rows`` (placeholders name columns), or already-rendered ``prompts``."""
     if req.prompts is not None:
-        return plan_prompts(req, req.prompts, model_id, cache, wanted=req.cache)
+        return plan_prompts(req, req.prompts, model_id, cache, wanted=req.cache, namespace=namespace)
     call = req.call(req.template or "")
     rows = req.rows or []
     values = Binding(call.template).tuples(rows)
-    b = _Builder(call, len(rows), model_id, cache, req.cache)
+    b = _Builder(call, len(rows), model_id, cache, req.cache, namespace)
     if rows:
         b.add(call, values, range(len(rows)))
     return b.batch
 
 
-def plan_prompts(req: CallFields, prompts: Sequence[str | None], model_id: str, cache: Cache | None, wanted: bool = True) -> PlannedRows:
+def plan_prompts(req: CallFields, prompts: Sequence[str | None], model_id: str, cache: Cache | None, wanted: bool = True,
+                 namespace: str | None = None) -> PlannedRows:
     """Plain prompts (``prompts`` of a relQuery, the OpenAI-compatible endpoints)."""
     call = req.call("{prompt}")
-    b = _Builder(call, len(prompts), model_id, cache, wanted)
+    b = _Builder(call, len(prompts), model_id, cache, wanted, namespace)
     b.add(call, [(p,) for p in prompts], range(len(prompts)))
     return b.batch
 
 
-def plan_cells(req: CellsRequest, model_id: str, cache: Cache | None) -> PlannedRows:
+def plan_cells(req: CellsRequest, model_id: str, cache: Cache | None, namespace: str | None = None) -> PlannedRows:
     """Cells may carry different templates; all of them go into one relQuery.
 
     A cell whose formula is wrong (bad template, wrong number of values) gets its own error,
     as a spreadsheet shows ``#VALUE!`` in one cell and computes the others.
     """
     base = req.call("{value}")  # the batch's function, labels, schema: 400 if bad
-    b = _Builder(base, len(req.cells), model_id, cache)
+    b = _Builder(base, len(req.cells), model_id, cache, namespace=namespace)
     groups: dict[str, tuple[LLMCall, list[int], list[tuple]]] = {}
     for i, cell in enumerate(req.cells):
         try:
