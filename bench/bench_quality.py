@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -301,7 +302,7 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
     import relserve.duckdb
     from relserve.functions import make_call
     from relserve.planner.cache import ResultCache
-    from relserve.planner.label_bootstrap import forget_examples
+    from relserve.planner.label_bootstrap import EXAMPLES_SHAPE, follows_method, forget_examples
     from relserve.planner.label_history import forget_means
     from relserve.planner.prompt_rendering import Renderer
 
@@ -358,11 +359,18 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
         if examples:
             opts["examples"] = task["examples"]
         call = make_call(task["fn"], task["template"], labels=task["labels"] if task["fn"] == "llm_classify" else None, **opts)
-        render = Renderer(call)
+        # in each layout the planner may pick for the call (label_bootstrap.shaped_for)
+        renders = [Renderer(call)]
+        if follows_method(call):
+            renders.append(Renderer(replace(call, options=replace(call.options, prompt_shape=EXAMPLES_SHAPE))))
         scored_rows = task["table"].to_dicts()
         if SMALL:  # the first half is the call's history, not scored
             scored_rows = scored_rows[len(scored_rows) // 2:]
-        keyed = [(tap.scores.get(render(tuple(r[c] for c in task["columns"]))), r["truth"]) for r in scored_rows]
+
+        def scores_of(values: tuple):
+            return next((tap.scores[p] for p in (r(values) for r in renders) if p in tap.scores), None)
+
+        keyed = [(scores_of(tuple(r[c] for c in task["columns"])), r["truth"]) for r in scored_rows]
         res["scores"] = [[s, t] for s, t in keyed if s is not None]
         if len(task["labels"]) == 2 and len(res["scores"]) == n:
             # the first label's score ranks the rows (truth: the first label)

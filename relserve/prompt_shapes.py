@@ -17,12 +17,14 @@ relserve's choice, and it decides much of what a small model gets right:
                  model repeat the list whatever the row says (rt_filter AUC 0.56 -> 0.62).
 ``question_first`` the completion shape with the question first, as a field: "Question: <the
                  question>", then the row's long values ("Review: <text>"), then the answer
-                 field. Better than ``completion`` behind bootstrapped examples (relQueries of
-                 16 rows or more: tuning mean 61.5% -> 63.8% on the engine, 2-label sentiment
-                 64% -> 81% on a check-only task) but worse below 16 rows, where the
-                 content-free prior decides (one label for 90-99% of the rows of two tuning
-                 tasks): not the default while a call's shape cannot follow the method that
-                 runs (docs/quality.md, "Fourth pass").
+                 field. Far better than ``completion`` for a 2-label ``llm_classify`` behind
+                 bootstrapped examples (200 balanced rows: tuning 57% -> 76% and 58.5% -> 83.5%,
+                 check 66% -> 78.5%), no better for filters and 4 labels, and worse below 16
+                 rows, where the content-free prior decides (one label for 90-99% of the rows
+                 of two tuning tasks). So it is the default of a 2-label ``llm_classify`` exactly
+                 when its labels are picked behind the examples
+                 (relserve/planner/label_bootstrap.shaped_for; docs/quality.md, "Fourth pass"
+                 and "Tenth pass").
 
 Two halves: ``ShapedRenderer`` (the planner's side: which text a row's prompt is, so the result
 cache, EXPLAIN and deduplication see the real text) and ``engine_text`` (the engine's side: the
@@ -35,7 +37,8 @@ import re
 from collections.abc import Sequence
 
 PROMPT_SHAPES = ("chat", "chat_answer", "completion", "question_first")
-#: chosen on the tuning tasks of bench/bench_quality.py (docs/quality.md)
+#: chosen on the tuning tasks of bench/bench_quality.py (docs/quality.md); a 2-label
+#: llm_classify behind bootstrapped examples gets label_bootstrap.EXAMPLES_SHAPE instead
 DEFAULT_PROMPT_SHAPE = "completion"
 #: the shapes whose prompt text ``ShapedRenderer`` lays out (no chat template, an answer field)
 SHAPED = ("completion", "question_first")
