@@ -235,6 +235,9 @@ def test_a_two_label_classify_is_laid_out_question_first_when_examples_pick_its_
     assert big.prompts[0] == f"Question: Is this review positive or negative?\nReview: {rows[0]}"
     assert small.prompts[0] == f"Review: {rows[0]}\nIs this review positive or negative?"
     assert big.call.sampling_settings()["prompt_shape"] == "question_first"
+    assert big.shape_chosen and not small.shape_chosen
+    shown = str(run_call(call, [rows], cache=False, progress=False, explain_only=True, engine=ScriptedEngine()).explain)
+    assert "prompt shape          question_first   (how the scoring request is laid out; chosen for a 2-label classify" in shown
     # not relserve's to choose: the user's shape, a filter, three labels, another method
     assert plan_call(make_call("llm_classify", call.template, labels=["positive", "negative"], prompt_shape="completion"),
                      [rows], model_id="m").call.prompt_shape == "completion"

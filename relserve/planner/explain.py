@@ -61,6 +61,8 @@ class Explain:
     min_batch_rows: int = MIN_BATCH_ROWS
     #: how the scoring request is laid out (relserve/prompt_shapes.py); None when decoding
     prompt_shape: str | None = None
+    #: relserve chose the shape for this relQuery (a 2-label classify behind bootstrapped examples)
+    shape_chosen: bool = False
     #: few-shot examples, and their tokens (all in the prefix every prompt shares)
     examples: int = 0
     examples_tokens: int = 0
@@ -113,7 +115,8 @@ class Explain:
                         " prompts to choose from")
             lines.append(f"  label method          {self.label_method:>10}   ({how})")
             if self.prompt_shape is not None:
-                lines.append(f"  prompt shape          {self.prompt_shape:>10}   (how the scoring request is laid out)")
+                why = "; chosen for a 2-label classify behind bootstrapped examples" if self.shape_chosen else ""
+                lines.append(f"  prompt shape          {self.prompt_shape:>10}   (how the scoring request is laid out{why})")
         if self.examples:
             lines.append(
                 f"  few-shot examples     {self.examples:>10,}   ({self.examples_tokens:,} tokens, in the prefix every prompt shares)"
@@ -194,6 +197,7 @@ def explain_plan(
         pooled_rows=pooled,
         min_batch_rows=min_batch_rows(len(call.choices or ())),
         prompt_shape=call.prompt_shape if call.label_method not in (None, "generate") else None,
+        shape_chosen=plan.shape_chosen,
         examples=len(call.options.examples or ()),
         examples_tokens=len(tokens.many([call.examples_prefix])[0]) if call.options.examples else 0,
     )

@@ -53,6 +53,9 @@ class CallPlan:
     reorder: str
     planner_s: float
     distinct: DistinctRows = field(repr=False)
+    #: the prompt shape was relserve's choice for this relQuery (label_bootstrap.shaped_for),
+    #: not the user's nor the default
+    shape_chosen: bool = False
 
     @property
     def distinct_prompts(self) -> int:
@@ -130,6 +133,7 @@ def plan_rows(
         if err is not None:
             bad[d] = err
     good = [d for d in range(len(distinct.values)) if d not in bad]
+    asked = call
     call = shaped_for(call, len(good), model_id, namespace)
 
     fields_reordered = call.options.reorder_fields and optimize and len(good) > 1
@@ -189,4 +193,5 @@ def plan_rows(
         reorder=reorder,
         planner_s=time.perf_counter() - t0,
         distinct=distinct,
+        shape_chosen=call is not asked,
     )
