@@ -75,8 +75,12 @@ def _self_examples(task, rows, labels, score, per_label, pick, sample=None, base
     demos = []
     for j in range(n):
         mine = [i for i in range(len(s)) if best[i] == j]
-        if pick == "confident":
+        if pick in ("confident", "second", "median"):
             mine.sort(key=lambda i: -(cal[i][j] - max(c for k, c in enumerate(cal[i]) if k != j)))
+        if pick == "second":  # the next surest: less extreme than the surest
+            mine = mine[1:] or mine
+        elif pick == "median":  # a typical row of the label, not its most extreme
+            mine = mine[len(mine) // 2:] or mine
         demos += [(i, j) for i in mine[:per_label]]
     random.Random(0).shuffle(demos)
     prefix = "".join(_demo(task, rows[i], labels[j], base) for i, j in demos)
@@ -113,6 +117,26 @@ def self1_s32(task, rows, labels, score):
     return _self_examples(task, rows, labels, score, 1, "confident", 32)
 
 
+def self1_qf_s64(task, rows, labels, score):
+    """self1_qf choosing from a 64-row first pass."""
+    return _self_examples(task, rows, labels, score, 1, "confident", 64, base=question_first)
+
+
+def self2_qf(task, rows, labels, score):
+    """self1_qf with 2 examples per label."""
+    return _self_examples(task, rows, labels, score, 2, "confident", 32, base=question_first)
+
+
+def self1_qf_second(task, rows, labels, score):
+    """self1_qf with each label's second surest row."""
+    return _self_examples(task, rows, labels, score, 1, "second", 32, base=question_first)
+
+
+def self1_qf_median(task, rows, labels, score):
+    """self1_qf with a row of median margin among the label's."""
+    return _self_examples(task, rows, labels, score, 1, "median", 32, base=question_first)
+
+
 def self1_qaf(task, rows, labels, score):
     return _self_examples(task, rows, labels, score, 1, "confident", 32, base=q_head_qa)
 
@@ -127,7 +151,8 @@ def random_labels(task, rows, labels, score):
 
 LAYOUTS = {f.__name__: f for f in (current, question_first, qa_fields, q_head_qa, label_line)}
 TWO_PASS = {f.__name__: f for f in (self_confident2, self_confident4, random_labels, self2_s16, self2_s32, self1,
-                                     self1_qf, self1_s32, self1_qaf)}
+                                     self1_qf, self1_s32, self1_qaf, self1_qf_s64, self2_qf, self1_qf_second,
+                                     self1_qf_median)}
 
 
 def reference_sentiment(task, rows, labels):
