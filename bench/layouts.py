@@ -53,9 +53,9 @@ def label_line(task, rows, labels):
     return prompts, forms_of(labels)
 
 
-def _demo(task, row, label, base=None):
+def _demo(task, row, label, base=None, labels=None):
     if base is not None:
-        return base(task, [row], [label])[0][0] + " " + label + "\n\n"
+        return base(task, [row], labels or [label])[0][0] + " " + label + "\n\n"
     head, q = pieces(task, row)
     return head + q + "\nAnswer: " + label + "\n\n"
 
@@ -83,7 +83,7 @@ def _self_examples(task, rows, labels, score, per_label, pick, sample=None, base
             mine = mine[len(mine) // 2:] or mine
         demos += [(i, j) for i in mine[:per_label]]
     random.Random(0).shuffle(demos)
-    prefix = "".join(_demo(task, rows[i], labels[j], base) for i, j in demos)
+    prefix = "".join(_demo(task, rows[i], labels[j], base, labels) for i, j in demos)
     return [prefix + p for p in prompts], forms
 
 
@@ -165,4 +165,52 @@ def no_question(task, rows, labels):
     return _each(task, rows, labels, lambda head, q: head + "Answer:")
 
 
-LAYOUTS.update({f.__name__: f for f in (reference_sentiment, no_question)})
+def self1_reference(task, rows, labels, score):
+    """Reference only: bootstrapped examples (as relserve chooses them) in the issue's
+    "Sentiment:" layout, to tell what this model reaches on a table at all."""
+    return _self_examples(task, rows, labels, score, 1, "confident", 32, base=reference_sentiment)
+
+
+def _labels_field(labels):
+    """An answer field named by the labels themselves ("Positive or negative:"), generic where
+    the issue's "Sentiment:" needs to know what the labels are about."""
+    words = list(labels)
+    name = ", ".join(words[:-1]) + " or " + words[-1]
+    return name[:1].upper() + name[1:] + ":"
+
+
+def labels_field(task, rows, labels):
+    """The row, then the labels as the answer field; no question."""
+    return _each(task, rows, labels, lambda head, q: head + _labels_field(labels))
+
+
+def q_labels_field(task, rows, labels):
+    """completion with the labels as the answer field."""
+    return _each(task, rows, labels, lambda head, q: head + q + "\n" + _labels_field(labels))
+
+
+def qq_labels_field(task, rows, labels):
+    """relserve's question_first with the labels as the answer field."""
+    return _each(task, rows, labels, lambda head, q: "Question: " + q + "\n" + head + _labels_field(labels))
+
+
+def self1_labels_field(task, rows, labels, score):
+    return _self_examples(task, rows, labels, score, 1, "confident", 32, base=labels_field)
+
+
+def self1_q_labels_field(task, rows, labels, score):
+    return _self_examples(task, rows, labels, score, 1, "confident", 32, base=q_labels_field)
+
+
+def self1_qq_labels_field(task, rows, labels, score):
+    return _self_examples(task, rows, labels, score, 1, "confident", 32, base=qq_labels_field)
+
+
+def self1_qq(task, rows, labels, score):
+    """relserve's default for a 2-label classify now: question_first with "Question:", examples."""
+    return _self_examples(task, rows, labels, score, 1, "confident", 32, base=q_head_qa)
+
+
+LAYOUTS.update({f.__name__: f for f in (reference_sentiment, no_question, labels_field, q_labels_field, qq_labels_field)})
+TWO_PASS.update({f.__name__: f for f in (self1_labels_field, self1_q_labels_field, self1_qq_labels_field, self1_qq)})
+TWO_PASS[self1_reference.__name__] = self1_reference
