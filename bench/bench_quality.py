@@ -43,7 +43,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -302,7 +301,7 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
     import relserve.duckdb
     from relserve.functions import make_call
     from relserve.planner.cache import ResultCache
-    from relserve.planner.label_bootstrap import EXAMPLES_SHAPE, follows_method, forget_examples
+    from relserve.planner.label_bootstrap import follows_method, forget_examples, in_examples_shape
     from relserve.planner.label_history import forget_means
     from relserve.planner.prompt_rendering import Renderer
 
@@ -362,7 +361,7 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
         # in each layout the planner may pick for the call (label_bootstrap.shaped_for)
         renders = [Renderer(call)]
         if follows_method(call):
-            renders.append(Renderer(replace(call, options=replace(call.options, prompt_shape=EXAMPLES_SHAPE))))
+            renders.append(Renderer(in_examples_shape(call)))
         scored_rows = task["table"].to_dicts()
         if SMALL:  # the first half is the call's history, not scored
             scored_rows = scored_rows[len(scored_rows) // 2:]

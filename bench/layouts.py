@@ -87,72 +87,12 @@ def _self_examples(task, rows, labels, score, per_label, pick, sample=None, base
     return [prefix + p for p in prompts], forms
 
 
-def self_confident2(task, rows, labels, score):
-    return _self_examples(task, rows, labels, score, 2, "confident")
-
-
-def self_confident4(task, rows, labels, score):
-    return _self_examples(task, rows, labels, score, 4, "confident")
-
-
-def self2_s16(task, rows, labels, score):
-    return _self_examples(task, rows, labels, score, 2, "confident", 16)
-
-
-def self2_s32(task, rows, labels, score):
-    return _self_examples(task, rows, labels, score, 2, "confident", 32)
-
-
-def self1(task, rows, labels, score):
-    return _self_examples(task, rows, labels, score, 1, "confident")
-
-
-def self1_qf(task, rows, labels, score):
-    """self1 in the question-first layout (examples and rows)."""
-    return _self_examples(task, rows, labels, score, 1, "confident", 32, base=question_first)
-
-
-def self1_s32(task, rows, labels, score):
-    """what relserve's bootstrap does: 1 surest row per label from a 32-row first pass"""
-    return _self_examples(task, rows, labels, score, 1, "confident", 32)
-
-
-def self1_qf_s64(task, rows, labels, score):
-    """self1_qf choosing from a 64-row first pass."""
-    return _self_examples(task, rows, labels, score, 1, "confident", 64, base=question_first)
-
-
-def self2_qf(task, rows, labels, score):
-    """self1_qf with 2 examples per label."""
-    return _self_examples(task, rows, labels, score, 2, "confident", 32, base=question_first)
-
-
-def self1_qf_second(task, rows, labels, score):
-    """self1_qf with each label's second surest row."""
-    return _self_examples(task, rows, labels, score, 1, "second", 32, base=question_first)
-
-
-def self1_qf_median(task, rows, labels, score):
-    """self1_qf with a row of median margin among the label's."""
-    return _self_examples(task, rows, labels, score, 1, "median", 32, base=question_first)
-
-
-def self1_qaf(task, rows, labels, score):
-    return _self_examples(task, rows, labels, score, 1, "confident", 32, base=q_head_qa)
-
-
 def random_labels(task, rows, labels, score):
     """One pass: the first 2 rows per label shown with labels given round-robin (not checked)."""
     prompts, forms = current(task, rows, labels)
     k = 2 * len(labels)
     prefix = "".join(_demo(task, rows[i], labels[i % len(labels)]) for i in range(k))
     return [prefix + p for p in prompts], forms
-
-
-LAYOUTS = {f.__name__: f for f in (current, question_first, qa_fields, q_head_qa, label_line)}
-TWO_PASS = {f.__name__: f for f in (self_confident2, self_confident4, random_labels, self2_s16, self2_s32, self1,
-                                     self1_qf, self1_s32, self1_qaf, self1_qf_s64, self2_qf, self1_qf_second,
-                                     self1_qf_median)}
 
 
 def reference_sentiment(task, rows, labels):
@@ -163,12 +103,6 @@ def reference_sentiment(task, rows, labels):
 def no_question(task, rows, labels):
     """Reference: the row and the answer field, no question (what the values alone suggest)."""
     return _each(task, rows, labels, lambda head, q: head + "Answer:")
-
-
-def self1_reference(task, rows, labels, score):
-    """Reference only: bootstrapped examples (as relserve chooses them) in the issue's
-    "Sentiment:" layout, to tell what this model reaches on a table at all."""
-    return _self_examples(task, rows, labels, score, 1, "confident", 32, base=reference_sentiment)
 
 
 def _labels_field(labels):
@@ -194,23 +128,35 @@ def qq_labels_field(task, rows, labels):
     return _each(task, rows, labels, lambda head, q: "Question: " + q + "\n" + head + _labels_field(labels))
 
 
-def self1_labels_field(task, rows, labels, score):
-    return _self_examples(task, rows, labels, score, 1, "confident", 32, base=labels_field)
+def _two_pass(per_label, pick, sample=None, base=None):
+    """A two-pass layout (``_self_examples``) with these settings."""
+    def run(task, rows, labels, score):
+        return _self_examples(task, rows, labels, score, per_label, pick, sample, base)
+    return run
 
 
-def self1_q_labels_field(task, rows, labels, score):
-    return _self_examples(task, rows, labels, score, 1, "confident", 32, base=q_labels_field)
-
-
-def self1_qq_labels_field(task, rows, labels, score):
-    return _self_examples(task, rows, labels, score, 1, "confident", 32, base=qq_labels_field)
-
-
-def self1_qq(task, rows, labels, score):
-    """relserve's default for a 2-label classify now: question_first with "Question:", examples."""
-    return _self_examples(task, rows, labels, score, 1, "confident", 32, base=q_head_qa)
-
-
-LAYOUTS.update({f.__name__: f for f in (reference_sentiment, no_question, labels_field, q_labels_field, qq_labels_field)})
-TWO_PASS.update({f.__name__: f for f in (self1_labels_field, self1_q_labels_field, self1_qq_labels_field, self1_qq)})
-TWO_PASS[self1_reference.__name__] = self1_reference
+LAYOUTS = {f.__name__: f for f in (current, question_first, qa_fields, q_head_qa, label_line, reference_sentiment,
+                                    no_question, labels_field, q_labels_field, qq_labels_field)}
+#: name -> examples per label, how they are picked, first-pass rows (None: all), base layout
+#: (None: ``current``); "self1_s32" is what relserve's bootstrap does under the completion shape,
+#: "self1_qaf" what it does for a 2-label classify (question first, "Question:" as a field)
+TWO_PASS = {
+    "self_confident2": _two_pass(2, "confident"),
+    "self_confident4": _two_pass(4, "confident"),
+    "self2_s16": _two_pass(2, "confident", 16),
+    "self2_s32": _two_pass(2, "confident", 32),
+    "self1": _two_pass(1, "confident"),
+    "self1_s32": _two_pass(1, "confident", 32),
+    "self1_qf": _two_pass(1, "confident", 32, question_first),
+    "self1_qaf": _two_pass(1, "confident", 32, q_head_qa),
+    "self1_qf_s64": _two_pass(1, "confident", 64, question_first),
+    "self2_qf": _two_pass(2, "confident", 32, question_first),
+    "self1_qf_second": _two_pass(1, "second", 32, question_first),
+    "self1_qf_median": _two_pass(1, "median", 32, question_first),
+    # reference only: the issue's "Sentiment:" field, to tell what this model reaches on a table
+    "self1_reference": _two_pass(1, "confident", 32, reference_sentiment),
+    "self1_labels_field": _two_pass(1, "confident", 32, labels_field),
+    "self1_q_labels_field": _two_pass(1, "confident", 32, q_labels_field),
+    "self1_qq_labels_field": _two_pass(1, "confident", 32, qq_labels_field),
+    "random_labels": random_labels,
+}

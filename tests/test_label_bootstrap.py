@@ -22,6 +22,18 @@ from relserve.planner.label_history import forget_means
 from relserve.planner.plan_and_run import run_call
 
 
+class TenantAwareEngine(ScriptedEngine):
+    """The scripted engine with tenancy (the tenancy itself is not recorded)."""
+
+    supports_tenancy = True
+
+    def submit(self, rq, tenancy=None):
+        return super().submit(rq)
+
+    def warm_prefix(self, text="", system=None, tenancy=None):
+        return super().warm_prefix(text)
+
+
 def lp(p_yes: float) -> dict[str, float]:
     return {"yes": math.log(p_yes), "no": math.log(1 - p_yes)}
 
@@ -168,15 +180,6 @@ def test_a_later_relquery_of_the_template_reuses_the_examples_within_its_namespa
     from relserve.policy.types import Tenancy
     from relserve.server.tenant_engine import engine_for_tenant
 
-    class TenantAwareEngine(ScriptedEngine):
-        supports_tenancy = True
-
-        def submit(self, rq, tenancy=None):
-            return super().submit(rq)
-
-        def warm_prefix(self, text="", system=None, tenancy=None):
-            return super().warm_prefix(text)
-
     def answer(prompt, rq):
         return "yes" if "great" in prompt.rsplit("\n", 1)[-1] else "no"
 
@@ -211,15 +214,6 @@ def test_a_two_label_classify_is_laid_out_question_first_when_examples_pick_its_
     from relserve.planner.plan import plan_call
     from relserve.policy.types import Tenancy
     from relserve.server.tenant_engine import engine_for_tenant
-
-    class TenantAwareEngine(ScriptedEngine):
-        supports_tenancy = True
-
-        def submit(self, rq, tenancy=None):
-            return super().submit(rq)
-
-        def warm_prefix(self, text="", system=None, tenancy=None):
-            return super().warm_prefix(text)
 
     def answer(prompt, rq):
         return "positive" if "great" in prompt else "negative"

@@ -137,6 +137,11 @@ def follows_method(call) -> bool:
             and o.prompt_shape is None and not o.examples)
 
 
+def in_examples_shape(call):
+    """``call`` laid out ``EXAMPLES_SHAPE``."""
+    return replace(call, options=replace(call.options, prompt_shape=EXAMPLES_SHAPE))
+
+
 def shaped_for(call, prompts: int, model_id: str, namespace: str | None = None):
     """``call`` as a relQuery of ``prompts`` distinct prompts runs it: laid out ``EXAMPLES_SHAPE``
     when its labels will be picked behind bootstrapped examples (``follows_method``, and 16
@@ -150,7 +155,7 @@ def shaped_for(call, prompts: int, model_id: str, namespace: str | None = None):
     under the prior in this layout."""
     if not follows_method(call):
         return call
-    shaped = replace(call, options=replace(call.options, prompt_shape=EXAMPLES_SHAPE))
+    shaped = in_examples_shape(call)
     if prompts >= MIN_BATCH_ROWS:
         return shaped
     with _lock:

@@ -24,7 +24,6 @@ from relserve.operators.topk import run_topk, topk_call
 from relserve.server.budget import Cost, check_template, rows_cost
 from relserve.server.schemas_operators import ReduceRequest, TopKRequest
 from relserve.server.state import ServerState, current_tenant, get_state
-from relserve.server.tenant_engine import engine_for_tenant
 from relserve.server.tenants import Tenant
 
 router = APIRouter(prefix="/v1/operators", tags=["operators"])
@@ -72,7 +71,7 @@ async def _run_for_tenant(
     in the tenant's prefix-cache namespace and with its share."""
     reservation = state.reserve(cost, tenant)
     try:
-        return await _run(request, fn, *args, engine=engine_for_tenant(state.engine, state.tenancy(tenant)), **kwargs)
+        return await _run(request, fn, *args, engine=state.engine_for(tenant), **kwargs)
     finally:
         state.jobs.release(reservation)
 

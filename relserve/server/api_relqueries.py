@@ -11,7 +11,6 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from relserve.functions import SchedulingHints
-from relserve.planner.label_history import namespace_of
 from relserve.planner.planned_rows import PlannedRows
 from relserve.server.batches import plan_relquery
 from relserve.server.budget import Cost, call_max_tokens, check_template, prompts_cost, rows_cost
@@ -19,7 +18,6 @@ from relserve.server.jobs import Job
 from relserve.server.schemas import RelQueryRequest
 from relserve.server.state import ServerState, current_tenant, get_state
 from relserve.server.streaming import NDJSON, SSE, job_stream
-from relserve.server.tenant_engine import engine_for_tenant
 from relserve.server.tenants import Tenant
 from relserve.server.waiting import wait_or_cancel
 
@@ -56,10 +54,8 @@ async def start_job(
     every row, so it counts as work in flight), then its job launched in the reservation's place."""
     reservation = state.reserve(cost, tenant)
     try:
-        tenancy = state.tenancy(tenant)
-        namespace = namespace_of(engine_for_tenant(state.engine, tenancy))
-        batch = await run_in_threadpool(plan, state.engine.model_id, state.cache_for(tenant), namespace=namespace)
-        job = Job(batch, tenant.name, kind, hints, tenancy)
+        batch = await run_in_threadpool(plan, state.engine.model_id, state.cache_for(tenant), namespace=state.namespace(tenant))
+        job = Job(batch, tenant.name, kind, hints, state.tenancy(tenant))
         state.launch(job, tenant, reservation)
         return job, batch
     finally:
@@ -106,8 +102,7 @@ async def plan(body: RelQueryRequest, tenant: Tenant = Depends(current_tenant), 
     # sizes are summed off the event loop (linear in the body); the booking is on it
     reservation = state.reserve(await run_in_threadpool(_cost, body, tenant, state), tenant)
     try:
-        namespace = namespace_of(engine_for_tenant(state.engine, state.tenancy(tenant)))
-        batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant), namespace)
+        batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant), state.namespace(tenant))
     finally:
         state.jobs.release(reservation)
     return {

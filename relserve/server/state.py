@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import Header, Request
 
 from relserve.backend.protocol import Backend
 from relserve.planner.cache import CacheView, ResultCache
+from relserve.planner.label_history import namespace_of
 from relserve.policy.types import Tenancy
 from relserve.server.budget import Cost, check_request
 from relserve.server.errors import ApiError
 from relserve.server.jobs import Job, JobRegistry, Reservation
 from relserve.server.metrics import ServerMetrics
+from relserve.server.tenant_engine import engine_for_tenant
 from relserve.server.tenants import Tenant, Tenants
 
 #: the error of rows cut short because the server stops
@@ -45,6 +48,14 @@ class ServerState:
         if tenant.open_mode:
             return None
         return Tenancy(tenant.name, tenant.prefix_cache_salt, tenant.limits.weight, tenant.limits.max_running_shared)
+
+    def engine_for(self, tenant: Tenant) -> Any:
+        """The engine as ``tenant``'s work reaches it (server/tenant_engine.py)."""
+        return engine_for_tenant(self.engine, self.tenancy(tenant))
+
+    def namespace(self, tenant: Tenant) -> str | None:
+        """``tenant``'s prefix-cache namespace, whose per-template memory the planner may read."""
+        return namespace_of(self.engine_for(tenant))
 
     def check_priority(self, priority: int, tenant: Tenant) -> None:
         """403 if ``priority`` is outside the classes the tenant may use."""
