@@ -300,6 +300,7 @@ def label_scoring_as(norm: str):
 def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scoring) -> dict:
     import relserve.duckdb
     from relserve.functions import make_call
+    from relserve.planner.answer_fields import forget_fields
     from relserve.planner.cache import ResultCache
     from relserve.planner.label_bootstrap import follows_method, forget_examples, in_examples_shape
     from relserve.planner.label_history import forget_means
@@ -322,6 +323,7 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
         # chunks of one --homogeneous task are one template's relQueries, so they share them
         forget_examples()
         forget_means()
+        forget_fields()
         tap.scores.clear()
         n_rows = len(task["table"])
         ranges = [f" WHERE rid > {n_rows * k // CHUNKS} AND rid <= {n_rows * (k + 1) // CHUNKS}" for k in range(CHUNKS)] if CHUNKS else [""]
@@ -335,6 +337,7 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
             if SMALL_COLD:
                 forget_examples()
                 forget_means()
+                forget_fields()
             ranges = [f" WHERE rid > {lo} AND rid <= {min(lo + SMALL, n_rows)}" for lo in range(half, n_rows, SMALL)]
             t0 = time.monotonic()
         for where in ranges:

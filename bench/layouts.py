@@ -60,13 +60,19 @@ def _demo(task, row, label, base=None, labels=None):
     return head + q + "\nAnswer: " + label + "\n\n"
 
 
-def _self_examples(task, rows, labels, score, per_label, pick, sample=None, base=None):
+def _self_examples(task, rows, labels, score, per_label, pick, sample=None, base=None, start=0):
     """Two passes: score every row in the current layout, batch-calibrate, take ``per_label``
     rows per label (``pick``: the most confident, or the first rows of each pseudo-label) as
-    examples in front of every row, score again."""
+    examples in front of every row, score again. The first pass scores ``sample`` rows from
+    ``start`` (all rows when ``sample`` is None)."""
     import random
 
     prompts, forms = (base or current)(task, rows, labels)
+    if start:  # the first pass over other rows: rotate, and rotate the indices back below
+        rot = prompts[start:] + prompts[:start]
+        picked = _self_examples(task, rows[start:] + rows[:start], labels, score, per_label, pick, sample, base)
+        prefix = picked[0][0][: len(picked[0][0]) - len(rot[0])]
+        return [prefix + p for p in prompts], forms
     s = score(prompts[:sample] if sample else prompts, forms)
     n = len(labels)
     means = [sum(x[j] for x in s) / len(s) for j in range(n)]
@@ -160,3 +166,62 @@ TWO_PASS = {
     "self1_qq_labels_field": _two_pass(1, "confident", 32, qq_labels_field),
     "random_labels": random_labels,
 }
+
+
+#: generic names of what a label can be about, fixed before any was measured; the auto-field
+#: layouts pick one per template by how likely the model is to say the labels after it
+FIELDS = ("Answer", "Sentiment", "Topic", "Category", "Type", "Label", "Rating", "Verdict", "Opinion", "Tone",
+          "Genre", "Class", "Emotion", "Mood", "Quality", "Subject", "Kind", "Result", "Status", "Decision")
+
+
+def _question_words(task):
+    """Capitalised words of four letters or more of the template's question (a generic source of
+    field names: "Which department ... sells this product?" names its own field)."""
+    import re
+    _, q = pieces(task, {c: "N/A" for c in task["columns"]})
+    return tuple(dict.fromkeys(w[:1].upper() + w[1:].lower() for w in re.findall(r"[A-Za-z]{4,}", q)))
+
+
+def _pick_field(task, rows, labels, score, with_question, sample, candidates):
+    """The candidate field after which the labels are likeliest: content-free (a row of "N/A")
+    when ``sample`` is 0, else the mean over the first ``sample`` rows."""
+    import math
+
+    src = [{c: "N/A" for c in task["columns"]}] if not sample else rows[:sample]
+    best, best_mass = None, -math.inf
+    for f in candidates:
+        prompts = [(("Question: " + q + "\n") if with_question else "") + head + f + ":"
+                   for head, q in (pieces(task, r) for r in src)]
+        s = score(prompts, forms_of(labels), raw=True)
+        mass = sum(math.log(sum(math.exp(v) for v in x)) for x in s) / len(s)
+        if mass > best_mass:
+            best, best_mass = f, mass
+    print(f"    field for {task['name']}: {best}", flush=True)
+    return best
+
+
+def _auto_field(with_question, sample, question_words=False, examples=False, per_label=1, start=0):
+    def run(task, rows, labels, score):
+        cands = FIELDS + (_question_words(task) if question_words else ())
+        f = _pick_field(task, rows, labels, score, with_question, sample, cands)
+        base = lambda t, rs, ls: _each(t, rs, ls, lambda head, q: (("Question: " + q + "\n") if with_question else "")  # noqa: E731
+                                       + head + f + ":")
+        if examples:
+            return _self_examples(task, rows, labels, score, per_label, "confident", 32, base, start)
+        return base(task, rows, labels)
+    return run
+
+
+TWO_PASS.update({
+    "field_cf": _auto_field(False, 0),
+    "qfield_cf": _auto_field(True, 0),
+    "field_rows": _auto_field(False, 16),
+    "qfield_rows": _auto_field(True, 16),
+    "field_cf_words": _auto_field(False, 0, True),
+    "field_rows_words": _auto_field(False, 16, True),
+    "self1_field_cf": _auto_field(False, 0, examples=True),
+    "self1_qfield_cf": _auto_field(True, 0, examples=True),
+    # the same with the first pass over other rows of the table (how much the examples' choice moves it)
+    **{f"self{k}_qfield_cf_at{start}": _auto_field(True, 0, examples=True, per_label=k, start=start)
+       for k in (1, 2) for start in (32, 64, 96, 128)},
+})

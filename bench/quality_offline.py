@@ -37,8 +37,10 @@ def load_model():
     return tok, model
 
 
-def score_rows(tok, model, prompts: list[str], forms: list[list[str]], prefix: str = "") -> list[list[float]]:
-    """Per prompt, per label, the label's log-softmaxed score (see the module docstring).
+def score_rows(tok, model, prompts: list[str], forms: list[list[str]], prefix: str = "",
+               normalize: bool = True) -> list[list[float]]:
+    """Per prompt, per label, the label's log-softmaxed score (see the module docstring); with
+    ``normalize=False`` its raw log-probability, which says how likely the model is to say it.
 
     The prompt runs once; a form of one token is read from its last position, a longer form
     continues from a copy of the prompt's KV cache (as the engine's prefix cache does)."""
@@ -73,7 +75,7 @@ def score_rows(tok, model, prompts: list[str], forms: list[list[str]], prefix: s
             m = max(vals)
             raw.append(m + math.log(sum(math.exp(v - m) for v in vals)))
         m = max(raw)
-        total = m + math.log(sum(math.exp(v - m) for v in raw))
+        total = m + math.log(sum(math.exp(v - m) for v in raw)) if normalize else 0.0
         out.append([r - total for r in raw])
     return out
 
@@ -110,7 +112,8 @@ def main() -> None:
             labels = ["yes", "no"] if task["fn"] == "llm_filter" else task["labels"]
             rows = task["table"].to_dicts()
             if layout in L.TWO_PASS:
-                prompts, forms = L.TWO_PASS[layout](task, rows, labels, lambda p, f: score_rows(tok, model, p, f))
+                prompts, forms = L.TWO_PASS[layout](task, rows, labels,
+                                                    lambda p, f, raw=False: score_rows(tok, model, p, f, normalize=not raw))
             else:
                 prompts, forms = L.LAYOUTS[layout](task, rows, labels)
             # a filter's truth is a label of the task's table: its first label is "yes"

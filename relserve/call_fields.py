@@ -41,6 +41,7 @@ class CallFields:
     method: str | None = None
     examples: Sequence[Mapping[str, Any]] | None = None
     prompt_shape: str | None = None
+    answer_field: str | None = None
     # the scheduling hints (relserve.functions.SchedulingHints)
     priority: int | None = None
     deadline_s: float | None = None
@@ -53,7 +54,7 @@ class CallFields:
         o = call.options
         options = {name: getattr(o, name) for name in SENT_OPTION_NAMES}
         # empty text or False is the option's default: not sent, as the server's default is the same
-        for name in ("system", "method", "prompt_shape", "reorder_fields", "examples"):
+        for name in ("system", "method", "prompt_shape", "answer_field", "reorder_fields", "examples"):
             options[name] = options[name] or None
         if options["examples"] is not None:
             # kept frozen as tuples of (column, value) pairs; values render as on a local run

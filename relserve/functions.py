@@ -83,6 +83,9 @@ class CallOptions:
     #: method): "chat", "chat_answer", "completion" or "question_first" (None: the default); see
     #: relserve.prompt_shapes.py
     prompt_shape: str | None = None
+    #: the name of the field the label is scored after, in the shapes that have one
+    #: ("Sentiment" ends the request "Sentiment:" instead of "Answer:"); None: relserve's
+    answer_field: str | None = None
 
     def __post_init__(self) -> None:
         if self.model is not None and (not isinstance(self.model, str) or not self.model):
@@ -93,9 +96,13 @@ class CallOptions:
             raise ConfigError(f"reorder_fields must be true or false, got {self.reorder_fields!r}")
         if self.method is not None and self.method not in LABEL_METHODS:
             raise ConfigError(f"method must be one of {', '.join(LABEL_METHODS)}, got {self.method!r}")
-        from relserve.prompt_shapes import check_shape
+        from relserve.prompt_shapes import check_answer_field, check_shape
 
         check_shape(self.prompt_shape)
+        if self.answer_field is not None and self.prompt_shape == "chat":
+            raise ConfigError("answer_field needs a prompt shape with an answer field (chat_answer, completion, "
+                              "question_first); prompt_shape 'chat' has none")
+        object.__setattr__(self, "answer_field", check_answer_field(self.answer_field))
         check.seed(self.seed)
         check.text_or_none("system", self.system)
         object.__setattr__(self, "temperature", check.temperature(self.temperature))
@@ -244,6 +251,14 @@ class LLMCall:
         return self.options.prompt_shape or DEFAULT_PROMPT_SHAPE
 
     @property
+    def answer_field(self) -> str:
+        """The text the label is scored after in the shapes with an answer field ("Answer:", or
+        the user's ``answer_field`` with a colon)."""
+        from relserve.prompt_shapes import answer_field_text
+
+        return answer_field_text(self.options.answer_field)
+
+    @property
     def json_schema(self) -> dict | None:
         return json.loads(self.schema_json) if self.schema_json is not None else None
 
@@ -322,6 +337,8 @@ class LLMCall:
         out: dict[str, Any] = {"method": method}
         if self.prompt_shape != "chat":
             out["prompt_shape"] = self.prompt_shape  # chat: keys as before issue 22
+            if self.options.answer_field:
+                out["answer_field"] = self.options.answer_field  # none: keys as before it existed
         if method != "score":
             # calibrate: the prior is measured on this template (and examples), so two templates
             # rendering one prompt differ; batch, bootstrap: the answer also depends on the other

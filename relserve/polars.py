@@ -254,6 +254,7 @@ class LLMExpr:
         method: str | None = None,
         examples: list[dict] | None = None,
         prompt_shape: str | None = None,
+        answer_field: str | None = None,
         engine: Backend | None = None,
     ) -> pl.Expr:
         """Yes/no answer per row (Boolean).
@@ -265,7 +266,7 @@ class LLMExpr:
         call = make_call(
             LLM_FILTER, template, model=model, max_tokens=max_tokens, temperature=temperature, system=system,
             on_error=on_error, reorder_fields=reorder_fields, method=method, examples=examples,
-            prompt_shape=prompt_shape,
+            prompt_shape=prompt_shape, answer_field=answer_field,
         )
         return _expr(self._expr, call, engine)
 
@@ -283,6 +284,7 @@ class LLMExpr:
         method: str | None = None,
         examples: list[dict] | None = None,
         prompt_shape: str | None = None,
+        answer_field: str | None = None,
         engine: Backend | None = None,
     ) -> pl.Expr:
         """One of ``labels`` per row (Enum of the labels).
@@ -298,7 +300,7 @@ class LLMExpr:
         call = make_call(
             LLM_CLASSIFY, template, labels=labels, model=model, max_tokens=max_tokens, temperature=temperature,
             system=system, on_error=on_error, reorder_fields=reorder_fields, method=method, examples=examples,
-            prompt_shape=prompt_shape,
+            prompt_shape=prompt_shape, answer_field=answer_field,
         )
         return _expr(self._expr, call, engine)
 

@@ -61,24 +61,55 @@ def check_shape(shape: str | None) -> str | None:
     return shape
 
 
+#: the answer field's value that leaves the name to relserve (relserve/planner/answer_fields.py)
+AUTO_ANSWER_FIELD = "auto"
+#: what an answer field's name may be: a short phrase of words ("Sentiment", "Store department")
+_ANSWER_FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9 _'-]{0,39}")
+
+
+def check_answer_field(name: str | None) -> str | None:
+    """The answer field's name as given (``answer_field := 'Sentiment'``, a trailing colon
+    dropped; None: "Answer"; ``AUTO_ANSWER_FIELD``: the model's choice), or ConfigError saying
+    what a name may be."""
+    from relserve.errors import ConfigError
+
+    if name is None:
+        return None
+    text = name.strip().removesuffix(":").strip() if isinstance(name, str) else None
+    if not text or not _ANSWER_FIELD_NAME.fullmatch(text):
+        raise ConfigError("answer_field must be 'auto' or a short name of words, such as 'Sentiment' (up to 40 letters, "
+                          f"digits, spaces, ' _ -, starting with a letter), got {name!r}")
+    return text
+
+
+def answer_field_text(name: str | None) -> str:
+    """The text that ends a scoring request and that the label follows: "Sentiment:" for the name
+    "Sentiment", ``ANSWER_FIELD`` for None. ``AUTO_ANSWER_FIELD`` is resolved before (the planner's
+    answer_fields.resolved), never laid out."""
+    if name == AUTO_ANSWER_FIELD:
+        raise ValueError("answer_field 'auto' is chosen by relserve.planner.answer_fields before a request is laid out")
+    return f"{name}:" if name else ANSWER_FIELD
+
+
 def label_space(shape: str) -> str:
     """What is put before a label when it is scored: a space after an answer field."""
     return "" if shape == "chat" else " "
 
 
-def engine_text(prompter, prompt: str, system: str | None, shape: str) -> str:
+def engine_text(prompter, prompt: str, system: str | None, shape: str, answer_field: str = ANSWER_FIELD) -> str:
     """The text the engine tokenizes for one prompt under ``shape`` (``prompter``: a
-    ``ChatPrompter``)."""
+    ``ChatPrompter``), ending with ``answer_field`` (``answer_field_text``) but under ``chat``."""
     if shape == "chat":
         return prompter.text(prompt, system)
     if shape == "chat_answer":
-        return prompter.text(prompt, system) + ANSWER_FIELD
+        return prompter.text(prompt, system) + answer_field
     head = system + "\n\n" if system else ""
-    return head + prompt + "\n" + ANSWER_FIELD
+    return head + prompt + "\n" + answer_field
 
 
-def engine_texts(prompter, prompts: Sequence[str], system: str | None, shape: str) -> list[str]:
-    return [engine_text(prompter, p, system, shape) for p in prompts]
+def engine_texts(prompter, prompts: Sequence[str], system: str | None, shape: str,
+                 answer_field: str = ANSWER_FIELD) -> list[str]:
+    return [engine_text(prompter, p, system, shape, answer_field) for p in prompts]
 
 
 #: a field name that introduces a value at the end of a literal: "Review: ", "Product title:"

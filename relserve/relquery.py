@@ -98,6 +98,9 @@ class RelQuery:
     #: with ``score_labels``: how the scoring request is laid out around the prompt ("chat",
     #: "chat_answer", "completion", "question_first"; see relserve/prompt_shapes.py)
     prompt_shape: str = "chat"
+    #: with ``score_labels`` and a shape other than "chat": the text the label is scored after
+    #: ("Answer:", or a call's ``answer_field`` with its colon)
+    answer_field: str = "Answer:"
     #: already-rendered prompts (see ``from_prompts``); then ``template`` is None
     prompts: list[str] | None = field(default=None, repr=False)
 
@@ -133,6 +136,10 @@ class RelQuery:
         self.prompt_shape = check_shape(self.prompt_shape) or "chat"
         if self.prompt_shape != "chat" and not self.score_labels:
             raise ConfigError("prompt_shape applies only with score_labels=True")
+        from relserve.prompt_shapes import ANSWER_FIELD, answer_field_text, check_answer_field
+
+        if self.answer_field != ANSWER_FIELD:
+            self.answer_field = answer_field_text(check_answer_field(self.answer_field))
         if self.label_prior is not None:
             if not self.score_labels:
                 raise ConfigError("label_prior applies only with score_labels=True")
@@ -183,4 +190,5 @@ class RelQuery:
             "score_labels": self.score_labels,
             "label_prior": self.label_prior,
             "prompt_shape": self.prompt_shape,
+            "answer_field": self.answer_field,
         }

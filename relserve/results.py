@@ -34,6 +34,9 @@ class RowResult:
     value: Any = None
     #: answered from the result cache (the engine did not run it)
     cached: bool = False
+    #: label scoring: the log of the labels' total score before normalising (how likely the model
+    #: is to answer with one of them at all)
+    label_mass: float | None = None
 
     @property
     def ok(self) -> bool:

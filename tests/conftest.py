@@ -16,14 +16,18 @@ TEST_ENGINE_OPTIONS = dict(policy="relserve", max_num_seqs=16, max_num_batched_t
 
 @pytest.fixture(autouse=True)
 def _fresh_template_memory():
-    """Each test chooses its own bootstrapped examples and pools its own label means (both are
-    remembered per template for the process): a test that counts first passes, or checks picks,
-    does not see another's."""
+    """Each test chooses its own bootstrapped examples and answer fields, measures its own priors
+    and pools its own label means (all are remembered per template for the process): a test that counts first passes or
+    probes, or checks picks, does not see another's."""
+    from relserve.planner.answer_fields import forget_fields
     from relserve.planner.label_bootstrap import forget_examples
     from relserve.planner.label_history import forget_means
+    from relserve.planner.label_prior import forget_priors
 
     forget_examples()
     forget_means()
+    forget_fields()
+    forget_priors()
     yield
 
 

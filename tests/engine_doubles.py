@@ -22,12 +22,12 @@ from relserve.policy.cost_model import CostModel
 from relserve.results import RowResult
 
 Answer = Callable[[str, Any], str]
-_EXAMPLES = re.compile(r"\nAnswer: [^\n]*\n\n")
+_EXAMPLES = re.compile(r"\n[A-Z][A-Za-z0-9 _'-]*: [^\n]*\n\n")
 
 
 def own_text(prompt: str) -> str:
     """A prompt without the examples in front of it (the call's own, or those ``bootstrap``
-    labelled in its first pass: each ends with "Answer: ...", a blank line)."""
+    labelled in its first pass: each ends with its answer field and answer, "Answer: ...", a blank line)."""
     return _EXAMPLES.split(prompt)[-1]
 
 
@@ -120,6 +120,11 @@ class ScriptedEngine:
     first_passes: list[list[str]] = field(default_factory=list)
     #: prefix-cache capacity in tokens for the cached-token counts (None: unbounded)
     kv_capacity_tokens: int | None = None
+    #: the probes that choose an ``answer_field := 'auto'`` call's field (one prompt each), apart
+    #: from ``submitted`` for the same reason; with the field each was asked after
+    field_probes: list[tuple[str, str]] = field(default_factory=list)
+    #: a scored row's label mass from its relQuery (its ``answer_field``); None: not reported
+    label_mass: Callable[[Any], float] | None = None
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -136,7 +141,9 @@ class ScriptedEngine:
     def submit(self, rq: Any) -> _Handle:
         prompts = [r["prompt"] for r in rq.rows] if getattr(rq, "prompts", None) is None else list(rq.prompts)
         with self._lock:
-            if str(getattr(rq, "rel_id", "")).startswith("calibrate-"):
+            if str(getattr(rq, "rel_id", "")).startswith("answer-field-"):
+                self.field_probes += [(p, rq.answer_field) for p in prompts]
+            elif str(getattr(rq, "rel_id", "")).startswith("calibrate-"):
                 self.probes.append(prompts)
             elif str(getattr(rq, "rel_id", "")).startswith("bootstrap-"):
                 self.first_passes.append(prompts)
@@ -151,7 +158,10 @@ class ScriptedEngine:
                     # a row is answered by its own text, not by the examples in front of it
                     text = self.answer(own_text(p), rq)
                     if getattr(rq, "score_labels", False):
-                        rows.append(_scored_row(i, text, rq, len(ids), cached))
+                        row = _scored_row(i, text, rq, len(ids), cached)
+                        if self.label_mass is not None:
+                            row.label_mass = self.label_mass(rq)
+                        rows.append(row)
                         continue
                     rows.append(_Row(i, text, None, len(ids), 1, cached))
                 except Exception as e:  # a failing row, as the engine reports it
@@ -189,6 +199,8 @@ class RecordingEngine:
         #: ScriptedEngine.probes)
         self.probes: list[list[str]] = []
         self.first_passes: list[list[str]] = []
+        #: the probes that choose an ``answer_field := 'auto'`` call's field
+        self.field_probes: list[list[str]] = []
         #: probes not yet matched with the rows sent beside them: (choices, prompts, handle).
         #: Sites of one statement run on threads, so several can be pending at once.
         self._pending_probes: list[tuple[tuple[str, ...], list[str], Any]] = []
@@ -197,6 +209,9 @@ class RecordingEngine:
     def submit(self, rq: Any) -> Any:
         prompts = list(rq.prompts) if getattr(rq, "prompts", None) is not None else [str(r) for r in rq.rows]
         rel_id = str(getattr(rq, "rel_id", ""))
+        if rel_id.startswith("answer-field-"):
+            self.field_probes.append(prompts)
+            return self._engine.submit(rq)
         if rel_id.startswith(("calibrate-", "bootstrap-")):
             (self.probes if rel_id.startswith("calibrate-") else self.first_passes).append(prompts)
             handle = self._engine.submit(rq)

@@ -68,7 +68,7 @@ class ReplicaActor:
         handle, indices, _ = held
         rows = [
             RowResult(indices[r.index], r.text, r.error, r.prompt_tokens, r.output_tokens,
-                      r.cached_tokens, r.finish_reason, r.label_logprobs)
+                      r.cached_tokens, r.finish_reason, r.label_logprobs, label_mass=r.label_mass)
             for r in handle.rows_since(seen)
         ]
         done = handle.done() and seen + len(rows) == len(indices)

@@ -42,7 +42,7 @@ def admit(engine: BackendBase, rq: Any, cancel: Callable[[], None]) -> Admitted:
     else:  # the scoring layouts of issue 22 (relserve/prompt_shapes.py)
         from relserve.prompt_shapes import engine_texts
 
-        texts = engine_texts(prompter, [prompts[i] for i in good], rq.system, rq.prompt_shape)
+        texts = engine_texts(prompter, [prompts[i] for i in good], rq.system, rq.prompt_shape, rq.answer_field)
         ids = engine.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
     handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, cancel)
     rows: list[tuple[int, list[int]]] = []

@@ -447,7 +447,7 @@ class Engine(BackendBase):
             node_lps: dict[tuple[int, ...], dict[int, float]] = {}
             for p, lps, _ in outs:
                 node_lps.setdefault(p, {}).update(lps)
-            label_lps = trie.label_logprobs(node_lps)
+            label_lps, label_mass = trie.scores(node_lps)
             finals = [f for _, _, f in outs]
             times = [(f.metrics.scheduled_ts, f.metrics.first_token_ts, f.metrics.last_token_ts) for f in finals
                      if f.metrics is not None and f.metrics.scheduled_ts]
@@ -463,6 +463,7 @@ class Engine(BackendBase):
                     cached_tokens=min((f.num_cached_tokens or 0) for f in finals),
                     finish_reason="scored",
                     label_logprobs=label_lps,
+                    label_mass=label_mass,
                 )
             )
         except asyncio.CancelledError:

@@ -115,6 +115,12 @@ class LabelTrie:
 
     def label_logprobs(self, node_logprobs: Mapping[tuple[int, ...], Mapping[int, float]], norm: str | None = None) -> dict[str, float]:
         """Every label's score (see ``LABEL_NORM``), normalised over the labels (log-softmax)."""
+        return self.scores(node_logprobs, norm)[0]
+
+    def scores(self, node_logprobs: Mapping[tuple[int, ...], Mapping[int, float]],
+               norm: str | None = None) -> tuple[dict[str, float], float]:
+        """(``label_logprobs``, the log of the labels' total score before normalising): how likely
+        the model is to answer with one of the labels at all (relserve/planner/answer_fields.py)."""
         norm = norm or LABEL_NORM
         raw = []
         for forms in self.read(norm):
@@ -124,7 +130,7 @@ class LabelTrie:
                 per_form.append(sum(terms) / len(terms) if norm == "mean" else sum(terms))
             raw.append(_logsumexp(per_form))
         total = _logsumexp(raw)
-        return {label: r - total for label, r in zip(self.labels, raw)}
+        return {label: r - total for label, r in zip(self.labels, raw)}, total
 
 
 def _inner_nodes(spellings: Sequence[Sequence[tuple[int, ...]]]) -> dict[tuple[int, ...], tuple[int, ...]]:

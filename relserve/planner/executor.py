@@ -17,6 +17,7 @@ from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import pick
 from relserve.functions import BATCH_METHODS, SchedulingHints
+from relserve.planner.answer_fields import resolved
 from relserve.planner.label_bootstrap import examples_for, method_and_pool
 from relserve.planner.label_calibration import MIN_BATCH_ROWS, method_of
 from relserve.planner.label_history import means_key, pooled_picks
@@ -75,33 +76,36 @@ class CallExecutor:
             # prefill the shared prefix once, before the rows, instead of in every row of the
             # first batch (the engine skips prefixes shorter than one KV block)
             engine.warm_prefix(self.prefix)
+        # the call as the engine scores it: ``answer_field := 'auto'`` named (answer_fields.py);
+        # the result cache keeps the call as planned, whose key says "auto"
+        call = resolved(self.call, engine, self.model_id)
         if len(self.rows.prompts) < MIN_BATCH_ROWS:
             # too few rows for a mean of their own: the call's earlier relQueries may have enough
-            self.label_method, _ = method_and_pool(self.call, engine, self.model_id, len(self.rows.prompts))
+            self.label_method, _ = method_and_pool(call, engine, self.model_id, len(self.rows.prompts))
         # filter/classify choose labels by scores and the calibrated prior, when asked
-        scoring = label_options(self.call, self.model_id, self.label_method)
+        scoring = label_options(call, self.model_id, self.label_method)
         probes = None
         if self.label_method == "calibrate" and "label_prior" not in scoring:
             # the call's first relQuery: its prior's probes run beside its rows, not before them
-            probes = submit_probes(self.call, engine)
-        options = dict(**self.call.engine_options(), **scoring, on_error="null", priority=self.hints.priority)
+            probes = submit_probes(call, engine)
+        options = dict(**call.engine_options(), **scoring, on_error="null", priority=self.hints.priority)
         prompts = self.rows.prompts
         if self.label_method == "bootstrap":
             # examples the model labels itself, in front of every prompt (label_bootstrap.py);
             # chosen by the template's first relQuery, reused by the next ones
-            examples = examples_for(self.call, engine, prompts, options, self.model_id, self.rel_id)
+            examples = examples_for(call, engine, prompts, options, self.model_id, self.rel_id)
             prompts = [examples + p for p in prompts]
         else:
             examples = ""
         if self.label_method in BATCH_METHODS:
-            self._means_key = means_key(self.call, engine, self.model_id, examples)
+            self._means_key = means_key(call, engine, self.model_id, examples)
         # on_error "null": each row's error comes back to the caller, who decides
         rq = RelQuery.from_prompts(prompts, **options, rel_id=self.rel_id, deadline_s=self._deadline_left())
         self.handle = engine.submit(rq)
         if probes is not None:
             try:
                 # the rows are scored meanwhile; their labels are picked here once it is known
-                self._prior = prior_from(self.call, self.model_id, probes)
+                self._prior = prior_from(call, self.model_id, probes)
             except BaseException:
                 self.handle.cancel()
                 raise

@@ -12,12 +12,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from relserve.backend.protocol import Backend
+from relserve.planner.answer_fields import as_known, known_field, picks_field
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds, expected_output_tokens
 from relserve.planner.hit_rate import predict_hits
 from relserve.planner.label_bootstrap import PER_LABEL, SAMPLE_ROWS, method_and_pool, pooled_history
 from relserve.planner.label_calibration import MIN_BATCH_ROWS, method_of, min_batch_rows
 from relserve.planner.plan import CallPlan
 from relserve.planner.tokens import TokenSource
+from relserve.prompt_shapes import AUTO_ANSWER_FIELD, answer_field_text
 
 DEFAULT_BLOCK_SIZE = 32  # the engine's default (vLLM's CPU attention needs a multiple of 32)
 
@@ -63,6 +65,10 @@ class Explain:
     prompt_shape: str | None = None
     #: relserve chose the shape for this relQuery (a 2-label classify behind bootstrapped examples)
     shape_chosen: bool = False
+    #: the text the label is scored after ("Answer:"); None under "chat" and when decoding
+    answer_field: str | None = None
+    #: relserve chose the answer field for this call (relserve/planner/answer_fields.py)
+    field_chosen: bool = False
     #: few-shot examples, and their tokens (all in the prefix every prompt shares)
     examples: int = 0
     examples_tokens: int = 0
@@ -117,6 +123,14 @@ class Explain:
             if self.prompt_shape is not None:
                 why = "; chosen for a 2-label classify behind bootstrapped examples" if self.shape_chosen else ""
                 lines.append(f"  prompt shape          {self.prompt_shape:>10}   (how the scoring request is laid out{why})")
+            if self.answer_field is not None:
+                if not self.field_chosen:
+                    why = ""
+                elif self.answer_field == AUTO_ANSWER_FIELD:
+                    why = "; chosen when it runs: the name after which the model likes the labels best"
+                else:
+                    why = "; the name after which the model likes the labels best"
+                lines.append(f"  answer field          {self.answer_field:>10}   (the label is scored after it{why})")
         if self.examples:
             lines.append(
                 f"  few-shot examples     {self.examples:>10,}   ({self.examples_tokens:,} tokens, in the prefix every prompt shares)"
@@ -142,14 +156,16 @@ def explain_plan(
     cost = cost_model_of(engine)
     seqs, budget = engine_limits(engine)
     call = plan.call
+    # the per-template memory of an ``answer_field := 'auto'`` call is kept under the name chosen
+    keyed = as_known(call, plan.model_id)
     # nothing to run (every row cached): no fallback to name, the call's method stands
     # rows the call's earlier relQueries pooled label means over (label_history.py)
     if not plan.run_order:
-        ran, pooled = call.label_method, pooled_history(call, engine, plan.model_id) if engine is not None else 0
+        ran, pooled = call.label_method, pooled_history(keyed, engine, plan.model_id) if engine is not None else 0
     elif engine is None:
         ran, pooled = method_of(call, len(plan.run_order)), 0
     else:
-        ran, pooled = method_and_pool(call, engine, plan.model_id, len(plan.run_order))
+        ran, pooled = method_and_pool(keyed, engine, plan.model_id, len(plan.run_order))
     out_tokens = expected_output_tokens(call.max_tokens, call.choices is not None)
 
     baseline_texts = plan.baseline_prompts()
@@ -198,6 +214,8 @@ def explain_plan(
         min_batch_rows=min_batch_rows(len(call.choices or ())),
         prompt_shape=call.prompt_shape if call.label_method not in (None, "generate") else None,
         shape_chosen=plan.shape_chosen,
+        answer_field=_answer_field(call, plan.model_id),
+        field_chosen=picks_field(call),
         examples=len(call.options.examples or ()),
         examples_tokens=len(tokens.many([call.examples_prefix])[0]) if call.options.examples else 0,
     )
@@ -237,3 +255,14 @@ def kv_capacity_blocks(engine: Backend | None) -> int | None:
         return tokens // block
     value = getattr(engine, "num_kv_blocks", None)
     return value if isinstance(value, int) and value > 0 else None
+
+
+def _answer_field(call, model_id: str) -> str | None:
+    """The answer field EXPLAIN shows: None when there is none (decoding, the chat shape); the
+    name chosen for an ``auto`` call once known, else "auto"."""
+    if call.label_method in (None, "generate") or call.prompt_shape == "chat":
+        return None
+    if picks_field(call):
+        name = known_field(call, model_id)
+        return answer_field_text(name) if name else AUTO_ANSWER_FIELD
+    return call.answer_field

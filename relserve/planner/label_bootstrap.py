@@ -40,9 +40,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from relserve.functions import BATCH_METHODS
+from relserve.planner.answer_fields import as_known
 from relserve.planner.label_calibration import MIN_BATCH_ROWS, calibrated, label_means, method_of, pick_calibrated
 from relserve.planner.label_history import call_key, means_key, namespace_key, pooled_rows
-from relserve.prompt_shapes import ANSWER_FIELD
+from relserve.prompt_shapes import ANSWER_FIELD, AUTO_ANSWER_FIELD
 
 #: prompts scored by the first pass (a spread sample of the relQuery's prompts); the environment
 #: variables are there for the benchmark (docs/quality.md), not for users
@@ -107,11 +108,11 @@ def choose(
     return out
 
 
-def examples_text(prompts: Sequence[str], picked: Sequence[tuple[int, str]]) -> str:
+def examples_text(prompts: Sequence[str], picked: Sequence[tuple[int, str]], answer_field: str = ANSWER_FIELD) -> str:
     """The examples as the text every prompt starts with: each example's prompt, its answer,
     a blank line."""
     # the answer field the engine puts after every shaped prompt, with the label after a space
-    return "".join(f"{prompts[i]}\n{ANSWER_FIELD} {label}\n\n" for i, label in picked)
+    return "".join(f"{prompts[i]}\n{answer_field} {label}\n\n" for i, label in picked)
 
 
 def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, object], rel_id: str | None = None) -> str:
@@ -126,7 +127,7 @@ def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, ob
     rq = RelQuery.from_prompts([prompts[i] for i in sample], **relquery_options, rel_id=rel_id)
     rows = engine.submit(rq).result().rows
     scores = [(sample[r.index], r.label_logprobs) for r in rows if r.error is None and r.label_logprobs is not None]
-    return examples_text(prompts, choose(scores, prompts))
+    return examples_text(prompts, choose(scores, prompts), str(relquery_options.get("answer_field", ANSWER_FIELD)))
 
 
 def follows_method(call) -> bool:
@@ -138,8 +139,10 @@ def follows_method(call) -> bool:
 
 
 def in_examples_shape(call):
-    """``call`` laid out ``EXAMPLES_SHAPE``."""
-    return replace(call, options=replace(call.options, prompt_shape=EXAMPLES_SHAPE))
+    """``call`` laid out ``EXAMPLES_SHAPE``, after the answer field the model is likeliest to say
+    its labels after (relserve/planner/answer_fields.py) unless the user named one."""
+    field = call.options.answer_field or AUTO_ANSWER_FIELD
+    return replace(call, options=replace(call.options, prompt_shape=EXAMPLES_SHAPE, answer_field=field))
 
 
 def shaped_for(call, prompts: int, model_id: str, namespace: str | None = None):
@@ -159,7 +162,7 @@ def shaped_for(call, prompts: int, model_id: str, namespace: str | None = None):
     if prompts >= MIN_BATCH_ROWS:
         return shaped
     with _lock:
-        chosen = namespace_key(shaped, namespace, model_id) in _chosen
+        chosen = namespace_key(as_known(shaped, model_id), namespace, model_id) in _chosen
     return shaped if chosen else call
 
 

@@ -50,7 +50,7 @@ def label_options(call: LLMCall, model_id: str, method: str | None) -> dict[str,
     executor picks after every row is scored."""
     if method not in SCORING_METHODS:
         return {}
-    scoring: dict[str, Any] = {"score_labels": True, "prompt_shape": call.prompt_shape}
+    scoring: dict[str, Any] = {"score_labels": True, "prompt_shape": call.prompt_shape, "answer_field": call.answer_field}
     if method == "calibrate":
         prior = known_prior(call, model_id)
         if prior is not None:
@@ -61,9 +61,9 @@ def label_options(call: LLMCall, model_id: str, method: str | None) -> dict[str,
 def template_key(call: LLMCall, model_id: str) -> tuple:
     """What a call's per-template measurements (this prior, bootstrap's examples) depend on: the
     model, the function, the template, the labels, the instruction, the user's examples, the
-    system message and the prompt shape; not its rows."""
+    system message, the prompt shape and its answer field; not its rows."""
     return (model_id, call.function.kind, call.template.source, call.choices, call.answer_instruction, call.examples_prefix,
-            call.options.system, call.prompt_shape)
+            call.options.system, call.prompt_shape, call.options.answer_field)
 
 
 def known_prior(call: LLMCall, model_id: str) -> dict[str, float] | None:
@@ -80,7 +80,7 @@ def submit_probes(call: LLMCall, engine: Backend) -> RelQueryHandle:
 
     rq = RelQuery.from_prompts(
         content_free_prompts(call), choices=list(call.choices or ()), score_labels=True,
-        prompt_shape=call.prompt_shape, on_error="raise", rel_id=PROBE_PREFIX + uuid.uuid4().hex[:8],
+        prompt_shape=call.prompt_shape, answer_field=call.answer_field, on_error="raise", rel_id=PROBE_PREFIX + uuid.uuid4().hex[:8],
         system=call.options.system,
     )
     return engine.submit(rq)
@@ -103,3 +103,9 @@ def known_priors() -> dict[tuple, dict[str, float]]:
     """The priors measured so far in this process (for EXPLAIN and the benchmark)."""
     with _lock:
         return dict(_priors)
+
+
+def forget_priors() -> None:
+    """Forget every measured prior (tests, and the benchmark between configurations)."""
+    with _lock:
+        _priors.clear()

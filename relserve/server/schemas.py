@@ -94,6 +94,8 @@ class CallFields(Body):
     method: str | None = None
     #: filter/classify: "chat", "chat_answer", "completion" or "question_first" (None: the default)
     prompt_shape: str | None = None
+    #: filter/classify: the field the label is scored after ("Sentiment"; None: "Answer")
+    answer_field: str | None = None
     reorder_fields: bool | None = None
     examples: list[dict[str, Any]] | None = None
     #: scheduling hints: lower priority runs sooner; deadline in seconds from submission

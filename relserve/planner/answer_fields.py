@@ -1,0 +1,125 @@
+"""The answer field a label is scored after, chosen by the model (issue 22; ``answer_field := 'auto'``).
+
+A small model says a label far more readily after a field that names what the labels are about
+than after "Answer:": on 200 balanced Amazon reviews, "positive"/"negative" behind bootstrapped
+examples reach 78.5% after "Answer:" and 86% after "Sentiment:" (docs/quality.md, "Eleventh
+pass"). A user who knows the name can give it (``answer_field := 'Sentiment'``). Otherwise
+relserve asks the model: the call's prompt with every placeholder "N/A" (no row's content),
+ended by each name of ``CANDIDATES`` in turn, and takes the name after which the labels get the
+most probability (``RowResult.label_mass``). The names are generic ones of what a label can be
+about, fixed before any was measured; "Answer" is one of them and wins ties.
+
+It costs one short scoring request per candidate, once per model and template (remembered for the
+life of the process, like the content-free prior). No row's content enters the probes, so the
+choice is shared by every tenant of a server.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import uuid
+from dataclasses import replace
+
+from relserve.backend.protocol import Backend
+from relserve.functions import LLMCall
+from relserve.planner.label_prior import template_key
+from relserve.planner.prompt_rendering import Renderer
+from relserve.prompt_shapes import AUTO_ANSWER_FIELD, answer_field_text
+
+#: the names tried, in order (the first of equal ones wins); generic names of what a label can
+#: be about, fixed before any was measured (bench/layouts.py tries the same ones offline)
+CANDIDATES: tuple[str, ...] = (
+    "Answer", "Sentiment", "Topic", "Category", "Type", "Label", "Rating", "Verdict", "Opinion", "Tone",
+    "Genre", "Class", "Emotion", "Mood", "Quality", "Subject", "Kind", "Result", "Status", "Decision",
+)
+#: the content-free value every placeholder gets in the probes
+CONTENT_FREE = "N/A"
+#: rel_id prefix of the probes (they are not a user's rows)
+FIELD_PROBE_PREFIX = "answer-field-"
+
+_chosen: dict[tuple, str] = {}
+_lock = threading.Lock()
+
+
+def picks_field(call: LLMCall) -> bool:
+    """Whether ``call``'s answer field is relserve's to choose (``answer_field := 'auto'``)."""
+    return call.options.answer_field == AUTO_ANSWER_FIELD
+
+
+def _key(call: LLMCall, model_id: str) -> tuple:
+    return template_key(with_field(call, None), model_id)
+
+
+def with_field(call: LLMCall, name: str | None) -> LLMCall:
+    """``call`` with its answer field set to ``name``."""
+    return replace(call, options=replace(call.options, answer_field=name))
+
+
+def known_field(call: LLMCall, model_id: str) -> str | None:
+    """The name chosen for ``call`` earlier in this process (None: not yet, or not relserve's)."""
+    if not picks_field(call):
+        return None
+    with _lock:
+        return _chosen.get(_key(call, model_id))
+
+
+def as_known(call: LLMCall, model_id: str) -> LLMCall:
+    """``call`` with the name chosen for it, once known (its per-template memory, such as
+    bootstrap's examples, is kept under that name); else as it is."""
+    name = known_field(call, model_id)
+    return with_field(call, name) if name else call
+
+
+def probe_prompt(call: LLMCall) -> str:
+    """The call's prompt with every placeholder ``CONTENT_FREE``, laid out as its rows are."""
+    return Renderer(with_field(call, None))((CONTENT_FREE,) * len(call.template.columns))
+
+
+def choose(masses: dict[str, float]) -> str:
+    """The candidate with the largest label mass; the earlier of equal ones (rounded, so float
+    noise does not decide)."""
+    return max(masses, key=lambda name: (round(masses[name], 9), -CANDIDATES.index(name)))
+
+
+def field_for(call: LLMCall, engine: Backend, model_id: str) -> str:
+    """The answer field's name for ``call`` (``picks_field``): remembered, or chosen now by one
+    probe per candidate on ``engine``, all submitted at once."""
+    from relserve.relquery import RelQuery
+
+    key = _key(call, model_id)
+    with _lock:
+        got = _chosen.get(key)
+    if got is not None:
+        return got
+    prompt = probe_prompt(call)
+    rel_id = FIELD_PROBE_PREFIX + uuid.uuid4().hex[:8]
+    handles = {
+        name: engine.submit(RelQuery.from_prompts(
+            [prompt], choices=list(call.choices or ()), score_labels=True, prompt_shape=call.prompt_shape,
+            answer_field=answer_field_text(name), system=call.options.system, on_error="raise",
+            rel_id=f"{rel_id}-{k}"))
+        for k, name in enumerate(CANDIDATES)
+    }
+    masses = {}
+    for name, handle in handles.items():
+        row = handle.result().rows[0]
+        masses[name] = row.label_mass if row.label_mass is not None else -math.inf
+    name = choose(masses)
+    with _lock:
+        _chosen[key] = name
+    return name
+
+
+def resolved(call: LLMCall, engine: Backend, model_id: str) -> LLMCall:
+    """``call`` with ``answer_field := 'auto'`` replaced by the name chosen for it; other calls as
+    they are."""
+    if not picks_field(call) or call.label_method in (None, "generate"):
+        return call
+    return with_field(call, field_for(call, engine, model_id))
+
+
+def forget_fields() -> None:
+    """Forget every choice (tests, and the benchmark between configurations)."""
+    with _lock:
+        _chosen.clear()
