@@ -8,6 +8,7 @@ task's template by the same generic rules relserve would apply; nothing is writt
 from __future__ import annotations
 
 from relserve.functions import make_call
+from relserve.planner.answer_fields import CANDIDATES
 from relserve.planner.prompt_rendering import Renderer
 
 
@@ -168,10 +169,10 @@ TWO_PASS = {
 }
 
 
-#: generic names of what a label can be about, fixed before any was measured; the auto-field
-#: layouts pick one per template by how likely the model is to say the labels after it
-FIELDS = ("Answer", "Sentiment", "Topic", "Category", "Type", "Label", "Rating", "Verdict", "Opinion", "Tone",
-          "Genre", "Class", "Emotion", "Mood", "Quality", "Subject", "Kind", "Result", "Status", "Decision")
+#: generic names of what a label can be about, fixed before any was measured (relserve's own
+#: list); the auto-field layouts pick one per template by how likely the model is to say the
+#: labels after it
+FIELDS = CANDIDATES
 
 
 def _question_words(task):

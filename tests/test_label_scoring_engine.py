@@ -129,6 +129,9 @@ LABELLED = [
 #: set and the demo went down). A floor that catches a broken scorer or calibration (the issue-12
 #: default answered one label for every row: 10), not a quality target
 MIN_RIGHT = 11
+#: the 2-label classify of those rows: 20 of 20 measured on 2026-11-25 after "Sentiment:" and
+#: after "Answer:" alike (an easy set); a floor against a broken scorer, not a quality target
+MIN_CLASSIFY_RIGHT = 18
 
 
 def test_default_method_gets_a_small_labelled_set_right(engine):
@@ -157,6 +160,35 @@ def test_default_method_gets_a_small_labelled_set_right(engine):
     assert rq.score_labels and rq.label_prior is None and rq.prompt_shape == "completion"
     right = sum(a == t for t, a in got)
     assert right >= MIN_RIGHT, (right, got)
+
+
+def test_a_two_label_classify_is_scored_after_the_field_the_model_names_its_labels_by(engine):
+    """The default of a 2-label llm_classify (docs/quality.md, "Eleventh pass"): one content-free
+    probe per candidate name, and the rows scored after the name under which the model gives the
+    labels the most probability. For positive/negative this model says "Sentiment"."""
+    import math
+
+    from engine_doubles import RecordingEngine
+
+    from relserve.planner.answer_fields import CANDIDATES
+    from relserve.planner.plan_and_run import run_call
+
+    rec = RecordingEngine(engine)
+    call = make_call("llm_classify", "Is this product review positive or negative? Review: {review}", labels=["positive", "negative"])
+    out = run_call(call, [[r for r, _ in LABELLED]], engine=rec, cache=False, progress=False)
+    assert len(rec.field_probes) == len(CANDIDATES) and len(rec.first_passes) == 1
+    (rq,) = rec.relqueries
+    assert (rq.prompt_shape, rq.answer_field) == ("question_first", "Sentiment:")
+    # the mass is the log-probability of answering with a label at all: after "Sentiment:" most of
+    # the model's probability (measured -1.3 for the content-free row), far more than after "Status:"
+    probe = engine.run(RelQuery.from_prompts([rq.prompts[0]], choices=["positive", "negative"], score_labels=True,
+                                             prompt_shape="question_first", answer_field="Sentiment:")).rows[0]
+    status = engine.run(RelQuery.from_prompts([rq.prompts[0]], choices=["positive", "negative"], score_labels=True,
+                                              prompt_shape="question_first", answer_field="Status:")).rows[0]
+    assert -3.0 < probe.label_mass < 0.0 and status.label_mass < probe.label_mass - 1.0, (probe.label_mass, status.label_mass)
+    assert math.isclose(sum(math.exp(v) for v in probe.label_logprobs.values()), 1.0, rel_tol=1e-6)
+    right = sum((v == "positive") == t for v, (_, t) in zip(out.values, LABELLED))
+    assert right >= MIN_CLASSIFY_RIGHT, (right, out.values)
 
 
 def test_small_filter_and_classify_fall_back_to_calibrated_scores(engine):
