@@ -122,3 +122,31 @@ def test_the_first_of_equally_likely_names_wins_and_answer_is_the_first():
     eng = ScriptedEngine(answer=answer)
     run_call(make_call("llm_classify", TEMPLATE, labels=LABELS), [ROWS], engine=eng, cache=False, progress=False)
     assert eng.relqueries[-1].answer_field == "Answer:"
+
+
+def test_each_tenant_chooses_its_own_field_from_probes_that_hold_no_row():
+    """As two tenants of one engine: the probes carry the template with "N/A" only, and a tenant's
+    choice is kept in its own namespace, so whether a template ran before tells bob nothing of
+    alice's work (she pays no probes twice; he pays his own)."""
+    from relserve.policy.types import Tenancy
+    from relserve.server.tenant_engine import engine_for_tenant
+
+    class TenantAware(ScriptedEngine):
+        supports_tenancy = True
+
+        def submit(self, rq, tenancy=None):
+            return super().submit(rq)
+
+        def warm_prefix(self, text="", system=None, tenancy=None):
+            return super().warm_prefix(text)
+
+    eng = TenantAware(answer=answer, label_mass=sentiment_likes_the_labels)
+    call = make_call("llm_classify", TEMPLATE, labels=LABELS)
+    alice_rows = [r.replace("a review", "alice's secret review") for r in ROWS]
+    for _ in range(2):
+        run_call(call, [alice_rows], engine=engine_for_tenant(eng, Tenancy("alice", cache_salt="salt-a")),
+                 cache=False, progress=False)
+    assert len(eng.field_probes) == len(CANDIDATES)
+    assert not any("alice" in p for p, _ in eng.field_probes)
+    run_call(call, [ROWS], engine=engine_for_tenant(eng, Tenancy("bob", cache_salt="salt-b")), cache=False, progress=False)
+    assert len(eng.field_probes) == 2 * len(CANDIDATES) and eng.relqueries[-1].answer_field == "Sentiment:"

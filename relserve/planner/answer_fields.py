@@ -9,9 +9,10 @@ ended by each name of ``CANDIDATES`` in turn, and takes the name after which the
 most probability (``RowResult.label_mass``). The names are generic ones of what a label can be
 about, fixed before any was measured; "Answer" is one of them and wins ties.
 
-It costs one short scoring request per candidate, once per model and template (remembered for the
-life of the process, like the content-free prior). No row's content enters the probes, so the
-choice is shared by every tenant of a server.
+It costs one short scoring request per candidate, once per model and template in a prefix-cache
+namespace (remembered for the life of the process, like bootstrap's examples). No row's content
+enters the probes; the choice is kept per namespace (a server tenant) all the same, so that
+whether a template was run before tells a tenant nothing of another's work.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import replace
 
 from relserve.backend.protocol import Backend
 from relserve.functions import LLMCall
-from relserve.planner.label_prior import template_key
+from relserve.planner.label_history import namespace_key, namespace_of
 from relserve.planner.prompt_rendering import Renderer
 from relserve.prompt_shapes import AUTO_ANSWER_FIELD, answer_field_text
 
@@ -47,8 +48,8 @@ def picks_field(call: LLMCall) -> bool:
     return call.options.answer_field == AUTO_ANSWER_FIELD
 
 
-def _key(call: LLMCall, model_id: str) -> tuple:
-    return template_key(with_field(call, None), model_id)
+def _key(call: LLMCall, model_id: str, namespace: str | None) -> tuple:
+    return namespace_key(with_field(call, None), namespace, model_id)
 
 
 def with_field(call: LLMCall, name: str | None) -> LLMCall:
@@ -56,18 +57,19 @@ def with_field(call: LLMCall, name: str | None) -> LLMCall:
     return replace(call, options=replace(call.options, answer_field=name))
 
 
-def known_field(call: LLMCall, model_id: str) -> str | None:
-    """The name chosen for ``call`` earlier in this process (None: not yet, or not relserve's)."""
+def known_field(call: LLMCall, model_id: str, namespace: str | None = None) -> str | None:
+    """The name chosen for ``call`` earlier in this process, in ``namespace`` (None: not yet, or
+    not relserve's)."""
     if not picks_field(call):
         return None
     with _lock:
-        return _chosen.get(_key(call, model_id))
+        return _chosen.get(_key(call, model_id, namespace))
 
 
-def as_known(call: LLMCall, model_id: str) -> LLMCall:
-    """``call`` with the name chosen for it, once known (its per-template memory, such as
-    bootstrap's examples, is kept under that name); else as it is."""
-    name = known_field(call, model_id)
+def as_known(call: LLMCall, model_id: str, namespace: str | None = None) -> LLMCall:
+    """``call`` with the name chosen for it in ``namespace``, once known (its per-template memory,
+    such as bootstrap's examples, is kept under that name); else as it is."""
+    name = known_field(call, model_id, namespace)
     return with_field(call, name) if name else call
 
 
@@ -83,11 +85,11 @@ def choose(masses: dict[str, float]) -> str:
 
 
 def field_for(call: LLMCall, engine: Backend, model_id: str) -> str:
-    """The answer field's name for ``call`` (``picks_field``): remembered, or chosen now by one
-    probe per candidate on ``engine``, all submitted at once."""
+    """The answer field's name for ``call`` (``picks_field``): remembered in ``engine``'s
+    namespace, or chosen now by one probe per candidate on ``engine``, all submitted at once."""
     from relserve.relquery import RelQuery
 
-    key = _key(call, model_id)
+    key = _key(call, model_id, namespace_of(engine))
     with _lock:
         got = _chosen.get(key)
     if got is not None:

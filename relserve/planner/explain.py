@@ -17,6 +17,7 @@ from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds
 from relserve.planner.hit_rate import predict_hits
 from relserve.planner.label_bootstrap import PER_LABEL, SAMPLE_ROWS, method_and_pool, pooled_history
 from relserve.planner.label_calibration import MIN_BATCH_ROWS, method_of, min_batch_rows
+from relserve.planner.label_history import namespace_of
 from relserve.planner.plan import CallPlan
 from relserve.planner.tokens import TokenSource
 from relserve.prompt_shapes import AUTO_ANSWER_FIELD, answer_field_text
@@ -157,7 +158,8 @@ def explain_plan(
     seqs, budget = engine_limits(engine)
     call = plan.call
     # the per-template memory of an ``answer_field := 'auto'`` call is kept under the name chosen
-    keyed = as_known(call, plan.model_id)
+    namespace = namespace_of(engine)
+    keyed = as_known(call, plan.model_id, namespace)
     # nothing to run (every row cached): no fallback to name, the call's method stands
     # rows the call's earlier relQueries pooled label means over (label_history.py)
     if not plan.run_order:
@@ -214,7 +216,7 @@ def explain_plan(
         min_batch_rows=min_batch_rows(len(call.choices or ())),
         prompt_shape=call.prompt_shape if call.label_method not in (None, "generate") else None,
         shape_chosen=plan.shape_chosen,
-        answer_field=_answer_field(call, plan.model_id),
+        answer_field=_answer_field(call, plan.model_id, namespace),
         field_chosen=picks_field(call),
         examples=len(call.options.examples or ()),
         examples_tokens=len(tokens.many([call.examples_prefix])[0]) if call.options.examples else 0,
@@ -257,12 +259,12 @@ def kv_capacity_blocks(engine: Backend | None) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-def _answer_field(call, model_id: str) -> str | None:
+def _answer_field(call, model_id: str, namespace: str | None) -> str | None:
     """The answer field EXPLAIN shows: None when there is none (decoding, the chat shape); the
-    name chosen for an ``auto`` call once known, else "auto"."""
+    name chosen for an ``auto`` call in ``namespace`` once known, else "auto"."""
     if call.label_method in (None, "generate") or call.prompt_shape == "chat":
         return None
     if picks_field(call):
-        name = known_field(call, model_id)
+        name = known_field(call, model_id, namespace)
         return answer_field_text(name) if name else AUTO_ANSWER_FIELD
     return call.answer_field

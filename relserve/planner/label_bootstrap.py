@@ -162,7 +162,7 @@ def shaped_for(call, prompts: int, model_id: str, namespace: str | None = None):
     if prompts >= MIN_BATCH_ROWS:
         return shaped
     with _lock:
-        chosen = namespace_key(as_known(shaped, model_id), namespace, model_id) in _chosen
+        chosen = namespace_key(as_known(shaped, model_id, namespace), namespace, model_id) in _chosen
     return shaped if chosen else call
 
 
