@@ -180,7 +180,7 @@ class Client:
         ``rows``: a list of mappings whose keys include the template's placeholders; or
         ``prompts=[...]`` instead of template and rows. Options: ``function`` (map, filter,
         classify, extract), ``labels``, ``json_schema``, ``max_tokens``, ``temperature``,
-        ``top_p``, ``seed``, ``system``, ``method``, ``prompt_shape``, ``reorder_fields``,
+        ``top_p``, ``seed``, ``system``, ``method``, ``prompt_shape``, ``answer_field``, ``reorder_fields``,
         ``examples``, ``on_error`` ("null"/"raise"), ``cache``, ``priority`` (lower runs
         sooner), ``deadline_s``; or ``call=CallFields(...)`` (``relserve.call_fields``), which
         the keyword options override.

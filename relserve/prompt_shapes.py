@@ -26,6 +26,11 @@ relserve's choice, and it decides much of what a small model gets right:
                  (relserve/planner/label_bootstrap.shaped_for; docs/quality.md, "Fourth pass"
                  and "Tenth pass").
 
+The answer field of ``chat_answer``, ``completion`` and ``question_first`` is "Answer:" unless a
+call names another (``answer_field := 'Sentiment'``: the request ends "Sentiment:"), or asks
+relserve to choose one (``'auto'``, relserve/planner/answer_fields.py: the default of a 2-label
+``llm_classify`` laid out ``question_first``; docs/quality.md, "Eleventh pass").
+
 Two halves: ``ShapedRenderer`` (the planner's side: which text a row's prompt is, so the result
 cache, EXPLAIN and deduplication see the real text) and ``engine_text`` (the engine's side: the
 chat template or not, and the answer field).

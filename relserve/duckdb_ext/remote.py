@@ -15,7 +15,7 @@ server's, shared with its other clients.
 
 The whole call specification travels field by field (``relserve.call_fields.CallFields``, the
 encoder the Python client and the PostgreSQL extension use too): ``system``, ``method``,
-``prompt_shape``, ``reorder_fields``, ``examples``, ``top_p``, ``seed`` and the rest, and the
+``prompt_shape``, ``answer_field``, ``reorder_fields``, ``examples``, ``top_p``, ``seed`` and the rest, and the
 server accepts every one of them; ``model`` must name the model the server serves.
 """
 
