@@ -61,7 +61,7 @@ def _demo(task, row, label, base=None, labels=None):
     return head + q + "\nAnswer: " + label + "\n\n"
 
 
-def _self_examples(task, rows, labels, score, per_label, pick, sample=None, base=None, start=0):
+def _self_examples(task, rows, labels, score, per_label, pick, sample=None, base=None, start=0, max_chars=None):
     """Two passes: score every row in the current layout, batch-calibrate, take ``per_label``
     rows per label (``pick``: the most confident, or the first rows of each pseudo-label) as
     examples in front of every row, score again. The first pass scores ``sample`` rows from
@@ -71,17 +71,20 @@ def _self_examples(task, rows, labels, score, per_label, pick, sample=None, base
     prompts, forms = (base or current)(task, rows, labels)
     if start:  # the first pass over other rows: rotate, and rotate the indices back below
         rot = prompts[start:] + prompts[:start]
-        picked = _self_examples(task, rows[start:] + rows[:start], labels, score, per_label, pick, sample, base)
+        picked = _self_examples(task, rows[start:] + rows[:start], labels, score, per_label, pick, sample, base,
+                                max_chars=max_chars)
         prefix = picked[0][0][: len(picked[0][0]) - len(rot[0])]
         return [prefix + p for p in prompts], forms
     s = score(prompts[:sample] if sample else prompts, forms)
     n = len(labels)
+    long_ok = max_chars is None
     means = [sum(x[j] for x in s) / len(s) for j in range(n)]
     cal = [[x[j] - means[j] for j in range(n)] for x in s]
     best = [max(range(n), key=lambda j: c[j]) for c in cal]
     demos = []
     for j in range(n):
-        mine = [i for i in range(len(s)) if best[i] == j]
+        # relserve leaves out a prompt longer than MAX_EXAMPLE_CHARS (max_chars here)
+        mine = [i for i in range(len(s)) if best[i] == j and (long_ok or len(prompts[i]) <= max_chars)]
         if pick in ("confident", "second", "median"):
             mine.sort(key=lambda i: -(cal[i][j] - max(c for k, c in enumerate(cal[i]) if k != j)))
         if pick == "second":  # the next surest: less extreme than the surest
@@ -201,14 +204,14 @@ def _pick_field(task, rows, labels, score, with_question, sample, candidates):
     return best
 
 
-def _auto_field(with_question, sample, question_words=False, examples=False, per_label=1, start=0):
+def _auto_field(with_question, sample, question_words=False, examples=False, per_label=1, start=0, max_chars=None):
     def run(task, rows, labels, score):
         cands = FIELDS + (_question_words(task) if question_words else ())
         f = _pick_field(task, rows, labels, score, with_question, sample, cands)
         base = lambda t, rs, ls: _each(t, rs, ls, lambda head, q: (("Question: " + q + "\n") if with_question else "")  # noqa: E731
                                        + head + f + ":")
         if examples:
-            return _self_examples(task, rows, labels, score, per_label, "confident", 32, base, start)
+            return _self_examples(task, rows, labels, score, per_label, "confident", 32, base, start, max_chars)
         return base(task, rows, labels)
     return run
 
@@ -225,4 +228,8 @@ TWO_PASS.update({
     # the same with the first pass over other rows of the table (how much the examples' choice moves it)
     **{f"self{k}_qfield_cf_at{start}": _auto_field(True, 0, examples=True, per_label=k, start=start)
        for k in (1, 2) for start in (32, 64, 96, 128)},
+    # as relserve chooses: no example over label_bootstrap.MAX_EXAMPLE_CHARS
+    "self1_qfield_cf_short": _auto_field(True, 0, examples=True, max_chars=1000),
+    **{f"self1_qfield_cf_short_at{start}": _auto_field(True, 0, examples=True, start=start, max_chars=1000)
+       for start in (32, 64)},
 })

@@ -194,3 +194,20 @@ def test_each_tenants_prompts_hit_only_its_own_prefix_cache_on_the_replicas(clus
     assert mine >= cluster.block_size  # alice's repeat hits her own blocks
     assert cached(bob) == 0  # bob's guess of it tells him nothing
     assert cached(alice) == mine
+
+
+def test_a_two_label_classify_names_its_answer_field_through_the_replicas(cluster):
+    """The answer field's probes read each row's label mass, which must come back from the
+    replicas: without it every name ties and "Answer:" wins. Through the cluster the model names
+    positive/negative "Sentiment", as the single engine does (tests/test_label_scoring_engine.py)."""
+    from test_label_scoring_engine import LABELLED
+
+    from relserve.functions import make_call
+    from relserve.planner.plan_and_run import run_call
+
+    recording = RecordingEngine(cluster)
+    call = make_call("llm_classify", "Is this product review positive or negative? Review: {review}", labels=["positive", "negative"])
+    out = run_call(call, [[r for r, _ in LABELLED]], engine=recording, cache=False, progress=False)
+    (rq,) = recording.relqueries
+    assert (rq.prompt_shape, rq.answer_field) == ("question_first", "Sentiment:")
+    assert sum((v == "positive") == t for v, (_, t) in zip(out.values, LABELLED)) >= 18
