@@ -20,13 +20,28 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_quality  # noqa: E402
 
-#: rule -> (examples per label, longest prompt an example may be)
+#: rule -> (examples per label, longest prompt an example may be, which of a label's rows by
+#: margin: 0 the surest, 1 the next, 0.5 the median)
 RULES = {
-    "surest": (1, 1000),   # relserve's default (label_bootstrap.PER_LABEL, MAX_EXAMPLE_CHARS)
-    "two": (2, 1000),
-    "short": (1, 400),
-    "short2": (2, 400),
+    "surest": (1, 1000, 0),   # relserve's default (label_bootstrap.PER_LABEL, MAX_EXAMPLE_CHARS)
+    "two": (2, 1000, 0),
+    "short": (1, 400, 0),
+    "short2": (2, 400, 0),
+    "second": (1, 1000, 1),
+    "median": (1, 1000, 0.5),
 }
+
+
+def _ranked_pick(choose, scores, prompts, per_label, max_chars, rank):
+    """``choose`` (relserve's, surest first) with every rank, then per label the row at ``rank``
+    (an index, or a fraction of the label's rows)."""
+    everyone = choose(scores, prompts, per_label=len(scores), max_chars=max_chars)
+    out = []
+    for label in dict.fromkeys(lab for _, lab in everyone):
+        mine = [i for i, lab in everyone if lab == label]
+        k = int(rank * len(mine)) if isinstance(rank, float) else min(rank, len(mine) - 1)
+        out += [(i, label) for i in mine[k:k + per_label]]
+    return out
 
 
 def main() -> None:
@@ -64,9 +79,10 @@ def main() -> None:
             first = eng.run(RelQuery.from_prompts([prompts[i] for i in sample], **opts)).rows
             scores = [(sample[r.index], r.label_logprobs) for r in first]
             for rule in acc:
-                per_label, max_chars = RULES[rule]
-                ex = examples_text(prompts, choose(scores, prompts, per_label=per_label, max_chars=max_chars),
-                                   call.answer_field)
+                per_label, max_chars, rank = RULES[rule]
+                picked = (choose(scores, prompts, per_label=per_label, max_chars=max_chars) if rank == 0
+                          else _ranked_pick(choose, scores, prompts, per_label, max_chars, rank))
+                ex = examples_text(prompts, picked, call.answer_field)
                 res = eng.run(RelQuery.from_prompts([ex + p for p in prompts], **opts)).rows
                 picks = batch_picks([r.label_logprobs for r in sorted(res, key=lambda r: r.index)])
                 a = sum(pk == truth_of[p] for pk, p in zip(picks, prompts)) / len(prompts)
