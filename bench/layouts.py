@@ -186,7 +186,7 @@ def _question_words(task):
     return tuple(dict.fromkeys(w[:1].upper() + w[1:].lower() for w in re.findall(r"[A-Za-z]{4,}", q)))
 
 
-def _pick_field(task, rows, labels, score, with_question, sample, candidates):
+def _pick_field(task, rows, labels, score, with_question, sample, candidates, completion=False):
     """The candidate field after which the labels are likeliest: content-free (a row of "N/A")
     when ``sample`` is 0, else the mean over the first ``sample`` rows."""
     import math
@@ -194,7 +194,8 @@ def _pick_field(task, rows, labels, score, with_question, sample, candidates):
     src = [{c: "N/A" for c in task["columns"]}] if not sample else rows[:sample]
     best, best_mass = None, -math.inf
     for f in candidates:
-        prompts = [(("Question: " + q + "\n") if with_question else "") + head + f + ":"
+        prompts = [(head + q + "\n" + f + ":") if completion else
+                   ((("Question: " + q + "\n") if with_question else "") + head + f + ":")
                    for head, q in (pieces(task, r) for r in src)]
         s = score(prompts, forms_of(labels), raw=True)
         mass = sum(math.log(sum(math.exp(v) for v in x)) for x in s) / len(s)
@@ -204,12 +205,16 @@ def _pick_field(task, rows, labels, score, with_question, sample, candidates):
     return best
 
 
-def _auto_field(with_question, sample, question_words=False, examples=False, per_label=1, start=0, max_chars=None):
+def _auto_field(with_question, sample, question_words=False, examples=False, per_label=1, start=0, max_chars=None,
+                completion=False):
     def run(task, rows, labels, score):
         cands = FIELDS + (_question_words(task) if question_words else ())
-        f = _pick_field(task, rows, labels, score, with_question, sample, cands)
-        base = lambda t, rs, ls: _each(t, rs, ls, lambda head, q: (("Question: " + q + "\n") if with_question else "")  # noqa: E731
-                                       + head + f + ":")
+        f = _pick_field(task, rows, labels, score, with_question, sample, cands, completion)
+        if completion:  # relserve's completion shape (the row, the question) with the name chosen
+            base = lambda t, rs, ls: _each(t, rs, ls, lambda head, q: head + q + "\n" + f + ":")  # noqa: E731
+        else:
+            base = lambda t, rs, ls: _each(t, rs, ls, lambda head, q: (("Question: " + q + "\n") if with_question else "")  # noqa: E731
+                                           + head + f + ":")
         if examples:
             return _self_examples(task, rows, labels, score, per_label, "confident", 32, base, start, max_chars)
         return base(task, rows, labels)
@@ -228,6 +233,8 @@ TWO_PASS.update({
     # the same with the first pass over other rows of the table (how much the examples' choice moves it)
     **{f"self{k}_qfield_cf_at{start}": _auto_field(True, 0, examples=True, per_label=k, start=start)
        for k in (1, 2) for start in (32, 64, 96, 128)},
+    # the completion shape (3+ labels, filters) after the name chosen
+    "self1_cfield_cf": _auto_field(False, 0, examples=True, completion=True),
     # as relserve chooses: no example over label_bootstrap.MAX_EXAMPLE_CHARS
     "self1_qfield_cf_short": _auto_field(True, 0, examples=True, max_chars=1000),
     **{f"self1_qfield_cf_short_at{start}": _auto_field(True, 0, examples=True, start=start, max_chars=1000)
