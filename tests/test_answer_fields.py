@@ -150,3 +150,19 @@ def test_each_tenant_chooses_its_own_field_from_probes_that_hold_no_row():
     assert not any("alice" in p for p, _ in eng.field_probes)
     run_call(call, [ROWS], engine=engine_for_tenant(eng, Tenancy("bob", cache_salt="salt-b")), cache=False, progress=False)
     assert len(eng.field_probes) == 2 * len(CANDIDATES) and eng.relqueries[-1].answer_field == "Sentiment:"
+
+
+def test_a_failing_probe_leaves_its_name_out_and_the_choice_is_tried_again():
+    """A probe is not a row of the user's: if one fails, the rows still run, after the best of
+    the names that answered, and the choice is not kept."""
+    def mass(rq):
+        if rq.answer_field == "Sentiment:":
+            raise RuntimeError("probe lost")
+        return {"Rating:": -0.5}.get(rq.answer_field, -4.0)
+
+    eng = ScriptedEngine(answer=answer, label_mass=mass)
+    call = make_call("llm_classify", TEMPLATE, labels=LABELS)
+    out = run_call(call, [ROWS], engine=eng, cache=False, progress=False)
+    assert out.values == ["positive" if i % 2 else "negative" for i in range(20)]
+    assert eng.relqueries[-1].answer_field == "Rating:"
+    assert known_field(plan_call(call, [ROWS], model_id=eng.model_id).call, eng.model_id) is None

@@ -104,12 +104,20 @@ def field_for(call: LLMCall, engine: Backend, model_id: str) -> str:
         for k, name in enumerate(CANDIDATES)
     }
     masses = {}
+    failed = False
     for name, handle in handles.items():
-        row = handle.result().rows[0]
-        masses[name] = row.label_mass if row.label_mass is not None else -math.inf
+        try:
+            row = handle.result().rows[0]
+        except Exception:  # a probe that fails leaves its name out; the rows still run
+            row = None
+        ok = row is not None and row.error is None
+        failed = failed or not ok
+        # an engine that reports no mass (a double) leaves every name tied: "Answer"
+        masses[name] = row.label_mass if ok and row.label_mass is not None else -math.inf
     name = choose(masses)
-    with _lock:
-        _chosen[key] = name
+    if not failed:  # a choice made with names missing is not kept: the next relQuery tries again
+        with _lock:
+            _chosen[key] = name
     return name
 
 
