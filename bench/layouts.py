@@ -69,13 +69,9 @@ def _self_examples(task, rows, labels, score, per_label, pick, sample=None, base
     import random
 
     prompts, forms = (base or current)(task, rows, labels)
-    if start:  # the first pass over other rows: rotate, and rotate the indices back below
-        rot = prompts[start:] + prompts[:start]
-        picked = _self_examples(task, rows[start:] + rows[:start], labels, score, per_label, pick, sample, base,
-                                max_chars=max_chars)
-        prefix = picked[0][0][: len(picked[0][0]) - len(rot[0])]
-        return [prefix + p for p in prompts], forms
-    s = score(prompts[:sample] if sample else prompts, forms)
+    # the rows of the first pass: ``sample`` of them from ``start``, wrapping round
+    first = [(start + k) % len(prompts) for k in range(sample or len(prompts))]
+    s = score([prompts[r] for r in first], forms)
     n = len(labels)
     long_ok = max_chars is None
     means = [sum(x[j] for x in s) / len(s) for j in range(n)]
@@ -84,7 +80,7 @@ def _self_examples(task, rows, labels, score, per_label, pick, sample=None, base
     demos = []
     for j in range(n):
         # relserve leaves out a prompt longer than MAX_EXAMPLE_CHARS (max_chars here)
-        mine = [i for i in range(len(s)) if best[i] == j and (long_ok or len(prompts[i]) <= max_chars)]
+        mine = [i for i in range(len(s)) if best[i] == j and (long_ok or len(prompts[first[i]]) <= max_chars)]
         if pick in ("confident", "second", "median"):
             mine.sort(key=lambda i: -(cal[i][j] - max(c for k, c in enumerate(cal[i]) if k != j)))
         if pick == "second":  # the next surest: less extreme than the surest
@@ -93,7 +89,7 @@ def _self_examples(task, rows, labels, score, per_label, pick, sample=None, base
             mine = mine[len(mine) // 2:] or mine
         demos += [(i, j) for i in mine[:per_label]]
     random.Random(0).shuffle(demos)
-    prefix = "".join(_demo(task, rows[i], labels[j], base, labels) for i, j in demos)
+    prefix = "".join(_demo(task, rows[first[i]], labels[j], base, labels) for i, j in demos)
     return [prefix + p for p in prompts], forms
 
 

@@ -181,6 +181,18 @@ class ScriptedEngine:
         return sum(len(p) for p in self.submitted)
 
 
+class TenantAwareEngine(ScriptedEngine):
+    """The scripted engine with tenancy (the tenancy itself is not recorded)."""
+
+    supports_tenancy = True
+
+    def submit(self, rq, tenancy=None):
+        return super().submit(rq)
+
+    def warm_prefix(self, text="", system=None, tenancy=None):
+        return super().warm_prefix(text)
+
+
 class RecordingEngine:
     """Wraps a real engine and records what reaches it: every relQuery's prompts and answers.
 

@@ -6,7 +6,7 @@ the scripted engine. The real engine's label mass is checked in tests/test_label
 from __future__ import annotations
 
 import pytest
-from engine_doubles import ScriptedEngine
+from engine_doubles import ScriptedEngine, TenantAwareEngine
 
 from relserve.errors import ConfigError
 from relserve.functions import make_call
@@ -131,16 +131,7 @@ def test_each_tenant_chooses_its_own_field_from_probes_that_hold_no_row():
     from relserve.policy.types import Tenancy
     from relserve.server.tenant_engine import engine_for_tenant
 
-    class TenantAware(ScriptedEngine):
-        supports_tenancy = True
-
-        def submit(self, rq, tenancy=None):
-            return super().submit(rq)
-
-        def warm_prefix(self, text="", system=None, tenancy=None):
-            return super().warm_prefix(text)
-
-    eng = TenantAware(answer=answer, label_mass=sentiment_likes_the_labels)
+    eng = TenantAwareEngine(answer=answer, label_mass=sentiment_likes_the_labels)
     call = make_call("llm_classify", TEMPLATE, labels=LABELS)
     alice_rows = [r.replace("a review", "alice's secret review") for r in ROWS]
     for _ in range(2):

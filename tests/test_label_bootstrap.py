@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from engine_doubles import ScriptedEngine
+from engine_doubles import ScriptedEngine, TenantAwareEngine
 
 from relserve.functions import make_call
 from relserve.planner.label_bootstrap import (
@@ -20,18 +20,6 @@ from relserve.planner.label_bootstrap import (
 from relserve.planner.label_calibration import method_ran
 from relserve.planner.label_history import forget_means
 from relserve.planner.plan_and_run import run_call
-
-
-class TenantAwareEngine(ScriptedEngine):
-    """The scripted engine with tenancy (the tenancy itself is not recorded)."""
-
-    supports_tenancy = True
-
-    def submit(self, rq, tenancy=None):
-        return super().submit(rq)
-
-    def warm_prefix(self, text="", system=None, tenancy=None):
-        return super().warm_prefix(text)
 
 
 def lp(p_yes: float) -> dict[str, float]:

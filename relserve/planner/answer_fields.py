@@ -48,10 +48,6 @@ def picks_field(call: LLMCall) -> bool:
     return call.options.answer_field == AUTO_ANSWER_FIELD
 
 
-def _key(call: LLMCall, model_id: str, namespace: str | None) -> tuple:
-    return namespace_key(with_field(call, None), namespace, model_id)
-
-
 def with_field(call: LLMCall, name: str | None) -> LLMCall:
     """``call`` with its answer field set to ``name``."""
     return replace(call, options=replace(call.options, answer_field=name))
@@ -63,7 +59,7 @@ def known_field(call: LLMCall, model_id: str, namespace: str | None = None) -> s
     if not picks_field(call):
         return None
     with _lock:
-        return _chosen.get(_key(call, model_id, namespace))
+        return _chosen.get(namespace_key(call, namespace, model_id))
 
 
 def as_known(call: LLMCall, model_id: str, namespace: str | None = None) -> LLMCall:
@@ -75,7 +71,7 @@ def as_known(call: LLMCall, model_id: str, namespace: str | None = None) -> LLMC
 
 def probe_prompt(call: LLMCall) -> str:
     """The call's prompt with every placeholder ``CONTENT_FREE``, laid out as its rows are."""
-    return Renderer(with_field(call, None))((CONTENT_FREE,) * len(call.template.columns))
+    return Renderer(call)((CONTENT_FREE,) * len(call.template.columns))
 
 
 def choose(masses: dict[str, float]) -> str:
@@ -89,7 +85,7 @@ def field_for(call: LLMCall, engine: Backend, model_id: str) -> str:
     namespace, or chosen now by one probe per candidate on ``engine``, all submitted at once."""
     from relserve.relquery import RelQuery
 
-    key = _key(call, model_id, namespace_of(engine))
+    key = namespace_key(call, namespace_of(engine), model_id)
     with _lock:
         got = _chosen.get(key)
     if got is not None:
