@@ -72,6 +72,7 @@ from e2e.workload import (  # noqa: E402
     at_load,
     build_workload,
     load_statements,
+    one_at_a_time,
     table_rows,
 )
 
@@ -96,6 +97,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--workload", choices=sorted(WORKLOADS), default="main",
                     help="main: the headline's statements (sql/bench_e2e); other: other tables, templates and lengths (sql/bench_e2e_other); "
                          "third: rows neither reads, other columns and templates, used to tune nothing (sql/bench_e2e_third)")
+    ap.add_argument("--alone", action="store_true",
+                    help="every statement alone, one after another (no queue): the least mean latency each contender's "
+                         "work allows, the floor under its figures at any load")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--report", type=Path, metavar="DIR",
                     help="write the report again from the phase files a run left in DIR (give the run's other options too)")
@@ -113,7 +117,7 @@ def options(args: argparse.Namespace) -> RunOptions:
         rate, window, loads = args.rate or 0.1, args.window or 240.0, args.loads or "0.5,1.0"
     return RunOptions(quick=args.quick, sessions=args.sessions, rate=rate, window=window, loads_arg=loads, seed=args.seed,
                       contenders=tuple(c.strip() for c in args.contenders.split(",") if c.strip()), datasets=args.datasets,
-                      workload=args.workload, out=args.out, report=args.report)
+                      workload=args.workload, out=args.out, report=args.report, alone=args.alone)
 
 
 def log(msg: str) -> None:
@@ -128,6 +132,8 @@ def main() -> None:
     items = build_workload(statements, sessions=opts.sessions, rate=opts.rate, horizon=opts.window * max(opts.loads),
                            seed=opts.seed, sizes=QUICK_SIZES if opts.quick else SIZES)
     work_by_load = {load: at_load(items, statements, load, opts.window, opts.seed, table_rows(sql_dir)) for load in opts.loads}
+    if opts.alone:
+        work_by_load = {load: one_at_a_time(work) for load, work in work_by_load.items()}
 
     if args.phase:
         from relserve.model import resolve_model

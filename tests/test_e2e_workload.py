@@ -170,6 +170,72 @@ def test_throughput_counts_table_rows_the_same_for_every_contender():
     assert b.throughput([])["table_rows"] == 0
 
 
+def test_alone_runs_every_statement_back_to_back_in_arrival_order_timed_from_its_own_start():
+    from dataclasses import replace
+
+    from e2e.sessions import run_sessions
+    from e2e.workload import one_at_a_time
+
+    st = b.load_statements()
+    work = b.at_load(b.build_workload(st, sessions=4, rate=1.0, horizon=20, seed=2), st, 1.0, 20, seed=2)
+    alone = one_at_a_time(work)
+    assert [w.key for w in alone] == [w.key for w in sorted(work, key=lambda w: w.arrival)]
+    assert all(w.back_to_back for w in alone) and [replace(w, back_to_back=False) for w in alone] == sorted(
+        work, key=lambda w: w.arrival)
+
+    running, connections = [], []
+
+    def connect(s):
+        connections.append(s)
+        return duckdb.connect()
+
+    def execute(_con, w):
+        running.append(w.key)
+        assert len(running) == 1, "two statements at once"
+        running.remove(w.key)
+        return ["a"], [(1,)], w.item.rows
+
+    records, _ = run_sessions(alone, connect, execute)
+    assert connections == [0] and [r.key for r in records] == [w.key for w in alone]
+    # each timed from its own start, each started after the one before ended
+    assert all(r.arrival == r.start and r.latency == r.end - r.start for r in records)
+    assert all(later.start >= earlier.end for earlier, later in zip(records, records[1:]))
+    # without --alone a statement's latency counts its wait from the arrival
+    soon = [replace(w, arrival=0.01 * k) for k, w in enumerate(work[:3])]
+    queued, _ = run_sessions(soon, lambda s: duckdb.connect(), execute)
+    assert sorted(r.arrival for r in queued) == [0.0, 0.01, 0.02]
+
+
+@pytest.mark.parametrize("method", ["bootstrap", "calibrate", "generate"])
+def test_the_decoding_contenders_render_a_label_call_as_relserve_renders_a_decoded_one(monkeypatch, method):
+    """The vLLM contenders decode every label; their prompt is relserve's for method 'generate'
+    (the chat shape, with its answer line) whatever RELSERVE_LABEL_METHOD says."""
+    from e2e.contenders.relserve_udfs import RowUDF
+
+    import relserve.functions as functions
+    from relserve.duckdb_ext.udf import RETURN_TYPES
+    from relserve.planner.prompt_rendering import Renderer
+
+    monkeypatch.setattr(functions, "DEFAULT_LABEL_METHOD", method)
+    seen = []
+
+    def backend(call, prompts):
+        seen.append((call.label_method, call.prompt_shape, prompts))
+        return ["yes", "no"]
+
+    con = duckdb.connect()
+    fn = functions.function("llm_filter")
+    con.create_function(fn.name, RowUDF(fn, backend, [0]), None, RETURN_TYPES[fn.kind], type="arrow",
+                        null_handling="special", side_effects=True)
+    kept = con.sql("SELECT x FROM (VALUES ('broke at once'), ('works')) t(x) "
+                   "WHERE llm_filter('Is this review negative? Review: {x}', x)").fetchall()
+    decoded = functions.make_call("llm_filter", "Is this review negative? Review: {x}",
+                                  options=functions.CallOptions(method="generate"))
+    assert kept == [("broke at once",)]
+    assert seen == [("generate", "chat", [Renderer(decoded)(("broke at once",)), Renderer(decoded)(("works",))])]
+    assert seen[0][2][0] == "Is this review negative? Review: broke at once\nAnswer yes or no."
+
+
 def test_fifo_lock_runs_in_the_order_asked():
     import threading
     import time

@@ -25,6 +25,8 @@ class RunOptions:
     out: Path
     #: write the report again from the phase files of a finished run in this folder
     report: Path | None
+    #: every statement alone, back to back (``--alone``)
+    alone: bool = False
 
     @property
     def loads(self) -> list[float]:
@@ -33,4 +35,5 @@ class RunOptions:
     @property
     def stem(self) -> str:
         """Output file names: e2e, e2e_other, e2e_quick, ..."""
-        return "e2e" + ("" if self.workload == "main" else f"_{self.workload}") + ("_quick" if self.quick else "")
+        return "e2e" + ("" if self.workload == "main" else f"_{self.workload}") + ("_quick" if self.quick else "") + (
+            "_alone" if self.alone else "")

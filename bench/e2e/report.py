@@ -106,7 +106,7 @@ def summarize(args: RunOptions, statements: list[Statement], work_by_load: dict[
         "quick": args.quick,
         "machine": {"cpus": len(os.sched_getaffinity(0)), "note": "2-core CPU machine; see docs/benchmarks.md for how quiet it was"},
         "workload": {"name": args.workload, "sessions": args.sessions, "rate_at_load_1": args.rate, "window_s": args.window, "loads": loads,
-                     "seed": args.seed, "statements": sorted(names),
+                     "seed": args.seed, "statements": sorted(names), "alone": args.alone,
                      "per_load": {str(ld): {"statements": len(w), "rows": sum(x.item.rows for x in w)} for ld, w in work_by_load.items()}},
         "engine": ENGINE.as_dict(),
         "engine_start_s": {p: r.get("engine_start_s") for p, r in results.items()},
@@ -132,6 +132,8 @@ def markdown(report: dict) -> str:
         f"{w['window_s']:.0f} s of arrivals per load, loads {', '.join(map(str, w['loads']))}; "
         f"statements: {', '.join(w['statements'])}. Total {fmt_number(report['total_s'] / 60, '.1f')} min.",
         "",
+        *(["**Alone** (`--alone`): the same statements one after another in arrival order, each timed from its own "
+           "start; no queue, so each mean is the floor of that contender's mean at any load.", ""] if w.get("alone") else []),
         f"At load {report['headline_load']} ({w['per_load'][str(report['headline_load'])]['statements']} statements, "
         f"{w['per_load'][str(report['headline_load'])]['rows']} table rows):",
         "",

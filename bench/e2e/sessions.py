@@ -72,8 +72,8 @@ def run_sessions(
 ) -> tuple[list[Record], dict[str, dict]]:
     """Run every session's statements at their arrival times; returns the records and the answers."""
     sessions: dict[int, list[Scheduled]] = {}
-    for w in work:
-        sessions.setdefault(w.item.session, []).append(w)
+    for w in work:  # statements run back to back share one connection, in the order given
+        sessions.setdefault(0 if w.back_to_back else w.item.session, []).append(w)
     conns = {s: connect(s) for s in sessions}
     records: list[Record] = []
     answers: dict[str, dict] = {}
@@ -81,9 +81,9 @@ def run_sessions(
     t0 = time.perf_counter() + 0.5
 
     def session(s: int) -> None:
-        for w in sorted(sessions[s], key=lambda w: w.item.seq):
+        for w in sorted(sessions[s], key=lambda w: (w.arrival, w.item.seq)):
             delay = t0 + w.arrival - time.perf_counter()
-            if delay > 0:
+            if delay > 0 and not w.back_to_back:
                 time.sleep(delay)
             start = time.perf_counter()
             cols: list[str] = []
@@ -94,7 +94,8 @@ def run_sessions(
             except Exception as e:  # a failed statement is recorded, the session goes on
                 err = f"{type(e).__name__}: {e}"[:500]
             end = time.perf_counter()
-            rec = Record(w.key, s, w.item.name, w.item.rows, w.load, w.arrival, start - t0, end - t0, llm_rows, len(rows), err)
+            arrival = start - t0 if w.back_to_back else w.arrival
+            rec = Record(w.key, s, w.item.name, w.item.rows, w.load, arrival, start - t0, end - t0, llm_rows, len(rows), err)
             with lock:
                 records.append(rec)
                 answers[w.key] = {"columns": cols, "rows": [list(r) for r in rows]}

@@ -7,7 +7,7 @@ import math
 import os
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from string import Template
 
@@ -97,6 +97,8 @@ class Scheduled:
     arrival: float
     offset: int
     sql: str
+    #: arrives when the statement before it ends (``--alone``): its latency is its own run time
+    back_to_back: bool = False
 
     @property
     def key(self) -> str:
@@ -154,3 +156,11 @@ def at_load(
         if arrival < window:
             out.append(Scheduled(it, load, round(arrival, 4), offset, by_name[it.name].sql(offset, it.rows)))
     return out
+
+
+def one_at_a_time(work: list[Scheduled]) -> list[Scheduled]:
+    """``work`` run back to back in arrival order on one connection, each statement timed from its
+    own start (``bench_e2e.py --alone``): every statement alone on the machine, so the mean
+    latency is what the contender's work costs with no queue, the least any scheduling of that
+    work can reach at any load (statements keep their order, so caches warm as in the run)."""
+    return [replace(w, back_to_back=True) for w in sorted(work, key=lambda w: (w.arrival, w.item.session, w.item.seq))]

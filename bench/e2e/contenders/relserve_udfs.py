@@ -81,7 +81,9 @@ class RowUDF:
         from relserve.functions import CallOptions
         from relserve.planner.prompt_rendering import Renderer, null_error
 
-        chunk = decode_chunk(self.fn, arrays, CallOptions())
+        # these contenders decode every label, so a label call is rendered as relserve renders a
+        # decoded one (method 'generate', the chat shape), whatever RELSERVE_LABEL_METHOD says
+        chunk = decode_chunk(self.fn, arrays, CallOptions(method="generate"))
         out: list[Any] = [None] * chunk.size
         for g in chunk.groups:
             render = Renderer(g.call)
