@@ -425,36 +425,45 @@ def em_means(scores: list, rounds: int = 100) -> dict[str, float]:
     return {lab: means[lab] - math.log(max(share[lab], 1e-12)) for lab in labels}
 
 
-RULES = ("raw", "mean", "class", "em")
+RULES = ("raw", "mean", "class", "em", "spread")
 
 
 def _picks_scored(task: dict, rows: list, rule: str) -> list[tuple[str, str]]:
     """(answer as the task's label, truth) of every stored row under one pick rule: ``raw`` (the
     model's best label), ``mean`` (batch calibration, relserve's), ``class`` (``class_means``),
-    ``em`` (``em_means``)."""
+    ``em`` (``em_means``), ``spread`` (minus the mean, over each label's standard deviation among
+    the rows: batch calibration that also evens out how widely each label's scores vary; twelfth
+    pass, not kept)."""
+    import statistics
+
     from relserve.planner.label_calibration import label_means, pick_calibrated
 
     scores = [s for s, _ in rows]
+    if rule == "spread":
+        means = label_means(scores)
+        sd = {lab: statistics.pstdev([s[lab] for s in scores]) or 1.0 for lab in means}
+        return [(_as_answer(task, max(means, key=lambda lab: (s[lab] - means[lab]) / sd[lab])), truth) for s, truth in rows]
     if rule == "raw":
         means = {lab: 0.0 for lab in scores[0]}
     else:
         means = {"mean": label_means, "class": class_means, "em": em_means}[rule](scores)
-    out = []
-    for s, truth in rows:
-        best = pick_calibrated(s, means)
-        if task["fn"] != "llm_classify":
-            best = task["labels"][0] if best == "yes" else task["labels"][1]
-        out.append((best, truth))
-    return out
+    return [(_as_answer(task, pick_calibrated(s, means)), truth) for s, truth in rows]
+
+
+def _as_answer(task: dict, label: str) -> str:
+    """A picked label as the task's truth is written (a filter's "yes" is its first label)."""
+    if task["fn"] != "llm_classify":
+        return task["labels"][0] if label == "yes" else task["labels"][1]
+    return label
 
 
 def offline(results: list[dict], tasks_by_name: dict) -> str:
     """Pick rules compared on the same stored scores (every run keeps its rows' scores): the
     model's best label, batch calibration (minus each label's mean), per-label means
-    (``class_means``), EM label shares (``em_means``). Accuracy / macro-F1 / share answered the
-    first label."""
-    lines = ["| task | config | truth: first label | raw | minus mean (batch) | per-label means | EM shares |",
-             "|---|---|---|---|---|---|---|"]
+    (``class_means``), EM label shares (``em_means``), minus the mean over the spread. Accuracy /
+    macro-F1 / share answered the first label."""
+    lines = ["| task | config | truth: first label | raw | minus mean (batch) | per-label means | EM shares | over the spread |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in results:
         if not r.get("scores"):
             continue
