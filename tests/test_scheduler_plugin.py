@@ -213,3 +213,18 @@ def test_the_cpu_engine_runs_the_plain_variant(engine):
     stats = engine.scheduler_stats()
     assert stats["scheduler"] == "RelServeScheduler"
     assert stats["async_scheduling"] is False
+
+
+@pytest.mark.parametrize("fill_one_token", [True, False])
+def test_one_token_relqueries_ride_in_one_prefill_step_through_vllms_scheduler(fill_one_token):
+    """Three one-row relQueries that answer in one token (label scoring) arrive together: with
+    riders (the default) vLLM schedules all three in the first step; without, the head alone."""
+    sched = build_scheduler(RelServeScheduler)
+    sched._set_policy("relserve", None, {"fill_one_token": fill_one_token})
+    reqs = [make_request(20, 1, rel, arrival=k * 0.01) for k, rel in enumerate("ABC")]
+    for r in reqs:
+        sched.add_request(r)
+    out = sched.schedule()
+    first = [reqs[0].request_id] if not fill_one_token else [r.request_id for r in reqs]
+    assert sorted(out.num_scheduled_tokens) == sorted(first)
+    assert all(out.num_scheduled_tokens[i] == 20 for i in first)

@@ -170,6 +170,40 @@ def decode_hold(
     return ordered[cut:]
 
 
+#: waiting relQueries ``ride_along`` looks at past the head (a bound on its work per step)
+RIDE_ALONG_SCAN = 64
+
+
+def answers_in_its_prefill(g: RelQueryGroup) -> bool:
+    """Whether every request of ``g`` waits and has one token left: it is done when its prefill
+    step ends (label scoring, probes, one-token answers)."""
+    return not g.running and all(r.remaining_output <= 1 for r in g.waiting)
+
+
+def ride_along(
+    cost: CostModel, view: StepView, followers: list[RelQueryGroup], batch: list, tokens: int, pairs: float
+) -> tuple[list, int, float]:
+    """The prefill batch ``batch`` (``tokens`` uncached, ``pairs`` attention pairs) with whole
+    relQueries of ``followers`` (in priority order) added that answer in this step
+    (``answers_in_its_prefill``) and whose own prefill costs at most the fixed cost of a prefill
+    step, while the step's limits hold.
+
+    Each rider delays the step by at most one fixed cost and saves a step of its own, whose fixed
+    cost and wait behind the head it would otherwise pay: for relQueries of equal size the sum
+    of latencies breaks even exactly at that bound. It never decodes, so no decode step grows.
+    """
+    for g in followers[:RIDE_ALONG_SCAN]:
+        if not answers_in_its_prefill(g):
+            continue
+        cand, t2, p2 = prefill_candidate(itertools.chain(batch, g.waiting), view)
+        if len(cand) < len(batch) + len(g.waiting):
+            continue  # not whole within the step's limits
+        if cost.prefill(t2 - tokens, p2 - pairs) - cost.beta_p > cost.beta_p:
+            continue
+        batch, tokens, pairs = cand, t2, p2
+    return batch, tokens, pairs
+
+
 def decode_work(view: StepView) -> tuple[int, int]:
     """Requests of the decode candidate and the context they attend to."""
     return len(view.running), sum(r.prompt_tokens + r.output_tokens for r in view.running)
@@ -243,8 +277,11 @@ class AdaptiveBatchArranger:
         if waiting:
             head = waiting[0]
             batch, uncached, pairs = prefill_candidate(self._queue(waiting), view)
+            head_count = len(batch)  # riders answer in the step: they add nothing to decode
+            if self.settings.fill_one_token and not self.settings.fill_prefill and batch:
+                batch, uncached, pairs = ride_along(self.cost, view, waiting[1:], batch, uncached, pairs)
         else:
-            head, batch, uncached, pairs = None, [], 0, 0.0
+            head, batch, uncached, pairs, head_count = None, [], 0, 0.0, 0
         if not batch and not view.running:
             return StepPlan(StepKind.IDLE, priorities=prios, reason="idle")
         if not batch:
@@ -286,7 +323,7 @@ class AdaptiveBatchArranger:
             # of a tenant ranked behind it waits until its running relQueries finish
             return StepPlan(StepKind.DECODE, priorities=prios, reason="tenant-decode")
         self.last_delta = transitional_delta(
-            self.cost, head, uncached, len(batch), others, len(waiting),
+            self.cost, head, uncached, head_count, others, len(waiting),
             cand_pairs=pairs, gain=self.settings.transitional_gain,
         )
         best, choice = 0.0, StepPlan(StepKind.DECODE, priorities=prios, reason="transitional-decode")

@@ -33,6 +33,13 @@ class PolicySettings(BaseModel):
     #: filled past the head relQuery with the next ones in priority order, instead of the
     #: paper's one-relQuery candidate.
     fill_prefill: bool = False
+    #: A prefill step also takes, past the head relQuery, every waiting relQuery that answers in
+    #: that step (one token left per request: label scoring, probes) and whose prefill costs at
+    #: most the step's fixed cost, in priority order (``aba.ride_along``). Such a relQuery never
+    #: decodes, so it slows no decode step; alone it would pay a fixed cost of its own. 20
+    #: one-row scoring relQueries submitted together took 1.33 s with the paper's one-relQuery
+    #: candidate, and one relQuery of the same 20 rows 0.53 s (docs/benchmarks.md).
+    fill_one_token: bool = True
     #: Consider a mixed step (decode every running request plus a prefill chunk in priority
     #: order) beside the pure prefill and decode steps.
     mixed_steps: bool = False
@@ -62,6 +69,10 @@ class PolicySettings(BaseModel):
     #: Estimate a relQuery's answer length from its finished rows (the longest answer seen so
     #: far, never above max_tokens) instead of max_tokens (``RelQueryTracker``).
     learn_output: bool = False
+    #: Estimate a relQuery's answer length from the earlier relQueries of the same call (the
+    #: longest answer of each of its last finished relQueries) instead of max_tokens
+    #: (``RelQueryTracker``).
+    output_history: bool = False
     #: Sarathi's chunk: the token budget of each mixed step.
     sarathi_chunk_tokens: int = Field(default=512, ge=16)
     #: Seed for the cache-miss sampling, so simulations repeat exactly.
