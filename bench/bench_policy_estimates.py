@@ -4,6 +4,8 @@
   cost the ones ahead more than the fixed step cost they pay again (policy/aba.py decode_hold);
 * ``learn_output``: a relQuery's answer length estimated from its finished rows instead of
   ``max_tokens`` (policy/relqueries.py);
+* ``output_history``: from the longest answers of the same call's (template's) last finished
+  relQueries instead (policy/relqueries.py);
 * ``count_admitted_decode`` (on in every row but the one that turns it off): a relQuery whose
   requests all run ranks by the decode they still need instead of 0 (policy/dpu.py).
 
@@ -39,8 +41,10 @@ VARIANTS = {
     "+ decode_subset": ("relserve", {"decode_subset": True, "learn_output": False}),
     "+ learn_output": ("relserve", {"decode_subset": False, "learn_output": True}),
     "+ both": ("relserve", {"decode_subset": True, "learn_output": True}),
+    "+ output_history": ("relserve", {"decode_subset": False, "learn_output": False, "output_history": True}),
     "default, paper ranking": ("relserve", {"count_admitted_decode": False}),
     "default": ("relserve", {}),
+    "default + output_history": ("relserve", {"output_history": True}),
     "sp": ("sp", {}),
 }
 

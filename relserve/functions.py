@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from relserve import validation as check
+from relserve.call_key import call_key_of
 from relserve.errors import ConfigError, RowError, TemplateError
 from relserve.template import Template
 from relserve.validation import OnError
@@ -317,10 +318,16 @@ class LLMCall:
             out["system"] = self.options.system
         return out
 
+    def call_key(self) -> str:
+        """The key the scheduler learns this call's answer lengths under (``RelQuery.call_key``):
+        the function, the template and every setting that changes an answer."""
+        return call_key_of(self.function.name, self.template.source, self.sampling_settings())
+
     def engine_options(self) -> dict[str, Any]:
         """The ``RelQuery`` settings this call asks of the engine (besides label scoring)."""
         o = self.options
         return {
+            "call_key": self.call_key(),
             "max_tokens": self.max_tokens,
             "temperature": o.temperature,
             "top_p": o.top_p,

@@ -10,6 +10,7 @@ from typing import Any
 
 from relserve import validation as check
 from relserve.binding import Binding
+from relserve.call_key import call_key_of
 from relserve.errors import ConfigError, RowError
 from relserve.template import Template
 from relserve.validation import OnError
@@ -103,6 +104,10 @@ class RelQuery:
     answer_field: str = "Answer:"
     #: already-rendered prompts (see ``from_prompts``); then ``template`` is None
     prompts: list[str] | None = field(default=None, repr=False)
+    #: the call the relQuery runs: relQueries of one call answer at alike lengths, which the
+    #: scheduler can learn (``PolicySettings.output_history``). The planner sets its own key;
+    #: None: one made of ``template`` and the output settings ("" for prompts with no key)
+    call_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.prompts is None:
@@ -151,6 +156,9 @@ class RelQuery:
             self.label_prior = {k: float(v) for k, v in prior.items()}
         if self.rel_id is None:
             self.rel_id = uuid.uuid4().hex[:12]
+        if self.call_key is None:
+            self.call_key = "" if self.template is None else call_key_of(
+                self.template, self.max_tokens, self.choices, self.json_schema, self.system)
 
     @classmethod
     def from_prompts(cls, prompts: Sequence[str], **options: Any) -> RelQuery:

@@ -64,3 +64,73 @@ def test_the_policy_uses_the_learned_length_in_its_priority():
         prios.append(plan.priorities["A"])
     # 2 waiting rows decoding 3 tokens instead of 50: a smaller remaining time
     assert prios[0] < prios[1]
+
+
+# -- output_history: the answer length of a call's earlier relQueries --------------------------
+
+
+def call_rows(rel: str, n: int, call: str = "k", max_tokens: int = 50) -> list[Req]:
+    return [Req(f"{rel}{i}", rel, 0.0, n, 20, max_tokens, call_key=call) for i in range(n)]
+
+
+def finish(tracker: RelQueryTracker, reqs: list[Req], answer: int) -> None:
+    """Run ``reqs`` to an answer of ``answer`` tokens each: one step decoding, one with them gone."""
+    for r in reqs:
+        r.computed_tokens, r.output_tokens = r.prompt_tokens, answer - 1
+    tracker.group(StepView(1.0, [], list(reqs), LIMITS))
+    tracker.group(StepView(1.1, [], [], LIMITS))
+
+
+def test_a_calls_next_relquery_is_estimated_by_the_longest_answer_its_earlier_one_gave():
+    t = RelQueryTracker(output_history=True)
+    first = call_rows("A", 3)
+    for r, out in zip(first, (2, 5, 3)):
+        r.computed_tokens, r.output_tokens = 20, out
+    t.group(StepView(1.0, [], first, LIMITS))
+    t.group(StepView(1.1, [], [], LIMITS))
+    assert t.call_estimate("k") == 6
+    # before any of its rows has run: 6 tokens, not 50; another call keeps max_tokens
+    groups = t.group(StepView(1.2, call_rows("B", 4) + call_rows("C", 2, call="other"), [], LIMITS))
+    assert (groups["B"].output_len, groups["C"].output_len) == (6, 50)
+
+
+def test_a_longer_answer_of_the_relquery_itself_raises_the_estimate():
+    t = RelQueryTracker(output_history=True)
+    finish(t, call_rows("A", 2), answer=4)
+    b = call_rows("B", 3)
+    b[0].computed_tokens, b[0].output_tokens = 20, 9
+    g = t.group(StepView(1.2, b[1:], b[:1], LIMITS))["B"]
+    # the running row has 9 tokens and at least one to go; the waiting rows are estimated at 9
+    assert (g.output_len, g.remaining_output_len) == (9, 1)
+
+
+def test_the_history_keeps_the_calls_last_eight_relqueries():
+    t = RelQueryTracker(output_history=True)
+    finish(t, call_rows("long", 1), answer=30)
+    for i in range(7):
+        finish(t, call_rows(f"short{i}", 1), answer=3)
+    assert t.call_estimate("k") == 30
+    finish(t, call_rows("short7", 1), answer=3)
+    assert t.call_estimate("k") == 3
+
+
+def test_without_output_history_a_calls_next_relquery_keeps_max_tokens():
+    t = RelQueryTracker()
+    finish(t, call_rows("A", 2), answer=4)
+    assert t.call_estimate("k") is None
+    assert t.group(StepView(1.2, call_rows("B", 2), [], LIMITS))["B"].output_len == 50
+
+
+def test_the_policy_ranks_a_relquery_by_its_calls_history():
+    prios = []
+    for settings in (PolicySettings(output_history=True), PolicySettings()):
+        pol = make_policy("relserve", settings=settings)
+        first = call_rows("A", 2)
+        for r in first:
+            r.computed_tokens, r.output_tokens = 20, 2
+        pol.schedule(StepView(1.0, [], first, LIMITS))
+        pol.schedule(StepView(1.1, [], [], LIMITS))
+        plan = pol.schedule(StepView(1.2, call_rows("B", 4), [], LIMITS))
+        prios.append(plan.priorities["B"])
+    # 4 rows decoding 3 tokens instead of 50: a smaller remaining time
+    assert prios[0] < prios[1]

@@ -27,7 +27,7 @@ from relserve.results import RowResult
 
 #: RelQuery options a replica needs to run the rows (on_error is applied here, on the whole)
 _PASSED = ("max_tokens", "temperature", "top_p", "seed", "choices", "json_schema", "system", "ignore_eos",
-           "priority", "deadline_s", "score_labels", "label_prior", "prompt_shape", "answer_field")
+           "priority", "deadline_s", "score_labels", "label_prior", "prompt_shape", "answer_field", "call_key")
 _POLL_S = 0.1
 #: how often a dead replica is asked whether Ray has restarted it
 _REVIVE_S = 2.0

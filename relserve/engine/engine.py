@@ -98,6 +98,7 @@ class _Running:
             tenant=t.tenant if t is not None else "",
             weight=t.weight if t is not None else 1.0,
             max_running_shared=t.max_running_shared if t is not None else None,
+            call_key=rq.call_key or "",
         )
 
 

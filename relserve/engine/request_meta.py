@@ -31,6 +31,8 @@ class RequestMeta:
     weight: float = 1.0
     #: most running requests the tenant may hold while another tenant has work (None: policy default)
     max_running_shared: int | None = None
+    #: the call the relQuery runs ("" : unknown; ``Req.call_key``)
+    call_key: str = ""
 
     def to_extra_args(self) -> dict[str, Any]:
         return {EXTRA_ARGS_KEY: asdict(self)}
@@ -49,4 +51,5 @@ class RequestMeta:
             tenant=str(raw.get("tenant", "")),
             weight=float(raw.get("weight", 1.0)),
             max_running_shared=raw.get("max_running_shared"),
+            call_key=str(raw.get("call_key") or ""),
         )

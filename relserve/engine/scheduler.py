@@ -144,6 +144,7 @@ class RelServeScheduler(Scheduler):
                 tenant=meta.tenant,
                 weight=meta.weight,
                 max_running_shared=meta.max_running_shared,
+                call_key=meta.call_key,
             )
             self._reqs[request.request_id] = req
         # A preempted request recomputes its output so far as part of its prompt.

@@ -44,7 +44,7 @@ class Policy(ABC):
     def __init__(self, cost: CostModel | None = None, settings: PolicySettings | None = None) -> None:
         self.cost = cost or CostModel()
         self.settings = settings or PolicySettings()
-        self.tracker = RelQueryTracker(self.settings.learn_output)
+        self.tracker = RelQueryTracker(self.settings.learn_output, self.settings.output_history)
         self.tenant_caps = TenantCaps(self.cost, self.settings)
         #: seconds spent deciding, split as the paper's Table 6 does
         self.dpu_seconds = 0.0

@@ -57,23 +57,43 @@ def tenant_shares(reqs: Iterable[Req]) -> dict[str, float]:
 class RelQueryTracker:
     """Groups each step's requests by relQuery and remembers the order relQueries appeared in.
 
-    With ``learn_output`` it also remembers how long the answers of each relQuery's finished rows
-    were, and estimates the rest from them instead of from ``max_tokens`` (a relQuery asking
-    for up to 256 tokens whose rows answer in 5 is short, not long): the output length of its
-    waiting rows is the longest answer seen so far (finished, or still being produced), and a
-    running row has at least one token left. Rows that finish first are the short ones, so the
-    estimate errs low at first and rises as longer answers come in; it never exceeds max_tokens.
+    A relQuery's answer length is ``max_tokens`` unless one of two estimates is on:
+
+    * ``learn_output``: from its own finished rows (a relQuery asking for up to 256 tokens whose
+      rows answer in 5 is short, not long): the output length of its waiting rows is the longest
+      answer seen so far (finished, or still being produced), and a running row has at least one
+      token left. Rows that finish first are the short ones, so the estimate errs low at first
+      and rises as longer answers come in.
+    * ``output_history``: from the earlier relQueries of the same call (``Req.call_key``: the
+      same template and options): the longest answer of each of the call's last
+      ``HISTORY_RELQUERIES`` finished relQueries, their maximum; raised by any longer answer the
+      relQuery itself has produced or is producing. A relQuery of a call not seen finish yet
+      keeps ``max_tokens`` (or ``learn_output``'s estimate). Whole finished relQueries are what
+      it learns from, so it does not share the first estimate's low start.
+
+    Neither ever exceeds ``max_tokens``. A cancelled relQuery's rows count as answers of the
+    length they had.
     """
 
-    def __init__(self, learn_output: bool = False) -> None:
+    #: finished relQueries per call whose longest answers ``output_history`` keeps
+    HISTORY_RELQUERIES = 8
+    #: calls it keeps a history for (the oldest is forgotten past this)
+    HISTORY_CALLS = 1024
+
+    def __init__(self, learn_output: bool = False, output_history: bool = False) -> None:
         self._seq: dict[str, int] = {}
         self._next = 0
         self.learn_output = learn_output
+        self.output_history = output_history
         #: requests seen last step and the answer tokens they had then (to notice the ones that
         #: finished since; hosts update ``Req`` at different times, so the figure is copied)
         self._live: dict[str, tuple[str, int]] = {}
         #: rel_id -> longest answer among its finished rows
         self._longest: dict[str, int] = {}
+        #: rel_id -> its call, for the relQueries of the last step that have one
+        self._call_of: dict[str, str] = {}
+        #: call_key -> the longest answer of each of its last finished relQueries
+        self._history: dict[str, list[int]] = {}
 
     def _learn(self, view: StepView) -> None:
         live = {r.req_id: (r.rel_id, r.output_tokens) for r in view.waiting}
@@ -88,9 +108,30 @@ class RelQueryTracker:
                     longest[rel_id] = n
         self._live = live
 
+    def _remember_finished(self, groups: dict[str, RelQueryGroup], view: StepView) -> None:
+        """Add the relQueries that were there last step and are gone now to their call's history."""
+        for rel_id, call in self._call_of.items():
+            if rel_id not in groups and rel_id in self._longest:
+                past = self._history.pop(call, [])  # re-inserted: the dict keeps calls by last use
+                past.append(self._longest[rel_id])
+                self._history[call] = past[-self.HISTORY_RELQUERIES:]
+                if len(self._history) > self.HISTORY_CALLS:
+                    self._history.pop(next(iter(self._history)))
+        calls = {}
+        for queue in (view.waiting, view.running):
+            for req in queue:
+                if req.call_key:
+                    calls[req.rel_id] = req.call_key
+        self._call_of = calls
+
     def output_estimate(self, rel_id: str) -> int | None:
         """The learned answer length of the relQuery's rows, None before any row finished."""
         return self._longest.get(rel_id)
+
+    def call_estimate(self, call_key: str) -> int | None:
+        """The answer length the call's earlier relQueries give (None: none finished yet)."""
+        past = self._history.get(call_key)
+        return max(past) if past else None
 
     def _new_group(self, req: Req) -> RelQueryGroup:
         seq = self._seq.get(req.rel_id)
@@ -99,17 +140,34 @@ class RelQueryTracker:
             self._next += 1
         return RelQueryGroup(req.rel_id, req.arrival, req.rel_size, seq, hint=req.hint, deadline=req.deadline)
 
-    def group(self, view: StepView) -> dict[str, RelQueryGroup]:
-        groups: dict[str, RelQueryGroup] = {}
-        get = groups.get
-        learned: dict[str, int] = {}
+    def _estimates(self, view: StepView) -> dict[str, int]:
+        """rel_id -> its estimated answer length, for the relQueries that have one."""
         if self.learn_output:
             self._learn(view)
             longest = self._longest
             for req in view.running:  # answers still being produced count as seen lengths
                 if req.output_tokens > longest.get(req.rel_id, 0) and req.rel_id in longest:
                     longest[req.rel_id] = req.output_tokens
-            learned = longest
+            learned = dict(longest)
+        else:
+            if self.output_history:
+                self._learn(view)
+            learned = {}
+        if self.output_history:
+            for queue in (view.waiting, view.running):
+                for req in queue:
+                    past = self._history.get(req.call_key) if req.call_key else None
+                    if not past:
+                        continue
+                    est = max(max(past), learned.get(req.rel_id, 0), self._longest.get(req.rel_id, 0), req.output_tokens)
+                    if est > learned.get(req.rel_id, 0):
+                        learned[req.rel_id] = est
+        return learned
+
+    def group(self, view: StepView) -> dict[str, RelQueryGroup]:
+        groups: dict[str, RelQueryGroup] = {}
+        get = groups.get
+        learned = self._estimates(view) if self.learn_output or self.output_history else {}
         # every row joins its relQuery's group and bounds its answer length; a running row also
         # counts the output it has still to produce
         for queue, running in ((view.waiting, False), (view.running, True)):
@@ -137,6 +195,8 @@ class RelQueryTracker:
             for g in groups.values():
                 req = g.waiting[0] if g.waiting else g.running[0]
                 g.share = shares.get(req.tenant, 0.0)
+        if self.output_history:
+            self._remember_finished(groups, view)
         # Forget relQueries that have finished, so the table stays as small as the engine's queues.
         if len(self._seq) > 2 * len(groups) + 64:
             self._seq = {k: v for k, v in self._seq.items() if k in groups}

@@ -54,6 +54,9 @@ class Req:
     weight: float = 1.0
     #: its tenant's cap on running requests while another tenant has work (None: the default)
     max_running_shared: int | None = None
+    #: the call the relQuery runs (a key of its template and options; "" : unknown): relQueries
+    #: of one call answer at alike lengths (``PolicySettings.output_history``)
+    call_key: str = ""
 
     @property
     def remaining_output(self) -> int:

@@ -54,6 +54,7 @@ def _part(q: PreparedRelQuery, rows: Sequence[int]) -> PreparedRelQuery:
     return PreparedRelQuery(
         q.id, q.arrival, q.max_tokens,
         tuple(q.prompt_tokens[i] for i in rows), tuple(q.hashes[i] for i in rows), tuple(q.output_tokens[i] for i in rows),
+        q.call_key,
     )
 
 

@@ -172,7 +172,7 @@ class EngineSim:
                     f"relQuery {q.id!r} row {i}: {prompt} prompt + {out_len} output tokens need more than the "
                     f"{blocks * bs} tokens of KV cache (limits.kv_capacity_tokens)"
                 )
-            req = Req(f"{q.id}#{i}", q.id, q.arrival, q.size, prompt, q.max_tokens)
+            req = Req(f"{q.id}#{i}", q.id, q.arrival, q.size, prompt, q.max_tokens, call_key=q.call_key)
             req.handle = SimRequest(req, self._arrived, log, q.hashes[i], out_len)
             self._arrived += 1
             self.waiting.append(req)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from relserve.block_hashes import BlockHash, block_hashes
+from relserve.call_key import call_key_of
 from relserve.errors import ConfigError
 from relserve.template import Template
 from relserve.workloads.traces import TraceQuery
@@ -62,6 +63,8 @@ class PreparedRelQuery:
     hashes: tuple[tuple[BlockHash, ...], ...]
     #: per request: how many tokens it will generate (1 .. max_tokens)
     output_tokens: tuple[int, ...]
+    #: the call it runs (its template and max_tokens, keyed as ``RelQuery`` keys a template's)
+    call_key: str = ""
 
     @property
     def size(self) -> int:
@@ -69,7 +72,8 @@ class PreparedRelQuery:
 
     def at(self, arrival: float) -> PreparedRelQuery:
         """The same relQuery arriving at another time (for isolated runs)."""
-        return PreparedRelQuery(self.id, arrival, self.max_tokens, self.prompt_tokens, self.hashes, self.output_tokens)
+        return PreparedRelQuery(self.id, arrival, self.max_tokens, self.prompt_tokens, self.hashes, self.output_tokens,
+                                self.call_key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,5 +131,6 @@ def prepare_trace(
             lens.append(hit[0])
             hashes.append(hit[1])
         outs = tuple(_output_length(q, i, output_lengths) for i in range(len(q.rows)))
-        out.append(PreparedRelQuery(q.id, q.arrival_s, q.max_tokens, tuple(lens), tuple(hashes), outs))
+        out.append(PreparedRelQuery(q.id, q.arrival_s, q.max_tokens, tuple(lens), tuple(hashes), outs,
+                                    call_key_of(q.template, q.max_tokens, None, None, None)))
     return PreparedTrace(tuple(out), block_size)

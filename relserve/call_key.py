@@ -1,0 +1,17 @@
+"""The key of a call: what makes relQueries one call to the scheduler (template, output settings).
+
+relQueries of one call answer at alike lengths; the scheduler learns those lengths per key
+(``PolicySettings.output_history``). The planner keys a relQuery by its ``LLMCall``; a relQuery
+built by hand, by its template and output settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def call_key_of(*parts: Any) -> str:
+    """A short, stable key of ``parts`` (JSON-able values; anything else by its ``str``)."""
+    return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
