@@ -67,6 +67,11 @@ SHUFFLE_CHUNKS = False
 #: (SMALL_COLD) the history is forgotten before them: each small statement on its own
 SMALL: int | None = None
 SMALL_COLD = False
+#: (--statements K) each task's rows as K statements over contiguous ranges of its (shuffled,
+#: balanced) rows, each scored; with --cold each statement forgets the examples, label means and
+#: answer fields of the ones before, so every statement chooses its own (K samples of what one
+#: statement of that size gets)
+STATEMENTS: int | None = None
 
 
 def balanced(df, column: str, rows: int, classes: list):
@@ -312,6 +317,8 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
         con.register("t_arrow", task["table"].to_arrow())
         if SMALL:
             con.execute("CREATE TABLE t AS SELECT row_number() OVER () AS rid, * FROM t_arrow")
+        elif STATEMENTS:
+            con.execute("CREATE TABLE t AS SELECT row_number() OVER () AS rid, * FROM t_arrow")
         elif CHUNKS:
             # rid: the rows sorted by truth, read in contiguous ranges
             con.execute("CREATE TABLE t0 AS SELECT row_number() OVER () AS i, * FROM t_arrow")
@@ -326,7 +333,8 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
         forget_fields()
         tap.scores.clear()
         n_rows = len(task["table"])
-        ranges = [f" WHERE rid > {n_rows * k // CHUNKS} AND rid <= {n_rows * (k + 1) // CHUNKS}" for k in range(CHUNKS)] if CHUNKS else [""]
+        parts = CHUNKS or STATEMENTS
+        ranges = [f" WHERE rid > {n_rows * k // parts} AND rid <= {n_rows * (k + 1) // parts}" for k in range(parts)] if parts else [""]
         if SHUFFLE_CHUNKS:
             random.Random(SEED).shuffle(ranges)
         t0 = time.monotonic()
@@ -340,8 +348,15 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
                 forget_fields()
             ranges = [f" WHERE rid > {lo} AND rid <= {min(lo + SMALL, n_rows)}" for lo in range(half, n_rows, SMALL)]
             t0 = time.monotonic()
+        per_statement = []
         for where in ranges:
-            out += relserve.duckdb.sql(con, sql + where).fetchall()
+            if STATEMENTS and SMALL_COLD:
+                forget_examples()
+                forget_means()
+                forget_fields()
+            got = relserve.duckdb.sql(con, sql + where).fetchall()
+            per_statement.append(sum(task["answer"](v) == str(t) for t, v in got) / max(len(got), 1))
+            out += got
         seconds = time.monotonic() - t0
     pairs = [(task["answer"](v), str(t)) for t, v in out]
     n = len(pairs)
@@ -354,6 +369,8 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
         top_share=dist.most_common(1)[0][1] / n,
         rows_per_s=n / seconds, seconds=seconds,
     )
+    if len(per_statement) > 1:
+        res["per_statement"] = per_statement
     if tap.scores:
         # every row's label scores (as the engine scored them, before any correction) with its
         # truth, its prompt rendered again: for the AUC and for comparing pick rules (--offline)
@@ -554,10 +571,13 @@ def main() -> None:
                     help="with --homogeneous: the K statements in a seeded random order, not sorted by label")
     ap.add_argument("--small", type=int, default=None, metavar="K",
                     help="half of each task's rows as one statement first, then the other half as statements of K rows (only those scored)")
-    ap.add_argument("--cold", action="store_true", help="with --small: forget the first statement's examples and label means first")
+    ap.add_argument("--statements", type=int, default=None, metavar="K",
+                    help="run each task's rows as K statements of mixed rows, each scored (--cold: each chooses its own examples)")
+    ap.add_argument("--cold", action="store_true",
+                    help="with --small: forget the first statement's examples and label means first; with --statements: before every statement")
     a = ap.parse_args()
-    global SKEW, CHUNKS, SHUFFLE_CHUNKS, SMALL, SMALL_COLD
-    SKEW, CHUNKS, SHUFFLE_CHUNKS, SMALL, SMALL_COLD = a.skew, a.homogeneous, a.shuffle_chunks, a.small, a.cold
+    global SKEW, CHUNKS, SHUFFLE_CHUNKS, SMALL, SMALL_COLD, STATEMENTS
+    SKEW, CHUNKS, SHUFFLE_CHUNKS, SMALL, SMALL_COLD, STATEMENTS = a.skew, a.homogeneous, a.shuffle_chunks, a.small, a.cold, a.statements
     if a.report:
         results = json.loads(Path(a.report).read_text())["results"]
         print(report(results))
@@ -590,15 +610,16 @@ def main() -> None:
                 # written after every statement: an interrupted run keeps what it measured
                 out = Path(a.out)
                 out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, homogeneous=a.homogeneous, shuffle_chunks=a.shuffle_chunks, small=a.small, cold=a.cold, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
+                out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, homogeneous=a.homogeneous, shuffle_chunks=a.shuffle_chunks, small=a.small, statements=a.statements, cold=a.cold, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
                 print(
                     f"{r['group']:6s} {r['task']:13s} {config:24s} acc {r['accuracy']:6.1%} F1 {r['macro_f1']:5.3f} "
-                    f"top {r['top_share']:5.1%} AUC {r.get('auc') or float('nan'):4.2f} {r['rows_per_s']:6.1f} rows/s  {r['answers']}",
+                    f"top {r['top_share']:5.1%} AUC {r.get('auc') or float('nan'):4.2f} {r['rows_per_s']:6.1f} rows/s  {r['answers']}"
+                    + (f"  per statement {' '.join(f'{x:.1%}' for x in r['per_statement'])}" if "per_statement" in r else ""),
                     flush=True,
                 )
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, homogeneous=a.homogeneous, shuffle_chunks=a.shuffle_chunks, small=a.small, cold=a.cold, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
+    out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, homogeneous=a.homogeneous, shuffle_chunks=a.shuffle_chunks, small=a.small, statements=a.statements, cold=a.cold, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
     print(report(results))
     print(f"wrote {out}")
 
