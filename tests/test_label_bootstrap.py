@@ -83,7 +83,7 @@ def test_the_executor_scores_a_sample_first_then_every_row_behind_the_examples()
     assert out.values == ["great" in r for r in rows]
     (first,) = eng.first_passes
     (second,) = eng.submitted
-    # the first pass: 32 prompts spread over the 40, no examples in front
+    # the first pass: 16 prompts spread over the 40, no examples in front
     assert len(first) == SAMPLE_ROWS and all(p.startswith("Is review") for p in first)
     # the second: every prompt, each behind the same examples
     assert len(second) == 40
@@ -115,7 +115,7 @@ def test_explain_names_bootstrap_and_when_the_users_examples_replace_it():
     ex = str(run_call(call, [rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert (
         "  label method           bootstrap   (1 example per label the model labelled in a first pass over up to "
-        "32 rows of this template's first relQuery, then batch)"
+        "16 rows of this template's first relQuery, then batch)"
     ) in ex
     given = make_call("llm_filter", "Is this review positive? Review: {r}", method="bootstrap",
                       examples=[{"r": "great", "answer": "yes"}, {"r": "awful", "answer": "no"}])

@@ -153,9 +153,9 @@ def test_default_method_gets_a_small_labelled_set_right(engine):
         got = relserve.duckdb.sql(
             con, "SELECT truth, llm_filter('Is this customer happy? Review: {review}', review) AS a FROM t"
         ).fetchall()
-    # the default: bootstrap (20 rows: a first pass, no content-free probes), then the rows behind
-    # the examples, batch-calibrated, on the completion shape
-    assert rec.probes == [] and len(rec.first_passes) == 1 and len(rec.first_passes[0]) == 20
+    # the default: bootstrap (20 rows: a first pass over 16 of them, no content-free probes), then
+    # the rows behind the examples, batch-calibrated, on the completion shape
+    assert rec.probes == [] and len(rec.first_passes) == 1 and len(rec.first_passes[0]) == 16
     (rq,) = rec.relqueries
     assert rq.score_labels and rq.label_prior is None and rq.prompt_shape == "completion"
     right = sum(a == t for t, a in got)
@@ -170,7 +170,8 @@ def test_a_two_label_classify_is_scored_after_the_field_the_model_names_its_labe
 
     from engine_doubles import RecordingEngine
 
-    from relserve.planner.answer_fields import CANDIDATES
+    from relserve.planner.answer_fields import CANDIDATES, probe_prompt
+    from relserve.planner.label_bootstrap import in_examples_shape
     from relserve.planner.plan_and_run import run_call
 
     rec = RecordingEngine(engine)
@@ -179,11 +180,13 @@ def test_a_two_label_classify_is_scored_after_the_field_the_model_names_its_labe
     assert len(rec.field_probes) == len(CANDIDATES) and len(rec.first_passes) == 1
     (rq,) = rec.relqueries
     assert (rq.prompt_shape, rq.answer_field) == ("question_first", "Sentiment:")
-    # the mass is the log-probability of answering with a label at all: after "Sentiment:" most of
-    # the model's probability (measured -1.3 for the content-free row), far more than after "Status:"
-    probe = engine.run(RelQuery.from_prompts([rq.prompts[0]], choices=["positive", "negative"], score_labels=True,
+    # the mass is the log-probability of answering with a label at all: on the content-free row the
+    # name is chosen on (no examples in front, so no first-pass draw decides), after "Sentiment:" most
+    # of the model's probability (measured -1.3), far more than after "Status:"
+    content_free = probe_prompt(in_examples_shape(call))
+    probe = engine.run(RelQuery.from_prompts([content_free], choices=["positive", "negative"], score_labels=True,
                                              prompt_shape="question_first", answer_field="Sentiment:")).rows[0]
-    status = engine.run(RelQuery.from_prompts([rq.prompts[0]], choices=["positive", "negative"], score_labels=True,
+    status = engine.run(RelQuery.from_prompts([content_free], choices=["positive", "negative"], score_labels=True,
                                               prompt_shape="question_first", answer_field="Status:")).rows[0]
     assert -3.0 < probe.label_mass < 0.0 and status.label_mass < probe.label_mass - 1.0, (probe.label_mass, status.label_mass)
     assert math.isclose(sum(math.exp(v) for v in probe.label_logprobs.values()), 1.0, rel_tol=1e-6)

@@ -56,7 +56,7 @@ class Cost:
         return self.rows - self.first_pass
 
     def describe_rows(self) -> str:
-        """"100 rows", or "100 rows, 32 of them scored twice by bootstrap's first pass"."""
+        """"100 rows", or "100 rows, 16 of them scored twice by bootstrap's first pass"."""
         return f"{self.own_rows} rows" + (f", {self.first_pass} of them scored twice by bootstrap's first pass" if self.first_pass else "")
 
 
