@@ -48,7 +48,7 @@ def main() -> None:
     from relserve import Engine
     from relserve.functions import make_call
     from relserve.planner.answer_fields import field_for, with_field
-    from relserve.planner.label_bootstrap import choose, examples_text, sample_indices
+    from relserve.planner.label_bootstrap import choose, examples_text, sample_indices, sample_rows
     from relserve.planner.label_calibration import batch_picks
     from relserve.planner.plan import plan_call
     from relserve.relquery import RelQuery
@@ -75,7 +75,7 @@ def main() -> None:
                     answer_field=call.answer_field)
         acc: dict[str, list[float]] = {r: [] for r in args.rules.split(",")}
         for shift in range(args.samples):
-            sample = [min(i + shift, len(prompts) - 1) for i in sample_indices(len(prompts))]
+            sample = [min(i + shift, len(prompts) - 1) for i in sample_indices(len(prompts), sample_rows("classify"))]
             first = eng.run(RelQuery.from_prompts([prompts[i] for i in sample], **opts)).rows
             scores = [(sample[r.index], r.label_logprobs) for r in first]
             for rule in acc:

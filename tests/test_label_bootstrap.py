@@ -11,11 +11,11 @@ from engine_doubles import ScriptedEngine, TenantAwareEngine
 from relserve.functions import make_call
 from relserve.planner.label_bootstrap import (
     PER_LABEL,
-    SAMPLE_ROWS,
     choose,
     examples_text,
     forget_examples,
     sample_indices,
+    sample_rows,
 )
 from relserve.planner.label_calibration import method_ran
 from relserve.planner.label_history import forget_means
@@ -30,7 +30,9 @@ def test_the_sample_spreads_over_the_relquery_and_takes_all_of_a_small_one():
     assert sample_indices(5, 8) == [0, 1, 2, 3, 4]
     assert sample_indices(100, 4) == [0, 25, 50, 75]
     assert sample_indices(10, 4) == [0, 2, 5, 7]
-    assert len(sample_indices(1000)) == SAMPLE_ROWS
+    assert len(sample_indices(1000, 16)) == 16
+    # a filter's first pass samples 32 prompts, a classify's 16 (docs/quality.md, "Thirteenth pass")
+    assert (sample_rows("filter"), sample_rows("classify")) == (32, 16)
 
 
 def test_choose_takes_the_surest_rows_of_each_label_after_the_batch_correction():
@@ -83,8 +85,8 @@ def test_the_executor_scores_a_sample_first_then_every_row_behind_the_examples()
     assert out.values == ["great" in r for r in rows]
     (first,) = eng.first_passes
     (second,) = eng.submitted
-    # the first pass: 16 prompts spread over the 40, no examples in front
-    assert len(first) == SAMPLE_ROWS and all(p.startswith("Is review") for p in first)
+    # the first pass: 32 prompts spread over the 40, no examples in front
+    assert len(first) == 32 and all(p.startswith("Is review") for p in first)
     # the second: every prompt, each behind the same examples
     assert len(second) == 40
     # the scripted scores tie within a label, so the surest are the sample's first prompts of
@@ -115,7 +117,7 @@ def test_explain_names_bootstrap_and_when_the_users_examples_replace_it():
     ex = str(run_call(call, [rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert (
         "  label method           bootstrap   (1 example per label the model labelled in a first pass over up to "
-        "16 rows of this template's first relQuery, then batch)"
+        "32 rows of this template's first relQuery, then batch)"
     ) in ex
     given = make_call("llm_filter", "Is this review positive? Review: {r}", method="bootstrap",
                       examples=[{"r": "great", "answer": "yes"}, {"r": "awful", "answer": "no"}])

@@ -153,9 +153,9 @@ def test_default_method_gets_a_small_labelled_set_right(engine):
         got = relserve.duckdb.sql(
             con, "SELECT truth, llm_filter('Is this customer happy? Review: {review}', review) AS a FROM t"
         ).fetchall()
-    # the default: bootstrap (20 rows: a first pass over 16 of them, no content-free probes), then
-    # the rows behind the examples, batch-calibrated, on the completion shape
-    assert rec.probes == [] and len(rec.first_passes) == 1 and len(rec.first_passes[0]) == 16
+    # the default: bootstrap (20 rows: a first pass, no content-free probes), then the rows behind
+    # the examples, batch-calibrated, on the completion shape
+    assert rec.probes == [] and len(rec.first_passes) == 1 and len(rec.first_passes[0]) == 20
     (rq,) = rec.relqueries
     assert rq.score_labels and rq.label_prior is None and rq.prompt_shape == "completion"
     right = sum(a == t for t, a in got)

@@ -194,31 +194,31 @@ def test_rows_in_flight_limit_is_429_per_tenant(tmp_path):
 
 
 def test_a_bootstrap_first_pass_counts_against_the_tenants_rows_in_flight(tmp_path):
-    """A filter or classify of 16+ rows runs as ``bootstrap``: the engine scores up to 16 of its
+    """A filter or classify of 16+ rows runs as ``bootstrap``: the engine scores up to 32 of its
     rows once more before them. Those requests count against the tenant's limits like its rows:
-    carol (40 rows in flight) can no longer sneak 16 extra engine requests past the limit."""
+    bob (5 rows in flight) can no longer sneak 32 extra engine requests past the limit."""
     from relserve.functions import make_call
     from relserve.server.budget import first_pass_rows, prompts_cost
 
-    assert first_pass_rows(make_call("llm_filter", "Is {x} ok?"), 100) == 16
-    assert first_pass_rows(make_call("llm_filter", "Is {x} ok?"), 20) == 16
-    assert first_pass_rows(make_call("llm_filter", "Is {x} ok?"), 16) == 16
+    assert first_pass_rows(make_call("llm_filter", "Is {x} ok?"), 100) == 32
+    assert first_pass_rows(make_call("llm_filter", "Is {x} ok?"), 20) == 20
+    assert first_pass_rows(make_call("llm_classify", "Is {x} ok?", labels=["a", "b"]), 100) == 16  # a classify samples 16
     assert first_pass_rows(make_call("llm_filter", "Is {x} ok?"), 15) == 0  # runs as calibrate
     assert first_pass_rows(make_call("llm_filter", "Is {x} ok?", method="score"), 100) == 0
     assert first_pass_rows(make_call("llm_classify", "{x}", labels=["a", "b"], examples=[{"x": "1", "answer": "a"}]), 100) == 0
     assert first_pass_rows(make_call("llm_map", "Say {x}"), 100) == 0
     cost = prompts_cost(["p" * 30] * 100, make_call("llm_filter", "{x}", method="score"), 1)
     boot = prompts_cost(["p" * 30] * 100, make_call("llm_filter", "{x}"), 1)
-    # the first pass sends 16 of the prompts again: rows and tokens, no new text to render
-    assert (boot.rows, boot.chars, boot.tokens, boot.first_pass) == (116, cost.chars, cost.tokens + -(-cost.tokens * 16 // 100), 16)
-    assert boot.describe_rows() == "100 rows, 16 of them scored twice by bootstrap's first pass"
+    # the first pass sends 32 of the prompts again: rows and tokens, no new text to render
+    assert (boot.rows, boot.chars, boot.tokens, boot.first_pass) == (132, cost.chars, cost.tokens + -(-cost.tokens * 32 // 100), 32)
+    assert boot.describe_rows() == "100 rows, 32 of them scored twice by bootstrap's first pass"
 
     tenants = {"tenants": {"carol": {"key": "carol-secret-key", "max_rows_in_flight": 40}}}
     with running_server(FakeEngine(delay=0.0), tenants=tenants, cache=False) as srv:
-        body = {"function": "filter", "template": "Is {x} ok?", "rows": [{"x": i} for i in range(25)]}
+        body = {"function": "filter", "template": "Is {x} ok?", "rows": [{"x": i} for i in range(21)]}
         r = _post(srv, "/v1/relqueries", body, key="carol-secret-key")
         assert r.status_code == 429
-        assert _error(r).startswith("tenant 'carol' would have 41 rows in flight (0 running + 41 new); the limit is 40")
+        assert _error(r).startswith("tenant 'carol' would have 42 rows in flight (0 running + 42 new); the limit is 40")
         carol = Client(srv.url, api_key="carol-secret-key")
         # each accepted job is waited for, so the next one starts with nothing in flight
         for accepted in ({**body, "method": "score"}, {**body, "rows": body["rows"][:20]}):

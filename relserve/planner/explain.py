@@ -12,10 +12,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from relserve.backend.protocol import Backend
+from relserve.functions import FUNCTIONS
 from relserve.planner.answer_fields import as_known, known_field, picks_field
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds, expected_output_tokens
 from relserve.planner.hit_rate import predict_hits
-from relserve.planner.label_bootstrap import PER_LABEL, SAMPLE_ROWS, method_and_pool, pooled_history
+from relserve.planner.label_bootstrap import PER_LABEL, method_and_pool, pooled_history, sample_rows
 from relserve.planner.label_calibration import MIN_BATCH_ROWS, method_of, min_batch_rows
 from relserve.planner.label_history import namespace_of
 from relserve.planner.plan import CallPlan
@@ -106,7 +107,8 @@ class Explain:
                 "calibrate": "label log-probabilities / content-free prior",
                 "batch": "label scores minus their means over this relQuery's rows and the call's earlier ones",
                 "bootstrap": f"{PER_LABEL} example{'s' if PER_LABEL > 1 else ''} per label the model labelled in a first pass over up to "
-                             f"{SAMPLE_ROWS} rows of this template's first relQuery, then batch",
+                             f"{sample_rows(FUNCTIONS[self.function].kind if self.function in FUNCTIONS else '')} rows of "
+                             "this template's first relQuery, then batch",
             }[self.label_method]
             if self.label_method in ("batch", "bootstrap") and self.pooled_rows:
                 how += f"; {self.pooled_rows:,} earlier rows pooled so far"

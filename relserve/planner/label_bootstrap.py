@@ -4,7 +4,7 @@ A small model answers a closed question much better with a few worked examples i
 row (docs/quality.md); a user seldom writes them. A relQuery has rows to take them from, and the
 model can label them itself:
 
-1. a first pass scores a spread sample of the relQuery's prompts (at most ``SAMPLE_ROWS``) and
+1. a first pass scores a spread sample of the relQuery's prompts (at most ``sample_rows``) and
    picks their labels by batch calibration (relserve/planner/label_calibration.py);
 2. per label, the ``PER_LABEL`` sampled rows the model is surest of (largest calibrated margin
    over the next label) become examples: their prompt, then ``Answer: <label>``;
@@ -45,12 +45,16 @@ from relserve.planner.label_calibration import MIN_BATCH_ROWS, calibrated, label
 from relserve.planner.label_history import call_key, means_key, namespace_key, pooled_rows
 from relserve.prompt_shapes import ANSWER_FIELD, AUTO_ANSWER_FIELD
 
-#: prompts scored by the first pass (a spread sample of the relQuery's prompts): 16 against 32,
-#: 1,000 fresh rows per task as five cold 200-row statements, gave the same accuracy on the
-#: tuning tasks (65.0% against 64.9% mean) and the check tasks (86.9 / 69.2% against 86.9 /
-#: 70.0%) and 1.1x the rows/s of a 2-label classify's first statement (docs/quality.md, "Thirteenth
-#: pass"). The environment variables are there for the benchmark, not for users.
-SAMPLE_ROWS = int(os.environ.get("RELSERVE_BOOTSTRAP_SAMPLE", "16"))
+#: prompts scored by the first pass (a spread sample of the relQuery's prompts), per function
+#: kind. On 1,000 fresh rows per task as five cold 200-row statements (docs/quality.md,
+#: "Thirteenth pass"), 16 against 32 left llm_classify's tuning tasks level (65.0% against 64.9%
+#: mean; check tasks 86.9 / 69.2% against 86.9 / 70.0%) at 1.1x the rows/s of a 2-label
+#: classify's first statement, and cost llm_filter's tuning task 0.9 points and 0.08 of AUC (its
+#: check task 7 points): a filter keeps 32. The environment variable (both kinds) is there for
+#: the benchmark, not for users.
+SAMPLE_ROWS: dict[str, int] = {"classify": 16, "filter": 32}
+if os.environ.get("RELSERVE_BOOTSTRAP_SAMPLE"):
+    SAMPLE_ROWS = dict.fromkeys(SAMPLE_ROWS, int(os.environ["RELSERVE_BOOTSTRAP_SAMPLE"]))
 #: examples per label (1 against 2 on the tuning tasks: 58.3% against 56.7% mean; docs/quality.md)
 PER_LABEL = int(os.environ.get("RELSERVE_BOOTSTRAP_PER_LABEL", "1"))
 #: rel_id prefix of a first pass (its rows are a sample of the relQuery's, answered again after it)
@@ -68,7 +72,12 @@ _chosen: dict[tuple, str] = {}
 _lock = threading.Lock()
 
 
-def sample_indices(n: int, size: int = SAMPLE_ROWS) -> list[int]:
+def sample_rows(kind: str) -> int:
+    """How many prompts the first pass of an ``llm_<kind>`` call scores at most."""
+    return SAMPLE_ROWS.get(kind, max(SAMPLE_ROWS.values()))
+
+
+def sample_indices(n: int, size: int) -> list[int]:
     """``size`` prompt indices spread evenly over ``n`` prompts (all of them when fewer)."""
     if n <= size:
         return list(range(n))
@@ -118,14 +127,15 @@ def examples_text(prompts: Sequence[str], picked: Sequence[tuple[int, str]], ans
     return "".join(f"{prompts[i]}\n{answer_field} {label}\n\n" for i, label in picked)
 
 
-def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, object], rel_id: str | None = None) -> str:
+def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, object], rel_id: str | None = None,
+               size: int = SAMPLE_ROWS["filter"]) -> str:
     """Score a spread sample of ``prompts`` on ``engine`` (``relquery_options``: the call's
     engine and scoring options, as the relQuery itself gets them) and choose the examples; returns
     their text (``examples_text``), to put in front of every prompt.
     Rows that fail in the first pass are left out of the choice; they run again in the second."""
     from relserve.relquery import RelQuery
 
-    sample = sample_indices(len(prompts))
+    sample = sample_indices(len(prompts), size)
     rel_id = FIRST_PASS_PREFIX + (rel_id or uuid.uuid4().hex[:8])
     rq = RelQuery.from_prompts([prompts[i] for i in sample], **relquery_options, rel_id=rel_id)
     rows = engine.submit(rq).result().rows
@@ -213,7 +223,7 @@ def examples_for(call, engine, prompts: Sequence[str], relquery_options: Mapping
         got = _chosen.get(key)
     if got is not None:
         return got
-    text = first_pass(engine, prompts, relquery_options, rel_id)
+    text = first_pass(engine, prompts, relquery_options, rel_id, sample_rows(call.function.kind))
     if text:  # no examples (every sampled row failed): try again next time
         with _lock:
             if len(_chosen) >= MAX_REMEMBERED:

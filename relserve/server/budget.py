@@ -56,7 +56,7 @@ class Cost:
         return self.rows - self.first_pass
 
     def describe_rows(self) -> str:
-        """"100 rows", or "100 rows, 16 of them scored twice by bootstrap's first pass"."""
+        """"100 rows", or "100 rows, 32 of them scored twice by bootstrap's first pass"."""
         return f"{self.own_rows} rows" + (f", {self.first_pass} of them scored twice by bootstrap's first pass" if self.first_pass else "")
 
 
@@ -160,14 +160,14 @@ def prompts_cost(prompts: Iterable[str | None], call: Any, max_tokens: int) -> C
 def first_pass_rows(call: Any, rows: int) -> int:
     """The prompts a call of ``rows`` prompts scores once more before its rows: a ``bootstrap``
     call's first pass (relserve/planner/label_bootstrap.py: a spread sample of at most
-    ``SAMPLE_ROWS``); 0 for every other method, and when the call runs as another (below 16
+    ``sample_rows``); 0 for every other method, and when the call runs as another (below 16
     rows, or with the user's own examples; label_calibration.method_ran)."""
-    from relserve.planner.label_bootstrap import SAMPLE_ROWS
+    from relserve.planner.label_bootstrap import sample_rows
     from relserve.planner.label_calibration import method_of
 
     if getattr(call, "options", None) is None or method_of(call, rows) != "bootstrap":
         return 0
-    return min(rows, SAMPLE_ROWS)
+    return min(rows, sample_rows(call.function.kind))
 
 
 def with_first_pass(cost: Cost, call: Any) -> Cost:
