@@ -15,3 +15,10 @@ from typing import Any
 def call_key_of(*parts: Any) -> str:
     """A short, stable key of ``parts`` (JSON-able values; anything else by its ``str``)."""
     return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def template_call_key(template: str, max_tokens: int, choices: Any = None, json_schema: Any = None,
+                      system: str | None = None) -> str:
+    """The key of a relQuery built by hand from ``template`` and its output settings (the
+    simulator keys a trace's relQueries the same way)."""
+    return call_key_of(template, max_tokens, choices, json_schema, system)

@@ -10,7 +10,7 @@ from typing import Any
 
 from relserve import validation as check
 from relserve.binding import Binding
-from relserve.call_key import call_key_of
+from relserve.call_key import template_call_key
 from relserve.errors import ConfigError, RowError
 from relserve.template import Template
 from relserve.validation import OnError
@@ -157,7 +157,7 @@ class RelQuery:
         if self.rel_id is None:
             self.rel_id = uuid.uuid4().hex[:12]
         if self.call_key is None:
-            self.call_key = "" if self.template is None else call_key_of(
+            self.call_key = "" if self.template is None else template_call_key(
                 self.template, self.max_tokens, self.choices, self.json_schema, self.system)
 
     @classmethod

@@ -101,14 +101,14 @@ class Explain:
             f"  planner time          {self.planner_s * 1000:>9.1f} ms",
         ]
         if self.label_method is not None:
+            sampled = sample_rows(FUNCTIONS[self.function].kind if self.function in FUNCTIONS else "")
             how = {
                 "generate": "constrained decoding",
                 "score": "label log-probabilities",
                 "calibrate": "label log-probabilities / content-free prior",
                 "batch": "label scores minus their means over this relQuery's rows and the call's earlier ones",
                 "bootstrap": f"{PER_LABEL} example{'s' if PER_LABEL > 1 else ''} per label the model labelled in a first pass over up to "
-                             f"{sample_rows(FUNCTIONS[self.function].kind if self.function in FUNCTIONS else '')} rows of "
-                             "this template's first relQuery, then batch",
+                             f"{sampled} rows of this template's first relQuery, then batch",
             }[self.label_method]
             if self.label_method in ("batch", "bootstrap") and self.pooled_rows:
                 how += f"; {self.pooled_rows:,} earlier rows pooled so far"

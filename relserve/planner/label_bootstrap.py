@@ -127,9 +127,9 @@ def examples_text(prompts: Sequence[str], picked: Sequence[tuple[int, str]], ans
     return "".join(f"{prompts[i]}\n{answer_field} {label}\n\n" for i, label in picked)
 
 
-def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, object], rel_id: str | None = None,
-               size: int = SAMPLE_ROWS["filter"]) -> str:
-    """Score a spread sample of ``prompts`` on ``engine`` (``relquery_options``: the call's
+def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, object], rel_id: str | None,
+               size: int) -> str:
+    """Score a spread sample of at most ``size`` of ``prompts`` on ``engine`` (``relquery_options``: the call's
     engine and scoring options, as the relQuery itself gets them) and choose the examples; returns
     their text (``examples_text``), to put in front of every prompt.
     Rows that fail in the first pass are left out of the choice; they run again in the second."""

@@ -142,24 +142,21 @@ class RelQueryTracker:
 
     def _estimates(self, view: StepView) -> dict[str, int]:
         """rel_id -> its estimated answer length, for the relQueries that have one."""
+        self._learn(view)
+        longest = self._longest
+        learned: dict[str, int] = {}
         if self.learn_output:
-            self._learn(view)
-            longest = self._longest
             for req in view.running:  # answers still being produced count as seen lengths
                 if req.output_tokens > longest.get(req.rel_id, 0) and req.rel_id in longest:
                     longest[req.rel_id] = req.output_tokens
-            learned = dict(longest)
-        else:
-            if self.output_history:
-                self._learn(view)
-            learned = {}
+            learned = dict(longest) if self.output_history else longest  # a copy only to add to
         if self.output_history:
             for queue in (view.waiting, view.running):
                 for req in queue:
                     past = self._history.get(req.call_key) if req.call_key else None
                     if not past:
                         continue
-                    est = max(max(past), learned.get(req.rel_id, 0), self._longest.get(req.rel_id, 0), req.output_tokens)
+                    est = max(max(past), longest.get(req.rel_id, 0), req.output_tokens)
                     if est > learned.get(req.rel_id, 0):
                         learned[req.rel_id] = est
         return learned

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from relserve.block_hashes import BlockHash, block_hashes
-from relserve.call_key import call_key_of
+from relserve.call_key import template_call_key
 from relserve.errors import ConfigError
 from relserve.template import Template
 from relserve.workloads.traces import TraceQuery
@@ -132,5 +132,5 @@ def prepare_trace(
             hashes.append(hit[1])
         outs = tuple(_output_length(q, i, output_lengths) for i in range(len(q.rows)))
         out.append(PreparedRelQuery(q.id, q.arrival_s, q.max_tokens, tuple(lens), tuple(hashes), outs,
-                                    call_key_of(q.template, q.max_tokens, None, None, None)))
+                                    template_call_key(q.template, q.max_tokens)))
     return PreparedTrace(tuple(out), block_size)
