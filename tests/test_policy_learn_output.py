@@ -69,8 +69,8 @@ def test_the_policy_uses_the_learned_length_in_its_priority():
 # -- output_history: the answer length of a call's earlier relQueries --------------------------
 
 
-def call_rows(rel: str, n: int, call: str = "k", max_tokens: int = 50) -> list[Req]:
-    return [Req(f"{rel}{i}", rel, 0.0, n, 20, max_tokens, call_key=call) for i in range(n)]
+def call_rows(rel: str, n: int, call: str = "k", max_tokens: int = 50, tenant: str = "") -> list[Req]:
+    return [Req(f"{rel}{i}", rel, 0.0, n, 20, max_tokens, tenant=tenant, call_key=call) for i in range(n)]
 
 
 def finish(tracker: RelQueryTracker, reqs: list[Req], answer: int) -> None:
@@ -112,6 +112,17 @@ def test_the_history_keeps_the_calls_last_eight_relqueries():
     assert t.call_estimate("k") == 30
     finish(t, call_rows("short7", 1), answer=3)
     assert t.call_estimate("k") == 3
+
+
+def test_another_tenants_long_answers_do_not_move_a_tenants_estimate_of_the_same_call():
+    # mallory runs the same template as alice and answers at length: alice's relQueries of that
+    # call must keep her own history, not rank as long (and behind) because of mallory's
+    t = RelQueryTracker(output_history=True)
+    finish(t, call_rows("alice1", 2, tenant="alice"), answer=3)
+    finish(t, call_rows("mallory1", 2, tenant="mallory"), answer=40)
+    g = t.group(StepView(1.2, call_rows("alice2", 2, tenant="alice"), [], LIMITS))["alice2"]
+    assert g.output_len == 3
+    assert (t.call_estimate("k", tenant="alice"), t.call_estimate("k", tenant="mallory")) == (3, 40)
 
 
 def test_without_output_history_a_calls_next_relquery_keeps_max_tokens():

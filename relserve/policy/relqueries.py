@@ -65,7 +65,8 @@ class RelQueryTracker:
       token left. Rows that finish first are the short ones, so the estimate errs low at first
       and rises as longer answers come in.
     * ``output_history``: from the earlier relQueries of the same call (``Req.call_key``: the
-      same template and options): the longest answer of each of the call's last
+      same template and options) of the same tenant (another tenant's answers must not move
+      this tenant's priority): the longest answer of each of the call's last
       ``HISTORY_RELQUERIES`` finished relQueries, their maximum; raised by any longer answer the
       relQuery itself has produced or is producing. A relQuery of a call not seen finish yet
       keeps ``max_tokens`` (or ``learn_output``'s estimate). Whole finished relQueries are what
@@ -90,10 +91,10 @@ class RelQueryTracker:
         self._live: dict[str, tuple[str, int]] = {}
         #: rel_id -> longest answer among its finished rows
         self._longest: dict[str, int] = {}
-        #: rel_id -> its call, for the relQueries of the last step that have one
-        self._call_of: dict[str, str] = {}
-        #: call_key -> the longest answer of each of its last finished relQueries
-        self._history: dict[str, list[int]] = {}
+        #: rel_id -> its (tenant, call), for the relQueries of the last step that have a call
+        self._call_of: dict[str, tuple[str, str]] = {}
+        #: (tenant, call_key) -> the longest answer of each of its last finished relQueries
+        self._history: dict[tuple[str, str], list[int]] = {}
 
     def _learn(self, view: StepView) -> None:
         live = {r.req_id: (r.rel_id, r.output_tokens) for r in view.waiting}
@@ -121,16 +122,16 @@ class RelQueryTracker:
         for queue in (view.waiting, view.running):
             for req in queue:
                 if req.call_key:
-                    calls[req.rel_id] = req.call_key
+                    calls[req.rel_id] = (req.tenant, req.call_key)
         self._call_of = calls
 
     def output_estimate(self, rel_id: str) -> int | None:
         """The learned answer length of the relQuery's rows, None before any row finished."""
         return self._longest.get(rel_id)
 
-    def call_estimate(self, call_key: str) -> int | None:
-        """The answer length the call's earlier relQueries give (None: none finished yet)."""
-        past = self._history.get(call_key)
+    def call_estimate(self, call_key: str, tenant: str = "") -> int | None:
+        """The answer length the call's earlier relQueries of ``tenant`` give (None: none finished yet)."""
+        past = self._history.get((tenant, call_key))
         return max(past) if past else None
 
     def _new_group(self, req: Req) -> RelQueryGroup:
@@ -153,7 +154,7 @@ class RelQueryTracker:
         if self.output_history:
             for queue in (view.waiting, view.running):
                 for req in queue:
-                    past = self._history.get(req.call_key) if req.call_key else None
+                    past = self._history.get((req.tenant, req.call_key)) if req.call_key else None
                     if not past:
                         continue
                     est = max(max(past), longest.get(req.rel_id, 0), req.output_tokens)
