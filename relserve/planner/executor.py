@@ -66,6 +66,10 @@ class CallExecutor:
         self._means_key: tuple | None = None
         #: ``calibrate`` whose prior was measured beside the rows: the executor picks with it
         self._prior: dict[str, float] | None = None
+        #: rows answered without the engine (bootstrap's examples taken from this relQuery's rows)
+        self._answered: list[RowResult] = []
+        #: the engine's row index -> the relQuery's prompt index (None: the same)
+        self._engine_index: list[int] | None = None
 
     def submit(self, engine: Backend) -> RelQueryHandle:
         """Send the prompts as one relQuery; returns the engine's handle. Blocks (tokenizing, the
@@ -93,8 +97,13 @@ class CallExecutor:
         if self.label_method == "bootstrap":
             # examples the model labels itself, in front of every prompt (label_bootstrap.py);
             # chosen by the template's first relQuery, reused by the next ones
-            examples = examples_for(call, engine, prompts, options, self.model_id, self.rel_id)
-            prompts = [examples + p for p in prompts]
+            chosen = examples_for(call, engine, prompts, options, self.model_id, self.rel_id)
+            examples = chosen.text
+            # the rows that are examples already have their answer: the engine scores the others
+            answered = chosen.answered if len(chosen.answered) < len(prompts) else {}
+            self._answered = [RowResult(i, text=label) for i, label in sorted(answered.items())]
+            self._engine_index = [i for i in range(len(prompts)) if i not in answered] if answered else None
+            prompts = [examples + prompts[i] for i in (self._engine_index or range(len(prompts)))]
         else:
             examples = ""
         if self.label_method in BATCH_METHODS:
@@ -126,24 +135,34 @@ class CallExecutor:
         arrives; that call returns every held row, each label picked after subtracting the
         labels' means over the scored rows of this relQuery and the earlier ones of its call
         (relserve/planner/label_calibration.py, label_history.py)."""
+        if self._engine_index is not None:
+            row = replace(row, index=self._engine_index[row.index])
         if self.label_method not in BATCH_METHODS:
             if self._prior is not None and row.error is None and row.label_logprobs is not None:
                 row = replace(row, text=pick(row.label_logprobs, self._prior))
             return self._answer_one(row)
         self._seen += 1
+        last = self._seen >= self.engine_rows
         if row.error is None and row.label_logprobs is not None:
             self._held.append(row)
         else:
             out = self._answer_one(row)
-            return out + (self._release() if self._seen >= len(self.rows.prompts) else [])
-        return self._release() if self._seen >= len(self.rows.prompts) else []
+            return out + (self._release() if last else [])
+        return self._release() if last else []
+
+    @property
+    def engine_rows(self) -> int:
+        """How many rows the engine scores or generates for this relQuery."""
+        return len(self.rows.prompts) if self._engine_index is None else len(self._engine_index)
 
     def _release(self) -> list[RowResult]:
         held, self._held = self._held, []
+        answered, self._answered = self._answered, []
+        out = [o for r in answered for o in self._answer_one(r)]
         if not held:
-            return []
+            return out
         picks = pooled_picks(self._means_key, [r.label_logprobs for r in held])
-        return [out for r, text in zip(held, picks) for out in self._answer_one(replace(r, text=text))]
+        return out + [o for r, text in zip(held, picks) for o in self._answer_one(replace(r, text=text))]
 
     def _answer_one(self, row: RowResult) -> list[RowResult]:
         value, error = None, row.error
@@ -169,7 +188,7 @@ class CallExecutor:
         """Synchronously: every row of the relQuery, fanned out (a progress bar while it runs).
         With ``fail_fast`` the first failed row cancels the rest (they come back 'cancelled')."""
         handle = self.submit(engine)
-        with progress_bar(len(self.rows.prompts), self.call.function.name, show=progress) as bar:
+        with progress_bar(self.engine_rows, self.call.function.name, show=progress) as bar:
             for row in handle:
                 bar.update(1)
                 if fail_fast and row.error is not None:

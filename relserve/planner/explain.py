@@ -101,7 +101,7 @@ class Explain:
             f"  planner time          {self.planner_s * 1000:>9.1f} ms",
         ]
         if self.label_method is not None:
-            sampled = sample_rows(FUNCTIONS[self.function].kind if self.function in FUNCTIONS else "")
+            sampled = sample_rows(FUNCTIONS[self.function].kind if self.function in FUNCTIONS else "", self.to_run)
             how = {
                 "generate": "constrained decoding",
                 "score": "label log-probabilities",

@@ -4,12 +4,13 @@ A small model answers a closed question much better with a few worked examples i
 row (docs/quality.md); a user seldom writes them. A relQuery has rows to take them from, and the
 model can label them itself:
 
-1. a first pass scores a spread sample of the relQuery's prompts (at most ``sample_rows``) and
-   picks their labels by batch calibration (relserve/planner/label_calibration.py);
+1. a first pass scores a spread sample of the relQuery's prompts (``sample_rows``: half of a
+   small relQuery's) and picks their labels by batch calibration (label_calibration.py);
 2. per label, the ``PER_LABEL`` sampled rows the model is surest of (largest calibrated margin
    over the next label) become examples: their prompt, then ``Answer: <label>``;
-3. every prompt of the relQuery is scored behind those examples (one shared prefix, so the prefix
-   cache prefills it once) and picked by batch calibration again.
+3. every other prompt of the relQuery is scored behind those examples (one shared prefix, so the
+   prefix cache prefills it once) and picked by batch calibration again; the examples' own rows
+   are answered by their example's label, which every other row is shown as their answer.
 
 A wrong example label costs less than it seems: what a small model takes from examples is mostly
 the rows' look, the label words and the answer format (Min et al., "Rethinking the Role of
@@ -33,11 +34,12 @@ one ``cache_group``), or the library user's own process.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from relserve.functions import BATCH_METHODS
 from relserve.planner.answer_fields import as_known
@@ -55,6 +57,14 @@ from relserve.prompt_shapes import ANSWER_FIELD, AUTO_ANSWER_FIELD
 SAMPLE_ROWS: dict[str, int] = {"classify": 16, "filter": 32}
 if os.environ.get("RELSERVE_BOOTSTRAP_SAMPLE"):
     SAMPLE_ROWS = dict.fromkeys(SAMPLE_ROWS, int(os.environ["RELSERVE_BOOTSTRAP_SAMPLE"]))
+#: the share of a relQuery's prompts its first pass scores at most, and the fewest it scores:
+#: a template's first small relQuery (20 rows) would otherwise score most of its rows twice.
+#: On twenty-row cold statements (docs/quality.md, "Fourteenth pass") half the rows against 16
+#: of 20 (a classify) or all 20 (a filter) left the tuning tasks level (59.8% against 59.0% mean)
+#: and the check tasks level (77.5% against 74.7%), and cut the first passes of the end-to-end
+#: workloads' first statements by a third
+SAMPLE_SHARE = float(os.environ.get("RELSERVE_BOOTSTRAP_SHARE", "0.5"))
+MIN_SAMPLE = 8
 #: examples per label (1 against 2 on the tuning tasks: 58.3% against 56.7% mean; docs/quality.md)
 PER_LABEL = int(os.environ.get("RELSERVE_BOOTSTRAP_PER_LABEL", "1"))
 #: rel_id prefix of a first pass (its rows are a sample of the relQuery's, answered again after it)
@@ -72,9 +82,13 @@ _chosen: dict[tuple, str] = {}
 _lock = threading.Lock()
 
 
-def sample_rows(kind: str) -> int:
-    """How many prompts the first pass of an ``llm_<kind>`` call scores at most."""
-    return SAMPLE_ROWS.get(kind, max(SAMPLE_ROWS.values()))
+def sample_rows(kind: str, rows: int | None = None) -> int:
+    """How many prompts the first pass of an ``llm_<kind>`` call scores at most; of a relQuery
+    of ``rows`` prompts, when given (``SAMPLE_SHARE`` of them, at least ``MIN_SAMPLE``)."""
+    size = SAMPLE_ROWS.get(kind, max(SAMPLE_ROWS.values()))
+    if rows is None:
+        return size
+    return min(rows, size, max(MIN_SAMPLE, math.ceil(SAMPLE_SHARE * rows)))
 
 
 def sample_indices(n: int, size: int) -> list[int]:
@@ -127,11 +141,23 @@ def examples_text(prompts: Sequence[str], picked: Sequence[tuple[int, str]], ans
     return "".join(f"{prompts[i]}\n{answer_field} {label}\n\n" for i, label in picked)
 
 
+@dataclass(frozen=True)
+class Examples:
+    """The worked examples a relQuery's prompts get in front of them."""
+
+    #: the examples as text (``examples_text``; "" for none)
+    text: str
+    #: prompt index -> label: the relQuery's own rows that its first pass made examples. Their
+    #: answer is that label (every other row is shown it as the answer), so they are not scored
+    #: again behind the examples (empty when the examples were remembered)
+    answered: Mapping[int, str] = field(default_factory=dict)
+
+
 def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, object], rel_id: str | None,
-               size: int) -> str:
+               size: int) -> Examples:
     """Score a spread sample of at most ``size`` of ``prompts`` on ``engine`` (``relquery_options``: the call's
-    engine and scoring options, as the relQuery itself gets them) and choose the examples; returns
-    their text (``examples_text``), to put in front of every prompt.
+    engine and scoring options, as the relQuery itself gets them) and choose the examples, to put
+    in front of every prompt.
     Rows that fail in the first pass are left out of the choice; they run again in the second."""
     from relserve.relquery import RelQuery
 
@@ -140,7 +166,9 @@ def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, ob
     rq = RelQuery.from_prompts([prompts[i] for i in sample], **relquery_options, rel_id=rel_id)
     rows = engine.submit(rq).result().rows
     scores = [(sample[r.index], r.label_logprobs) for r in rows if r.error is None and r.label_logprobs is not None]
-    return examples_text(prompts, choose(scores, prompts), str(relquery_options.get("answer_field", ANSWER_FIELD)))
+    picked = choose(scores, prompts)
+    text = examples_text(prompts, picked, str(relquery_options.get("answer_field", ANSWER_FIELD)))
+    return Examples(text, dict(picked))
 
 
 def follows_method(call) -> bool:
@@ -214,7 +242,7 @@ def method_and_pool(call, engine, model_id: str, rows: int) -> tuple[str | None,
 
 
 def examples_for(call, engine, prompts: Sequence[str], relquery_options: Mapping[str, object], model_id: str,
-                 rel_id: str | None = None) -> str:
+                 rel_id: str | None = None) -> Examples:
     """The examples to put in front of ``call``'s prompts: those an earlier relQuery of the same
     call chose in the same prefix-cache namespace, else a first pass over ``prompts``
     (``first_pass``), remembered for the next relQuery."""
@@ -222,14 +250,14 @@ def examples_for(call, engine, prompts: Sequence[str], relquery_options: Mapping
     with _lock:
         got = _chosen.get(key)
     if got is not None:
-        return got
-    text = first_pass(engine, prompts, relquery_options, rel_id, sample_rows(call.function.kind))
-    if text:  # no examples (every sampled row failed): try again next time
+        return Examples(got)
+    chosen = first_pass(engine, prompts, relquery_options, rel_id, sample_rows(call.function.kind, len(prompts)))
+    if chosen.text:  # no examples (every sampled row failed): try again next time
         with _lock:
             if len(_chosen) >= MAX_REMEMBERED:
                 _chosen.pop(next(iter(_chosen)))
-            _chosen[key] = text
-    return text
+            _chosen[key] = chosen.text
+    return chosen
 
 
 def forget_examples() -> None:

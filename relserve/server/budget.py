@@ -167,7 +167,7 @@ def first_pass_rows(call: Any, rows: int) -> int:
 
     if getattr(call, "options", None) is None or method_of(call, rows) != "bootstrap":
         return 0
-    return min(rows, sample_rows(call.function.kind))
+    return sample_rows(call.function.kind, rows)
 
 
 def with_first_pass(cost: Cost, call: Any) -> Cost:
