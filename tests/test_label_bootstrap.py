@@ -33,9 +33,10 @@ def test_the_sample_spreads_over_the_relquery_and_takes_all_of_a_small_one():
     assert len(sample_indices(1000, 16)) == 16
     # a filter's first pass samples 32 prompts, a classify's 16 (docs/quality.md, "Thirteenth pass")
     assert (sample_rows("filter"), sample_rows("classify")) == (32, 16)
-    # of a small relQuery, half its prompts, at least 8 (docs/quality.md, "Fourteenth pass")
-    assert [sample_rows("filter", n) for n in (5, 16, 20, 50, 64, 65, 1000)] == [5, 8, 10, 25, 32, 32, 32]
-    assert [sample_rows("classify", n) for n in (16, 20, 31, 32, 33, 1000)] == [8, 10, 16, 16, 16, 16]
+    # of a small classify, half its prompts, at least 8; a filter samples all of a small one
+    # (docs/quality.md, "Fourteenth pass")
+    assert [sample_rows("classify", n) for n in (5, 16, 20, 31, 32, 33, 1000)] == [5, 8, 10, 16, 16, 16, 16]
+    assert [sample_rows("filter", n) for n in (5, 16, 20, 50, 1000)] == [5, 16, 20, 32, 32]
 
 
 def test_choose_takes_the_surest_rows_of_each_label_after_the_batch_correction():
@@ -88,20 +89,18 @@ def test_the_executor_scores_a_sample_first_then_every_row_behind_the_examples()
     assert out.values == ["great" in r for r in rows]
     (first,) = eng.first_passes
     (second,) = eng.submitted
-    # the first pass: 20 prompts (half) spread over the 40, no examples in front
-    assert len(first) == 20 and all(p.startswith("Is review") for p in first)
+    # the first pass: 32 prompts spread over the 40, no examples in front
+    assert len(first) == 32 and all(p.startswith("Is review") for p in first)
+    # the second: every prompt, each behind the same examples
+    assert len(second) == 40
     # the scripted scores tie within a label, so the surest are the sample's first prompts of
     # each label, PER_LABEL of them, interleaved yes, no, yes, no ...
     yes = [p for p in first if "great" in p]
     no = [p for p in first if "great" not in p]
     prefix = "".join(f"{yes[k]}\nAnswer: yes\n\n{no[k]}\nAnswer: no\n\n" for k in range(PER_LABEL))
     assert prefix.count("\nAnswer: ") == 2 * PER_LABEL
-    # the second: every prompt but the examples' own rows (answered by their example's label,
-    # True and False above), each behind the same examples
-    examples = set(yes[:PER_LABEL] + no[:PER_LABEL])
-    assert len(second) == 40 - 2 * PER_LABEL
     assert all(p.startswith(prefix) for p in second)
-    assert sorted(p[len(prefix):] for p in second) == sorted(p for r in rows if (p := f"Is {r} good, bootstrapped?") not in examples)
+    assert sorted(p[len(prefix):] for p in second) == sorted(f"Is {r} good, bootstrapped?" for r in rows)
     # below the minimum row count, once the call has chosen its examples and pooled 40 rows'
     # means: behind the same examples, no first pass, no content-free probes
     eng.submitted.clear()
@@ -116,13 +115,37 @@ def test_the_executor_scores_a_sample_first_then_every_row_behind_the_examples()
     assert len(eng2.submitted) == 1 and len(eng2.probes) == 1 and eng2.first_passes == []
 
 
+def test_a_classify_answers_its_example_rows_by_their_label_and_scores_the_others_behind_them():
+    """A classify's first pass scores half of a small relQuery; the rows it makes examples are
+    answered by their example's label (every other row is shown that answer) and are not sent to
+    the engine again. A filter sends every row (the test above)."""
+    rows = [f"review {i} {'great' if i % 3 == 0 else 'bad'}" for i in range(20)]
+
+    def answer(prompt, rq):
+        return "yes" if "great" in prompt.rsplit("\n", 1)[-1] else "no"
+
+    eng = ScriptedEngine(answer=answer)
+    call = make_call("llm_classify", "Is {r} good, as a label?", labels=["yes", "no"], prompt_shape="completion")
+    out = run_call(call, [rows], engine=eng, cache=False, progress=False)
+    assert out.values == ["yes" if "great" in r else "no" for r in rows]
+    (first,) = eng.first_passes
+    (second,) = eng.submitted
+    # the first pass: 10 prompts of the 20 (spread over them in the planner's order)
+    assert len(first) == 10 and set(first) <= {f"Is {r} good, as a label?" for r in rows}
+    examples = {p.split("\n")[0] for p in second[0].split("\n\n")[:-1]}
+    assert len(examples) == 2 * PER_LABEL
+    # the second: the 20 prompts but the examples' own, each behind the examples
+    assert len(second) == 20 - 2 * PER_LABEL
+    assert {p.rsplit("\n\n", 1)[-1] for p in second} == {f"Is {r} good, as a label?" for r in rows} - examples
+
+
 def test_explain_names_bootstrap_and_when_the_users_examples_replace_it():
     call = make_call("llm_filter", "Is this review positive? Review: {r}", method="bootstrap")
     rows = [f"review number {i}, long enough to move in front" for i in range(16)]
     ex = str(run_call(call, [rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert (
         "  label method           bootstrap   (1 example per label the model labelled in a first pass over up to "
-        "8 rows of this template's first relQuery, then batch)"
+        "16 rows of this template's first relQuery, then batch)"
     ) in ex
     given = make_call("llm_filter", "Is this review positive? Review: {r}", method="bootstrap",
                       examples=[{"r": "great", "answer": "yes"}, {"r": "awful", "answer": "no"}])
@@ -180,9 +203,8 @@ def test_a_later_relquery_of_the_template_reuses_the_examples_within_its_namespa
 
     eng = TenantAwareEngine(answer=answer)
     call = make_call("llm_filter", "Is {r} good, again?")
-    # (a third great: the first pass's sample, every other row of 20, holds both kinds)
-    alice_rows = [f"alice review {i} {'great' if i % 3 == 0 else 'bad'}" for i in range(20)]
-    bob_rows = [f"bob review {i} {'great' if i % 3 == 0 else 'bad'}" for i in range(20)]
+    alice_rows = [f"alice review {i} {'great' if i % 2 else 'bad'}" for i in range(20)]
+    bob_rows = [f"bob review {i} {'great' if i % 2 else 'bad'}" for i in range(20)]
     alice = engine_for_tenant(eng, Tenancy("alice", cache_salt="salt-a"))
     alice_again = engine_for_tenant(eng, Tenancy("alice", cache_salt="salt-a"))
     bob = engine_for_tenant(eng, Tenancy("bob", cache_salt="salt-b"))

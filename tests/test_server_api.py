@@ -195,13 +195,13 @@ def test_rows_in_flight_limit_is_429_per_tenant(tmp_path):
 
 def test_a_bootstrap_first_pass_counts_against_the_tenants_rows_in_flight(tmp_path):
     """A filter or classify of 16+ rows runs as ``bootstrap``: the engine scores up to 32 of its
-    rows (half of a small relQuery's) once more before them. Those requests count against the tenant's limits like its rows:
+    rows once more before them. Those requests count against the tenant's limits like its rows:
     bob (5 rows in flight) can no longer sneak 32 extra engine requests past the limit."""
     from relserve.functions import make_call
     from relserve.server.budget import first_pass_rows, prompts_cost
 
     assert first_pass_rows(make_call("llm_filter", "Is {x} ok?"), 100) == 32
-    assert first_pass_rows(make_call("llm_filter", "Is {x} ok?"), 20) == 10  # half of a small relQuery
+    assert first_pass_rows(make_call("llm_filter", "Is {x} ok?"), 20) == 20
     assert first_pass_rows(make_call("llm_classify", "Is {x} ok?", labels=["a", "b"]), 100) == 16  # a classify samples 16
     assert first_pass_rows(make_call("llm_filter", "Is {x} ok?"), 15) == 0  # runs as calibrate
     assert first_pass_rows(make_call("llm_filter", "Is {x} ok?", method="score"), 100) == 0
@@ -215,8 +215,7 @@ def test_a_bootstrap_first_pass_counts_against_the_tenants_rows_in_flight(tmp_pa
 
     tenants = {"tenants": {"carol": {"key": "carol-secret-key", "max_rows_in_flight": 40}}}
     with running_server(FakeEngine(delay=0.0), tenants=tenants, cache=False) as srv:
-        # 28 rows and a first pass over 14 of them
-        body = {"function": "filter", "template": "Is {x} ok?", "rows": [{"x": i} for i in range(28)]}
+        body = {"function": "filter", "template": "Is {x} ok?", "rows": [{"x": i} for i in range(21)]}
         r = _post(srv, "/v1/relqueries", body, key="carol-secret-key")
         assert r.status_code == 429
         assert _error(r).startswith("tenant 'carol' would have 42 rows in flight (0 running + 42 new); the limit is 40")
