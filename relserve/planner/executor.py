@@ -100,10 +100,12 @@ class CallExecutor:
             chosen = examples_for(call, engine, prompts, options, self.model_id, self.rel_id)
             examples = chosen.text
             # the rows that are examples already have their answer: the engine scores the others
-            answered = chosen.answered if len(chosen.answered) < len(prompts) else {}
-            self._answered = [RowResult(i, text=label) for i, label in sorted(answered.items())]
-            self._engine_index = [i for i in range(len(prompts)) if i not in answered] if answered else None
-            prompts = [examples + prompts[i] for i in (self._engine_index or range(len(prompts)))]
+            # (all of them, should every row be an example)
+            if chosen.answered and len(chosen.answered) < len(prompts):
+                self._answered = [RowResult(i, text=label) for i, label in sorted(chosen.answered.items())]
+                self._engine_index = [i for i in range(len(prompts)) if i not in chosen.answered]
+                prompts = [prompts[i] for i in self._engine_index]
+            prompts = [examples + p for p in prompts]
         else:
             examples = ""
         if self.label_method in BATCH_METHODS:
