@@ -1,10 +1,16 @@
 """Shared fixtures. One real vLLM engine serves every engine test of the session (a start costs
-about 25 s on these CPUs); tests that need another policy switch it and switch back."""
+about 25 s on these CPUs); tests that need another policy switch it and switch back.
+
+No server outlives the run: pytest becomes the reaper of every process its tests start (a
+PostgreSQL started by ``pg_ctl`` leaves its parent, and would otherwise belong to init), and
+ends whatever of them is still running once every fixture is torn down, naming it."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import sys
 
 import pytest
 
@@ -43,22 +49,26 @@ def engine():
 
 
 @contextlib.contextmanager
-def using_policy(engine, name: str, **settings):
-    """Run a block under another policy, then return to the session's default."""
+def using_policy(engine, name: str, cost_model=None, **settings):
+    """Run a block under another policy (and cost model), then return to the session's default."""
     from relserve import PolicySettings
 
-    engine.set_policy(name, PolicySettings(**settings) if settings else None)
+    before = engine.cost_model
+    # the engine's own settings (its calibrated ones, say) with the block's changes
+    engine.set_policy(name, PolicySettings(**{**engine.policy_settings.model_dump(), **settings}) if settings else None,
+                      cost_model=cost_model)
     try:
         yield engine
     finally:
-        engine.wait_idle()
-        engine.set_policy(TEST_ENGINE_OPTIONS["policy"])
+        assert engine.wait_idle(300), "the engine did not become idle after the block"
+        engine.set_policy(TEST_ENGINE_OPTIONS["policy"], cost_model=before)
 
 
 @pytest.fixture
 def with_policy(engine):
-    """``with with_policy("fcfs"): ...`` runs the block on the shared engine under that policy."""
-    return lambda name, **settings: using_policy(engine, name, **settings)
+    """``with with_policy("fcfs"): ...`` runs the block on the shared engine under that policy
+    (``cost_model=``: and that cost model; other keywords: PolicySettings)."""
+    return lambda name, cost_model=None, **settings: using_policy(engine, name, cost_model, **settings)
 
 
 @pytest.fixture
@@ -86,3 +96,55 @@ def pytest_collection_modifyitems(config, items):
         func = defs[-1].func  # the closest definition: a module may define its own double
         if func.__module__ == __name__ and func.__name__ == "engine" and item.get_closest_marker("engine") is None:
             item.add_marker(pytest.mark.engine)
+
+
+# ---------------------------------------------------------------- no process outlives the run
+
+#: prctl(PR_SET_CHILD_SUBREAPER): orphaned descendants are re-parented to this process, not init
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def pytest_configure(config):
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _leftovers() -> list:
+    """Descendants still running, less multiprocessing's resource tracker (it ends with pytest)."""
+    import psutil
+
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and "multiprocessing.resource_tracker" not in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """After every fixture's teardown: end the processes the tests left running (a PostgreSQL
+    cluster, a server, an engine), and fail the run naming them."""
+    import psutil
+
+    left = _leftovers()
+    if left:  # an engine's processes may still be on their way out after its close()
+        _, left = psutil.wait_procs(left, timeout=15)
+        left = [p for p in left if p in _leftovers()]
+    if not left:
+        return
+    names = []
+    for p in left:
+        try:
+            names.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(left, timeout=10)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    sys.stderr.write("\nprocesses the tests left running (ended now):\n  " + "\n  ".join(names) + "\n")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -22,6 +22,7 @@ from relserve.engine.backend_base import BackendBase, finished_result
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import LabelTrie, asks, pick
 from relserve.engine.request_meta import RequestMeta
+from relserve.engine.scheduler_steps import SchedulerStep
 from relserve.engine.spawn import check_not_bootstrapping, hidden_main
 from relserve.errors import ConfigError, EngineError
 from relserve.policy import POLICY_NAMES, CostModel, PolicySettings, policy_class
@@ -273,6 +274,13 @@ class Engine(BackendBase):
     def scheduler_stats(self, steps: bool = False, clear: bool = False) -> dict:
         """Policy overhead (DPU and ABA seconds), step count and, if asked, the per-step log."""
         return self._call(self._rpc("stats", {"steps": steps, "clear": clear}))
+
+    def scheduler_steps(self, since: int = 0) -> list[SchedulerStep]:
+        """The steps the scheduler plug-in ran after step ``since`` (``SchedulerStep.seq``), in order,
+        with what each did for every relQuery; ``scheduler_stats()["last_step"]`` is the newest
+        step's number. The plug-in keeps the last 20,000 steps."""
+        log = self._call(self._rpc("stats", {"steps": True, "since": since}))["step_log"]
+        return [SchedulerStep.from_log(entry) for entry in log]
 
     def reset_scheduler_stats(self) -> None:
         self._call(self._rpc("reset_stats", {}))

@@ -29,7 +29,7 @@ import json
 import logging
 import os
 import time
-from collections import deque
+from collections import Counter, deque
 from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -72,6 +72,8 @@ class RelServeScheduler(Scheduler):
         self._set_policy(cfg.get("policy", "relserve"), cfg.get("cost_model"), cfg.get("settings"))
         self._reqs: dict[str, Req] = {}
         self._step_log: deque[dict] = deque(maxlen=cfg.get("step_log_size", 20000))
+        # number of the last logged step (never reset: ``since`` reads stay valid across clears)
+        self._step_seq = 0
         # step-log entries of scheduled steps, by id of their output (async: two in flight)
         self._pending_steps: dict[int, dict] = {}
         # the last step's PREFILL batch did not fit beside the running requests: decode next
@@ -99,7 +101,8 @@ class RelServeScheduler(Scheduler):
             self._set_policy(payload["policy"], payload.get("cost_model"), payload.get("settings"))
             return {"policy": self._policy.name}
         if command == "stats":
-            steps = list(self._step_log) if payload.get("steps") else []
+            since = payload.get("since", 0)
+            steps = [s for s in self._step_log if s["seq"] > since] if payload.get("steps") else []
             if payload.get("clear"):
                 self._step_log.clear()
             p = self._policy
@@ -111,6 +114,7 @@ class RelServeScheduler(Scheduler):
                 "step_log": steps,
                 "kv_capacity_tokens": self._kv_capacity,
                 "preemptions": self._preemptions,
+                "last_step": self._step_seq,
                 "block_size": self.block_size,
                 "scheduler": type(self).__name__,
                 "async_scheduling": isinstance(self, AsyncScheduler),
@@ -244,9 +248,34 @@ class RelServeScheduler(Scheduler):
         step["waiting"] = len(self.waiting) + len(self.kv_holding_waiting)
         step["running"] = len(self.running)
         step["free_blocks"] = self.kv_cache_manager.block_pool.get_num_free_blocks()
+        step["relqueries"] = self._per_relquery(view, plan.hold, out)
         if out.total_num_scheduled_tokens:
             self._pending_steps[id(out)] = step
         return out
+
+    def _per_relquery(self, view: StepView, held: list[Req], out) -> dict:
+        """Which relQueries the step served, and how (``SchedulerStep``): the order of these is
+        what tests and traces read the policy's decisions from."""
+        prefilled: Counter[str] = Counter()
+        decoded: Counter[str] = Counter()
+        for req_id, n in out.num_scheduled_tokens.items():
+            request = self.requests.get(req_id)
+            req = self._reqs.get(req_id)
+            rel = req.rel_id if req is not None else ""
+            if request is not None and request.num_computed_tokens - n < request.num_prompt_tokens:
+                prefilled[rel] += 1
+            else:
+                decoded[rel] += 1
+        preempted = Counter(self._reqs[r].rel_id for r in (out.preempted_req_ids or ()) if r in self._reqs)
+        starved = getattr(getattr(self._policy, "dpu", None), "starved", ())
+        return {
+            "prefilled": dict(prefilled),
+            "decoded": dict(decoded),
+            "held": dict(Counter(r.rel_id for r in held)),
+            "preempted": dict(preempted),
+            "waiting": dict(Counter(r.rel_id for r in view.waiting)),
+            "starved": sorted(starved),
+        }
 
     def _dispatch(self, kind: StepKind, admit: list[Request], budget: int | None, *args: Any, **kwargs: Any):
         if kind is StepKind.PREFILL:
@@ -363,6 +392,8 @@ class RelServeScheduler(Scheduler):
         step = self._pending_steps.pop(id(scheduler_output), None)
         if step is not None:
             step["duration"] = time.monotonic() - step["start"]
+            self._step_seq += 1
+            step["seq"] = self._step_seq
             self._step_log.append(step)
         return super().update_from_output(scheduler_output, model_runner_output)
 
