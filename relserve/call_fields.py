@@ -42,6 +42,7 @@ class CallFields:
     examples: Sequence[Mapping[str, Any]] | None = None
     prompt_shape: str | None = None
     answer_field: str | None = None
+    cascade: float | None = None
     # the scheduling hints (relserve.functions.SchedulingHints)
     priority: int | None = None
     deadline_s: float | None = None

@@ -87,6 +87,10 @@ class CallOptions:
     #: the name of the field the label is scored after, in the shapes that have one
     #: ("Sentiment" ends the request "Sentiment:" instead of "Answer:"); None: relserve's
     answer_field: str | None = None
+    #: llm_filter / llm_classify: the agreement with the LLM's own answers a model cascade must
+    #: keep (0.95: a light proxy answers the rows it is sure of, the rest go to the LLM;
+    #: relserve/cascade/); None: every row to the LLM
+    cascade: float | None = None
 
     def __post_init__(self) -> None:
         if self.model is not None and (not isinstance(self.model, str) or not self.model):
@@ -110,6 +114,7 @@ class CallOptions:
         object.__setattr__(self, "top_p", check.top_p(self.top_p))
         object.__setattr__(self, "on_error", check.on_error(self.on_error))
         object.__setattr__(self, "examples", _freeze_examples(self.examples))
+        object.__setattr__(self, "cascade", check.cascade(self.cascade))
 
     def updated(self, settings: Mapping[str, Any] | None = None, **more: Any) -> CallOptions:
         """These options with the given settings applied; ``None`` values leave a setting as it is."""
@@ -316,6 +321,10 @@ class LLMCall:
         }
         if self.options.system is not None:
             out["system"] = self.options.system
+        if self.options.cascade is not None and self.choices is not None:
+            # a proxy's answers, and which rows it answered (its random sample: the seed)
+            out["cascade"] = self.options.cascade
+            out["cascade_seed"] = self.options.seed
         return out
 
     def call_key(self) -> str:

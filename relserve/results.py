@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 #: the fields a row has on the wire (the server's JSON), in the order sent
-WIRE_FIELDS = ("index", "value", "text", "error", "cached", "prompt_tokens", "output_tokens", "cached_tokens", "finish_reason")
+WIRE_FIELDS = ("index", "value", "text", "error", "cached", "prompt_tokens", "output_tokens", "cached_tokens", "finish_reason",
+               "answered_by", "confidence")
 
 
 @dataclass(slots=True)
@@ -37,6 +38,11 @@ class RowResult:
     #: label scoring: the log of the labels' total score before normalising (how likely the model
     #: is to answer with one of them at all)
     label_mass: float | None = None
+    #: who gave the answer when it was not the LLM: "proxy" (a cascade's light classifier,
+    #: relserve/cascade/); None: the LLM (or the result cache, see ``cached``)
+    answered_by: str | None = None
+    #: the probability the proxy gave its answer (rows it answered; None otherwise)
+    confidence: float | None = None
 
     @property
     def ok(self) -> bool:

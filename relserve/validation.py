@@ -32,6 +32,8 @@ ON_ERROR_VALUES: tuple[str, ...] = tuple(m.value for m in OnError)
 MAX_TOKENS_LIMIT = 32768
 TEMPERATURE_LIMIT = 10.0
 PRIORITY_LIMIT = 1000
+#: the agreement targets a model cascade may be asked for (relserve/cascade/)
+CASCADE_MIN, CASCADE_MAX = 0.5, 0.999
 
 
 def unicode_problem(text: str) -> str | None:
@@ -94,3 +96,11 @@ def deadline_s(value: Any) -> float | None:
     if value is not None and (not finite_number(value) or value <= 0):
         raise ConfigError(f"deadline_s must be a positive, finite number of seconds, got {value!r}")
     return value
+
+
+def cascade(value: Any) -> float | None:
+    """The ``cascade`` option: None (off) or the agreement with the LLM's answers to keep."""
+    if value is not None and (not finite_number(value) or not CASCADE_MIN <= value <= CASCADE_MAX):
+        raise ConfigError(f"cascade must be an agreement target between {CASCADE_MIN} and {CASCADE_MAX} "
+                          f"(0.95: 95% of the rows answered as the LLM would), or NULL for off; got {value!r}")
+    return None if value is None else float(value)

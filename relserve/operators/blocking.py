@@ -21,7 +21,8 @@ _lock = threading.Lock()
 _model: tuple[Any, Any] | None = None
 
 
-def _load() -> tuple[Any, Any]:
+def load_model() -> tuple[Any, Any]:
+    """(tokenizer, model) of the embedding model, loaded once per process."""
     global _model
     with _lock:
         if _model is None:
@@ -44,7 +45,7 @@ def embed(texts: Sequence[str], batch: int = 64) -> Any:
     """Unit-length embeddings (a torch tensor, one row per text)."""
     import torch
 
-    tok, model = _load()
+    tok, model = load_model()
     out = []
     with torch.inference_mode():
         for i in range(0, len(texts), batch):

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from relserve.backend.protocol import Backend
+from relserve.cascade import policy as cascade_policy
+from relserve.cascade.drive import run_cascade
+from relserve.cascade.runner import Cascade, CascadeReport
 from relserve.errors import RowError
 from relserve.functions import LLMCall
 from relserve.planner.cache import ResultCache, shared_cache
@@ -34,6 +38,11 @@ class CallOutcome:
     explain: Explain | None = None
     #: prompts the engine answered (cache misses)
     ran: int = 0
+    #: what the model cascade did (``cascade`` option; None when it did not run)
+    cascade: CascadeReport | None = None
+    #: per input row, its result with who answered it (``answered_by``, ``confidence``); kept
+    #: when a cascade ran, for the surfaces that show per-row details (polars)
+    details: list[RowResult | None] | None = None
 
     @property
     def failures(self) -> list[tuple[int, str]]:
@@ -92,22 +101,39 @@ def run_rows(
     done: list[RowResult | None] = [None] * plan.rows
     for row in rows.ready:
         done[row.index] = row
-    stats = None
-    if rows.prompts:
+    stats = report = None
+    fail_fast = call.options.on_error == "raise"
+
+    def executor_for(some: PlannedRows) -> CallExecutor:
+        # a cascade's relQueries run subsets of the plan's prompts: each pins its own shared prefix
+        prefix = os.path.commonprefix([min(some.prompts), max(some.prompts)]) if len(some.prompts) > 1 else ""
+        return CallExecutor(some, model_id=plan.model_id, prefix=prefix if pin_prefix else "",
+                            error_prefix=f"{call.function.name}: ")
+
+    cascade = cascade_policy.plan(plan.call, len(rows.prompts))
+    if rows.prompts and cascade.applies:
+        ran = run_cascade(Cascade(rows, cascade, plan.model_id, seed=call.options.seed or 0), ref.get(), executor_for,
+                          progress=progress, fail_fast=fail_fast)
+        for row in ran.rows:
+            done[row.index] = row
+        stats, report = ran.stats, ran.report
+    elif rows.prompts:
         executor = CallExecutor(
             rows,
             model_id=plan.model_id,
             prefix=plan.shared_prefix() if pin_prefix else "",
             error_prefix=f"{call.function.name}: ",
         )
-        for row in executor.run(ref.get(), progress=progress, fail_fast=call.options.on_error == "raise"):
+        for row in executor.run(ref.get(), progress=progress, fail_fast=fail_fast):
             done[row.index] = row
         stats = executor.stats
 
     unanswered = f"{call.function.name}: no answer (cancelled)"
     values = [r.value if r is not None else None for r in done]
     errors = [r.error if r is not None else unanswered for r in done]
-    outcome = CallOutcome(values, errors, plan, engine_stats=stats, ran=len(rows.prompts))
+    engine_rows = report.llm_rows if report is not None else len(rows.prompts)
+    outcome = CallOutcome(values, errors, plan, engine_stats=stats, ran=engine_rows, cascade=report,
+                          details=done if report is not None else None)
     if call.options.on_error == "raise" and outcome.failures:
         i, err = outcome.failures[0]
         raise RowError(f"{_row_label(plan, i)}: {err}")

@@ -23,12 +23,18 @@ from relserve.validation import ON_ERROR_VALUES
 
 #: options of a call that the server takes besides the call specification
 SERVER_OPTIONS = ("cache", "priority", "deadline_s")
-#: every option one call may carry (``model`` is the server's: a server serves one)
-CALL_OPTIONS: tuple[str, ...] = tuple(n for n in OPTION_NAMES if n != "model") + SERVER_OPTIONS
+#: call options a ``*_query`` call may carry in its jsonb that are not session settings: the C
+#: part defines the settings (udfs/relserve/settings.c) and has no ``relserve.cascade`` yet, so a
+#: session's cascade comes from the server's default (``relserve serve --cascade``)
+QUERY_ONLY_OPTIONS = ("cascade",)
+#: every option one call may carry as a setting (``model`` is the server's: a server serves one)
+CALL_OPTIONS: tuple[str, ...] = tuple(n for n in OPTION_NAMES if n not in ("model", *QUERY_ONLY_OPTIONS)) + SERVER_OPTIONS
 #: what only the database side reads: how long a statement waits, what a server error does, and
 #: whether scalar calls over a query's rows are batched (batch_calls.c), how many rows at a time
 BACKEND_OPTIONS = ("timeout", "on_server_error", "batch_calls", "batch_window")
 SETTING_NAMES: tuple[str, ...] = BACKEND_OPTIONS + CALL_OPTIONS
+#: what one ``*_query`` call's options may name
+QUERY_OPTION_NAMES: tuple[str, ...] = SETTING_NAMES + QUERY_ONLY_OPTIONS
 
 #: names that were settings once and are a superuser's decision now: why, and where they went
 REFUSED_SETTINGS: dict[str, str] = {
@@ -47,7 +53,7 @@ RENAMED = {
 }
 
 _INT = ("max_tokens", "seed", "priority", "batch_window")
-_FLOAT = ("temperature", "top_p", "deadline_s", "timeout")
+_FLOAT = ("temperature", "top_p", "deadline_s", "timeout", "cascade")
 _BOOL = ("reorder_fields", "cache", "batch_calls")
 _JSON = ("examples",)
 _ON_ERROR = ("on_error", "on_server_error")
@@ -125,7 +131,7 @@ class Settings:
         return self.values.get("on_server_error", "raise")
 
     def call_options(self) -> dict[str, Any]:
-        return {k: v for k, v in self.values.items() if k in CALL_OPTIONS}
+        return {k: v for k, v in self.values.items() if k in CALL_OPTIONS or k in QUERY_ONLY_OPTIONS}
 
 
 def settings_from_row(row: Mapping[str, Any]) -> Settings:
@@ -160,9 +166,9 @@ def call_request(name: str, settings: Settings, function: str, spec: Any = None,
     a ``*_query`` call's jsonb or a foreign table's options). Unknown names are an error listing
     the known ones."""
     given = dict(given or {})
-    unknown = sorted(set(given) - set(SETTING_NAMES))
+    unknown = sorted(set(given) - set(QUERY_OPTION_NAMES))
     if unknown:
-        raise PgError(f"{name}: unknown option(s) {', '.join(unknown)}; known options: {', '.join(SETTING_NAMES)}")
+        raise PgError(f"{name}: unknown option(s) {', '.join(unknown)}; known options: {', '.join(QUERY_OPTION_NAMES)}")
     chosen = {**settings.values, **{k: typed(k, v, f"{name}: option {k}") for k, v in given.items() if v is not None}}
     merged = Settings(chosen)
     options: dict[str, Any] = {"function": function}

@@ -1,0 +1,96 @@
+"""The synchronous driver of a cascade (DuckDB, polars: ``plan_and_run.run_rows``): its two
+relQueries run by ``CallExecutor`` one after the other, the proxy in between.
+
+The server's jobs drive the same ``Cascade`` steps on their event loop (relserve/server/jobs.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from relserve.backend.protocol import Backend
+from relserve.cascade.runner import Cascade, CascadeReport
+from relserve.planner.executor import CallExecutor
+from relserve.planner.planned_rows import PlannedRows
+from relserve.results import RelQueryStats, RowResult
+
+ExecutorFor = Callable[[PlannedRows], CallExecutor]
+
+
+@dataclass
+class CascadeOutcome:
+    rows: list[RowResult]
+    #: the LLM relQueries' statistics, summed (None when none ran)
+    stats: RelQueryStats | None
+    report: CascadeReport
+
+
+def run_cascade(cascade: Cascade, engine: Backend, executor_for: ExecutorFor, *, progress: bool = False,
+                fail_fast: bool = False) -> CascadeOutcome:
+    """Every row of ``cascade.rows``: the sample's from the LLM, the proxy's, the remainder's
+    from the LLM. With ``fail_fast`` the first failed row stops the call (the rows not answered
+    then are left out, as a fail-fast executor leaves them)."""
+    rep = cascade.report
+    t0 = time.perf_counter()
+    first = executor_for(cascade.sample())
+    out = first.run(engine, progress=progress, fail_fast=fail_fast)
+    rep.sample_s = time.perf_counter() - t0
+    for row in out:
+        cascade.record(row)
+    stats = [first.stats]
+    if fail_fast and any(r.error is not None for r in out):
+        return CascadeOutcome(out, merged_stats(stats), rep)
+    cascade.learn()
+    answered = cascade.proxy_answers()
+    out += answered
+    write_proxy_answers(cascade, first)
+    rest = cascade.remainder()
+    if rest.prompts:
+        t1 = time.perf_counter()
+        second = executor_for(rest)
+        out += second.run(engine, progress=progress, fail_fast=fail_fast)
+        rep.remainder_s = time.perf_counter() - t1
+        stats.append(second.stats)
+    return CascadeOutcome(out, merged_stats(stats), rep)
+
+
+def write_proxy_answers(cascade: Cascade, executor: CallExecutor) -> int:
+    """Store the proxy's answers in the result cache, under the call's key (which holds the
+    cascade's target and seed: a call without the option never reads them)."""
+    rows = cascade.rows
+    entries = cascade.proxy_cache_entries()
+    if rows.cache is None or not rows.call.deterministic or not entries:
+        return 0
+    return rows.cache.put_many(executor.model_id, rows.call.sampling_settings(), entries)
+
+
+def merged_stats(parts: list[RelQueryStats | None]) -> RelQueryStats | None:
+    """The statistics of a cascade's relQueries as one: rows, errors and tokens summed; the
+    latency phases of the relQueries one after the other, summed too."""
+    got = [s for s in parts if s is not None]
+    if not got:
+        return None
+    if len(got) == 1:
+        return got[0]
+    first = got[0]
+
+    def total(name: str) -> float:
+        return sum(getattr(s, name, 0) or 0 for s in got)
+
+    return RelQueryStats(
+        rel_id=first.rel_id,
+        num_rows=int(total("num_rows")),
+        num_errors=int(total("num_errors")),
+        waiting_s=total("waiting_s"),
+        core_s=total("core_s"),
+        tail_s=total("tail_s"),
+        latency_s=total("latency_s"),
+        prompt_tokens=int(total("prompt_tokens")),
+        output_tokens=int(total("output_tokens")),
+        cached_tokens=int(total("cached_tokens")),
+        policy=getattr(first, "policy", ""),
+        replicas=max(getattr(s, "replicas", 1) for s in got),
+        redispatched_rows=int(total("redispatched_rows")),
+    )

@@ -1,0 +1,253 @@
+"""One relQuery run as a cascade, independent of how its relQueries are driven.
+
+The surfaces drive it in the same four steps (``drive.run_cascade`` synchronously, the server's
+jobs on their event loop), each step's relQuery run by the ``CallExecutor`` as any call's is:
+
+1. ``sample()``: the training and audit rows, a random split of the prompts, for the LLM;
+   ``record`` keeps each answer as it arrives (those rows' answers are final: the LLM's);
+2. ``learn()``: embed the answered rows, train the proxy on the training rows' answers, score
+   the audit and the rest, choose the confidence threshold (threshold.py);
+3. ``proxy_answers()``: the rest rows at or above the threshold, answered by the proxy (marked
+   ``answered_by='proxy'``, with its confidence);
+4. ``remainder()``: every other rest row, for the LLM as one relQuery (all of them when the proxy
+   cannot reach the target).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from relserve.cascade import embedding, proxy, threshold
+from relserve.cascade.policy import CONFIDENCE, CascadePlan
+from relserve.planner.planned_rows import PlannedRows
+from relserve.results import RowResult
+
+#: the answer of a row the proxy gave, as ``RowResult.answered_by`` says it
+PROXY = "proxy"
+
+
+@dataclass
+class CascadeReport:
+    """What a cascade did: EXPLAIN ANALYZE's figures (``str()``) and the server's ``cascade`` stats."""
+
+    target: float
+    #: distinct prompts the cascade was over
+    rows: int
+    train: int
+    audit: int
+    #: training / audit rows the LLM answered (a failed row is left out of both)
+    train_answered: int = 0
+    audit_answered: int = 0
+    #: the confidence threshold chosen (None: the proxy answered no row)
+    threshold: float | None = None
+    proxy_rows: int = 0
+    #: rows the LLM answered after the proxy (the rest below the threshold)
+    remainder_rows: int = 0
+    agreement: float | None = None
+    agreement_low: float | None = None
+    agreement_high: float | None = None
+    confidence: float = CONFIDENCE
+    #: audit rows the proxy would answer at the threshold, and those it got wrong
+    audit_covered: int = 0
+    audit_wrong: int = 0
+    #: why every row went to the LLM (None: the proxy answered some)
+    fallback: str | None = None
+    embedder: str = ""
+    #: the penalty cross-validation chose for the proxy
+    penalty: float | None = None
+    #: seconds: the LLM on the sample and audit, embedding, training + scoring + choosing, the LLM on the rest
+    sample_s: float = 0.0
+    embed_s: float = 0.0
+    learn_s: float = 0.0
+    remainder_s: float = 0.0
+    seed: int = 0
+
+    @property
+    def llm_rows(self) -> int:
+        return self.train + self.audit + self.remainder_rows
+
+    def as_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return {**asdict(self), "llm_rows": self.llm_rows}
+
+    def __str__(self) -> str:
+        lines = [
+            f"  cascade               target {self.target:g} (agreement with the LLM's own answers, {self.confidence:.0%} confidence)",
+            f"    sample              {self.train:>10,}   rows the LLM answered to train the proxy ({self.train_answered:,} usable)",
+            f"    audit               {self.audit:>10,}   rows the LLM answered to check it ({self.audit_answered:,} usable)",
+        ]
+        if self.threshold is None:
+            lines.append(f"    proxy rows          {0:>10,}   (every row to the LLM: {self.fallback})")
+        else:
+            lines += [
+                f"    threshold           {self.threshold:>10.4f}   (proxy confidence; the audit rows at or above it: "
+                f"{self.audit_covered:,}, {self.audit_wrong:,} answered unlike the LLM)",
+                f"    proxy rows          {self.proxy_rows:>10,}   answered by the proxy ({self.embedder} + logistic regression)",
+                f"    estimated agreement {self.agreement:>10.2%}   ({self.confidence:.0%} interval "
+                f"{self.agreement_low:.2%} - {self.agreement_high:.2%})",
+            ]
+        lines += [
+            f"    LLM rows            {self.llm_rows:>10,}   of {self.rows:,} ({self.remainder_rows:,} after the proxy)",
+            f"    time                LLM sample {self.sample_s:.1f}s, embedding {self.embed_s:.1f}s, "
+            f"training and threshold {self.learn_s:.1f}s, LLM rest {self.remainder_s:.1f}s",
+        ]
+        return "\n".join(lines)
+
+
+@dataclass
+class Split:
+    """Prompt indices: training, audit, and the rest (a random partition)."""
+
+    train: list[int]
+    audit: list[int]
+    rest: list[int]
+
+
+def split(n: int, train: int, audit: int, seed: int) -> Split:
+    order = np.random.default_rng(seed).permutation(n).tolist()
+    return Split(sorted(order[:train]), sorted(order[train : train + audit]), sorted(order[train + audit :]))
+
+
+def subset(rows: PlannedRows, prompts: list[int]) -> PlannedRows:
+    """The same call over some of ``rows``' prompts (nothing ready: those rows were settled)."""
+    return PlannedRows(rows.call, rows.total, rows.cache, [], [rows.prompts[p] for p in prompts],
+                       [rows.targets[p] for p in prompts])
+
+
+@dataclass
+class Cascade:
+    """The cascade of one ``PlannedRows`` (its prompts left to run)."""
+
+    rows: PlannedRows
+    plan: CascadePlan
+    model_id: str
+    seed: int = 0
+    embedder: embedding.Embedder = field(default_factory=embedding.default_embedder)
+
+    def __post_init__(self) -> None:
+        call = self.rows.call
+        self.labels: tuple[str, ...] = tuple(call.choices or ())
+        self.parts = split(len(self.rows.prompts), self.plan.train, self.plan.audit, self.seed)
+        #: request row -> its prompt index (each request row has one prompt)
+        self._prompt_of = {row: p for p, targets in enumerate(self.rows.targets) for row in targets}
+        #: prompt index -> the LLM's label, for the sample's rows that it answered
+        self.answers: dict[int, str] = {}
+        #: after ``learn``: the rest rows' proxy labels and confidences (aligned with parts.rest)
+        self._rest_labels: list[str] = []
+        self._rest_confidence = np.zeros(0)
+        self.choice: threshold.ThresholdChoice | None = None
+        self.report = CascadeReport(self.plan.target or 0.0, len(self.rows.prompts), len(self.parts.train),
+                                    len(self.parts.audit), embedder=self.embedder.name, seed=self.seed)
+
+    # ------------------------------------------------------------------ 1. the sample
+
+    def sample(self) -> PlannedRows:
+        """The training and audit rows, for the LLM first."""
+        return subset(self.rows, sorted(self.parts.train + self.parts.audit))
+
+    def record(self, row: RowResult) -> None:
+        """One of the sample's answered rows (as the executor fans them out)."""
+        if row.error is not None or row.value is None:
+            return
+        label = self._label(row.value)
+        if label is not None:
+            self.answers[self._prompt_of[row.index]] = label
+
+    def _label(self, value) -> str | None:
+        if self.rows.call.function.kind == "filter":
+            return "yes" if value else "no"
+        return value if value in self.labels else None
+
+    # ------------------------------------------------------------------ 2. the proxy and its threshold
+
+    def learn(self, stop: Callable[[], bool] | None = None) -> threshold.ThresholdChoice | None:
+        """Train the proxy and choose its threshold; None when ``stop`` said to stop first."""
+        rep = self.report
+        train = [p for p in self.parts.train if p in self.answers]
+        audit = [p for p in self.parts.audit if p in self.answers]
+        rep.train_answered, rep.audit_answered = len(train), len(audit)
+        rest = self.parts.rest
+        texts = embedding.row_texts(self.rows.prompts)
+        self._rest_labels, self._rest_confidence = ["" for _ in rest], np.zeros(len(rest))
+        if len(train) < 2 or not audit or not rest:
+            self.choice = None
+            rep.fallback = "too few sample rows answered to train and check a proxy"
+            return self._settle(None)
+        t0 = time.perf_counter()
+        known = train + audit
+        features = np.concatenate([x for _, x in embedding.chunks(self.embedder, [texts[p] for p in known], stop=stop)] or
+                                  [np.zeros((0, 1), dtype=np.float32)])
+        if len(features) < len(known):
+            return None
+        rep.embed_s += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        model = proxy.fit(features[: len(train)], [self.answers[p] for p in train], self.labels, seed=self.seed)
+        rep.penalty = model.penalty
+        audit_labels, audit_confidence = model.predict(features[len(train) :])
+        agrees = np.array([got == self.answers[p] for got, p in zip(audit_labels, audit)])
+        learn_s = time.perf_counter() - t1
+        # the rest, a chunk at a time: only each row's label and confidence are kept
+        t2 = time.perf_counter()
+        done = 0
+        for start, x in embedding.chunks(self.embedder, [texts[p] for p in rest], stop=stop):
+            labels, confidence = model.predict(x)
+            self._rest_labels[start : start + len(labels)] = labels
+            self._rest_confidence[start : start + len(labels)] = confidence
+            done += len(labels)
+        if done < len(rest):
+            return None
+        rep.embed_s += time.perf_counter() - t2
+        t3 = time.perf_counter()
+        choice = threshold.choose(audit_confidence, agrees, self._rest_confidence, rows=len(self.rows.prompts),
+                                  target=self.plan.target, delta=1.0 - CONFIDENCE)
+        rep.learn_s = learn_s + time.perf_counter() - t3
+        if not choice.applies:
+            rep.fallback = (f"no threshold keeps the agreement's {CONFIDENCE:.0%} lower bound at {self.plan.target:g} "
+                            f"(the proxy agreed with the LLM on {int(agrees.sum()):,} of {len(audit):,} audit rows)")
+        return self._settle(choice)
+
+    def _settle(self, choice: threshold.ThresholdChoice | None) -> threshold.ThresholdChoice | None:
+        self.choice = choice
+        rep = self.report
+        if choice is not None and choice.applies:
+            rep.threshold = choice.threshold
+            rep.audit_covered, rep.audit_wrong = choice.audit_answered, choice.audit_wrong
+            rep.agreement, rep.agreement_low, rep.agreement_high = choice.agreement, choice.agreement_low, choice.agreement_high
+        rep.proxy_rows = len(self._proxy_positions())
+        rep.remainder_rows = len(self.parts.rest) - rep.proxy_rows
+        return choice
+
+    def _proxy_positions(self) -> list[int]:
+        """Positions in ``parts.rest`` the proxy answers."""
+        if self.choice is None or not self.choice.applies:
+            return []
+        return [i for i, c in enumerate(self._rest_confidence) if c >= self.choice.threshold]
+
+    # ------------------------------------------------------------------ 3. and 4. the answers
+
+    def proxy_answers(self) -> list[RowResult]:
+        """The rows the proxy answers, fanned out to their request rows."""
+        call = self.rows.call
+        out = []
+        for i in self._proxy_positions():
+            p = self.parts.rest[i]
+            text = self._rest_labels[i]
+            value, error = call.answer(text)
+            for row in self.rows.targets[p]:
+                out.append(RowResult(row, text=text, value=value, error=error, answered_by=PROXY,
+                                     confidence=float(self._rest_confidence[i])))
+        return out
+
+    def proxy_cache_entries(self) -> list[tuple[str, str]]:
+        """(prompt, answer) of the proxy's rows, for the result cache (keyed on the cascade target)."""
+        return [(self.rows.prompts[self.parts.rest[i]], self._rest_labels[i]) for i in self._proxy_positions()]
+
+    def remainder(self) -> PlannedRows:
+        """The rest rows the proxy does not answer, for the LLM."""
+        answered = set(self._proxy_positions())
+        return subset(self.rows, [p for i, p in enumerate(self.parts.rest) if i not in answered])

@@ -1,0 +1,307 @@
+"""The model cascade's logic without the real engine or embedding model (relserve/cascade/).
+
+Exact expectations on a scripted engine (``engine_doubles.ScriptedEngine``: answers from a rule)
+with a scripted embedder (features from the same rule, or from nothing): which rows the LLM is
+asked first, which the proxy answers, what the threshold is, when everything falls back to the
+LLM. The real engine and embedding model are in test_cascade_engine.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+from engine_doubles import ScriptedEngine
+
+from relserve.cascade import binomial, embedding, policy, proxy, threshold
+from relserve.cascade.runner import PROXY, split
+from relserve.errors import ConfigError
+from relserve.functions import make_call
+from relserve.planner.label_bootstrap import forget_examples
+from relserve.planner.label_history import forget_means
+from relserve.planner.plan_and_run import run_call
+
+
+@pytest.fixture(autouse=True)
+def private_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))
+
+
+# -- Clopper-Pearson ----------------------------------------------------------------------------
+
+
+def test_clopper_pearson_matches_published_values():
+    # R: binom.test(30, 1000)$conf.int, binom.test(0, 100), binom.test(5, 10)
+    low, high = binomial.interval(30, 1000, 0.05)
+    assert (round(low, 5), round(high, 5)) == (0.02033, 0.04255)
+    assert binomial.interval(0, 100, 0.05) == (0.0, pytest.approx(0.036217, abs=1e-6))
+    low, high = binomial.interval(5, 10, 0.05)
+    assert (round(low, 4), round(high, 4)) == (0.1871, 0.8129)
+    assert binomial.interval(10, 10, 0.05)[1] == 1.0
+
+
+def test_binomial_tail_is_exact_on_small_cases():
+    assert binomial.cdf(3, 10, 0.5) == pytest.approx(176 / 1024)
+    assert binomial.cdf(0, 4, 0.25) == pytest.approx(0.75**4)
+    assert binomial.cdf(-1, 4, 0.25) == 0.0
+    assert binomial.cdf(4, 4, 0.25) == 1.0
+    # a table of millions of rows: no overflow, the tail is still a probability
+    assert 0.0 < binomial.cdf(49_000, 1_000_000, 0.05) < 1e-4  # 4.6 standard deviations below the mean
+    assert binomial.cdf(50_000, 1_000_000, 0.05) == pytest.approx(0.5, abs=0.01)
+
+
+def test_binomial_bounds_refuse_impossible_counts():
+    with pytest.raises(ValueError):
+        binomial.interval(11, 10, 0.05)
+    with pytest.raises(ValueError):
+        binomial.upper_bound(1, 10, 1.5)
+
+
+# -- the threshold ------------------------------------------------------------------------------
+
+
+def test_threshold_is_the_lowest_grid_step_whose_bound_keeps_the_target():
+    # 1,000 audit rows whose confidence is their rank; the proxy is wrong on the 60 least sure
+    audit_conf = np.linspace(0.5, 1.0, 1000)
+    agrees = np.ones(1000, dtype=bool)
+    agrees[:60] = False
+    rest_conf = np.linspace(0.5, 1.0, 10_000)
+    got = threshold.choose(audit_conf, agrees, rest_conf, rows=12_000, target=0.95)
+    # allowed error share over the rest: 0.05 * 12,000 / 10,000 = 0.06. Every grid step above
+    # the wrong rows has 0 errors; at 90% coverage the 60 wrong rows are all below; the first
+    # step that takes wrong rows in (95%) has 10 of them: upper bound (Bonferroni, 20 steps) ...
+    low, high = binomial.interval(10, 1000, 0.05 / 20)
+    assert high < 0.06  # ... still inside, so the choice goes on to 100%: 60 wrong
+    low100, high100 = binomial.interval(60, 1000, 0.05 / 20)
+    assert high100 > 0.06  # which is out: 95% coverage is the choice
+    assert got.applies and got.coverage == pytest.approx(0.95, abs=1e-3)
+    assert got.audit_wrong == 10
+    assert got.audit_answered == int((audit_conf >= got.threshold).sum())
+    assert got.agreement == pytest.approx(1 - 10_000 * (10 / 1000) / 12_000)
+    assert got.agreement_low == pytest.approx(1 - 10_000 * high / 12_000)
+    assert got.agreement_high == pytest.approx(1 - 10_000 * low / 12_000)
+    assert got.agreement_low >= 0.95 and got.confidence == 0.95
+
+
+def test_no_threshold_when_even_the_surest_rows_are_too_often_wrong():
+    rng = np.random.default_rng(0)
+    audit_conf = rng.uniform(0.5, 1, 800)
+    agrees = rng.uniform(size=800) < 0.7  # wrong on 30% whatever its confidence
+    got = threshold.choose(audit_conf, agrees, rng.uniform(0.5, 1, 5000), rows=6000, target=0.95)
+    assert not got.applies and got.threshold is None and got.coverage == 0.0
+    assert got.agreement == 1.0  # every row then goes to the LLM
+
+
+def test_a_perfect_proxy_answers_every_rest_row():
+    got = threshold.choose(np.full(600, 0.99), np.ones(600, dtype=bool), np.full(4000, 0.99), rows=5000, target=0.99)
+    assert got.applies and got.coverage == 1.0 and got.audit_wrong == 0
+    assert got.agreement == 1.0 and got.agreement_high == 1.0
+    assert got.agreement_low == pytest.approx(1 - 4000 * binomial.upper_bound(0, 600, 0.05 / 40) / 5000)
+
+
+# -- the proxy ----------------------------------------------------------------------------------
+
+
+def test_proxy_learns_a_separable_rule_and_its_probabilities_sum_to_one():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(400, 8))
+    answers = ["yes" if v > 0 else "no" for v in x[:, 0] + 0.5 * x[:, 1]]
+    model = proxy.fit(x[:300], answers[:300], ["yes", "no"])
+    labels, conf = model.predict(x[300:])
+    assert np.mean([a == b for a, b in zip(labels, answers[300:])]) >= 0.95
+    p = model.probabilities(x[300:])
+    assert p.shape == (100, 2) and np.allclose(p.sum(axis=1), 1.0)
+    assert np.all((conf >= 0.5) & (conf <= 1.0))
+
+
+def test_proxy_with_three_labels_one_vs_rest():
+    rng = np.random.default_rng(2)
+    centers = np.array([[4, 0, 0], [0, 4, 0], [0, 0, 4]], dtype=float)
+    y = rng.integers(0, 3, 450)
+    x = centers[y] + rng.normal(size=(450, 3))
+    labels = ["a", "b", "c"]
+    model = proxy.fit(x[:300], [labels[i] for i in y[:300]], labels)
+    got, _ = model.predict(x[300:])
+    assert np.mean([g == labels[i] for g, i in zip(got, y[300:])]) >= 0.95
+    assert np.allclose(model.probabilities(x[300:]).sum(axis=1), 1.0)
+
+
+def test_proxy_of_a_one_sided_sample_answers_that_label():
+    x = np.random.default_rng(3).normal(size=(50, 4))
+    model = proxy.fit(x, ["no"] * 50, ["yes", "no"])
+    labels, conf = model.predict(x)
+    assert set(labels) == {"no"} and conf.min() > 0.99
+
+
+def test_proxy_refuses_answers_outside_its_labels():
+    with pytest.raises(ValueError, match="not among the labels"):
+        proxy.fit(np.zeros((3, 2)), ["yes", "maybe", "no"], ["yes", "no"])
+
+
+# -- when a call cascades -----------------------------------------------------------------------
+
+
+def test_option_is_checked_and_keys_the_result_cache():
+    plain = make_call("llm_filter", "Is {x} good?")
+    on = make_call("llm_filter", "Is {x} good?", cascade=0.95)
+    assert "cascade" not in plain.sampling_settings()
+    assert on.sampling_settings()["cascade"] == 0.95 and on.sampling_settings()["cascade_seed"] is None
+    assert make_call("llm_filter", "Is {x} good?", cascade=0.95, seed=3).sampling_settings()["cascade_seed"] == 3
+    for bad in (1.5, 0.2, "high", True, float("nan")):
+        with pytest.raises(ConfigError, match="cascade must be an agreement target"):
+            make_call("llm_filter", "Is {x} good?", cascade=bad)
+
+
+def test_plan_says_when_and_why_not():
+    on = make_call("llm_filter", "Is {x} good?", cascade=0.9)
+    assert policy.plan(make_call("llm_filter", "Is {x} good?"), 50_000).skipped == "off"
+    small = policy.plan(on, policy.MIN_ROWS - 1)
+    assert not small.applies and "where a proxy pays" in small.skipped
+    assert "free text" in policy.plan(make_call("llm_map", "Say {x}", cascade=0.9), 50_000).skipped
+    assert "sampled" in policy.plan(make_call("llm_filter", "Is {x} good?", cascade=0.9, temperature=0.7), 50_000).skipped
+    big = policy.plan(on, 20_000)
+    assert big.applies and (big.train, big.audit) == (policy._clamp(policy.TRAIN_SHARE * 20_000, policy.MIN_TRAIN, policy.MAX_TRAIN),
+                                                      policy._clamp(policy.AUDIT_SHARE * 20_000, policy.MIN_AUDIT, policy.MAX_AUDIT))
+
+
+def test_split_is_a_seeded_partition():
+    a = split(1000, 40, 60, seed=5)
+    assert len(a.train) == 40 and len(a.audit) == 60 and len(a.rest) == 900
+    assert sorted(a.train + a.audit + a.rest) == list(range(1000))
+    assert split(1000, 40, 60, seed=5) == a and split(1000, 40, 60, seed=6) != a
+
+
+def test_row_texts_drop_the_template_around_the_rows():
+    prompts = ["Is this good? Review: great pan\nAnswer yes or no.", "Is this good? Review: awful\nAnswer yes or no."]
+    assert embedding.row_texts(prompts) == ["great pan", "awful"]
+    # whole words only: "good value" and "bad value" share "d value", not the word
+    assert embedding.row_texts(["x: good value", "x: bad value"]) == ["good", "bad"]
+    assert embedding.row_texts(["only one"]) == ["only one"]
+
+
+# -- a cascade over a scripted engine and embedder ----------------------------------------------
+
+
+class RuleEmbedder:
+    """Features that carry the engine's rule (the word 'good'), plus noise dimensions."""
+
+    name = "rule"
+
+    def __init__(self, informative: bool = True) -> None:
+        self.informative = informative
+        self.calls: list[int] = []
+
+    def embed(self, texts):
+        self.calls.append(len(texts))
+        out = []
+        for t in texts:
+            seed = int(hashlib.sha1(t.encode()).hexdigest()[:8], 16)
+            noise = np.random.default_rng(seed).normal(size=4)
+            signal = (3.0 if "good" in t else -3.0) if self.informative else 0.0
+            out.append([signal, *noise])
+        return np.array(out, dtype=np.float32)
+
+
+def good_rule(prompt, rq):
+    return "yes" if "good" in prompt.split("Review:")[-1] else "no"
+
+
+@pytest.fixture
+def rule_embedder():
+    e = RuleEmbedder()
+    previous = embedding.use_embedder(e)
+    yield e
+    embedding.use_embedder(previous)
+
+
+def reviews(n):
+    return [f"item {i} is {'good' if i % 3 == 0 else 'bad'} value" for i in range(n)]
+
+
+def test_cascade_answers_the_rest_by_proxy_when_it_agrees(rule_embedder):
+    n = 4000
+    eng = ScriptedEngine(answer=good_rule)
+    call = make_call("llm_filter", "Is it worth it? Review: {r}", cascade=0.95)
+    out = run_call(call, [reviews(n)], engine=eng, progress=False)
+    plan = policy.plan(call, n)
+    rep = out.cascade
+    assert (rep.train, rep.audit) == (plan.train, plan.audit) == (300, 600)
+    # the LLM answered the sample and audit as ONE relQuery, and nothing after: the proxy is
+    # right on every audit row, so it answers every rest row
+    assert [len(s) for s in eng.submitted] == [900]
+    assert rep.proxy_rows == n - 900 and rep.remainder_rows == 0 and rep.llm_rows == 900
+    assert rep.audit_wrong == 0 and rep.agreement == 1.0
+    assert rep.agreement_low == pytest.approx(1 - (n - 900) * binomial.upper_bound(0, 600, 0.05 / 40) / n)
+    assert out.values == [i % 3 == 0 for i in range(n)]
+    assert out.errors == [None] * n
+    # per-row details: who answered, and the proxy's confidence
+    proxy_rows = [r for r in out.details if r.answered_by == PROXY]
+    assert len(proxy_rows) == n - 900 and all(0.5 <= r.confidence <= 1.0 for r in proxy_rows)
+    assert all(r.answered_by is None and r.confidence is None for r in out.details if r.answered_by != PROXY)
+    # embeddings: the sample's answered rows in one chunk, then the rest in chunks
+    assert rule_embedder.calls == [900, 1024, 1024, 1024, 28]
+
+
+def test_cascade_falls_back_to_the_llm_when_the_proxy_is_poor():
+    eng = ScriptedEngine(answer=good_rule)
+    previous = embedding.use_embedder(RuleEmbedder(informative=False))
+    try:
+        call = make_call("llm_filter", "Is it worth it? Review: {r}", cascade=0.95)
+        out = run_call(call, [reviews(3000)], engine=eng, progress=False)
+    finally:
+        embedding.use_embedder(previous)
+    rep = out.cascade
+    assert rep.threshold is None and rep.proxy_rows == 0 and "no threshold" in rep.fallback
+    # every row answered by the LLM: the sample first, then every other row as one relQuery
+    assert [len(s) for s in eng.submitted] == [900, 2100]
+    assert out.values == [i % 3 == 0 for i in range(3000)]
+    assert all(r.answered_by is None for r in out.details)
+
+
+def test_small_relqueries_run_exactly_as_without_the_option(rule_embedder):
+    rows = reviews(policy.MIN_ROWS - 1)
+    plain, on = ScriptedEngine(answer=good_rule), ScriptedEngine(answer=good_rule)
+    a = run_call(make_call("llm_filter", "Is it worth it? Review: {r}"), [rows], engine=plain, progress=False, cache=False)
+    forget_examples()  # the second call chooses its own examples, as the first did
+    forget_means()
+    b = run_call(make_call("llm_filter", "Is it worth it? Review: {r}", cascade=0.95), [rows], engine=on, progress=False, cache=False)
+    assert b.cascade is None and b.details is None and rule_embedder.calls == []
+    assert plain.submitted == on.submitted and plain.first_passes == on.first_passes
+    assert a.values == b.values
+
+
+def test_classify_cascade_and_a_repeat_comes_from_the_result_cache(rule_embedder):
+    def label(prompt, rq):
+        return "good" if "good" in prompt.split("Review:")[-1] else "bad"
+
+    eng = ScriptedEngine(answer=label)
+    call = make_call("llm_classify", "Which? Review: {r}", labels=["good", "bad"], cascade=0.9)
+    rows = reviews(3500)
+    first = run_call(call, [rows], engine=eng, progress=False)
+    assert first.cascade.proxy_rows == 3500 - 900 and first.values == [("good" if i % 3 == 0 else "bad") for i in range(3500)]
+    again = run_call(call, [rows], engine=eng, progress=False)
+    assert again.cascade is None and again.values == first.values and len(eng.submitted) == 1
+    # the plain call never reads the cascade's answers
+    plain = run_call(make_call("llm_classify", "Which? Review: {r}", labels=["good", "bad"]), [rows], engine=eng, progress=False)
+    assert plain.cascade is None and len(eng.submitted) == 2 and len(eng.submitted[1]) == 3500
+
+
+def test_per_row_errors_stay_per_row(rule_embedder):
+    def sometimes_fails(prompt, rq):
+        if "item 7 " in prompt:
+            raise RuntimeError("engine: row too long")
+        return good_rule(prompt, rq)
+
+    eng = ScriptedEngine(answer=sometimes_fails)
+    rows = reviews(3200)
+    rows[5] = None  # a NULL value: its row fails before anything runs
+    out = run_call(make_call("llm_filter", "Is it worth it? Review: {r}", cascade=0.95), [rows], engine=eng, progress=False)
+    assert out.values[5] is None and "NULL" in out.errors[5]
+    # row 7 failed wherever it was answered (the LLM saw it in the sample, or after the proxy)
+    if out.details[7].answered_by == PROXY:
+        assert out.errors[7] is None and out.values[7] is False
+    else:
+        assert out.values[7] is None and "row too long" in out.errors[7]
+    assert sum(e is not None for e in out.errors) <= 2
+    assert all(out.values[i] == (i % 3 == 0) for i in range(3200) if out.errors[i] is None)
