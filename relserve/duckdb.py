@@ -68,11 +68,15 @@ def sql(con: Any, query: str, params: Any = None) -> Any:
 sql.__doc__ = _sql.__doc__
 
 
-def explain(con: Any, query: str, params: Any = None) -> Any:
+def explain(con: Any, query: str, params: Any = None, *, analyze: bool = False) -> Any:
     """What ``sql(con, query)`` would do, without calling the engine; for a statement with
-    ``llm_reduce`` / ``llm_topk``, their groups, levels and estimated prompt tokens."""
+    ``llm_reduce`` / ``llm_topk``, their groups, levels and estimated prompt tokens. With
+    ``analyze`` (EXPLAIN ANALYZE, planned statements of llm_* calls) the statement runs and each
+    call shows what ran: rows, rows the LLM answered, time, and the model cascade's figures."""
     if isinstance(con, _Connection):
         con = con.con
+    if analyze:
+        return _explain(con, query, params, analyze=True)
     from relserve.operators.duckdb_hooks import explain_sql, mentions_operator
 
     if mentions_operator(query):
@@ -94,8 +98,8 @@ class Connection(_Connection):
     def sql(self, query: str, params: Any = None) -> Any:
         return sql(self.con, query, params)
 
-    def explain(self, query: str, params: Any = None) -> Any:
-        return explain(self.con, query, params)
+    def explain(self, query: str, params: Any = None, *, analyze: bool = False) -> Any:
+        return explain(self.con, query, params, analyze=analyze)
 
 
 def connect(database: str = ":memory:", *, read_only: bool = False, config: dict | None = None, **defaults: Any) -> Connection:

@@ -38,11 +38,12 @@ from relserve.functions import (
     LLMFunction,
     make_call,
 )
-from relserve.planner.explain import Explain
-from relserve.planner.plan_and_run import CallOutcome, run_call
+from relserve.planner.explain import Analyzed, Explain
+from relserve.planner.plan_and_run import CallOutcome, analyzed, run_call
+from relserve.results import RowResult
 from relserve.template import Template
 
-__all__ = ["LLMExpr", "LLMFrame", "configure", "errors", "explain"]
+__all__ = ["LLMExpr", "LLMFrame", "configure", "details", "errors", "explain"]
 
 _UNSET: Any = object()
 
@@ -96,39 +97,82 @@ def errors() -> pl.DataFrame:
     )
 
 
+@dataclass(frozen=True)
+class _Detail:
+    call: int
+    function: str
+    template: str
+    row: int
+    answered_by: str
+    confidence: float | None
+
+
+#: rows of recent cascaded calls, for ``details()`` (bounded: the oldest are dropped)
+_details: deque = deque(maxlen=200_000)
+
+
+def details() -> pl.DataFrame:
+    """Who answered each row of recent calls that ran a model cascade (``cascade=...``): call
+    number, function, template, row index within the call's input, ``answered_by`` ('llm',
+    'proxy' or 'cache') and the proxy's ``confidence`` (its probability of the answer it gave)."""
+    with _lock:
+        items = list(_details)
+    return pl.DataFrame(
+        {
+            "call": [d.call for d in items],
+            "function": [d.function for d in items],
+            "template": [d.template for d in items],
+            "row": [d.row for d in items],
+            "answered_by": [d.answered_by for d in items],
+            "confidence": [d.confidence for d in items],
+        },
+        schema={"call": pl.Int64, "function": pl.String, "template": pl.String, "row": pl.Int64,
+                "answered_by": pl.String, "confidence": pl.Float64},
+    )
+
+
 class _ExplainRecorder:
-    """While active, calls plan and record their EXPLAIN instead of running."""
+    """While active, calls plan and record their EXPLAIN instead of running (``analyze``: they
+    run, and record what ran)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.active = 0
-        self.items: list[Explain] = []
+        self.items: list[Explain | Analyzed] = []
 
-    def add(self, item: Explain) -> None:
+    def add(self, item: Explain | Analyzed) -> None:
         with self.lock:
             self.items.append(item)
 
+    def record(self, frame: pl.LazyFrame | Callable[[], Any]) -> list:
+        with self.lock:
+            self.active += 1
+            start = len(self.items)
+        try:
+            result = frame() if callable(frame) and not isinstance(frame, pl.LazyFrame) else frame
+            if isinstance(result, pl.LazyFrame):
+                result.collect()
+        finally:
+            with self.lock:
+                self.active -= 1
+                found = self.items[start:]
+                if not self.active:
+                    self.items.clear()
+        return found
+
 
 _recorder = _ExplainRecorder()
+_analyzer = _ExplainRecorder()
 
 
-def explain(frame: pl.LazyFrame | Callable[[], Any]) -> list[Explain]:
+def explain(frame: pl.LazyFrame | Callable[[], Any], *, analyze: bool = False) -> list[Explain] | list[Analyzed]:
     """EXPLAIN every LLM call of a lazy frame (or of a function that builds a frame), without
-    calling the engine. Each element prints as a text block and has ``to_dict()``."""
-    with _recorder.lock:
-        _recorder.active += 1
-        start = len(_recorder.items)
-    try:
-        result = frame() if callable(frame) and not isinstance(frame, pl.LazyFrame) else frame
-        if isinstance(result, pl.LazyFrame):
-            result.collect()
-    finally:
-        with _recorder.lock:
-            _recorder.active -= 1
-            found = _recorder.items[start:]
-            if not _recorder.active:
-                _recorder.items.clear()
-    return found
+    calling the engine. Each element prints as a text block and has ``to_dict()``.
+
+    With ``analyze`` (EXPLAIN ANALYZE) the frame is collected and each call says what ran: rows,
+    rows the LLM answered, time, and the model cascade's sample, audit, threshold, proxy rows
+    and estimated agreement."""
+    return (_analyzer if analyze else _recorder).record(frame)
 
 
 # -- the batch function ---------------------------------------------------------------------------
@@ -175,19 +219,35 @@ def _batch_function(call: LLMCall, engine: Backend) -> Callable[[pl.Series], pl.
         if explaining:
             _recorder.add(outcome.explain)
         else:
-            _record(call.function.name, call.template.source, outcome.failures)
+            number = _record(call.function.name, call.template.source, outcome.failures)
+            if outcome.details is not None:
+                _record_details(number, call, outcome.details)
+            if _analyzer.active > 0:
+                _analyzer.add(analyzed(call, outcome))
         return pl.Series(series.name, outcome.values, dtype=dtype)
 
     return run
 
 
-def _record(function: str, template: str, failures: Iterable[tuple[int, str]]) -> None:
-    """Count one finished call and keep its failed rows for ``errors()``."""
+def _record(function: str, template: str, failures: Iterable[tuple[int, str]]) -> int:
+    """Count one finished call and keep its failed rows for ``errors()``; the call's number."""
     with _lock:
         _calls[0] += 1
         number = _calls[0]
         for row, err in failures:
             _failures.append(_Failure(number, function, template, row, err))
+    return number
+
+
+def _record_details(number: int, call: LLMCall, rows: list[RowResult | None]) -> None:
+    """Keep who answered each row of a cascaded call, for ``details()``."""
+    name, template = call.function.name, call.template.source
+    with _lock:
+        for i, r in enumerate(rows):
+            if r is None or r.error is not None:
+                continue
+            who = r.answered_by or ("cache" if r.cached else "llm")
+            _details.append(_Detail(number, name, template, i, who, r.confidence))
 
 
 def _expr(expr: pl.Expr, call: LLMCall, engine: Backend) -> pl.Expr:
@@ -255,9 +315,12 @@ class LLMExpr:
         examples: list[dict] | None = None,
         prompt_shape: str | None = None,
         answer_field: str | None = None,
+        cascade: float | None = None,
+        seed: int | None = None,
         engine: Backend | None = None,
     ) -> pl.Expr:
-        """Yes/no answer per row (Boolean).
+        """Yes/no answer per row (Boolean). ``cascade=0.95``: a model cascade answers the rows a
+        light proxy is sure of (``seed``: its random sample; docs/sql-and-dataframes.md).
 
         >>> lf = pl.LazyFrame({"review": ["Great film!", "Too long."]})
         >>> lf.with_columns(good=pl.col("review").llm.filter("Is {review} positive?", method="score")).collect_schema()
@@ -266,7 +329,7 @@ class LLMExpr:
         call = make_call(
             LLM_FILTER, template, model=model, max_tokens=max_tokens, temperature=temperature, system=system,
             on_error=on_error, reorder_fields=reorder_fields, method=method, examples=examples,
-            prompt_shape=prompt_shape, answer_field=answer_field,
+            prompt_shape=prompt_shape, answer_field=answer_field, cascade=cascade, seed=seed,
         )
         return _expr(self._expr, call, engine)
 
@@ -285,9 +348,11 @@ class LLMExpr:
         examples: list[dict] | None = None,
         prompt_shape: str | None = None,
         answer_field: str | None = None,
+        cascade: float | None = None,
+        seed: int | None = None,
         engine: Backend | None = None,
     ) -> pl.Expr:
-        """One of ``labels`` per row (Enum of the labels).
+        """One of ``labels`` per row (Enum of the labels); ``cascade`` and ``seed`` as for ``filter``.
 
         >>> lf = pl.LazyFrame({"review": ["Great film!", "Too long."]})
         >>> lf.with_columns(tone=pl.col("review").llm.classify("Tone of {review}", ["positive", "negative"])).collect_schema()
@@ -300,7 +365,7 @@ class LLMExpr:
         call = make_call(
             LLM_CLASSIFY, template, labels=labels, model=model, max_tokens=max_tokens, temperature=temperature,
             system=system, on_error=on_error, reorder_fields=reorder_fields, method=method, examples=examples,
-            prompt_shape=prompt_shape, answer_field=answer_field,
+            prompt_shape=prompt_shape, answer_field=answer_field, cascade=cascade, seed=seed,
         )
         return _expr(self._expr, call, engine)
 

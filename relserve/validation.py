@@ -99,8 +99,11 @@ def deadline_s(value: Any) -> float | None:
 
 
 def cascade(value: Any) -> float | None:
-    """The ``cascade`` option: None (off) or the agreement with the LLM's answers to keep."""
-    if value is not None and (not finite_number(value) or not CASCADE_MIN <= value <= CASCADE_MAX):
+    """The ``cascade`` option: the agreement with the LLM's answers to keep, or None for off;
+    0 is off too (it overrides a session's or a server's default, which None leaves in place)."""
+    if value is None or (finite_number(value) and value == 0):
+        return None
+    if not finite_number(value) or not CASCADE_MIN <= value <= CASCADE_MAX:
         raise ConfigError(f"cascade must be an agreement target between {CASCADE_MIN} and {CASCADE_MAX} "
-                          f"(0.95: 95% of the rows answered as the LLM would), or NULL for off; got {value!r}")
-    return None if value is None else float(value)
+                          f"(0.95: 95% of the rows answered as the LLM would), or 0 for off; got {value!r}")
+    return float(value)

@@ -8,10 +8,9 @@ LLM. The real engine and embedding model are in test_cascade_engine.py.
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pytest
+from cascade_doubles import RuleEmbedder, reviews
 from engine_doubles import ScriptedEngine
 
 from relserve.cascade import binomial, embedding, policy, proxy, threshold
@@ -183,26 +182,6 @@ def test_row_texts_drop_the_template_around_the_rows():
 # -- a cascade over a scripted engine and embedder ----------------------------------------------
 
 
-class RuleEmbedder:
-    """Features that carry the engine's rule (the word 'good'), plus noise dimensions."""
-
-    name = "rule"
-
-    def __init__(self, informative: bool = True) -> None:
-        self.informative = informative
-        self.calls: list[int] = []
-
-    def embed(self, texts):
-        self.calls.append(len(texts))
-        out = []
-        for t in texts:
-            seed = int(hashlib.sha1(t.encode()).hexdigest()[:8], 16)
-            noise = np.random.default_rng(seed).normal(size=4)
-            signal = (3.0 if "good" in t else -3.0) if self.informative else 0.0
-            out.append([signal, *noise])
-        return np.array(out, dtype=np.float32)
-
-
 def good_rule(prompt, rq):
     return "yes" if "good" in prompt.split("Review:")[-1] else "no"
 
@@ -213,10 +192,6 @@ def rule_embedder():
     previous = embedding.use_embedder(e)
     yield e
     embedding.use_embedder(previous)
-
-
-def reviews(n):
-    return [f"item {i} is {'good' if i % 3 == 0 else 'bad'} value" for i in range(n)]
 
 
 def test_cascade_answers_the_rest_by_proxy_when_it_agrees(rule_embedder):

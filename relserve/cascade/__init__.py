@@ -10,11 +10,11 @@ meets the target with 95% confidence; when no threshold does, every row goes to 
 - ``embedding.py``: the features (all-MiniLM-L6-v2, a chunk at a time);
 - ``proxy.py``: the logistic regression (numpy);
 - ``threshold.py`` and ``binomial.py``: the threshold and the agreement's interval;
-- ``runner.py``: one relQuery's cascade in steps, whoever drives it;
+- ``runner.py``: one relQuery's cascade in steps, whoever drives it (``report.py``: what it did);
 - ``drive.py``: the synchronous driver (the server's jobs drive the same steps themselves).
 """
 
 from relserve.cascade.policy import CascadePlan, plan
-from relserve.cascade.runner import PROXY, Cascade, CascadeReport
+from relserve.cascade.report import CascadeReport
 
-__all__ = ["PROXY", "Cascade", "CascadePlan", "CascadeReport", "plan"]
+__all__ = ["CascadePlan", "CascadeReport", "plan"]

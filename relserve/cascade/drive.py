@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from relserve.backend.protocol import Backend
-from relserve.cascade.runner import Cascade, CascadeReport
+from relserve.cascade.report import CascadeReport
+from relserve.cascade.runner import Cascade
 from relserve.planner.executor import CallExecutor
 from relserve.planner.planned_rows import PlannedRows
 from relserve.results import RelQueryStats, RowResult

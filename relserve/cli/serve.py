@@ -43,6 +43,10 @@ def serve(
     ssl_certfile: Path | None = typer.Option(None, help="TLS certificate."),
     cors_origin: list[str] = typer.Option([], help="Allow browser calls from this origin (repeatable)."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
+    cascade: float | None = typer.Option(
+        None, help="Agreement target of a model cascade for llm_filter / llm_classify calls that name none "
+        "(e.g. 0.95: a proxy answers the rows it is sure of; a call's own cascade, 0 for off, overrides it)."
+    ),
     hash_key: str | None = typer.Option(None, help="Print the key_sha256 for this API key (for the tenants file) and exit."),
     insecure_open: bool = typer.Option(
         False, help="Serve without --tenants on a non-loopback address (anyone who reaches it reads every job)."
@@ -90,7 +94,8 @@ def serve(
         typer.echo(f"starting the engine ({model}, policy {policy}; about 25 s)...")
         engine = Engine(model=model, policy=policy)
     try:
-        web = create_app(engine, tenants=tenant_cfg, cache=cache, public_url=public_url, cors_origins=cors_origin)
+        web = create_app(engine, tenants=tenant_cfg, cache=cache, public_url=public_url, cors_origins=cors_origin,
+                         cascade=cascade)
         scheme = "https" if ssl_certfile else "http"
         mode = "open (no API key needed)" if tenant_cfg.open else f"{len(tenant_cfg.names)} tenant(s)"
         typer.echo(f"relserve on {scheme}://{host}:{port}  [{mode}]  spreadsheet: {scheme}://{host}:{port}/sheet")

@@ -10,9 +10,10 @@ import pyarrow as pa
 
 from relserve.duckdb_ext.connections import install, session_of
 from relserve.duckdb_ext.planned import StatementRun, explain_planned, run_planned
-from relserve.duckdb_ext.statement import analyze, split_statements
+from relserve.duckdb_ext.statement import analyze as parse_statement
+from relserve.duckdb_ext.statement import split_statements
 from relserve.errors import ConfigError
-from relserve.planner.explain import Explain
+from relserve.planner.explain import Analyzed, Explain
 
 
 def sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> duckdb.DuckDBPyRelation | None:
@@ -30,7 +31,7 @@ def sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> duckd
         session.failures.clear()
     result = None
     for text in texts:
-        statement = analyze(text)
+        statement = parse_statement(text)
         if not statement.planned:
             # no LLM call, or a kind of statement that does not run now (CREATE VIEW, ...):
             # DuckDB runs it, and any calls run per chunk
@@ -51,10 +52,13 @@ class SiteExplain:
     #: rows the collection pass sent to this site (an upper bound when it depends on other sites)
     rows_seen: int
     plans: list[Explain] = field(default_factory=list)
+    #: EXPLAIN ANALYZE: what the site's relQueries did when the statement ran
+    analyzed: list[Analyzed] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["plans"] = [p.to_dict() for p in self.plans]
+        d["analyzed"] = [a.to_dict() for a in self.analyzed]
         return d
 
 
@@ -99,26 +103,38 @@ class StatementExplain:
                 lines.append(
                     "   (rows counted as if the sites it waits for let every row through: an upper bound)"
                 )
-            if not s.plans:
+            if not s.plans and not s.analyzed:
                 lines.append("   no rows reach this call")
             for plan in s.plans:
                 lines.extend("   " + line for line in str(plan).splitlines())
+            for ran in s.analyzed:
+                lines.extend("   " + line for line in str(ran).splitlines())
         return "\n".join(lines)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(str(self))
 
 
-def explain(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> StatementExplain:
-    """What ``sql(con, query)`` would do, without calling the engine (the rows are read once)."""
+def explain(con: duckdb.DuckDBPyConnection, query: str, params: Any = None, *, analyze: bool = False) -> StatementExplain:
+    """What ``sql(con, query)`` would do, without calling the engine (the rows are read once).
+
+    With ``analyze`` (EXPLAIN ANALYZE) the statement runs, as ``sql`` runs it, and each site
+    shows what its relQueries did: rows, rows the LLM answered, time, and the model cascade's
+    sample, audit, threshold, proxy rows and estimated agreement."""
     session = session_of(con)
     texts = split_statements(query)
     if len(texts) != 1:
         raise ConfigError(f"explain takes one statement, got {len(texts)}")
-    statement = analyze(texts[0])
+    statement = parse_statement(texts[0])
     if not statement.planned:
         return StatementExplain(statement.text, [], statement.unplanned_reason if statement.sites else None, 0.0)
-    run = explain_planned(con, session, statement, params)
+    if analyze:
+        with session.lock:
+            session.failures.clear()
+        _, run = run_planned(con, session, statement, params)
+        session.last_run = run
+    else:
+        run = explain_planned(con, session, statement, params)
     return _statement_explain(run)
 
 
@@ -134,7 +150,8 @@ def _statement_explain(run: StatementRun) -> StatementExplain:
 
     out = [
         SiteExplain(
-            s.site.index, s.site.text, sorted(s.site.depends_on), stage_of(s.site.index), s.rows_seen, list(s.explains)
+            s.site.index, s.site.text, sorted(s.site.depends_on), stage_of(s.site.index), s.rows_seen, list(s.explains),
+            list(s.analyzed),
         )
         for s in run.sites
     ]
@@ -172,8 +189,8 @@ class Connection:
     def sql(self, query: str, params: Any = None) -> duckdb.DuckDBPyRelation | None:
         return sql(self.con, query, params)
 
-    def explain(self, query: str, params: Any = None) -> StatementExplain:
-        return explain(self.con, query, params)
+    def explain(self, query: str, params: Any = None, *, analyze: bool = False) -> StatementExplain:
+        return explain(self.con, query, params, analyze=analyze)
 
     def errors(self) -> duckdb.DuckDBPyRelation:
         return errors(self.con)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -131,7 +132,8 @@ def _example(fn: LLMFunction) -> str:
 def _make_call(fn: LLMFunction, template: str, spec: Any, options: Any, defaults: CallOptions) -> LLMCall:
     opts = defaults
     if options is not None:
-        given = {k: v for k, v in options.items() if k != OPTIONS_MARKER}
+        # a SQL literal such as 0.95 arrives as DECIMAL: the options are plain numbers
+        given = {k: float(v) if isinstance(v, Decimal) else v for k, v in options.items() if k != OPTIONS_MARKER}
         opts = defaults.updated(given)
     if fn.kind == "classify":
         return make_call(fn, template, labels=spec, options=opts)

@@ -37,6 +37,7 @@ def install(
     examples: list[dict] | None = None,
     prompt_shape: str | None = None,
     answer_field: str | None = None,
+    cascade: float | None = None,
     optimize: bool = True,
     progress: bool = True,
     cache: ResultCache | bool | None = None,
@@ -53,7 +54,7 @@ def install(
     defaults = CallOptions(
         model=model, max_tokens=max_tokens, temperature=temperature, system=system, on_error=on_error,
         reorder_fields=reorder_fields, method=method, examples=examples, prompt_shape=prompt_shape,
-        answer_field=answer_field,
+        answer_field=answer_field, cascade=cascade,
     )
     runner: CallRunner
     if server is not None:

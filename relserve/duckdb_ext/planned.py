@@ -30,7 +30,8 @@ from relserve.duckdb_ext.statement import CallSite, Statement
 from relserve.duckdb_ext.udf import RETURN_TYPES, answer_chunk, create_function, settle_chunk_errors, to_arrow
 from relserve.errors import RowError
 from relserve.functions import LLMCall, LLMFunction
-from relserve.planner.explain import Explain
+from relserve.planner.explain import Analyzed, Explain
+from relserve.planner.plan_and_run import analyzed
 
 #: stand-in answers during collection passes
 _STAND_IN = {"map": "", "filter": True, "classify": None, "extract": "{}"}
@@ -48,6 +49,8 @@ class SiteState:
     mode: str = "collect"
     lock: threading.Lock = field(default_factory=threading.Lock)
     explains: list[Explain] = field(default_factory=list)
+    #: EXPLAIN ANALYZE: what each of this site's relQueries did
+    analyzed: list[Analyzed] = field(default_factory=list)
     #: for EXPLAIN: every row's values in arrival order, so the unplanned baseline is exact
     arrivals: dict[LLMCall, list[tuple]] | None = None
     relqueries: int = 0
@@ -138,6 +141,7 @@ class SiteState:
         except RowError as e:
             raise RowError(f"{self.site.text}: {e}") from None
         self.relqueries += 1
+        self.analyzed.append(analyzed(call, outcome))
         if record:
             self.session.record_failures(call, values, outcome.errors)
         with self.lock:

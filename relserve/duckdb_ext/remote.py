@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relserve.call_fields import CallFields, jsonable_row
+from relserve.cascade.report import CascadeReport
 from relserve.client import Client
 from relserve.errors import ConfigError, RowError
 from relserve.functions import LLMCall
@@ -123,7 +124,11 @@ class HttpRunner:
             for i, err in enumerate(errors):
                 if err is not None:
                     raise RowError(f"row {i}: {err}")
-        return CallOutcome(out, errors, None, engine_stats=done.get("stats", {}), ran=engine_rows)  # type: ignore[arg-type]
+        stats = done.get("stats", {})
+        cascade = stats.get("cascade")
+        report = CascadeReport.from_dict(cascade) if isinstance(cascade, dict) and "rows" in cascade else None
+        return CallOutcome(out, errors, None, engine_stats=stats, ran=report.llm_rows if report else engine_rows,  # type: ignore[arg-type]
+                           cascade=report, seconds=time.perf_counter() - t0)
 
     def cached(self, call: LLMCall, values: list[tuple]) -> dict[int, tuple[Any, str | None]]:
         # the result cache is the server's: rows it knows come back at once from the relQuery

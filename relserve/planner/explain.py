@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from relserve.backend.protocol import Backend
+from relserve.cascade.policy import plan as cascade_plan
+from relserve.cascade.report import CascadeReport
 from relserve.functions import FUNCTIONS
 from relserve.planner.answer_fields import as_known, known_field, picks_field
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds, expected_output_tokens
@@ -74,6 +76,8 @@ class Explain:
     #: few-shot examples, and their tokens (all in the prefix every prompt shares)
     examples: int = 0
     examples_tokens: int = 0
+    #: the model cascade (``cascade`` option): "off", whether it will apply and with what sample
+    cascade: str = "off"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,9 +142,45 @@ class Explain:
             lines.append(
                 f"  few-shot examples     {self.examples:>10,}   ({self.examples_tokens:,} tokens, in the prefix every prompt shares)"
             )
+        if self.cascade != "off":
+            lines.append(f"  cascade               {self.cascade}")
         if self.sample_prompt is not None:
             sample = self.sample_prompt if len(self.sample_prompt) <= 300 else self.sample_prompt[:297] + "..."
             lines.append("  first prompt to run   " + sample.replace("\n", "\\n"))
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Analyzed:
+    """EXPLAIN ANALYZE of one call: what ran, once it has (the plan's EXPLAIN says what would)."""
+
+    function: str
+    template: str
+    rows: int
+    #: rows the LLM answered (prompts sent to the engine; a cascade's proxy rows are not)
+    llm_rows: int
+    seconds: float
+    #: what the model cascade did (None: it did not run)
+    cascade: CascadeReport | None = None
+    #: the cascade option as planned: "off", or why it did not apply, or its sample
+    cascade_plan: str = "off"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["cascade"] = self.cascade.as_dict() if self.cascade is not None else None
+        return d
+
+    def __str__(self) -> str:
+        lines = [
+            f"{self.function}({self.template!r})",
+            f"  rows                  {self.rows:>10,}",
+            f"  rows the LLM answered {self.llm_rows:>10,}",
+            f"  time                  {self.seconds:>9.1f}s",
+        ]
+        if self.cascade is not None:
+            lines.append(str(self.cascade))
+        elif self.cascade_plan != "off":
+            lines.append(f"  cascade               {self.cascade_plan}")
         return "\n".join(lines)
 
 
@@ -222,6 +262,7 @@ def explain_plan(
         field_chosen=picks_field(call),
         examples=len(call.options.examples or ()),
         examples_tokens=len(tokens.many([call.examples_prefix])[0]) if call.options.examples else 0,
+        cascade=cascade_plan(call, len(plan.run_order)).describe(),
     )
 
 

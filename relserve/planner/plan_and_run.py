@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,13 +12,14 @@ from typing import Any
 from relserve.backend.protocol import Backend
 from relserve.cascade import policy as cascade_policy
 from relserve.cascade.drive import run_cascade
-from relserve.cascade.runner import Cascade, CascadeReport
+from relserve.cascade.report import CascadeReport
+from relserve.cascade.runner import Cascade
 from relserve.errors import RowError
 from relserve.functions import LLMCall
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.executor import CallExecutor
-from relserve.planner.explain import Explain, explain_plan
+from relserve.planner.explain import Analyzed, Explain, explain_plan
 from relserve.planner.label_history import namespace_of
 from relserve.planner.plan import CallPlan, plan_rows, rows_of
 from relserve.planner.planned_rows import PlannedRows
@@ -43,6 +45,8 @@ class CallOutcome:
     #: per input row, its result with who answered it (``answered_by``, ``confidence``); kept
     #: when a cascade ran, for the surfaces that show per-row details (polars)
     details: list[RowResult | None] | None = None
+    #: wall time of the call (planning and running)
+    seconds: float = 0.0
 
     @property
     def failures(self) -> list[tuple[int, str]]:
@@ -83,6 +87,7 @@ def run_rows(
     row is not in the result cache). With ``explain_only`` nothing runs: the outcome carries the
     EXPLAIN and NULL values.
     """
+    t0 = time.perf_counter()
     ref = engine if isinstance(engine, EngineRef) else EngineRef(engine, call.options.model)
     # (not `cache or None`: an empty ResultCache has len 0, and would never be written)
     store = shared_cache() if cache is True else (None if cache is None or cache is False else cache)
@@ -133,11 +138,19 @@ def run_rows(
     errors = [r.error if r is not None else unanswered for r in done]
     engine_rows = report.llm_rows if report is not None else len(rows.prompts)
     outcome = CallOutcome(values, errors, plan, engine_stats=stats, ran=engine_rows, cascade=report,
-                          details=done if report is not None else None)
+                          details=done if report is not None else None, seconds=time.perf_counter() - t0)
     if call.options.on_error == "raise" and outcome.failures:
         i, err = outcome.failures[0]
         raise RowError(f"{_row_label(plan, i)}: {err}")
     return outcome
+
+
+def analyzed(call: LLMCall, outcome: CallOutcome) -> Analyzed:
+    """EXPLAIN ANALYZE of a call that ran (``outcome``): rows, LLM rows, time, the cascade."""
+    planned = outcome.plan.call if outcome.plan is not None else call
+    skipped = cascade_policy.plan(planned, outcome.ran).describe() if outcome.cascade is None else "off"
+    return Analyzed(call.function.name, call.template.source, len(outcome.values), outcome.ran, outcome.seconds,
+                    outcome.cascade, skipped)
 
 
 def _row_label(plan: CallPlan, row: int) -> str:

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from relserve.binding import Binding
+from relserve.cascade.report import CascadeReport
 from relserve.errors import TemplateError
 from relserve.postgres import backend
 from relserve.postgres.answers import Accepted, Answer, AnswerStream, Broken, Finished
@@ -114,6 +115,7 @@ def run(plpy: Any, name: str, request: CallRequest, template: str, rows: list[di
                 elif isinstance(event, Broken):
                     return [], server_error(name, event.status, event.message)
                 elif isinstance(event, Finished):
+                    notice_cascade(plpy, name, event.stats)
                     return in_input_order(answered, len(rows)), None
                 elif isinstance(event, Accepted):
                     pass
@@ -126,6 +128,14 @@ def run(plpy: Any, name: str, request: CallRequest, template: str, rows: list[di
     except plpy.SPIError:  # a cancel or statement timeout arrived while waiting
         cancel(plpy, stream)
         raise
+
+
+def notice_cascade(plpy: Any, name: str, stats: Any) -> None:
+    """A model cascade's figures (sample, audit, threshold, proxy rows, estimated agreement) as a
+    NOTICE: what EXPLAIN ANALYZE shows on the other surfaces."""
+    got = stats.get("cascade") if isinstance(stats, dict) else None
+    if isinstance(got, dict) and "rows" in got:
+        plpy.notice(f"{name}: model cascade\n{CascadeReport.from_dict(got)}")
 
 
 def cancel(plpy: Any, stream: AnswerStream) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 from relserve.client import Client
 from relserve.postgres import backend
 from relserve.postgres.answers import Accepted, Answer, AnswerStream, Broken, Finished
-from relserve.postgres.calls import bind
+from relserve.postgres.calls import bind, notice_cascade
 from relserve.postgres.errors import DATA_EXCEPTION, QUERY_CANCELED, PgError, raise_as_sql, server_error
 from relserve.postgres.settings import CallRequest, call_request
 
@@ -93,6 +93,7 @@ def scan_poll(plpy: Any, handle: str, wait_s: float) -> list[str | None]:
             e = server_error(scan.name, event.status, event.message)
             return out + ["error", e.sqlstate, e.message, e.hint]
         elif isinstance(event, Finished):
+            notice_cascade(plpy, scan.name, event.stats)
             for stat in STAT_NAMES:
                 value = event.stats.get(stat)
                 if value is not None:

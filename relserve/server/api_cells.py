@@ -53,6 +53,7 @@ async def cells(
     tenant: Tenant = Depends(current_tenant),
     state: ServerState = Depends(get_state),
 ):
+    body = state.with_defaults(body)
     state.check_size(len(body.cells), tenant, "cells")
     state.check_priority(body.priority, tenant)
     cost = await run_in_threadpool(_cost, body, tenant)

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from relserve.cascade.policy import plan as cascade_plan
 from relserve.functions import SchedulingHints
 from relserve.planner.planned_rows import PlannedRows
 from relserve.server.batches import plan_relquery
@@ -84,6 +85,7 @@ async def submit(
     tenant: Tenant = Depends(current_tenant),
     state: ServerState = Depends(get_state),
 ):
+    body = state.with_defaults(body)
     # sizes are summed off the event loop (linear in the body); the booking is on it
     cost = await run_in_threadpool(_cost, body, tenant, state)
     job, batch = await start_job(state, tenant, cost, partial(plan_relquery, body), "relquery", body.hints())
@@ -99,18 +101,24 @@ async def submit(
 async def plan(body: RelQueryRequest, tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)):
     # EXPLAIN of the PostgreSQL foreign tables: rows, distinct prompts and cached answers, no engine.
     # Planning renders every row: it counts against the tenant's limits while it runs, as a job does
+    body = state.with_defaults(body)
     # sizes are summed off the event loop (linear in the body); the booking is on it
     reservation = state.reserve(await run_in_threadpool(_cost, body, tenant, state), tenant)
     try:
         batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant), state.namespace(tenant))
     finally:
         state.jobs.release(reservation)
-    return {
+    out = {
         "rows": batch.total,
         "engine_rows": len(batch.prompts),
         "cached_rows": batch.cached_rows,
         "failed_rows": sum(r.error is not None for r in batch.ready),
     }
+    cascade = cascade_plan(batch.call, len(batch.prompts))
+    if cascade.target is not None:
+        # whether a model cascade will answer some rows instead of the LLM (relserve/cascade/)
+        out["cascade"] = {"target": cascade.target, "applies": cascade.applies, "plan": cascade.describe()}
+    return out
 
 
 @router.get("", summary="The caller's relQueries (running, and finished in the last minutes)")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
+from relserve import validation as check
 from relserve.backend.protocol import Backend
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.server import api_cells, api_meta, api_openai, api_operators, api_relqueries, log_redaction, pages
@@ -27,20 +28,23 @@ def create_app(
     public_url: str | None = None,
     cors_origins: list[str] | tuple[str, ...] = (),
     keep_finished_s: float = 600.0,
+    cascade: float | None = None,
 ) -> FastAPI:
     """A server for ``engine`` (an ``Engine``; it is not closed when the app stops).
 
     ``tenants``: a ``Tenants``, a dict, or the path of a TOML/JSON file; None runs open
     single-tenant mode. ``cache``: True for the planner's persistent result cache, a
     ``ResultCache`` for another one, False/None for none. ``public_url``: the address clients
-    use (written into the Office add-in manifest); by default the request's own.
+    use (written into the Office add-in manifest); by default the request's own. ``cascade``:
+    the agreement target of a filter or classify call that names none (None: off; relserve/cascade/).
     """
     log_redaction.install()
     tenant_cfg = Tenants.coerce(tenants)
     jobs = JobRegistry(keep_finished_s=keep_finished_s)
     metrics = ServerMetrics(jobs, lambda: tenant_cfg.names, engine)
     store = shared_cache() if cache is True else (cache if isinstance(cache, ResultCache) else None)
-    state = ServerState(engine, tenant_cfg, jobs, metrics, store, public_url.rstrip("/") if public_url else None)
+    state = ServerState(engine, tenant_cfg, jobs, metrics, store, public_url.rstrip("/") if public_url else None,
+                        cascade=check.cascade(cascade))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -18,6 +18,9 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from relserve.backend.protocol import Backend
+from relserve.cascade import policy as cascade_policy
+from relserve.cascade.drive import merged_stats, write_proxy_answers
+from relserve.cascade.runner import Cascade
 from relserve.functions import SchedulingHints
 from relserve.planner.executor import CallExecutor
 from relserve.planner.planned_rows import PlannedRows
@@ -42,6 +45,7 @@ class Job:
     ) -> None:
         self.id = uuid.uuid4().hex[:16]
         self.batch = batch
+        self.hints = hints
         self.tenant = tenant
         self.kind = kind
         self.priority = hints.priority
@@ -68,6 +72,11 @@ class Job:
         #: fail-fast: the first row error, which fails the whole job
         self._failure: str | None = None
         self._changed = asyncio.Condition()
+        #: a model cascade (``cascade`` option, relserve/cascade/): its plan, and once it runs, itself
+        self.cascade_plan = cascade_policy.plan(batch.call, len(batch.prompts))
+        self.cascade: Cascade | None = None
+        #: executors whose answers are in the result cache already (a cascade runs two)
+        self._cache_written: list[CallExecutor] = []
 
     # ------------------------------------------------------------------ state
 
@@ -126,29 +135,85 @@ class Job:
                     self._row_failed(row.index, row.error)
             await self._notify()
             if b.prompts and self._cancel_reason is None:
-                self.handle = await run_in_threadpool(ex.submit, engine_for_tenant(engine, self.tenancy))
-                if self._cancel_reason is not None:  # cancelled while the engine was tokenizing
-                    self.handle.cancel()
-                async for er in self.handle:
-                    self._engine_row(er)
-                    await self._notify()
-                result = await self.handle
-                self.engine_stats = result.stats
+                if self.cascade_plan.applies:
+                    await self._run_cascade(engine)
+                else:
+                    self.engine_stats = await self._run_relquery(ex, engine)
             self._close(CANCELLED if self._cancel_reason else FINISHED)
         except Exception as e:  # an engine failure fails this job, never the server
             self._close(FAILED, f"{type(e).__name__}: {e}")
         finally:
-            # no thread hop when there is nothing to store: a server that is stopping must still
-            # reach the final event below
-            if ex.has_cache_writes:
-                try:
-                    await run_in_threadpool(ex.write_cache)
-                except Exception:  # a full disk must not lose the answers already streamed
-                    pass
+            await self._write_cache(self.executor)
             await self._notify()
             on_finish(self)
 
-    def _engine_row(self, er: RowResult) -> None:
+    async def _run_relquery(self, ex: CallExecutor, engine: Backend,
+                            record: Callable[[RowResult], None] | None = None) -> RelQueryStats:
+        """One engine relQuery of ``ex``'s rows, each streamed to the readers as it finishes."""
+        self.executor = ex
+        self.handle = await run_in_threadpool(ex.submit, engine_for_tenant(engine, self.tenancy))
+        if self._cancel_reason is not None:  # cancelled while the engine was tokenizing
+            self.handle.cancel()
+        async for er in self.handle:
+            for row in self._engine_row(er):
+                if record is not None:
+                    record(row)
+            await self._notify()
+        result = await self.handle
+        return result.stats
+
+    async def _run_cascade(self, engine: Backend) -> None:
+        """The cascade's steps (relserve/cascade/runner.py): the sample's relQuery, the proxy
+        (off the event loop), its rows, then the remainder's relQuery."""
+        b = self.batch
+        cascade = self.cascade = Cascade(b, self.cascade_plan, engine.model_id, seed=b.call.options.seed or 0)
+        rep = cascade.report
+
+        def part(rows: PlannedRows, rel_id: str) -> CallExecutor:
+            return CallExecutor(rows, model_id=engine.model_id, hints=self.hints, rel_id=rel_id, received=self.received)
+
+        stats = []
+        t0 = time.perf_counter()
+        first = part(cascade.sample(), self.id)
+        try:
+            stats.append(await self._run_relquery(first, engine, record=cascade.record))
+        finally:
+            await self._write_cache(first)
+            self.engine_stats = merged_stats(stats)
+        rep.sample_s = time.perf_counter() - t0
+        if self._cancel_reason is not None or self._failure is not None:
+            return
+        await run_in_threadpool(cascade.learn, lambda: self._cancel_reason is not None)
+        if self._cancel_reason is not None:
+            return
+        for row in cascade.proxy_answers():
+            self._put(row)
+        await self._notify()
+        if b.cache is not None:
+            try:
+                await run_in_threadpool(write_proxy_answers, cascade, first)
+            except Exception:  # a full disk must not lose the answers already streamed
+                pass
+        rest = cascade.remainder()
+        if rest.prompts:
+            t1 = time.perf_counter()
+            try:
+                stats.append(await self._run_relquery(part(rest, f"{self.id}-rest"), engine))
+            finally:
+                self.engine_stats = merged_stats(stats)
+            rep.remainder_s = time.perf_counter() - t1
+
+    async def _write_cache(self, ex: CallExecutor) -> None:
+        # no thread hop when there is nothing to store: a server that is stopping must still
+        # reach the final event
+        if ex.has_cache_writes and ex not in self._cache_written:
+            self._cache_written.append(ex)
+            try:
+                await run_in_threadpool(ex.write_cache)
+            except Exception:  # a full disk must not lose the answers already streamed
+                pass
+
+    def _engine_row(self, er: RowResult) -> list[RowResult]:
         self.engine_done += 1
         if er.error == "cancelled" and self._cancel_reason:
             er = replace(er, error=self._cancel_reason)
@@ -157,6 +222,7 @@ class Job:
             self._put(row)
         if rows and rows[0].error is not None:
             self._row_failed(min(r.index for r in rows), rows[0].error)
+        return rows
 
     def _row_failed(self, index: int, error: str) -> None:
         if self.fail_fast and self._failure is None:
@@ -227,6 +293,10 @@ class Job:
             )
         if self.deadline_s is not None and self.done:
             out["deadline_met"] = self.latency_s <= self.deadline_s
+        if self.cascade_plan.target is not None:
+            # EXPLAIN ANALYZE of the cascade: whether it applied, and what it did
+            out["cascade"] = (self.cascade.report.as_dict() if self.cascade is not None
+                              else {"target": self.cascade_plan.target, "skipped": self.cascade_plan.skipped})
         return out
 
     def describe(self) -> dict[str, Any]:

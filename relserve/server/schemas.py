@@ -98,9 +98,9 @@ class CallFields(Body):
     answer_field: str | None = None
     reorder_fields: bool | None = None
     examples: list[dict[str, Any]] | None = None
-    #: filter/classify: the agreement with the LLM's answers a model cascade keeps (0.95); None:
-    #: the server's default (``relserve serve --cascade``), off unless it sets one
-    cascade: float | None = Field(None, ge=check.CASCADE_MIN, le=check.CASCADE_MAX)
+    #: filter/classify: the agreement with the LLM's answers a model cascade keeps (0.95; 0: off);
+    #: None: the server's default (``relserve serve --cascade``), off unless it sets one
+    cascade: float | None = Field(None, ge=0.0, le=check.CASCADE_MAX)
     #: scheduling hints: lower priority runs sooner; deadline in seconds from submission
     priority: int = Field(0, ge=-check.PRIORITY_LIMIT, le=check.PRIORITY_LIMIT)
     deadline_s: float | None = Field(None, gt=0.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import Header, Request
 
@@ -16,8 +16,11 @@ from relserve.server.budget import Cost, check_request
 from relserve.server.errors import ApiError
 from relserve.server.jobs import Job, JobRegistry, Reservation
 from relserve.server.metrics import ServerMetrics
+from relserve.server.schemas import CallFields
 from relserve.server.tenant_engine import engine_for_tenant
 from relserve.server.tenants import Tenant, Tenants
+
+B = TypeVar("B", bound=CallFields)
 
 #: the error of rows cut short because the server stops
 STOPPING = "cancelled: the server is stopping"
@@ -37,6 +40,14 @@ class ServerState:
     #: set once the server is stopping: new work is refused, running work is cancelled
     stopping: bool = False
     loop: asyncio.AbstractEventLoop | None = None
+    #: the ``cascade`` of a call that names none (``relserve serve --cascade``; None: off)
+    cascade: float | None = None
+
+    def with_defaults(self, body: B) -> B:
+        """``body`` with the server's defaults for the options it leaves unset (a copy)."""
+        if body.cascade is None and self.cascade is not None:
+            return body.model_copy(update={"cascade": self.cascade})
+        return body
 
     def cache_for(self, tenant: Tenant) -> ResultCache | CacheView | None:
         """The result cache as ``tenant`` may see it: its own answers, or its cache group's."""

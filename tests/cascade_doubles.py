@@ -1,0 +1,120 @@
+"""Doubles for the model cascade's fast tests (not a test module): an engine that answers by a
+rule on the row's own text, with the engine's handle (sync and async readers, cancel), and an
+embedder whose features carry the same rule (or nothing)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from relserve.engine.handle import RelQueryHandle
+from relserve.engine.label_scoring import pick
+from relserve.results import RelQueryResult, RelQueryStats, RowResult
+
+#: rel_id prefixes of the label machinery's own relQueries (not a call's rows)
+_AUX = ("bootstrap-", "calibrate-", "answer-field-")
+
+
+def own_text(prompt: str) -> str:
+    """The row's text: what follows the last 'Review:' (the examples in front end before it)."""
+    return prompt.rsplit("Review:", 1)[-1]
+
+
+def good_rule(text: str) -> str:
+    return "yes" if "good" in text else "no"
+
+
+class RuleEngine:
+    """Answers each row by ``rule(own text)``; a row whose text ``fails(text)`` is an engine
+    error; ``delay`` seconds per row (a cancel stops the rest)."""
+
+    model_id = "rule-model"
+    policy = "rule"
+    uses_plugin = False
+    max_model_len = 2048
+
+    def __init__(self, rule: Callable[[str], str] = good_rule, *, delay: float = 0.0,
+                 fails: Callable[[str], bool] | None = None) -> None:
+        self.rule, self.delay, self.fails = rule, delay, fails
+        #: prompts of every relQuery of rows (not first passes or probes), in submission order
+        self.submitted: list[list[str]] = []
+        self.rel_ids: list[str] = []
+        self.cancelled: list[str] = []
+        self.started = threading.Event()
+
+    def warm_prefix(self, text: str = "", system: str | None = None) -> int:
+        return 0
+
+    def submit(self, rq) -> RelQueryHandle:
+        prompts = [str(p) for p in rq.render()]
+        if not str(rq.rel_id).startswith(_AUX):
+            self.submitted.append(prompts)
+            self.rel_ids.append(rq.rel_id)
+        stop = threading.Event()
+
+        def cancel():
+            self.cancelled.append(rq.rel_id)
+            stop.set()
+
+        handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, cancel)
+
+        def work():
+            rows = []
+            for i, p in enumerate(prompts):
+                self.started.set()
+                text = own_text(p)
+                if (self.delay and stop.wait(self.delay)) or stop.is_set():
+                    row = RowResult(i, error="cancelled", finish_reason="abort")
+                elif self.fails is not None and self.fails(text):
+                    row = RowResult(i, error="engine: row too long for the model", finish_reason="error")
+                else:
+                    answer = self.rule(text)
+                    row = RowResult(i, text=answer, prompt_tokens=len(p.split()), output_tokens=1, finish_reason="stop")
+                    if rq.score_labels:  # the rule's answer holds 90% of the labels' probability
+                        rest = 0.1 / (len(rq.choices) - 1)
+                        row.label_logprobs = {c: math.log(0.9 if c == answer else rest) for c in rq.choices}
+                        row.text = pick(row.label_logprobs, rq.label_prior)
+                rows.append(row)
+                handle._row_done(row)
+            stats = RelQueryStats(rq.rel_id, len(rows), num_errors=sum(r.error is not None for r in rows), policy=self.policy)
+            stats.latency_s = 0.0
+            handle._finish(RelQueryResult(rows, stats, cancelled=stop.is_set()))
+
+        threading.Thread(target=work, daemon=True).start()
+        return handle
+
+    def wait_started(self, timeout: float = 10.0) -> None:
+        assert self.started.wait(timeout)
+        time.sleep(0.05)
+
+
+class RuleEmbedder:
+    """Features that carry ``good_rule`` (the word 'good'), plus noise from the text's hash;
+    ``informative=False``: the noise only (a proxy learns nothing)."""
+
+    name = "rule"
+
+    def __init__(self, informative: bool = True) -> None:
+        self.informative = informative
+        #: the size of every chunk embedded
+        self.calls: list[int] = []
+
+    def embed(self, texts):
+        self.calls.append(len(texts))
+        out = []
+        for t in texts:
+            seed = int(hashlib.sha1(t.encode()).hexdigest()[:8], 16)
+            noise = np.random.default_rng(seed).normal(size=4)
+            signal = (3.0 if "good" in t else -3.0) if self.informative else 0.0
+            out.append([signal, *noise])
+        return np.array(out, dtype=np.float32)
+
+
+def reviews(n: int) -> list[str]:
+    """Rows whose every third one is 'good'."""
+    return [f"item {i} is {'good' if i % 3 == 0 else 'bad'} value" for i in range(n)]

@@ -1,0 +1,198 @@
+"""The model cascade on every surface, with a rule engine and embedder (tests/cascade_doubles.py):
+the server's jobs (rows marked, stats, its default, cancel, per-row errors, /plan), DuckDB's
+option, session default and EXPLAIN / EXPLAIN ANALYZE, polars' details and EXPLAIN ANALYZE.
+The real engine and embedding model are in test_cascade_engine.py."""
+
+from __future__ import annotations
+
+import duckdb
+import httpx
+import polars as pl
+import pytest
+from cascade_doubles import RuleEmbedder, RuleEngine, reviews
+from server_fixtures import running_server
+
+import relserve.duckdb
+import relserve.polars
+from relserve.cascade import embedding, policy
+from relserve.cascade.runner import PROXY
+from relserve.planner.cache import ResultCache
+
+N = 3200  # over policy.MIN_ROWS: 300 training + 600 audit rows, 2,300 rest rows
+TEMPLATE = "Is it worth it? Review: {review}"
+
+
+@pytest.fixture(autouse=True)
+def rule_embedder(tmp_path, monkeypatch):
+    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))
+    e = RuleEmbedder()
+    previous = embedding.use_embedder(e)
+    yield e
+    embedding.use_embedder(previous)
+
+
+def body(**more):
+    return {"template": TEMPLATE, "rows": [{"review": r} for r in reviews(N)], "function": "filter", **more}
+
+
+def run(srv, payload, timeout=120):
+    r = httpx.post(srv.url + "/v1/relqueries", json=payload, timeout=timeout)
+    assert r.status_code == 201, r.text
+    job = r.json()["id"]
+    return httpx.get(srv.url + f"/v1/relqueries/{job}/result", params={"timeout": timeout}, timeout=timeout).json()
+
+
+# -- the server ---------------------------------------------------------------------------------
+
+
+def test_server_job_marks_proxy_rows_and_reports_the_cascade(tmp_path):
+    eng = RuleEngine()
+    with running_server(eng, cache=ResultCache(tmp_path / "c.sqlite")) as srv:
+        plan = httpx.post(srv.url + "/v1/relqueries/plan", json=body(cascade=0.95), timeout=60).json()
+        out = run(srv, body(cascade=0.95))
+        again = httpx.post(srv.url + "/v1/relqueries/plan", json=body(cascade=0.95), timeout=60).json()
+    assert out["status"] == "finished"
+    rows = out["rows"]
+    assert [r["value"] for r in rows] == [i % 3 == 0 for i in range(N)]
+    proxy = [r for r in rows if r["answered_by"] == PROXY]
+    assert len(proxy) == N - 900 and all(0.5 <= r["confidence"] <= 1 for r in proxy)
+    assert all(r["answered_by"] is None and r["confidence"] is None for r in rows if r["answered_by"] != PROXY)
+    c = out["stats"]["cascade"]
+    assert (c["train"], c["audit"], c["proxy_rows"], c["llm_rows"], c["remainder_rows"]) == (300, 600, N - 900, 900, 0)
+    assert c["agreement"] == 1.0 and c["agreement_low"] < 1.0 and c["threshold"] is not None
+    # the LLM got the sample and audit as one relQuery, under the job's id, and nothing else
+    assert [len(p) for p in eng.submitted] == [900] and eng.rel_ids == [out["id"]]
+    assert plan["cascade"]["applies"] and plan["cascade"]["target"] == 0.95
+    # every answer, the proxy's too, is in the result cache under the cascade's key: nothing to run
+    assert again["engine_rows"] == 0 and again["cached_rows"] == N and not again["cascade"]["applies"]
+
+
+def test_server_default_applies_and_a_call_turns_it_off(tmp_path):
+    eng = RuleEngine()
+    with running_server(eng, cascade=0.9, cache=False) as srv:
+        on = run(srv, body())
+        off = run(srv, body(cascade=0))
+        small = httpx.post(srv.url + "/v1/relqueries/plan", json={**body(), "rows": [{"review": "good"}] * 3}, timeout=60).json()
+        bad = httpx.post(srv.url + "/v1/relqueries", json=body(cascade=0.3), timeout=60)
+    assert on["stats"]["cascade"]["target"] == 0.9 and on["stats"]["cascade"]["proxy_rows"] == N - 900
+    assert "cascade" not in off["stats"] and all(r["answered_by"] is None for r in off["rows"])
+    assert [len(p) for p in eng.submitted] == [900, N]
+    assert not small["cascade"]["applies"] and "where a proxy pays" in small["cascade"]["plan"]
+    assert bad.status_code == 400 and "cascade must be an agreement target" in bad.text
+
+
+def test_server_falls_back_to_the_llm_for_every_row_when_the_proxy_is_poor(tmp_path):
+    embedding.use_embedder(RuleEmbedder(informative=False))
+    eng = RuleEngine()
+    with running_server(eng, cache=False) as srv:
+        out = run(srv, body(cascade=0.95))
+    c = out["stats"]["cascade"]
+    assert c["threshold"] is None and c["proxy_rows"] == 0 and "no threshold" in c["fallback"]
+    assert [len(p) for p in eng.submitted] == [900, N - 900] and eng.rel_ids[1] == out["id"] + "-rest"
+    assert [r["value"] for r in out["rows"]] == [i % 3 == 0 for i in range(N)]
+
+
+def test_server_cancel_during_the_remainder_keeps_the_answered_rows(tmp_path):
+    embedding.use_embedder(RuleEmbedder(informative=False))  # every rest row goes to the LLM
+    eng = RuleEngine(delay=0.002)
+    with running_server(eng, cache=False) as srv:
+        r = httpx.post(srv.url + "/v1/relqueries", json=body(cascade=0.95), timeout=60)
+        job = r.json()["id"]
+        while len(eng.submitted) < 2:  # the remainder's relQuery started
+            import time
+
+            time.sleep(0.02)
+        httpx.delete(srv.url + f"/v1/relqueries/{job}", timeout=60)
+        out = httpx.get(srv.url + f"/v1/relqueries/{job}/result", timeout=60).json()
+    assert out["status"] == "cancelled" and eng.cancelled == [job + "-rest"]
+    rows = out["rows"]
+    answered = [r for r in rows if r["error"] is None]
+    cancelled = [r for r in rows if r["error"] == "cancelled by the client"]
+    assert len(answered) + len(cancelled) == N and len(answered) >= 900 and cancelled
+    assert all(r["value"] == (r["index"] % 3 == 0) for r in answered)
+
+
+def test_server_cancel_during_the_sample_runs_no_proxy(tmp_path):
+    eng = RuleEngine(delay=0.01)
+    with running_server(eng, cache=False) as srv:
+        job = httpx.post(srv.url + "/v1/relqueries", json=body(cascade=0.95), timeout=60).json()["id"]
+        eng.wait_started()
+        httpx.delete(srv.url + f"/v1/relqueries/{job}", timeout=60)
+        out = httpx.get(srv.url + f"/v1/relqueries/{job}/result", timeout=60).json()
+    assert out["status"] == "cancelled" and len(eng.submitted) == 1
+    assert out["stats"]["cascade"]["proxy_rows"] == 0
+    assert all(r["answered_by"] is None for r in out["rows"])
+
+
+def test_server_per_row_errors_and_raise(tmp_path):
+    eng = RuleEngine(fails=lambda text: text.startswith(" item 7 "))
+    with running_server(eng, cache=False) as srv:
+        out = run(srv, body(cascade=0.95))
+        raised = run(srv, body(cascade=0.95, on_error="raise"))
+    row7 = out["rows"][7]
+    assert out["status"] == "finished"
+    assert (row7["answered_by"] == PROXY and row7["error"] is None) or "too long" in row7["error"]
+    assert sum(r["error"] is not None for r in out["rows"]) <= 1
+    if out["rows"][7]["answered_by"] != PROXY:
+        assert raised["status"] == "failed" and "row 7" in raised["error"]
+
+
+# -- DuckDB -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def con():
+    c = duckdb.connect()
+    c.execute("CREATE TABLE reviews AS SELECT unnest($1) AS review", [reviews(N)])
+    return c
+
+
+def test_duckdb_option_explain_and_explain_analyze(con):
+    eng = RuleEngine()
+    relserve.duckdb.install(con, engine=eng)
+    q = f"SELECT llm_filter('{TEMPLATE}', review, llm_options(cascade := 0.95)) AS ok FROM reviews"
+    planned = str(relserve.duckdb.explain(con, q))
+    assert "cascade               target 0.95: the LLM answers 300 training + 600 audit rows first" in planned
+    assert eng.submitted == []
+    ran = relserve.duckdb.explain(con, q, analyze=True)
+    text = str(ran)
+    assert "proxy rows" in text and f"{N - 900:,}" in text and "estimated agreement" in text and "threshold" in text
+    got = ran.sites[0].analyzed[0]
+    assert got.cascade.proxy_rows == N - 900 and got.llm_rows == 900 and got.rows == N
+    assert [len(p) for p in eng.submitted] == [900]
+
+
+def test_duckdb_session_default_and_off_per_call(con):
+    eng = RuleEngine()
+    relserve.duckdb.install(con, engine=eng, cascade=0.9)
+    rows = relserve.duckdb.sql(con, f"SELECT llm_filter('{TEMPLATE}', review) FROM reviews").fetchall()
+    assert [r[0] for r in rows] == [i % 3 == 0 for i in range(N)] and [len(p) for p in eng.submitted] == [900]
+    off = relserve.duckdb.explain(con, f"SELECT llm_filter('{TEMPLATE} ', review, llm_options(cascade := 0)) FROM reviews",
+                                  analyze=True)
+    assert off.sites[0].analyzed[0].cascade is None and [len(p) for p in eng.submitted] == [900, N]
+
+
+# -- polars -------------------------------------------------------------------------------------
+
+
+def test_polars_details_mark_proxy_rows_and_explain_analyze():
+    eng = RuleEngine()
+    lf = pl.LazyFrame({"review": reviews(N)}).with_columns(
+        ok=pl.col("review").llm.filter(TEMPLATE, cascade=0.95, engine=eng))
+    found = relserve.polars.explain(lf, analyze=True)
+    assert len(found) == 1 and found[0].cascade.proxy_rows == N - 900 and "estimated agreement" in str(found[0])
+    d = relserve.polars.details()
+    last = d.filter(pl.col("call") == d["call"].max())
+    assert last.height == N
+    assert last.filter(pl.col("answered_by") == PROXY).height == N - 900
+    assert last.filter(pl.col("answered_by") == "llm").height == 900
+    assert last.filter(pl.col("answered_by") == PROXY)["confidence"].min() >= 0.5
+    assert policy.plan  # the module is the one EXPLAIN names
+
+
+def test_duckdb_decimal_literals_are_numbers_in_llm_options(con):
+    # `0.95` is a DECIMAL in SQL: every numeric option takes it (top_p and temperature did not)
+    eng = RuleEngine()
+    relserve.duckdb.install(con, engine=eng)
+    got = con.sql(f"SELECT llm_filter('{TEMPLATE}', 'a good one', llm_options(top_p := 0.5, cascade := 0.95))").fetchall()
+    assert got == [(True,)]
