@@ -85,16 +85,13 @@ def errors() -> pl.DataFrame:
     within the call's input, and the error."""
     with _lock:
         items = list(_failures)
-    return pl.DataFrame(
-        {
-            "call": [f.call for f in items],
-            "function": [f.function for f in items],
-            "template": [f.template for f in items],
-            "row": [f.row for f in items],
-            "error": [f.error for f in items],
-        },
-        schema={"call": pl.Int64, "function": pl.String, "template": pl.String, "row": pl.Int64, "error": pl.String},
-    )
+    return _frame(items, {"call": pl.Int64, "function": pl.String, "template": pl.String, "row": pl.Int64,
+                          "error": pl.String})
+
+
+def _frame(items: list, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """Records (dataclasses with these fields) as a frame of ``schema``'s columns."""
+    return pl.DataFrame({name: [getattr(x, name) for x in items] for name in schema}, schema=schema)
 
 
 @dataclass(frozen=True)
@@ -117,18 +114,8 @@ def details() -> pl.DataFrame:
     'proxy' or 'cache') and the proxy's ``confidence`` (its probability of the answer it gave)."""
     with _lock:
         items = list(_details)
-    return pl.DataFrame(
-        {
-            "call": [d.call for d in items],
-            "function": [d.function for d in items],
-            "template": [d.template for d in items],
-            "row": [d.row for d in items],
-            "answered_by": [d.answered_by for d in items],
-            "confidence": [d.confidence for d in items],
-        },
-        schema={"call": pl.Int64, "function": pl.String, "template": pl.String, "row": pl.Int64,
-                "answered_by": pl.String, "confidence": pl.Float64},
-    )
+    return _frame(items, {"call": pl.Int64, "function": pl.String, "template": pl.String, "row": pl.Int64,
+                          "answered_by": pl.String, "confidence": pl.Float64})
 
 
 class _ExplainRecorder:
