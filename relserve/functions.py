@@ -43,7 +43,7 @@ from relserve.validation import OnError
 #: "bootstrap" "batch" behind examples the model labelled itself: a first pass over a sample of
 #:             the relQuery's rows, the surest rows of each label shown in front of every row
 #:             (relserve/planner/label_bootstrap.py).
-LABEL_METHODS = ("generate", "score", "calibrate", "batch", "bootstrap")
+LABEL_METHODS = ("generate", "score", "calibrate", "batch", "bootstrap", "adaptive")
 #: the method of a call that names none; the environment variable is for the benchmark (it
 #: measures the default against another end to end, docs/benchmarks.md), not for users
 DEFAULT_LABEL_METHOD = os.environ.get("RELSERVE_LABEL_METHOD", "bootstrap")

@@ -142,7 +142,7 @@ def test_a_small_four_label_relquery_is_corrected_by_its_own_means_without_probe
 
 
 def test_method_and_prompt_shape_options_are_checked():
-    with pytest.raises(ConfigError, match="method must be one of generate, score, calibrate, batch, bootstrap, got 'vote'"):
+    with pytest.raises(ConfigError, match="method must be one of generate, score, calibrate, batch, bootstrap, adaptive, got 'vote'"):
         CallOptions(method="vote")
     with pytest.raises(ConfigError, match="prompt_shape must be one of chat, chat_answer, completion, question_first, got 'json'"):
         CallOptions(prompt_shape="json")

@@ -96,7 +96,7 @@ def test_pick_breaks_a_calibrated_tie_by_the_models_own_preference():
 
 
 def test_method_option_is_checked_and_defaults_to_bootstrap():
-    with pytest.raises(ConfigError, match="method must be one of generate, score, calibrate, batch, bootstrap, got 'vote'"):
+    with pytest.raises(ConfigError, match="method must be one of generate, score, calibrate, batch, bootstrap, adaptive, got 'vote'"):
         CallOptions(method="vote")
     assert make_call("llm_filter", "Is {r} good?").label_method == "bootstrap"
     assert make_call("llm_classify", "{r}", labels=["a", "b"], method="score").label_method == "score"

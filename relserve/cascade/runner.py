@@ -48,7 +48,7 @@ def split(n: int, train: int, audit: int, seed: int) -> Split:
 def subset(rows: PlannedRows, prompts: list[int]) -> PlannedRows:
     """The same call over some of ``rows``' prompts (nothing ready: those rows were settled)."""
     return PlannedRows(rows.call, rows.total, rows.cache, [], [rows.prompts[p] for p in prompts],
-                       [rows.targets[p] for p in prompts])
+                       [rows.targets[p] for p in prompts], [rows.values[p] for p in prompts] if rows.values else [])
 
 
 @dataclass

@@ -22,6 +22,7 @@ from relserve.planner.label_bootstrap import examples_for, method_and_pool
 from relserve.planner.label_calibration import MIN_BATCH_ROWS, method_of
 from relserve.planner.label_history import means_key, pooled_picks
 from relserve.planner.label_prior import label_options, prior_from, submit_probes
+from relserve.planner.labels.adaptive import AdaptiveRun
 from relserve.planner.planned_rows import PlannedRows
 from relserve.progress import progress_bar
 from relserve.relquery import RelQuery
@@ -70,6 +71,8 @@ class CallExecutor:
         self._answered: list[RowResult] = []
         #: the engine's row index -> the relQuery's prompt index (None: the same)
         self._engine_index: list[int] | None = None
+        #: the adaptive method's run of this relQuery (relserve/planner/labels/adaptive.py)
+        self.adaptive: AdaptiveRun | None = None
 
     def submit(self, engine: Backend) -> RelQueryHandle:
         """Send the prompts as one relQuery; returns the engine's handle. Blocks (tokenizing, the
@@ -86,6 +89,13 @@ class CallExecutor:
         if len(self.rows.prompts) < MIN_BATCH_ROWS:
             # too few rows for a mean of their own: the call's earlier relQueries may have enough
             self.label_method, _ = method_and_pool(call, engine, self.model_id, len(self.rows.prompts))
+        if self.label_method == "adaptive":
+            self.adaptive = AdaptiveRun(call, engine, self.model_id, self.rows.values, self.rel_id, call.engine_options())
+            prompts = self.adaptive.prompts()
+            options = {**self.adaptive.scoring_options(), "on_error": "null", "priority": self.hints.priority}
+            rq = RelQuery.from_prompts(prompts, **options, rel_id=self.rel_id, deadline_s=self._deadline_left())
+            self.handle = engine.submit(rq)
+            return self.handle
         # filter/classify choose labels by scores and the calibrated prior, when asked
         scoring = label_options(call, self.model_id, self.label_method)
         probes = None
@@ -139,7 +149,7 @@ class CallExecutor:
         (relserve/planner/label_calibration.py, label_history.py)."""
         if self._engine_index is not None:
             row = replace(row, index=self._engine_index[row.index])
-        if self.label_method not in BATCH_METHODS:
+        if self.label_method not in BATCH_METHODS and self.label_method != "adaptive":
             if self._prior is not None and row.error is None and row.label_logprobs is not None:
                 row = replace(row, text=pick(row.label_logprobs, self._prior))
             return self._answer_one(row)
@@ -163,6 +173,8 @@ class CallExecutor:
         out = [o for r in answered for o in self._answer_one(r)]
         if not held:
             return out
+        if self.adaptive is not None:
+            return out + [o for r in self.adaptive.decide(held) for o in self._answer_one(r)]
         picks = pooled_picks(self._means_key, [r.label_logprobs for r in held])
         return out + [o for r, text in zip(held, picks) for o in self._answer_one(replace(r, text=text))]
 

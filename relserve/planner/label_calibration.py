@@ -59,6 +59,13 @@ def method_ran(
     call whose earlier small relQueries, run with no examples, pooled ``MIN_BATCH_ROWS`` rows
     (``pooled_plain``); ``bootstrap`` also runs as ``batch`` when the call has the user's own
     ``examples`` (relserve/planner/label_bootstrap.py)."""
+    if method == "adaptive":
+        # layouts are for two labels; with more, or with the user's own examples, the
+        # bootstrapped examples and batch means decide as before
+        if labels != 2 or examples:
+            method = "bootstrap"
+        else:
+            return method
     if method in BATCH_METHODS and rows < MIN_BATCH_ROWS and pooled < MIN_BATCH_ROWS:
         if rows >= min_batch_rows(labels) or pooled_plain >= MIN_BATCH_ROWS:
             return "batch"

@@ -31,6 +31,9 @@ class PlannedRows:
     prompts: list[str] = field(default_factory=list)
     #: per engine prompt, the request rows that get its answer
     targets: list[list[int]] = field(default_factory=list)
+    #: per engine prompt, its row's placeholder values (aligned with the call's template columns):
+    #: a label method lays a row out in layouts of its own (relserve/planner/labels/layouts.py)
+    values: list[tuple] = field(default_factory=list)
 
     @classmethod
     def of(cls, plan: CallPlan, cache: ResultCache | CacheView | None = None) -> PlannedRows:
@@ -51,9 +54,11 @@ class PlannedRows:
         for i, message in plan.row_errors.items():
             self.fail(out_rows[i], message)
         rows_of: dict[int, list[int]] = {}
+        values_of: dict[int, tuple] = {}
         for i, p in enumerate(plan.row_to_prompt):
             if p >= 0:
                 rows_of.setdefault(p, []).append(out_rows[i])
+                values_of.setdefault(p, plan.distinct.values[plan.distinct.row_to_distinct[i]])
         for p, text in plan.cached.items():
             value, error = plan.call.answer(text)
             for row in rows_of[p]:
@@ -61,3 +66,4 @@ class PlannedRows:
         for p in plan.run_order:
             self.prompts.append(plan.prompts[p])
             self.targets.append(rows_of[p])
+            self.values.append(values_of[p])

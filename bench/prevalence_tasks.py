@@ -1,0 +1,126 @@
+"""Filters at natural prevalence (issue 43): labelled tasks where 5-25% of the rows are true, as
+the filters users write select, built from the tables in ../shared/datasets.
+
+Two groups, kept apart: the TUNING tasks chose the defaults of relserve's label decision and its
+request shapes; the CHECK tasks were never looked at while choosing and check them.
+
+TUNING
+  rt_positive_15   rotten_tomatoes reviews, 15% fresh: "Is this movie review positive?"
+  beer_stout_10    beer_reviews review text, 10% stout/porter: "Is this beer a stout?"
+  am_automotive_10 amazon product names, 10% Automotive: "Is this product an automotive product?"
+  am_unhappy_10    amazon reviews, 10% rated 1-2 (others 4-5): "Is the customer unhappy?"
+CHECK
+  am_satisfied_15  amazon reviews, 15% rated 4-5 (others 1-2): "Is the reviewer satisfied?"
+  rt_horror        rotten_tomatoes movies (one row per movie), Horror in genres (11%)
+  am_health_10     amazon product names, 10% Health & Household: "Is this product a health product?"
+  beer_wheat_8     beer_reviews review text, 8% wheat beers: "Is this a wheat beer?"
+  am_negative_20   amazon reviews, 20% rated 1-2: "Is this review negative?"
+
+Every task is a seeded sample, so runs compare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SEED = 43
+
+
+@dataclass(frozen=True)
+class PrevalenceTask:
+    name: str
+    group: str
+    #: the llm_filter template, as a user writes it
+    template: str
+    #: per row, the template's placeholder values in the order of ``Template.columns``
+    values: list[tuple]
+    truth: list[bool]
+    #: the word the question names ("about sports" -> "sports"), for the experiments
+    concept: str
+
+    @property
+    def prevalence(self) -> float:
+        return sum(self.truth) / len(self.truth)
+
+
+def _sample(df, is_true, rows: int, share: float, seed: int = SEED):
+    """``rows`` rows of ``df``, ``share`` of them where ``is_true`` (a polars expression), shuffled."""
+    import polars as pl
+
+    n_true = max(1, round(rows * share))
+    pos = df.filter(is_true).sample(n_true, seed=seed, shuffle=True)
+    neg = df.filter(~is_true).sample(rows - n_true, seed=seed, shuffle=True)
+    both = pl.concat([pos.with_columns(pl.lit(True).alias("_truth")), neg.with_columns(pl.lit(False).alias("_truth"))])
+    return both.sample(fraction=1.0, seed=seed, shuffle=True)
+
+
+def _task(name, group, template, df, columns, concept) -> PrevalenceTask:
+    return PrevalenceTask(name, group, template, [tuple(r[c] for c in columns) for r in df.iter_rows(named=True)],
+                          df["_truth"].to_list(), concept)
+
+
+def prevalence_tasks(rows: int = 200) -> list[PrevalenceTask]:
+    import polars as pl
+
+    from relserve.workloads import load_table
+
+    rt = load_table("rotten_tomatoes").filter(pl.col("review_content").str.len_chars() > 20)
+    beer = load_table("beer_reviews").filter(pl.col("review_text").str.len_chars() > 20)
+    beer = beer.with_columns(pl.col("style").str.to_lowercase().alias("_style"))
+    am = load_table("amazon_reviews").filter(pl.col("text").str.len_chars() > 0)
+    am_sent = am.filter(pl.col("rating") != 3)
+    products = am.unique("name", keep="first", maintain_order=True)
+    top = pl.col("category").str.split(",").list.first()
+    movies = (load_table("rotten_tomatoes").unique("movie_id", keep="first", maintain_order=True)
+              .filter(pl.col("movie_info").str.len_chars() > 20, pl.col("genres").is_not_null()))
+    stout = pl.col("_style").str.contains("stout|porter")
+    wheat = pl.col("_style").str.contains("wheat|weiss|witbier|weizen")
+
+    out = [
+        _task("rt_positive_15", "tuning", "Is this movie review positive? Review: {review}",
+              _sample(rt, pl.col("review_type") == "fresh", rows, 0.15), ["review_content"], "positive"),
+        _task("beer_stout_10", "tuning", "Is this beer a stout? Review: {review}",
+              _sample(beer, stout, rows, 0.10), ["review_text"], "stout"),
+        _task("am_automotive_10", "tuning", "Is this product an automotive product? Product: {name}",
+              _sample(products, top == "Automotive", rows, 0.10), ["name"], "automotive"),
+        _task("am_unhappy_10", "tuning", "Is the customer unhappy? Review: {text}",
+              _sample(am_sent, pl.col("rating") <= 2, rows, 0.10), ["text"], "unhappy"),
+        _task("am_satisfied_15", "check", "Is the reviewer satisfied? Title: {title}. Review: {text}",
+              _sample(am_sent, pl.col("rating") >= 4, rows, 0.15), ["title", "text"], "satisfied"),
+        _task("am_health_10", "check", "Is this product a health product? Product: {name}",
+              _sample(products, top == "Health & Household", rows, 0.10), ["name"], "health"),
+        _task("beer_wheat_8", "check", "Is this a wheat beer? Review: {review}",
+              _sample(beer, wheat, rows, 0.08), ["review_text"], "wheat"),
+        _task("am_negative_20", "check", "Is this review negative? {title}. {text}",
+              _sample(am_sent, pl.col("rating") <= 2, rows, 0.20), ["title", "text"], "negative"),
+    ]
+    horror = movies.with_columns(pl.col("genres").str.contains("Horror").alias("_truth")).head(rows)
+    out.append(_task("rt_horror", "check", "Is this movie a horror film? Synopsis: {synopsis}", horror,
+                     ["movie_info"], "horror"))
+    return out
+
+
+def balanced_filter_tasks(rows: int = 200) -> list[PrevalenceTask]:
+    """The balanced filters of bench/bench_quality.py (rt_filter tuning; am_filter, am_negative and
+    the demo check-only), as ``PrevalenceTask`` for the experiments beside the rare ones."""
+    from pathlib import Path
+
+    import polars as pl
+
+    from relserve.workloads import load_table
+
+    rt = load_table("rotten_tomatoes").filter(pl.col("review_content").str.len_chars() > 0)
+    am = load_table("amazon_reviews").filter(pl.col("text").str.len_chars() > 0)
+    am_sent = am.filter(pl.col("rating") != 3)
+    demo = pl.read_csv(Path(__file__).resolve().parent.parent / "datasets" / "demo_reviews.csv")
+    demo = demo.with_columns((pl.col("happy") == "yes").alias("_truth"))
+    return [
+        _task("rt_filter_50", "tuning", "Is this movie review positive? Review: {review}",
+              _sample(rt, pl.col("review_type") == "fresh", rows, 0.5), ["review_content"], "positive"),
+        _task("am_filter_50", "check", "Is the reviewer satisfied with the product? Title: {title}. Review: {text}",
+              _sample(am_sent, pl.col("rating") >= 4, rows, 0.5), ["title", "text"], "satisfied"),
+        _task("am_negative_50", "check", "Is this product review negative? Review: {text}",
+              _sample(am_sent, pl.col("rating") <= 2, rows, 0.5), ["text"], "negative"),
+        _task("demo", "check", "Is this customer happy with their {product}? Review: {review}", demo,
+              ["product", "review"], "happy"),
+    ]

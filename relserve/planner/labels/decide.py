@@ -1,0 +1,77 @@
+"""Deciding a 2-label call's rows from their margins, without assuming the labels come about
+equally often (issue 43).
+
+A row's margin is its first label's score minus its second's (a filter: "yes" over "no", or the
+concept over its contrast). The margins of a relQuery - pooled with its call's earlier ones - are
+read as two crowds (relserve/planner/labels/mixture.py); where the crowds stand clearly apart the
+upper crowd's share is the estimated prior of the first label and each row's posterior of
+belonging to it is its confidence: a row is "yes" when that posterior is above one half. This
+gives exactly the true set when the model separates the rows, at 2% as at 50%.
+
+Where the margins do not form two crowds, the model cannot tell the rows apart well, and no
+share can be read from them: the rows are decided by their margin against the column's middle
+shifted towards the rarer side by ``WEAK_SHARE`` (the answers are then close to guesses; the
+report says so and the surfaces warn).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from relserve.planner.labels.mixture import Mixture, fit_mixture
+
+#: the two crowds are read as the labels only when they stand this far apart (the AUC they would
+#: give) and explain the margins this much better than one crowd (nats per row)
+MIN_SEPARATION = 0.85
+MIN_GAIN = 0.05
+#: at least this many margins to read crowds from
+MIN_ROWS = 16
+#: where the margins form one crowd: the share of rows answered with the first label
+WEAK_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How a relQuery's rows were decided, for EXPLAIN ANALYZE and the warning."""
+
+    #: "two crowds" (the mixture decided), "one crowd" (the model does not separate the rows)
+    rule: str
+    #: the estimated share of rows with the first label (the prior the rows were decided with)
+    prior: float
+    #: the AUC the two crowds would give (0.5: one crowd)
+    separation: float
+    #: margins the reading was made from (this relQuery's and its call's earlier ones)
+    rows: int
+
+    @property
+    def separates(self) -> bool:
+        return self.rule == "two crowds"
+
+
+def read(margins: Sequence[float]) -> tuple[Reading, Mixture | None]:
+    """How to decide rows of these margins (``margins``: this relQuery's and pooled ones)."""
+    xs = [m for m in margins if math.isfinite(m)]
+    if len(xs) < MIN_ROWS or max(xs) - min(xs) <= 1e-9:
+        return Reading("one crowd", WEAK_SHARE, 0.5, len(xs)), None
+    mix = fit_mixture(xs)
+    if mix.separation >= MIN_SEPARATION and mix.gain >= MIN_GAIN:
+        return Reading("two crowds", mix.weight, mix.separation, len(xs)), mix
+    return Reading("one crowd", WEAK_SHARE, mix.separation, len(xs)), None
+
+
+def posteriors(margins: Sequence[float], reading: Reading, mixture: Mixture | None,
+               reference: Sequence[float]) -> list[float]:
+    """Each row's probability of the first label: the mixture's posterior where two crowds were
+    read; otherwise a logistic of the margin around the ``reference`` margins' quantile that
+    leaves ``WEAK_SHARE`` of them above."""
+    if mixture is not None:
+        return [mixture.posterior(m) if math.isfinite(m) else 0.5 for m in margins]
+    ref = sorted(m for m in reference if math.isfinite(m))
+    if not ref:
+        return [0.5 for _ in margins]
+    k = min(len(ref) - 1, max(0, int(round((1 - reading.prior) * len(ref))) - 1))
+    centre = ref[k] if len(ref) > 1 else ref[0]
+    spread = (ref[-1] - ref[0]) / 4 or 1.0
+    return [1 / (1 + math.exp(-(m - centre) / spread)) if math.isfinite(m) else 0.5 for m in margins]

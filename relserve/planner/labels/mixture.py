@@ -1,0 +1,121 @@
+"""Two crowds in one column of scores: a two-component Gaussian mixture fitted to a relQuery's
+label margins, without labels (issue 43).
+
+A filter's rows give one number each (the margin of "yes" over "no", or of the concept over its
+contrast). If the model separates the rows, the numbers form two crowds, and the mixture's
+weight of the upper crowd estimates how many rows are "yes" - the label prior the answers are
+decided with, instead of assuming the labels come about equally often (which is what
+subtracting each label's mean does: on a column with 10% "yes" it answered "yes" for 44-52% of
+the rows). EM for mixture proportions is Saerens, Latinne & Decaestecker (2002) in its simplest
+form; here the components are fitted too, so that a model whose scores are not calibrated
+probabilities is read by where its own crowds lie.
+
+Both crowds share one spread: with a spread each, a broad crowd wins both tails of a narrow
+one, so that a row far below every "no" would be read as "yes" (seen on cleanly separated
+scores whose crowds are not normal); with one spread the posterior rises with the margin, and a
+row is "yes" exactly above one threshold. Several starts (the upper crowd seeded at different
+quantiles and at the widest gap between sorted margins), the best likelihood kept; the spread
+has a floor (a share of the column's).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: quantiles at which the upper crowd is seeded (rare "yes" to common "yes")
+SEEDS = (0.5, 0.7, 0.85, 0.95)
+#: a component's standard deviation is at least this share of the column's
+MIN_SPREAD = 0.05
+MAX_ITER = 300
+
+
+@dataclass(frozen=True)
+class Mixture:
+    """Two normal crowds: ``low`` and ``high`` (mean, sd), ``weight`` the share in ``high``."""
+
+    weight: float
+    low_mean: float
+    low_sd: float
+    high_mean: float
+    high_sd: float
+    #: mean log-likelihood per point, and the same for one normal over the column (for the gain)
+    loglik: float
+    loglik_one: float
+
+    def posterior(self, x: float) -> float:
+        """The probability that ``x`` belongs to the upper crowd."""
+        a = math.log(self.weight) + _log_normal(x, self.high_mean, self.high_sd)
+        b = math.log1p(-self.weight) + _log_normal(x, self.low_mean, self.low_sd)
+        m = max(a, b)
+        return math.exp(a - m) / (math.exp(a - m) + math.exp(b - m))
+
+    @property
+    def separation(self) -> float:
+        """The area under the ROC curve the two crowds would give if they were the two labels:
+        P(a draw of the upper crowd > a draw of the lower), 0.5 for one crowd."""
+        d = (self.high_mean - self.low_mean) / math.sqrt(self.low_sd**2 + self.high_sd**2)
+        return 0.5 * (1 + math.erf(d / math.sqrt(2)))
+
+    @property
+    def gain(self) -> float:
+        """How much better two crowds explain the column than one (nats per point)."""
+        return self.loglik - self.loglik_one
+
+
+def _log_normal(x: float, mean: float, sd: float) -> float:
+    return -0.5 * math.log(2 * math.pi * sd * sd) - (x - mean) ** 2 / (2 * sd * sd)
+
+
+def fit_mixture(xs: Sequence[float]) -> Mixture:
+    """The two-crowd mixture of ``xs`` with the best likelihood over ``SEEDS`` starts (at least
+    two values, not all equal)."""
+    n = len(xs)
+    if n < 2:
+        raise ValueError("a mixture needs at least two values")
+    mean = sum(xs) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / n)
+    if sd == 0:
+        raise ValueError("all values are equal")
+    floor = MIN_SPREAD * sd
+    one = sum(_log_normal(x, mean, sd) for x in xs) / n
+    ordered = sorted(xs)
+    gap = max(range(1, n), key=lambda i: ordered[i] - ordered[i - 1])
+    cuts = [ordered[min(n - 1, int(q * n))] for q in SEEDS] + [ordered[gap]]
+    best: Mixture | None = None
+    for cut in cuts:
+        r = [1.0 if x >= cut else 0.0 for x in xs]
+        if all(r) or not any(r):
+            continue
+        fit = _em(xs, r, floor, one)
+        if best is None or fit.loglik > best.loglik + 1e-12:
+            best = fit
+    if best is None:  # every seed put every value on one side: two values only
+        best = _em(xs, [1.0 if x > mean else 0.0 for x in xs], floor, one)
+    return best
+
+
+def _em(xs: Sequence[float], r: list[float], floor: float, one: float) -> Mixture:
+    n = len(xs)
+    ll_old = -math.inf
+    for _ in range(MAX_ITER):
+        w = min(max(sum(r) / n, 1 / n), 1 - 1 / n)
+        s1 = max(sum(r), 1e-12)
+        s0 = max(n - sum(r), 1e-12)
+        m1 = sum(ri * x for ri, x in zip(r, xs)) / s1
+        m0 = sum((1 - ri) * x for ri, x in zip(r, xs)) / s0
+        sd1 = sd0 = max(math.sqrt(sum(ri * (x - m1) ** 2 + (1 - ri) * (x - m0) ** 2 for ri, x in zip(r, xs)) / n), floor)
+        ll = 0.0
+        for i, x in enumerate(xs):
+            a = math.log(w) + _log_normal(x, m1, sd1)
+            b = math.log1p(-w) + _log_normal(x, m0, sd0)
+            m = max(a, b)
+            ll += m + math.log(math.exp(a - m) + math.exp(b - m))
+            r[i] = math.exp(a - m) / (math.exp(a - m) + math.exp(b - m))
+        if ll - ll_old < 1e-10 * n:
+            break
+        ll_old = ll
+    if m1 < m0:  # the upper crowd is the one with the larger mean
+        w, m0, m1, sd0, sd1 = 1 - w, m1, m0, sd1, sd0
+    return Mixture(w, m0, sd0, m1, sd1, ll / n, one)

@@ -1,0 +1,209 @@
+"""The adaptive label method's pure logic (relserve/planner/labels/): the concept read from a
+question, the candidate layouts, the two-crowd reading of margins, and whole calls over a
+scripted engine whose scores separate the rows cleanly at 2%, 10%, 25% and 50% prevalence (a
+strong model behind relserve must get every row right). The real engine runs in
+tests/test_labels_engine.py."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from engine_doubles import ScriptedEngine
+
+from relserve.functions import make_call
+from relserve.planner.labels import adaptive
+from relserve.planner.labels.adaptive import AdaptiveRun, mutual_information
+from relserve.planner.labels.concept import Concept, concept_of, question_of
+from relserve.planner.labels.decide import read
+from relserve.planner.labels.layouts import Layout, LayoutRenderer, layouts_for
+from relserve.planner.labels.mixture import fit_mixture
+from relserve.planner.plan_and_run import run_call
+from relserve.results import RowResult
+from relserve.template import Template
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memory():
+    adaptive.forget()
+    yield
+    adaptive.forget()
+
+
+@pytest.mark.parametrize(("template", "word", "contrast"), [
+    ("Is this news article about sports? {title}. {description}", "sports", "other"),
+    ("Is this SMS message spam? {text}", "spam", "other"),
+    ("Is this movie review positive? Review: {text}", "positive", "negative"),
+    ("Is the reviewer satisfied? Title: {title}. Review: {text}", "satisfied", "dissatisfied"),
+    ("Is this product an automotive product? Product: {name}", "automotive", "other"),
+    ("Is this a wheat beer? Review: {review}", "wheat", "other"),
+    ("Is this movie a horror film? Synopsis: {s}", "horror", "other"),
+    ("Is this customer happy with their {product}? Review: {review}", "happy", "unhappy"),
+    ("Review: {r}\nIs the review above about science fiction films?", "science fiction", "other"),
+    ("Is {name} a good product?", "good", "bad"),
+    ("Does this review mention a defect? {review}", "defect", "other"),
+])
+def test_the_concept_is_the_word_the_question_asks_about(template, word, contrast):
+    assert concept_of(Template.parse(template)) == Concept(word, contrast)
+
+
+@pytest.mark.parametrize("template", [
+    "Is the headline \"{title}\" about {name}?",  # the concept changes per row
+    "Summarize: {review}",  # no question
+    "Review: {r}. Keep it?",  # no content word
+    "Which one is it? {x}",  # not a yes/no question
+])
+def test_no_concept_where_the_question_names_none(template):
+    assert concept_of(Template.parse(template)) is None
+
+
+def test_the_question_is_its_own_sentence():
+    assert question_of(Template.parse("Review: {r}\nIs the review above about sports? Answer well.")) == \
+        "Is the review above about sports?"
+
+
+def test_a_filter_gets_the_question_and_four_row_alone_layouts_a_classify_its_own_labels():
+    f = layouts_for(make_call("llm_filter", "Is this news article about sports? {title}"))
+    assert [x.name for x in f] == ["question, Answer: yes/no", "row, Sentiment: sports/other", "row, Topic: sports/other",
+                                   "row, Category: sports/other", "row, Answer: sports/other"]
+    c = layouts_for(make_call("llm_classify", "Tone of {review}?", labels=["warm", "cold"]))
+    assert [x.labels for x in c] == [("warm", "cold")] * 5
+    # no concept: the question alone
+    assert layouts_for(make_call("llm_filter", "Keep {x}?")) == [Layout(True, "Answer", ("yes", "no"))]
+
+
+def test_a_row_alone_is_its_values_and_the_question_layout_keeps_the_question():
+    call = make_call("llm_filter", "Is this product an automotive product? Product: {name}")
+    render = LayoutRenderer(call)
+    q, alone = layouts_for(call)[0], layouts_for(call)[2]
+    # a short value stays in the question; alone it is shown under its field name
+    assert render(q, ("Tire gauge",)) == "Is this product an automotive product? Product: Tire gauge"
+    assert render(alone, ("Tire gauge",)) == "Product: Tire gauge"
+
+
+def test_mutual_information_is_zero_for_one_answer_and_grows_with_sure_varied_answers():
+    assert mutual_information([3.0] * 10) == pytest.approx(0.0, abs=1e-12)
+    assert mutual_information([0.0] * 10) == pytest.approx(0.0, abs=1e-12)
+    # half the rows sure of one answer, half of the other: close to log 2
+    assert mutual_information([20.0] * 5 + [-20.0] * 5) == pytest.approx(math.log(2), abs=1e-6)
+    assert mutual_information([2.0] * 5 + [-2.0] * 5) < mutual_information([4.0] * 5 + [-4.0] * 5)
+
+
+@pytest.mark.parametrize("prevalence", [0.02, 0.10, 0.25, 0.50])
+def test_two_crowds_are_read_at_their_own_share(prevalence):
+    rng = random.Random(7)
+    n = 200
+    k = max(1, round(prevalence * n))
+    xs = [rng.gauss(5, 1) for _ in range(k)] + [rng.gauss(-5, 1) for _ in range(n - k)]
+    reading, mix = read(xs)
+    assert reading.rule == "two crowds"
+    assert reading.prior == pytest.approx(k / n, abs=0.01)
+    assert [mix.posterior(x) > 0.5 for x in xs] == [True] * k + [False] * (n - k)
+
+
+def test_one_crowd_is_not_read_as_two():
+    rng = random.Random(3)
+    xs = [rng.gauss(0, 1) for _ in range(300)]
+    reading, mix = read(xs)
+    assert reading.rule == "one crowd" and mix is None
+    assert fit_mixture(xs).gain < 0.05
+
+
+def _strong_engine(true_rows: set[str]) -> ScriptedEngine:
+    """A model that separates the rows cleanly: for a row in ``true_rows`` it gives the first
+    label a log-odds of +4..+8 in every layout, otherwise -4..-8 (the spread from the row's
+    text, so no two rows score alike)."""
+
+    def answer(prompt: str, rq) -> str:
+        return rq.choices[0]
+
+    eng = ScriptedEngine(answer=answer)
+
+    def submit(rq, tenancy=None):
+        eng.relqueries.append(rq)
+        eng.submitted.append(list(rq.prompts))
+        rows = []
+        for i, p in enumerate(rq.prompts):
+            own = p.rsplit("\n\n", 1)[-1]
+            spread = 4 + (sum(own.encode()) % 97) / 24
+            m = spread if any(t in own for t in true_rows) else -spread
+            a, b = rq.choices
+            lp = {a: -math.log1p(math.exp(-m)), b: -math.log1p(math.exp(m))}
+            rows.append(RowResult(i, a if m > 0 else b, label_logprobs=lp, finish_reason="scored"))
+        from engine_doubles import _Handle, _Result, _Stats
+
+        return _Handle(_Result(rows, _Stats(rq.rel_id, len(rows))))
+
+    eng.submit = submit  # type: ignore[method-assign]
+    return eng
+
+
+@pytest.mark.parametrize("prevalence", [0.02, 0.10, 0.25, 0.50])
+@pytest.mark.parametrize("function", ["llm_filter", "llm_classify"])
+def test_a_strong_model_gets_every_row_right_at_any_prevalence(prevalence, function):
+    n = 200
+    k = max(1, round(prevalence * n))
+    rows = [f"match number {i}" if i < k else f"plain row {i}" for i in range(n)]
+    random.Random(prevalence).shuffle(rows)
+    truth = [r.startswith("match") for r in rows]
+    true_rows = {r for r in rows if r.startswith("match")}
+    if function == "llm_filter":
+        call = make_call(function, "Is this news article about sports? Article: {a}", method="adaptive")
+        expected = truth
+    else:
+        call = make_call(function, "Which kind is it? {a}", labels=["sport", "rest"], method="adaptive")
+        expected = ["sport" if t else "rest" for t in truth]
+    out = run_call(call, [rows], engine=_strong_engine(true_rows), cache=False, progress=False)
+    assert out.values == expected
+
+
+def test_the_layout_whose_answers_vary_with_the_rows_is_chosen_and_remembered():
+    """The question layout gives every row the same answer; the Topic layout separates them."""
+    rows = [f"sports story {i}" if i % 4 == 0 else f"other story {i}" for i in range(40)]
+
+    eng = ScriptedEngine()
+
+    def submit(rq, tenancy=None):
+        eng.relqueries.append(rq)
+        eng.submitted.append(list(rq.prompts))
+        out = []
+        for i, p in enumerate(rq.prompts):
+            own = p.rsplit("\n\n", 1)[-1]
+            informative = rq.answer_field == "Topic:"
+            m = (3.0 if "sports story" in own else -3.0) if informative else 1.0
+            a, b = rq.choices
+            out.append(RowResult(i, a, label_logprobs={a: -math.log1p(math.exp(-m)), b: -math.log1p(math.exp(m))},
+                                 finish_reason="scored"))
+        from engine_doubles import _Handle, _Result, _Stats
+
+        return _Handle(_Result(out, _Stats(rq.rel_id, len(out))))
+
+    eng.submit = submit  # type: ignore[method-assign]
+    call = make_call("llm_filter", "Is this news article about sports? Article: {a}", method="adaptive")
+    first = run_call(call, [rows], engine=eng, cache=False, progress=False)
+    assert first.values == [r.startswith("sports") for r in rows]
+    layouts = [rq.answer_field for rq in eng.relqueries]
+    # five layouts tried on the sample, then the rows scored after "Topic:"
+    assert layouts == ["Answer:", "Sentiment:", "Topic:", "Category:", "Answer:", "Topic:"]
+    # the examples in front: the sample's surest row of each word
+    assert eng.relqueries[-1].prompts[0].startswith("Article: sports story 0\nTopic: sports\n\nArticle: other story")
+    run_call(call, [rows[:20]], engine=eng, cache=False, progress=False)
+    assert [rq.answer_field for rq in eng.relqueries[6:]] == ["Topic:"], "the choice is remembered: no first pass"
+
+
+def test_a_run_reports_its_choice_and_reading():
+    rows = [f"sports story {i}" if i % 5 == 0 else f"other story {i}" for i in range(60)]
+    eng = _strong_engine({f"sports story {i}" for i in range(0, 60, 5)})
+    call = make_call("llm_filter", "Is this news article about sports? Article: {a}", method="adaptive")
+    run = AdaptiveRun(call, eng, "m", [(r,) for r in rows], "rq1", call.engine_options())
+    prompts = run.prompts()
+    assert len(prompts) == 60
+    res = eng.submit(__import__("relserve").RelQuery.from_prompts(prompts, **run.scoring_options()))
+    decided = run.decide(res.result().rows)
+    assert [r.text for r in decided] == ["yes" if i % 5 == 0 else "no" for i in range(60)]
+    assert all(r.confidence > 0.99 for r in decided)
+    rep = run.report
+    assert rep.first_pass and rep.reading.rule == "two crowds" and not rep.guessing
+    assert rep.reading.prior == pytest.approx(0.2, abs=0.01)
+    assert rep.warning("llm_filter", "t") is None
