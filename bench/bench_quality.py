@@ -199,6 +199,38 @@ def tasks(rows: int) -> list[dict]:
     ]
 
 
+def prevalence_task_dicts(rows: int) -> list[dict]:
+    """The natural-prevalence filters of bench/prevalence_tasks.py (5-25% true rows), in this
+    benchmark's task form; their groups (tuning / check) are kept apart as the balanced ones'."""
+    import polars as pl
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from prevalence_tasks import prevalence_tasks
+
+    from relserve.template import Template
+
+    out = []
+    for t in prevalence_tasks(rows):
+        cols = list(Template.parse(t.template).columns)
+        table = pl.DataFrame({**{c: [v[i] for v in t.values] for i, c in enumerate(cols)},
+                              "truth": ["yes" if x else "no" for x in t.truth]})
+        out.append(dict(name=t.name, group=t.group, table=table, labels=["yes", "no"], fn="llm_filter",
+                        template=t.template, columns=cols, examples=[],
+                        answer=lambda v: "yes" if v else "no" if v is not None else None, prevalence=True))
+    return out
+
+
+def filter_metrics(pairs: list[tuple[str | None, str]]) -> dict:
+    """A filter's precision, recall and F1 on the "yes" rows, and how many it kept per true row."""
+    kept = sum(a == "yes" for a, _ in pairs)
+    true = sum(t == "yes" for _, t in pairs)
+    tp = sum(a == "yes" and t == "yes" for a, t in pairs)
+    precision = tp / kept if kept else 0.0
+    recall = tp / true if true else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if tp else 0.0
+    return dict(kept=kept, true=true, precision=precision, recall=recall, f1=f1, kept_per_true=kept / true if true else None)
+
+
 def sql_literal(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -264,12 +296,15 @@ class ScoreTap:
         from relserve.planner import executor
 
         self.scores: dict[str, dict[str, float]] = {}
+        self.confidence: dict[str, float] = {}
         self._orig = executor.CallExecutor._answer_one
         tap = self
 
         def _answer_one(ex, row):
             if row.label_logprobs is not None:
                 tap.scores[ex.rows.prompts[row.index]] = dict(row.label_logprobs)
+                if row.confidence is not None:
+                    tap.confidence[ex.rows.prompts[row.index]] = row.confidence
             return tap._orig(ex, row)
 
         executor.CallExecutor._answer_one = _answer_one
@@ -305,10 +340,11 @@ def label_scoring_as(norm: str):
 def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scoring) -> dict:
     import relserve.duckdb
     from relserve.functions import make_call
-    from relserve.planner.answer_fields import forget_fields
     from relserve.planner.cache import ResultCache
-    from relserve.planner.label_bootstrap import follows_method, forget_examples, in_examples_shape
-    from relserve.planner.label_history import forget_means
+    from relserve.planner.labels.adaptive import forget as forget_adaptive
+    from relserve.planner.labels.answer_fields import forget_fields
+    from relserve.planner.labels.bootstrap import follows_method, forget_examples, in_examples_shape
+    from relserve.planner.labels.pools import forget_means
     from relserve.planner.prompt_rendering import Renderer
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -331,6 +367,7 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
         forget_examples()
         forget_means()
         forget_fields()
+        forget_adaptive()
         tap.scores.clear()
         n_rows = len(task["table"])
         parts = CHUNKS or STATEMENTS
@@ -346,6 +383,7 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
                 forget_examples()
                 forget_means()
                 forget_fields()
+                forget_adaptive()
             ranges = [f" WHERE rid > {lo} AND rid <= {min(lo + SMALL, n_rows)}" for lo in range(half, n_rows, SMALL)]
             t0 = time.monotonic()
         per_statement = []
@@ -354,6 +392,7 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
                 forget_examples()
                 forget_means()
                 forget_fields()
+                forget_adaptive()
             got = relserve.duckdb.sql(con, sql + where).fetchall()
             per_statement.append(sum(task["answer"](v) == str(t) for t, v in got) / max(len(got), 1))
             out += got
@@ -371,6 +410,8 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
     )
     if len(per_statement) > 1:
         res["per_statement"] = per_statement
+    if task["fn"] == "llm_filter":
+        res.update(filter_metrics(pairs))
     if tap.scores:
         # every row's label scores (as the engine scored them, before any correction) with its
         # truth, its prompt rendered again: for the AUC and for comparing pick rules (--offline)
@@ -392,12 +433,13 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
         keyed = [(scores_of(tuple(r[c] for c in task["columns"])), r["truth"]) for r in scored_rows]
         res["scores"] = [[s, t] for s, t in keyed if s is not None]
         # a cold statement's example rows are answered by their first-pass label, with no score
-        # of their own (relserve/planner/label_bootstrap.py, ``Examples.answered``): the AUC is
+        # of their own (relserve/planner/labels/bootstrap.py, ``Examples.answered``): the AUC is
         # over the rows the engine scored, if they are at least nine in ten
         if len(task["labels"]) == 2 and len(res["scores"]) >= 0.9 * n:
-            # the first label's score ranks the rows (truth: the first label)
-            first = call.choices[0]
-            res["auc"] = auc([s[first] for s, _ in res["scores"]], [t == task["labels"][0] for _, t in res["scores"]])
+            # the first label's score ranks the rows (truth: the first label); under the adaptive
+            # method the scored words are the chosen layout's, whose first stands for the first label
+            res["auc"] = auc([next(iter(s.values())) - list(s.values())[1] for s, _ in res["scores"]],
+                             [t == task["labels"][0] for _, t in res["scores"]])
     return res
 
 
@@ -406,7 +448,7 @@ def class_means(scores: list, max_rounds: int = 50) -> dict[str, float]:
     not kept): start from batch calibration's means, pick, average each label's score per picked
     label and take the mean of those, until the picks stop changing. For two labels: 1-D
     two-means, the threshold halfway between the groups' mean score gaps."""
-    from relserve.planner.label_calibration import label_means, pick_calibrated
+    from relserve.planner.labels.means import label_means, pick_calibrated
 
     means = label_means(scores)
     picks = [pick_calibrated(s, means) for s in scores]
@@ -429,7 +471,7 @@ def em_means(scores: list, rounds: int = 100) -> dict[str, float]:
     shares, reweighted by the estimated shares until they settle; returned as offsets to subtract."""
     import math
 
-    from relserve.planner.label_calibration import label_means
+    from relserve.planner.labels.means import label_means
 
     means = label_means(scores)
     labels = list(means)
@@ -456,7 +498,7 @@ def _picks_scored(task: dict, rows: list, rule: str) -> list[tuple[str, str]]:
     pass, not kept)."""
     import statistics
 
-    from relserve.planner.label_calibration import label_means, pick_calibrated
+    from relserve.planner.labels.means import label_means, pick_calibrated
 
     scores = [s for s, _ in rows]
     if rule == "spread":
@@ -536,7 +578,7 @@ def report(results: list[dict]) -> str:
             continue
         names = list(dict.fromkeys(r["task"] for r in rs))
         configs = list(dict.fromkeys(r["config"] for r in rs))
-        out.append(f"\n{title}: accuracy / macro-F1 / top answer share / AUC / rows/s\n")
+        out.append(f"\n{title}: accuracy / macro-F1 / top answer share / AUC / rows/s (filters: / kept per true row, F1 of yes)\n")
         out.append("| config | " + " | ".join(names) + " |")
         out.append("|---|" + "---|" * len(names))
         for c in configs:
@@ -547,7 +589,8 @@ def report(results: list[dict]) -> str:
                     cells.append("")
                     continue
                 a = f" / {r['auc']:.2f}" if r.get("auc") is not None else ""
-                cells.append(f"{r['accuracy']:.1%} / {r['macro_f1']:.2f} / {r['top_share']:.0%}{a} / {r['rows_per_s']:.1f}")
+                k = (f" / kept {r['kept_per_true']:.2f}x, F1 {r['f1']:.2f}" if r.get("kept_per_true") is not None else "")
+                cells.append(f"{r['accuracy']:.1%} / {r['macro_f1']:.2f} / {r['top_share']:.0%}{a} / {r['rows_per_s']:.1f}{k}")
             out.append(f"| {c} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
@@ -560,6 +603,8 @@ def main() -> None:
                     help="comma-separated method/shape[+examples][@norm]; 'default' runs without "
                          "method/prompt_shape; '@mean' scores that config's labels by another norm")
     ap.add_argument("--group", choices=("tuning", "check", "all"), default="all")
+    ap.add_argument("--prevalence", action="store_true",
+                    help="add the natural-prevalence filters (5-25%% true rows, bench/prevalence_tasks.py) to the tasks")
     ap.add_argument("--tasks", default=None, help="comma-separated task names (default: the group's)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "quality.json"))
     ap.add_argument("--report", default=None, help="print the tables of a results file and exit")
@@ -593,7 +638,7 @@ def main() -> None:
     from relserve import Engine
     from relserve.engine import label_scoring
 
-    all_tasks = tasks(a.rows)
+    all_tasks = tasks(a.rows) + (prevalence_task_dicts(a.rows) if a.prevalence else [])
     if a.group != "all":
         all_tasks = [t for t in all_tasks if t["group"] == a.group]
     if a.tasks:
@@ -614,8 +659,10 @@ def main() -> None:
                 out = Path(a.out)
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_text(json.dumps(dict(argv=sys.argv[1:], rows=a.rows, skew=a.skew, homogeneous=a.homogeneous, shuffle_chunks=a.shuffle_chunks, small=a.small, statements=a.statements, cold=a.cold, label_norm=label_scoring.LABEL_NORM, results=results), indent=1))
+                kept = (f" kept {r['kept']}/{r['true']} P {r['precision']:.2f} R {r['recall']:.2f} F1(yes) {r['f1']:.2f}"
+                        if "kept" in r else "")
                 print(
-                    f"{r['group']:6s} {r['task']:13s} {config:24s} acc {r['accuracy']:6.1%} F1 {r['macro_f1']:5.3f} "
+                    f"{r['group']:6s} {r['task']:16s} {config:24s} acc {r['accuracy']:6.1%} F1 {r['macro_f1']:5.3f}{kept} "
                     f"top {r['top_share']:5.1%} AUC {r.get('auc') or float('nan'):4.2f} {r['rows_per_s']:6.1f} rows/s  {r['answers']}"
                     + (f"  per statement {' '.join(f'{x:.1%}' for x in r['per_statement'])}" if "per_statement" in r else ""),
                     flush=True,

@@ -8,7 +8,7 @@ task's template by the same generic rules relserve would apply; nothing is writt
 from __future__ import annotations
 
 from relserve.functions import make_call
-from relserve.planner.answer_fields import CANDIDATES
+from relserve.planner.labels.answer_fields import CANDIDATES
 from relserve.planner.prompt_rendering import Renderer
 
 

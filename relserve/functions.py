@@ -34,16 +34,24 @@ from relserve.validation import OnError
 #: "generate"  constrained decoding, token by token (what vLLM does with ``choice=``);
 #: "score"     every label scored by the model's log-probability of it (read up to where it parts
 #:             from the other labels; relserve/engine/label_scoring.py);
-#: "calibrate" "score" with the model's prior over the labels divided out, measured once per
-#:             template on content-free rows (Zhao et al. 2021). Issue 12's default: it removes
-#:             the label bias that made a small model answer one label for every row;
+#: "prior"     "score" with the model's prior over the labels divided out, measured once per
+#:             template on content-free rows (Zhao et al. 2021; "calibrate" before, a name now
+#:             kept for the step-time model of ``relserve calibrate``, still accepted here).
+#:             Issue 12's default: it removes the label bias that made a small model answer
+#:             one label for every row;
 #: "batch"     "score" with each label's mean score over the relQuery's own rows subtracted
-#:             (batch calibration, Zhou et al. 2024; relserve/planner/label_calibration.py), the
+#:             (batch calibration, Zhou et al. 2024; relserve/planner/labels/means.py), the
 #:             content-free prior below a minimum row count.
 #: "bootstrap" "batch" behind examples the model labelled itself: a first pass over a sample of
 #:             the relQuery's rows, the surest rows of each label shown in front of every row
-#:             (relserve/planner/label_bootstrap.py).
-LABEL_METHODS = ("generate", "score", "calibrate", "batch", "bootstrap", "adaptive")
+#:             (relserve/planner/labels/bootstrap.py). The default of three labels or more.
+#: "adaptive"  for a filter and a 2-label classify: the request's layout chosen per call on a
+#:             first pass without labels (the question with yes/no, or the row alone after a
+#:             field with the concept the question names), rows decided by two crowds of
+#:             margins instead of assuming balanced labels (relserve/planner/labels/adaptive.py).
+LABEL_METHODS = ("generate", "score", "prior", "batch", "bootstrap", "adaptive")
+#: old names of label methods, still accepted
+LABEL_METHOD_ALIASES = {"calibrate": "prior"}
 #: the method of a call that names none; the environment variable is for the benchmark (it
 #: measures the default against another end to end, docs/benchmarks.md), not for users
 DEFAULT_LABEL_METHOD = os.environ.get("RELSERVE_LABEL_METHOD", "bootstrap")
@@ -99,6 +107,8 @@ class CallOptions:
             check.max_tokens(self.max_tokens)
         if not isinstance(self.reorder_fields, bool):
             raise ConfigError(f"reorder_fields must be true or false, got {self.reorder_fields!r}")
+        if self.method in LABEL_METHOD_ALIASES:
+            object.__setattr__(self, "method", LABEL_METHOD_ALIASES[self.method])
         if self.method is not None and self.method not in LABEL_METHODS:
             raise ConfigError(f"method must be one of {', '.join(LABEL_METHODS)}, got {self.method!r}")
         from relserve.prompt_shapes import check_answer_field, check_shape
@@ -356,7 +366,7 @@ class LLMCall:
             if self.options.answer_field:
                 out["answer_field"] = self.options.answer_field  # none: keys as before it existed
         if method != "score":
-            # calibrate: the prior is measured on this template (and examples), so two templates
+            # prior: the prior is measured on this template (and examples), so two templates
             # rendering one prompt differ; batch, bootstrap: the answer also depends on the other
             # rows of the relQuery (and, below the minimum row count, on that prior)
             out["template"] = self.template.source

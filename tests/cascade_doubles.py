@@ -17,7 +17,7 @@ from relserve.engine.label_scoring import pick
 from relserve.results import RelQueryResult, RelQueryStats, RowResult
 
 #: rel_id prefixes of the label machinery's own relQueries (not a call's rows)
-_AUX = ("bootstrap-", "calibrate-", "answer-field-")
+_AUX = ("bootstrap-", "prior-", "answer-field-", "adaptive-")
 
 
 def own_text(prompt: str) -> str:

@@ -25,10 +25,10 @@ def _fresh_template_memory():
     """Each test chooses its own bootstrapped examples and answer fields, measures its own priors
     and pools its own label means (all are remembered per template for the process): a test that counts first passes or
     probes, or checks picks, does not see another's."""
-    from relserve.planner.answer_fields import forget_fields
-    from relserve.planner.label_bootstrap import forget_examples
-    from relserve.planner.label_history import forget_means
-    from relserve.planner.label_prior import forget_priors
+    from relserve.planner.labels.answer_fields import forget_fields
+    from relserve.planner.labels.bootstrap import forget_examples
+    from relserve.planner.labels.pools import forget_means
+    from relserve.planner.labels.prior import forget_priors
 
     forget_examples()
     forget_means()

@@ -143,7 +143,7 @@ class ScriptedEngine:
         with self._lock:
             if str(getattr(rq, "rel_id", "")).startswith("answer-field-"):
                 self.field_probes += [(p, rq.answer_field) for p in prompts]
-            elif str(getattr(rq, "rel_id", "")).startswith("calibrate-"):
+            elif str(getattr(rq, "rel_id", "")).startswith("prior-"):
                 self.probes.append(prompts)
             elif str(getattr(rq, "rel_id", "")).startswith("bootstrap-"):
                 self.first_passes.append(prompts)
@@ -224,10 +224,10 @@ class RecordingEngine:
         if rel_id.startswith("answer-field-"):
             self.field_probes.append(prompts)
             return self._engine.submit(rq)
-        if rel_id.startswith(("calibrate-", "bootstrap-")):
-            (self.probes if rel_id.startswith("calibrate-") else self.first_passes).append(prompts)
+        if rel_id.startswith(("prior-", "bootstrap-")):
+            (self.probes if rel_id.startswith("prior-") else self.first_passes).append(prompts)
             handle = self._engine.submit(rq)
-            if rel_id.startswith("calibrate-"):
+            if rel_id.startswith("prior-"):
                 with self._lock:
                     self._pending_probes.append((tuple(rq.choices or ()), prompts, handle))
             return handle

@@ -17,8 +17,8 @@ from relserve.cascade import binomial, embedding, policy, proxy, threshold
 from relserve.cascade.runner import PROXY, split
 from relserve.errors import ConfigError
 from relserve.functions import make_call
-from relserve.planner.label_bootstrap import forget_examples
-from relserve.planner.label_history import forget_means
+from relserve.planner.labels.bootstrap import forget_examples
+from relserve.planner.labels.pools import forget_means
 from relserve.planner.plan_and_run import run_call
 
 

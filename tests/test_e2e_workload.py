@@ -206,7 +206,7 @@ def test_alone_runs_every_statement_back_to_back_in_arrival_order_timed_from_its
     assert sorted(r.arrival for r in queued) == [0.0, 0.01, 0.02]
 
 
-@pytest.mark.parametrize("method", ["bootstrap", "calibrate", "generate"])
+@pytest.mark.parametrize("method", ["bootstrap", "prior", "adaptive", "generate"])
 def test_the_decoding_contenders_render_a_label_call_as_relserve_renders_a_decoded_one(monkeypatch, method):
     """The vLLM contenders decode every label; their prompt is relserve's for method 'generate'
     (the chat shape, with its answer line) whatever RELSERVE_LABEL_METHOD says."""

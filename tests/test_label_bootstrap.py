@@ -9,7 +9,7 @@ import math
 from engine_doubles import ScriptedEngine, TenantAwareEngine
 
 from relserve.functions import make_call
-from relserve.planner.label_bootstrap import (
+from relserve.planner.labels.bootstrap import (
     PER_LABEL,
     choose,
     examples_text,
@@ -17,8 +17,8 @@ from relserve.planner.label_bootstrap import (
     sample_indices,
     sample_rows,
 )
-from relserve.planner.label_calibration import method_ran
-from relserve.planner.label_history import forget_means
+from relserve.planner.labels.methods import method_ran
+from relserve.planner.labels.pools import forget_means
 from relserve.planner.plan_and_run import run_call
 
 
@@ -71,7 +71,7 @@ def test_the_examples_are_each_prompt_then_its_answer():
 
 def test_method_ran_for_bootstrap():
     assert method_ran("bootstrap", 16) == "bootstrap"
-    assert method_ran("bootstrap", 15) == "calibrate"
+    assert method_ran("bootstrap", 15) == "prior"
     assert method_ran("bootstrap", 40, examples=True) == "batch"
     assert method_ran("batch", 40, examples=True) == "batch"
 

@@ -12,15 +12,15 @@ from engine_doubles import ScriptedEngine
 
 from relserve.errors import ConfigError
 from relserve.functions import CallOptions, make_call
-from relserve.planner.label_calibration import (
+from relserve.planner.labels.means import (
     MIN_BATCH_ROWS,
     MIN_BATCH_ROWS_MANY_LABELS,
     batch_picks,
     calibrated,
     label_means,
-    method_ran,
     pick_calibrated,
 )
+from relserve.planner.labels.methods import method_ran
 from relserve.planner.plan_and_run import run_call
 from relserve.planner.prompt_rendering import Renderer, render
 from relserve.prompt_shapes import ANSWER_FIELD, engine_text, label_space
@@ -62,12 +62,12 @@ def test_a_constant_per_row_does_not_change_the_picks():
 
 def test_batch_falls_back_to_the_content_free_prior_below_the_minimum_rows():
     assert MIN_BATCH_ROWS == 16
-    assert method_ran("batch", 15) == "calibrate"
+    assert method_ran("batch", 15) == "prior"
     assert method_ran("batch", 16) == "batch"
     # earlier relQueries of the call pooled enough rows' means: the small one uses them
     assert method_ran("batch", 5, pooled=16) == "batch"
     assert method_ran("bootstrap", 5, pooled=16) == "bootstrap"
-    assert method_ran("batch", 5, pooled=15) == "calibrate"
+    assert method_ran("batch", 5, pooled=15) == "prior"
     assert method_ran("score", 2) == "score"
     assert method_ran(None, 100) is None
 
@@ -76,7 +76,7 @@ def test_three_labels_or_more_use_their_own_means_from_fewer_rows():
     # the content-free prior of a 4-label call gave one label to 82% of the rows; its own
     # means are better from 8 rows, even over rows of one kind (docs/quality.md, "Ninth pass")
     assert MIN_BATCH_ROWS_MANY_LABELS == 8
-    assert method_ran("batch", 7, labels=4) == "calibrate"
+    assert method_ran("batch", 7, labels=4) == "prior"
     assert method_ran("batch", 8, labels=4) == "batch"
     assert method_ran("batch", 8, labels=3) == "batch"
     # too few rows to choose examples from: bootstrap runs as batch
@@ -84,13 +84,13 @@ def test_three_labels_or_more_use_their_own_means_from_fewer_rows():
     assert method_ran("bootstrap", 15, labels=4) == "batch"
     assert method_ran("bootstrap", 16, labels=4) == "bootstrap"
     # two labels keep the prior below 16 rows (a few rows of one kind would be split in half)
-    assert method_ran("batch", 15, labels=2) == "calibrate"
-    assert method_ran("bootstrap", 15, labels=2) == "calibrate"
+    assert method_ran("batch", 15, labels=2) == "prior"
+    assert method_ran("bootstrap", 15, labels=2) == "prior"
     assert method_ran("score", 3, labels=4) == "score"
     # a bootstrap call's earlier small relQueries ran with no examples and pooled 16 rows: a
     # smaller one pools with them instead of using the prior
     assert method_ran("bootstrap", 5, labels=4, pooled_plain=16) == "batch"
-    assert method_ran("bootstrap", 5, labels=4, pooled_plain=15) == "calibrate"
+    assert method_ran("bootstrap", 5, labels=4, pooled_plain=15) == "prior"
 
 
 def test_a_small_four_label_relquery_is_corrected_by_its_own_means_without_probes():
@@ -108,10 +108,15 @@ def test_a_small_four_label_relquery_is_corrected_by_its_own_means_without_probe
     # more: after each label's mean over the 8 rows is subtracted they move to "business"
     match = {"sports": math.log(0.7), "business": math.log(0.1), "world": math.log(0.1), "tech": math.log(0.1)}
     money = {"sports": math.log(0.5), "business": math.log(0.3), "world": math.log(0.1), "tech": math.log(0.1)}
-    out = []
-    for i in range(8):
-        target = ex.rows.targets[i][0]
-        out += ex.answer(RowResult(i, text="sports", label_logprobs=money if target % 2 else match, finish_reason="scored"))
+    from engine_doubles import _Handle, _Result, _Stats
+
+    class Scores(ScriptedEngine):
+        def submit(self, rq, tenancy=None):
+            return _Handle(_Result([RowResult(i, text="sports", label_logprobs=money if ex.rows.targets[i][0] % 2 else match,
+                                              finish_reason="scored") for i in range(len(rq.prompts))],
+                                   _Stats(rq.rel_id, len(rq.prompts))))
+
+    out = [r for row in ex.submit(Scores()) for r in ex.answer(row)]
     assert {r.index: r.value for r in out} == {i: "business" if i % 2 else "sports" for i in range(8)}
 
     eng = ScriptedEngine(answer=lambda prompt, rq: "business" if "money" in prompt else "sports")
@@ -134,7 +139,7 @@ def test_a_small_four_label_relquery_is_corrected_by_its_own_means_without_probe
     five = [f"story {i} about money, five" for i in range(5)]
     fresh = make_call("llm_classify", "Topic of {r}, with no small relQueries before?", labels=labels)
     before = str(run_call(fresh, [five], engine=eng, cache=False, progress=False, explain_only=True).explain)
-    assert "  label method           calibrate" in before
+    assert "  label method               prior" in before
     after = str(run_call(call, [five], engine=eng, cache=False, progress=False, explain_only=True).explain)
     assert "  label method               batch" in after and "; 16 earlier rows pooled so far;" in after
     out = run_call(call, [five], engine=eng, cache=False, progress=False)
@@ -142,7 +147,7 @@ def test_a_small_four_label_relquery_is_corrected_by_its_own_means_without_probe
 
 
 def test_method_and_prompt_shape_options_are_checked():
-    with pytest.raises(ConfigError, match="method must be one of generate, score, calibrate, batch, bootstrap, adaptive, got 'vote'"):
+    with pytest.raises(ConfigError, match="method must be one of generate, score, prior, batch, bootstrap, adaptive, got 'vote'"):
         CallOptions(method="vote")
     with pytest.raises(ConfigError, match="prompt_shape must be one of chat, chat_answer, completion, question_first, got 'json'"):
         CallOptions(prompt_shape="json")
@@ -277,6 +282,8 @@ def test_executor_picks_every_row_after_subtracting_the_batch_means():
 
 
 def test_executor_batch_correction_flips_the_rows_the_bias_decided():
+    from engine_doubles import _Handle, _Result, _Stats
+
     from relserve.planner.executor import CallExecutor
     from relserve.planner.plan import plan_call
     from relserve.planner.planned_rows import PlannedRows
@@ -289,9 +296,16 @@ def test_executor_batch_correction_flips_the_rows_the_bias_decided():
     assert ex.label_method == "batch"
     # every row prefers "no" in the raw scores; rows 0-3 less so than the others
     lps = [{"yes": math.log(0.4), "no": math.log(0.6)}] * 4 + [{"yes": math.log(0.1), "no": math.log(0.9)}] * 12
+
+    class Scores(ScriptedEngine):
+        def submit(self, rq, tenancy=None):
+            return _Handle(_Result([RowResult(i, text="no", label_logprobs=lps[i], finish_reason="scored")
+                                    for i in range(len(rq.prompts))], _Stats(rq.rel_id, len(rq.prompts))))
+
+    handle = ex.submit(Scores())
     out = []
-    for i, lp in enumerate(lps):
-        got = ex.answer(RowResult(i, text="no", label_logprobs=lp, finish_reason="scored"))
+    for i, row in enumerate(handle):
+        got = ex.answer(row)
         assert got == [] or i == 15  # held until the last row
         out += got
     # means: yes (4 log .4 + 12 log .1) / 16 = log .1 + log(4) / 4, no (4 log .6 + 12 log .9) / 16;
@@ -310,7 +324,7 @@ def test_explain_says_which_method_runs_and_the_prompt_shape():
     assert "  prompt shape          completion   (how the scoring request is laid out)" in ex
     small = str(run_call(call, [long_rows[:15]], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert (
-        "  label method           calibrate   (label log-probabilities / content-free prior; "
+        "  label method               prior   (label log-probabilities / content-free prior; "
         "asked for batch, which needs at least 16 prompts to run)"
     ) in small
     # once a relQuery of the call has run, a small one is corrected by the pooled means

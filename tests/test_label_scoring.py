@@ -96,7 +96,7 @@ def test_pick_breaks_a_calibrated_tie_by_the_models_own_preference():
 
 
 def test_method_option_is_checked_and_defaults_to_bootstrap():
-    with pytest.raises(ConfigError, match="method must be one of generate, score, calibrate, batch, bootstrap, adaptive, got 'vote'"):
+    with pytest.raises(ConfigError, match="method must be one of generate, score, prior, batch, bootstrap, adaptive, got 'vote'"):
         CallOptions(method="vote")
     assert make_call("llm_filter", "Is {r} good?").label_method == "bootstrap"
     assert make_call("llm_classify", "{r}", labels=["a", "b"], method="score").label_method == "score"
@@ -146,7 +146,7 @@ def test_calibration_probes_run_once_per_template_on_content_free_rows():
         relserve.duckdb.sql(con, "SELECT llm_filter('Is {r} fine?', r) FROM t").fetchall()
         relserve.duckdb.sql(con, "SELECT llm_filter('Is {r} fine?', r) FROM t WHERE r <> 'a'").fetchall()
     # the default completion shape lays the probes out as its rows: every value in front, named,
-    # and the question names it (relserve/planner/label_prior.py)
+    # and the question names it (relserve/planner/labels/prior.py)
     assert eng.probes == [["R: N/A\nIs the r above fine?", "R: \nIs the r above fine?", "R: [MASK]\nIs the r above fine?"]]
     # three rows: below batch calibration's minimum, so the content-free prior decides; its
     # probes ran beside the rows (the engine got no prior: the executor picked), and the second

@@ -170,8 +170,8 @@ def test_a_two_label_classify_is_scored_after_the_field_the_model_names_its_labe
 
     from engine_doubles import RecordingEngine
 
-    from relserve.planner.answer_fields import CANDIDATES, probe_prompt
-    from relserve.planner.label_bootstrap import in_examples_shape
+    from relserve.planner.labels.answer_fields import CANDIDATES, probe_prompt
+    from relserve.planner.labels.bootstrap import in_examples_shape
     from relserve.planner.plan_and_run import run_call
 
     rec = RecordingEngine(engine)
@@ -203,7 +203,7 @@ def test_small_filter_and_classify_fall_back_to_calibrated_scores(engine):
 
     import relserve.duckdb
     from relserve.planner.cache import ResultCache
-    from relserve.planner.label_prior import known_priors
+    from relserve.planner.labels.prior import known_priors
 
     rec = RecordingEngine(engine)
     con = duckdb.connect()

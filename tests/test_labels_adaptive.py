@@ -17,9 +17,11 @@ from relserve.planner.labels import adaptive
 from relserve.planner.labels.adaptive import AdaptiveRun, mutual_information
 from relserve.planner.labels.concept import Concept, concept_of, question_of
 from relserve.planner.labels.decide import read
+from relserve.planner.labels.interface import LabelContext
 from relserve.planner.labels.layouts import Layout, LayoutRenderer, layouts_for
 from relserve.planner.labels.mixture import fit_mixture
 from relserve.planner.plan_and_run import run_call
+from relserve.relquery import RelQuery
 from relserve.results import RowResult
 from relserve.template import Template
 
@@ -196,10 +198,10 @@ def test_a_run_reports_its_choice_and_reading():
     rows = [f"sports story {i}" if i % 5 == 0 else f"other story {i}" for i in range(60)]
     eng = _strong_engine({f"sports story {i}" for i in range(0, 60, 5)})
     call = make_call("llm_filter", "Is this news article about sports? Article: {a}", method="adaptive")
-    run = AdaptiveRun(call, eng, "m", [(r,) for r in rows], "rq1", call.engine_options())
-    prompts = run.prompts()
-    assert len(prompts) == 60
-    res = eng.submit(__import__("relserve").RelQuery.from_prompts(prompts, **run.scoring_options()))
+    run = AdaptiveRun(LabelContext(call, eng, "m", rows, [(r,) for r in rows], "rq1", call.engine_options()))
+    request = run.request()
+    assert len(request.prompts) == 60 and request.answered == {} and request.engine_index is None
+    res = eng.submit(RelQuery.from_prompts(request.prompts, **{**call.engine_options(), **request.options}))
     decided = run.decide(res.result().rows)
     assert [r.text for r in decided] == ["yes" if i % 5 == 0 else "no" for i in range(60)]
     assert all(r.confidence > 0.99 for r in decided)

@@ -133,8 +133,8 @@ def test_a_tenants_history_decides_the_layout_of_its_own_small_classify_only(tmp
     relQuery gets that layout only where an earlier one of the same tenant chose the examples.
     Another tenant's small relQuery of the same template is laid out as a first one is, so the
     layout tells bob nothing of alice's work."""
-    from relserve.planner.label_bootstrap import forget_examples
-    from relserve.planner.label_history import forget_means
+    from relserve.planner.labels.bootstrap import forget_examples
+    from relserve.planner.labels.pools import forget_means
 
     forget_examples()
     forget_means()
@@ -147,7 +147,7 @@ def test_a_tenants_history_decides_the_layout_of_its_own_small_classify_only(tmp
         alice.result(alice.submit(template, rows, **body))
         alice.result(alice.submit(template, rows[:6], **body))
         bob.result(bob.submit(template, rows[:6], **body))
-    runs = [rq for rq in engine.submitted if not rq.rel_id.startswith(("bootstrap-", "calibrate-", "answer-field-"))]
+    runs = [rq for rq in engine.submitted if not rq.rel_id.startswith(("bootstrap-", "prior-", "answer-field-", "adaptive-"))]
     own_text = [[p.rsplit("\n\n", 1)[-1] for p in rq.render()] for rq in runs]
     # alice's first: its 20 rows but those its first pass made examples (answered by their label)
     examples = runs[0].render()[0].rsplit("\n\n", 1)[0].count("\n\n") + 1

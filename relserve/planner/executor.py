@@ -15,14 +15,11 @@ from dataclasses import replace
 
 from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
-from relserve.engine.label_scoring import pick
-from relserve.functions import BATCH_METHODS, SchedulingHints
-from relserve.planner.answer_fields import resolved
-from relserve.planner.label_bootstrap import examples_for, method_and_pool
-from relserve.planner.label_calibration import MIN_BATCH_ROWS, method_of
-from relserve.planner.label_history import means_key, pooled_picks
-from relserve.planner.label_prior import label_options, prior_from, submit_probes
-from relserve.planner.labels.adaptive import AdaptiveRun
+from relserve.functions import SchedulingHints
+from relserve.planner.labels.answer_fields import resolved
+from relserve.planner.labels.interface import LabelContext, LabelRun
+from relserve.planner.labels.means import MIN_BATCH_ROWS
+from relserve.planner.labels.methods import method_and_pool, method_of, start_run
 from relserve.planner.planned_rows import PlannedRows
 from relserve.progress import progress_bar
 from relserve.relquery import RelQuery
@@ -57,26 +54,23 @@ class CallExecutor:
         self.handle: RelQueryHandle | None = None
         self.stats: RelQueryStats | None = None
         self._answers: list[tuple[str, str]] = []
-        #: the label method this relQuery runs (``batch`` falls back to ``calibrate`` when small
-        #: and the call has no pooled means yet: decided again by ``submit``, which knows the engine)
+        #: the label method this relQuery runs (relserve/planner/labels/methods.py; ``batch``
+        #: falls back to ``prior`` when small and the call has no pooled means yet: decided again
+        #: by ``submit``, which knows the engine)
         self.label_method = method_of(self.call, len(rows.prompts))
-        #: batch calibration: the engine's rows held until every row is scored
+        #: the label method's run of this relQuery (None: the call decodes its answers)
+        self.labels: LabelRun | None = None
+        #: rows the label method holds until every row is scored
         self._held: list[RowResult] = []
         self._seen = 0
-        #: whose label means this relQuery's pick pools with (label_history.py; set by submit)
-        self._means_key: tuple | None = None
-        #: ``calibrate`` whose prior was measured beside the rows: the executor picks with it
-        self._prior: dict[str, float] | None = None
         #: rows answered without the engine (bootstrap's examples taken from this relQuery's rows)
         self._answered: list[RowResult] = []
         #: the engine's row index -> the relQuery's prompt index (None: the same)
         self._engine_index: list[int] | None = None
-        #: the adaptive method's run of this relQuery (relserve/planner/labels/adaptive.py)
-        self.adaptive: AdaptiveRun | None = None
 
     def submit(self, engine: Backend) -> RelQueryHandle:
-        """Send the prompts as one relQuery; returns the engine's handle. Blocks (tokenizing, the
-        label prior's probes): a server calls it in a worker thread."""
+        """Send the prompts as one relQuery; returns the engine's handle. Blocks (tokenizing, a
+        label method's first pass or probes): a server calls it in a worker thread."""
         if self.prefix:
             # (under the shaped layouts the engine's prompts have no chat template in front,
             # so these warmed blocks do not serve them; the rows share their prefix anyway)
@@ -89,44 +83,22 @@ class CallExecutor:
         if len(self.rows.prompts) < MIN_BATCH_ROWS:
             # too few rows for a mean of their own: the call's earlier relQueries may have enough
             self.label_method, _ = method_and_pool(call, engine, self.model_id, len(self.rows.prompts))
-        if self.label_method == "adaptive":
-            self.adaptive = AdaptiveRun(call, engine, self.model_id, self.rows.values, self.rel_id, call.engine_options())
-            prompts = self.adaptive.prompts()
-            options = {**self.adaptive.scoring_options(), "on_error": "null", "priority": self.hints.priority}
-            rq = RelQuery.from_prompts(prompts, **options, rel_id=self.rel_id, deadline_s=self._deadline_left())
-            self.handle = engine.submit(rq)
-            return self.handle
-        # filter/classify choose labels by scores and the calibrated prior, when asked
-        scoring = label_options(call, self.model_id, self.label_method)
-        probes = None
-        if self.label_method == "calibrate" and "label_prior" not in scoring:
-            # the call's first relQuery: its prior's probes run beside its rows, not before them
-            probes = submit_probes(call, engine)
-        options = dict(**call.engine_options(), **scoring, on_error="null", priority=self.hints.priority)
-        prompts = self.rows.prompts
-        if self.label_method == "bootstrap":
-            # examples the model labels itself, in front of every prompt (label_bootstrap.py);
-            # chosen by the template's first relQuery, reused by the next ones
-            chosen = examples_for(call, engine, prompts, options, self.model_id, self.rel_id)
-            examples = chosen.text
-            # the rows that are examples already have their answer: the engine scores the others
-            # (all of them, should every row be an example)
-            if chosen.answered and len(chosen.answered) < len(prompts):
-                self._answered = [RowResult(i, text=label) for i, label in sorted(chosen.answered.items())]
-                self._engine_index = [i for i in range(len(prompts)) if i not in chosen.answered]
-                prompts = [prompts[i] for i in self._engine_index]
-            prompts = [examples + p for p in prompts]
-        else:
-            examples = ""
-        if self.label_method in BATCH_METHODS:
-            self._means_key = means_key(call, engine, self.model_id, examples)
         # on_error "null": each row's error comes back to the caller, who decides
+        options = dict(**call.engine_options(), on_error="null", priority=self.hints.priority)
+        prompts = self.rows.prompts
+        if self.label_method not in (None, "generate"):
+            self.labels = start_run(self.label_method, LabelContext(
+                call, engine, self.model_id, self.rows.prompts, self.rows.values, self.rel_id, options))
+            request = self.labels.request()
+            prompts = request.prompts
+            options.update(request.options)
+            self._engine_index = request.engine_index
+            self._answered = [RowResult(i, text=label) for i, label in sorted(request.answered.items())]
         rq = RelQuery.from_prompts(prompts, **options, rel_id=self.rel_id, deadline_s=self._deadline_left())
         self.handle = engine.submit(rq)
-        if probes is not None:
+        if self.labels is not None:
             try:
-                # the rows are scored meanwhile; their labels are picked here once it is known
-                self._prior = prior_from(call, self.model_id, probes)
+                self.labels.submitted(self.handle)
             except BaseException:
                 self.handle.cancel()
                 raise
@@ -143,24 +115,22 @@ class CallExecutor:
         """One engine row as the call's rows that get it: the value in the call's type, the error
         (an engine error, or an answer that does not fit the type) named.
 
-        Under batch calibration a scored row is held (``[]``) until the relQuery's last row
-        arrives; that call returns every held row, each label picked after subtracting the
-        labels' means over the scored rows of this relQuery and the earlier ones of its call
-        (relserve/planner/label_calibration.py, label_history.py)."""
+        A label method that reads the whole relQuery (``LabelRun.holds``: batch means, two
+        crowds) has its scored rows held (``[]``) until the relQuery's last row arrives; that
+        call returns every held row with its label (relserve/planner/labels/)."""
         if self._engine_index is not None:
             row = replace(row, index=self._engine_index[row.index])
-        if self.label_method not in BATCH_METHODS and self.label_method != "adaptive":
-            if self._prior is not None and row.error is None and row.label_logprobs is not None:
-                row = replace(row, text=pick(row.label_logprobs, self._prior))
+        scored = row.error is None and row.label_logprobs is not None
+        if self.labels is None or not self.labels.holds:
+            if self.labels is not None and scored:
+                row = self.labels.decide([row])[0]
             return self._answer_one(row)
         self._seen += 1
         last = self._seen >= self.engine_rows
-        if row.error is None and row.label_logprobs is not None:
+        if scored:
             self._held.append(row)
-        else:
-            out = self._answer_one(row)
-            return out + (self._release() if last else [])
-        return self._release() if last else []
+            return self._release() if last else []
+        return self._answer_one(row) + (self._release() if last else [])
 
     @property
     def engine_rows(self) -> int:
@@ -171,12 +141,9 @@ class CallExecutor:
         held, self._held = self._held, []
         answered, self._answered = self._answered, []
         out = [o for r in answered for o in self._answer_one(r)]
-        if not held:
-            return out
-        if self.adaptive is not None:
-            return out + [o for r in self.adaptive.decide(held) for o in self._answer_one(r)]
-        picks = pooled_picks(self._means_key, [r.label_logprobs for r in held])
-        return out + [o for r, text in zip(held, picks) for o in self._answer_one(replace(r, text=text))]
+        if held:
+            out += [o for r in self.labels.decide(held) for o in self._answer_one(r)]
+        return out
 
     def _answer_one(self, row: RowResult) -> list[RowResult]:
         value, error = None, row.error

@@ -15,12 +15,16 @@ from relserve.backend.protocol import Backend
 from relserve.cascade.policy import plan as cascade_plan
 from relserve.cascade.report import CascadeReport
 from relserve.functions import FUNCTIONS
-from relserve.planner.answer_fields import as_known, known_field, picks_field
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds, expected_output_tokens
 from relserve.planner.hit_rate import predict_hits
-from relserve.planner.label_bootstrap import PER_LABEL, method_and_pool, pooled_history, sample_rows
-from relserve.planner.label_calibration import MIN_BATCH_ROWS, method_of, min_batch_rows
-from relserve.planner.label_history import namespace_of
+from relserve.planner.labels.adaptive import SAMPLE_ROWS as ADAPTIVE_SAMPLE
+from relserve.planner.labels.adaptive import remembered
+from relserve.planner.labels.answer_fields import as_known, known_field, picks_field
+from relserve.planner.labels.bootstrap import PER_LABEL, sample_rows
+from relserve.planner.labels.keys import namespace_of
+from relserve.planner.labels.layouts import layouts_for
+from relserve.planner.labels.means import MIN_BATCH_ROWS, min_batch_rows
+from relserve.planner.labels.methods import method_and_pool, method_of, pooled_history
 from relserve.planner.plan import CallPlan
 from relserve.planner.tokens import TokenSource
 from relserve.prompt_shapes import AUTO_ANSWER_FIELD, answer_field_text
@@ -71,13 +75,19 @@ class Explain:
     shape_chosen: bool = False
     #: the text the label is scored after ("Answer:"); None under "chat" and when decoding
     answer_field: str | None = None
-    #: relserve chose the answer field for this call (relserve/planner/answer_fields.py)
+    #: relserve chose the answer field for this call (relserve/planner/labels/answer_fields.py)
     field_chosen: bool = False
     #: few-shot examples, and their tokens (all in the prefix every prompt shares)
     examples: int = 0
     examples_tokens: int = 0
     #: the model cascade (``cascade`` option): "off", whether it will apply and with what sample
     cascade: str = "off"
+    #: the adaptive method's layouts: the one an earlier relQuery of the call chose (with its
+    #: mutual information over the first pass's sample), else every candidate
+    #: (relserve/planner/labels/layouts.py)
+    layout: str | None = None
+    layout_information: float | None = None
+    layout_candidates: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,7 +119,10 @@ class Explain:
             how = {
                 "generate": "constrained decoding",
                 "score": "label log-probabilities",
-                "calibrate": "label log-probabilities / content-free prior",
+                "prior": "label log-probabilities / content-free prior",
+                "adaptive": ("the layout chosen by the call's first relQuery on a first pass over up to "
+                             f"{min(self.to_run, ADAPTIVE_SAMPLE)} rows, without labels; rows decided by two crowds of "
+                             "margins, the label prior estimated"),
                 "batch": "label scores minus their means over this relQuery's rows and the call's earlier ones",
                 "bootstrap": f"{PER_LABEL} example{'s' if PER_LABEL > 1 else ''} per label the model labelled in a first pass over up to "
                              f"{sampled} rows of this template's first relQuery, then batch",
@@ -120,17 +133,22 @@ class Explain:
                 how += "; asked for bootstrap, which the call's own examples replace"
             elif self.to_run == 0:
                 how += "; no prompt to run: every row comes from the result cache"
-            elif self.label_method_asked and self.label_method == "calibrate":
+            elif self.label_method_asked and self.label_method == "prior":
                 how += f"; asked for {self.label_method_asked}, which needs at least {self.min_batch_rows} prompts to run"
             elif self.label_method_asked:
                 # three labels or more, between the two thresholds (label_calibration.py)
                 how += (f"; asked for {self.label_method_asked}, whose examples need at least {MIN_BATCH_ROWS}"
                         " prompts to choose from")
             lines.append(f"  label method          {self.label_method:>10}   ({how})")
-            if self.prompt_shape is not None:
+            if self.layout is not None:
+                lines.append(f"  layout                {self.layout}   (chosen by an earlier relQuery of the call: "
+                             f"mutual information {self.layout_information:.3f} nats over its first pass)")
+            elif self.layout_candidates:
+                lines.append("  layouts tried         " + "; ".join(self.layout_candidates))
+            if self.prompt_shape is not None and self.label_method != "adaptive":
                 why = "; chosen for a 2-label classify behind bootstrapped examples" if self.shape_chosen else ""
                 lines.append(f"  prompt shape          {self.prompt_shape:>10}   (how the scoring request is laid out{why})")
-            if self.answer_field is not None:
+            if self.answer_field is not None and self.label_method != "adaptive":
                 if not self.field_chosen:
                     why = ""
                 elif self.answer_field == AUTO_ANSWER_FIELD:
@@ -263,7 +281,18 @@ def explain_plan(
         examples=len(call.options.examples or ()),
         examples_tokens=len(tokens.many([call.examples_prefix])[0]) if call.options.examples else 0,
         cascade=cascade_plan(call, len(plan.run_order)).describe(),
+        **_layouts(call, ran, engine, plan.model_id),
     )
+
+
+def _layouts(call, method: str | None, engine, model_id: str) -> dict[str, Any]:
+    """The adaptive method's layout for EXPLAIN: remembered, or the candidates."""
+    if method != "adaptive":
+        return {}
+    choice = remembered(call, engine, model_id)
+    if choice is not None:
+        return {"layout": choice.layout.name, "layout_information": choice.information}
+    return {"layout_candidates": tuple(layout.name for layout in layouts_for(call))}
 
 
 def pinned_prefix_tokens(tokens: TokenSource, prefix: str, block_size: int) -> list[int]:

@@ -20,7 +20,7 @@ from relserve.errors import RowError
 from relserve.functions import LLMCall
 from relserve.planner.cache import ResultCache
 from relserve.planner.ggr import ggr, sort_rows
-from relserve.planner.label_bootstrap import shaped_for
+from relserve.planner.labels.bootstrap import shaped_for
 from relserve.planner.prompt_rendering import (
     DistinctRows,
     Renderer,

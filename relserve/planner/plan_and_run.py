@@ -20,7 +20,7 @@ from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.executor import CallExecutor
 from relserve.planner.explain import Analyzed, Explain, explain_plan
-from relserve.planner.label_history import namespace_of
+from relserve.planner.labels.keys import namespace_of
 from relserve.planner.plan import CallPlan, plan_rows, rows_of
 from relserve.planner.planned_rows import PlannedRows
 from relserve.planner.prompt_rendering import Renderer, null_error

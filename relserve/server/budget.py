@@ -159,11 +159,11 @@ def prompts_cost(prompts: Iterable[str | None], call: Any, max_tokens: int) -> C
 
 def first_pass_rows(call: Any, rows: int) -> int:
     """The prompts a call of ``rows`` prompts scores once more before its rows: a ``bootstrap``
-    call's first pass (relserve/planner/label_bootstrap.py: a spread sample of at most
+    call's first pass (relserve/planner/labels/bootstrap.py: a spread sample of at most
     ``sample_rows``); 0 for every other method, and when the call runs as another (below 16
-    rows, or with the user's own examples; label_calibration.method_ran)."""
-    from relserve.planner.label_bootstrap import sample_rows
-    from relserve.planner.label_calibration import method_of
+    rows, or with the user's own examples; relserve/planner/labels/methods.method_ran)."""
+    from relserve.planner.labels.bootstrap import sample_rows
+    from relserve.planner.labels.methods import method_of
 
     if getattr(call, "options", None) is None or method_of(call, rows) != "bootstrap":
         return 0

@@ -90,7 +90,7 @@ class CallFields(Body):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     seed: int | None = None
     system: str | None = None
-    #: filter/classify: "generate", "score", "calibrate", "batch" or "bootstrap" (None: the default)
+    #: filter/classify: "generate", "score", "prior", "batch", "bootstrap" or "adaptive" (None: the default)
     method: str | None = None
     #: filter/classify: "chat", "chat_answer", "completion" or "question_first" (None: the default)
     prompt_shape: str | None = None

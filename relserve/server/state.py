@@ -10,7 +10,7 @@ from fastapi import Header, Request
 
 from relserve.backend.protocol import Backend
 from relserve.planner.cache import CacheView, ResultCache
-from relserve.planner.label_history import namespace_of
+from relserve.planner.labels.keys import namespace_of
 from relserve.policy.types import Tenancy
 from relserve.server.budget import Cost, check_request
 from relserve.server.errors import ApiError

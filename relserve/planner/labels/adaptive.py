@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 
 from relserve.backend.protocol import Backend
 from relserve.functions import LLMCall
-from relserve.planner.label_history import namespace_of
-from relserve.planner.label_prior import template_key
 from relserve.planner.labels.decide import Reading, posteriors, read
+from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun
+from relserve.planner.labels.keys import call_key
 from relserve.planner.labels.layouts import Layout, LayoutRenderer, layouts_for
 from relserve.results import RowResult
 
@@ -118,12 +118,6 @@ _pools: dict[tuple, _Pool] = {}
 _lock = threading.Lock()
 
 
-def call_key(call: LLMCall, engine: Backend | None, model_id: str) -> tuple:
-    """Whose choice and margins a relQuery of ``call`` shares: the template's, in ``engine``'s
-    prefix-cache namespace."""
-    return (namespace_of(engine), *template_key(call, model_id))
-
-
 def remembered(call: LLMCall, engine: Backend | None, model_id: str) -> Choice | None:
     with _lock:
         return _choices.get(call_key(call, engine, model_id))
@@ -161,28 +155,36 @@ def sample_indices(n: int, size: int) -> list[int]:
     return list(range(n)) if n <= size else [i * n // size for i in range(size)]
 
 
-class AdaptiveRun:
+class AdaptiveRun(LabelRun):
     """One relQuery of a 2-label call under the adaptive method."""
 
     #: rows are decided once every row is scored
     holds = True
 
-    def __init__(self, call: LLMCall, engine: Backend, model_id: str, values: Sequence[tuple], rel_id: str | None,
-                 engine_options: Mapping[str, object]) -> None:
-        self.call = call
-        self.engine = engine
-        self.model_id = model_id
-        self.values = list(values)
-        self.rel_id = rel_id or uuid.uuid4().hex[:8]
+    def __init__(self, ctx: LabelContext) -> None:
+        if len(ctx.values) != len(ctx.prompts):
+            raise ValueError("the adaptive method lays rows out from their values: every prompt needs its row's values")
+        self.call = ctx.call
+        self.engine = ctx.engine
+        self.model_id = ctx.model_id
+        self.values = list(ctx.values)
+        self.rel_id = ctx.rel_id or uuid.uuid4().hex[:8]
         #: the call's engine settings (system message, call key, ...), without its labels
-        self.engine_options = {k: v for k, v in engine_options.items() if k != "choices"}
-        self.render = LayoutRenderer(call)
-        self.key = call_key(call, engine, model_id)
+        self.engine_options = {k: v for k, v in ctx.engine_options.items() if k != "choices"}
+        self.render = LayoutRenderer(ctx.call)
+        self.key = call_key(ctx.call, ctx.engine, ctx.model_id)
         self.choice: Choice | None = None
-        self.report: AdaptiveReport | None = None
+        self._report: AdaptiveReport | None = None
         self._first_pass = False
 
+    @property
+    def report(self) -> AdaptiveReport | None:
+        return self._report
+
     # -- before the relQuery runs ------------------------------------------------------------
+
+    def request(self) -> LabelRequest:
+        return LabelRequest(self.prompts(), self.scoring_options())
 
     def prompts(self) -> list[str]:
         """The engine's prompts for every row (runs the first pass if the call has no choice yet)."""
@@ -201,8 +203,8 @@ class AdaptiveRun:
     def scoring_options(self) -> dict[str, object]:
         """The ``RelQuery`` settings that score the chosen layout's two words."""
         layout = self.choice.layout
-        return {**self.engine_options, "choices": list(layout.labels), "score_labels": True,
-                "prompt_shape": "completion", "answer_field": layout.answer_field}
+        return {"choices": list(layout.labels), "score_labels": True, "prompt_shape": "completion",
+                "answer_field": layout.answer_field}
 
     def first_pass(self) -> Choice:
         """Score a spread sample in every layout, choose the most informative, take its examples."""
@@ -215,7 +217,7 @@ class AdaptiveRun:
             texts = [self.render(layout, self.values[i]) for i in sample]
             rq = RelQuery.from_prompts(texts, **{**self.engine_options, "choices": list(layout.labels),
                                                  "score_labels": True, "prompt_shape": "completion",
-                                                 "answer_field": layout.answer_field, "on_error": "null"},
+                                                 "answer_field": layout.answer_field},
                                        rel_id=f"{FIRST_PASS_PREFIX}{self.rel_id}-{k}")
             handles.append(self.engine.submit(rq))
         trials, margins_of = [], []
@@ -260,7 +262,7 @@ class AdaptiveRun:
             _pools[self.key] = pool
             if len(_pools) > MAX_REMEMBERED:
                 _pools.pop(next(iter(_pools)))
-        self.report = AdaptiveReport(self.choice, reading, self._first_pass)
+        self._report = AdaptiveReport(self.choice, reading, self._first_pass)
         out = []
         for r, p in zip(rows, ps):
             first = p > 0.5

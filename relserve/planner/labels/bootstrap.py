@@ -41,11 +41,13 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from relserve.functions import BATCH_METHODS
-from relserve.planner.answer_fields import as_known
-from relserve.planner.label_calibration import MIN_BATCH_ROWS, calibrated, label_means, method_of, pick_calibrated
-from relserve.planner.label_history import call_key, means_key, namespace_key, pooled_rows
+from relserve.planner.labels.answer_fields import as_known
+from relserve.planner.labels.batch import BatchRun
+from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun
+from relserve.planner.labels.keys import call_key, namespace_key
+from relserve.planner.labels.means import MIN_BATCH_ROWS, calibrated, label_means, pick_calibrated
 from relserve.prompt_shapes import ANSWER_FIELD, AUTO_ANSWER_FIELD
+from relserve.results import RowResult
 
 #: prompts scored by the first pass (a spread sample of the relQuery's prompts), per function
 #: kind. On 1,000 fresh rows per task as five cold 200-row statements (docs/quality.md,
@@ -188,7 +190,7 @@ def follows_method(call) -> bool:
 
 def in_examples_shape(call):
     """``call`` laid out ``EXAMPLES_SHAPE``, after the answer field the model is likeliest to say
-    its labels after (relserve/planner/answer_fields.py) unless the user named one."""
+    its labels after (relserve/planner/labels/answer_fields.py) unless the user named one."""
     field = call.options.answer_field or AUTO_ANSWER_FIELD
     return replace(call, options=replace(call.options, prompt_shape=EXAMPLES_SHAPE, answer_field=field))
 
@@ -220,33 +222,6 @@ def remembered_examples(call, engine, model_id: str) -> str | None:
         return _chosen.get(call_key(call, engine, model_id))
 
 
-def pooled_history(call, engine, model_id: str) -> int:
-    """How many rows' label means earlier relQueries of ``call`` pooled in ``engine``'s namespace,
-    behind the examples this relQuery would get (label_history.py): 0 for a ``bootstrap`` call
-    whose examples are not chosen yet, and for every method but ``batch`` and ``bootstrap``."""
-    if call.label_method not in BATCH_METHODS:
-        return 0
-    examples = ""
-    if call.label_method == "bootstrap" and not call.options.examples:
-        examples = remembered_examples(call, engine, model_id)
-        if examples is None:
-            return 0
-    return pooled_rows(means_key(call, engine, model_id, examples))
-
-
-def method_and_pool(call, engine, model_id: str, rows: int) -> tuple[str | None, int]:
-    """The label method a relQuery of ``rows`` prompts of ``call`` runs on ``engine``
-    (label_calibration.method_ran) and how many earlier rows its label means pool with.
-
-    A ``bootstrap`` call whose examples are not chosen yet pools, when it runs as ``batch``
-    (three labels or more, too few rows to choose examples from), with its earlier relQueries
-    that ran so: no examples in front of either."""
-    pooled = pooled_history(call, engine, model_id)
-    without_examples = call.label_method == "bootstrap" and not call.options.examples
-    plain = pooled_rows(means_key(call, engine, model_id, "")) if without_examples and not pooled else 0
-    ran = method_of(call, rows, pooled, pooled_plain=plain)
-    return ran, plain if ran == "batch" and without_examples else pooled
-
 
 def examples_for(call, engine, prompts: Sequence[str], relquery_options: Mapping[str, object], model_id: str,
                  rel_id: str | None = None) -> Examples:
@@ -272,3 +247,33 @@ def forget_examples() -> None:
     """Forget every remembered choice (tests, and the benchmark between configurations)."""
     with _lock:
         _chosen.clear()
+
+
+class BootstrapRun(LabelRun):
+    """``method := 'bootstrap'``: worked examples the model labelled itself in front of every
+    row (a first pass, or those an earlier relQuery of the call chose), then batch means."""
+
+    holds = True
+
+    def __init__(self, ctx: LabelContext) -> None:
+        from relserve.planner.labels.prior import label_options
+
+        self.ctx = ctx
+        self.options = label_options(ctx.call, ctx.model_id, "bootstrap")
+        self._batch: BatchRun | None = None
+
+    def request(self) -> LabelRequest:
+        ctx = self.ctx
+        chosen = examples_for(ctx.call, ctx.engine, ctx.prompts, {**ctx.engine_options, **self.options}, ctx.model_id,
+                              ctx.rel_id)
+        self._batch = BatchRun(ctx, chosen.text)
+        prompts = list(ctx.prompts)
+        # the rows that are examples already have their answer: the engine scores the others
+        # (all of them, should every row be an example)
+        if chosen.answered and len(chosen.answered) < len(prompts):
+            index = [i for i in range(len(prompts)) if i not in chosen.answered]
+            return LabelRequest([chosen.text + prompts[i] for i in index], self.options, dict(chosen.answered), index)
+        return LabelRequest([chosen.text + p for p in prompts], self.options)
+
+    def decide(self, rows: Sequence[RowResult]) -> list[RowResult]:
+        return self._batch.decide(rows)

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from relserve.backend.protocol import Backend
 from relserve.functions import LLMCall
-from relserve.planner.label_history import namespace_key, namespace_of
+from relserve.planner.labels.keys import namespace_key, namespace_of
 from relserve.planner.prompt_rendering import Renderer
 from relserve.prompt_shapes import AUTO_ANSWER_FIELD, answer_field_text
 

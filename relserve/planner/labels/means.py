@@ -2,7 +2,7 @@
 Calibration", ICLR 2024).
 
 A small model prefers some labels whatever the row says. The content-free prior
-(``relserve.planner.label_prior``) estimates that preference from made-up rows ("N/A"), which
+(``relserve.planner.labels.prior``) estimates that preference from made-up rows ("N/A"), which
 are not what the real rows look like. A relQuery has the real rows: every row is scored first
 (one short request per row), then each label's score is corrected by its MEAN over the
 relQuery's scored rows, and only then is each row's label picked::
@@ -21,7 +21,7 @@ on a sample, or look at the margins (``label_logprobs``) of the rows that change
 
 Below ``MIN_BATCH_ROWS`` scored rows a mean is too noisy, and the content-free prior is used
 instead (the relQuery then runs as ``calibrate``; EXPLAIN says so), unless earlier relQueries of
-the same call have pooled at least that many rows' means (relserve/planner/label_history.py).
+the same call have pooled at least that many rows' means (relserve/planner/labels/pools.py).
 With three labels or more the prior is so poor (one label for 82% of a 4-label column's rows)
 that a relQuery's own mean is better from ``MIN_BATCH_ROWS_MANY_LABELS`` rows, even over rows
 of one kind; such a relQuery runs as ``batch`` (too few rows to choose examples from). With
@@ -34,8 +34,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from relserve.functions import BATCH_METHODS
-
 #: fewer rows than this in a relQuery: the content-free prior instead of the batch mean
 MIN_BATCH_ROWS = 16
 #: with three labels or more: a relQuery's own mean from this many rows (``batch``), the
@@ -47,39 +45,6 @@ def min_batch_rows(labels: int) -> int:
     """The fewest rows whose own label means a relQuery of ``labels`` labels uses."""
     return MIN_BATCH_ROWS_MANY_LABELS if labels >= 3 else MIN_BATCH_ROWS
 
-
-def method_ran(
-    method: str | None, rows: int, examples: bool = False, pooled: int = 0, labels: int = 2, pooled_plain: int = 0
-) -> str | None:
-    """The label method a relQuery of ``rows`` prompts over ``labels`` labels actually runs:
-    ``batch`` and ``bootstrap`` fall back to ``calibrate`` below ``min_batch_rows(labels)``,
-    unless the call's earlier relQueries already pooled ``MIN_BATCH_ROWS`` rows' means
-    (``pooled``, relserve/planner/label_history.py); between the two thresholds (three labels
-    or more) ``bootstrap`` runs as ``batch``, and so does a smaller relQuery of a ``bootstrap``
-    call whose earlier small relQueries, run with no examples, pooled ``MIN_BATCH_ROWS`` rows
-    (``pooled_plain``); ``bootstrap`` also runs as ``batch`` when the call has the user's own
-    ``examples`` (relserve/planner/label_bootstrap.py)."""
-    if method == "adaptive":
-        # layouts are for two labels; with more, or with the user's own examples, the
-        # bootstrapped examples and batch means decide as before
-        if labels != 2 or examples:
-            method = "bootstrap"
-        else:
-            return method
-    if method in BATCH_METHODS and rows < MIN_BATCH_ROWS and pooled < MIN_BATCH_ROWS:
-        if rows >= min_batch_rows(labels) or pooled_plain >= MIN_BATCH_ROWS:
-            return "batch"
-        return "calibrate"
-    if method == "bootstrap" and examples:
-        return "batch"
-    return method
-
-
-def method_of(call, rows: int, pooled: int = 0, pooled_plain: int = 0) -> str | None:
-    """``method_ran`` for a relQuery of ``rows`` prompts of ``call`` (an ``LLMCall``): its label
-    method, its own examples and its number of labels."""
-    return method_ran(call.label_method, rows, bool(call.options.examples), pooled,
-                      labels=len(call.choices or ()), pooled_plain=pooled_plain)
 
 
 def label_means(scores: Sequence[Mapping[str, float]]) -> dict[str, float]:

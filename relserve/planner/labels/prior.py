@@ -14,15 +14,21 @@ from __future__ import annotations
 import math
 import threading
 import uuid
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
+from relserve.engine.label_scoring import pick
 from relserve.functions import SCORING_METHODS, LLMCall
+from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun
+from relserve.planner.labels.keys import template_key
 from relserve.planner.prompt_rendering import Renderer
+from relserve.results import RowResult
 
 #: rel_id prefix of the probe relQueries (they are not a user's rows)
-PROBE_PREFIX = "calibrate-"
+PROBE_PREFIX = "prior-"
 #: the paper's content-free inputs
 CONTENT_FREE = ("N/A", "", "[MASK]")
 
@@ -51,19 +57,11 @@ def label_options(call: LLMCall, model_id: str, method: str | None) -> dict[str,
     if method not in SCORING_METHODS:
         return {}
     scoring: dict[str, Any] = {"score_labels": True, "prompt_shape": call.prompt_shape, "answer_field": call.answer_field}
-    if method == "calibrate":
+    if method in ("prior", "calibrate"):
         prior = known_prior(call, model_id)
         if prior is not None:
             scoring["label_prior"] = prior
     return scoring
-
-
-def template_key(call: LLMCall, model_id: str) -> tuple:
-    """What a call's per-template measurements (this prior, bootstrap's examples) depend on: the
-    model, the function, the template, the labels, the instruction, the user's examples, the
-    system message, the prompt shape and its answer field; not its rows."""
-    return (model_id, call.function.kind, call.template.source, call.choices, call.answer_instruction, call.examples_prefix,
-            call.options.system, call.prompt_shape, call.options.answer_field)
 
 
 def known_prior(call: LLMCall, model_id: str) -> dict[str, float] | None:
@@ -109,3 +107,34 @@ def forget_priors() -> None:
     """Forget every measured prior (tests, and the benchmark between configurations)."""
     with _lock:
         _priors.clear()
+
+
+class PriorRun(LabelRun):
+    """``method := 'prior'`` (named ``calibrate`` before): each row's label probabilities divided
+    by the call's content-free prior. The prior is measured once per call: by the call's first
+    relQuery, whose probes run beside its rows (``submit_probes``); later relQueries hand it to
+    the engine, which picks each row's label itself."""
+
+    holds = False
+
+    def __init__(self, ctx: LabelContext) -> None:
+        self.ctx = ctx
+        self.options = label_options(ctx.call, ctx.model_id, "prior")
+        self._probes: RelQueryHandle | None = None
+        self._prior: dict[str, float] | None = None
+
+    def request(self) -> LabelRequest:
+        if "label_prior" not in self.options:
+            # the call's first relQuery: its prior's probes run beside its rows, not before them
+            self._probes = submit_probes(self.ctx.call, self.ctx.engine)
+        return LabelRequest(list(self.ctx.prompts), self.options)
+
+    def submitted(self, handle: RelQueryHandle) -> None:
+        if self._probes is not None:
+            # the rows are scored meanwhile; their labels are picked here once it is known
+            self._prior = prior_from(self.ctx.call, self.ctx.model_id, self._probes)
+
+    def decide(self, rows: Sequence[RowResult]) -> list[RowResult]:
+        if self._prior is None:
+            return list(rows)
+        return [replace(r, text=pick(r.label_logprobs, self._prior)) for r in rows]

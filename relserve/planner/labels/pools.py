@@ -1,7 +1,7 @@
 """Each label's mean score over every row a template has scored, not only this relQuery's
 (issue 22; ``method := 'batch'`` and ``'bootstrap'``).
 
-Batch calibration (relserve/planner/label_calibration.py) subtracts each label's mean over the
+Batch calibration (relserve/planner/labels/means.py) subtracts each label's mean over the
 rows it corrects. Over one relQuery that mean is wrong when the relQuery's rows are mostly of one
 label: SQL over a table stored in blocks of one rating, or a ``WHERE`` that selects one kind of
 row, gives the filter rows that are nearly all "yes", and subtracting their own mean answers half
@@ -28,8 +28,8 @@ import threading
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from relserve.planner.label_calibration import batch_picks, pick_calibrated
-from relserve.planner.label_prior import template_key
+from relserve.planner.labels.keys import call_key
+from relserve.planner.labels.means import batch_picks, pick_calibrated
 
 #: templates whose means are remembered (the oldest are forgotten past this)
 MAX_REMEMBERED = 256
@@ -54,22 +54,6 @@ class LabelPool:
 
 _pools: dict[Hashable, LabelPool] = {}
 _lock = threading.Lock()
-
-
-def call_key(call, engine, model_id: str) -> tuple:
-    """A call's per-template memory (these means, bootstrap's examples) in ``engine``'s
-    prefix-cache namespace: a server tenant's (server/tenant_engine.py), None for the process's own."""
-    return namespace_key(call, namespace_of(engine), model_id)
-
-
-def namespace_of(engine) -> str | None:
-    """``engine``'s prefix-cache namespace (None: the process's own, or no engine yet)."""
-    return getattr(engine, "prefix_cache_namespace", None)
-
-
-def namespace_key(call, namespace: str | None, model_id: str) -> tuple:
-    """``call_key`` for a namespace known without its engine (the planner's side)."""
-    return (namespace, *template_key(call, model_id))
 
 
 def means_key(call, engine, model_id: str, examples: str = "") -> tuple:

@@ -1,0 +1,34 @@
+"""``method := 'batch'``: every row scored, then each label's score corrected by its mean over
+the rows (batch calibration, relserve/planner/labels/means.py), pooled with the call's earlier
+relQueries (relserve/planner/labels/pools.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun
+from relserve.planner.labels.pools import means_key, pooled_picks
+from relserve.planner.labels.prior import label_options
+from relserve.results import RowResult
+
+
+class BatchRun(LabelRun):
+    """``method := 'batch'``: every row scored, then each label's score corrected by its mean
+    over this relQuery's rows and the call's earlier ones (relserve/planner/labels/pools.py).
+    ``examples``: the worked examples in front of every prompt (bootstrap's), whose means pool apart."""
+
+    holds = True
+
+    def __init__(self, ctx: LabelContext, examples: str = "") -> None:
+        self.ctx = ctx
+        self.examples = examples
+        self.means_key = means_key(ctx.call, ctx.engine, ctx.model_id, examples)
+        self.options = label_options(ctx.call, ctx.model_id, "batch")
+
+    def request(self) -> LabelRequest:
+        return LabelRequest([self.examples + p for p in self.ctx.prompts], self.options)
+
+    def decide(self, rows: Sequence[RowResult]) -> list[RowResult]:
+        picks = pooled_picks(self.means_key, [r.label_logprobs for r in rows])
+        return [replace(r, text=text) for r, text in zip(rows, picks)]

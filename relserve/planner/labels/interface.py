@@ -1,0 +1,101 @@
+"""The one interface of the label methods of ``llm_filter`` / ``llm_classify`` (issue 43).
+
+A label method takes one relQuery of a closed question from its prompts to each row's label, in
+three steps the executor (relserve/planner/executor.py) drives the same way for every method:
+
+1. ``request``: what the engine gets - the prompts (perhaps rewritten: worked examples in front,
+   another layout), the scoring settings, and the rows already answered without the engine.
+   Anything the method must learn first (a first pass over a sample, the content-free prior's
+   probes) runs here or beside the rows (``submitted``).
+2. the engine scores every label of every row (relserve/engine/label_scoring.py);
+3. ``decide``: the scored rows with their label (and, where the method knows it, its
+   confidence). A method that decides each row alone (``holds`` False) is given rows as they
+   finish; one that reads the whole relQuery (batch means, two crowds) is given them all at once.
+
+The methods (relserve/planner/labels/methods.py names them and builds them): ``score`` (the
+best-scored label), ``prior`` (divided by the content-free prior), ``batch`` (minus each label's
+mean over the rows), ``bootstrap`` (worked examples the model labels itself, then batch means),
+``adaptive`` (the layout chosen per call, rows decided by two crowds of margins). ``generate``
+decodes instead of scoring and needs none of this.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from relserve.backend.protocol import Backend
+from relserve.engine.handle import RelQueryHandle
+from relserve.functions import LLMCall
+from relserve.results import RowResult
+
+
+@dataclass(frozen=True)
+class LabelContext:
+    """One relQuery of a closed question, as a label method gets it."""
+
+    #: the call as the engine scores it (an ``answer_field := 'auto'`` already named)
+    call: LLMCall
+    engine: Backend
+    model_id: str
+    #: the distinct prompts to run, in planned order, as the planner rendered them
+    prompts: Sequence[str]
+    #: per prompt, its row's placeholder values (empty when the caller has none)
+    values: Sequence[tuple]
+    rel_id: str | None
+    #: the call's own ``RelQuery`` settings (system message, call key, ...)
+    engine_options: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class LabelRequest:
+    """What the engine gets for a relQuery of a closed question."""
+
+    #: the prompts the engine scores (the relQuery's own, or a subset: see ``engine_index``)
+    prompts: list[str]
+    #: the ``RelQuery`` settings of the scoring (choices, score_labels, prompt_shape, ...)
+    options: Mapping[str, Any]
+    #: prompt index -> label: rows answered without the engine
+    answered: Mapping[int, str] = field(default_factory=dict)
+    #: the engine's row index -> the relQuery's prompt index (None: the same)
+    engine_index: list[int] | None = None
+
+
+class LabelRun(ABC):
+    """One relQuery's labels under one method, from its request to each row's decision."""
+
+    #: True: ``decide`` gets every scored row at once, after the last (the decision reads the
+    #: whole relQuery); False: each row as it finishes
+    holds: bool = True
+
+    @abstractmethod
+    def request(self) -> LabelRequest:
+        """What the engine gets.
+
+        Returns:
+            the prompts, the scoring settings and the rows answered without the engine. May
+            block: a first pass over a sample runs here.
+        """
+
+    def submitted(self, handle: RelQueryHandle) -> None:  # noqa: B027 (a hook most methods need not use)
+        """Called once the relQuery is submitted, with its handle (the content-free prior's
+        probes run beside the rows and are read here). If it raises, the executor cancels the
+        relQuery."""
+
+    @abstractmethod
+    def decide(self, rows: Sequence[RowResult]) -> list[RowResult]:
+        """Each scored row with its label.
+
+        Args:
+            rows: rows the engine scored (``label_logprobs`` set, no error), in any order.
+        Returns:
+            the same rows, in the same order, each with ``text`` the call's label (a filter's
+            "yes"/"no") and, where the method knows it, ``confidence``.
+        """
+
+    @property
+    def report(self) -> Any:
+        """What the method learned about this relQuery, for EXPLAIN ANALYZE (None: nothing)."""
+        return None
