@@ -64,7 +64,7 @@ class CallFields:
         options["on_error"] = on_error if on_error is not None else o.on_error
         kind = call.function.kind
         return cls(
-            function=kind,
+            function=call.function.name.removeprefix("llm_"),
             labels=list(call.labels or ()) if kind == "classify" else None,
             json_schema=call.json_schema if kind == "extract" else None,
             cache=cache,

@@ -26,3 +26,8 @@ class EngineError(RelServeError, RuntimeError):
 
 class Cancelled(RelServeError):
     """The relQuery was cancelled before this row finished."""
+
+
+class LabelWarning(UserWarning):
+    """The model does not tell a closed question's rows apart well: its answers are close to
+    guesses (relserve/planner/labels/adaptive.py). The rows are answered all the same."""

@@ -202,8 +202,11 @@ LLM_MAP = LLMFunction("llm_map", "map", 64, "text")
 LLM_FILTER = LLMFunction("llm_filter", "filter", 2, "boolean")
 LLM_CLASSIFY = LLMFunction("llm_classify", "classify", 16, "one of the labels", spec_argument="labels")
 LLM_EXTRACT = LLMFunction("llm_extract", "extract", 256, "JSON valid against the schema", spec_argument="json_schema")
+#: a filter's question answered with how sure the model is: the probability of "yes" (the same
+#: label method and decision as llm_filter, whose answer is "yes" exactly where this is above 0.5)
+LLM_SCORE = LLMFunction("llm_score", "filter", 2, "the probability that the answer is yes")
 
-FUNCTIONS: dict[str, LLMFunction] = {f.name: f for f in (LLM_MAP, LLM_FILTER, LLM_CLASSIFY, LLM_EXTRACT)}
+FUNCTIONS: dict[str, LLMFunction] = {f.name: f for f in (LLM_MAP, LLM_FILTER, LLM_CLASSIFY, LLM_EXTRACT, LLM_SCORE)}
 
 FILTER_CHOICES = ("yes", "no")
 
@@ -331,6 +334,8 @@ class LLMCall:
         }
         if self.options.system is not None:
             out["system"] = self.options.system
+        if self.scores:
+            out["function"] = self.function.name  # a probability, not llm_filter's label
         if self.options.cascade is not None and self.choices is not None:
             # a proxy's answers, and which rows it answered (its random sample: the seed)
             out["cascade"] = self.options.cascade
@@ -380,12 +385,25 @@ class LLMCall:
         except RowError as e:
             return None, str(e)
 
+    @property
+    def scores(self) -> bool:
+        """Whether the call answers with the probability of "yes" (``llm_score``) instead of the label."""
+        return self.function is LLM_SCORE
+
     def convert(self, text: str) -> Any:
         """The model's text as the function's declared type; ``RowError`` if it does not fit."""
         kind = self.function.kind
         if kind == "map":
             return text
         answer = text.strip()
+        if self.scores:
+            try:
+                p = float(answer)
+            except ValueError:
+                raise RowError(f"llm_score answer {text!r} is not a probability") from None
+            if not 0.0 <= p <= 1.0:
+                raise RowError(f"llm_score answer {text!r} is not a probability between 0 and 1")
+            return p
         if kind == "filter":
             low = answer.lower().rstrip(".!")
             if low in ("yes", "true"):
@@ -442,6 +460,9 @@ def make_call(
     elif json_schema is not None:
         raise ConfigError(f"{fn.name} takes no JSON schema")
     call = LLMCall(fn, parsed, checked_labels, schema_json, opts)
+    if call.scores and call.label_method == "generate":
+        raise ConfigError("llm_score reads the model's probability of each answer, which decoding does not give: "
+                          "use a scoring method (the default) and temperature 0")
     if opts.examples:
         call = replace(call, options=replace(opts, examples=_checked_examples(call, opts.examples)))
     return call

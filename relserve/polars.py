@@ -34,6 +34,7 @@ from relserve.functions import (
     LLM_EXTRACT,
     LLM_FILTER,
     LLM_MAP,
+    LLM_SCORE,
     LLMCall,
     LLMFunction,
     make_call,
@@ -167,6 +168,8 @@ def explain(frame: pl.LazyFrame | Callable[[], Any], *, analyze: bool = False) -
 
 def _dtype(call: LLMCall) -> pl.DataType:
     kind = call.function.kind
+    if call.scores:
+        return pl.Float64()
     if kind == "filter":
         return pl.Boolean()
     if kind == "classify":
@@ -320,6 +323,34 @@ class LLMExpr:
         )
         return _expr(self._expr, call, engine)
 
+    def score(
+        self,
+        template: str,
+        *,
+        model: str | None = None,
+        system: str | None = None,
+        on_error: str | None = None,
+        reorder_fields: bool | None = None,
+        method: str | None = None,
+        examples: list[dict] | None = None,
+        prompt_shape: str | None = None,
+        answer_field: str | None = None,
+        engine: Backend | None = None,
+    ) -> pl.Expr:
+        """The probability that the answer to a yes/no question is yes, per row (Float64): the
+        same question and decision as ``filter`` (whose answer is yes exactly where this is above
+        0.5), for ``sort``, ``top_k`` and thresholds of your own.
+
+        >>> lf = pl.LazyFrame({"review": ["Great film!", "Too long."]})
+        >>> lf.with_columns(p=pl.col("review").llm.score("Is {review} positive?")).collect_schema()
+        Schema([('review', String), ('p', Float64)])
+        """
+        call = make_call(
+            LLM_SCORE, template, model=model, system=system, on_error=on_error, reorder_fields=reorder_fields,
+            method=method, examples=examples, prompt_shape=prompt_shape, answer_field=answer_field,
+        )
+        return _expr(self._expr, call, engine)
+
     def classify(
         self,
         template: str,
@@ -446,6 +477,11 @@ class LLMFrame:
         """The rows for which the answer is yes (rows whose call failed are dropped too)."""
         expr = self._struct(template, LLM_FILTER).llm.filter(template, **options)
         return self._frame.filter(expr)
+
+    def score(self, template: str, *, alias: str = "llm_score", **options: Any):
+        """The frame with a new Float64 column ``alias``: the probability of yes per row."""
+        expr = self._struct(template, LLM_SCORE).llm.score(template, **options)
+        return self._frame.with_columns(expr.alias(alias))
 
     def classify(self, template: str, labels: list[str], *, alias: str = "llm_classify", **options: Any):
         """The frame with a new Enum column ``alias`` holding one of ``labels`` per row."""

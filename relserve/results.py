@@ -41,7 +41,9 @@ class RowResult:
     #: who gave the answer when it was not the LLM: "proxy" (a cascade's light classifier,
     #: relserve/cascade/); None: the LLM (or the result cache, see ``cached``)
     answered_by: str | None = None
-    #: the probability the proxy gave its answer (rows it answered; None otherwise)
+    #: the probability of the answer given: the label method's for a closed question (the
+    #: adaptive method's posterior, or the normalised label scores), the proxy's for the rows a
+    #: cascade answered; None for free text, JSON and decoded labels
     confidence: float | None = None
 
     @property

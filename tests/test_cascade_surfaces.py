@@ -56,7 +56,7 @@ def test_server_job_marks_proxy_rows_and_reports_the_cascade(tmp_path):
     assert [r["value"] for r in rows] == [i % 3 == 0 for i in range(N)]
     proxy = [r for r in rows if r["answered_by"] == PROXY]
     assert len(proxy) == N - 900 and all(0.5 <= r["confidence"] <= 1 for r in proxy)
-    assert all(r["answered_by"] is None and r["confidence"] is None for r in rows if r["answered_by"] != PROXY)
+    assert all(r["answered_by"] is None and 0.5 <= r["confidence"] <= 1 for r in rows if r["answered_by"] != PROXY)
     c = out["stats"]["cascade"]
     assert (c["train"], c["audit"], c["proxy_rows"], c["llm_rows"], c["remainder_rows"]) == (300, 600, N - 900, 900, 0)
     assert c["agreement"] == 1.0 and c["agreement_low"] < 1.0 and c["threshold"] is not None

@@ -11,6 +11,7 @@ import random
 
 import pytest
 from engine_doubles import ScriptedEngine
+from label_doubles import strong_engine
 
 from relserve.functions import make_call
 from relserve.planner.labels import adaptive
@@ -112,33 +113,9 @@ def test_one_crowd_is_not_read_as_two():
     assert fit_mixture(xs).gain < 0.05
 
 
-def _strong_engine(true_rows: set[str]) -> ScriptedEngine:
-    """A model that separates the rows cleanly: for a row in ``true_rows`` it gives the first
-    label a log-odds of +4..+8 in every layout, otherwise -4..-8 (the spread from the row's
-    text, so no two rows score alike)."""
-
-    def answer(prompt: str, rq) -> str:
-        return rq.choices[0]
-
-    eng = ScriptedEngine(answer=answer)
-
-    def submit(rq, tenancy=None):
-        eng.relqueries.append(rq)
-        eng.submitted.append(list(rq.prompts))
-        rows = []
-        for i, p in enumerate(rq.prompts):
-            own = p.rsplit("\n\n", 1)[-1]
-            spread = 4 + (sum(own.encode()) % 97) / 24
-            m = spread if any(t in own for t in true_rows) else -spread
-            a, b = rq.choices
-            lp = {a: -math.log1p(math.exp(-m)), b: -math.log1p(math.exp(m))}
-            rows.append(RowResult(i, a if m > 0 else b, label_logprobs=lp, finish_reason="scored"))
-        from engine_doubles import _Handle, _Result, _Stats
-
-        return _Handle(_Result(rows, _Stats(rq.rel_id, len(rows))))
-
-    eng.submit = submit  # type: ignore[method-assign]
-    return eng
+def _strong_engine(true_rows: set[str]):
+    """A model that separates the rows cleanly (tests/label_doubles.py) whose true rows are ``true_rows``."""
+    return strong_engine(lambda text: any(t in text for t in true_rows))
 
 
 @pytest.mark.parametrize("prevalence", [0.02, 0.10, 0.25, 0.50])

@@ -196,6 +196,8 @@ def test_install_creates_every_function(cluster):
         "llm_map_query(template text, query text, options jsonb)",
         "llm_reduce(template text, value text)",
         "llm_reduce_query(template text, query text, options jsonb)",
+        "llm_score(template text, fields jsonb)",
+        "llm_score(template text, VARIADIC vals text[])",
         "llm_topk(template text, value text, k integer)",
     ])
 

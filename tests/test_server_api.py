@@ -128,7 +128,7 @@ def test_invalid_bodies_are_422_naming_the_field(server):
         "invalid request: give template and rows (a list of objects), or prompts (a list of strings)": {"template": "x {a}"},
         "invalid request: rows.1: Input should be a valid dictionary": {"template": "x {a}", "rows": [{"a": 1}, 5]},
         "invalid request: max_tokens: Input should be greater than or equal to 1": {"template": "x {a}", "rows": [], "max_tokens": 0},
-        "invalid request: function: Input should be 'map', 'filter', 'classify' or 'extract'": {"template": "x {a}", "rows": [], "function": "sum"},
+        "invalid request: function: Input should be 'map', 'filter', 'classify', 'extract' or 'score'": {"template": "x {a}", "rows": [], "function": "sum"},
     }
     for message, body in cases.items():
         r = _post(server, "/v1/relqueries", body)

@@ -13,7 +13,7 @@ from relserve.backend.protocol import Backend
 from relserve.duckdb_ext.arguments import options_macro_sql
 from relserve.duckdb_ext.remote import http_runner
 from relserve.duckdb_ext.session import CallRunner, LocalRunner, Session
-from relserve.duckdb_ext.udf import RETURN_TYPES, PlainFunction, create_function
+from relserve.duckdb_ext.udf import PlainFunction, create_function, return_type
 from relserve.errors import ConfigError
 from relserve.functions import FUNCTIONS, CallOptions
 from relserve.planner.cache import ResultCache
@@ -70,7 +70,7 @@ def install(
             session.failures = old.failures
         _sessions[con] = session
     for fn in FUNCTIONS.values():
-        create_function(con, fn.name, PlainFunction(session, fn), RETURN_TYPES[fn.kind], replace=True)
+        create_function(con, fn.name, PlainFunction(session, fn), return_type(fn), replace=True)
     con.execute(options_macro_sql())
     return con
 

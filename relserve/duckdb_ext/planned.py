@@ -27,7 +27,7 @@ import pyarrow as pa
 from relserve.duckdb_ext.arguments import decode_chunk, hashable_key
 from relserve.duckdb_ext.session import Session
 from relserve.duckdb_ext.statement import CallSite, Statement
-from relserve.duckdb_ext.udf import RETURN_TYPES, answer_chunk, create_function, settle_chunk_errors, to_arrow
+from relserve.duckdb_ext.udf import answer_chunk, create_function, return_type, settle_chunk_errors, to_arrow
 from relserve.errors import RowError
 from relserve.functions import LLMCall, LLMFunction
 from relserve.planner.explain import Analyzed, Explain
@@ -92,7 +92,7 @@ class SiteState:
                     self._take_cached(group.call, known, unknown)
                 if unknown:
                     self.pending.setdefault(group.call, {}).update(unknown)
-                filler = stand_in if fn.kind != "classify" else group.call.labels[0]
+                filler = 0.5 if group.call.scores else stand_in if fn.kind != "classify" else group.call.labels[0]
                 for r, k in zip(group.rows, keys):
                     hit = known.get(k)
                     out[r] = hit[0] if hit is not None else filler
@@ -181,7 +181,7 @@ class PlannedStatement:
 
     def __enter__(self) -> PlannedStatement:
         for name, state in zip(self.names, self.states):
-            create_function(self.con, name, state, RETURN_TYPES[state.function.kind])
+            create_function(self.con, name, state, return_type(state.function))
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -16,12 +16,17 @@ import pyarrow as pa
 from relserve.duckdb_ext.arguments import DecodedChunk, decode_chunk
 from relserve.duckdb_ext.session import Session
 from relserve.errors import RowError
-from relserve.functions import LLMCall, LLMFunction
+from relserve.functions import LLM_SCORE, LLMCall, LLMFunction
 from relserve.planner.plan_and_run import CallOutcome
 
-#: DuckDB return type of each function
+#: DuckDB return type of each kind of function (``return_type``: of each function)
 RETURN_TYPES = {"map": "VARCHAR", "filter": "BOOLEAN", "classify": "VARCHAR", "extract": "JSON"}
 _ARROW_TYPES = {"map": pa.string(), "filter": pa.bool_(), "classify": pa.string(), "extract": pa.json_(pa.string())}
+
+
+def return_type(fn: LLMFunction) -> str:
+    """The DuckDB type ``fn`` returns (llm_score: the probability of "yes", a DOUBLE)."""
+    return "DOUBLE" if fn is LLM_SCORE else RETURN_TYPES[fn.kind]
 
 
 def create_function(con: duckdb.DuckDBPyConnection, name: str, udf: Any, returns: str, *, replace: bool = False) -> None:
@@ -45,7 +50,7 @@ def create_function(con: duckdb.DuckDBPyConnection, name: str, udf: Any, returns
 
 
 def to_arrow(fn: LLMFunction, values: list[Any]) -> pa.Array:
-    return pa.array(values, type=_ARROW_TYPES[fn.kind])
+    return pa.array(values, type=pa.float64() if fn is LLM_SCORE else _ARROW_TYPES[fn.kind])
 
 
 class PlainFunction:

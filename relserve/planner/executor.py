@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
-from relserve.functions import SchedulingHints
+from relserve.functions import FILTER_CHOICES, SchedulingHints
 from relserve.planner.labels.answer_fields import resolved
 from relserve.planner.labels.interface import LabelContext, LabelRun
 from relserve.planner.labels.means import MIN_BATCH_ROWS
@@ -147,12 +147,28 @@ class CallExecutor:
 
     def _answer_one(self, row: RowResult) -> list[RowResult]:
         value, error = None, row.error
+        if self.call.scores and error is None and row.text in FILTER_CHOICES:
+            # llm_score: the probability of "yes" is the answer (and what the result cache keeps)
+            sure = row.confidence if row.confidence is not None else 1.0
+            row = replace(row, text=f"{sure if row.text == 'yes' else 1 - sure:.6f}")
         if error is None and row.text is not None:
             self._answers.append((self.rows.prompts[row.index], row.text))
             value, error = self.call.answer(row.text)
         else:
             error = self.error_prefix + (error or "no answer")
         return [replace(row, index=target, value=value, error=error) for target in self.rows.targets[row.index]]
+
+    @property
+    def label_report(self):
+        """What the label method learned about this relQuery (EXPLAIN ANALYZE; None: nothing)."""
+        return self.labels.report if self.labels is not None else None
+
+    @property
+    def warning(self) -> str | None:
+        """Why this relQuery's labels are close to guesses (None: they are not, or nothing says)."""
+        if self.labels is None:
+            return None
+        return self.labels.warning(self.call.function.name, self.call.template.source)
 
     @property
     def has_cache_writes(self) -> bool:

@@ -182,6 +182,10 @@ class Analyzed:
     cascade: CascadeReport | None = None
     #: the cascade option as planned: "off", or why it did not apply, or its sample
     cascade_plan: str = "off"
+    #: what the label method found (the adaptive method: layout, estimated prior; None: nothing)
+    labels: str | None = None
+    #: why the labels are close to guesses (None: they are not)
+    warning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -195,6 +199,10 @@ class Analyzed:
             f"  rows the LLM answered {self.llm_rows:>10,}",
             f"  time                  {self.seconds:>9.1f}s",
         ]
+        if self.labels is not None:
+            lines.append(f"  labels                {self.labels}")
+        if self.warning is not None:
+            lines.append(f"  warning               {self.warning}")
         if self.cascade is not None:
             lines.append(str(self.cascade))
         elif self.cascade_plan != "off":
@@ -340,3 +348,19 @@ def _answer_field(call, model_id: str, namespace: str | None) -> str | None:
         name = known_field(call, model_id, namespace)
         return answer_field_text(name) if name else AUTO_ANSWER_FIELD
     return call.answer_field
+
+
+def describe_labels(report) -> str | None:
+    """One line of EXPLAIN ANALYZE for what the adaptive label method found (None: another method)."""
+    from relserve.planner.labels.adaptive import AdaptiveReport
+
+    if not isinstance(report, AdaptiveReport):
+        return None
+    choice, reading = report.choice, report.reading
+    how = (f"by this relQuery's first pass over {choice.sampled} rows" if report.first_pass
+           else "by an earlier relQuery of the call")
+    prior = (f"estimated share of {choice.layout.labels[0]!r} {reading.prior:.1%} from two crowds of margins "
+             f"(AUC {reading.separation:.2f})" if reading.separates else
+             f"one crowd of margins (AUC {reading.separation:.2f} at best): no share can be read")
+    return (f"layout {choice.layout.name!r} chosen {how} (mutual information {choice.information:.3f} nats); "
+            f"{prior}; over {reading.rows} margins")

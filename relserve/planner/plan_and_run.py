@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,12 +15,12 @@ from relserve.cascade import policy as cascade_policy
 from relserve.cascade.drive import run_cascade
 from relserve.cascade.report import CascadeReport
 from relserve.cascade.runner import Cascade
-from relserve.errors import RowError
+from relserve.errors import LabelWarning, RowError
 from relserve.functions import LLMCall
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.executor import CallExecutor
-from relserve.planner.explain import Analyzed, Explain, explain_plan
+from relserve.planner.explain import Analyzed, Explain, describe_labels, explain_plan
 from relserve.planner.labels.keys import namespace_of
 from relserve.planner.plan import CallPlan, plan_rows, rows_of
 from relserve.planner.planned_rows import PlannedRows
@@ -47,6 +48,10 @@ class CallOutcome:
     details: list[RowResult | None] | None = None
     #: wall time of the call (planning and running)
     seconds: float = 0.0
+    #: what the label method learned (the adaptive method: layout, estimated prior; None: nothing)
+    labels: Any = None
+    #: why the labels are close to guesses (None: they are not); also raised as a LabelWarning
+    warning: str | None = None
 
     @property
     def failures(self) -> list[tuple[int, str]]:
@@ -106,7 +111,7 @@ def run_rows(
     done: list[RowResult | None] = [None] * plan.rows
     for row in rows.ready:
         done[row.index] = row
-    stats = report = None
+    stats = report = label_report = warning = None
     fail_fast = call.options.on_error == "raise"
 
     def executor_for(some: PlannedRows) -> CallExecutor:
@@ -132,13 +137,18 @@ def run_rows(
         for row in executor.run(ref.get(), progress=progress, fail_fast=fail_fast):
             done[row.index] = row
         stats = executor.stats
+        label_report, warning = executor.label_report, executor.warning
 
     unanswered = f"{call.function.name}: no answer (cancelled)"
     values = [r.value if r is not None else None for r in done]
     errors = [r.error if r is not None else unanswered for r in done]
     engine_rows = report.llm_rows if report is not None else len(rows.prompts)
     outcome = CallOutcome(values, errors, plan, engine_stats=stats, ran=engine_rows, cascade=report,
-                          details=done if report is not None else None, seconds=time.perf_counter() - t0)
+                          details=done if report is not None else None, seconds=time.perf_counter() - t0,
+                          labels=label_report, warning=warning)
+    if warning is not None:
+        # the rows are answered all the same; the warning says how little they can be trusted
+        warnings.warn(warning, LabelWarning, stacklevel=2)
     if call.options.on_error == "raise" and outcome.failures:
         i, err = outcome.failures[0]
         raise RowError(f"{_row_label(plan, i)}: {err}")
@@ -150,7 +160,7 @@ def analyzed(call: LLMCall, outcome: CallOutcome) -> Analyzed:
     planned = outcome.plan.call if outcome.plan is not None else call
     skipped = cascade_policy.plan(planned, outcome.ran).describe() if outcome.cascade is None else "off"
     return Analyzed(call.function.name, call.template.source, len(outcome.values), outcome.ran, outcome.seconds,
-                    outcome.cascade, skipped)
+                    outcome.cascade, skipped, labels=describe_labels(outcome.labels), warning=outcome.warning)
 
 
 def _row_label(plan: CallPlan, row: int) -> str:

@@ -136,6 +136,15 @@ def notice_cascade(plpy: Any, name: str, stats: Any) -> None:
     got = stats.get("cascade") if isinstance(stats, dict) else None
     if isinstance(got, dict) and "rows" in got:
         plpy.notice(f"{name}: model cascade\n{CascadeReport.from_dict(got)}")
+    notice_labels(plpy, name, stats)
+
+
+def notice_labels(plpy: Any, name: str, stats: Any) -> None:
+    """The label method's warning that the answers are close to guesses (the model does not tell
+    the rows apart), as a NOTICE naming what to check: a Python warning on the other surfaces."""
+    warning = stats.get("warning") if isinstance(stats, dict) else None
+    if isinstance(warning, str) and warning:
+        plpy.notice(f"{name}: {warning.split(': ', 1)[1] if warning.startswith(name) else warning}")
 
 
 def cancel(plpy: Any, stream: AnswerStream) -> None:

@@ -23,6 +23,7 @@ from relserve.cascade.drive import merged_stats, write_proxy_answers
 from relserve.cascade.runner import Cascade
 from relserve.functions import SchedulingHints
 from relserve.planner.executor import CallExecutor
+from relserve.planner.explain import describe_labels
 from relserve.planner.planned_rows import PlannedRows
 from relserve.policy.types import Tenancy
 from relserve.results import RelQueryStats, RowResult
@@ -293,6 +294,13 @@ class Job:
             )
         if self.deadline_s is not None and self.done:
             out["deadline_met"] = self.latency_s <= self.deadline_s
+        ex = self.executor
+        if ex is not None and ex.label_report is not None:
+            # EXPLAIN ANALYZE of the label method: the layout chosen, the estimated prior
+            out["labels"] = describe_labels(ex.label_report)
+        if ex is not None and ex.warning is not None:
+            # the answers are close to guesses: the client (a PostgreSQL NOTICE, a sheet) says so
+            out["warning"] = ex.warning
         if self.cascade_plan.target is not None:
             # EXPLAIN ANALYZE of the cascade: whether it applied, and what it did
             out["cascade"] = (self.cascade.report.as_dict() if self.cascade is not None

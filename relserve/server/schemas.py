@@ -13,7 +13,7 @@ from relserve.functions import FUNCTIONS, HINT_NAMES, OPTION_NAMES, LLMCall, Sch
 from relserve.validation import OnError
 
 #: the functions by their short names ("llm_" is stripped), as ``relserve.functions`` defines them
-FunctionName = Literal[tuple(f.kind for f in FUNCTIONS.values())]  # type: ignore[valid-type]
+FunctionName = Literal[tuple(f.name.removeprefix("llm_") for f in FUNCTIONS.values())]  # type: ignore[valid-type]
 
 
 #: body fields that carry per-row data (checked per row, or per cell by ``Cell``): a value there

@@ -77,7 +77,7 @@ typedef struct RsFind
 static const char *
 rs_llm_kind(Oid funcid, Oid schema)
 {
-	static const char *const names[] = {"map", "filter", "classify", "extract", NULL};
+	static const char *const names[] = {"map", "filter", "classify", "extract", "score", NULL};
 	char	   *name = get_func_name(funcid);
 	int			i;
 

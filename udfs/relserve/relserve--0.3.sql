@@ -105,6 +105,18 @@ if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
 return GD["relserve"].scalar(plpy, "filter", template, fields=fields)
 $$;
 
+CREATE FUNCTION llm_score(template text, VARIADIC vals text[]) RETURNS double precision
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].scalar(plpy, "score", template, vals=vals)
+$$;
+
+CREATE FUNCTION llm_score(template text, fields jsonb) RETURNS double precision
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].scalar(plpy, "score", template, fields=fields)
+$$;
+
 CREATE FUNCTION llm_classify(template text, labels text[], VARIADIC vals text[]) RETURNS text
 LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
 if "relserve" not in GD: plpy.execute("SELECT relserve._load()")

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun
-from relserve.planner.labels.pools import means_key, pooled_picks
+from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun, probabilities
+from relserve.planner.labels.means import calibrated, pick_calibrated
+from relserve.planner.labels.pools import means_key, pooled_means
 from relserve.planner.labels.prior import label_options
 from relserve.results import RowResult
 
@@ -30,5 +31,9 @@ class BatchRun(LabelRun):
         return LabelRequest([self.examples + p for p in self.ctx.prompts], self.options)
 
     def decide(self, rows: Sequence[RowResult]) -> list[RowResult]:
-        picks = pooled_picks(self.means_key, [r.label_logprobs for r in rows])
-        return [replace(r, text=text) for r, text in zip(rows, picks)]
+        means = pooled_means(self.means_key, [r.label_logprobs for r in rows])
+        out = []
+        for r in rows:
+            label = pick_calibrated(r.label_logprobs, means)
+            out.append(replace(r, text=label, confidence=probabilities(calibrated(r.label_logprobs, means))[label]))
+        return out

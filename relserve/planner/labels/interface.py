@@ -99,3 +99,18 @@ class LabelRun(ABC):
     def report(self) -> Any:
         """What the method learned about this relQuery, for EXPLAIN ANALYZE (None: nothing)."""
         return None
+
+    def warning(self, function: str, template: str) -> str | None:
+        """Why this relQuery's answers are close to guesses, naming what to check (None: they
+        are not, or the method cannot tell)."""
+        return None
+
+
+def probabilities(scores: Mapping[str, float]) -> dict[str, float]:
+    """Label scores (log-probabilities, corrected or not) as probabilities over the labels."""
+    import math
+
+    top = max(scores.values())
+    exp = {label: math.exp(v - top) for label, v in scores.items()}
+    total = sum(exp.values())
+    return {label: v / total for label, v in exp.items()}

@@ -29,7 +29,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from relserve.planner.labels.keys import call_key
-from relserve.planner.labels.means import batch_picks, pick_calibrated
+from relserve.planner.labels.means import label_means, pick_calibrated
 
 #: templates whose means are remembered (the oldest are forgotten past this)
 MAX_REMEMBERED = 256
@@ -68,8 +68,15 @@ def pooled_picks(key: Hashable | None, scores: Sequence[Mapping[str, float]]) ->
     ``key`` None: this relQuery's own means, nothing remembered."""
     if not scores:
         return []
+    means = pooled_means(key, scores)
+    return [pick_calibrated(s, means) for s in scores]
+
+
+def pooled_means(key: Hashable | None, scores: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Each label's mean over this relQuery's ``scores`` and every earlier relQuery's of ``key``
+    (which then remembers these too); ``key`` None: this relQuery's own means."""
     if key is None:
-        return batch_picks(scores)
+        return label_means(scores)
     with _lock:
         pool = _pools.pop(key, None) or LabelPool()
         if set(pool.sums) != set(scores[0]):
@@ -78,8 +85,7 @@ def pooled_picks(key: Hashable | None, scores: Sequence[Mapping[str, float]]) ->
         _pools[key] = pool  # re-inserted: the dict's order is least recently used first
         if len(_pools) > MAX_REMEMBERED:
             _pools.pop(next(iter(_pools)))
-        means = pool.means()
-    return [pick_calibrated(s, means) for s in scores]
+        return pool.means()
 
 
 def pooled_rows(key: Hashable) -> int:

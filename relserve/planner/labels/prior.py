@@ -22,7 +22,7 @@ from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import pick
 from relserve.functions import SCORING_METHODS, LLMCall
-from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun
+from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun, probabilities
 from relserve.planner.labels.keys import template_key
 from relserve.planner.prompt_rendering import Renderer
 from relserve.results import RowResult
@@ -135,6 +135,11 @@ class PriorRun(LabelRun):
             self._prior = prior_from(self.ctx.call, self.ctx.model_id, self._probes)
 
     def decide(self, rows: Sequence[RowResult]) -> list[RowResult]:
-        if self._prior is None:
-            return list(rows)
-        return [replace(r, text=pick(r.label_logprobs, self._prior)) for r in rows]
+        prior = self._prior or self.options.get("label_prior")
+        out = []
+        for r in rows:
+            # the engine picked with a known prior; with the one measured beside the rows, here
+            label = pick(r.label_logprobs, prior) if self._prior is not None else r.text
+            divided = {k: v - math.log(max(prior[k], 1e-12)) for k, v in r.label_logprobs.items()} if prior else r.label_logprobs
+            out.append(replace(r, text=label, confidence=probabilities(divided).get(label)))
+        return out

@@ -8,8 +8,9 @@ row says, which the other methods correct.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
-from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun
+from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun, probabilities
 from relserve.results import RowResult
 
 
@@ -26,4 +27,4 @@ class ScoreRun(LabelRun):
         return LabelRequest(list(self.ctx.prompts), self.options)
 
     def decide(self, rows: Sequence[RowResult]) -> list[RowResult]:
-        return list(rows)
+        return [replace(r, confidence=probabilities(r.label_logprobs).get(r.text)) for r in rows]

@@ -1,0 +1,79 @@
+"""An engine double for the label methods' fast tests (not a test module): each scored row's
+margin (its first label's log-odds over its second) comes from a function of the row's own text
+and the relQuery (its layout: choices and answer field), with the engine's own handle, so the
+synchronous surfaces and the server read it alike."""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from relserve.engine.handle import RelQueryHandle
+from relserve.results import RelQueryResult, RelQueryStats, RowResult
+
+Margin = Callable[[str, Any], float]
+
+
+def own_text(prompt: str) -> str:
+    """The row's own text: after the worked examples in front (blocks ending in a blank line)."""
+    return prompt.rsplit("\n\n", 1)[-1]
+
+
+class MarginEngine:
+    """Scores every row of a ``score_labels`` relQuery by ``margin(own text, relQuery)``."""
+
+    model_id = "margin-model"
+    policy = "margin"
+    uses_plugin = False
+    max_model_len = 2048
+    block_size = 16
+
+    def __init__(self, margin: Margin) -> None:
+        self.margin = margin
+        #: every relQuery submitted (first passes included), in order
+        self.relqueries: list[Any] = []
+        self._lock = threading.Lock()
+
+    def warm_prefix(self, text: str = "", system: str | None = None, tenancy: Any = None) -> int:
+        return 0
+
+    def prompt_token_ids(self, text: str, system: str | None = None) -> list[int]:
+        return list(range(len(text.split()) + 2))
+
+    def submit(self, rq: Any, tenancy: Any = None) -> RelQueryHandle:
+        with self._lock:
+            self.relqueries.append(rq)
+        prompts = [str(p) for p in rq.render()]
+        handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, lambda: None)
+        rows = []
+        for i, p in enumerate(prompts):
+            m = self.margin(own_text(p), rq)
+            a, b = rq.choices
+            lps = {a: -math.log1p(math.exp(-m)), b: -math.log1p(math.exp(m))}
+            row = RowResult(i, text=a if m > 0 else b, prompt_tokens=len(p.split()), output_tokens=1,
+                            finish_reason="scored", label_logprobs=lps)
+            rows.append(row)
+            handle._row_done(row)
+        stats = RelQueryStats(rq.rel_id, len(rows), policy=self.policy)
+        handle._finish(RelQueryResult(rows, stats))
+        return handle
+
+
+def strong_engine(is_true: Callable[[str], bool]) -> MarginEngine:
+    """A model that separates the rows cleanly in every layout: log-odds +4..+8 for a true row,
+    -4..-8 otherwise (the spread from the row's text, so no two rows score alike)."""
+
+    def margin(text: str, rq: Any) -> float:
+        spread = 4 + (sum(text.encode()) % 97) / 24
+        return spread if is_true(text) else -spread
+
+    return MarginEngine(margin)
+
+
+def noise_engine(seed: int = 1) -> MarginEngine:
+    """A model that cannot tell the rows apart: every margin is noise around 0."""
+    rng = random.Random(seed)
+    return MarginEngine(lambda text, rq: rng.gauss(0, 0.3))
