@@ -1,4 +1,9 @@
-"""Stored cost-model calibrations, one per model and machine."""
+"""Stored cost-model calibrations, one per model and machine.
+
+``machine_cost_model(model_id)`` is the one answer to "what does a step cost here": the model
+`relserve calibrate` stored for this model and machine, else the preset of the default model on
+these CPUs. Engines, the simulator's command line, EXPLAIN's estimates and the benchmarks use it.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,10 @@ import platform
 import re
 
 from relserve import paths
-from relserve.policy import CostModel, PolicySettings
+from relserve.policy import PRESETS, CostModel, PolicySettings
+
+#: the step-cost model without a calibration (the default model on this project's CPUs)
+DEFAULT_PRESET = "smollm2-135m-cpu"
 
 
 def machine_key() -> str:
@@ -46,6 +54,12 @@ def load_cost_model(model_id: str) -> CostModel | None:
         return None
     data = json.loads(path.read_text())
     return CostModel(**data["cost_model"])
+
+
+def machine_cost_model(model_id: str) -> CostModel:
+    """The step-cost model engines of ``model_id`` use on this machine: the stored calibration
+    (``relserve calibrate``), else the ``DEFAULT_PRESET``. Its ``source`` says which."""
+    return load_cost_model(model_id) or PRESETS[DEFAULT_PRESET]
 
 
 def load_policy_settings(model_id: str, base: PolicySettings | None = None) -> PolicySettings | None:

@@ -62,7 +62,8 @@ def calibrate(
     details = {
         "fit": {"coef": cal.fit.coef, "r2": cal.fit.r2, "r2_by_kind": cal.fit.r2_by_kind,
                 "held_out_step_error": cal.fit.held_out_step_error, "held_out_probe_errors": cal.fit.held_out_probe_errors,
-                "terms": [asdict(t) for t in cal.fit.terms], "dropped": cal.fit.dropped},
+                "terms": [asdict(t) for t in cal.fit.terms], "dropped": cal.fit.dropped,
+                "by_shape": [asdict(e) for e in cal.by_shape]},
         "probes": cal.probes,
         "tuning": tuning.as_dict() if tuning else None,
     }
@@ -96,4 +97,8 @@ def fit_markdown(cal) -> str:
             f"Held out: {fit.n_held_out} steps of {len(fit.held_out_probe_errors)} probes; median step error "
             f"{fit.held_out_step_error:.1%}; probe totals off by {errs} (mean |error| {fit.held_out_probe_error:.1%})."
         )
+    if cal.by_shape:
+        lines += ["", "| held-out shape | probes | steps | median step error | total error |", "|---|---|---|---|---|"]
+        for e in cal.by_shape:
+            lines.append(f"| {e.shape} | {e.probes} | {e.steps} | {e.median_step_error:.1%} | {e.total_error:+.1%} |")
     return "\n".join(lines)

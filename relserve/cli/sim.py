@@ -33,10 +33,10 @@ def sim(
     """Simulate TRACE under each policy with the calibrated cost model (or a preset)."""
     from rich.console import Console
 
-    from relserve.calibration import load_cost_model
+    from relserve.calibration import machine_cost_model
     from relserve.errors import ConfigError
     from relserve.model import resolve_model
-    from relserve.policy import PRESETS, CostModel
+    from relserve.policy import PRESETS
     from relserve.sim import (
         default_limits,
         markdown_table,
@@ -57,7 +57,7 @@ def sim(
             raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
         cost = PRESETS[preset]
     else:
-        cost = load_cost_model(spec.model_id) or CostModel()
+        cost = machine_cost_model(spec.model_id)  # what the engine would use here
     from transformers import AutoTokenizer
 
     from relserve.engine.chat_template import ChatPrompter

@@ -8,12 +8,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from relserve.calibration import load_cost_model
+from relserve.calibration import machine_cost_model
 from relserve.engine.chat_template import ChatPrompter, ChatTokenizing
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.settings import EngineSettings
 from relserve.model import resolve_model
-from relserve.policy import PRESETS, CostModel, policy_class
+from relserve.policy import CostModel, policy_class
 from relserve.relquery import RelQuery
 from relserve.results import RelQueryResult, RelQueryStats
 
@@ -38,7 +38,7 @@ class BackendBase(ChatTokenizing):
         self.model_id = spec.model_id
         self.model_path = spec.path
         self.policy = s.policy
-        self.cost_model: CostModel = s.cost_model or load_cost_model(self.model_id) or PRESETS["smollm2-135m-cpu"]
+        self.cost_model: CostModel = s.cost_model or machine_cost_model(self.model_id)
         self.block_size = s.block_size
         self.max_model_len = s.max_model_len
         return s

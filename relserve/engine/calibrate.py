@@ -1,18 +1,27 @@
 """Measuring the step-time model on a running engine.
 
 A grid of probes, each a relQuery whose steps the scheduler plug-in logs (size, context,
-duration):
+duration), covering the shapes of step every policy takes:
 
 * prefill probes: unique prompts of several lengths, batches from a quarter of the step's token
   budget to all of it, with no and with a large prefix-cached share (``max_tokens=1``, FCFS, so
-  every step is a pure prefill);
-* decode probes: b rows that each generate exactly ``decode_steps`` tokens (``ignore_eos``) over
-  a context of c tokens. The context is a shared prefix, so the probe prefills it once and its
-  decode steps still attend to all c tokens of every request;
-* mixed probes: prompts arriving while a batch decodes, under Sarathi's chunked prefill.
+  every step is a pure prefill: relserve's and the paper's baselines' prefill steps);
+* decode probes: b rows (up to the engine's running limit) that each generate exactly
+  ``decode_steps`` tokens (``ignore_eos``) over a context of c tokens. The context is a shared
+  prefix, so the probe prefills it once and its decode steps still attend to all c tokens of
+  every request;
+* mixed probes: prompts filling a share of the step's whole token budget arriving while a batch
+  of b rows decodes, under continuous batching with that budget (the steps stock vLLM, Sarathi
+  and relserve's mixed candidate take), and small arrivals under Sarathi's chunk.
 
-``relserve.policy.step_fit`` fits one model to all of them (every fourth probe held out) and
-says how well each term explains the steps and how far it misses on the held-out probes.
+A step costs the engine more than its model run: vLLM's scheduling call (the policy's decision
+in it) comes before, and handing the outputs to the front end after. What is fitted is a step's
+*period*, from the start of its scheduling call to the start of the next one while the engine has
+work, less the policy's own decision time (``period_of``): the time the next step waits.
+
+``relserve.policy.step_fit`` fits one model to all of them (every ``held_out_every``-th probe
+held out) and says how well each term explains the steps and how far it misses on the held-out
+probes, per shape of step.
 """
 
 from __future__ import annotations
@@ -23,8 +32,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from relserve.policy import PolicySettings
 from relserve.policy.step_fit import StepFit, StepSample, fit_steps, split_by_probe
 from relserve.relquery import RelQuery
+
+#: a pause longer than this between one step's end and the next step's start means the engine
+#: waited for work (a probe's end), not that it was busy handing out outputs
+IDLE_GAP_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -34,11 +48,16 @@ class ProbeGrid:
     prefill_lengths: tuple[int, ...] = (48, 192, 640)
     prefill_fractions: tuple[float, ...] = (0.25, 1.0)
     cached_fractions: tuple[float, ...] = (0.0, 0.75)
+    #: decode batches; sizes above the engine's running limit are left out, and the limit itself
+    #: is added (the largest decode step a policy can take)
     decode_sizes: tuple[int, ...] = (1, 8, 32, 96, 192)
     decode_contexts: tuple[int, ...] = (64, 512, 1024)
     decode_steps: int = 24
-    mixed_sizes: tuple[int, ...] = (4, 32)
+    #: mixed probes: b rows decoding over a context of c tokens while prompts of c tokens arrive
+    #: that fill each share of the step's token budget
+    mixed_sizes: tuple[int, ...] = (4, 32, 128)
     mixed_contexts: tuple[int, ...] = (64, 512)
+    mixed_fill: tuple[float, ...] = (0.25, 1.0)
     #: every ``held_out_every``-th probe is kept out of the fit to measure its error
     held_out_every: int = 4
     #: a probe may fill at most this share of the KV cache
@@ -55,8 +74,22 @@ class ProbeGrid:
             decode_steps=8,
             mixed_sizes=(8,),
             mixed_contexts=(64,),
+            mixed_fill=(1.0,),
             held_out_every=3,
         )
+
+
+@dataclass
+class ShapeError:
+    """How far the fitted model misses on the held-out probes of one shape of step."""
+
+    shape: str
+    probes: int
+    steps: int
+    #: median |predicted - measured| / measured over the shape's held-out steps
+    median_step_error: float
+    #: (predicted - measured) / measured of the shape's held-out steps' total time
+    total_error: float
 
 
 @dataclass
@@ -66,12 +99,13 @@ class Calibration:
     held_out: list[StepSample]
     probes: list[dict] = field(default_factory=list)
     wall_s: float = 0.0
+    source: str = "calibrated"
+    #: the fit's error on held-out probes, per shape of step ("prefill cold", "decode", ...)
+    by_shape: list[ShapeError] = field(default_factory=list)
 
     @property
     def cost_model(self):
         return self.fit.cost_model(source=self.source)
-
-    source: str = "calibrated"
 
 
 def _words(rng: random.Random, n: int) -> str:
@@ -86,22 +120,44 @@ def _text_of(engine, rng: random.Random, tokens: int, prefix: str = "") -> str:
     return text
 
 
-def _samples(step_log: list[dict], probe: int) -> list[StepSample]:
+def period_of(step: dict, following: dict | None) -> float:
+    """What a step cost the engine: from the start of its scheduling call to the start of the
+    next step's while the engine had work (the model run, vLLM's scheduling and output handling),
+    less the policy's own decision time; without a next step at once, its scheduling call and
+    model run plus nothing more."""
+    own = step.get("schedule_s", 0.0) + step["duration"]
+    if following is not None and "entered" in step and "entered" in following:
+        gap = following["entered"] - step["entered"]
+        if own <= gap <= own + IDLE_GAP_S:
+            own = gap
+    return max(own - step.get("policy_s", 0.0), 1e-6)
+
+
+def steps_as_samples(step_log: list[dict], probe: int = 0) -> list[StepSample]:
+    """The step log's working steps as the fit's samples (``period_of`` each)."""
+    steps = [s for s in step_log if (s.get("prefill_tokens") or s.get("decode_reqs")) and "duration" in s]
     out = []
-    for s in step_log:
-        if not (s.get("prefill_tokens") or s.get("decode_reqs")) or "duration" not in s:
-            continue
+    for i, s in enumerate(steps):
         out.append(
             StepSample(
                 utok=s["prefill_tokens"],
                 pairs=s.get("prefill_pairs", 0.0),
                 reqs=s["decode_reqs"],
                 ctx=s.get("decode_context", 0),
-                seconds=s["duration"],
+                seconds=period_of(s, steps[i + 1] if i + 1 < len(steps) else None),
                 probe=probe,
             )
         )
     return out
+
+
+def shape_of(kind: str, params: dict) -> str:
+    """The shape of step a probe measures, for the per-shape errors."""
+    if kind == "prefill":
+        return "prefill cached" if params.get("cached") else "prefill cold"
+    if kind == "decode":
+        return "decode large" if params["batch"] >= 96 else "decode"
+    return "mixed full budget" if params.get("fill", 0) >= 0.5 else "mixed"
 
 
 def _probes(engine, grid: ProbeGrid, rng: random.Random) -> list[tuple[str, dict, Callable[[], None]]]:
@@ -130,15 +186,16 @@ def _probes(engine, grid: ProbeGrid, rng: random.Random) -> list[tuple[str, dict
 
         return run
 
-    def mixed(size: int, context: int) -> Callable[[], None]:
+    def mixed(size: int, context: int, fill: float) -> Callable[[], None]:
         def run() -> None:
             shared = _text_of(engine, rng, max(context - 16, 8)) + "\n"
             decoding = engine.submit(
                 RelQuery("{text}", [{"text": shared + _words(rng, 4)} for _ in range(size)], max_tokens=40, ignore_eos=True)
             )
-            for m in (1, 3, 6):
+            n = max(1, int(budget * fill) // context)
+            for _ in range(2):
+                rows = [{"text": _text_of(engine, rng, context)} for _ in range(n)]
                 time.sleep(0.3)
-                rows = [{"text": _text_of(engine, rng, context)} for _ in range(m)]
                 engine.run(RelQuery("{text}", rows, max_tokens=1))
             decoding.result()
 
@@ -148,14 +205,31 @@ def _probes(engine, grid: ProbeGrid, rng: random.Random) -> list[tuple[str, dict
         for fraction in grid.prefill_fractions:
             for cached in grid.cached_fractions:
                 out.append(("prefill", {"prompt": length, "fraction": fraction, "cached": cached}, prefill(length, fraction, cached)))
-    for size in grid.decode_sizes:
+    sizes = sorted({s for s in grid.decode_sizes if s <= seqs} | ({seqs} if max(grid.decode_sizes) > seqs else set()))
+    for size in sizes:
         for context in grid.decode_contexts:
-            if size <= seqs and size * (context + grid.decode_steps + 32) <= cap:
+            if size * (context + grid.decode_steps + 32) <= cap:
                 out.append(("decode", {"batch": size, "context": context}, decode(size, context)))
     for size in grid.mixed_sizes:
         for context in grid.mixed_contexts:
-            if size * (context + 72) <= cap:
-                out.append(("mixed", {"batch": size, "context": context}, mixed(size, context)))
+            for fill in grid.mixed_fill:
+                if size <= seqs and size * (context + 72) + budget * fill <= cap:
+                    out.append(("mixed", {"batch": size, "context": context, "fill": fill}, mixed(size, context, fill)))
+    return out
+
+
+def shape_errors(fit: StepFit, held: list[StepSample], probes: list[dict]) -> list[ShapeError]:
+    """The fit's error on the held-out probes, shape by shape."""
+    shape = {p["probe"]: p["shape"] for p in probes}
+    groups: dict[str, list[StepSample]] = {}
+    for s in held:
+        groups.setdefault(shape[s.probe], []).append(s)
+    out = []
+    for name, steps in sorted(groups.items()):
+        errs = sorted(abs(fit.predict(s) - s.seconds) / max(s.seconds, 1e-6) for s in steps)
+        measured = sum(s.seconds for s in steps)
+        out.append(ShapeError(name, len({s.probe for s in steps}), len(steps), errs[len(errs) // 2],
+                              (sum(fit.predict(s) for s in steps) - measured) / measured))
     return out
 
 
@@ -169,6 +243,8 @@ def calibrate(engine, grid: ProbeGrid | None = None, seed: int = 0, progress: Ca
     t0 = time.monotonic()
     probes = _probes(engine, grid, rng)
     previous = engine.policy
+    # continuous batching with the step's whole budget: stock vLLM's step shape, in the plug-in
+    whole_budget = PolicySettings(sarathi_chunk_tokens=engine.settings.max_num_batched_tokens)
     samples: list[StepSample] = []
     described: list[dict] = []
     try:
@@ -176,13 +252,17 @@ def calibrate(engine, grid: ProbeGrid | None = None, seed: int = 0, progress: Ca
         # warm-up: the first steps of a fresh engine are slower than the rest
         engine.run(RelQuery("{text}", [{"text": _words(rng, 40)} for _ in range(4)], max_tokens=4))
         for i, (kind, params, run) in enumerate(probes):
-            engine.set_policy("sarathi" if kind == "mixed" else "fcfs")
+            if kind == "mixed":
+                engine.set_policy("sarathi", whole_budget if params["fill"] >= 0.5 else None)
+            else:
+                engine.set_policy("fcfs")
             engine.reset_prefix_cache()
             engine.scheduler_stats(clear=True)
             run()
-            steps = _samples(engine.scheduler_stats(steps=True, clear=True)["step_log"], i)
+            steps = steps_as_samples(engine.scheduler_stats(steps=True, clear=True)["step_log"], i)
             samples += steps
-            described.append({"probe": i, "kind": kind, **params, "steps": len(steps), "seconds": sum(s.seconds for s in steps)})
+            described.append({"probe": i, "kind": kind, "shape": shape_of(kind, params), **params,
+                              "steps": len(steps), "seconds": sum(s.seconds for s in steps)})
             if progress:
                 progress(len(probes))
     finally:
@@ -191,4 +271,5 @@ def calibrate(engine, grid: ProbeGrid | None = None, seed: int = 0, progress: Ca
     for d in described:
         d["held_out"] = d["probe"] % grid.held_out_every == grid.held_out_every - 1
     fit = fit_steps(fitted, held)
-    return Calibration(fit, fitted, held, described, time.monotonic() - t0, source=f"calibrated on {engine.model_id}")
+    return Calibration(fit, fitted, held, described, time.monotonic() - t0, source=f"calibrated on {engine.model_id}",
+                       by_shape=shape_errors(fit, held, described))

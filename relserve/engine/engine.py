@@ -19,6 +19,7 @@ from typing import Any
 from relserve.calibration import load_policy_settings
 from relserve.engine.admission import admit
 from relserve.engine.backend_base import BackendBase, finished_result
+from relserve.engine.cpu_libs import preload_for, preloaded
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import LabelTrie, asks, pick
 from relserve.engine.request_meta import RequestMeta
@@ -193,9 +194,10 @@ class Engine(BackendBase):
         with _start_lock:
             # The engine-core process reads its policy from the environment it inherits.
             os.environ[CONFIG_ENV] = json.dumps(self._plugin_config(self.policy, self.policy_settings))
+            preload = preload_for(s.cpu_allocator, s.cpu_openmp) if _on_cpu() else []
             try:
                 # vLLM spawns its engine process here; the user's script must not run again in it
-                with hidden_main():
+                with hidden_main(), preloaded(preload):
                     self._llm = AsyncLLM.from_engine_args(args)
             except Exception as e:
                 raise EngineError(f"vLLM failed to start with model {self.model_path!r}: {e}") from e

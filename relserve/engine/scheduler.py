@@ -219,6 +219,7 @@ class RelServeScheduler(Scheduler):
 
     def schedule(self, *args: Any, **kwargs: Any):
         t0 = time.perf_counter()
+        entered = time.monotonic()
         view = self._view()
         plan = self._policy.schedule(view)
         t_policy = time.perf_counter() - t0
@@ -243,6 +244,10 @@ class RelServeScheduler(Scheduler):
         if kind is StepKind.PREFILL and out.total_num_scheduled_tokens == 0 and self.running:
             reason = "kv-blocked"
         step = self._describe(out, kind.value, reason, t_policy)
+        # the whole scheduling call (the policy, the view, vLLM's own scheduling), which the
+        # step's ``duration`` (model run and output update) does not include
+        step["entered"] = entered
+        step["schedule_s"] = step["start"] - entered
         step["planned_admit"] = len(admit)
         step["held"] = len(held)
         step["waiting"] = len(self.waiting) + len(self.kv_holding_waiting)

@@ -39,5 +39,9 @@ class EngineSettings(BaseSettings):
     #: core for its engine process: on 2 cores that halves the compute; all cores measured
     #: 1.5x faster decode and 1.9x faster prefill here)
     cpu_threads: str = "all"
+    #: memory allocator of vLLM-CPU's processes: "tcmalloc" (preloaded) or "system" (glibc)
+    cpu_allocator: str = "system"
+    #: OpenMP runtime of the model's threads: "gnu" (torch's own), "intel" or "llvm" (preloaded)
+    cpu_openmp: str = "gnu"
     #: keep vLLM's INFO logging out of the user's terminal
     quiet: bool = True

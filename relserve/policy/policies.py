@@ -190,7 +190,9 @@ class RelServePolicy(Policy):
         plan = self.aba.arrange(view, groups, prios)
         if plan.kind is StepKind.DECODE and self.settings.decode_subset:
             running = [g for g in groups.values() if g.running]
-            waiting = sum(1 for g in groups.values() if g.waiting)
+            # a held relQuery's extra decode steps delay the waiting relQueries, and (with
+            # ``backlog_weight``) those expected to arrive before the queued work is done
+            waiting = sum(1 for g in groups.values() if g.waiting) + self.aba.expected_arrivals(view.now, prios)
             held = decode_hold(self.cost, running, prios, self.dpu.starved, waiting)
             plan.hold = [r for g in held for r in g.running]
             if plan.hold:

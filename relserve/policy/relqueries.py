@@ -167,28 +167,44 @@ class RelQueryTracker:
         get = groups.get
         learned = self._estimates(view) if self.learn_output or self.output_history else {}
         # every row joins its relQuery's group and bounds its answer length; a running row also
-        # counts the output it has still to produce
-        for queue, running in ((view.waiting, False), (view.running, True)):
-            for req in queue:
-                g = get(req.rel_id)
+        # counts the output it has still to produce. A queue holds a relQuery's rows next to each
+        # other, so the last group is tried first (this runs for every request every step).
+        g = None
+        for req in view.waiting:
+            rel_id = req.rel_id
+            if g is None or g.rel_id != rel_id:
+                g = get(rel_id)
                 if g is None:
-                    g = groups[req.rel_id] = self._new_group(req)
-                out = min(req.max_tokens, learned.get(req.rel_id, req.max_tokens))
-                if out > g.output_len:
-                    g.output_len = out
-                if not running:
-                    g.waiting.append(req)
-                    continue
-                g.running.append(req)
-                est = learned.get(req.rel_id)
-                left = req.max_tokens - req.output_tokens
-                if est is not None and left > 0:
-                    left = max(min(est, req.max_tokens) - req.output_tokens, 1)
-                if left > 0:
-                    g.remaining_output_total += left
-                    if left > g.remaining_output_len:
-                        g.remaining_output_len = left
-        shares = tenant_shares(list(view.waiting) + list(view.running))
+                    g = groups[rel_id] = self._new_group(req)
+            out = req.max_tokens
+            if learned:
+                out = min(out, learned.get(rel_id, out))
+            if out > g.output_len:
+                g.output_len = out
+            g.waiting.append(req)
+        g = None
+        for req in view.running:
+            rel_id = req.rel_id
+            if g is None or g.rel_id != rel_id:
+                g = get(rel_id)
+                if g is None:
+                    g = groups[rel_id] = self._new_group(req)
+            est = learned.get(rel_id) if learned else None
+            out = req.max_tokens if est is None else min(req.max_tokens, est)
+            if out > g.output_len:
+                g.output_len = out
+            g.running.append(req)
+            left = req.max_tokens - req.output_tokens
+            if est is not None and left > 0:
+                left = max(min(est, req.max_tokens) - req.output_tokens, 1)
+            if left > 0:
+                g.remaining_output_total += left
+                if left > g.remaining_output_len:
+                    g.remaining_output_len = left
+        # one tenant (or none): every share is 0, so the per-tenant loads are not counted
+        tenants = {r.tenant for r in view.waiting}
+        tenants.update({r.tenant for r in view.running})
+        shares = tenant_shares(list(view.waiting) + list(view.running)) if len(tenants) > 1 else {}
         if shares:
             for g in groups.values():
                 req = g.waiting[0] if g.waiting else g.running[0]
