@@ -51,7 +51,7 @@ def _grid():
         prefill_fractions=(1.0,),
         cached_fractions=(0.0,),
         decode_sizes=(1, 32, 128, 256),
-        decode_contexts=(256,),
+        decode_contexts=(64,),
         decode_steps=12,
         mixed_sizes=(16,),
         mixed_contexts=(128,),

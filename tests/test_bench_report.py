@@ -30,7 +30,8 @@ def _report() -> BenchmarkReport:
         summaries=[_summary(p, m) for p, m in measured.items()],
         simulated=[
             {"policy": p, "load": 2.0, "measured_mean_latency": measured[p],
-             "simulated_mean_latency": simulated[p], "relative_error": simulated[p] / measured[p] - 1}
+             "simulated_mean_latency": simulated[p], "relative_error": simulated[p] / measured[p] - 1,
+             "clairvoyant_mean_latency": 3.2, "measured_over_clairvoyant": measured[p] / 3.2}
             for p in measured
         ],
     )
@@ -59,7 +60,7 @@ def test_saved_report_renders_the_same(tmp_path):
     # and what it says, written out: rows sorted by mean latency, the ratios, the simulator's errors
     assert [line.split(" | ")[1] for line in text.splitlines() if line.startswith("| 0.500 |")] == ["relserve", "vllm", "fcfs", "sp"]
     for line in ("- load 2: fcfs 2.00x", "- load 2: sp 2.10x", "- load 2: vllm 1.25x",
-                 "| 2 | fcfs | 8.00 | 8.80 | +10% |", "| 2 | vllm | 5.00 | 3.90 | -22% |",
+                 "| 2 | fcfs | 8.00 | 8.80 | +10% | 3.20 | 2.50 |", "| 2 | vllm | 5.00 | 3.90 | -22% | 3.20 | 1.56 |",
                  "- load 2: 4/6; swapped: fcfs/sp (measured 5% apart), relserve/vllm (measured 25% apart)"):
         assert line in text.splitlines(), line
 

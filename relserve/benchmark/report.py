@@ -52,14 +52,15 @@ def markdown(report: BenchmarkReport) -> str:
             "",
             "Simulator against the real engine (same trace, calibrated cost model, measured output lengths):",
             "",
-            "| load | policy | measured mean (s) | simulated mean (s) | error |",
-            "|---|---|---|---|---|",
+            "| load | policy | measured mean (s) | simulated mean (s) | error | clairvoyant mean (s) | measured / clairvoyant |",
+            "|---|---|---|---|---|---|---|",
         ]
         for x in report.simulated:
             err = x["relative_error"]
             lines.append(
                 f"| {x['load']:g} | {x['policy']} | {_f(x['measured_mean_latency'])} | {_f(x['simulated_mean_latency'])} "
-                f"| {'-' if err is None else f'{err:+.0%}'} |"
+                f"| {'-' if err is None else f'{err:+.0%}'} | {_f(x.get('clairvoyant_mean_latency'))} "
+                f"| {_f(x.get('measured_over_clairvoyant'))} |"
             )
         lines += ["", "Policy order, simulated against measured (pairs of policies ordered the same way):", ""]
         for load, agr in rank_agreement(report).items():

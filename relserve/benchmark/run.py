@@ -180,15 +180,27 @@ def _sim_inputs(engine) -> dict:
 
 
 def simulate_like(trace: Sequence[TraceQuery], report: BenchmarkReport, inputs: dict) -> list[dict]:
-    """The simulator on the same trace, loads and policies, with each run's real output lengths."""
+    """The simulator on the same trace, loads and policies, with each run's real output lengths;
+    and per load the clairvoyant schedule with the relserve run's answer lengths (the first
+    policy's where relserve did not run), to which every run's measured mean is compared."""
     from relserve.sim import simulate, template_renderer
+    from relserve.sim.run import limit_of
 
     cost = CostModel(**report.cost_model)
     render = template_renderer(wrap=inputs["render_wrap"])
+    lengths_of = {
+        (s.policy, s.load): {r["id"]: r["output_lengths"] for r in report.runs[f"{s.policy}@{s.load:g}"]["records"]}
+        for s in report.summaries
+    }
+    best: dict[float, float | None] = {}
+    for load in sorted({s.load for s in report.summaries}):
+        ref = next((s for s in report.summaries if s.load == load and s.policy == "relserve"), None)
+        ref = ref or next(s for s in report.summaries if s.load == load)
+        limit = limit_of(scale_arrivals(trace, load), cost, inputs["limits"], tokenize=inputs["tokenize"], render=render,
+                         output_lengths=lengths_of[(ref.policy, load)])
+        best[load] = limit.clairvoyant.mean if limit.clairvoyant else None
     out = []
     for s in report.summaries:
-        run = report.runs[f"{s.policy}@{s.load:g}"]
-        lengths = {r["id"]: r["output_lengths"] for r in run["records"]}
         res = simulate(
             scale_arrivals(trace, s.load),
             s.policy,
@@ -196,9 +208,10 @@ def simulate_like(trace: Sequence[TraceQuery], report: BenchmarkReport, inputs: 
             inputs["limits"],
             tokenize=inputs["tokenize"],
             render=render,
-            output_lengths=lengths,
+            output_lengths=lengths_of[(s.policy, s.load)],
             isolated=False,
         )
+        clair = best[s.load]
         out.append(
             {
                 "policy": s.policy,
@@ -208,6 +221,9 @@ def simulate_like(trace: Sequence[TraceQuery], report: BenchmarkReport, inputs: 
                 "relative_error": (res.summary.mean_latency - s.mean_latency) / s.mean_latency if s.mean_latency else None,
                 "simulated_p95_latency": res.summary.p95_latency,
                 "simulated_span_s": res.summary.simulated_seconds,
+                "simulated_steps": sum(v for k, v in res.summary.steps.items() if k != "idle"),
+                "clairvoyant_mean_latency": clair,
+                "measured_over_clairvoyant": s.mean_latency / clair if clair else None,
             }
         )
     return out
