@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from relserve.policy.batching import prefill_candidate
+from relserve.policy.batching import kv_headroom, prefill_candidate
 from relserve.policy.cost_model import CostModel
 from relserve.policy.relqueries import RelQueryGroup
 from relserve.policy.settings import PolicySettings
@@ -181,7 +181,8 @@ def answers_in_its_prefill(g: RelQueryGroup) -> bool:
 
 
 def ride_along(
-    cost: CostModel, view: StepView, followers: list[RelQueryGroup], batch: list, tokens: int, pairs: float
+    cost: CostModel, view: StepView, followers: list[RelQueryGroup], batch: list, tokens: int, pairs: float,
+    headroom: int | None = None,
 ) -> tuple[list, int, float]:
     """The prefill batch ``batch`` (``tokens`` uncached, ``pairs`` attention pairs) with whole
     relQueries of ``followers`` (in priority order) added that answer in this step
@@ -195,7 +196,7 @@ def ride_along(
     for g in followers[:RIDE_ALONG_SCAN]:
         if not answers_in_its_prefill(g):
             continue
-        cand, t2, p2 = prefill_candidate(itertools.chain(batch, g.waiting), view)
+        cand, t2, p2 = prefill_candidate(itertools.chain(batch, g.waiting), view, headroom=headroom)
         if len(cand) < len(batch) + len(g.waiting):
             continue  # not whole within the step's limits
         if cost.prefill(t2 - tokens, p2 - pairs) - cost.beta_p > cost.beta_p:
@@ -260,13 +261,15 @@ class AdaptiveBatchArranger:
             return itertools.chain.from_iterable(g.waiting for g in waiting)
         return waiting[0].waiting
 
-    def _mixed_plan(self, view: StepView, waiting: list[RelQueryGroup], prios: dict[str, float]) -> tuple[StepPlan, int, float]:
+    def _mixed_plan(
+        self, view: StepView, waiting: list[RelQueryGroup], prios: dict[str, float], headroom: int | None = None
+    ) -> tuple[StepPlan, int, float]:
         """M: decode every running request plus a chunk of waiting ones in priority order."""
         chunk = self.settings.mixed_chunk_tokens or view.limits.max_num_batched_tokens
         chunk = min(chunk, max(view.limits.max_num_batched_tokens - len(view.running), 0))
         # the running requests take one token each of the step's budget; the chunk the rest
         sub = StepView(view.now, view.waiting, view.running, replace(view.limits, max_num_batched_tokens=chunk), view.cached_tokens)
-        batch, tokens, pairs = prefill_candidate(self._queue(waiting), sub) if chunk > 0 else ([], 0, 0.0)
+        batch, tokens, pairs = prefill_candidate(self._queue(waiting), sub, headroom=headroom) if chunk > 0 else ([], 0, 0.0)
         plan = StepPlan(StepKind.MIXED, admit=batch, token_budget=len(view.running) + chunk, priorities=prios)
         return plan, tokens, pairs
 
@@ -274,12 +277,14 @@ class AdaptiveBatchArranger:
         self.arrivals.observe(groups)
         waiting = sorted((g for g in groups.values() if g.waiting), key=lambda g: priority_key(g, prios))
         prios = dict(prios)
+        # the KV blocks the running requests still need: the same for every candidate this step
+        headroom = kv_headroom(view)
         if waiting:
             head = waiting[0]
-            batch, uncached, pairs = prefill_candidate(self._queue(waiting), view)
+            batch, uncached, pairs = prefill_candidate(self._queue(waiting), view, headroom=headroom)
             head_count = len(batch)  # riders answer in the step: they add nothing to decode
             if self.settings.fill_one_token and not self.settings.fill_prefill and batch:
-                batch, uncached, pairs = ride_along(self.cost, view, waiting[1:], batch, uncached, pairs)
+                batch, uncached, pairs = ride_along(self.cost, view, waiting[1:], batch, uncached, pairs, headroom)
         else:
             head, batch, uncached, pairs, head_count = None, [], 0, 0.0, 0
         if not batch and not view.running:
@@ -297,7 +302,7 @@ class AdaptiveBatchArranger:
         others = [g for g in running if g is not head]
         mixed = times = None
         if self.settings.mixed_steps:
-            mixed, m_tokens, m_pairs = self._mixed_plan(view, waiting, prios)
+            mixed, m_tokens, m_pairs = self._mixed_plan(view, waiting, prios, headroom)
             n, ctx = decode_work(view)
             times = StepTimes(
                 decode=self.cost.decode(n, ctx),

@@ -39,6 +39,7 @@ def prefill_candidate(
     *,
     token_budget: int | None = None,
     output_left: Callable[[Req], int] | None = None,
+    headroom: int | None = None,
 ) -> tuple[list[Req], int, float]:
     """Take requests from the front of ``queue`` while they fit; stop at the first that does not.
 
@@ -51,13 +52,14 @@ def prefill_candidate(
 
     ``token_budget`` replaces ``max_num_batched_tokens`` (a chunk of a mixed step);
     ``output_left`` gives each request's output still to come in place of ``max_tokens`` (see
-    ``kv_headroom``).
+    ``kv_headroom``); ``headroom`` is ``kv_headroom(view)`` when the caller has it already (it
+    sums over every running request, and an arranger builds several candidates a step).
     """
     lim = view.limits
     bs = lim.block_size
     budget = lim.max_num_batched_tokens if token_budget is None else token_budget
     slots = lim.max_num_seqs - len(view.running)
-    kv_left = kv_headroom(view, output_left)
+    kv_left = kv_headroom(view, output_left) if headroom is None else headroom
     batch: list[Req] = []
     tokens = 0
     pairs = 0.0
