@@ -39,6 +39,9 @@ class ReplayResult:
     #: the policy's own time (DPU + ABA) during the replay, when the plug-in runs
     policy_seconds: float | None = None
     steps: int | None = None
+    #: the plug-in's log of every step of the replay (work, model run, scheduling call, policy
+    #: time): what the step model is checked against on the shapes a policy really took
+    step_log: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {
@@ -46,6 +49,7 @@ class ReplayResult:
             "span_s": self.span_s,
             "policy_seconds": self.policy_seconds,
             "steps": self.steps,
+            "step_log": self.step_log,
         }
 
 
@@ -108,8 +112,10 @@ def replay(
         th.join(timeout)
     span = max(finish) - t0 if finish else 0.0
     policy_s = steps = None
+    log: list[dict] = []
     if engine.uses_plugin:
-        st = engine.scheduler_stats()
+        st = engine.scheduler_stats(steps=True)
         policy_s = st["dpu_seconds"] + st["aba_seconds"]
         steps = st["steps"]
-    return ReplayResult([r for r in records if r is not None], span, policy_s, steps)
+        log = st["step_log"]
+    return ReplayResult([r for r in records if r is not None], span, policy_s, steps, log)

@@ -70,7 +70,8 @@ def calibrate(
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps({**details, "cost_model": cost.model_dump(),
-                                        "samples": [asdict(s) for s in cal.samples], "held_out": [asdict(s) for s in cal.held_out]}, indent=1))
+                                        "samples": [asdict(s) for s in cal.samples], "held_out": [asdict(s) for s in cal.held_out],
+                                        "steps": cal.steps}, indent=1))
         console.print(f"wrote {json_out}")
     if save:
         path = save_cost_model(model_id, cost, details, arranger=tuning.chosen if tuning else None)

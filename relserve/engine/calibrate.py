@@ -36,6 +36,9 @@ from relserve.policy import PolicySettings
 from relserve.policy.step_fit import StepFit, StepSample, fit_steps, split_by_probe
 from relserve.relquery import RelQuery
 
+#: the step-log fields kept with a calibration
+_RAW = ("kind", "prefill_tokens", "prefill_pairs", "decode_reqs", "decode_context", "duration", "schedule_s", "policy_s", "entered")
+
 #: a pause longer than this between one step's end and the next step's start means the engine
 #: waited for work (a probe's end), not that it was busy handing out outputs
 IDLE_GAP_S = 0.05
@@ -102,6 +105,9 @@ class Calibration:
     source: str = "calibrated"
     #: the fit's error on held-out probes, per shape of step ("prefill cold", "decode", ...)
     by_shape: list[ShapeError] = field(default_factory=list)
+    #: every probed step as the plug-in logged it (its probe, work, model run, scheduling call,
+    #: policy time): what a fit on another definition of a step's time can be redone from
+    steps: list[dict] = field(default_factory=list)
 
     @property
     def cost_model(self):
@@ -247,6 +253,7 @@ def calibrate(engine, grid: ProbeGrid | None = None, seed: int = 0, progress: Ca
     whole_budget = PolicySettings(sarathi_chunk_tokens=engine.settings.max_num_batched_tokens)
     samples: list[StepSample] = []
     described: list[dict] = []
+    raw_steps: list[dict] = []
     try:
         engine.set_policy("fcfs")  # pure prefill or pure decode steps
         # warm-up: the first steps of a fresh engine are slower than the rest
@@ -259,7 +266,9 @@ def calibrate(engine, grid: ProbeGrid | None = None, seed: int = 0, progress: Ca
             engine.reset_prefix_cache()
             engine.scheduler_stats(clear=True)
             run()
-            steps = steps_as_samples(engine.scheduler_stats(steps=True, clear=True)["step_log"], i)
+            log = engine.scheduler_stats(steps=True, clear=True)["step_log"]
+            raw_steps += [{"probe": i, **{k: s[k] for k in _RAW if k in s}} for s in log]
+            steps = steps_as_samples(log, i)
             samples += steps
             described.append({"probe": i, "kind": kind, "shape": shape_of(kind, params), **params,
                               "steps": len(steps), "seconds": sum(s.seconds for s in steps)})
@@ -272,4 +281,4 @@ def calibrate(engine, grid: ProbeGrid | None = None, seed: int = 0, progress: Ca
         d["held_out"] = d["probe"] % grid.held_out_every == grid.held_out_every - 1
     fit = fit_steps(fitted, held)
     return Calibration(fit, fitted, held, described, time.monotonic() - t0, source=f"calibrated on {engine.model_id}",
-                       by_shape=shape_errors(fit, held, described))
+                       by_shape=shape_errors(fit, held, described), steps=raw_steps)

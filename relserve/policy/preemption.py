@@ -26,7 +26,8 @@ def preemption_order(handles: Sequence[H], reqs: Sequence[Req], priorities: Mapp
     after those with one. The sort is stable, so admission order decides within a relQuery.
     """
     inf = float("inf")
-    shares = tenant_shares(reqs)
+    # one tenant (the common case): every share is 0, no per-tenant loads to count
+    shares = tenant_shares(reqs) if len({r.tenant for r in reqs}) > 1 else {}
 
     def key(i: int) -> tuple[int, float, float, float]:
         r = reqs[i]
