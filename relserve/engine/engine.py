@@ -20,12 +20,12 @@ from relserve.calibration import load_policy_settings
 from relserve.engine.admission import admit
 from relserve.engine.backend_base import BackendBase, finished_result
 from relserve.engine.cpu_libs import preload_for, preloaded, process_env
-from relserve.engine.vllm_waits import WAIT_ENV
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import LabelTrie, asks, pick
 from relserve.engine.request_meta import RequestMeta
 from relserve.engine.scheduler_steps import SchedulerStep
 from relserve.engine.spawn import check_not_bootstrapping, hidden_main
+from relserve.engine.vllm_waits import WAIT_ENV
 from relserve.errors import ConfigError, EngineError
 from relserve.policy import POLICY_NAMES, CostModel, PolicySettings, policy_class
 from relserve.policy.types import Tenancy
