@@ -39,9 +39,7 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "tcmalloc+bf16": ({"cpu_allocator": "tcmalloc", "cpu_openmp": "gnu", "dtype": "bfloat16"}, {}),
     "compiled": ({"cpu_allocator": "system", "cpu_openmp": "gnu", "enforce_eager": False}, {}),
     "tcmalloc+compiled": ({"cpu_allocator": "tcmalloc", "cpu_openmp": "gnu", "enforce_eager": False}, {}),
-    "sleep-wait": ({"cpu_allocator": "system", "cpu_openmp": "gnu", "cpu_wait": "sleep"}, {}),
     "omp-passive": ({"cpu_allocator": "system", "cpu_openmp": "gnu"}, {"OMP_WAIT_POLICY": "PASSIVE"}),
-    "tcmalloc+sleep-wait": ({"cpu_allocator": "tcmalloc", "cpu_openmp": "gnu", "cpu_wait": "sleep"}, {}),
     "one-thread": ({"cpu_allocator": "system", "cpu_openmp": "gnu"}, {"VLLM_CPU_OMP_THREADS_BIND": "0"}),
 }
 

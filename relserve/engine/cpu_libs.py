@@ -84,17 +84,3 @@ def preloaded(paths: list[str]) -> Iterator[None]:
         else:
             os.environ["LD_PRELOAD"] = before
 
-
-@contextlib.contextmanager
-def process_env(values: dict[str, str]) -> Iterator[None]:
-    """``values`` in the environment while the block starts processes; as it was afterwards."""
-    before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

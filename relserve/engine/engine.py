@@ -19,13 +19,12 @@ from typing import Any
 from relserve.calibration import load_policy_settings
 from relserve.engine.admission import admit
 from relserve.engine.backend_base import BackendBase, finished_result
-from relserve.engine.cpu_libs import preload_for, preloaded, process_env
+from relserve.engine.cpu_libs import preload_for, preloaded
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import LabelTrie, asks, pick
 from relserve.engine.request_meta import RequestMeta
 from relserve.engine.scheduler_steps import SchedulerStep
 from relserve.engine.spawn import check_not_bootstrapping, hidden_main
-from relserve.engine.vllm_waits import WAIT_ENV
 from relserve.errors import ConfigError, EngineError
 from relserve.policy import POLICY_NAMES, CostModel, PolicySettings, policy_class
 from relserve.policy.types import Tenancy
@@ -48,12 +47,6 @@ def _cpu_threads(setting: str) -> None:
         cores = sorted(os.sched_getaffinity(0))
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores))
         os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-
-
-def _wait_setting(value: str) -> str:
-    if value not in ("spin", "sleep"):
-        raise ConfigError(f"unknown cpu_wait {value!r}; choose 'spin' or 'sleep'")
-    return value
 
 
 def _quiet_vllm(quiet: bool) -> None:
@@ -204,7 +197,7 @@ class Engine(BackendBase):
             preload = preload_for(s.cpu_allocator, s.cpu_openmp) if _on_cpu() else []
             try:
                 # vLLM spawns its engine process here; the user's script must not run again in it
-                with hidden_main(), preloaded(preload), process_env({WAIT_ENV: _wait_setting(s.cpu_wait)}):
+                with hidden_main(), preloaded(preload):
                     self._llm = AsyncLLM.from_engine_args(args)
             except Exception as e:
                 raise EngineError(f"vLLM failed to start with model {self.model_path!r}: {e}") from e

@@ -23,12 +23,8 @@ _installed = False
 
 
 def install() -> None:
-    """Tie this process's life to its parent's (no-op in the parent process and off Linux); and
-    how it waits for vLLM's other processes (``vllm_waits``)."""
+    """Tie this process's life to its parent's (no-op in the parent process and off Linux)."""
     global _installed
-    from relserve.engine import vllm_waits
-
-    vllm_waits.install()
     if _installed or not sys.platform.startswith("linux"):
         return
     parent = multiprocessing.parent_process()

@@ -43,8 +43,5 @@ class EngineSettings(BaseSettings):
     cpu_allocator: str = "system"
     #: OpenMP runtime of the model's threads: "gnu" (torch's own), "intel" or "llvm" (preloaded)
     cpu_openmp: str = "gnu"
-    #: how vLLM's engine and model processes wait for each other's messages: "spin" (vLLM's own:
-    #: busy for a second after each message) or "sleep" (blocked until woken; engine/vllm_waits.py)
-    cpu_wait: str = "spin"
     #: keep vLLM's INFO logging out of the user's terminal
     quiet: bool = True
