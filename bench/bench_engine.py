@@ -49,7 +49,7 @@ def _grid():
 
     return ProbeGrid(
         prefill_lengths=(128, 512),
-        prefill_fractions=(1.0,),
+        prefill_fractions=(0.25, 1.0),
         cached_fractions=(0.0,),
         decode_sizes=(1, 32, 128, 256),
         decode_contexts=(64,),

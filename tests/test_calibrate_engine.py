@@ -38,6 +38,7 @@ def test_a_small_grid_fits_the_step_model_and_holds_out_probes(engine):
         decode_steps=4,
         mixed_sizes=(4,),
         mixed_contexts=(64,),
+        mixed_fill=(1.0,),
         held_out_every=2,
     )
     before = engine.policy
@@ -45,6 +46,20 @@ def test_a_small_grid_fits_the_step_model_and_holds_out_probes(engine):
     assert engine.policy == before
     assert [p["kind"] for p in cal.probes] == ["prefill", "prefill", "decode", "decode", "mixed"]
     assert [p["held_out"] for p in cal.probes] == [False, True, False, True, False]
+    assert [p["shape"] for p in cal.probes] == ["prefill cold", "prefill cached", "decode", "decode", "mixed full budget"]
+    # the held-out probes' error is reported for each shape they cover
+    assert {e.shape for e in cal.by_shape} == {"prefill cached", "decode"}
+    assert all(e.probes == 1 and e.steps >= 1 for e in cal.by_shape)
+    # a fitted step's time is its period: at least its model run less the policy's decision
+    by_probe = {}
+    for s in cal.steps:
+        if s["prefill_tokens"] or s["decode_reqs"]:
+            by_probe.setdefault(s["probe"], []).append(s)
+    for smp in cal.samples:
+        assert smp.seconds > 0
+    assert sum(len(v) for v in by_probe.values()) == len(cal.samples) + len(cal.held_out)
+    assert all(sm.seconds >= st["duration"] - st["policy_s"] - 1e-9
+               for sm, st in zip(cal.samples, (s for p in sorted(by_probe) if p % 2 == 0 for s in by_probe[p])))
     assert {s.probe for s in cal.held_out} == {1, 3} and {s.probe for s in cal.samples} == {0, 2, 4}
     assert any(s.ctx > 0 for s in cal.samples) and any(s.pairs > 0 for s in cal.samples)
     fit = cal.fit
