@@ -60,27 +60,40 @@ def test_binomial_bounds_refuse_impossible_counts():
 # -- the threshold ------------------------------------------------------------------------------
 
 
-def test_threshold_is_the_lowest_grid_step_whose_bound_keeps_the_target():
-    # 1,000 audit rows whose confidence is their rank; the proxy is wrong on the 60 least sure
-    audit_conf = np.linspace(0.5, 1.0, 1000)
-    agrees = np.ones(1000, dtype=bool)
-    agrees[:60] = False
+def test_threshold_is_the_last_step_of_the_fixed_sequence_and_estimated_on_the_other_half():
+    # 2 x 1,000 audit rows (first half chooses, second estimates), confidence = rank; the proxy
+    # is wrong on the 60 least sure rows of each half. 10,000 rest rows, 12,000 in all.
+    half = np.linspace(0.5, 1.0, 1000)
+    wrong = np.zeros(1000, dtype=bool)
+    wrong[:60] = True
+    audit_conf = np.concatenate([half, half])
+    agrees = ~np.concatenate([wrong, wrong])
     rest_conf = np.linspace(0.5, 1.0, 10_000)
     got = threshold.choose(audit_conf, agrees, rest_conf, rows=12_000, target=0.95)
-    # allowed error share over the rest: 0.05 * 12,000 / 10,000 = 0.06. Every grid step above
-    # the wrong rows has 0 errors; at 90% coverage the 60 wrong rows are all below; the first
-    # step that takes wrong rows in (95%) has 10 of them: upper bound (Bonferroni, 20 steps) ...
-    low, high = binomial.interval(10, 1000, 0.05 / 20)
-    assert high < 0.06  # ... still inside, so the choice goes on to 100%: 60 wrong
-    low100, high100 = binomial.interval(60, 1000, 0.05 / 20)
-    assert high100 > 0.06  # which is out: 95% coverage is the choice
-    assert got.applies and got.coverage == pytest.approx(0.95, abs=1e-3)
-    assert got.audit_wrong == 10
-    assert got.audit_answered == int((audit_conf >= got.threshold).sum())
-    assert got.agreement == pytest.approx(1 - 10_000 * (10 / 1000) / 12_000)
-    assert got.agreement_low == pytest.approx(1 - 10_000 * high / 12_000)
-    assert got.agreement_high == pytest.approx(1 - 10_000 * low / 12_000)
-    assert got.agreement_low >= 0.95 and got.confidence == 0.95
+    # allowed wrong share of the rest: 0.05 * 12,000 / 10,000 = 0.06. Up to 94% of the rest the
+    # audit rows at or above the step have no wrong row; each 1% step further takes in 10 more:
+    # at 98%, 40 wrong rows of the 1,000 (one-sided upper bound 5.3%), at 99% 50 (6.3% > 6%):
+    # the sequence stops there and 98% is chosen
+    assert binomial.upper_bound(40, 1000, 0.05) < 0.06 < binomial.upper_bound(50, 1000, 0.05)
+    assert got.applies and got.coverage == pytest.approx(0.98, abs=1e-4)
+    assert got.chose == threshold.AuditCount(1000, 980, 40)
+    assert got.estimated == got.chose  # the halves are alike here
+    low, high = binomial.interval(40, 1000, 0.05)
+    assert got.agreement == pytest.approx(1 - 10_000 * (40 / 1000) / 12_000)
+    assert (got.agreement_low, got.agreement_high) == (pytest.approx(1 - 10_000 * high / 12_000),
+                                                       pytest.approx(1 - 10_000 * low / 12_000))
+    assert got.confidence == 0.95
+
+
+def test_the_estimate_comes_from_the_half_that_did_not_choose():
+    # the choosing half is perfect, the estimating half is wrong on its 30 surest rows
+    conf = np.linspace(0.5, 1.0, 800)
+    est_agrees = np.ones(800, dtype=bool)
+    est_agrees[-30:] = False
+    got = threshold.choose(np.concatenate([conf, conf]), np.concatenate([np.ones(800, dtype=bool), est_agrees]),
+                           np.linspace(0.5, 1.0, 5000), rows=6600, target=0.9)
+    assert got.coverage == 1.0 and got.chose.wrong == 0 and got.estimated.wrong == 30
+    assert got.agreement == pytest.approx(1 - 5000 * (30 / 800) / 6600)
 
 
 def test_no_threshold_when_even_the_surest_rows_are_too_often_wrong():
@@ -88,15 +101,17 @@ def test_no_threshold_when_even_the_surest_rows_are_too_often_wrong():
     audit_conf = rng.uniform(0.5, 1, 800)
     agrees = rng.uniform(size=800) < 0.7  # wrong on 30% whatever its confidence
     got = threshold.choose(audit_conf, agrees, rng.uniform(0.5, 1, 5000), rows=6000, target=0.95)
+    # the bound alone would let it answer a few percent of the rows (30% of them wrong is within
+    # the 6% of the rest it may get wrong), the floor does not: a coin spends no agreement budget
     assert not got.applies and got.threshold is None and got.coverage == 0.0
     assert got.agreement == 1.0  # every row then goes to the LLM
 
 
 def test_a_perfect_proxy_answers_every_rest_row():
     got = threshold.choose(np.full(600, 0.99), np.ones(600, dtype=bool), np.full(4000, 0.99), rows=5000, target=0.99)
-    assert got.applies and got.coverage == 1.0 and got.audit_wrong == 0
+    assert got.applies and got.coverage == 1.0 and got.chose.wrong == got.estimated.wrong == 0
     assert got.agreement == 1.0 and got.agreement_high == 1.0
-    assert got.agreement_low == pytest.approx(1 - 4000 * binomial.upper_bound(0, 600, 0.05 / 40) / 5000)
+    assert got.agreement_low == pytest.approx(1 - 4000 * binomial.interval(0, 300, 0.05)[1] / 5000)
 
 
 # -- the proxy ----------------------------------------------------------------------------------
@@ -207,7 +222,7 @@ def test_cascade_answers_the_rest_by_proxy_when_it_agrees(rule_embedder):
     assert [len(s) for s in eng.submitted] == [900]
     assert rep.proxy_rows == n - 900 and rep.remainder_rows == 0 and rep.llm_rows == 900
     assert rep.audit_wrong == 0 and rep.agreement == 1.0
-    assert rep.agreement_low == pytest.approx(1 - (n - 900) * binomial.upper_bound(0, 600, 0.05 / 40) / n)
+    assert rep.agreement_low == pytest.approx(1 - (n - 900) * binomial.interval(0, 300, 0.05)[1] / n)
     assert out.values == [i % 3 == 0 for i in range(n)]
     assert out.errors == [None] * n
     # per-row details: who answered, and the proxy's confidence

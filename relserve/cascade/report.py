@@ -28,7 +28,12 @@ class CascadeReport:
     agreement_low: float | None = None
     agreement_high: float | None = None
     confidence: float = CONFIDENCE
-    #: audit rows the proxy would answer at the threshold, and those it got wrong
+    #: share of the rest rows the proxy answers at the threshold
+    coverage: float = 0.0
+    #: the audit's halves: the rows that chose the threshold, the rows that estimate the agreement
+    chose_rows: int = 0
+    estimate_rows: int = 0
+    #: rows of the estimating half the proxy would answer at the threshold, and those it got wrong
     audit_covered: int = 0
     audit_wrong: int = 0
     #: why every row went to the LLM (None: the proxy answered some)
@@ -66,8 +71,9 @@ class CascadeReport:
             lines.append(f"    proxy rows          {0:>10,}   (every row to the LLM: {self.fallback})")
         else:
             lines += [
-                f"    threshold           {self.threshold:>10.4f}   (proxy confidence; the audit rows at or above it: "
-                f"{self.audit_covered:,}, {self.audit_wrong:,} answered unlike the LLM)",
+                f"    threshold           {self.threshold:>10.4f}   (proxy confidence, chosen on {self.chose_rows:,} audit rows; "
+                f"of the other {self.estimate_rows:,}, {self.audit_covered:,} at or above it, {self.audit_wrong:,} answered "
+                f"unlike the LLM)",
                 f"    proxy rows          {self.proxy_rows:>10,}   answered by the proxy ({self.embedder} + logistic regression)",
                 f"    estimated agreement {self.agreement:>10.2%}   ({self.confidence:.0%} interval "
                 f"{self.agreement_low:.2%} - {self.agreement_high:.2%})",

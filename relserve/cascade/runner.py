@@ -41,8 +41,9 @@ class Split:
 
 
 def split(n: int, train: int, audit: int, seed: int) -> Split:
+    """A random partition; the audit stays in random order (threshold.py cuts it in halves)."""
     order = np.random.default_rng(seed).permutation(n).tolist()
-    return Split(sorted(order[:train]), sorted(order[train : train + audit]), sorted(order[train + audit :]))
+    return Split(sorted(order[:train]), order[train : train + audit], sorted(order[train + audit :]))
 
 
 def subset(rows: PlannedRows, prompts: list[int]) -> PlannedRows:
@@ -139,7 +140,7 @@ class Cascade:
                                   target=self.plan.target, delta=1.0 - CONFIDENCE)
         rep.learn_s = learn_s + time.perf_counter() - t3
         if not choice.applies:
-            rep.fallback = (f"no threshold keeps the agreement's {CONFIDENCE:.0%} lower bound at {self.plan.target:g} "
+            rep.fallback = (f"no threshold keeps the agreement's {CONFIDENCE:.0%} bound at {self.plan.target:g} "
                             f"(the proxy agreed with the LLM on {int(agrees.sum()):,} of {len(audit):,} audit rows)")
         return self._settle(choice)
 
@@ -147,8 +148,9 @@ class Cascade:
         self.choice = choice
         rep = self.report
         if choice is not None and choice.applies:
-            rep.threshold = choice.threshold
-            rep.audit_covered, rep.audit_wrong = choice.audit_answered, choice.audit_wrong
+            rep.threshold, rep.coverage = choice.threshold, choice.coverage
+            rep.chose_rows, rep.estimate_rows = choice.chose.rows, choice.estimated.rows
+            rep.audit_covered, rep.audit_wrong = choice.estimated.answered, choice.estimated.wrong
             rep.agreement, rep.agreement_low, rep.agreement_high = choice.agreement, choice.agreement_low, choice.agreement_high
         rep.proxy_rows = len(self._proxy_positions())
         rep.remainder_rows = len(self.parts.rest) - rep.proxy_rows
