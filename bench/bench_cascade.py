@@ -181,7 +181,7 @@ def memory(rows: int) -> None:
     planned = PlannedRows(call, rows, None, [], prompts, [[i] for i in range(rows)])
     default_embedder().embed(["warm up"])
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    cascade = Cascade(planned, p, "memory-check", seed=0)
+    cascade = Cascade(planned, p, seed=0)
     rng = np.random.default_rng(0)
     for i in cascade.parts.train + cascade.parts.audit:
         cascade.answers[i] = "positive" if rng.uniform() < 0.5 else "negative"

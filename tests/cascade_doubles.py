@@ -46,6 +46,8 @@ class RuleEngine:
         self.rel_ids: list[str] = []
         self.cancelled: list[str] = []
         self.started = threading.Event()
+        #: rows answered so far, per relQuery id
+        self.answered: dict[str, int] = {}
 
     def warm_prefix(self, text: str = "", system: str | None = None) -> int:
         return 0
@@ -80,6 +82,7 @@ class RuleEngine:
                         row.label_logprobs = {c: math.log(0.9 if c == answer else rest) for c in rq.choices}
                         row.text = pick(row.label_logprobs, rq.label_prior)
                 rows.append(row)
+                self.answered[rq.rel_id] = self.answered.get(rq.rel_id, 0) + 1
                 handle._row_done(row)
             stats = RelQueryStats(rq.rel_id, len(rows), num_errors=sum(r.error is not None for r in rows), policy=self.policy)
             stats.latency_s = 0.0

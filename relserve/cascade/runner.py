@@ -58,7 +58,7 @@ class Cascade:
 
     rows: PlannedRows
     plan: CascadePlan
-    model_id: str
+    #: the random split's seed (the call's ``seed``: which rows the LLM answers first)
     seed: int = 0
     embedder: embedding.Embedder = field(default_factory=embedding.default_embedder)
 
@@ -113,10 +113,10 @@ class Cascade:
             return self._settle(None)
         t0 = time.perf_counter()
         known = train + audit
-        features = np.concatenate([x for _, x in embedding.chunks(self.embedder, [texts[p] for p in known], stop=stop)] or
-                                  [np.zeros((0, 1), dtype=np.float32)])
-        if len(features) < len(known):
-            return None
+        parts = [x for _, x in embedding.chunks(self.embedder, [texts[p] for p in known], stop=stop)]
+        if sum(len(x) for x in parts) < len(known):
+            return None  # stopped
+        features = np.concatenate(parts)
         rep.embed_s += time.perf_counter() - t0
         t1 = time.perf_counter()
         model = proxy.fit(features[: len(train)], [self.answers[p] for p in train], self.labels, seed=self.seed)
@@ -133,7 +133,7 @@ class Cascade:
             self._rest_confidence[start : start + len(labels)] = confidence
             done += len(labels)
         if done < len(rest):
-            return None
+            return None  # stopped
         rep.embed_s += time.perf_counter() - t2
         t3 = time.perf_counter()
         choice = threshold.choose(audit_confidence, agrees, self._rest_confidence, rows=len(self.rows.prompts),

@@ -122,7 +122,7 @@ def run_rows(
 
     cascade = cascade_policy.plan(plan.call, len(rows.prompts))
     if rows.prompts and cascade.applies:
-        ran = run_cascade(Cascade(rows, cascade, plan.model_id, seed=call.options.seed or 0), ref.get(), executor_for,
+        ran = run_cascade(Cascade(rows, cascade, seed=call.options.seed or 0), ref.get(), executor_for,
                           progress=progress, fail_fast=fail_fast)
         for row in ran.rows:
             done[row.index] = row

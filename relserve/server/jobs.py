@@ -167,7 +167,7 @@ class Job:
         """The cascade's steps (relserve/cascade/runner.py): the sample's relQuery, the proxy
         (off the event loop), its rows, then the remainder's relQuery."""
         b = self.batch
-        cascade = self.cascade = Cascade(b, self.cascade_plan, engine.model_id, seed=b.call.options.seed or 0)
+        cascade = self.cascade = Cascade(b, self.cascade_plan, seed=b.call.options.seed or 0)
         rep = cascade.report
 
         def part(rows: PlannedRows, rel_id: str) -> CallExecutor:
