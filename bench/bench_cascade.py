@@ -71,15 +71,17 @@ def reviews(rows: int, seed: int = 0) -> list[str]:
 
 def forget_template_memory() -> None:
     """Every run cold: no examples, label means, priors or answer fields from an earlier run."""
-    from relserve.planner.answer_fields import forget_fields
-    from relserve.planner.label_bootstrap import forget_examples
-    from relserve.planner.label_history import forget_means
-    from relserve.planner.label_prior import forget_priors
+    from relserve.planner.labels.adaptive import forget as forget_adaptive
+    from relserve.planner.labels.answer_fields import forget_fields
+    from relserve.planner.labels.bootstrap import forget_examples
+    from relserve.planner.labels.pools import forget_means
+    from relserve.planner.labels.prior import forget_priors
 
     forget_examples()
     forget_means()
     forget_fields()
     forget_priors()
+    forget_adaptive()
 
 
 def make(task: dict, **options):
