@@ -186,3 +186,40 @@ def test_a_run_reports_its_choice_and_reading():
     assert rep.first_pass and rep.reading.rule == "two crowds" and not rep.guessing
     assert rep.reading.prior == pytest.approx(0.2, abs=0.01)
     assert rep.warning("llm_filter", "t") is None
+
+
+def test_a_small_first_relquery_scores_every_row_in_every_layout_and_a_later_one_reuses_the_choice():
+    """At most 24 rows with no earlier choice: every row in every layout, then again in the chosen
+    layout with no examples (not kept). A larger relQuery then chooses with examples; a 5-row
+    relQuery after it is decided with that layout and the margins pooled so far, exactly."""
+    eng = _strong_engine({"sports story"})
+    call = make_call("llm_filter", "Is this news article about sports? Article: {a}", method="adaptive")
+    small = [f"sports story {i}" if i % 3 == 0 else f"other story {i}" for i in range(10)]
+    out = run_call(call, [small], engine=eng, cache=False, progress=False)
+    assert out.values == [i % 3 == 0 for i in range(10)]
+    first, main = eng.relqueries[:5], eng.relqueries[5:]
+    assert [len(rq.prompts) for rq in first] == [10] * 5 and len(main) == 1
+    assert "\n\n" not in main[0].prompts[0]  # no examples in front
+    assert adaptive.remembered(call, eng, "m") is None
+    big = [f"sports story {i}" if i % 4 == 0 else f"other story {i}" for i in range(40)]
+    run_call(call, [big], engine=eng, cache=False, progress=False)
+    before = len(eng.relqueries)
+    five = ["sports story 100", "other story 101", "other story 102", "sports story 103", "other story 104"]
+    out = run_call(call, [five], engine=eng, cache=False, progress=False)
+    (rq,) = eng.relqueries[before:]
+    assert rq.prompts[0].count("\n\n") == 2  # the two examples the larger relQuery chose
+    assert out.values == [True, False, False, True, False]
+
+
+def test_a_few_margins_are_read_as_two_crowds_only_across_a_wide_gap():
+    # noise: at most one set in ten read as two crowds (the rule's own rate is about one in twenty)
+    two = sum(read([random.Random(s).gauss(0, 1) for _ in range(random.Random(s).randint(4, 15))])[0].rule == "two crowds"
+              for s in range(1000))
+    assert two <= 100, two
+    # a model that separates the rows: always two crowds, and every row right
+    for seed in range(200):
+        rng = random.Random(seed)
+        k, n = rng.randint(1, 3), rng.randint(5, 15)
+        xs = [4 + rng.random() * 4 for _ in range(k)] + [-(4 + rng.random() * 4) for _ in range(n - k)]
+        reading, mix = read(xs)
+        assert reading.rule == "two crowds" and [mix.posterior(x) > 0.5 for x in xs] == [True] * k + [False] * (n - k)

@@ -123,6 +123,18 @@ def remembered(call: LLMCall, engine: Backend | None, model_id: str) -> Choice |
         return _choices.get(call_key(call, engine, model_id))
 
 
+def pooled_margins(call: LLMCall, engine: Backend | None, model_id: str) -> int:
+    """How many margins of earlier relQueries of ``call`` a relQuery would be read with (0 when
+    no earlier relQuery chose a layout)."""
+    key = call_key(call, engine, model_id)
+    with _lock:
+        choice = _choices.get(key)
+        if choice is None:
+            return 0
+        pool = _pools.get((key, choice.layout, choice.examples))
+        return len(pool.margins) if pool is not None else 0
+
+
 def forget() -> None:
     """Forget every remembered choice and margin (tests, the benchmark between configurations)."""
     with _lock:
@@ -190,13 +202,19 @@ class AdaptiveRun(LabelRun):
         return LabelRequest(self.prompts(), self.scoring_options())
 
     def prompts(self) -> list[str]:
-        """The engine's prompts for every row (runs the first pass if the call has no choice yet)."""
+        """The engine's prompts for every row (runs the first pass if the call has no choice yet).
+
+        A relQuery of at most ``SAMPLE_ROWS`` rows with no earlier choice scores all its rows in
+        every layout and runs them again in the chosen one with no examples in front (the same
+        prompts: the prefix cache answers all but their last token); its choice is not kept, so
+        the call's first larger relQuery chooses with examples."""
         with _lock:
             self.choice = _choices.get(self.key)
         if self.choice is None:
-            self.choice = self.first_pass()
+            small = len(self.values) <= SAMPLE_ROWS
+            self.choice = self.first_pass(examples=not small)
             self._first_pass = True
-            if self.choice.examples:  # no examples (every sampled row failed): try again next time
+            if self.choice.examples:  # none (a small relQuery, or every sampled row failed): not kept
                 with _lock:
                     if len(_choices) >= MAX_REMEMBERED:
                         _choices.pop(next(iter(_choices)))
@@ -209,8 +227,9 @@ class AdaptiveRun(LabelRun):
         return {"choices": list(layout.labels), "score_labels": True, "prompt_shape": "completion",
                 "answer_field": layout.answer_field}
 
-    def first_pass(self) -> Choice:
-        """Score a spread sample in every layout, choose the most informative, take its examples."""
+    def first_pass(self, examples: bool = True) -> Choice:
+        """Score a spread sample in every layout, choose the most informative, take its examples
+        (``examples`` False: none)."""
         from relserve.relquery import RelQuery
 
         layouts = layouts_for(self.call)
@@ -233,7 +252,8 @@ class AdaptiveRun(LabelRun):
         # the most informative; the earlier (the question first) wins a tie
         best = max(range(len(layouts)), key=lambda k: (round(trials[k].information, 9), -k))
         layout = layouts[best]
-        return Choice(layout, tuple(trials), self._examples(layout, margins_of[best]), len(sample))
+        shown = self._examples(layout, margins_of[best]) if examples else ""
+        return Choice(layout, tuple(trials), shown, len(sample))
 
     def _examples(self, layout: Layout, margins: Mapping[int, float]) -> str:
         """The sampled row furthest towards each label, as "<row>\\n<field>: <word>" blocks."""
@@ -255,14 +275,16 @@ class AdaptiveRun(LabelRun):
         layout = self.choice.layout
         own = tuple(self.call.choices or ())
         ms = [margin(r, layout) for r in rows]
+        # margins read together must come from the same layout behind the same examples
+        pool_key = (self.key, layout, self.choice.examples)
         with _lock:
-            pool = _pools.pop(self.key, None) or _Pool()
+            pool = _pools.pop(pool_key, None) or _Pool()
             earlier = list(pool.margins)
         reading, mixture = read(earlier + ms)
         ps = posteriors(ms, reading, mixture, earlier + ms)
         pool.add(ms)
         with _lock:
-            _pools[self.key] = pool
+            _pools[pool_key] = pool
             if len(_pools) > MAX_REMEMBERED:
                 _pools.pop(next(iter(_pools)))
         self._report = AdaptiveReport(self.choice, reading, self._first_pass)

@@ -26,8 +26,15 @@ from relserve.planner.labels.mixture import Mixture, fit_mixture
 #: give) and explain the margins this much better than one crowd (nats per row)
 MIN_SEPARATION = 0.85
 MIN_GAIN = 0.05
-#: at least this many margins to read crowds from
-MIN_ROWS = 16
+#: at least this many margins to read crowds from. Below ``FEW_ROWS`` a mixture fits noise as two
+#: tight crowds half the time, so two crowds are read only across a wide gap: the widest gap
+#: between sorted margins at least ``FEW_GAP_NATS`` of log-odds and ``FEW_GAP_SPREADS`` times
+#: the crowds' own spread (one in twenty sets of 4-15 normal margins passes the second alone; a
+#: model that separates the rows passes both: log-odds +4..+8 against -4..-8 gave at least 4.2)
+MIN_ROWS = 4
+FEW_ROWS = 16
+FEW_GAP_NATS = 2.0
+FEW_GAP_SPREADS = 4.0
 #: where the margins form one crowd: the share of rows answered with the first label
 WEAK_SHARE = 0.5
 
@@ -55,10 +62,30 @@ def read(margins: Sequence[float]) -> tuple[Reading, Mixture | None]:
     xs = [m for m in margins if math.isfinite(m)]
     if len(xs) < MIN_ROWS or max(xs) - min(xs) <= 1e-9:
         return Reading("one crowd", WEAK_SHARE, 0.5, len(xs)), None
+    if len(xs) < FEW_ROWS:
+        mix = _across_the_widest_gap(xs)
+        if mix is not None:
+            return Reading("two crowds", mix.weight, mix.separation, len(xs)), mix
+        return Reading("one crowd", WEAK_SHARE, 0.5, len(xs)), None
     mix = fit_mixture(xs)
     if mix.separation >= MIN_SEPARATION and mix.gain >= MIN_GAIN:
         return Reading("two crowds", mix.weight, mix.separation, len(xs)), mix
     return Reading("one crowd", WEAK_SHARE, mix.separation, len(xs)), None
+
+
+def _across_the_widest_gap(xs: Sequence[float]) -> Mixture | None:
+    """Two crowds split at the widest gap of a few margins, if it is wide (see ``FEW_ROWS``)."""
+    ordered = sorted(xs)
+    n = len(ordered)
+    i = max(range(1, n), key=lambda k: ordered[k] - ordered[k - 1])
+    gap = ordered[i] - ordered[i - 1]
+    low, high = ordered[:i], ordered[i:]
+    m0, m1 = sum(low) / len(low), sum(high) / len(high)
+    spread = math.sqrt((sum((x - m0) ** 2 for x in low) + sum((x - m1) ** 2 for x in high)) / max(n - 2, 1))
+    if gap < FEW_GAP_NATS or gap < FEW_GAP_SPREADS * spread:
+        return None
+    sd = max(spread, gap / (2 * FEW_GAP_SPREADS))
+    return Mixture(len(high) / n, m0, sd, m1, sd, 0.0, 0.0)
 
 
 def posteriors(margins: Sequence[float], reading: Reading, mixture: Mixture | None,

@@ -100,6 +100,10 @@ def pooled_history(call, engine, model_id: str) -> int:
     behind the examples this relQuery would get (relserve/planner/labels/pools.py): 0 for a ``bootstrap`` call
     whose examples are not chosen yet, and for every method but ``batch`` and ``bootstrap``."""
     method = asked(call)
+    if method == "adaptive":
+        from relserve.planner.labels.adaptive import pooled_margins
+
+        return pooled_margins(call, engine, model_id)
     if method not in BATCH_METHODS:
         return 0
     examples = ""
