@@ -200,18 +200,24 @@ def test_a_bootstrap_first_pass_counts_against_the_tenants_rows_in_flight(tmp_pa
     from relserve.functions import make_call
     from relserve.server.budget import first_pass_rows, prompts_cost
 
-    assert first_pass_rows(make_call("llm_filter", "Is {x} ok?"), 100) == 32
-    assert first_pass_rows(make_call("llm_filter", "Is {x} ok?"), 20) == 20
-    assert first_pass_rows(make_call("llm_classify", "Is {x} ok?", labels=["a", "b"]), 100) == 16  # a classify samples 16
-    assert first_pass_rows(make_call("llm_filter", "Is {x} ok?"), 15) == 0  # runs as calibrate
+    boot_filter = make_call("llm_filter", "Is {x} ok?", method="bootstrap")
+    assert first_pass_rows(boot_filter, 100) == 32
+    assert first_pass_rows(boot_filter, 20) == 20
+    assert first_pass_rows(make_call("llm_classify", "Is {x} ok?", labels=["a", "b"], method="bootstrap"), 100) == 16
+    assert first_pass_rows(boot_filter, 15) == 0  # runs as prior
+    # adaptive: a spread sample of 24 rows in each layout (the question, and four row-alone ones
+    # when the question names a concept)
+    assert first_pass_rows(make_call("llm_filter", "Is this review about sports? {x}", method="adaptive"), 100) == 24 * 5
+    assert first_pass_rows(make_call("llm_filter", "Is this review about sports? {x}", method="adaptive"), 10) == 10 * 5
+    assert first_pass_rows(make_call("llm_filter", "Keep {x}?", method="adaptive"), 100) == 24
     assert first_pass_rows(make_call("llm_filter", "Is {x} ok?", method="score"), 100) == 0
     assert first_pass_rows(make_call("llm_classify", "{x}", labels=["a", "b"], examples=[{"x": "1", "answer": "a"}]), 100) == 0
     assert first_pass_rows(make_call("llm_map", "Say {x}"), 100) == 0
     cost = prompts_cost(["p" * 30] * 100, make_call("llm_filter", "{x}", method="score"), 1)
-    boot = prompts_cost(["p" * 30] * 100, make_call("llm_filter", "{x}"), 1)
+    boot = prompts_cost(["p" * 30] * 100, make_call("llm_filter", "{x}", method="bootstrap"), 1)
     # the first pass sends 32 of the prompts again: rows and tokens, no new text to render
     assert (boot.rows, boot.chars, boot.tokens, boot.first_pass) == (132, cost.chars, cost.tokens + -(-cost.tokens * 32 // 100), 32)
-    assert boot.describe_rows() == "100 rows, 32 of them scored twice by bootstrap's first pass"
+    assert boot.describe_rows() == "100 rows, and 32 first-pass scoring requests"
 
     tenants = {"tenants": {"carol": {"key": "carol-secret-key", "max_rows_in_flight": 40}}}
     with running_server(FakeEngine(delay=0.0), tenants=tenants, cache=False) as srv:

@@ -56,8 +56,8 @@ class Cost:
         return self.rows - self.first_pass
 
     def describe_rows(self) -> str:
-        """"100 rows", or "100 rows, 32 of them scored twice by bootstrap's first pass"."""
-        return f"{self.own_rows} rows" + (f", {self.first_pass} of them scored twice by bootstrap's first pass" if self.first_pass else "")
+        """"100 rows", or "100 rows, and 32 first-pass scoring requests"."""
+        return f"{self.own_rows} rows" + (f", and {self.first_pass} first-pass scoring requests" if self.first_pass else "")
 
 
 ZERO = Cost(0, 0, 0)
@@ -158,21 +158,19 @@ def prompts_cost(prompts: Iterable[str | None], call: Any, max_tokens: int) -> C
 
 
 def first_pass_rows(call: Any, rows: int) -> int:
-    """The prompts a call of ``rows`` prompts scores once more before its rows: a ``bootstrap``
-    call's first pass (relserve/planner/labels/bootstrap.py: a spread sample of at most
-    ``sample_rows``); 0 for every other method, and when the call runs as another (below 16
-    rows, or with the user's own examples; relserve/planner/labels/methods.method_ran)."""
-    from relserve.planner.labels.bootstrap import sample_rows
-    from relserve.planner.labels.methods import method_of
+    """The prompts a call of ``rows`` prompts scores before its rows: a ``bootstrap`` or an
+    ``adaptive`` call's first pass (relserve/planner/labels/methods.first_pass_requests); 0 for
+    every other method."""
+    from relserve.planner.labels.methods import first_pass_requests
 
-    if getattr(call, "options", None) is None or method_of(call, rows) != "bootstrap":
+    if getattr(call, "options", None) is None:
         return 0
-    return sample_rows(call.function.kind, rows)
+    return first_pass_requests(call, rows)
 
 
 def with_first_pass(cost: Cost, call: Any) -> Cost:
-    """``cost`` plus a ``bootstrap`` call's first pass, as a share of its rows (the sample is
-    spread over them), so a tenant's limits count every request the engine runs for it."""
+    """``cost`` plus a label call's first pass, as a share of its rows (the sample is spread
+    over them), so a tenant's limits count every request the engine runs for it."""
     k = first_pass_rows(call, cost.rows)
     if not k:
         return cost

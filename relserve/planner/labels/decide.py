@@ -23,14 +23,18 @@ from dataclasses import dataclass
 from relserve.planner.labels.mixture import Mixture, fit_mixture
 
 #: the two crowds are read as the labels only when they stand this far apart (the AUC they would
-#: give) and explain the margins this much better than one crowd (nats per row)
+#: give), explain the margins this much better than one crowd (nats per row), and the smaller
+#: holds at least ``MIN_CROWD`` of the rows and ``MIN_CROWD_ROWS`` rows (else it is a few outliers)
 MIN_SEPARATION = 0.85
 MIN_GAIN = 0.05
-#: at least this many margins to read crowds from. Below ``FEW_ROWS`` a mixture fits noise as two
-#: tight crowds half the time, so two crowds are read only across a wide gap: the widest gap
-#: between sorted margins at least ``FEW_GAP_NATS`` of log-odds and ``FEW_GAP_SPREADS`` times
-#: the crowds' own spread (one in twenty sets of 4-15 normal margins passes the second alone; a
-#: model that separates the rows passes both: log-odds +4..+8 against -4..-8 gave at least 4.2)
+MIN_CROWD = 0.02
+MIN_CROWD_ROWS = 3
+#: at least this many margins to read crowds from. Two crowds are read across a wide gap first:
+#: the widest gap between sorted margins at least ``FEW_GAP_NATS`` of log-odds and
+#: ``FEW_GAP_SPREADS`` times the crowds' own spread (one in twenty sets of 4-15 normal margins
+#: passes the second alone; a model that separates the rows passes both: log-odds +4..+8 against
+#: -4..-8 gave at least 4.2). Otherwise a mixture, from ``FEW_ROWS`` margins: below that it fits
+#: noise as two tight crowds half the time
 MIN_ROWS = 4
 FEW_ROWS = 16
 FEW_GAP_NATS = 2.0
@@ -62,13 +66,17 @@ def read(margins: Sequence[float]) -> tuple[Reading, Mixture | None]:
     xs = [m for m in margins if math.isfinite(m)]
     if len(xs) < MIN_ROWS or max(xs) - min(xs) <= 1e-9:
         return Reading("one crowd", WEAK_SHARE, 0.5, len(xs)), None
+    # a model that separates the rows leaves a wide gap between its two crowds: read across it
+    # (a mixture fitted to crowds that are not normal can prefer a tight lump and a loose rest)
+    gap = _across_the_widest_gap(xs)
+    if gap is not None:
+        return Reading("two crowds", gap.weight, gap.separation, len(xs)), gap
     if len(xs) < FEW_ROWS:
-        mix = _across_the_widest_gap(xs)
-        if mix is not None:
-            return Reading("two crowds", mix.weight, mix.separation, len(xs)), mix
         return Reading("one crowd", WEAK_SHARE, 0.5, len(xs)), None
     mix = fit_mixture(xs)
-    if mix.separation >= MIN_SEPARATION and mix.gain >= MIN_GAIN:
+    smaller = min(mix.weight, 1 - mix.weight) * len(xs)
+    if (mix.separation >= MIN_SEPARATION and mix.gain >= MIN_GAIN
+            and smaller >= max(MIN_CROWD_ROWS, MIN_CROWD * len(xs))):
         return Reading("two crowds", mix.weight, mix.separation, len(xs)), mix
     return Reading("one crowd", WEAK_SHARE, mix.separation, len(xs)), None
 
@@ -98,7 +106,8 @@ def posteriors(margins: Sequence[float], reading: Reading, mixture: Mixture | No
     ref = sorted(m for m in reference if math.isfinite(m))
     if not ref:
         return [0.5 for _ in margins]
-    k = min(len(ref) - 1, max(0, int(round((1 - reading.prior) * len(ref))) - 1))
-    centre = ref[k] if len(ref) > 1 else ref[0]
-    spread = (ref[-1] - ref[0]) / 4 or 1.0
+    # the boundary: halfway between the margins on either side of the top WEAK_SHARE of them
+    k = min(len(ref) - 1, max(1, round((1 - reading.prior) * len(ref))))
+    centre = (ref[k - 1] + ref[k]) / 2
+    spread = (ref[-1] - ref[0]) / 8 or 1.0
     return [1 / (1 + math.exp(-(m - centre) / spread)) if math.isfinite(m) else 0.5 for m in margins]

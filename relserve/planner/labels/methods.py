@@ -127,3 +127,20 @@ def method_and_pool(call, engine, model_id: str, rows: int) -> tuple[str | None,
     ran = method_of(call, rows, pooled, pooled_plain=plain)
     return ran, plain if ran == "batch" and without_examples else pooled
 
+
+
+def first_pass_requests(call, rows: int) -> int:
+    """At most how many scoring requests a relQuery of ``rows`` prompts of ``call`` sends before
+    its rows (a first pass; 0 once an earlier relQuery of the call chose): ``bootstrap`` a spread
+    sample of its prompts, ``adaptive`` a spread sample in every candidate layout. For the
+    server's tenant limits and the time estimates, which count every request the engine runs."""
+    from relserve.planner.labels.adaptive import SAMPLE_ROWS
+    from relserve.planner.labels.bootstrap import sample_rows
+    from relserve.planner.labels.layouts import layouts_for
+
+    ran = method_of(call, rows)
+    if ran == "bootstrap":
+        return sample_rows(call.function.kind, rows)
+    if ran == "adaptive":
+        return min(rows, SAMPLE_ROWS) * len(layouts_for(call))
+    return 0

@@ -1,21 +1,26 @@
-"""Two crowds in one column of scores: a two-component Gaussian mixture fitted to a relQuery's
-label margins, without labels (issue 43).
+"""Two crowds in one column of scores: a two-component normal mixture fitted to a relQuery's label
+margins, without labels (issue 43).
 
 A filter's rows give one number each (the margin of "yes" over "no", or of the concept over its
-contrast). If the model separates the rows, the numbers form two crowds, and the mixture's
-weight of the upper crowd estimates how many rows are "yes" - the label prior the answers are
-decided with, instead of assuming the labels come about equally often (which is what
-subtracting each label's mean does: on a column with 10% "yes" it answered "yes" for 44-52% of
-the rows). EM for mixture proportions is Saerens, Latinne & Decaestecker (2002) in its simplest
-form; here the components are fitted too, so that a model whose scores are not calibrated
-probabilities is read by where its own crowds lie.
+contrast). If the model separates the rows, the numbers form two crowds, and the upper crowd's
+share estimates how many rows are "yes" - the label prior the rows are decided with, instead of
+assuming the labels come about equally often (which is what subtracting each label's mean does:
+on a column with 10% "yes" it answered "yes" for 44-52% of the rows). Fitting the mixture's
+weight by EM is Saerens, Latinne & Decaestecker (2002) in its simplest form; here the crowds'
+places and spreads are fitted too, so that a model whose scores are not calibrated probabilities
+is read by where its own crowds lie.
 
-Both crowds share one spread: with a spread each, a broad crowd wins both tails of a narrow
-one, so that a row far below every "no" would be read as "yes" (seen on cleanly separated
-scores whose crowds are not normal); with one spread the posterior rises with the margin, and a
-row is "yes" exactly above one threshold. Several starts (the upper crowd seeded at different
-quantiles and at the widest gap between sorted margins), the best likelihood kept; the spread
-has a floor (a share of the column's).
+Each crowd has its own spread: the rows a model is sure are "no" often sit in a tight crowd and
+the "yes" ones in a loose one (the demo table's happy reviews spread over 3 nats of log-odds,
+the unhappy ones over 2), and one shared spread put the boundary inside the loose crowd (19 of
+24 right instead of 24). With two spreads the broad crowd's density also wins far out in the
+narrow crowd's tail, which would read a row far below every "no" as "yes": the posterior is
+therefore read with the margin held between the two crowds' means, so it rises with the margin
+and a row is "yes" exactly above one boundary.
+
+Several starts (the upper crowd seeded at several quantiles and at the widest gap between sorted
+margins), the best likelihood kept; each spread has a floor (a share of the column's), so that a
+crowd of two equal outliers cannot win by collapsing to zero width.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 
 #: quantiles at which the upper crowd is seeded (rare "yes" to common "yes")
 SEEDS = (0.5, 0.7, 0.85, 0.95)
-#: a component's standard deviation is at least this share of the column's
+#: a crowd's standard deviation is at least this share of the column's
 MIN_SPREAD = 0.05
 MAX_ITER = 300
 
@@ -45,7 +50,9 @@ class Mixture:
     loglik_one: float
 
     def posterior(self, x: float) -> float:
-        """The probability that ``x`` belongs to the upper crowd."""
+        """The probability that ``x`` belongs to the upper crowd, read with ``x`` held between
+        the crowds' means (so it never falls as ``x`` rises)."""
+        x = min(max(x, self.low_mean), self.high_mean)
         a = math.log(self.weight) + _log_normal(x, self.high_mean, self.high_sd)
         b = math.log1p(-self.weight) + _log_normal(x, self.low_mean, self.low_sd)
         m = max(a, b)
@@ -69,8 +76,8 @@ def _log_normal(x: float, mean: float, sd: float) -> float:
 
 
 def fit_mixture(xs: Sequence[float]) -> Mixture:
-    """The two-crowd mixture of ``xs`` with the best likelihood over ``SEEDS`` starts (at least
-    two values, not all equal)."""
+    """The two-crowd mixture of ``xs`` with the best likelihood over the starts (at least two
+    values, not all equal)."""
     n = len(xs)
     if n < 2:
         raise ValueError("a mixture needs at least two values")
@@ -105,7 +112,8 @@ def _em(xs: Sequence[float], r: list[float], floor: float, one: float) -> Mixtur
         s0 = max(n - sum(r), 1e-12)
         m1 = sum(ri * x for ri, x in zip(r, xs)) / s1
         m0 = sum((1 - ri) * x for ri, x in zip(r, xs)) / s0
-        sd1 = sd0 = max(math.sqrt(sum(ri * (x - m1) ** 2 + (1 - ri) * (x - m0) ** 2 for ri, x in zip(r, xs)) / n), floor)
+        sd1 = max(math.sqrt(sum(ri * (x - m1) ** 2 for ri, x in zip(r, xs)) / s1), floor)
+        sd0 = max(math.sqrt(sum((1 - ri) * (x - m0) ** 2 for ri, x in zip(r, xs)) / s0), floor)
         ll = 0.0
         for i, x in enumerate(xs):
             a = math.log(w) + _log_normal(x, m1, sd1)
