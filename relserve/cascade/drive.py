@@ -26,6 +26,8 @@ class CascadeOutcome:
     #: the LLM relQueries' statistics, summed (None when none ran)
     stats: RelQueryStats | None
     report: CascadeReport
+    #: the executor of the last relQuery: what its label method found (EXPLAIN ANALYZE)
+    last: CallExecutor | None = None
 
 
 def run_cascade(cascade: Cascade, engine: Backend, executor_for: ExecutorFor, *, progress: bool = False,
@@ -42,19 +44,20 @@ def run_cascade(cascade: Cascade, engine: Backend, executor_for: ExecutorFor, *,
         cascade.record(row)
     stats = [first.stats]
     if fail_fast and any(r.error is not None for r in out):
-        return CascadeOutcome(out, merged_stats(stats), rep)
+        return CascadeOutcome(out, merged_stats(stats), rep, first)
     cascade.learn()
     answered = cascade.proxy_answers()
     out += answered
     write_proxy_answers(cascade, first)
     rest = cascade.remainder()
+    last = first
     if rest.prompts:
         t1 = time.perf_counter()
-        second = executor_for(rest)
-        out += second.run(engine, progress=progress, fail_fast=fail_fast)
+        last = executor_for(rest)
+        out += last.run(engine, progress=progress, fail_fast=fail_fast)
         rep.remainder_s = time.perf_counter() - t1
-        stats.append(second.stats)
-    return CascadeOutcome(out, merged_stats(stats), rep)
+        stats.append(last.stats)
+    return CascadeOutcome(out, merged_stats(stats), rep, last)
 
 
 def write_proxy_answers(cascade: Cascade, executor: CallExecutor) -> int:

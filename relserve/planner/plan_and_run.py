@@ -127,6 +127,8 @@ def run_rows(
         for row in ran.rows:
             done[row.index] = row
         stats, report = ran.stats, ran.report
+        if ran.last is not None:
+            label_report, warning = ran.last.label_report, ran.last.warning
     elif rows.prompts:
         executor = CallExecutor(
             rows,
