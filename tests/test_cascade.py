@@ -296,3 +296,37 @@ def test_per_row_errors_stay_per_row(rule_embedder):
         assert out.values[7] is None and "row too long" in out.errors[7]
     assert sum(e is not None for e in out.errors) <= 2
     assert all(out.values[i] == (i % 3 == 0) for i in range(3200) if out.errors[i] is None)
+
+
+# -- PostgreSQL's side (no database: the Python the extension calls) ----------------------------
+
+
+def test_postgres_query_options_carry_the_cascade_and_its_figures_come_back_as_a_notice():
+    from relserve.cascade.report import CascadeReport
+    from relserve.postgres.calls import notice_cascade
+    from relserve.postgres.errors import PgError
+    from relserve.postgres.settings import SETTING_NAMES, Settings, call_request
+
+    got = call_request("llm_filter_query", Settings(), "filter", None, {"cascade": "0.95"})
+    assert got.call.cascade == 0.95 and got.options["cascade"] == 0.95
+    assert "cascade" not in SETTING_NAMES  # not a session setting: the C part defines none yet
+    with pytest.raises(PgError, match="option cascade must be a finite number"):
+        call_request("llm_filter_query", Settings(), "filter", None, {"cascade": "high"})
+
+    class Plpy:
+        def __init__(self):
+            self.notices = []
+
+        def notice(self, message):
+            self.notices.append(message)
+
+    plpy = Plpy()
+    report = CascadeReport(0.95, 20_000, 600, 800, train_answered=600, audit_answered=800, threshold=0.9,
+                           proxy_rows=15_000, remainder_rows=3_600, agreement=0.97, agreement_low=0.96,
+                           agreement_high=0.98, chose_rows=400, estimate_rows=400, audit_covered=330, audit_wrong=9)
+    notice_cascade(plpy, "llm_filter_query", {"rows": 20_000, "cascade": report.as_dict()})
+    notice_cascade(plpy, "llm_filter_query", {"rows": 20, "cascade": {"target": 0.95, "skipped": "20 prompts"}})
+    notice_cascade(plpy, "llm_filter_query", {"rows": 20})
+    assert len(plpy.notices) == 1 and plpy.notices[0].startswith("llm_filter_query: model cascade\n")
+    assert "proxy rows              15,000" in plpy.notices[0] and "96.00% - 98.00%" in plpy.notices[0]
+    assert CascadeReport.from_dict(report.as_dict()) == report
