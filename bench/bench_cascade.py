@@ -12,16 +12,24 @@ critic reviews, distinct texts, a seeded sample of ``--rows``), one call over it
    as a user's first statement. Its answers are the reference, computed once and used for every
    seed (``--llm-answers FILE`` saves them, and reads them back in a later run instead of
    running again: say so when you quote such a run).
-2. Per seed and target: the same call with ``cascade := target, seed := seed``, cold too, timed
-   end to end (planning, the LLM on the sample and audit, embedding, training, the threshold,
-   the LLM on the rest). Measured agreement: the share of rows whose answer equals the
-   LLM-only answer; split into the proxy's rows and the LLM's rows (those differ from the LLM-only
-   run only through the label method's dependence on the other rows of its relQuery); whether the
-   stated interval covers the measured agreement.
+2. Real runs (``--real SEEDS``), per seed and target: the same call with ``cascade := target,
+   seed := seed``, cold too, timed end to end (planning, the LLM on the sample and audit,
+   embedding, training, the threshold, the LLM on the rest). Measured agreement: the share of
+   rows whose answer equals the LLM-only answer; split into the proxy's rows and the LLM's rows
+   (those differ from the LLM-only run only through the label method's dependence on the other
+   rows of its relQuery); whether the stated interval covers the measured agreement.
+3. Replays (``--replay SEEDS``), per seed and target, without the engine: relserve's own cascade
+   steps (the same split, embeddings, proxy and threshold: ``Cascade.learn``) with the sample's
+   and audit's LLM answers taken from the LLM-only run. Their measured agreement is the proxy
+   rows' against the LLM-only answers, so they check the statistics (does the stated interval
+   cover it?) over many seeds at the cost of one embedding of the table; their time is ESTIMATED
+   from the per-row costs measured in this run (LLM-only rows/s, embedding rows/s), never
+   quoted as measured.
 
 Time goes to a run's own phases (the report's sample_s / embed_s / learn_s / remainder_s).
 
-    flock -x /tmp/relserve-cpu.lock .venv/bin/python bench/bench_cascade.py --rows 20000 --seeds 0-9
+    flock -x /tmp/relserve-cpu.lock .venv/bin/python bench/bench_cascade.py --rows 20000 \
+        --llm-answers bench/out/cascade_llm_sentiment.json --real 0 --replay 0-9
     .venv/bin/python bench/bench_cascade.py --memory 100000      # peak memory of embedding + proxy
 
 Writes bench/out/cascade_<task>.json and prints the tables.
@@ -36,6 +44,8 @@ import resource
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -122,6 +132,94 @@ def run_cascade(engine, task: dict, texts: list[str], target: float, seed: int, 
     }
 
 
+class TableEmbedder:
+    """The default embedder's vectors of one table, computed once (replays reuse them)."""
+
+    def __init__(self, texts: list[str]) -> None:
+        from relserve.cascade.embedding import CHUNK, default_embedder
+
+        inner = default_embedder()
+        self.name = inner.name
+        t0 = time.perf_counter()
+        vectors = [inner.embed(texts[i : i + CHUNK]) for i in range(0, len(texts), CHUNK)]
+        self.seconds = time.perf_counter() - t0
+        self._index = {t: i for i, t in enumerate(texts)}
+        self._vectors = np.concatenate(vectors)
+
+    def embed(self, texts):
+        return self._vectors[[self._index[t] for t in texts]]
+
+
+def planned_rows(task: dict, texts: list[str], target: float, seed: int):
+    """The call's PlannedRows as run_call plans them (the prompts the cascade splits and embeds)."""
+    from relserve.planner.plan import plan_call
+    from relserve.planner.planned_rows import PlannedRows
+
+    plan = plan_call(make(task, cascade=target, seed=seed), [texts], model_id="SmolLM2-135M-Instruct")
+    return plan, PlannedRows.of(plan, None)
+
+
+def replay(task: dict, texts: list[str], target: float, seed: int, reference: list, embedder: TableEmbedder,
+           llm_rows_per_s: float) -> dict:
+    """relserve's cascade steps with the LLM-only answers standing in for the sample's."""
+    from relserve.cascade import policy
+    from relserve.cascade.runner import Cascade
+
+    plan, rows = planned_rows(task, texts, target, seed)
+    cascade = Cascade(rows, policy.plan(plan.call, len(rows.prompts)), seed=seed, embedder=embedder)
+    label = (lambda v: "yes" if v else "no") if task["labels"] is None else (lambda v: v)
+    for p in cascade.parts.train + cascade.parts.audit:
+        value = reference[rows.targets[p][0]]
+        if value is not None:
+            cascade.answers[p] = label(value)
+    t0 = time.perf_counter()
+    cascade.learn()
+    learn_s = time.perf_counter() - t0
+    rep = cascade.report
+    proxy = cascade.proxy_answers()
+    wrong = sum(r.value != reference[r.index] for r in proxy)
+    agreement = 1 - wrong / len(texts)
+    # the time a real run would take, from this run's per-row costs (the embedding counted whole)
+    estimated = rep.llm_rows / llm_rows_per_s + embedder.seconds + learn_s
+    low, high = rep.agreement_low, rep.agreement_high
+    return {
+        "target": target, "seed": seed, "estimated_seconds": estimated, "report": rep.as_dict(),
+        "agreement": agreement,
+        "agreement_proxy_rows": 1 - wrong / len(proxy) if proxy else None,
+        "covered": None if low is None else bool(low <= agreement <= high),
+    }
+
+
+def replay_summary(llm: dict, runs: list[dict], rows: int, embed_s: float) -> str:
+    lines = [
+        f"Replays (LLM answers from the LLM-only run; times ESTIMATED from this run's LLM-only rows/s and "
+        f"the embedding's {embed_s:.0f} s for the table):",
+        "",
+        "| target | seed | proxy rows | LLM rows | agreement with LLM-only (proxy rows) | stated (95% interval) | covered "
+        "| estimated x LLM-only |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        rep = r["report"]
+        stated = ("fallback" if rep["agreement"] is None else
+                  f"{rep['agreement']:.2%} ({rep['agreement_low']:.2%}-{rep['agreement_high']:.2%})")
+        proxy = "-" if r["agreement_proxy_rows"] is None else f"{r['agreement_proxy_rows']:.2%}"
+        lines.append(f"| {r['target']:g} | {r['seed']} | {rep['proxy_rows']:,} | {rep['llm_rows']:,} "
+                     f"| {r['agreement']:.2%} ({proxy}) | {stated} "
+                     f"| {'-' if r['covered'] is None else ('yes' if r['covered'] else 'NO')} "
+                     f"| {llm['seconds'] / r['estimated_seconds']:.2f}x |")
+    lines.append("")
+    for target in sorted({r["target"] for r in runs}):
+        these = [r for r in runs if r["target"] == target]
+        covered = [r["covered"] for r in these if r["covered"] is not None]
+        speed = sorted(llm["seconds"] / r["estimated_seconds"] for r in these)
+        lines.append(f"target {target:g}: {len(these)} seeds, proxy answered rows in {len(covered)}; the interval covers "
+                     f"the measured agreement in {sum(covered)} of them; estimated x LLM-only median "
+                     f"{speed[len(speed) // 2]:.2f}; mean proxy rows "
+                     f"{sum(r['report']['proxy_rows'] for r in these) / len(these):,.0f}")
+    return "\n".join(lines)
+
+
 def summary(llm: dict, runs: list[dict], rows: int) -> str:
     base = rows / llm["seconds"]
     lines = [
@@ -156,7 +254,17 @@ def summary(llm: dict, runs: list[dict], rows: int) -> str:
     return "\n".join(lines)
 
 
+def embedding_texts(task: dict, texts: list[str]) -> list[str]:
+    """What the cascade embeds of each prompt (the planner's prompts, cut as the runner cuts them)."""
+    from relserve.cascade.embedding import row_texts
+
+    _, rows = planned_rows(task, texts, 0.95, 0)
+    return row_texts(rows.prompts)
+
+
 def seeds_of(text: str) -> list[int]:
+    if not text:
+        return []
     if "-" in text:
         a, b = text.split("-")
         return list(range(int(a), int(b) + 1))
@@ -167,8 +275,6 @@ def memory(rows: int) -> None:
     """Peak memory of a cascade's embedding and proxy over ``rows`` prompts (no LLM: the sample's
     answers are made up, which changes nothing of the memory): the process's peak RSS after the
     embedding model is loaded, and after ``learn`` has embedded and scored every row."""
-    import numpy as np
-
     from relserve.cascade.embedding import default_embedder
     from relserve.cascade.policy import CascadePlan, plan
     from relserve.cascade.runner import Cascade
@@ -199,7 +305,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", choices=sorted(TASKS), default="sentiment")
     ap.add_argument("--rows", type=int, default=20_000)
-    ap.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 0,3,7")
+    ap.add_argument("--real", default="0", help="seeds of real runs, e.g. 0-2 or 0,3 ('' for none)")
+    ap.add_argument("--replay", default="0-9", help="seeds of replays ('' for none)")
     ap.add_argument("--targets", default=",".join(map(str, TARGETS)))
     ap.add_argument("--llm-answers", type=Path, help="save the LLM-only answers here; read them if the file exists")
     ap.add_argument("--out", type=Path)
@@ -213,9 +320,11 @@ def main() -> None:
 
     task = TASKS[args.task]
     texts = reviews(args.rows)
-    engine = Engine()
+    saved = args.llm_answers is not None and args.llm_answers.exists()
+    # the engine only when something runs on it (replays of saved answers need none)
+    engine = Engine() if not saved or seeds_of(args.real) else None
     try:
-        if args.llm_answers and args.llm_answers.exists():
+        if saved:
             llm = json.loads(args.llm_answers.read_text())
             assert len(llm["values"]) == args.rows, "the saved LLM-only answers are of another table"
             print(f"LLM-only answers read from {args.llm_answers} (measured in an earlier run)")
@@ -225,9 +334,10 @@ def main() -> None:
                 args.llm_answers.parent.mkdir(parents=True, exist_ok=True)
                 args.llm_answers.write_text(json.dumps(llm))
         print(f"LLM-only: {args.rows / llm['seconds']:.2f} rows/s ({llm['seconds']:.0f} s)", flush=True)
+        targets = [float(t) for t in args.targets.split(",")]
         runs = []
-        for seed in seeds_of(args.seeds):
-            for target in (float(t) for t in args.targets.split(",")):
+        for seed in seeds_of(args.real):
+            for target in targets:
                 r = run_cascade(engine, task, texts, target, seed, llm["values"])
                 runs.append(r)
                 rep = r["report"]
@@ -235,13 +345,24 @@ def main() -> None:
                       f"proxy rows {rep['proxy_rows']:,}, measured {r['agreement']:.2%}, stated "
                       f"{rep['agreement_low']}-{rep['agreement_high']}", flush=True)
     finally:
-        engine.close()
-    text = summary(llm, runs, args.rows)
+        if engine is not None:
+            engine.close()
+    replays, embed_s = [], None
+    if seeds_of(args.replay):
+        embedder = TableEmbedder(embedding_texts(task, texts))
+        embed_s = embedder.seconds
+        print(f"embedding the table: {embed_s:.0f} s ({args.rows / embed_s:.0f} rows/s)", flush=True)
+        for seed in seeds_of(args.replay):
+            for target in targets:
+                replays.append(replay(task, texts, target, seed, llm["values"], embedder, args.rows / llm["seconds"]))
+    text = summary(llm, runs, args.rows) if runs else f"LLM-only: {args.rows / llm['seconds']:.2f} rows/s"
+    if replays:
+        text += "\n\n" + replay_summary(llm, replays, args.rows, embed_s)
     print(text)
     out = args.out or ROOT / "bench" / "out" / f"cascade_{args.task}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"task": args.task, "rows": args.rows, "llm_only_seconds": llm["seconds"],
-                               "runs": runs, "summary": text}, indent=1))
+                               "runs": runs, "replays": replays, "embed_seconds": embed_s, "summary": text}, indent=1))
 
 
 if __name__ == "__main__":
