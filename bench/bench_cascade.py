@@ -54,25 +54,29 @@ sys.path.insert(0, str(ROOT))
 
 TASKS = {
     "sentiment": dict(fn="llm_classify", template="Is this review positive or negative? Review: {review}",
-                      labels=["positive", "negative"]),
-    "satisfied": dict(fn="llm_filter", template="Is the reviewer satisfied? Review: {review}", labels=None),
+                      labels=["positive", "negative"], beer=False),
+    "satisfied": dict(fn="llm_filter", template="Is the reviewer satisfied? Review: {review}", labels=None, beer=False),
+    # what the review is about: the three tables' reviews mixed (an answer that follows the text)
+    "topic": dict(fn="llm_classify", template="What is this review about? Review: {review}",
+                  labels=["a movie", "a product", "a beer"], beer=True),
 }
 TARGETS = (0.90, 0.95, 0.99)
 
 
-def reviews(rows: int, seed: int = 0) -> list[str]:
-    """``rows`` distinct review texts: Amazon and Rotten Tomatoes reviews, then beer reviews if
-    those run out, shuffled with ``seed``."""
+def reviews(rows: int, seed: int = 0, beer: bool = False) -> list[str]:
+    """``rows`` distinct review texts: Amazon and Rotten Tomatoes reviews (and beer reviews with
+    ``beer``, or when those run out), shuffled with ``seed``."""
     import polars as pl
 
     from relserve.workloads import load_table
 
     am = load_table("amazon_reviews").select(pl.col("text").alias("review"))
     rt = load_table("rotten_tomatoes").select(pl.col("review_content").alias("review"))
-    beer = load_table("beer_reviews").select(pl.col("review_text").alias("review"))
-    first = pl.concat([am, rt]).filter(pl.col("review").str.len_chars() > 0).unique(maintain_order=True)
+    beer_rows = load_table("beer_reviews").select(pl.col("review_text").alias("review"))
+    first = pl.concat([am, rt, beer_rows] if beer else [am, rt]).filter(pl.col("review").str.len_chars() > 0)
+    first = first.unique(maintain_order=True)
     if first.height < rows:
-        extra = beer.filter(pl.col("review").str.len_chars() > 0).unique(maintain_order=True)
+        extra = beer_rows.filter(pl.col("review").str.len_chars() > 0).unique(maintain_order=True)
         first = pl.concat([first, extra.head(rows - first.height)])
     if first.height < rows:
         raise SystemExit(f"only {first.height} distinct reviews in the tables, asked for {rows}")
@@ -281,7 +285,7 @@ def memory(rows: int) -> None:
     from relserve.functions import make_call
     from relserve.planner.planned_rows import PlannedRows
 
-    texts = reviews(27_000)
+    texts = reviews(27_000, beer=True)
     prompts = [f"Is this review positive or negative? Review: {texts[i % len(texts)]} (#{i})" for i in range(rows)]
     call = make_call("llm_classify", "Is this review positive or negative? Review: {review}",
                      labels=["positive", "negative"], cascade=0.95)
@@ -307,7 +311,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=20_000)
     ap.add_argument("--real", default="0", help="seeds of real runs, e.g. 0-2 or 0,3 ('' for none)")
     ap.add_argument("--replay", default="0-9", help="seeds of replays ('' for none)")
-    ap.add_argument("--targets", default=",".join(map(str, TARGETS)))
+    ap.add_argument("--targets", default=",".join(map(str, TARGETS)), help="targets of the replays")
+    ap.add_argument("--real-targets", default="0.95", help="targets of the real runs")
     ap.add_argument("--llm-answers", type=Path, help="save the LLM-only answers here; read them if the file exists")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--memory", type=int, help="only measure the peak memory of a cascade over this many rows")
@@ -319,7 +324,7 @@ def main() -> None:
     from relserve import Engine
 
     task = TASKS[args.task]
-    texts = reviews(args.rows)
+    texts = reviews(args.rows, beer=task["beer"])
     saved = args.llm_answers is not None and args.llm_answers.exists()
     # the engine only when something runs on it (replays of saved answers need none)
     engine = Engine() if not saved or seeds_of(args.real) else None
@@ -337,7 +342,7 @@ def main() -> None:
         targets = [float(t) for t in args.targets.split(",")]
         runs = []
         for seed in seeds_of(args.real):
-            for target in targets:
+            for target in (float(t) for t in args.real_targets.split(",")):
                 r = run_cascade(engine, task, texts, target, seed, llm["values"])
                 runs.append(r)
                 rep = r["report"]
