@@ -1,0 +1,138 @@
+"""The model cascade on the real engine and the real embedding model (all-MiniLM-L6-v2).
+
+The sizes are the policy's, scaled down so a test runs in its time (a cascade from 300 prompts,
+100 training and 150 audit rows, instead of 3,000 / 300-800 / 600-1,500): the logic is the same
+(relserve/cascade/policy.py only sizes it). The rows are real Amazon reviews.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from server_fixtures import running_server
+
+from relserve.cascade import policy
+from relserve.cascade.runner import PROXY
+from relserve.errors import RowError
+from relserve.functions import make_call
+from relserve.planner.labels.answer_fields import forget_fields
+from relserve.planner.labels.bootstrap import forget_examples
+from relserve.planner.labels.pools import forget_means
+from relserve.planner.labels.prior import forget_priors
+from relserve.planner.plan_and_run import run_call
+
+pytestmark = pytest.mark.engine
+
+SENTIMENT = "Is this review positive or negative? Review: {review}"
+LABELS = ["positive", "negative"]
+
+
+@pytest.fixture(autouse=True)
+def small_cascades(monkeypatch, tmp_path):
+    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(policy, "MIN_ROWS", 300)
+    for name, value in (("MIN_TRAIN", 100), ("MAX_TRAIN", 100), ("MIN_AUDIT", 150), ("MAX_AUDIT", 150)):
+        monkeypatch.setattr(policy, name, value)
+
+
+def cold() -> None:
+    """As a user's first statement of the call: no examples, means or priors from another run."""
+    forget_examples()
+    forget_means()
+    forget_fields()
+    forget_priors()
+
+
+def amazon_reviews(n: int) -> list[str]:
+    from relserve.workloads import load_table
+
+    texts = load_table("amazon_reviews", columns=["text"])["text"].to_list()
+    return list(dict.fromkeys(t for t in texts if t))[:n]
+
+
+def test_agreement_with_the_llm_only_run_on_a_real_table(engine):
+    rows = amazon_reviews(400)
+    cold()
+    alone = run_call(make_call("llm_classify", SENTIMENT, labels=LABELS), [rows], engine=engine, cache=False, progress=False)
+    cold()
+    out = run_call(make_call("llm_classify", SENTIMENT, labels=LABELS, cascade=0.9), [rows], engine=engine, cache=False,
+                   progress=False)
+    rep = out.cascade
+    assert (rep.rows, rep.train, rep.audit) == (400, 100, 150)
+    assert rep.proxy_rows + rep.remainder_rows == 150 and rep.llm_rows == 250 + rep.remainder_rows
+    assert out.errors == [None] * 400 and all(v in LABELS for v in out.values)
+    proxy = [i for i, r in enumerate(out.details) if r.answered_by == PROXY]
+    assert len(proxy) == rep.proxy_rows
+    assert all(0.5 <= out.details[i].confidence <= 1.0 for i in proxy)
+    agree = sum(a == b for a, b in zip(out.values, alone.values)) / 400
+    print(f"\nproxy rows {rep.proxy_rows}, stated {rep.agreement} ({rep.agreement_low}-{rep.agreement_high}), "
+          f"measured against the LLM-only run {agree:.3f}")
+    if rep.threshold is not None:
+        assert rep.proxy_rows > 0 and rep.agreement_low >= 0.9
+        # the proxy's rows agree with the LLM-only answers about as the audit said they would
+        # (the LLM's own rows differ from its LLM-only answers only by the other rows of their
+        # relQuery, which bootstrap's examples and means depend on)
+        proxy_agree = sum(out.values[i] == alone.values[i] for i in proxy) / len(proxy)
+        assert proxy_agree >= 0.8
+    assert agree >= 0.85
+
+
+def test_every_row_goes_to_the_llm_when_the_proxy_is_poor(engine, recording):
+    # codes whose answers nothing in a sentence embedding predicts: batch calibration splits them
+    # about evenly, the proxy is a coin, so no threshold keeps the agreement's bound
+    import hashlib
+
+    rows = [hashlib.sha256(str(i).encode()).hexdigest()[:12] for i in range(320)]
+    cold()
+    call = make_call("llm_filter", "Is this product code valid? Code: {code}", cascade=0.95)
+    out = run_call(call, [rows], engine=recording, cache=False, progress=False)
+    rep = out.cascade
+    assert rep.threshold is None and rep.proxy_rows == 0 and rep.fallback
+    assert [len(p) for p in recording.submitted] == [250, 70]
+    assert all(r.answered_by is None for r in out.details) and out.errors == [None] * 320
+    # every row got the answer the engine gave its prompt
+    prompts = recording.submitted[0] + recording.submitted[1]
+    assert len(set(prompts)) == 320
+
+
+def test_per_row_errors_and_on_error_raise(engine):
+    rows = amazon_reviews(330)
+    rows[4] = None  # NULL: fails before anything runs
+    rows[9] = "far too long " * 3000  # longer than the model's context: the engine fails the row
+    cold()
+    call = make_call("llm_classify", SENTIMENT, labels=LABELS, cascade=0.9)
+    out = run_call(call, [rows], engine=engine, cache=False, progress=False)
+    assert out.values[4] is None and "NULL" in out.errors[4]
+    if out.details[9].answered_by == PROXY:  # the proxy answers any text, however long
+        assert out.errors[9] is None
+    else:
+        assert out.values[9] is None and "context" in out.errors[9]
+    assert all(e is None for i, e in enumerate(out.errors) if i not in (4, 9))
+    cold()
+    with pytest.raises(RowError, match="row 4"):
+        run_call(make_call("llm_classify", SENTIMENT, labels=LABELS, cascade=0.9, on_error="raise"), [rows],
+                 engine=engine, cache=False, progress=False)
+
+
+def test_cancel_on_the_server_keeps_the_finished_rows(engine):
+    rows = [{"review": r} for r in amazon_reviews(400)]
+    cold()
+    with running_server(engine, cache=False) as srv:
+        job = httpx.post(srv.url + "/v1/relqueries", timeout=60, json={
+            "template": SENTIMENT, "rows": rows, "function": "classify", "labels": LABELS, "cascade": 0.9}).json()["id"]
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            done = httpx.get(srv.url + f"/v1/relqueries/{job}", timeout=30).json()["progress"]["done"]
+            if done >= 20:
+                break
+            time.sleep(0.2)
+        httpx.delete(srv.url + f"/v1/relqueries/{job}", timeout=60)
+        out = httpx.get(srv.url + f"/v1/relqueries/{job}/result", timeout=60).json()
+    assert out["status"] in ("cancelled", "finished")
+    answered = [r for r in out["rows"] if r["error"] is None]
+    assert all(r["value"] in LABELS for r in answered) and len(answered) >= 20
+    if out["status"] == "cancelled":
+        assert all(r["error"] == "cancelled by the client" for r in out["rows"] if r["error"] is not None)
+        assert len(answered) < 400
