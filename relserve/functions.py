@@ -54,7 +54,7 @@ LABEL_METHODS = ("generate", "score", "prior", "batch", "bootstrap", "adaptive")
 LABEL_METHOD_ALIASES = {"calibrate": "prior"}
 #: the method of a call that names none; the environment variable is for the benchmark (it
 #: measures the default against another end to end, docs/benchmarks.md), not for users
-DEFAULT_LABEL_METHOD = os.environ.get("RELSERVE_LABEL_METHOD", "bootstrap")
+DEFAULT_LABEL_METHOD = os.environ.get("RELSERVE_LABEL_METHOD", "adaptive")
 if DEFAULT_LABEL_METHOD not in LABEL_METHODS:
     raise ValueError(f"RELSERVE_LABEL_METHOD must be one of {', '.join(LABEL_METHODS)}, got {DEFAULT_LABEL_METHOD!r}")
 #: the methods that score labels instead of decoding one

@@ -115,8 +115,9 @@ class ScriptedEngine:
     #: calibration probes (content-free prompts of llm_filter / llm_classify), kept apart from
     #: ``submitted`` so tests count the relQueries of the rows
     probes: list[list[str]] = field(default_factory=list)
-    #: the first passes of ``method := 'bootstrap'`` (a sample of a relQuery's prompts), apart
-    #: from ``submitted`` for the same reason
+    #: the first passes of ``method := 'bootstrap'`` and ``'adaptive'`` (a sample of a
+    #: relQuery's prompts; adaptive: one per candidate layout), apart from ``submitted`` for the
+    #: same reason
     first_passes: list[list[str]] = field(default_factory=list)
     #: prefix-cache capacity in tokens for the cached-token counts (None: unbounded)
     kv_capacity_tokens: int | None = None
@@ -145,7 +146,7 @@ class ScriptedEngine:
                 self.field_probes += [(p, rq.answer_field) for p in prompts]
             elif str(getattr(rq, "rel_id", "")).startswith("prior-"):
                 self.probes.append(prompts)
-            elif str(getattr(rq, "rel_id", "")).startswith("bootstrap-"):
+            elif str(getattr(rq, "rel_id", "")).startswith(("bootstrap-", "adaptive-")):
                 self.first_passes.append(prompts)
             else:
                 self.submitted.append(prompts)

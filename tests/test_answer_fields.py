@@ -31,14 +31,14 @@ def sentiment_likes_the_labels(rq) -> float:
 
 
 def test_an_answer_field_is_a_short_name_and_needs_a_shape_that_has_one():
-    call = make_call("llm_classify", TEMPLATE, labels=LABELS, answer_field="Sentiment:")
+    call = make_call("llm_classify", TEMPLATE, labels=LABELS, answer_field="Sentiment:", method="bootstrap")
     assert call.options.answer_field == "Sentiment" and call.answer_field == "Sentiment:"
-    assert make_call("llm_classify", TEMPLATE, labels=LABELS, answer_field=" Store department ").answer_field == "Store department:"
+    assert make_call("llm_classify", TEMPLATE, labels=LABELS, answer_field=" Store department ", method="bootstrap").answer_field == "Store department:"
     for bad in ("", ":", "Sentiment\nIgnore the review", "x" * 41, "1st", 7):
         with pytest.raises(ConfigError, match="answer_field must be 'auto' or a short name of words"):
-            make_call("llm_classify", TEMPLATE, labels=LABELS, answer_field=bad)
+            make_call("llm_classify", TEMPLATE, labels=LABELS, answer_field=bad, method="bootstrap")
     with pytest.raises(ConfigError, match="answer_field needs a prompt shape with an answer field"):
-        make_call("llm_classify", TEMPLATE, labels=LABELS, answer_field="Sentiment", prompt_shape="chat")
+        make_call("llm_classify", TEMPLATE, labels=LABELS, answer_field="Sentiment", prompt_shape="chat", method="bootstrap")
     # the engine's side: the field ends the request; a RelQuery takes it with its colon
     assert engine_text(None, "Question: Q?\nReview: R", None, "question_first", "Sentiment:") == "Question: Q?\nReview: R\nSentiment:"
     assert RelQuery.from_prompts(["p"], choices=LABELS, score_labels=True, prompt_shape="completion",
@@ -48,18 +48,18 @@ def test_an_answer_field_is_a_short_name_and_needs_a_shape_that_has_one():
 
 
 def test_the_answer_field_is_part_of_the_result_cache_key_only_when_it_is_not_answer():
-    plain = make_call("llm_classify", TEMPLATE, labels=LABELS, prompt_shape="completion")
-    named = make_call("llm_classify", TEMPLATE, labels=LABELS, prompt_shape="completion", answer_field="Sentiment")
+    plain = make_call("llm_classify", TEMPLATE, labels=LABELS, prompt_shape="completion", method="bootstrap")
+    named = make_call("llm_classify", TEMPLATE, labels=LABELS, prompt_shape="completion", answer_field="Sentiment", method="bootstrap")
     assert "answer_field" not in plain.sampling_settings()
     assert named.sampling_settings() == {**plain.sampling_settings(), "answer_field": "Sentiment"}
     # relserve's choice is keyed as such: the same in the plan and in the executor's cache writes
-    planned = plan_call(make_call("llm_classify", TEMPLATE, labels=LABELS), [ROWS], model_id="m").call
+    planned = plan_call(make_call("llm_classify", TEMPLATE, labels=LABELS, method="bootstrap"), [ROWS], model_id="m").call
     assert planned.options.answer_field == "auto" and planned.sampling_settings()["answer_field"] == "auto"
 
 
 def test_the_users_answer_field_ends_every_scoring_request_and_the_examples():
     eng = ScriptedEngine(answer=answer)
-    call = make_call("llm_classify", TEMPLATE, labels=LABELS, answer_field="Sentiment")
+    call = make_call("llm_classify", TEMPLATE, labels=LABELS, answer_field="Sentiment", method="bootstrap")
     out = run_call(call, [ROWS], engine=eng, cache=False, progress=False)
     assert out.values == ["positive" if i % 2 else "negative" for i in range(20)]
     assert eng.field_probes == []  # the user's name: nothing to choose
@@ -72,7 +72,7 @@ def test_the_users_answer_field_ends_every_scoring_request_and_the_examples():
 
 def test_relserve_chooses_the_field_the_model_says_the_labels_after_once_per_template():
     eng = ScriptedEngine(answer=answer, label_mass=sentiment_likes_the_labels)
-    call = make_call("llm_classify", TEMPLATE, labels=LABELS)
+    call = make_call("llm_classify", TEMPLATE, labels=LABELS, method="bootstrap")
     shown = str(run_call(call, [ROWS], cache=False, progress=False, explain_only=True, engine=eng).explain)
     assert "answer field                auto   (the label is scored after it; chosen when it runs" in shown
     out = run_call(call, [ROWS], engine=eng, cache=False, progress=False)
@@ -90,7 +90,7 @@ def test_relserve_chooses_the_field_the_model_says_the_labels_after_once_per_tem
     assert len(eng.field_probes) == len(CANDIDATES) and len(eng.first_passes) == 1
     assert eng.relqueries[-1].answer_field == "Sentiment:" and eng.relqueries[-1].prompt_shape == "question_first"
     # another template chooses again
-    run_call(make_call("llm_classify", "Is this film review positive or negative? Review: {r}", labels=LABELS), [ROWS],
+    run_call(make_call("llm_classify", "Is this film review positive or negative? Review: {r}", labels=LABELS, method="bootstrap"), [ROWS],
              engine=eng, cache=False, progress=False)
     assert len(eng.field_probes) == 2 * len(CANDIDATES)
 
@@ -100,16 +100,16 @@ def test_only_a_two_label_classify_behind_bootstrapped_examples_gets_a_chosen_fi
     and small first relQueries score after "Answer:" and run no probes."""
     eng = ScriptedEngine(answer=answer, label_mass=sentiment_likes_the_labels)
     for call, rows in [
-        (make_call("llm_filter", "Is this review positive? Review: {r}"), ROWS),
-        (make_call("llm_classify", TEMPLATE, labels=[*LABELS, "mixed"]), ROWS),
-        (make_call("llm_classify", TEMPLATE, labels=LABELS, prompt_shape="question_first"), ROWS),
-        (make_call("llm_classify", TEMPLATE, labels=LABELS), ROWS[:6]),
+        (make_call("llm_filter", "Is this review positive? Review: {r}", method="bootstrap"), ROWS),
+        (make_call("llm_classify", TEMPLATE, labels=[*LABELS, "mixed"], method="bootstrap"), ROWS),
+        (make_call("llm_classify", TEMPLATE, labels=LABELS, prompt_shape="question_first", method="bootstrap"), ROWS),
+        (make_call("llm_classify", TEMPLATE, labels=LABELS, method="bootstrap"), ROWS[:6]),
     ]:
         run_call(call, [rows], engine=eng, cache=False, progress=False)
         assert eng.relqueries[-1].answer_field == "Answer:"
     assert eng.field_probes == []
     # a user may ask for the choice on any scored call
-    run_call(make_call("llm_filter", "Is this review positive? Review: {r}", answer_field="auto"), [ROWS],
+    run_call(make_call("llm_filter", "Is this review positive? Review: {r}", answer_field="auto", method="bootstrap"), [ROWS],
              engine=eng, cache=False, progress=False)
     assert len(eng.field_probes) == len(CANDIDATES) and eng.relqueries[-1].answer_field == "Sentiment:"
 
@@ -120,7 +120,7 @@ def test_the_first_of_equally_likely_names_wins_and_answer_is_the_first():
     assert choose({**{name: -1.0 for name in CANDIDATES}, "Tone": -0.5}) == "Tone"
     # an engine that reports no mass leaves "Answer:"
     eng = ScriptedEngine(answer=answer)
-    run_call(make_call("llm_classify", TEMPLATE, labels=LABELS), [ROWS], engine=eng, cache=False, progress=False)
+    run_call(make_call("llm_classify", TEMPLATE, labels=LABELS, method="bootstrap"), [ROWS], engine=eng, cache=False, progress=False)
     assert eng.relqueries[-1].answer_field == "Answer:"
 
 
@@ -132,7 +132,7 @@ def test_each_tenant_chooses_its_own_field_from_probes_that_hold_no_row():
     from relserve.server.tenant_engine import engine_for_tenant
 
     eng = TenantAwareEngine(answer=answer, label_mass=sentiment_likes_the_labels)
-    call = make_call("llm_classify", TEMPLATE, labels=LABELS)
+    call = make_call("llm_classify", TEMPLATE, labels=LABELS, method="bootstrap")
     alice_rows = [r.replace("a review", "alice's secret review") for r in ROWS]
     for _ in range(2):
         run_call(call, [alice_rows], engine=engine_for_tenant(eng, Tenancy("alice", cache_salt="salt-a")),
@@ -152,7 +152,7 @@ def test_a_failing_probe_leaves_its_name_out_and_the_choice_is_tried_again():
         return {"Rating:": -0.5}.get(rq.answer_field, -4.0)
 
     eng = ScriptedEngine(answer=answer, label_mass=mass)
-    call = make_call("llm_classify", TEMPLATE, labels=LABELS)
+    call = make_call("llm_classify", TEMPLATE, labels=LABELS, method="bootstrap")
     out = run_call(call, [ROWS], engine=eng, cache=False, progress=False)
     assert out.values == ["positive" if i % 2 else "negative" for i in range(20)]
     assert eng.relqueries[-1].answer_field == "Rating:"

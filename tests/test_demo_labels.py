@@ -25,6 +25,13 @@ def test_accuracy_line_counts_matches_and_the_one_label_baseline():
 
 def test_the_demo_runs_relserves_defaults_and_names_them():
     call = make_call("llm_filter", QUESTION)
-    assert method_label(call) == "bootstrap, prompt shape completion"
+    # the default: adaptive, whose layout is chosen when it runs (named once it has)
+    assert method_label(call) == "adaptive, prompt shape completion"
+    from relserve.planner.labels.adaptive import AdaptiveReport, Choice
+    from relserve.planner.labels.decide import Reading
+    from relserve.planner.labels.layouts import Layout
+
+    ran = AdaptiveReport(Choice(Layout(False, "Sentiment", ("happy", "unhappy")), (), "", 24), Reading("two crowds", 0.5, 0.99, 24), True)
+    assert method_label(call, ran) == "adaptive, layout row, Sentiment: happy/unhappy"
     assert method_label(make_call("llm_filter", QUESTION, method="generate")) == "generate"
     assert method_label(make_call("llm_filter", QUESTION, method="score", prompt_shape="chat")) == "score, prompt shape chat"

@@ -169,10 +169,10 @@ def con_run(con):
 def test_cte_classification_feeds_an_outer_map(con, engine):
     rows = relserve.duckdb.sql(
         con,
-        """WITH s AS (SELECT id, review, llm_classify('Kind: {review}', ['x', 'y'], review) AS kind FROM reviews)
+        """WITH s AS (SELECT id, review, llm_classify('Kind: {review}', ['x', 'y'], review, llm_options(method := 'bootstrap')) AS kind FROM reviews)
            SELECT id, kind, llm_map('Echo: {review}', review) FROM s WHERE kind = 'x' ORDER BY id LIMIT 3""",
     ).fetchall()
-    # each prompt's own text, after the examples the default method (bootstrap) put in front
+    # each prompt's own text, after the examples bootstrap put in front
     classify_prompts = [own_text(p) for p in engine.submitted[0]]
     # the rows its first pass made examples are answered by their example's label, not sent again
     first = engine.submitted[0][0]
@@ -227,7 +227,7 @@ def test_create_insert_update_run_once_with_planned_calls(con, engine):
     relserve.duckdb.sql(con, "INSERT INTO echoed SELECT id, llm_map('Echo: {movie}', movie) FROM reviews WHERE id = 10")
     assert con.sql("SELECT s FROM echoed WHERE id = 10").fetchall() == [("movie 3",)]
     relserve.duckdb.sql(
-        con, "UPDATE echoed SET s = llm_map('Echo: {m}', {'m': s}) || '!' WHERE llm_filter('Is {s} positive?', s)"
+        con, "UPDATE echoed SET s = llm_map('Echo: {m}', {'m': s}) || '!' WHERE llm_filter('Is {s} positive?', s, llm_options(method := 'bootstrap'))"
     )
     assert con.execute("SELECT count(*) FROM echoed WHERE s LIKE '%!'").fetchall() == [(4,)]  # ids 0, 3, 6, 9
     assert con.execute("SELECT count(*) FROM echoed").fetchall() == [(11,)]

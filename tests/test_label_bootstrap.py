@@ -84,7 +84,7 @@ def test_the_executor_scores_a_sample_first_then_every_row_behind_the_examples()
         return "yes" if "great" in prompt.rsplit("\n", 1)[-1] else "no"
 
     eng = ScriptedEngine(answer=answer)
-    call = make_call("llm_filter", "Is {r} good, bootstrapped?")  # the default method
+    call = make_call("llm_filter", "Is {r} good, bootstrapped?", method="bootstrap")  # the default method
     out = run_call(call, [rows], engine=eng, cache=False, progress=False)
     assert out.values == ["great" in r for r in rows]
     (first,) = eng.first_passes
@@ -125,7 +125,7 @@ def test_a_classify_answers_its_example_rows_by_their_label_and_scores_the_other
         return "yes" if "great" in prompt.rsplit("\n", 1)[-1] else "no"
 
     eng = ScriptedEngine(answer=answer)
-    call = make_call("llm_classify", "Is {r} good, as a label?", labels=["yes", "no"], prompt_shape="completion")
+    call = make_call("llm_classify", "Is {r} good, as a label?", labels=["yes", "no"], prompt_shape="completion", method="bootstrap")
     out = run_call(call, [rows], engine=eng, cache=False, progress=False)
     assert out.values == ["yes" if "great" in r else "no" for r in rows]
     (first,) = eng.first_passes
@@ -183,7 +183,7 @@ def test_a_tenants_first_pass_runs_in_its_own_prefix_cache_namespace():
 
     alice = Tenancy("alice", cache_salt="salt-of-alice")
     eng = TenantAwareEngine()
-    call = make_call("llm_filter", "Is {r} good, as alice?")
+    call = make_call("llm_filter", "Is {r} good, as alice?", method="bootstrap")
     plan = plan_call(call, [[f"row {i}" for i in range(20)]], model_id="m", cache=None, optimize=False)
     ex = CallExecutor(PlannedRows.of(plan, None), model_id="m")
     ex.submit(engine_for_tenant(eng, alice)).result()
@@ -202,7 +202,7 @@ def test_a_later_relquery_of_the_template_reuses_the_examples_within_its_namespa
         return "yes" if "great" in prompt.rsplit("\n", 1)[-1] else "no"
 
     eng = TenantAwareEngine(answer=answer)
-    call = make_call("llm_filter", "Is {r} good, again?")
+    call = make_call("llm_filter", "Is {r} good, again?", method="bootstrap")
     alice_rows = [f"alice review {i} {'great' if i % 2 else 'bad'}" for i in range(20)]
     bob_rows = [f"bob review {i} {'great' if i % 2 else 'bad'}" for i in range(20)]
     alice = engine_for_tenant(eng, Tenancy("alice", cache_salt="salt-a"))
@@ -219,7 +219,7 @@ def test_a_later_relquery_of_the_template_reuses_the_examples_within_its_namespa
     bob_examples = eng.submitted[2][0][: eng.submitted[2][0].rindex("\n\n") + 2]
     assert "alice" not in bob_examples and bob_examples.count("bob review") == 2
     # another call (other labels' question) chooses its own
-    run_call(make_call("llm_filter", "Is {r} bad, again?"), [alice_rows], engine=alice, cache=False, progress=False)
+    run_call(make_call("llm_filter", "Is {r} bad, again?", method="bootstrap"), [alice_rows], engine=alice, cache=False, progress=False)
     assert len(eng.first_passes) == 3
 
 
@@ -239,7 +239,7 @@ def test_a_two_label_classify_is_laid_out_question_first_when_examples_pick_its_
     forget_examples()
     forget_means()
     rows = [f"a review that runs long enough to move out, number {i}: {'great' if i % 2 else 'awful'}" for i in range(20)]
-    call = make_call("llm_classify", "Is this review positive or negative? Review: {r}", labels=["positive", "negative"])
+    call = make_call("llm_classify", "Is this review positive or negative? Review: {r}", labels=["positive", "negative"], method="bootstrap")
     # planned alone: the layout is in the plan's call, its prompts, and its result-cache key
     big = plan_call(call, [rows], model_id="m")
     small = plan_call(call, [rows[:6]], model_id="m")
@@ -251,10 +251,10 @@ def test_a_two_label_classify_is_laid_out_question_first_when_examples_pick_its_
     shown = str(run_call(call, [rows], cache=False, progress=False, explain_only=True, engine=ScriptedEngine()).explain)
     assert "prompt shape          question_first   (how the scoring request is laid out; chosen for a 2-label classify" in shown
     # not relserve's to choose: the user's shape, a filter, three labels, another method
-    assert plan_call(make_call("llm_classify", call.template, labels=["positive", "negative"], prompt_shape="completion"),
+    assert plan_call(make_call("llm_classify", call.template, labels=["positive", "negative"], prompt_shape="completion", method="bootstrap"),
                      [rows], model_id="m").call.prompt_shape == "completion"
-    assert plan_call(make_call("llm_filter", "Is this review positive? Review: {r}"), [rows], model_id="m").call.prompt_shape == "completion"
-    assert plan_call(make_call("llm_classify", call.template, labels=["positive", "negative", "mixed"]),
+    assert plan_call(make_call("llm_filter", "Is this review positive? Review: {r}", method="bootstrap"), [rows], model_id="m").call.prompt_shape == "completion"
+    assert plan_call(make_call("llm_classify", call.template, labels=["positive", "negative", "mixed"], method="bootstrap"),
                      [rows], model_id="m").call.prompt_shape == "completion"
     assert plan_call(make_call("llm_classify", call.template, labels=["positive", "negative"], method="batch"),
                      [rows], model_id="m").call.prompt_shape == "completion"

@@ -156,7 +156,7 @@ def test_method_and_prompt_shape_options_are_checked():
     with pytest.raises(ConfigError, match="prompt_shape applies only with score_labels"):
         RelQuery("{a}", [{"a": 1}], choices=["x", "y"], prompt_shape="completion")
     call = make_call("llm_filter", "Is {r} good?")
-    assert (call.label_method, call.prompt_shape) == ("bootstrap", "completion")
+    assert (call.label_method, call.prompt_shape) == ("adaptive", "completion")
     # decoding has no scoring layout
     assert make_call("llm_filter", "Is {r} good?", method="generate", prompt_shape="completion").prompt_shape == "chat"
 

@@ -95,10 +95,11 @@ def test_pick_breaks_a_calibrated_tie_by_the_models_own_preference():
     assert pick({"a": math.log(0.5), "b": math.log(0.5)}, None) == "a"
 
 
-def test_method_option_is_checked_and_defaults_to_bootstrap():
+def test_method_option_is_checked_and_defaults_to_adaptive():
     with pytest.raises(ConfigError, match="method must be one of generate, score, prior, batch, bootstrap, adaptive, got 'vote'"):
         CallOptions(method="vote")
-    assert make_call("llm_filter", "Is {r} good?").label_method == "bootstrap"
+    assert make_call("llm_filter", "Is {r} good?").label_method == "adaptive"
+    assert make_call("llm_filter", "Is {r} good?", method="calibrate").label_method == "prior"  # the old name
     assert make_call("llm_classify", "{r}", labels=["a", "b"], method="score").label_method == "score"
     # sampling asks for varied answers: scoring cannot give them, so it decodes
     assert make_call("llm_filter", "Is {r} good?", temperature=0.7).label_method == "generate"
@@ -143,8 +144,8 @@ def test_calibration_probes_run_once_per_template_on_content_free_rows():
     with tempfile.TemporaryDirectory() as tmp:
         relserve.duckdb.install(con, engine=eng, cache=ResultCache(Path(tmp) / "c.sqlite"), progress=False)
         con.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('a'), ('b'), ('c')) v(r)")
-        relserve.duckdb.sql(con, "SELECT llm_filter('Is {r} fine?', r) FROM t").fetchall()
-        relserve.duckdb.sql(con, "SELECT llm_filter('Is {r} fine?', r) FROM t WHERE r <> 'a'").fetchall()
+        relserve.duckdb.sql(con, "SELECT llm_filter('Is {r} fine?', r, llm_options(method := 'bootstrap')) FROM t").fetchall()
+        relserve.duckdb.sql(con, "SELECT llm_filter('Is {r} fine?', r, llm_options(method := 'bootstrap')) FROM t WHERE r <> 'a'").fetchall()
     # the default completion shape lays the probes out as its rows: every value in front, named,
     # and the question names it (relserve/planner/labels/prior.py)
     assert eng.probes == [["R: N/A\nIs the r above fine?", "R: \nIs the r above fine?", "R: [MASK]\nIs the r above fine?"]]

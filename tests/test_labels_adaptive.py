@@ -223,3 +223,12 @@ def test_a_few_margins_are_read_as_two_crowds_only_across_a_wide_gap():
         xs = [4 + rng.random() * 4 for _ in range(k)] + [-(4 + rng.random() * 4) for _ in range(n - k)]
         reading, mix = read(xs)
         assert reading.rule == "two crowds" and [mix.posterior(x) > 0.5 for x in xs] == [True] * k + [False] * (n - k)
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_a_strong_model_that_answers_every_row_alike_is_taken_at_its_word(share):
+    rows = [f"story {i}" for i in range(40)]
+    eng = strong_engine(lambda text: share == 1.0)
+    out = run_call(make_call("llm_filter", "Is this news article about sports? Article: {a}", method="adaptive"), [rows],
+                   engine=eng, cache=False, progress=False)
+    assert out.values == [share == 1.0] * 40 and out.warning is None

@@ -221,10 +221,14 @@ def test_a_bootstrap_first_pass_counts_against_the_tenants_rows_in_flight(tmp_pa
 
     tenants = {"tenants": {"carol": {"key": "carol-secret-key", "max_rows_in_flight": 40}}}
     with running_server(FakeEngine(delay=0.0), tenants=tenants, cache=False) as srv:
-        body = {"function": "filter", "template": "Is {x} ok?", "rows": [{"x": i} for i in range(21)]}
+        body = {"function": "filter", "template": "Is {x} ok?", "rows": [{"x": i} for i in range(21)], "method": "bootstrap"}
         r = _post(srv, "/v1/relqueries", body, key="carol-secret-key")
         assert r.status_code == 429
         assert _error(r).startswith("tenant 'carol' would have 42 rows in flight (0 running + 42 new); the limit is 40")
+        # the default (adaptive) scores the 21 rows in five layouts first ("ok" against "other")
+        r = _post(srv, "/v1/relqueries", {**body, "method": None}, key="carol-secret-key")
+        assert r.status_code == 429
+        assert _error(r).startswith("tenant 'carol' would have 126 rows in flight (0 running + 126 new)")
         carol = Client(srv.url, api_key="carol-secret-key")
         # each accepted job is waited for, so the next one starts with nothing in flight
         for accepted in ({**body, "method": "score"}, {**body, "rows": body["rows"][:20]}):

@@ -140,7 +140,7 @@ def test_a_tenants_history_decides_the_layout_of_its_own_small_classify_only(tmp
     forget_means()
     engine = TenantAwareFakeEngine()
     rows = [{"r": f"a review long enough to move out of the question, number {i}"} for i in range(20)]
-    body = dict(function="classify", labels=["positive", "negative"], cache=False)
+    body = dict(function="classify", labels=["positive", "negative"], method="bootstrap", cache=False)
     template = "Is this review positive or negative? Review: {r}"
     with running_server(engine, tenants=TENANTS, cache=False) as srv:
         alice, bob = Client(srv.url, api_key=ALICE), Client(srv.url, api_key=BOB)

@@ -33,10 +33,14 @@ def demo_accuracy_line(rows: list[dict], values: list, method: str) -> str:
     )
 
 
-def method_label(call) -> str:
-    """'bootstrap, prompt shape completion': how the demo's answers were chosen."""
+def method_label(call, labels=None) -> str:
+    """'adaptive, layout row, Sentiment: happy/unhappy' or 'bootstrap, prompt shape completion':
+    how the demo's answers were chosen (``labels``: what the label method reported)."""
     if call.label_method == "generate":
         return "generate"
+    layout = getattr(getattr(labels, "choice", None), "layout", None)
+    if layout is not None:
+        return f"{call.label_method}, layout {layout.name}"
     return f"{call.label_method}, prompt shape {call.prompt_shape}"
 
 
@@ -44,7 +48,7 @@ def method_label(call) -> str:
 def demo(
     policy: str = typer.Option("relserve", help="Scheduling policy."),
     model: str = typer.Option("smollm2", help="Model name or local folder."),
-    method: str = typer.Option(None, help="How the yes/no answer is chosen: generate, score, calibrate, batch or bootstrap (default: relserve's default)."),
+    method: str = typer.Option(None, help="How the yes/no answer is chosen: generate, score, prior, batch, bootstrap or adaptive (default: relserve's default)."),
     prompt_shape: str = typer.Option(None, help="Scoring layout: chat, chat_answer, completion or question_first (default: relserve's default)."),
 ) -> None:
     """Ask the model a question about every row of the demo table and show how it went."""
@@ -62,6 +66,7 @@ def demo(
     console.print(f"engine ready in {time.monotonic() - t0:.1f} s")
     try:
         from relserve.functions import make_call
+        from relserve.planner.explain import describe_labels
         from relserve.planner.plan_and_run import run_call
 
         call = make_call("llm_filter", QUESTION, method=method, prompt_shape=prompt_shape)
@@ -73,7 +78,10 @@ def demo(
             answer = "yes" if value else "no" if value is not None else f"[red]{err}"
             table.add_row(str(i), row["product"], row["review"][:60], answer, row.get("happy", "?"))
         console.print(table)
-        console.print(demo_accuracy_line(rows, outcome.values, method_label(call)))
+        console.print(demo_accuracy_line(rows, outcome.values, method_label(call, outcome.labels)))
+        found = describe_labels(outcome.labels)
+        if found:
+            console.print(f"labels: {found}")
         s = outcome.engine_stats
         console.print(
             f"relQuery {s.rel_id}: {s.num_rows} rows, {s.num_errors} errors, latency {s.latency_s:.2f} s = "

@@ -24,7 +24,7 @@ from relserve.planner.labels.bootstrap import PER_LABEL, sample_rows
 from relserve.planner.labels.keys import namespace_of
 from relserve.planner.labels.layouts import layouts_for
 from relserve.planner.labels.means import MIN_BATCH_ROWS, min_batch_rows
-from relserve.planner.labels.methods import method_and_pool, method_of, pooled_history
+from relserve.planner.labels.methods import asked, method_and_pool, method_of, pooled_history
 from relserve.planner.plan import CallPlan
 from relserve.planner.tokens import TokenSource
 from relserve.prompt_shapes import AUTO_ANSWER_FIELD, answer_field_text
@@ -279,7 +279,7 @@ def explain_plan(
         sample_prompt=plan.run_prompts[0] if plan.run_order else None,
         explain_s=time.perf_counter() - t0,
         label_method=ran,
-        label_method_asked=call.label_method if ran != call.label_method else None,
+        label_method_asked=asked(call) if ran != asked(call) else None,
         pooled_rows=pooled,
         min_batch_rows=min_batch_rows(len(call.choices or ())),
         prompt_shape=call.prompt_shape if call.label_method not in (None, "generate") else None,
@@ -353,14 +353,20 @@ def _answer_field(call, model_id: str, namespace: str | None) -> str | None:
 def describe_labels(report) -> str | None:
     """One line of EXPLAIN ANALYZE for what the adaptive label method found (None: another method)."""
     from relserve.planner.labels.adaptive import AdaptiveReport
+    from relserve.planner.labels.decide import WEAK_SHARE
 
     if not isinstance(report, AdaptiveReport):
         return None
     choice, reading = report.choice, report.reading
     how = (f"by this relQuery's first pass over {choice.sampled} rows" if report.first_pass
            else "by an earlier relQuery of the call")
-    prior = (f"estimated share of {choice.layout.labels[0]!r} {reading.prior:.1%} from two crowds of margins "
-             f"(AUC {reading.separation:.2f})" if reading.separates else
-             f"one crowd of margins (AUC {reading.separation:.2f} at best): no share can be read")
+    if reading.rule == "two crowds":
+        prior = (f"estimated share of {choice.layout.labels[0]!r} {reading.prior:.1%} from two crowds of margins "
+                 f"(AUC {reading.separation:.2f})")
+    elif reading.rule == "all alike":
+        prior = f"every row's margin sure of one answer: the model's own answers ({reading.prior:.0%} {choice.layout.labels[0]!r})"
+    else:
+        prior = (f"one crowd of margins: no share can be read, so the top {WEAK_SHARE:.0%} by score were answered "
+                 f"{choice.layout.labels[0]!r}")
     return (f"layout {choice.layout.name!r} chosen {how} (mutual information {choice.information:.3f} nats); "
             f"{prior}; over {reading.rows} margins")

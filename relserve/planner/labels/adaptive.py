@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from relserve.backend.protocol import Backend
 from relserve.functions import LLMCall
-from relserve.planner.labels.decide import Reading, posteriors, read
+from relserve.planner.labels.decide import WEAK_SHARE, Reading, posteriors, read
 from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun
 from relserve.planner.labels.keys import call_key
 from relserve.planner.labels.layouts import Layout, LayoutRenderer, layouts_for
@@ -97,11 +97,12 @@ class AdaptiveReport:
     def warning(self, function: str, template: str) -> str | None:
         if not self.guessing:
             return None
-        return (f"{function}({template!r}): the model does not tell these rows apart well (best layout "
-                f"{self.choice.layout.name!r}, information {self.choice.information:.3f} nats, the two answers' scores "
-                f"overlap: AUC {self.reading.separation:.2f} at best), so its answers are close to guesses. Check a sample "
-                "of the answers by hand, name what the question asks about more plainly (\"Is this review about "
-                "sports?\"), or use a larger model.")
+        return (f"{function}({template!r}): the model's scores do not split these rows into two groups (best layout "
+                f"{self.choice.layout.name!r}, information {self.choice.information:.3f} nats), so relserve cannot tell "
+                f"how many rows are {self.choice.layout.labels[0]!r}: it answered {self.choice.layout.labels[0]!r} for the "
+                f"{WEAK_SHARE:.0%} it scored highest, and the answers near that boundary are close to guesses. Check a "
+                "sample of the answers by hand, rank by llm_score(...) and choose your own cut, name what the question "
+                "asks about more plainly (\"Is this review about sports?\"), or use a larger model.")
 
 
 @dataclass
