@@ -225,7 +225,7 @@ class RecordingEngine:
         if rel_id.startswith("answer-field-"):
             self.field_probes.append(prompts)
             return self._engine.submit(rq)
-        if rel_id.startswith(("prior-", "bootstrap-")):
+        if rel_id.startswith(("prior-", "bootstrap-", "adaptive-")):
             (self.probes if rel_id.startswith("prior-") else self.first_passes).append(prompts)
             handle = self._engine.submit(rq)
             if rel_id.startswith("prior-"):

@@ -106,3 +106,54 @@ def test_label_logprobs_match_transformers(engine, case, norm, monkeypatch):
         assert row.label_logprobs[label] == pytest.approx(expected[label], rel=1e-3, abs=1e-3), label
     best = max(expected, key=expected.get)
     assert row.text == best
+
+
+ADAPTIVE = json.loads((GOLDEN / "adaptive.json").read_text()) if (GOLDEN / "adaptive.json").exists() else {"cases": []}
+
+
+@pytest.mark.usefixtures("same_weights")
+@pytest.mark.parametrize("case", ADAPTIVE["cases"], ids=lambda c: c["case"])
+def test_the_adaptive_method_answers_as_its_definition_computed_outside_relserve(engine, case):
+    """tests/golden/make_adaptive_golden.py computes, with transformers and its own code, the
+    layouts' information on the first pass, the layout chosen, the examples, every row's margin,
+    the reading and each answer; the real engine under relserve's adaptive method must agree."""
+    from engine_doubles import RecordingEngine
+
+    from relserve.functions import make_call
+    from relserve.planner.labels import adaptive
+    from relserve.planner.labels.layouts import layouts_for
+    from relserve.planner.plan_and_run import run_call
+
+    adaptive.forget()
+    call = make_call("llm_filter", ADAPTIVE["templates"][case["case"]])
+    rec = RecordingEngine(engine)
+    out = run_call(call, [list(col) for col in zip(*case["rows"])], engine=rec, cache=False, progress=False)
+    report = out.labels
+    layouts = layouts_for(call)
+    assert [(t.layout.question, t.layout.field) for t in report.choice.trials] == \
+        [(t["question"], t["field"]) for t in case["trials"]]
+    for got, ref in zip(report.choice.trials, case["trials"]):
+        assert got.information == pytest.approx(ref["information"], abs=5e-3), ref["field"]
+    assert report.choice.layout == layouts[case["chosen"]]
+    assert report.choice.examples == case["examples"]
+    # every row's margin in the chosen layout, read back from the engine
+    (main,) = rec.relqueries
+    rows = engine.run(RelQuery.from_prompts(main.prompts, choices=main.choices, score_labels=True,
+                                            prompt_shape=main.prompt_shape, answer_field=main.answer_field)).rows
+    a, b = report.choice.layout.labels
+    margins = [r.label_logprobs[a] - r.label_logprobs[b] for r in rows]
+    assert margins == pytest.approx(case["margins"], abs=2e-2)
+    assert report.reading.rule == case["rule"]
+    assert out.values == case["answers"]
+
+
+@pytest.mark.usefixtures("same_weights")
+def test_the_adaptive_answers_are_right_well_above_chance():
+    """Floors with a stated margin over chance, from the pinned reference (its own figures print
+    when it is made): guessing each of the demo's 24 balanced rows gets 17 or more right with
+    probability 3.2%; keeping a random fifth of the 40 products keeps 2 or more of the 4 car
+    products with probability 17% and all of the kept ones car products almost never."""
+    demo, products = ADAPTIVE["cases"]
+    assert sum(a == t for a, t in zip(demo["answers"], demo["truth"])) >= 17
+    kept = [t for a, t in zip(products["answers"], products["truth"]) if a]
+    assert sum(kept) >= 2 and len(kept) <= 12

@@ -40,7 +40,7 @@ def test_eager_and_lazy_calls_are_one_relquery_each(df, recording):
     ]
     lazy = (
         df.lazy()
-        .with_columns(pl.struct("movie", "review").llm.filter("Is the review of {movie} positive? {review}").alias("pos"))
+        .with_columns(pl.struct("movie", "review").llm.filter("Is the review of {movie} positive? {review}", method="score").alias("pos"))
         .collect()
     )
     assert [len(p) for p in recording.submitted] == [2, 2]

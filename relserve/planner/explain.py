@@ -363,6 +363,8 @@ def describe_labels(report) -> str | None:
     if reading.rule == "two crowds":
         prior = (f"estimated share of {choice.layout.labels[0]!r} {reading.prior:.1%} from two crowds of margins "
                  f"(AUC {reading.separation:.2f})")
+    elif reading.rule == "few rows":
+        prior = f"too few margins to read a share: the model's own answers ({reading.prior:.0%} {choice.layout.labels[0]!r})"
     elif reading.rule == "all alike":
         prior = f"every row's margin sure of one answer: the model's own answers ({reading.prior:.0%} {choice.layout.labels[0]!r})"
     else:

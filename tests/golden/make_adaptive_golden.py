@@ -18,12 +18,19 @@ The definition, step by step, as computed below:
 4. examples (more than 24 rows only): the sampled row with the largest margin in the chosen
    layout, then the one with the smallest, each "<row>\\n<Field>: <word>\\n\\n", in front of
    every row; 24 rows or fewer: no examples, the rows scored again as in the first pass;
-5. the reading: from 16 margins, a two-component normal mixture with one shared spread (floor:
-   5% of the column's), fitted by EM from starts at the 0.5/0.7/0.85/0.95 quantiles and at the
-   widest gap, the best likelihood kept; two crowds when the AUC they imply is at least 0.85 and
-   they explain the margins at least 0.05 nats per row better than one normal; a row is the
-   first label when its posterior of the upper crowd is above one half. One crowd: the rows
-   above the median margin are the first label.
+5. the reading, in this order:
+   - every margin at least 2 nats on one side of 0: every row that answer ("all alike");
+   - the widest gap between sorted margins at least 2 nats and at least 4 times the two sides'
+     pooled spread: the rows above it are the first label ("two crowds");
+   - from 16 margins, a two-component normal mixture with a spread each (floor: 5% of the
+     column's), fitted by EM from starts at the 0.5/0.7/0.85/0.95 quantiles and at the widest
+     gap, the best likelihood kept; two crowds when the AUC they imply is at least 0.85, they
+     explain the margins at least 0.05 nats per row better than one normal, and the smaller
+     holds at least 3 rows and 2%: a row is the first label when its posterior of the upper
+     crowd, read with the margin held between the two crowds' means, is above one half;
+   - under 16 margins (and no such gap): each row the model's own answer (its margin's sign);
+   - otherwise one crowd: the 20% of rows with the largest margins are the first label (the
+     boundary halfway between the margins either side of it).
 
     .venv/bin/python tests/golden/make_adaptive_golden.py           # write adaptive.json
     .venv/bin/python tests/golden/make_adaptive_golden.py --check   # recompute and compare
@@ -136,6 +143,10 @@ def mixture(xs: np.ndarray):
     ordered = np.sort(xs)
     gap = int(np.argmax(np.diff(ordered))) + 1
     cuts = [ordered[min(n - 1, int(q * n))] for q in (0.5, 0.7, 0.85, 0.95)] + [ordered[gap]]
+
+    def log_normal(x, m, s):
+        return -0.5 * np.log(2 * np.pi * s * s) - (x - m) ** 2 / (2 * s * s)
+
     best = None
     for cut in cuts:
         r = (xs >= cut).astype(float)
@@ -146,9 +157,10 @@ def mixture(xs: np.ndarray):
             w = min(max(r.mean(), 1 / n), 1 - 1 / n)
             m1 = (r * xs).sum() / max(r.sum(), 1e-12)
             m0 = ((1 - r) * xs).sum() / max((1 - r).sum(), 1e-12)
-            s = max(math.sqrt(((r * (xs - m1) ** 2) + ((1 - r) * (xs - m0) ** 2)).sum() / n), floor)
-            a = math.log(w) - 0.5 * math.log(2 * math.pi * s * s) - (xs - m1) ** 2 / (2 * s * s)
-            b = math.log1p(-w) - 0.5 * math.log(2 * math.pi * s * s) - (xs - m0) ** 2 / (2 * s * s)
+            s1 = max(math.sqrt((r * (xs - m1) ** 2).sum() / max(r.sum(), 1e-12)), floor)
+            s0 = max(math.sqrt(((1 - r) * (xs - m0) ** 2).sum() / max((1 - r).sum(), 1e-12)), floor)
+            a = math.log(w) + log_normal(xs, m1, s1)
+            b = math.log1p(-w) + log_normal(xs, m0, s0)
             top = np.maximum(a, b)
             ll = float((top + np.log(np.exp(a - top) + np.exp(b - top))).sum())
             r = np.exp(a - top) / (np.exp(a - top) + np.exp(b - top))
@@ -156,12 +168,40 @@ def mixture(xs: np.ndarray):
                 break
             ll_old = ll
         if m1 < m0:
-            w, m0, m1, r = 1 - w, m1, m0, 1 - r
+            w, m0, m1, s0, s1 = 1 - w, m1, m0, s1, s0
         if best is None or ll / n > best[0] + 1e-12:
-            auc = 0.5 * (1 + math.erf((m1 - m0) / math.sqrt(2 * 2 * s * s)))
-            best = (ll / n, w, auc, r)
-    ll, w, auc, r = best
-    return w, auc, ll - one, r
+            best = (ll / n, w, m0, s0, m1, s1)
+    ll, w, m0, s0, m1, s1 = best
+    auc = 0.5 * (1 + math.erf((m1 - m0) / math.sqrt(2 * (s0 * s0 + s1 * s1))))
+    held = np.clip(xs, m0, m1)
+    a = math.log(w) + log_normal(held, m1, s1)
+    b = math.log1p(-w) + log_normal(held, m0, s0)
+    post = 1 / (1 + np.exp(b - a))
+    return w, auc, ll - one, post
+
+
+def reading(ms: list[float]) -> tuple[str, float, list[bool]]:
+    """Step 5: (rule, share of the first label, each row's answer)."""
+    xs = np.asarray(ms)
+    n = len(xs)
+    if xs.min() >= 2.0 or xs.max() <= -2.0:
+        return "all alike", float(xs.min() >= 2.0), [bool(xs.min() >= 2.0)] * n
+    ordered = np.sort(xs)
+    i = int(np.argmax(np.diff(ordered))) + 1
+    gap = ordered[i] - ordered[i - 1]
+    low, high = ordered[:i], ordered[i:]
+    spread = math.sqrt((((low - low.mean()) ** 2).sum() + ((high - high.mean()) ** 2).sum()) / max(n - 2, 1))
+    if gap >= 2.0 and gap >= 4.0 * spread:
+        return "two crowds", len(high) / n, [bool(x >= ordered[i]) for x in xs]
+    if n < 16:
+        return "few rows", float((xs > 0).mean()), [bool(x > 0) for x in xs]
+    if n >= 16:
+        w, auc, gain, post = mixture(xs)
+        if auc >= MIN_SEPARATION and gain >= MIN_GAIN and min(w, 1 - w) * n >= max(3, 0.02 * n):
+            return "two crowds", float(w), [bool(p > 0.5) for p in post]
+    k = min(n - 1, max(1, round(0.8 * n)))
+    boundary = (ordered[k - 1] + ordered[k]) / 2
+    return "one crowd", 0.2, [bool(x > boundary) for x in xs]
 
 
 def run_case(tok, model, case: str, rows: list[tuple], truth: list[bool]) -> dict:
@@ -184,16 +224,9 @@ def run_case(tok, model, case: str, rows: list[tuple], truth: list[bool]) -> dic
                            for i, word in ((top, chosen["labels"][0]), (bottom, chosen["labels"][1])))
     ms = margins(tok, model, [examples + text(case, chosen["question"], v) for v in rows], chosen["field"],
                  tuple(chosen["labels"]))
-    xs = np.asarray(ms)
-    w, auc, gain, post = mixture(xs)
-    if auc >= MIN_SEPARATION and gain >= MIN_GAIN:
-        rule, first = "two crowds", [bool(p > 0.5) for p in post]
-        posterior = [float(p) for p in post]
-    else:
-        rule, first, posterior = "one crowd", [bool(m > float(np.median(xs))) for m in ms], None
+    rule, share, first = reading(ms)
     return {"case": case, "rows": [list(v) for v in rows], "truth": truth, "sample": sample, "trials": trials,
-            "chosen": best, "examples": examples, "margins": ms, "rule": rule, "prior": float(w), "auc": auc,
-            "gain": gain, "posterior": posterior, "answers": first}
+            "chosen": best, "examples": examples, "margins": ms, "rule": rule, "prior": share, "answers": first}
 
 
 def main() -> int:
@@ -215,8 +248,8 @@ def main() -> int:
                               [i in AUTOMOTIVE for i in range(len(PRODUCTS))])]}
     for c in doc["cases"]:
         right = sum(a == t for a, t in zip(c["answers"], c["truth"]))
-        print(f"{c['case']}: layout {c['chosen']} ({c['trials'][c['chosen']]['field']}), {c['rule']}, prior {c['prior']:.2f}, "
-              f"AUC {c['auc']:.2f}, gain {c['gain']:.3f}, {right} of {len(c['truth'])} right")
+        print(f"{c['case']}: layout {c['chosen']} ({c['trials'][c['chosen']]['field']}), {c['rule']}, share {c['prior']:.2f}, "
+              f"{right} of {len(c['truth'])} right")
     path = HERE / "adaptive.json"
     if args.check:
         pinned = json.loads(path.read_text())

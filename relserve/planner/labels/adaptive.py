@@ -97,10 +97,15 @@ class AdaptiveReport:
     def warning(self, function: str, template: str) -> str | None:
         if not self.guessing:
             return None
-        return (f"{function}({template!r}): the model's scores do not split these rows into two groups (best layout "
-                f"{self.choice.layout.name!r}, information {self.choice.information:.3f} nats), so relserve cannot tell "
-                f"how many rows are {self.choice.layout.labels[0]!r}: it answered {self.choice.layout.labels[0]!r} for the "
-                f"{WEAK_SHARE:.0%} it scored highest, and the answers near that boundary are close to guesses. Check a "
+        first = self.choice.layout.labels[0]
+        if self.reading.rule == "few rows":
+            how = (f"with {self.reading.rows} rows and no earlier ones of this call, relserve cannot tell how many "
+                   f"rows are {first!r}, and took the model's own answer for each")
+        else:
+            how = (f"the model's scores do not split these rows into two groups, so relserve cannot tell how many rows "
+                   f"are {first!r}: it answered {first!r} for the {WEAK_SHARE:.0%} it scored highest")
+        return (f"{function}({template!r}): {how} (layout {self.choice.layout.name!r}, information "
+                f"{self.choice.information:.3f} nats); the answers near that boundary are close to guesses. Check a "
                 "sample of the answers by hand, rank by llm_score(...) and choose your own cut, name what the question "
                 "asks about more plainly (\"Is this review about sports?\"), or use a larger model.")
 

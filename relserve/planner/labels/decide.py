@@ -32,13 +32,12 @@ MIN_SEPARATION = 0.85
 MIN_GAIN = 0.05
 MIN_CROWD = 0.02
 MIN_CROWD_ROWS = 3
-#: at least this many margins to read crowds from. Two crowds are read across a wide gap first:
+#: Two crowds are read across a wide gap first:
 #: the widest gap between sorted margins at least ``FEW_GAP_NATS`` of log-odds and
 #: ``FEW_GAP_SPREADS`` times the crowds' own spread (one in twenty sets of 4-15 normal margins
 #: passes the second alone; a model that separates the rows passes both: log-odds +4..+8 against
 #: -4..-8 gave at least 4.2). Otherwise a mixture, from ``FEW_ROWS`` margins: below that it fits
-#: noise as two tight crowds half the time
-MIN_ROWS = 4
+#: noise as two tight crowds half the time, and the rows get the model's own answers
 FEW_ROWS = 16
 FEW_GAP_NATS = 2.0
 FEW_GAP_SPREADS = 4.0
@@ -55,7 +54,8 @@ class Reading:
     """How a relQuery's rows were decided, for EXPLAIN ANALYZE and the warning."""
 
     #: "two crowds" (the mixture decided), "all alike" (every row sure of one label: the model's
-    #: own answers), "one crowd" (the model does not separate the rows)
+    #: own answers), "few rows" (under ``FEW_ROWS`` margins and no wide gap: the model's own
+    #: answers, no share can be read), "one crowd" (the model does not separate the rows)
     rule: str
     #: the estimated share of rows with the first label (the prior the rows were decided with)
     prior: float
@@ -66,8 +66,8 @@ class Reading:
 
     @property
     def separates(self) -> bool:
-        """Whether the answers are the model's own, not a share assumed (see ``WEAK_SHARE``)."""
-        return self.rule != "one crowd"
+        """Whether the model's margins separate the rows (two crowds, or all alike)."""
+        return self.rule in ("two crowds", "all alike")
 
 
 def read(margins: Sequence[float]) -> tuple[Reading, Mixture | None]:
@@ -77,7 +77,7 @@ def read(margins: Sequence[float]) -> tuple[Reading, Mixture | None]:
         return Reading("one crowd", WEAK_SHARE, 0.5, 0), None
     if min(xs) >= SURE or max(xs) <= -SURE:
         return Reading("all alike", 1.0 if min(xs) >= SURE else 0.0, 0.5, len(xs)), None
-    if len(xs) < MIN_ROWS or max(xs) - min(xs) <= 1e-9:
+    if max(xs) - min(xs) <= 1e-9:
         return Reading("one crowd", WEAK_SHARE, 0.5, len(xs)), None
     # a model that separates the rows leaves a wide gap between its two crowds: read across it
     # (a mixture fitted to crowds that are not normal can prefer a tight lump and a loose rest)
@@ -85,7 +85,8 @@ def read(margins: Sequence[float]) -> tuple[Reading, Mixture | None]:
     if gap is not None:
         return Reading("two crowds", gap.weight, gap.separation, len(xs)), gap
     if len(xs) < FEW_ROWS:
-        return Reading("one crowd", WEAK_SHARE, 0.5, len(xs)), None
+        # too few margins to read a share from: the model's own answers (the sign of each margin)
+        return Reading("few rows", sum(x > 0 for x in xs) / len(xs), 0.5, len(xs)), None
     mix = fit_mixture(xs)
     smaller = min(mix.weight, 1 - mix.weight) * len(xs)
     if (mix.separation >= MIN_SEPARATION and mix.gain >= MIN_GAIN
@@ -116,7 +117,7 @@ def posteriors(margins: Sequence[float], reading: Reading, mixture: Mixture | No
     leaves ``WEAK_SHARE`` of them above."""
     if mixture is not None:
         return [mixture.posterior(m) if math.isfinite(m) else 0.5 for m in margins]
-    if reading.rule == "all alike":
+    if reading.rule in ("all alike", "few rows"):
         return [1 / (1 + math.exp(-max(min(m, 50.0), -50.0))) if math.isfinite(m) else 0.5 for m in margins]
     ref = sorted(m for m in reference if math.isfinite(m))
     if not ref:

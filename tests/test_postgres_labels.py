@@ -1,0 +1,38 @@
+"""How sure the model is, from PostgreSQL (issue 43): ``llm_score`` per row and batched by the
+executor node, equal to ``llm_filter``'s answers where it is above 0.5, and the NOTICE naming what
+to check when the model does not tell a call's rows apart; on the real cluster and server of
+test_postgres.py."""
+
+from __future__ import annotations
+
+import pytest
+from test_postgres import cluster, connect, server  # noqa: F401 (fixtures)
+
+pytestmark = [pytest.mark.postgres, pytest.mark.engine]
+
+SCORE = "SELECT id, llm_score('Is this review positive? Review: {review}', review) FROM reviews ORDER BY id"
+KEEP = "SELECT id, llm_filter('Is this review positive? Review: {review}', review) FROM reviews ORDER BY id"
+
+
+@pytest.mark.parametrize("batched", ["on", "off"])
+def test_llm_score_is_a_probability_and_llm_filter_keeps_the_rows_above_one_half(server, cluster, batched):
+    notices = []
+    with connect(cluster) as db:
+        db.add_notice_handler(lambda d: notices.append(d.message_primary))
+        db.execute("SET relserve.cache = off")
+        db.execute(f"SET relserve.batch_calls = {batched}")
+        scores = db.execute(SCORE).fetchall()
+        kept = db.execute(KEEP).fetchall()
+    assert [i for i, _ in scores] == [i for i, _ in kept] == [1, 2, 3, 4, 5, 6]
+    assert all(isinstance(p, float) and 0.0 <= p <= 1.0 for _, p in scores)
+    # six rows: too few to read a share from, so each row is the model's own answer (and a NOTICE
+    # says so); the score and the filter are the same decision
+    assert [p > 0.5 for _, p in scores] == [k for _, k in kept]
+    assert any("took the model's own answer for each" in n for n in notices), notices
+
+
+def test_the_batch_node_runs_llm_score_as_one_relquery(server, cluster):
+    with connect(cluster) as db:
+        db.execute("SET relserve.cache = off")
+        plan = "\n".join(r for (r,) in db.execute(f"EXPLAIN {SCORE}"))
+    assert "Custom Scan (relserve batch)" in plan and "llm_score" in plan, plan
