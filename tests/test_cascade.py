@@ -330,3 +330,14 @@ def test_postgres_query_options_carry_the_cascade_and_its_figures_come_back_as_a
     assert len(plpy.notices) == 1 and plpy.notices[0].startswith("llm_filter_query: model cascade\n")
     assert "proxy rows              15,000" in plpy.notices[0] and "96.00% - 98.00%" in plpy.notices[0]
     assert CascadeReport.from_dict(report.as_dict()) == report
+
+
+@pytest.mark.parametrize("module", ["relserve.cascade.runner", "relserve.cascade.drive", "relserve.cascade"])
+def test_each_cascade_module_imports_first_in_a_fresh_process(module):
+    # the runner imports the planner's modules, whose package imports plan_and_run, which runs
+    # cascades: imported first, a module must not meet itself half-initialised
+    import subprocess
+    import sys
+
+    got = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stderr[-2000:]

@@ -12,9 +12,7 @@ from typing import Any
 
 from relserve.backend.protocol import Backend
 from relserve.cascade import policy as cascade_policy
-from relserve.cascade.drive import run_cascade
 from relserve.cascade.report import CascadeReport
-from relserve.cascade.runner import Cascade
 from relserve.errors import LabelWarning, RowError
 from relserve.functions import LLMCall
 from relserve.planner.cache import ResultCache, shared_cache
@@ -122,6 +120,10 @@ def run_rows(
 
     cascade = cascade_policy.plan(plan.call, len(rows.prompts))
     if rows.prompts and cascade.applies:
+        # (imported here: the cascade's runner imports the planner's modules)
+        from relserve.cascade.drive import run_cascade
+        from relserve.cascade.runner import Cascade
+
         ran = run_cascade(Cascade(rows, cascade, seed=call.options.seed or 0), ref.get(), executor_for,
                           progress=progress, fail_fast=fail_fast)
         for row in ran.rows:
