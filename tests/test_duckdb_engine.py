@@ -47,8 +47,8 @@ def test_planned_statement_one_relquery_per_site_and_declared_types(con, recordi
     rows = relserve.duckdb.sql(
         con,
         f"""SELECT id,
-                  llm_filter('Is this review positive? {{review}}', review) AS positive,
-                  llm_classify('Sentiment of: {{review}}', ['positive', 'negative'], review) AS sentiment,
+                  llm_filter('Is this review positive? {{review}}', review, llm_options(method := 'score')) AS positive,
+                  llm_classify('Sentiment of: {{review}}', ['positive', 'negative'], review, llm_options(method := 'score')) AS sentiment,
                   llm_extract('Extract the mood of: {{review}}', '{SCHEMA}', review, llm_options(max_tokens := 32)) AS mood
            FROM reviews ORDER BY id""",
     ).fetchall()

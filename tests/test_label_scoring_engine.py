@@ -123,15 +123,13 @@ LABELLED = [
     ("Does not work with my phone at all. Useless.", False),
     ("The worst chair I have ever bought, my back hurts.", False),
 ]
-#: the stated minimum for the default method (issue 22): measured 13 of 20 on 2026-11-24 with
-#: SmolLM2-135M (65%; chance is 10) while the completion shape still listed "Answer yes or no.",
-#: 11 of 20 without that line (second pass, chosen on the tuning tasks; docs/quality.md says this
-#: set and the demo went down). A floor that catches a broken scorer or calibration (the issue-12
-#: default answered one label for every row: 10), not a quality target
-MIN_RIGHT = 11
-#: the 2-label classify of those rows: 20 of 20 measured on 2026-11-25 after "Sentiment:" and
-#: after "Answer:" alike (an easy set); a floor against a broken scorer, not a quality target
-MIN_CLASSIFY_RIGHT = 18
+#: the floor of the default method on that set: guessing each of the 20 rows gets 15 or more
+#: right with probability 2.1% (binomial, p = 1/2), and so does answering one label for every row
+#: (10). Not the last measured value: a margin over chance that a working method clears easily
+MIN_RIGHT = 15
+#: the 2-label classify of those rows (bootstrap, after the field the model names): the same
+#: margin over chance (15 or more of 20 right by guessing: 2.1%)
+MIN_CLASSIFY_RIGHT = 15
 
 
 def test_default_method_gets_a_small_labelled_set_right(engine):
@@ -143,7 +141,9 @@ def test_default_method_gets_a_small_labelled_set_right(engine):
 
     import relserve.duckdb
     from relserve.planner.cache import ResultCache
+    from relserve.planner.labels import adaptive
 
+    adaptive.forget()
     rec = RecordingEngine(engine)
     con = duckdb.connect()
     with tempfile.TemporaryDirectory() as tmp:
@@ -153,9 +153,10 @@ def test_default_method_gets_a_small_labelled_set_right(engine):
         got = relserve.duckdb.sql(
             con, "SELECT truth, llm_filter('Is this customer happy? Review: {review}', review) AS a FROM t"
         ).fetchall()
-    # the default: bootstrap (20 rows: a first pass, no content-free probes), then the rows behind
-    # the examples, batch-calibrated, on the completion shape
-    assert rec.probes == [] and len(rec.first_passes) == 1 and len(rec.first_passes[0]) == 20
+    # the default (adaptive), 20 rows: every row in each of the five layouts (the question, and
+    # the review alone after four fields, "happy" against "unhappy"), then the rows once more in
+    # the chosen layout; no content-free probes
+    assert rec.probes == [] and [len(p) for p in rec.first_passes] == [20] * 5
     (rq,) = rec.relqueries
     assert rq.score_labels and rq.label_prior is None and rq.prompt_shape == "completion"
     right = sum(a == t for t, a in got)
@@ -175,7 +176,8 @@ def test_a_two_label_classify_is_scored_after_the_field_the_model_names_its_labe
     from relserve.planner.plan_and_run import run_call
 
     rec = RecordingEngine(engine)
-    call = make_call("llm_classify", "Is this product review positive or negative? Review: {review}", labels=["positive", "negative"])
+    call = make_call("llm_classify", "Is this product review positive or negative? Review: {review}", labels=["positive", "negative"],
+                     method="bootstrap")
     out = run_call(call, [[r for r, _ in LABELLED]], engine=rec, cache=False, progress=False)
     assert len(rec.field_probes) == len(CANDIDATES) and len(rec.first_passes) == 1
     (rq,) = rec.relqueries
@@ -211,7 +213,7 @@ def test_small_filter_and_classify_fall_back_to_calibrated_scores(engine):
         relserve.duckdb.install(con, engine=rec, cache=ResultCache(Path(tmp) / "c.sqlite"), progress=False)
         con.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('Wonderful, I love it.'), ('Awful.')) v(review)")
         got = relserve.duckdb.sql(
-            con, "SELECT llm_filter('Review: {review}\nIs this review positive?', review) AS a FROM t"
+            con, "SELECT llm_filter('Review: {review}\nIs this review positive?', review, llm_options(method := 'bootstrap')) AS a FROM t"
         ).fetchall()
         gen = relserve.duckdb.sql(
             con, "SELECT llm_filter('Review: {review}\nIs this review positive?', review, llm_options(method := 'generate')) AS a FROM t"
@@ -227,7 +229,7 @@ def test_small_filter_and_classify_fall_back_to_calibrated_scores(engine):
     relserve.duckdb.install(con2, engine=rec, cache=False, progress=False)
     con2.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('Wonderful, I love it.'), ('Awful.')) v(review)")
     again = relserve.duckdb.sql(
-        con2, "SELECT llm_filter('Review: {review}\nIs this review positive?', review) AS a FROM t"
+        con2, "SELECT llm_filter('Review: {review}\nIs this review positive?', review, llm_options(method := 'bootstrap')) AS a FROM t"
     ).fetchall()
     scored, generated, scored_again = rec.relqueries
     # the first: the probes ran beside the rows (issue 28), the executor picked with their prior

@@ -49,12 +49,12 @@ def test_filter_classify_extract_types_on_the_engine(recording):
         [prompt] = {p for ps in recording.submitted for p in ps if p.startswith(prefix + review)}
         return recording.answers[prompt]
 
-    flags = run_call(make_call("llm_filter", "Is this review positive? {review}"), rows, engine=recording)
+    flags = run_call(make_call("llm_filter", "Is this review positive? {review}", method="score"), rows, engine=recording)
     assert flags.errors == [None] * 5
     assert flags.values == [engine_answer("Is this review positive? ", r) == "yes" for r in rows[0]]
     assert all(type(v) is bool for v in flags.values)
     labels = ["positive", "negative"]
-    kinds = run_call(make_call("llm_classify", "Sentiment of: {review}", labels=labels), rows, engine=recording)
+    kinds = run_call(make_call("llm_classify", "Sentiment of: {review}", labels=labels, method="score"), rows, engine=recording)
     assert kinds.errors == [None] * 5
     assert kinds.values == [engine_answer("Sentiment of: ", r) for r in rows[0]]
     assert set(kinds.values) <= set(labels)
