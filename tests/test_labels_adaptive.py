@@ -11,7 +11,7 @@ import random
 
 import pytest
 from engine_doubles import ScriptedEngine
-from label_doubles import strong_engine
+from label_doubles import MarginEngine, strong_engine
 
 from relserve.functions import make_call
 from relserve.planner.labels import adaptive
@@ -232,3 +232,45 @@ def test_a_strong_model_that_answers_every_row_alike_is_taken_at_its_word(share)
     out = run_call(make_call("llm_filter", "Is this news article about sports? Article: {a}", method="adaptive"), [rows],
                    engine=eng, cache=False, progress=False)
     assert out.values == [share == 1.0] * 40 and out.warning is None
+
+
+def test_a_question_about_a_rows_own_value_scores_every_value_of_it():
+    """A semantic join's question ("Is the headline {title} about {topic}?"): besides the
+    question, the headline alone after a field, scored on every distinct topic of the relQuery;
+    a pair is "yes" where its own topic stands out among them."""
+    topics = ["sports", "business", "science", "politics"]
+    heads = [f"{t} headline {i}" for i in range(10) for t in topics]
+
+    def margin(text, rq):
+        return 0.0  # unused: the engine below scores by label
+
+    eng = MarginEngine(margin)
+
+    def submit(rq, tenancy=None):
+        from relserve.engine.handle import RelQueryHandle
+        from relserve.results import RelQueryResult, RelQueryStats
+
+        eng.relqueries.append(rq)
+        prompts = [str(p) for p in rq.render()]
+        handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, lambda: None)
+        rows = []
+        for i, p in enumerate(prompts):
+            own = p.rsplit("\n\n", 1)[-1]
+            if rq.answer_field == "Topic:" and sorted(rq.choices) == sorted(topics):
+                # the headline's own topic gets 90% of the probability
+                lps = {c: math.log(0.9 if own.startswith(f"Title: {c} ") else 0.1 / 3) for c in rq.choices}
+            else:  # every other layout tells the pairs apart no better than a coin
+                lps = {c: math.log(1 / len(rq.choices)) for c in rq.choices}
+            rows.append(RowResult(i, text=max(lps, key=lps.get), finish_reason="scored", label_logprobs=lps))
+            handle._row_done(rows[-1])
+        handle._finish(RelQueryResult(rows, RelQueryStats(rq.rel_id, len(rows))))
+        return handle
+
+    eng.submit = submit  # type: ignore[method-assign]
+    call = make_call("llm_filter", 'Is the headline "{title}" about {topic}?', method="adaptive")
+    pairs = [(h, t) for h in heads for t in topics]
+    out = run_call(call, [[h for h, _ in pairs], [t for _, t in pairs]], engine=eng, cache=False, progress=False)
+    assert out.values == [h.startswith(t + " ") for h, t in pairs]
+    assert out.labels.choice.layout.name == "row, Topic: {topic}"
+    main = eng.relqueries[-1]
+    assert sorted(main.choices) == sorted(topics) and all(p.startswith("Title: ") and "\n" not in p for p in main.prompts)

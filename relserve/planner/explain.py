@@ -361,14 +361,14 @@ def describe_labels(report) -> str | None:
     how = (f"by this relQuery's first pass over {choice.sampled} rows" if report.first_pass
            else "by an earlier relQuery of the call")
     if reading.rule == "two crowds":
-        prior = (f"estimated share of {choice.layout.labels[0]!r} {reading.prior:.1%} from two crowds of margins "
+        prior = (f"estimated share of {report.first!r} {reading.prior:.1%} from two crowds of margins "
                  f"(AUC {reading.separation:.2f})")
     elif reading.rule == "few rows":
-        prior = f"too few margins to read a share: the model's own answers ({reading.prior:.0%} {choice.layout.labels[0]!r})"
+        prior = f"too few margins to read a share: the model's own answers ({reading.prior:.0%} {report.first!r})"
     elif reading.rule == "all alike":
-        prior = f"every row's margin sure of one answer: the model's own answers ({reading.prior:.0%} {choice.layout.labels[0]!r})"
+        prior = f"every row's margin sure of one answer: the model's own answers ({reading.prior:.0%} {report.first!r})"
     else:
         prior = (f"one crowd of margins: no share can be read, so the top {WEAK_SHARE:.0%} by score were answered "
-                 f"{choice.layout.labels[0]!r}")
+                 f"{report.first!r}")
     return (f"layout {choice.layout.name!r} chosen {how} (mutual information {choice.information:.3f} nats); "
             f"{prior}; over {reading.rows} margins")

@@ -30,15 +30,16 @@ import math
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from relserve.backend.protocol import Backend
 from relserve.functions import LLMCall
 from relserve.planner.labels.decide import WEAK_SHARE, Reading, posteriors, read
 from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun
 from relserve.planner.labels.keys import call_key
-from relserve.planner.labels.layouts import Layout, LayoutRenderer, layouts_for
+from relserve.planner.labels.layouts import QUESTION_FIELD, Layout, LayoutRenderer, column_labels, layouts_for
 from relserve.results import RowResult
+from relserve.template import format_value
 
 #: rows the first pass scores at most (a spread sample of the relQuery's)
 SAMPLE_ROWS = 24
@@ -88,6 +89,8 @@ class AdaptiveReport:
     reading: Reading
     #: the relQuery ran a first pass (False: the call's earlier choice was reused)
     first_pass: bool
+    #: the answer the upper crowd stands for ("yes", or the first word of the layout)
+    first: str = "yes"
 
     @property
     def guessing(self) -> bool:
@@ -97,7 +100,7 @@ class AdaptiveReport:
     def warning(self, function: str, template: str) -> str | None:
         if not self.guessing:
             return None
-        first = self.choice.layout.labels[0]
+        first = self.first
         if self.reading.rule == "few rows":
             how = (f"with {self.reading.rows} rows and no earlier ones of this call, relserve cannot tell how many "
                    f"rows are {first!r}, and took the model's own answer for each")
@@ -137,7 +140,8 @@ def pooled_margins(call: LLMCall, engine: Backend | None, model_id: str) -> int:
         choice = _choices.get(key)
         if choice is None:
             return 0
-        pool = _pools.get((key, choice.layout, choice.examples))
+        layout = choice.layout
+        pool = _pools.get((key, layout.question, layout.field, layout.column or layout.labels, choice.examples))
         return len(pool.margins) if pool is not None else 0
 
 
@@ -161,9 +165,14 @@ def mutual_information(margins: Sequence[float]) -> float:
     return max(0.0, h(sum(ps) / len(ps)) - sum(h(p) for p in ps) / len(ps))
 
 
-def margin(row: RowResult, layout: Layout) -> float:
-    """The row's first-label score minus its second's (-inf/inf never: scores are finite)."""
+def margin(row: RowResult, layout: Layout, own: str | None = None) -> float:
+    """The row's first-label score minus its second's; under a layout of a row's own value
+    (``Layout.column``), the log-odds of ``own``, that value, among every value scored."""
     lp = row.label_logprobs or {}
+    if layout.column is not None:
+        if own not in lp:
+            return math.nan
+        return lp[own] - math.log(max(-math.expm1(lp[own]), 1e-12))
     a, b = layout.labels
     return lp[a] - lp[b] if a in lp and b in lp else math.nan
 
@@ -192,6 +201,9 @@ class AdaptiveRun(LabelRun):
         self.render = LayoutRenderer(ctx.call)
         self.key = call_key(ctx.call, ctx.engine, ctx.model_id)
         self.choice: Choice | None = None
+        #: the layout this relQuery runs: the choice's, with this relQuery's values as the labels
+        #: of a layout of a row's own value
+        self.layout: Layout | None = None
         self._report: AdaptiveReport | None = None
         self._first_pass = False
 
@@ -225,20 +237,38 @@ class AdaptiveRun(LabelRun):
                     if len(_choices) >= MAX_REMEMBERED:
                         _choices.pop(next(iter(_choices)))
                     _choices[self.key] = self.choice
-        return [self.choice.examples + t for t in self.render.many(self.choice.layout, self.values)]
+        self.layout = self._this_relquerys(self.choice.layout)
+        examples = self.choice.examples if self.layout == self.choice.layout else ""
+        return [examples + t for t in self.render.many(self.layout, self.values)]
+
+    def _this_relquerys(self, layout: Layout) -> Layout:
+        """``layout`` with this relQuery's values as its labels when they are a row's own
+        values; the question when this relQuery's values cannot be labels."""
+        if layout.column is None:
+            return layout
+        labels = column_labels(self.call, self.values)
+        if labels is None:
+            return Layout(True, QUESTION_FIELD, tuple(self.call.choices or ()))
+        return replace(layout, labels=labels)
+
+    def _own(self, layout: Layout, i: int) -> str | None:
+        """Row ``i``'s own value of a layout's column (None for the other layouts)."""
+        if layout.column is None:
+            return None
+        v = self.values[i][self.call.template.columns.index(layout.column)]
+        return format_value(v).strip() if v is not None else None
 
     def scoring_options(self) -> dict[str, object]:
-        """The ``RelQuery`` settings that score the chosen layout's two words."""
-        layout = self.choice.layout
-        return {"choices": list(layout.labels), "score_labels": True, "prompt_shape": "completion",
-                "answer_field": layout.answer_field}
+        """The ``RelQuery`` settings that score the chosen layout's words."""
+        return {"choices": list(self.layout.labels), "score_labels": True, "prompt_shape": "completion",
+                "answer_field": self.layout.answer_field}
 
     def first_pass(self, examples: bool = True) -> Choice:
         """Score a spread sample in every layout, choose the most informative, take its examples
         (``examples`` False: none)."""
         from relserve.relquery import RelQuery
 
-        layouts = layouts_for(self.call)
+        layouts = layouts_for(self.call, self.values)
         sample = sample_indices(len(self.values), SAMPLE_ROWS)
         handles = []
         for k, layout in enumerate(layouts):
@@ -251,7 +281,7 @@ class AdaptiveRun(LabelRun):
         trials, margins_of = [], []
         for layout, handle in zip(layouts, handles):
             rows = handle.result().rows
-            ms = {sample[r.index]: margin(r, layout) for r in rows if r.error is None}
+            ms = {sample[r.index]: margin(r, layout, self._own(layout, sample[r.index])) for r in rows if r.error is None}
             ms = {i: m for i, m in ms.items() if math.isfinite(m)}
             trials.append(LayoutTrial(layout, mutual_information(list(ms.values()))))
             margins_of.append(ms)
@@ -264,7 +294,7 @@ class AdaptiveRun(LabelRun):
     def _examples(self, layout: Layout, margins: Mapping[int, float]) -> str:
         """The sampled row furthest towards each label, as "<row>\\n<field>: <word>" blocks."""
         fit = {i: m for i, m in margins.items() if len(self.render(layout, self.values[i])) <= MAX_EXAMPLE_CHARS}
-        if len(fit) < 2:
+        if len(fit) < 2 or layout.column is not None:  # (a row's own value as its label: no examples)
             return ""
         top = max(fit, key=lambda i: (fit[i], -i))
         bottom = min(fit, key=lambda i: (fit[i], i))
@@ -276,13 +306,12 @@ class AdaptiveRun(LabelRun):
     def decide(self, rows: Sequence[RowResult]) -> list[RowResult]:
         """Every scored row with its label (the call's own: "yes"/"no" for a filter) and its
         confidence (the probability of the label given)."""
-        from dataclasses import replace
-
-        layout = self.choice.layout
+        layout = self.layout
         own = tuple(self.call.choices or ())
-        ms = [margin(r, layout) for r in rows]
-        # margins read together must come from the same layout behind the same examples
-        pool_key = (self.key, layout, self.choice.examples)
+        ms = [margin(r, layout, self._own(layout, r.index)) for r in rows]
+        # margins read together must come from the same layout behind the same examples (a
+        # layout of a row's own value: whatever values are its labels)
+        pool_key = (self.key, layout.question, layout.field, layout.column or layout.labels, self.choice.examples)
         with _lock:
             pool = _pools.pop(pool_key, None) or _Pool()
             earlier = list(pool.margins)
@@ -293,7 +322,8 @@ class AdaptiveRun(LabelRun):
             _pools[pool_key] = pool
             if len(_pools) > MAX_REMEMBERED:
                 _pools.pop(next(iter(_pools)))
-        self._report = AdaptiveReport(self.choice, reading, self._first_pass)
+        self._report = AdaptiveReport(self.choice, reading, self._first_pass,
+                                      own[0] if layout.column is not None else layout.labels[0])
         out = []
         for r, p in zip(rows, ps):
             first = p > 0.5

@@ -73,11 +73,31 @@ def question_of(template: Template) -> str | None:
 def concept_of(template: Template) -> Concept | None:
     """The concept a filter's question names, or None (no question, a question about a row's
     own value, or no content word in it)."""
+    picked = _concept_words(template)
+    if picked is None or "placeholdervalue" in picked:
+        return None
+    word = " ".join(picked)
+    return Concept(word, ANTONYMS.get(word, OTHER))
+
+
+def concept_column(template: Template) -> str | None:
+    """The placeholder a filter's question asks about when the concept is a row's own value
+    ("Is the headline {title} about {topic}?" -> "topic"; a semantic join's right side), else None."""
+    picked = _concept_words(template)
+    if picked != ["placeholdervalue"]:
+        return None
+    q = question_of(template) or ""
+    names = re.findall(r"\{([^}]+)\}", q)
+    return names[-1] if names else None
+
+
+def _concept_words(template: Template) -> list[str] | None:
+    """The question's concept as lower-case words (a placeholder as "placeholdervalue"), or None."""
     q = question_of(template)
     if q is None:
         return None
     # a trailing phrase about a row's value ("happy with their {product}?") is not the concept;
-    # a concept that is a placeholder ("about {topic}?") changes per row: no concept layout
+    # a concept that is a placeholder ("about {topic}?") changes per row (``concept_column``)
     body = re.sub(r"\s+(?:with|for|of|in|on|at|to|from|by)\s+(?:(?:the|their|its|his|her|this|that|a|an)\s+)?\{[^}]+\}[^?]*\?$",
                   "?", q)
     # a placeholder stands as one word that can never be the concept
@@ -95,7 +115,9 @@ def concept_of(template: Template) -> Concept | None:
         while len(content) > 1 and content[-1] in GENERIC_NOUNS:
             content.pop()
         picked = content[-1:]
-    if not picked or picked[-1] in GENERIC_NOUNS or picked[-1] in AUXILIARIES or "placeholdervalue" in picked:
+    if not picked or picked[-1] in GENERIC_NOUNS or picked[-1] in AUXILIARIES:
         return None
-    word = " ".join(picked)
-    return Concept(word, ANTONYMS.get(word, OTHER))
+    if "placeholdervalue" in picked:
+        # the concept is a row's value, alone, or none at all
+        return ["placeholdervalue"] if picked[-1] == "placeholdervalue" and len(picked) <= 2 else None
+    return picked

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from relserve.functions import LLMCall
-from relserve.planner.labels.concept import concept_of
+from relserve.planner.labels.concept import concept_column, concept_of
 from relserve.prompt_shapes import ShapedRenderer
 from relserve.template import format_value
 
@@ -36,6 +36,10 @@ from relserve.template import format_value
 FIELDS: tuple[str, ...] = ("Sentiment", "Topic", "Category", "Answer")
 #: the answer field of the question layouts
 QUESTION_FIELD = "Answer"
+#: a question about a row's own value ("about {topic}": a semantic join's right side) is also
+#: laid out as the rest of the row after a field, scored on every distinct value of that
+#: placeholder in the relQuery: from 2 to this many (one scoring request reads up to 20 labels)
+MAX_COLUMN_LABELS = 20
 
 
 @dataclass(frozen=True)
@@ -46,12 +50,19 @@ class Layout:
     question: bool
     #: the field the label is scored after ("Answer" ends the request "Answer:")
     field: str
-    #: the two words scored; the first stands for the call's first label (a filter's "yes")
-    labels: tuple[str, str]
+    #: the two words scored; the first stands for the call's first label (a filter's "yes").
+    #: With ``column``: every distinct value of that placeholder in the relQuery, each row's own
+    #: value standing for "yes"
+    labels: tuple[str, ...]
+    #: the placeholder the question asks about ("about {topic}"), left out of the row and scored
+    column: str | None = None
 
     @property
     def name(self) -> str:
-        """How EXPLAIN names it: "question, Answer: yes/no", "row, Topic: sports/other"."""
+        """How EXPLAIN names it: "question, Answer: yes/no", "row, Topic: sports/other",
+        "row, Topic: {topic}"."""
+        if self.column is not None:
+            return f"row, {self.field}: {{{self.column}}}"
         return f"{'question' if self.question else 'row'}, {self.field}: {self.labels[0]}/{self.labels[1]}"
 
     @property
@@ -59,9 +70,10 @@ class Layout:
         return self.field + ":"
 
 
-def layouts_for(call: LLMCall) -> list[Layout]:
+def layouts_for(call: LLMCall, values: Sequence[tuple] | None = None) -> list[Layout]:
     """The candidate layouts of a filter or a 2-label classify, the question layout first (it
-    wins ties: it is what the user wrote)."""
+    wins ties: it is what the user wrote). ``values``: the relQuery's rows, which a question
+    about a row's own value takes its labels from (without them, no such layout)."""
     own = tuple(call.choices or ())
     if len(own) != 2:
         raise ValueError(f"layouts are for calls of two labels, not {len(own)}")
@@ -69,12 +81,34 @@ def layouts_for(call: LLMCall) -> list[Layout]:
     if call.function.kind == "filter":
         concept = concept_of(call.template)
         if concept is None:
-            return out
+            labels = column_labels(call, values) if values is not None else None
+            if labels is None:
+                return out
+            column = concept_column(call.template)
+            return out + [Layout(False, f, labels, column) for f in FIELDS]
         words = concept.labels
     else:
         words = own
     out += [Layout(False, f, words) for f in FIELDS]
     return out
+
+
+def column_labels(call: LLMCall, values: Sequence[tuple]) -> tuple[str, ...] | None:
+    """The distinct values of the placeholder a filter's question asks about, as labels (None:
+    no such placeholder, or fewer than 2 or more than ``MAX_COLUMN_LABELS`` usable values)."""
+    column = concept_column(call.template)
+    if column is None:
+        return None
+    pos = call.template.columns.index(column)
+    seen: dict[str, None] = {}
+    for v in values:
+        text = format_value(v[pos]).strip() if v[pos] is not None else ""
+        if not text or len(text) > 60 or "\n" in text:
+            return None
+        seen.setdefault(text, None)
+        if len(seen) > MAX_COLUMN_LABELS:
+            return None
+    return tuple(seen) if len(seen) >= 2 else None
 
 
 class LayoutRenderer:
@@ -88,10 +122,17 @@ class LayoutRenderer:
         self._alone = ShapedRenderer(t.literals, t.fields, positions, t.literals[-1], "", format_value)
         # every value stands apart from the question, so the row alone is all of them
         self._alone.move_chars = 0
+        self._columns = list(t.columns)
 
     def __call__(self, layout: Layout, values: tuple) -> str:
         if layout.question:
             return self._question(values)
+        if layout.column is not None:
+            # the asked value stands out of the row: it is what is scored
+            pos = self._columns.index(layout.column)
+            marked = tuple("\x00" if i == pos else v for i, v in enumerate(values))
+            head, _ = self._alone.parts(marked)
+            return "\n".join(line for line in head.split("\n") if line and "\x00" not in line)
         head, question = self._alone.parts(values)
         # a template with no values to move (all in the question) still shows its values
         return head.rstrip("\n") or question
