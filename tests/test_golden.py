@@ -142,7 +142,9 @@ def test_the_adaptive_method_answers_as_its_definition_computed_outside_relserve
                                             prompt_shape=main.prompt_shape, answer_field=main.answer_field)).rows
     a, b = report.choice.layout.labels
     margins = [r.label_logprobs[a] - r.label_logprobs[b] for r in rows]
-    assert margins == pytest.approx(case["margins"], abs=2e-2)
+    # the planner orders the relQuery's rows to share prefixes: the same margins, in its order (the
+    # answers below hold each row to its own)
+    assert sorted(margins) == pytest.approx(sorted(case["margins"]), abs=2e-2)
     assert report.reading.rule == case["rule"]
     assert out.values == case["answers"]
 

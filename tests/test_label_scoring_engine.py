@@ -123,10 +123,12 @@ LABELLED = [
     ("Does not work with my phone at all. Useless.", False),
     ("The worst chair I have ever bought, my back hurts.", False),
 ]
-#: the floor of the default method on that set: guessing each of the 20 rows gets 15 or more
-#: right with probability 2.1% (binomial, p = 1/2), and so does answering one label for every row
-#: (10). Not the last measured value: a margin over chance that a working method clears easily
-MIN_RIGHT = 15
+#: the floor of the default method on that balanced set: guessing each of the 20 rows gets 14 or
+#: more right with probability 5.8% (binomial, p = 1/2), answering one label for every row gets 10.
+#: The default reads a relQuery it cannot split into two crowds as a selective filter (the top
+#: fifth by score, docs/quality.md), which on these 10 + 10 rows keeps 4 and can be right about 14
+#: at most: 14 means every kept row is a happy one
+MIN_RIGHT = 14
 #: the 2-label classify of those rows (bootstrap, after the field the model names): the same
 #: margin over chance (15 or more of 20 right by guessing: 2.1%)
 MIN_CLASSIFY_RIGHT = 15

@@ -272,6 +272,9 @@ def test_several_connections_at_once(engine, cluster):
     reviews = [r for _, r, _ in REVIEWS]
     want_map = expected(engine, "llm_map", MAP_TEMPLATE, reviews, max_tokens=5)
     want_filter = expected(engine, "llm_filter", "Does this review praise the film? {review}", reviews)
+    # the scalar filter's three rows are a relQuery of their own: their answers are decided among
+    # themselves (docs/quality.md), as the planner decides them
+    want_filter_tail = expected(engine, "llm_filter", "Does this review praise the film? {review}", reviews[3:6])
     queries = {
         "map_query": (
             f"SELECT answer FROM llm_map_query('{MAP_TEMPLATE}', 'SELECT review FROM reviews WHERE id <= 6 ORDER BY id', "
@@ -286,7 +289,7 @@ def test_several_connections_at_once(engine, cluster):
         "map_scalar": (f"SELECT llm_map('{MAP_TEMPLATE}', review) FROM reviews WHERE id <= 3 ORDER BY id", want_map[:3]),
         "filter_scalar": (
             "SELECT llm_filter('Does this review praise the film? {review}', to_jsonb(r)) FROM reviews r WHERE id > 3 AND id <= 6 ORDER BY id",
-            want_filter[3:],
+            want_filter_tail,
         ),
     }
     got: dict[str, list] = {}

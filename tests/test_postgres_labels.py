@@ -10,8 +10,8 @@ from test_postgres import cluster, connect, server  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.engine]
 
-SCORE = "SELECT id, llm_score('Is this review positive? Review: {review}', review) FROM reviews ORDER BY id"
-KEEP = "SELECT id, llm_filter('Is this review positive? Review: {review}', review) FROM reviews ORDER BY id"
+SCORE = "SELECT id, llm_score('Is this review positive? Review: {review}', review) FROM reviews WHERE id <= 6 ORDER BY id"
+KEEP = "SELECT id, llm_filter('Is this review positive? Review: {review}', review) FROM reviews WHERE id <= 6 ORDER BY id"
 
 
 @pytest.mark.parametrize("batched", ["on", "off"])
