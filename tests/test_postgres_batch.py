@@ -22,6 +22,14 @@ def plan_of(db, sql: str) -> str:
     return "\n".join(r for (r,) in db.execute(f"EXPLAIN {sql}"))
 
 
+def connect_uncached(cluster, role: str = "postgres") -> psycopg.Connection:
+    """A session whose calls the engine answers, never the server's result cache (on in this module's
+    server): two paths compared in it are two computations, so a difference between them shows."""
+    db = connect(cluster, role)
+    db.execute("SET relserve.cache = off")
+    return db
+
+
 def test_a_scalar_map_over_a_table_is_one_relquery_with_the_per_row_answers(server, cluster):
     with connect(cluster) as db:
         db.execute("SET relserve.max_tokens = 6")
@@ -46,7 +54,7 @@ def test_a_scalar_map_over_a_table_is_one_relquery_with_the_per_row_answers(serv
 def test_a_filter_in_where_runs_after_the_cheap_quals_and_before_the_map(server, cluster):
     sql = (f"SELECT id, llm_map('{MAP_TEMPLATE}', review) FROM reviews "
            f"WHERE stars >= 2 AND llm_filter('Is this review positive? {{r}}', review) ORDER BY id")
-    with connect(cluster) as db:
+    with connect_uncached(cluster) as db:
         db.execute("SET relserve.max_tokens = 6")
         plan = plan_of(db, sql)
         before = jobs_of(server)
@@ -67,7 +75,7 @@ def test_classify_in_group_by_and_a_join(server, cluster):
     group = f"SELECT llm_classify('{TONE}', ARRAY['positive','negative'], review) AS tone, count(*) FROM reviews WHERE review IS NOT NULL GROUP BY 1 ORDER BY 1"
     join = ("SELECT a.id, b.id FROM reviews a JOIN reviews b ON a.stars = b.stars AND a.id < b.id "
             "WHERE llm_filter('Is this review positive? {r}', a.review) ORDER BY 1, 2")
-    with connect(cluster) as db:
+    with connect_uncached(cluster) as db:
         got_group, got_join = db.execute(group).fetchall(), db.execute(join).fetchall()
         assert "relserve batch" in plan_of(db, group)
         db.execute("SET relserve.batch_calls = off")
@@ -140,11 +148,11 @@ def test_each_role_batches_under_its_own_key(server, cluster):
 
 def test_extract_batched_answers_like_the_query_form(server, cluster):
     schema = '{"type": "object", "properties": {"liked": {"type": "boolean"}}, "required": ["liked"]}'
-    with connect(cluster) as db:
+    with connect_uncached(cluster) as db:
         db.execute("SET relserve.max_tokens = 24")
         batched = db.execute(f"SELECT id, llm_extract('Facts of: {{r}}', '{schema}', review) FROM reviews WHERE id <= 3 ORDER BY id").fetchall()
         srf = db.execute(f"SELECT (input->>'id')::int, answer FROM llm_extract_query('Facts of: {{review}}', '{schema}', "
-                         "'SELECT id, review FROM reviews WHERE id <= 3') ORDER BY 1").fetchall()
+                         "'SELECT id, review FROM reviews WHERE id <= 3', '{\"cache\": false}') ORDER BY 1").fetchall()
     assert batched == srf and all(isinstance(a, dict) and isinstance(a["liked"], bool) for _, a in batched)
 
 
@@ -176,12 +184,12 @@ def test_eight_sessions_at_once_each_send_one_relquery(server, cluster):
 
     with connect(cluster) as db:
         whole = dict(db.execute("SELECT (input->>'id')::int, answer FROM llm_map_query('Is {review} good?', "
-                                "'SELECT id, review FROM reviews WHERE id <= 6', '{\"max_tokens\": 4}')").fetchall())
+                                "'SELECT id, review FROM reviews WHERE id <= 6', '{\"max_tokens\": 4, \"cache\": false}')").fetchall())
     before = jobs_of(server)
     got: dict[int, list] = {}
 
     def session(k: int) -> None:
-        with connect(cluster) as db:
+        with connect_uncached(cluster) as db:
             db.execute("SET relserve.max_tokens = 4")
             got[k] = db.execute("SELECT id, llm_map('Is {review} good?', review) FROM reviews WHERE id <= 6 ORDER BY id").fetchall()
 
@@ -198,7 +206,7 @@ def test_order_by_an_answer_and_a_join_on_a_filter_give_the_per_row_results(serv
     order = "SELECT id FROM reviews WHERE id <= 6 ORDER BY llm_classify('Tone of {r}?', ARRAY['positive','negative'], review), id"
     join = ("SELECT a.id, b.id FROM reviews a JOIN reviews b ON a.id < b.id AND b.id <= 3 "
             "AND llm_filter('Do {a} and {b} agree?', a.review, b.review) WHERE a.id <= 3 ORDER BY 1, 2")
-    with connect(cluster) as db:
+    with connect_uncached(cluster) as db:
         db.execute("SET relserve.max_tokens = 4")
         order_plan = plan_of(db, order)
         join_plan = plan_of(db, join)
