@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 
 from relserve.backend.protocol import Backend
 from relserve.functions import LLMCall
+from relserve.planner.labels.bootstrap import sample_indices
 from relserve.planner.labels.decide import WEAK_SHARE, Reading, posteriors, read
 from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun
 from relserve.planner.labels.keys import call_key
@@ -177,11 +178,6 @@ def margin(row: RowResult, layout: Layout, own: str | None = None) -> float:
     return lp[a] - lp[b] if a in lp and b in lp else math.nan
 
 
-def sample_indices(n: int, size: int) -> list[int]:
-    """``size`` indices spread evenly over ``n`` (all of them when fewer)."""
-    return list(range(n)) if n <= size else [i * n // size for i in range(size)]
-
-
 class AdaptiveRun(LabelRun):
     """One relQuery of a 2-label call under the adaptive method."""
 
@@ -199,6 +195,11 @@ class AdaptiveRun(LabelRun):
         #: the call's engine settings (system message, call key, ...), without its labels
         self.engine_options = {k: v for k, v in ctx.engine_options.items() if k != "choices"}
         self.render = LayoutRenderer(ctx.call)
+        #: the prompts in the caller's order (the first pass samples that order), and each prompt's
+        #: place in it (ties between examples go to the earlier row)
+        firsts = ctx.first_rows if ctx.first_rows is not None else range(len(self.values))
+        self.table_order = sorted(range(len(self.values)), key=lambda p: firsts[p])
+        self.position = {p: k for k, p in enumerate(self.table_order)}
         self.key = call_key(ctx.call, ctx.engine, ctx.model_id)
         self.choice: Choice | None = None
         #: the layout this relQuery runs: the choice's, with this relQuery's values as the labels
@@ -269,7 +270,7 @@ class AdaptiveRun(LabelRun):
         from relserve.relquery import RelQuery
 
         layouts = layouts_for(self.call, self.values)
-        sample = sample_indices(len(self.values), SAMPLE_ROWS)
+        sample = [self.table_order[k] for k in sample_indices(len(self.values), SAMPLE_ROWS)]
         handles = []
         for k, layout in enumerate(layouts):
             texts = [self.render(layout, self.values[i]) for i in sample]
@@ -296,8 +297,8 @@ class AdaptiveRun(LabelRun):
         fit = {i: m for i, m in margins.items() if len(self.render(layout, self.values[i])) <= MAX_EXAMPLE_CHARS}
         if len(fit) < 2 or layout.column is not None:  # (a row's own value as its label: no examples)
             return ""
-        top = max(fit, key=lambda i: (fit[i], -i))
-        bottom = min(fit, key=lambda i: (fit[i], i))
+        top = max(fit, key=lambda i: (fit[i], -self.position[i]))
+        bottom = min(fit, key=lambda i: (fit[i], self.position[i]))
         return "".join(f"{self.render(layout, self.values[i])}\n{layout.answer_field} {word}\n\n"
                        for i, word in ((top, layout.labels[0]), (bottom, layout.labels[1])))
 

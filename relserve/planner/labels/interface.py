@@ -47,6 +47,10 @@ class LabelContext:
     rel_id: str | None
     #: the call's own ``RelQuery`` settings (system message, call key, ...)
     engine_options: Mapping[str, Any]
+    #: per prompt, the first of the caller's rows that has it (None: the planned order is theirs):
+    #: a sample spread over the table as the caller wrote it does not move when the planner
+    #: reorders rows to share prefixes
+    first_rows: Sequence[int] | None = None
 
 
 @dataclass(frozen=True)
