@@ -129,6 +129,41 @@ def test_a_security_definer_function_sends_its_owners_key_only_to_the_configured
     assert not any(ROLE_KEYS["alice"].encode() in r for r in listener.received)
 
 
+def test_a_security_definer_function_with_a_pinned_search_path_runs_the_extensions_llm_map(cluster, server):
+    """The Security section's advice: a SECURITY DEFINER function that calls llm_* pins its search_path.
+    Unpinned, the caller's own llm_map runs in its place, as the definer, and reads the definer's key."""
+    with connect(cluster) as admin:
+        admin.execute("CREATE SCHEMA IF NOT EXISTS alice AUTHORIZATION alice")
+        admin.execute("CREATE SCHEMA IF NOT EXISTS mallory AUTHORIZATION mallory")
+    with connect(cluster, "alice") as db:
+        for name, pin in (("ask_pinned", "SET search_path = public, pg_temp"), ("ask_unpinned", "")):
+            db.execute(f"CREATE OR REPLACE FUNCTION alice.{name}(t text) RETURNS text LANGUAGE sql SECURITY DEFINER {pin} "
+                       "AS $$ SELECT llm_map('Is {r} good?', t) $$")
+            db.execute(f"GRANT EXECUTE ON FUNCTION alice.{name}(text) TO mallory")
+        db.execute("GRANT USAGE ON SCHEMA alice TO mallory")
+    try:
+        with connect(cluster, "mallory") as db:
+            db.execute("CREATE OR REPLACE FUNCTION mallory.llm_map(template text, VARIADIC vals text[]) RETURNS text "
+                       "LANGUAGE plpgsql AS $$ BEGIN RAISE NOTICE 'SHADOW as %: %', current_user, "
+                       "(SELECT string_agg(api_key, ',') FROM relserve.my_api_key); RETURN 'shadow'; END $$")
+            # the definer runs with mallory's search_path but its own rights: a schema it may not use
+            # is skipped, so mallory opens hers to everyone (hers to grant)
+            db.execute("GRANT USAGE ON SCHEMA mallory TO PUBLIC")
+            db.execute("SET search_path = mallory, public")
+            notices: list[str] = []
+            db.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+            before = set(jobs(server, ROLE_KEYS["alice"]))
+            answer = db.execute("SELECT alice.ask_pinned('A fine chair.')").fetchone()[0]
+            assert answer != "shadow" and notices == []
+            assert len(set(jobs(server, ROLE_KEYS["alice"])) - before) == 1  # the extension's llm_map, as alice
+            assert db.execute("SELECT alice.ask_unpinned('A fine chair.')").fetchone()[0] == "shadow"
+            assert notices == [f"SHADOW as alice: {ROLE_KEYS['alice']}"]
+    finally:
+        with connect(cluster) as admin:
+            admin.execute("DROP FUNCTION IF EXISTS mallory.llm_map(text, text[])")
+            admin.execute("DROP FUNCTION IF EXISTS alice.ask_pinned(text), alice.ask_unpinned(text)")
+
+
 SMUGGLED = [
     ("SELECT 1 AS a) AS s; ALTER ROLE mallory CREATEDB; SELECT * FROM (SELECT 1 AS a", psycopg.errors.SyntaxError,
      r'syntax error at or near "\)"'),
@@ -138,10 +173,28 @@ SMUGGLED = [
     ("WITH d AS (DELETE FROM reviews RETURNING id) SELECT id AS a FROM d", psycopg.errors.FdwInvalidAttributeValue,
      r'option "source" must only read: WITH "d" modifies data'),
     ("SELECT 1 AS a INTO mallory.copy", psycopg.errors.FdwInvalidAttributeValue, r'option "source" must not be SELECT INTO'),
+    # a data-modifying statement at any depth (PostgreSQL itself refuses these only when the SELECT runs)
+    ("WITH a AS (WITH d AS (DELETE FROM reviews RETURNING id) SELECT id FROM d) SELECT id AS a FROM a",
+     psycopg.errors.FdwInvalidAttributeValue, r'option "source" must only read: WITH "d" modifies data'),
+    ("SELECT 1 AS a UNION ALL (WITH u AS (UPDATE reviews SET stars = 0 RETURNING id) SELECT id FROM u)",
+     psycopg.errors.FdwInvalidAttributeValue, r'option "source" must only read: WITH "u" modifies data'),
+    ("SELECT a FROM (WITH i AS (INSERT INTO reviews VALUES (99) RETURNING id) SELECT id AS a FROM i) s",
+     psycopg.errors.FdwInvalidAttributeValue, r'option "source" must only read: WITH "i" modifies data'),
+    ("SELECT (WITH d AS (DELETE FROM reviews RETURNING id) SELECT count(*) FROM d) AS a",
+     psycopg.errors.FdwInvalidAttributeValue, r'option "source" must only read: WITH "d" modifies data'),
+    ("SELECT 1 AS a WHERE EXISTS (WITH d AS (DELETE FROM reviews RETURNING id) SELECT 1 FROM d)",
+     psycopg.errors.FdwInvalidAttributeValue, r'option "source" must only read: WITH "d" modifies data'),
+    # row locks write to the rows they lock
+    ("SELECT id AS a FROM reviews FOR UPDATE", psycopg.errors.FdwInvalidAttributeValue,
+     r'option "source" must only read: FOR UPDATE/SHARE locks the rows it reads'),
+    ("SELECT a FROM (SELECT id AS a FROM reviews FOR SHARE) s", psycopg.errors.FdwInvalidAttributeValue,
+     r'option "source" must only read: FOR UPDATE/SHARE locks the rows it reads'),
 ]
 
 
-@pytest.mark.parametrize("source,error,message", SMUGGLED, ids=["close-paren", "two", "not-select", "with-delete", "into"])
+@pytest.mark.parametrize("source,error,message", SMUGGLED, ids=[
+    "close-paren", "two", "not-select", "with-delete", "into", "nested-with", "union", "from-subquery",
+    "scalar-subquery", "exists", "for-update", "nested-for-share"])
 def test_a_foreign_table_source_is_one_select_checked_at_create_and_alter(cluster, fdw, source, error, message):
     with connect(cluster) as admin:
         admin.execute("CREATE SCHEMA IF NOT EXISTS mallory AUTHORIZATION mallory")
@@ -162,6 +215,27 @@ def test_a_foreign_table_source_is_one_select_checked_at_create_and_alter(cluste
             admin.execute("REVOKE USAGE ON FOREIGN SERVER relserve FROM mallory")
         with connect(cluster) as admin:
             assert admin.execute("SELECT rolcreatedb FROM pg_roles WHERE rolname = 'mallory'").fetchone() == (False,)
+
+
+READ_ONLY = [
+    "WITH r AS (SELECT id, review FROM reviews) SELECT id AS a FROM r UNION SELECT 0",
+    "WITH RECURSIVE t(a) AS (SELECT 1 UNION ALL SELECT a + 1 FROM t WHERE a < 3) SELECT a FROM t",
+    "SELECT a FROM (SELECT id AS a, row_number() OVER (ORDER BY id) FROM reviews) s WHERE a IN (SELECT id FROM reviews)",
+    "SELECT x AS a FROM (VALUES (1), (2)) v(x) CROSS JOIN LATERAL generate_series(1, x) g",
+    "SELECT id AS a FROM reviews TABLESAMPLE SYSTEM (100) WHERE review ~ 'x' OR CASE WHEN id > 1 THEN true END",
+    "SELECT (SELECT max(id) FROM reviews) AS a, ARRAY[1, 2] AS b, '{\"k\": 1}'::jsonb -> 'k' AS c",
+    "SELECT stars AS a FROM reviews GROUP BY GROUPING SETS ((stars), ()) HAVING count(*) > 0",
+    "SELECT a FROM xmltable('/r' PASSING '<r>1</r>' COLUMNS a int PATH '.')",
+]
+
+
+def test_a_source_that_only_reads_is_accepted_whatever_its_shape(cluster, fdw):
+    with connect(cluster) as admin:
+        for source in READ_ONLY:
+            quoted = source.replace("'", "''")
+            admin.execute(f"CREATE FOREIGN TABLE read_only (a int, answer text) SERVER relserve "
+                          f"OPTIONS (source '{quoted}', template '{{a}}', kind 'map')")
+            admin.execute("DROP FOREIGN TABLE read_only")
 
 
 def test_plain_explain_of_anothers_foreign_table_runs_nothing_and_sends_nothing(cluster, server, fdw):

@@ -24,9 +24,15 @@ def plan_of(db, sql: str) -> str:
 
 def connect_uncached(cluster, role: str = "postgres") -> psycopg.Connection:
     """A session whose calls the engine answers, never the server's result cache (on in this module's
-    server): two paths compared in it are two computations, so a difference between them shows."""
+    server): two paths compared in it are two computations, so a difference between them shows.
+
+    Its filters and classifies take each row's best-scored label (method 'score'): the default
+    (adaptive) decides a relQuery's rows among themselves (docs/quality.md), so one relQuery of six
+    rows and six relQueries of one row may rightly answer differently; a method that decides each
+    row alone must not."""
     db = connect(cluster, role)
     db.execute("SET relserve.cache = off")
+    db.execute("SET relserve.method = 'score'")
     return db
 
 

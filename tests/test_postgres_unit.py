@@ -84,7 +84,7 @@ def test_a_refused_setting_set_before_the_library_loaded_is_an_error():
 
 
 def test_the_source_query_is_wrapped_so_a_trailing_comment_cannot_escape():
-    assert as_json_rows_sql("SELECT 1 AS a; ") == "SELECT pg_catalog.row_to_json(q)::text AS row FROM (\nSELECT 1 AS a\n) AS q"
+    assert as_json_rows_sql("SELECT 1 AS a; ") == "SELECT pg_catalog.row_to_json(q)::pg_catalog.text AS row FROM (\nSELECT 1 AS a\n) AS q"
     assert as_json_rows_sql("SELECT 1 -- note").endswith("-- note\n) AS q")
     with pytest.raises(PgError, match="the source query is empty"):
         as_json_rows_sql(" ; ")
@@ -160,3 +160,20 @@ def test_operator_options_take_only_what_the_operator_takes():
     # the aggregates' state: the template (and k) first, then the non-NULL values
     assert _state("llm_topk", ["{x}", "2", "a", None, "b"], 2) == (["{x}", "2"], ["a", "b"])
     assert _state("llm_reduce", None, 1) is None
+
+
+def test_python_path_is_site_packages_for_an_install_there_and_a_folder_of_its_own_first(monkeypatch, tmp_path):
+    import types
+
+    from relserve.postgres import python_path as pp
+
+    site = pp.site_packages()
+    assert pp.python_path().endswith(str(site[-1]))
+    # relserve installed in site-packages itself (a non-editable install): nothing more
+    monkeypatch.setattr(pp, "relserve", types.SimpleNamespace(__file__=str(site[0] / "relserve" / "__init__.py")))
+    assert pp.installed_from() is None and pp.python_path() == ":".join(map(str, site))
+    # relserve imported from a folder of its own (pip install --target, on PYTHONPATH): that folder first
+    (tmp_path / "relserve").mkdir()
+    monkeypatch.setattr(pp, "relserve", types.SimpleNamespace(__file__=str(tmp_path / "relserve" / "__init__.py")))
+    assert pp.installed_from() == tmp_path.resolve()
+    assert pp.python_path() == ":".join(map(str, [tmp_path.resolve(), *site]))

@@ -15,6 +15,8 @@ with a fake one (tests/test_postgres_unit.py), and tested for real on a PostgreS
   names) and the superuser's configuration (server address, keys).
 - ``answers``: the one loop that reads a relQuery's answer stream in a thread while the backend
   checks for interrupts.
+- ``python_path``: ``python -m relserve.postgres.python_path`` prints the ``python_path`` a
+  superuser stores for the environment it runs in (the install steps in the docs).
 """
 
 from relserve.postgres.calls import over_query, scalar

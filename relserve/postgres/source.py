@@ -18,7 +18,7 @@ def as_json_rows_sql(query: str) -> str:
         body = body[:-1].rstrip()
     if not body:
         raise PgError("the source query is empty", SYNTAX_ERROR)
-    return f"SELECT pg_catalog.row_to_json(q)::text AS row FROM (\n{body}\n) AS q"
+    return f"SELECT pg_catalog.row_to_json(q)::pg_catalog.text AS row FROM (\n{body}\n) AS q"
 
 
 def read_rows(plpy: Any, name: str, query: str, chunk: int = 1000) -> tuple[list[dict[str, Any]], list[str]]:

@@ -104,16 +104,61 @@ static const char *const rs_on_errors[] = {"null", "raise", NULL};
 
 /*
  * The source runs as one SELECT statement, checked here by PostgreSQL's own parser (no catalog
- * access, nothing runs): several statements, or anything but a plain SELECT (a data-modifying
- * WITH, SELECT INTO), are refused when the table is created or altered.
+ * access, nothing runs): several statements, or anything but a plain SELECT, are refused when the
+ * table is created or altered. "Plain" holds at every depth: a data-modifying statement in a WITH
+ * item, however deep (inside another WITH, a sub-select, a UNION arm), and row locks (FOR UPDATE
+ * and the like, which write to the rows they lock) are refused too.
  */
+typedef struct RsSourceWalk
+{
+	const char *cte;			/* the WITH item being walked, for the message; NULL outside one */
+} RsSourceWalk;
+
+static bool
+rs_source_walker(Node *node, RsSourceWalk *walk)
+{
+	if (node == NULL)
+		return false;
+	switch (nodeTag(node))
+	{
+		case T_InsertStmt:
+		case T_UpdateStmt:
+		case T_DeleteStmt:
+		case T_MergeStmt:
+			/* the grammar has them in a SELECT only as a WITH item */
+			ereport(ERROR,
+					(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
+					 errmsg("relserve_fdw: option \"source\" must only read: WITH \"%s\" modifies data",
+							walk->cte ? walk->cte : "?")));
+			break;
+		case T_CommonTableExpr:
+			{
+				const char *outer = walk->cte;
+				bool		found;
+
+				walk->cte = ((CommonTableExpr *) node)->ctename;
+				found = rs_source_walker(((CommonTableExpr *) node)->ctequery, walk);
+				walk->cte = outer;
+				return found;
+			}
+		case T_SelectStmt:
+			if (((SelectStmt *) node)->lockingClause != NIL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
+						 errmsg("relserve_fdw: option \"source\" must only read: FOR UPDATE/SHARE locks the rows it reads")));
+			break;
+		default:
+			break;
+	}
+	return raw_expression_tree_walker(node, rs_source_walker, walk);
+}
+
 static void
 rs_check_source(const char *value)
 {
 	List	   *stmts;
 	RawStmt    *raw;
-	SelectStmt *select;
-	ListCell   *lc;
+	RsSourceWalk walk = {NULL};
 
 	if (value[0] == '\0')
 		rs_bad_value("source", value, "a SELECT statement");
@@ -128,22 +173,11 @@ rs_check_source(const char *value)
 		ereport(ERROR,
 				(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
 				 errmsg("relserve_fdw: option \"source\" must be a SELECT statement")));
-	select = (SelectStmt *) raw->stmt;
-	if (select->intoClause)
+	if (((SelectStmt *) raw->stmt)->intoClause)
 		ereport(ERROR,
 				(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
 				 errmsg("relserve_fdw: option \"source\" must not be SELECT INTO")));
-	if (select->withClause)
-		foreach(lc, select->withClause->ctes)
-		{
-			CommonTableExpr *cte = lfirst_node(CommonTableExpr, lc);
-
-			if (!IsA(cte->ctequery, SelectStmt))
-				ereport(ERROR,
-						(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
-						 errmsg("relserve_fdw: option \"source\" must only read: WITH \"%s\" modifies data",
-								cte->ctename)));
-		}
+	rs_source_walker(raw->stmt, &walk);
 }
 
 static void
@@ -537,6 +571,12 @@ relserveGetForeignRelSize(PlannerInfo *root, RelOptInfo *baserel, Oid foreigntab
 		RestrictInfo *ri = lfirst_node(RestrictInfo, lc);
 		StringInfoData probe;
 
+		/*
+		 * The source runs before every local qual: a qual goes there only if PostgreSQL itself would
+		 * run it first (its security level is the lowest here, or it is leakproof), as an index qual.
+		 */
+		if (!restriction_is_securely_promotable(ri, baserel))
+			continue;
 		initStringInfo(&probe);
 		if (rs_deparse_expr((Node *) ri->clause, rel, baserel->relid, ps->output_attno, &probe))
 			ps->pushed = lappend(ps->pushed, ri);

@@ -54,6 +54,7 @@ AS 'MODULE_PATHNAME', 'relserve_library_version' LANGUAGE C STRICT SET search_pa
 -- Loads the package once per backend, from the superuser's python_path.
 CREATE FUNCTION relserve._load() RETURNS void
 LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $relserve$
+import os
 import site
 import sys
 plpy.execute("SELECT relserve.library_version()")
@@ -61,6 +62,11 @@ rows = plpy.execute("SELECT value FROM relserve.config WHERE name OPERATOR(pg_ca
 added = GD.setdefault("relserve.paths", [])
 before = list(sys.path)
 for entry in (rows[0]["value"] if rows else "").split(":"):
+    if entry and not os.access(entry, os.R_OK | os.X_OK):  # checked as the server's OS user
+        plpy.error(f"relserve: the python_path folder {entry} cannot be read by the database server's OS user",
+                   sqlstate="58000", hint="Every folder from / down to it must be searchable (x) by that user (postgres) "
+                   "and its files readable; an editable install's checkout too. Check: sudo -u postgres /usr/bin/python3 "
+                   "-c \"import site; site.addsitedir('<folder>'); import relserve.postgres\"")
     if entry and entry not in added:
         site.addsitedir(entry)  # runs the folder's .pth files (editable installs): a superuser's folder only
         added.append(entry)
@@ -69,11 +75,12 @@ new = [p for p in sys.path if p not in before]
 sys.path[:] = [p for p in added if p in new] + [p for p in new if p not in added] + before
 try:
     import relserve.postgres
-except ImportError as e:
+except (ImportError, OSError) as e:  # OSError: a file of the package the server's OS user cannot read
     plpy.error(f"relserve: cannot import the relserve package ({e})", sqlstate="58000",
-               hint="A superuser sets python_path in relserve.config to the site-packages folder of the Python "
-               "environment where relserve is installed: INSERT INTO relserve.config VALUES ('python_path', "
-               "'/srv/relserve/.venv/lib/python3.11/site-packages') ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value")
+               hint="A superuser sets python_path in relserve.config to what <environment>/bin/python -m "
+               "relserve.postgres.python_path prints in the Python environment where relserve is installed: "
+               "INSERT INTO relserve.config VALUES ('python_path', '/srv/relserve/.venv/lib/python3.11/site-packages') "
+               "ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value")
 GD["relserve"] = relserve.postgres
 $relserve$;
 
