@@ -83,10 +83,10 @@ class RuleEngine:
                         row.text = pick(row.label_logprobs, rq.label_prior)
                 rows.append(row)
                 self.answered[rq.rel_id] = self.answered.get(rq.rel_id, 0) + 1
-                handle._row_done(row)
+                handle.row_done(row)
             stats = RelQueryStats(rq.rel_id, len(rows), num_errors=sum(r.error is not None for r in rows), policy=self.policy)
             stats.latency_s = 0.0
-            handle._finish(RelQueryResult(rows, stats, cancelled=stop.is_set()))
+            handle.finish(RelQueryResult(rows, stats, cancelled=stop.is_set()))
 
         threading.Thread(target=work, daemon=True).start()
         return handle

@@ -56,9 +56,9 @@ class MarginEngine:
             row = RowResult(i, text=a if m > 0 else b, prompt_tokens=len(p.split()), output_tokens=1,
                             finish_reason="scored", label_logprobs=lps)
             rows.append(row)
-            handle._row_done(row)
+            handle.row_done(row)
         stats = RelQueryStats(rq.rel_id, len(rows), policy=self.policy)
-        handle._finish(RelQueryResult(rows, stats))
+        handle.finish(RelQueryResult(rows, stats))
         return handle
 
 

@@ -67,10 +67,11 @@ def test_relquery_aware_leaves_the_cached_replica_when_its_queue_costs_more():
     home = d.place(work("a", 4, prefix=256, seed=1), 0.0)[0].replica
     d.place(work("long", 400, seed=9), 0.0)  # lands on the other, idle replica
     d.books[home].held.clear()
-    for k in range(4):  # now pile work on the caching replica
-        d._book(d.books[home], work(f"pile{k}", 300, seed=20 + k), 0.0)
     other = 1 - home
-    d.books[other].held.clear()
+    d.mark_dead(other)  # now pile work on the caching replica, the only one alive
+    for k in range(4):
+        assert d.place(work(f"pile{k}", 300, seed=20 + k), 0.0)[0].replica == home
+    d.mark_alive(other)  # idle again: its books went with it
     assert d.place(work("b", 4, prefix=256, seed=2), 0.0)[0].replica == other
 
 

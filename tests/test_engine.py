@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import pytest
-from conftest import TEST_ENGINE_OPTIONS
+from waits import wait_until
 
 from relserve import ConfigError, Engine, RelQuery, RowError, TemplateError
 
@@ -29,9 +27,10 @@ def test_answers_come_back_one_per_row_in_row_order(engine):
     assert s.num_rows == len(rows) and s.num_errors == 0
     assert s.prompt_tokens == sum(r.prompt_tokens for r in result.rows) > 0
     assert s.output_tokens == sum(r.output_tokens for r in result.rows) > 0
-    # Eq. 2: the three periods add up to the latency (timestamps from two clocks' reads).
+    # Eq. 2: the three periods follow one another from arrival to the last token, which comes
+    # before the result (one monotonic clock in both processes)
     assert s.waiting_s >= 0 and s.core_s >= 0 and s.tail_s > 0
-    assert s.waiting_s + s.core_s + s.tail_s == pytest.approx(s.latency_s, abs=0.15)
+    assert s.waiting_s + s.core_s + s.tail_s <= s.latency_s
 
 
 def test_repeated_prompts_hit_the_prefix_cache(engine):
@@ -45,68 +44,20 @@ def test_repeated_prompts_hit_the_prefix_cache(engine):
     assert again.stats.cached_tokens == sum(r.cached_tokens for r in again.rows)
 
 
-def _race(engine, big_rows: int = 60, small_rows: int = 3):
-    """A big relQuery, then a small one; returns the two results and the order rows finished in.
-
-    The order is recorded as the engine hands each row to its handle (one list for both
-    relQueries), so it proves which ran first without comparing latencies.
-    """
-    template = "Write a long story about a dragon named {name}."
-    big = RelQuery(template, [{"name": f"Big{i}"} for i in range(big_rows)], max_tokens=16)
-    small = RelQuery(template, [{"name": f"Small{i}"} for i in range(small_rows)], max_tokens=16)
-    events: list[str] = []
-    lock = threading.Lock()
-
-    def record(h, name):
-        row_done = h._row_done
-
-        def wrapped(row):
-            with lock:
-                events.append(name)
-            row_done(row)
-
-        h._row_done = wrapped
-
-    hb = engine.submit(big)
-    record(hb, "big")
-    # the small one arrives while the big one is being admitted (its first prefill has not ended)
-    assert hb.progress.done == 0
-    hs = engine.submit(small)
-    record(hs, "small")
-    rs, rb = hs.result(timeout=300), hb.result(timeout=300)
-    engine.wait_idle(60)
-    assert rs.stats.num_errors == 0 and rb.stats.num_errors == 0
-    assert sorted(events) == ["big"] * big_rows + ["small"] * small_rows
-    return rb, rs, events
-
-
-def _big_rows_before(events, which: str) -> int:
-    """How many big rows had finished when the small relQuery's first/last row did."""
-    i = events.index("small") if which == "first" else len(events) - 1 - events[::-1].index("small")
-    return events[:i].count("big")
-
-
-def test_small_relquery_overtakes_big_one_under_relserve_not_fcfs(engine, with_policy):
-    seqs = TEST_ENGINE_OPTIONS["max_num_seqs"]
-    with with_policy("relserve"):
-        big, small, events = _race(engine)
-    # relserve: the 3-row relQuery jumps the queue; it is done while most of the 60-row one waits
-    # (before the big one's rows beyond the first two waves could even have been admitted)
-    assert _big_rows_before(events, "last") < 2 * seqs, events
-    with with_policy("fcfs"):
-        big_f, small_f, events_f = _race(engine)
-    # fcfs: the small one is admitted only after every row of the big one, so at most
-    # max_num_seqs big rows can still be unfinished when its first row finishes
-    assert _big_rows_before(events_f, "first") >= 60 - seqs, events_f
-    assert small_f.stats.waiting_s > small.stats.waiting_s
+# (a small relQuery overtaking a big one, under relserve and not fcfs: test_scheduling_engine.py,
+# by the order of the engine's steps)
 
 
 def test_cancel_frees_the_relquery_while_another_keeps_running(engine):
-    long_rq = RelQuery("Write a very long essay about {topic}.", [{"topic": f"topic {i}"} for i in range(24)], max_tokens=200)
+    # 24 rows of 200 tokens each (ignore_eos): 16 decode at a time, the last 8 only after them
+    long_rq = RelQuery("Write a very long essay about {topic}.", [{"topic": f"topic {i}"} for i in range(24)], max_tokens=200,
+                       ignore_eos=True)
     other = RelQuery("Write a very long essay about {topic}.", [{"topic": f"subject {i}"} for i in range(4)], max_tokens=24)
+    mark = engine.scheduler_stats()["last_step"]
     h_long = engine.submit(long_rq)
     h_other = engine.submit(other)
-    time.sleep(1.5)
+    # cancelled once the engine reports its rows decoding: far from their 200th token
+    wait_until(lambda: any(s.decoded.get(long_rq.rel_id) for s in engine.scheduler_steps(mark)), "the long relQuery decoding")
     h_long.cancel()
     res_long = h_long.result(timeout=60)
     res_other = h_other.result(timeout=120)
@@ -123,17 +74,18 @@ def test_a_cancel_right_after_submit_stops_every_row(engine):
     # A cancel issued at once must stop every row, even one that reaches the engine's loop before
     # the rows have started (then `_run` starts none); otherwise the rows would run their 200
     # tokens, about 20 s here.
-    rq = RelQuery("Write a very long essay about {topic}.", [{"topic": f"theme {i}"} for i in range(12)], max_tokens=200)
+    rq = RelQuery("Write a very long essay about {topic}.", [{"topic": f"theme {i}"} for i in range(12)], max_tokens=200,
+                  ignore_eos=True)
     assert engine.wait_idle(60)
-    engine.reset_scheduler_stats()
+    mark = engine.scheduler_stats()["last_step"]
     h = engine.submit(rq)
     h.cancel()
     res = h.result(timeout=60)
     assert res.cancelled
     assert [r.error for r in res.rows] == ["cancelled"] * 12
     assert engine.wait_idle(30)
-    # the scheduler's own count: far fewer steps than the 200 decode steps the rows would take
-    assert engine.scheduler_stats()["steps"] < 50
+    # the engine's own steps: the rows stopped short of the 200 decode steps they would take
+    assert sum(s.ran(rq.rel_id) for s in engine.scheduler_steps(mark)) < 200
 
 
 def test_null_value_and_too_long_row_fail_alone(engine):

@@ -4,13 +4,13 @@ outlive its parent, and every waiting caller hears what happened."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -19,6 +19,7 @@ import psutil
 import pytest
 from conftest import TEST_ENGINE_OPTIONS
 from server_fixtures import running_server
+from waits import wait_until
 
 from relserve import Engine, RelQuery
 from relserve.client import Client
@@ -79,9 +80,7 @@ def test_killing_the_engine_core_fails_every_waiting_caller_and_a_new_engine_sta
             engine.submit(RelQuery("Write a long essay about {topic}.", _long_rows(40), max_tokens=120, ignore_eos=True))
             for _ in range(2)
         ]
-        end = time.monotonic() + 120
-        while sum(h.progress.done for h in handles) == 0 and time.monotonic() < end:
-            time.sleep(0.05)
+        wait_until(lambda: sum(h.progress.done for h in handles), "a first answered row", timeout=300)
         assert not any(h.done() for h in handles)
         for p in core:
             p.kill()
@@ -125,18 +124,19 @@ def _start_server(tmp_path: Path) -> tuple[subprocess.Popen, str]:
         stdout=log, stderr=subprocess.STDOUT, env=env,
     )
     url = f"http://127.0.0.1:{port}"
-    # until it answers or exits: its start takes 25 s on an idle machine and minutes on a busy
-    # one, so no deadline here (pytest's per-test timeout catches a server that hangs)
+    # until it answers or exits: its start takes 25 s on an idle machine and minutes on a busy one
+
+    def answers() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"relserve serve exited with {proc.returncode}:\n{(tmp_path / 'server.log').read_text()[-3000:]}")
+        try:
+            return httpx.get(url + "/health", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"relserve serve exited with {proc.returncode}:\n{(tmp_path / 'server.log').read_text()[-3000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    return proc, url
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
+        wait_until(answers, "relserve serve to answer /health", timeout=480, poll=0.5)
+        return proc, url
     except BaseException:
         if proc.poll() is None:
             proc.kill()
@@ -196,29 +196,45 @@ def test_a_stop_between_submit_and_the_first_engine_step_still_ends_the_stream(e
     checks the handle's cancel flag before starting rows). The SIGTERM test hits that window only
     when the signal lands right after submission; here the engine's loop is held while the
     server submits, so the cancel is always queued before the coroutine's first step."""
-    gate = threading.Event()
     holder: dict = {}
+    paused = contextlib.ExitStack()
+
+    class CancelReleases:
+        """The engine's handle; its cancel (the job's, on the stop) releases the engine's loop
+        once queued: behind the relQuery's start, before that start's first step."""
+
+        def __init__(self, handle) -> None:
+            self.handle = handle
+
+        def cancel(self) -> None:
+            self.handle.cancel()
+            paused.close()
+
+        def __iter__(self):
+            return iter(self.handle)
+
+        def __aiter__(self):
+            return self.handle.__aiter__()
+
+        def __await__(self):
+            return self.handle.__await__()
+
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
 
     class Gated:
         def __init__(self, inner) -> None:
-            self._inner = inner
+            self.inner = inner
 
         def __getattr__(self, name):
-            return getattr(self._inner, name)
+            return getattr(self.inner, name)
 
         def submit(self, rq, **kw):
             # the engine's loop waits: what submit queues on it (the relQuery's coroutine) runs later
-            engine._loop.call_soon_threadsafe(gate.wait, 120)
-            handle = self._inner.submit(rq, **kw)
+            paused.enter_context(engine.paused(120))
+            handle = self.inner.submit(rq, **kw)
             begin_shutdown(holder["app"])  # the stop arrives now
-            cancel = handle._cancel
-
-            def cancel_then_release() -> None:
-                cancel()  # queued on the engine's loop behind the coroutine's creation, before its first step
-                gate.set()
-
-            handle._cancel = cancel_then_release
-            return handle
+            return CancelReleases(handle)
 
     app = holder["app"] = create_app(Gated(engine), cache=False)
     events = []
@@ -229,7 +245,7 @@ def test_a_stop_between_submit_and_the_first_engine_step_still_ends_the_stream(e
                 assert r.status_code == 201
                 events = [json.loads(line) for line in r.iter_lines() if line.strip()]
     finally:
-        gate.set()
+        paused.close()
     assert events[0]["event"] == "accepted" and events[-1]["event"] == "done"
     assert (events[-1]["status"], events[-1]["error"]) == ("cancelled", STOPPING)
     rows = [e for e in events if e["event"] == "row"]

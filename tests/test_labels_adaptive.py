@@ -262,8 +262,8 @@ def test_a_question_about_a_rows_own_value_scores_every_value_of_it():
             else:  # every other layout tells the pairs apart no better than a coin
                 lps = {c: math.log(1 / len(rq.choices)) for c in rq.choices}
             rows.append(RowResult(i, text=max(lps, key=lps.get), finish_reason="scored", label_logprobs=lps))
-            handle._row_done(rows[-1])
-        handle._finish(RelQueryResult(rows, RelQueryStats(rq.rel_id, len(rows))))
+            handle.row_done(rows[-1])
+        handle.finish(RelQueryResult(rows, RelQueryStats(rq.rel_id, len(rows))))
         return handle
 
     eng.submit = submit  # type: ignore[method-assign]

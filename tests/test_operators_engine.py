@@ -1,11 +1,18 @@
 """llm_reduce / llm_topk / llm_join (issue 26) on the real engine and model: a tree reduction
 whose every level is one relQuery for all groups (Python, DuckDB over a shared table, polars),
-per-group errors against the real context, top-k's two rounds, a join's pairs in one relQuery."""
+per-group errors against the real context, top-k's two rounds, a join's pairs in one relQuery.
+
+Values are checked, not only shapes: a group's answer is the engine's answer to the last prompt
+the tree sent for it (followed level by level through the answers it recorded); top-k's order is
+the one scores computed outside relserve (transformers, tests/reference_scores.py) give on the
+prompts the rounds sent; a join returns the pairs of a table whose true pairs are known, and
+exactly the pairs the model says yes to."""
 
 from __future__ import annotations
 
 import polars as pl
 import pytest
+from reference_scores import ReferenceScorer, ScoreRecorder, reference_topk
 
 import relserve.duckdb
 import relserve.polars  # noqa: F401
@@ -15,6 +22,46 @@ from relserve.workloads.tables import table_path
 pytestmark = pytest.mark.engine
 
 TEMPLATE = "Summarize these reviews in one short sentence:\n{review}"
+
+
+def fold(items: list[str]) -> str:
+    return "- " + "\n- ".join(items)
+
+
+def traced_answers(recording, template: str, groups: list[list[str | None]]) -> list[str | None]:
+    """Each group's answer as the recorded tree gives it: its values' prompts at level 0, the
+    prompts folding their answers at the next level, ... until one prompt holds the group; the
+    engine's answer to that prompt. A level is the next relQuery holding a prompt of the group
+    (one relQuery for every group's level, or a group's own calls, as a per-group aggregate
+    sends them). Every prompt after level 0 must be exactly the template around the fold of the
+    answers of the group's prompts one level down, in chunk order."""
+    out: list[str | None] = []
+    for values in groups:
+        items = [v for v in values if v is not None]
+        if not items:
+            out.append(None)
+            continue
+        level, after = 0, 0
+        while True:
+            holding = [(k, [p for p in prompts if any(it in p for it in items)])
+                       for k, prompts in enumerate(recording.submitted) if k >= after]
+            k, mine = next(((k, mine) for k, mine in holding if mine), (None, []))
+            assert mine, f"level {level} holds no prompt of the group of {values[0]!r}"
+            # chunk order: by the first of the group's items a prompt holds
+            mine.sort(key=lambda p: min(i for i, it in enumerate(items) if it in p))
+            if level > 0 and len(mine) == 1:
+                assert mine[0] == template.replace("{review}", fold(items)), (level, mine[0])
+            answers = [recording.answers[p] for p in mine]
+            if len(mine) == 1:
+                out.append(answers[0])
+                break
+            items, level, after = answers, level + 1, k + 1
+    return out
+
+
+@pytest.fixture(scope="module")
+def scorer(engine):
+    return ReferenceScorer(engine.model_path)
 
 
 def test_tree_reduction_one_relquery_per_level(recording, engine_home):
@@ -39,6 +86,8 @@ def test_tree_reduction_one_relquery_per_level(recording, engine_home):
     partials = [recording.answers[p] for p in recording.submitted[-2]]
     assert any(a and a.strip() in recording.submitted[-1][0] for a in partials)
     assert all(lv.prompt_tokens > 0 for lv in out.levels)
+    # each group's answer is the engine's own answer to the last prompt the tree sent for it
+    assert out.values == traced_answers(recording, TEMPLATE, list(groups.values()))
 
 
 def test_a_value_longer_than_the_context_fails_its_group_only(recording, engine_home):
@@ -77,25 +126,56 @@ def test_polars_reduce_all_groups_together(recording, engine_home):
     assert len(recording.submitted) == 1 and len(recording.submitted[0]) == 3
 
 
-def test_topk_two_rounds_on_the_engine(recording, engine_home):
-    values = ["The battery died after a day.", "Lovely colour.", "Battery life is superb, two days per charge.",
-              None, "Shipping took a week.", "The charger and battery are both great.", "Lovely colour."]
+def test_topk_two_rounds_on_the_engine(engine, engine_home, scorer):
+    recording = ScoreRecorder(engine)
+    # (values whose every decision transformers takes by 0.05 or more: the reference is not a
+    # coin toss between two float32 kernels)
+    values = ["The battery died.", "Nice colour.", "Great battery.", None, "Slow shipping.", "Battery is weak.", "Nice colour."]
     out = llm_topk("Is this review about the battery? {review}", values, 2, engine=recording)
-    assert len(out.values) == 2 and len(set(out.values)) == 2
-    assert all(v in values for v in out.values)
     assert out.scores[3] is None and all(s is not None for i, s in enumerate(out.scores) if i != 3)
-    assert [r.name for r in out.rounds] == ["score", "compare"] and len(recording.submitted) == 2
-    assert len(recording.submitted[0]) == 5 and out.comparisons == 4 * 3  # distinct values; pool 2k=4
+    assert [r.name for r in out.rounds] == ["score", "compare"]
+    (score_rq,) = recording.relqueries(("yes", "no"))
+    (compare_rq,) = recording.relqueries(("first", "second"))
+    assert len(score_rq.prompts) == 5 and len(compare_rq.prompts) == out.comparisons == 4 * 3  # distinct values; pool 2k=4
+    # the round-1 scores are the model's, as transformers computes them on the prompts sent
+    reference = dict(zip(score_rq.prompts, scorer.margins(score_rq)))
+    for i, v in enumerate(values):
+        if v is not None:
+            (prompt,) = [p for p in score_rq.prompts if v in p]
+            assert out.scores[i] == pytest.approx(reference[prompt], abs=2e-3), v
+    # and the top 2, in order, are those the tournament gives on the reference scores
+    expected = reference_topk(scorer, recording, values, 2)
+    assert out.indices == expected and out.values == [values[i] for i in expected]
+    assert out.values == ["Battery is weak.", "Great battery."]  # what the reference gives, pinned
 
 
-def test_join_pairs_in_one_relquery(recording, engine_home):
-    left = ["The battery died after a day.", "Lovely colour, looks great."]
-    right = ["battery", "appearance", "delivery"]
-    out = llm_join("Review: {review}\nTopic: {topic}\nIs the review about the topic?", left, right, engine=recording)
-    assert out.asked == 6 and not out.errors and len(recording.submitted) == 1
-    assert all(0 <= i < 2 and 0 <= j < 3 for i, j in out.pairs)
+#: A join whose true pairs are known: the left row tells the model what to reply, whatever the
+#: item. (SmolLM2-135M separates no semantic join tried with label scores: sentences and the
+#: colours or animals they name, cities and their countries, equal words or numbers - in every
+#: layout some false pair scores above a true one. Here, in the chat layout, transformers scores
+#: every true pair +0.74 or more and every false one -0.14 or less.)
+REPLIES = ["with the word yes.", "with the word no.", "with the word yes."]
+ITEMS = ["apple", "river"]
+TRUE_PAIRS = {(0, 0), (0, 1), (2, 0), (2, 1)}
+REPLY_JOIN = "Reply {a}\nItem: {b}"
+
+
+def test_join_returns_the_true_pairs_in_one_relquery(engine, engine_home, scorer):
+    recording = ScoreRecorder(engine)
+    out = llm_join(REPLY_JOIN, REPLIES, ITEMS, engine=recording, method="score", prompt_shape="chat")
+    assert out.asked == 6 and not out.errors
+    assert set(out.pairs) == TRUE_PAIRS
+    # exactly the pairs the model says yes to, as transformers scores the prompts sent (one
+    # relQuery; the two equal left rows are one prompt each item)
+    (rq,) = recording.relqueries(("yes", "no"))
+    assert len(rq.prompts) == 4
+    # (a prompt is the template's two lines, then the question's answer hint)
+    said_yes = {(i, j) for p, m in zip(rq.prompts, scorer.margins(rq)) if m > 0
+                for i, a in enumerate(REPLIES) if p.split("\n")[0] == f"Reply {a}"
+                for j, b in enumerate(ITEMS) if p.split("\n")[1] == f"Item: {b}"}
+    assert said_yes == TRUE_PAIRS
     # pairs of one left row sit side by side, sharing its text as the prefix
-    order = [next(i for i, text in enumerate(left) if text in p) for p in recording.submitted[0]]
+    order = [next(i for i, a in enumerate(REPLIES) if p.split("\n")[0] == f"Reply {a}") for p in rq.prompts]
     assert sum(a != b for a, b in zip(order, order[1:])) == 1
 
 
@@ -116,7 +196,13 @@ def test_sql_join_with_blocking_is_one_relquery_over_the_kept_pairs(recording, e
     assert (b.pairs_met, b.pairs_kept, b.left_values) == (36, 12, 6) and recording.submitted == []
     rows = con.sql(q).fetchall()
     assert len(recording.submitted) == 1 and len(recording.submitted[0]) == 12  # the kept pairs, one relQuery
-    assert set(rows) <= {(i, j) for i in range(1, 7) for j in range(1, 7)}
+    # the rows are exactly the kept pairs the model said yes to (by the texts in their prompts)
+    texts = dict(con.sql("SELECT id, text FROM r").fetchall())
+    names = dict(con.sql("SELECT id, name FROM p").fetchall())
+    said_yes = {(i, j) for p in recording.submitted[0] if recording.answers[p] == "yes"
+                for i, t in texts.items() if t in p for j, n in names.items() if n in p}
+    assert said_yes, "the model said no to every kept pair: the join's rows cannot be checked"
+    assert set(rows) == said_yes
     # pairs of one review sit side by side, sharing its text as the prefix
     reviews = [p.split("Product:")[0] for p in recording.submitted[0]]
     assert sum(a != b for a, b in zip(reviews, reviews[1:])) == 5

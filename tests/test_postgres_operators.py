@@ -1,7 +1,12 @@
-"""llm_reduce / llm_topk aggregates and llm_reduce_query (issue 26) in the real PostgreSQL 15
-cluster of test_postgres.py, calling the real server on the session engine: answers per group,
+"""llm_reduce / llm_topk aggregates and llm_reduce_query (issue 26) in a real PostgreSQL 15
+cluster (test_postgres.py's), calling a real server on the session engine: answers per group,
 NULLs and empty groups, one request for all groups with llm_reduce_query, bad arguments as SQL
-errors naming the problem, and a role without superuser rights calling them with its own key."""
+errors naming the problem, and a role without superuser rights calling them with its own key.
+
+The server here records what reaches the engine (tests/reference_scores.py), so values are
+checked: a group's answer is the engine's answer to the last prompt the tree sent for it, and
+top-k's order is the one scores computed outside relserve (transformers) give on the prompts
+its rounds sent."""
 
 from __future__ import annotations
 
@@ -9,31 +14,64 @@ import json
 
 import psycopg
 import pytest
-from test_postgres import ROLE_KEYS, cluster, connect, server  # noqa: F401 (fixtures)
+from reference_scores import ReferenceScorer, ScoreRecorder, reference_topk
+from server_fixtures import running_server
+from test_operators_engine import traced_answers
+from test_postgres import KEY, REVIEWS, ROLE_KEYS, cluster, connect  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.engine]
+
+
+@pytest.fixture(scope="module")
+def recording(engine):
+    return ScoreRecorder(engine)
+
+
+@pytest.fixture(scope="module")
+def server(recording):
+    """test_postgres.py's server (its tenants), on the recording engine; the module's cluster
+    calls this one. No result cache: each test's prompts reach the engine whatever ran before
+    (the operators' calls from SQL have no option to skip the cache)."""
+    tenants = {"pg": {"key": KEY}, **{role: {"key": key} for role, key in ROLE_KEYS.items()}}
+    with running_server(recording, tenants={"tenants": tenants}, cache=False) as srv:
+        yield srv
+
+
+@pytest.fixture
+def fresh_recording(recording):
+    """The recording of this test alone."""
+    recording.recorded.clear()
+    return recording
 
 SUMMARY = "Summarize these reviews in a few words:\n{review}"
 
 
-def test_reduce_per_group_nulls_and_empty_groups(cluster):
+def test_reduce_per_group_nulls_and_empty_groups(cluster, fresh_recording):
     with connect(cluster) as db:
         db.execute("SET relserve.max_tokens = 12")
         rows = db.execute(
-            f"SELECT stars, llm_reduce('{SUMMARY}', review) FROM reviews GROUP BY stars ORDER BY stars"
+            f"SELECT stars, llm_reduce('{SUMMARY}', review ORDER BY id) FROM reviews GROUP BY stars ORDER BY stars"
         ).fetchall()
         by_stars = dict(rows)
         assert sorted(by_stars) == [1, 2, 3, 4, 5]
         assert by_stars[3] is None  # the group holds only a NULL review: NULL, as SQL aggregates give
-        assert all(isinstance(by_stars[s], str) and by_stars[s].strip() for s in (1, 2, 4, 5))
+        # each group's answer is the engine's answer to its group's prompt
+        groups = [[r for _, r, s in sorted(REVIEWS) if s == stars] for stars in (1, 2, 4, 5)]
+        assert [by_stars[s] for s in (1, 2, 4, 5)] == traced_answers(fresh_recording, SUMMARY, groups)
         # no rows at all: NULL
         assert db.execute(f"SELECT llm_reduce('{SUMMARY}', review) FROM reviews WHERE false").fetchone() == (None,)
-        top = db.execute("SELECT llm_topk('Is this review enthusiastic? {review}', review, 2) FROM reviews").fetchone()[0]
-        assert len(top) == 2 and set(top) <= {r for (r,) in db.execute("SELECT review FROM reviews WHERE review IS NOT NULL")}
         assert db.execute("SELECT llm_topk('Good? {r}', review, 2) FROM reviews WHERE id = 7").fetchone() == ([],)
 
 
-def test_reduce_query_sends_every_group_in_one_request(cluster, server):
+def test_topk_order_is_the_reference_scores_order(cluster, fresh_recording, engine):
+    with connect(cluster) as db:
+        top = db.execute("SELECT llm_topk('Is this review enthusiastic? {review}', review, 2 ORDER BY id) FROM reviews").fetchone()[0]
+    values = [r for _, r, _ in sorted(REVIEWS)] + [None]  # id order; id 7 is NULL
+    scorer = ReferenceScorer(engine.model_path)
+    assert top == [values[i] for i in reference_topk(scorer, fresh_recording, values, 2)]
+
+
+def test_reduce_query_sends_every_group_in_one_request(cluster, server, fresh_recording):
     with connect(cluster) as db:
         rows = db.execute(
             f"SELECT grp->>'stars', answer, error FROM llm_reduce_query('{SUMMARY}', "
@@ -42,7 +80,11 @@ def test_reduce_query_sends_every_group_in_one_request(cluster, server):
         assert [g for g, _, _ in rows] == ["5", "1", "4", "2", "3"]  # groups in order of first appearance
         answers = {g: (a, e) for g, a, e in rows}
         assert answers["3"] == (None, None)
-        assert all(answers[s][0] and answers[s][1] is None for s in ("1", "2", "4", "5"))
+        assert all(answers[s][1] is None for s in ("1", "2", "4", "5"))
+        # one request, one relQuery for every group; each answer the engine's to its group's prompt
+        assert len(fresh_recording.submitted) == 1
+        groups = [[r for _, r, s in sorted(REVIEWS) if s == stars] for stars in (5, 1, 4, 2)]
+        assert [answers[g][0] for g in ("5", "1", "4", "2")] == traced_answers(fresh_recording, SUMMARY, groups)
         out = db.execute(
             "SELECT answer FROM llm_reduce_query('List the words:\n{review}', 'SELECT review FROM reviews WHERE id < 3', "
             "'{\"json_schema\": {\"type\": \"object\", \"properties\": {\"words\": {\"type\": \"array\", "

@@ -71,7 +71,9 @@ def test_blocked_prefill_step_keeps_finished_ids_and_decodes_next():
     out = sched.schedule()  # the policy still says PREFILL; the plug-in decodes instead
     assert out.num_scheduled_tokens == {a2.request_id: 1}
     assert sched.current_step == step_before + 2
-    assert sched._pending_steps[id(out)]["reason"] == "kv-blocked-decode"
+    finish_step(sched, out)
+    last = sched.relserve_rpc("stats", {"steps": True})["step_log"][-1]
+    assert last["reason"] == "kv-blocked-decode" and last["relqueries"]["decoded"] == {"A": 1}
     assert b.status == RequestStatus.WAITING
 
 
@@ -168,17 +170,21 @@ def test_async_scheduler_runs_two_steps_in_flight():
     for r in reqs:
         sched.add_request(r)
     in_flight = []
+    scheduled = 0
     for _ in range(200):
         if not sched.has_requests() and not in_flight:
             break
         out = sched.schedule()
+        scheduled += out.total_num_scheduled_tokens > 0
         in_flight.append(out)
         if len(in_flight) == 2 or out.total_num_scheduled_tokens == 0:
             finish_step(sched, in_flight.pop(0))
     assert [len(r.output_token_ids) for r in reqs] == [6, 6, 6, 4, 4]
     # every scheduled step's log entry was matched with its own output
-    log = sched.relserve_rpc("stats", {"steps": True})["step_log"]
-    assert sched._pending_steps == {}
+    stats = sched.relserve_rpc("stats", {"steps": True})
+    log = stats["step_log"]
+    # every scheduled step was logged once its output came back (none left pending), in order
+    assert [s["seq"] for s in log] == list(range(1, scheduled + 1)) and stats["last_step"] == scheduled
     assert sum(s["prefill_reqs"] for s in log) == 5
     assert all("duration" in s for s in log)
 
@@ -220,7 +226,7 @@ def test_one_token_relqueries_ride_in_one_prefill_step_through_vllms_scheduler(f
     """Three one-row relQueries that answer in one token (label scoring) arrive together: with
     riders (the default) vLLM schedules all three in the first step; without, the head alone."""
     sched = build_scheduler(RelServeScheduler)
-    sched._set_policy("relserve", None, {"fill_one_token": fill_one_token})
+    sched.relserve_rpc("set_policy", {"policy": "relserve", "settings": {"fill_one_token": fill_one_token}})
     reqs = [make_request(20, 1, rel, arrival=k * 0.01) for k, rel in enumerate("ABC")]
     for r in reqs:
         sched.add_request(r)

@@ -4,6 +4,7 @@ OpenAI-compatible calls, metrics."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -12,6 +13,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from server_fixtures import running_server
+from waits import wait_until
 
 from relserve import RelQuery
 from relserve.client import Client
@@ -94,24 +96,45 @@ def test_concurrent_clients_each_get_exactly_their_rows(engine, server):
     assert got == expected
 
 
-def test_a_client_that_disconnects_cancels_its_relquery(engine, server, client):
+class LongAnswers:
+    """The real engine, every row answering its whole max_tokens (ignore_eos): a relQuery of
+    200-token rows is still running many steps after the engine reports it decoding."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.relqueries: list = []
+
+    def submit(self, rq, *args, **kwargs):
+        rq = dataclasses.replace(rq, ignore_eos=True)
+        self.relqueries.append(rq)
+        return self.engine.submit(rq, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+
+def _decoding(engine, mark: int, rel_id: str) -> bool:
+    return any(s.decoded.get(rel_id) for s in engine.scheduler_steps(mark))
+
+
+def test_a_client_that_disconnects_cancels_its_relquery(engine):
     rows = [{"topic": f"the history of city number {i}"} for i in range(16)]
-    stream = client.stream("Write a very long essay about {topic}.", rows, max_tokens=200, cache=False)
-    time.sleep(1.0)  # the engine is busy with it
-    assert client.status(stream.id)["status"] == "running"
-    stream.close()  # drop the connection without reading
-    st = client.status(stream.id)
-    deadline = time.monotonic() + 20
-    while st["status"] == "running" and time.monotonic() < deadline:
-        time.sleep(0.1)
+    with running_server(LongAnswers(engine), tenants={"tenants": {"t": {"key": KEY}}}, cache=False) as srv, \
+            Client(srv.url, api_key=KEY) as client:
+        mark = engine.scheduler_stats()["last_step"]
+        stream = client.stream("Write a very long essay about {topic}.", rows, max_tokens=200, cache=False)
+        wait_until(lambda: _decoding(engine, mark, stream.id), "the engine decoding the stream's rows")
+        assert client.status(stream.id)["status"] == "running"
+        stream.close()  # drop the connection without reading
+        wait_until(lambda: client.status(stream.id)["status"] != "running", "the dropped stream's relQuery to end")
         st = client.status(stream.id)
-    assert st["status"] == "cancelled" and st["error"] == "cancelled: the client disconnected"
-    # 16 rows x 200 tokens take well over a minute here; the cancel frees the engine long before
-    assert engine.wait_idle(60)
-    res = client.result(stream.id)
-    assert {r.error for r in res.rows if r.error} == {"cancelled: the client disconnected"}
-    assert sum(r.error is None for r in res.rows) < len(rows)
-    assert client.map(TEMPLATE, [{"review": REVIEWS[0]}], max_tokens=4, cache=False)[0]  # still serving
+        assert st["status"] == "cancelled" and st["error"] == "cancelled: the client disconnected"
+        # 200 decode steps a row; the cancel frees the engine long before
+        assert engine.wait_idle(120)
+        res = client.result(stream.id)
+        assert {r.error for r in res.rows if r.error} == {"cancelled: the client disconnected"}
+        assert sum(r.error is None for r in res.rows) < len(rows)
+        assert client.map(TEMPLATE, [{"review": REVIEWS[0]}], max_tokens=4, cache=False)[0]  # still serving
 
 
 def test_openai_completions_and_chat_are_the_engines_answers(engine, server):
@@ -216,18 +239,11 @@ def test_a_row_that_is_not_valid_unicode_fails_alone_on_the_engine(engine, clien
 # ------------------------------------------------ real-engine twins of test_server_api.py's doubles
 
 
-def _wait_until(condition, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"still waiting after {timeout:.0f} s for {what}"
-        time.sleep(0.05)
-
-
 def test_cancel_keeps_the_rows_already_answered(engine, client):
     # short questions finish in a few tokens; the essays would run 200 tokens each
     prompts = [f"Say the word {w}." for w in ("yes", "red", "cat")] + [f"Write a very long essay about topic {i}." for i in range(6)]
     rid = client.submit("{p}", [{"p": p} for p in prompts], max_tokens=200, cache=False)
-    _wait_until(lambda: client.status(rid)["progress"]["done"] >= 1, "a first answered row")
+    wait_until(lambda: client.status(rid)["progress"]["done"] >= 1, "a first answered row")
     st = client.cancel(rid)
     assert st["status"] == "cancelled" and st["error"] == "cancelled by the client"
     res = client.result(rid)
@@ -258,24 +274,12 @@ def test_sse_stream_has_every_row_with_the_engines_answers(engine, server):
 def test_rows_in_flight_429_and_hints_reach_the_real_engine(engine):
     from relserve.client import ServerError
 
-    class Recording:  # the real engine and its own handles; keeps each relQuery it was given
-        def __init__(self):
-            self.relqueries = []
-
-        def submit(self, rq, *args, **kwargs):
-            self.relqueries.append(rq)
-            return engine.submit(rq, *args, **kwargs)
-
-        def __getattr__(self, name):
-            return getattr(engine, name)
-
-    recording = Recording()
+    recording = LongAnswers(engine)  # keeps each relQuery it was given; 200-token rows stay in flight
     tenants = {"tenants": {"t": {"key": KEY, "min_priority": -10, "max_rows_in_flight": 4}}}
     with running_server(recording, tenants=tenants, cache=False) as srv, Client(srv.url, api_key=KEY) as c:
         t0 = time.monotonic()
         first = c.submit("Write a very long essay about {x}.", [{"x": f"the history of city number {i}"} for i in range(3)],
                          max_tokens=200, priority=-3, deadline_s=120)
-        assert c.status(first)["progress"]["done"] == 0  # 3 rows of 200 tokens: still in flight
         with pytest.raises(ServerError) as e:
             c.submit("Say {x}", [{"x": i} for i in range(2)], max_tokens=4)
         assert e.value.status == 429

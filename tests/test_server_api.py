@@ -10,6 +10,7 @@ import time
 import httpx
 import pytest
 from server_fixtures import FakeEngine, running_server
+from waits import wait_until
 
 from relserve.client import Client, ServerError
 from relserve.errors import ConfigError
@@ -28,7 +29,7 @@ TENANTS = {
 
 @pytest.fixture(scope="module")
 def fake():
-    return FakeEngine(delay=0.0)
+    return FakeEngine()
 
 
 @pytest.fixture(scope="module")
@@ -180,15 +181,18 @@ def test_oversized_requests_are_413(server):
 
 
 def test_rows_in_flight_limit_is_429_per_tenant(tmp_path):
-    slow = FakeEngine(delay=0.2)
-    with running_server(slow, tenants=TENANTS, cache=False) as srv:
-        bob, alice = Client(srv.url, api_key=BOB), Client(srv.url, api_key=ALICE)
-        first = bob.submit("Say {x}", [{"x": i} for i in range(4)])
-        with pytest.raises(ServerError) as e:
-            bob.submit("Say {x}", [{"x": i} for i in range(2)])
-        assert e.value.status == 429
-        assert e.value.message.startswith("tenant 'bob' would have 6 rows in flight (4 running + 2 new); the limit is 5")
-        assert alice.submit("Say {x}", [{"x": i} for i in range(2)])  # another tenant is not held back
+    gated = FakeEngine(gated=True)  # no row is answered until the test opens the gate
+    with running_server(gated, tenants=TENANTS, cache=False) as srv:
+        try:
+            bob, alice = Client(srv.url, api_key=BOB), Client(srv.url, api_key=ALICE)
+            first = bob.submit("Say {x}", [{"x": i} for i in range(4)])
+            with pytest.raises(ServerError) as e:
+                bob.submit("Say {x}", [{"x": i} for i in range(2)])
+            assert e.value.status == 429
+            assert e.value.message.startswith("tenant 'bob' would have 6 rows in flight (4 running + 2 new); the limit is 5")
+            assert alice.submit("Say {x}", [{"x": i} for i in range(2)])  # another tenant is not held back
+        finally:
+            gated.open()
         assert bob.result(first).status == "finished"
         assert bob.submit("Say {x}", [{"x": i} for i in range(2)])  # room again
 
@@ -220,7 +224,7 @@ def test_a_bootstrap_first_pass_counts_against_the_tenants_rows_in_flight(tmp_pa
     assert boot.describe_rows() == "100 rows, and 32 first-pass scoring requests"
 
     tenants = {"tenants": {"carol": {"key": "carol-secret-key", "max_rows_in_flight": 40}}}
-    with running_server(FakeEngine(delay=0.0), tenants=tenants, cache=False) as srv:
+    with running_server(FakeEngine(), tenants=tenants, cache=False) as srv:
         body = {"function": "filter", "template": "Is {x} ok?", "rows": [{"x": i} for i in range(21)], "method": "bootstrap"}
         r = _post(srv, "/v1/relqueries", body, key="carol-secret-key")
         assert r.status_code == 429
@@ -335,48 +339,50 @@ def test_cells_batch_is_one_relquery_and_repeats_come_from_the_cache(server, fak
 
 
 def test_cells_stream_sends_cached_cells_before_the_engine_answers(tmp_path):
-    slow = FakeEngine(delay=0.3)
-    with running_server(slow, cache=ResultCache(tmp_path / "results.sqlite")) as srv:
+    gated = FakeEngine(gated=True)
+    with running_server(gated, cache=ResultCache(tmp_path / "results.sqlite")) as srv:
         c = Client(srv.url)
+        gated.release(1)
         c.cells([{"id": "A1", "template": "Stream {v} please", "args": ["known"]}])
         with c.stream_cells([{"id": "A1", "template": "Stream {v} please", "args": ["new one"]},
                              {"id": "A2", "template": "Stream {v} please", "args": ["known"]}]) as s:
             assert (s.header["cells"], s.header["cached"], s.header["engine_rows"]) == (2, 1, 1)
-            order = [(cell["id"], cell["cached"], cell["value"]) for cell in s]
+            cells = iter(s)
+            # the engine has answered nothing of this batch yet: the cached cell comes first
+            first = next(cells)
+            gated.release(1)
+            order = [(cell["id"], cell["cached"], cell["value"]) for cell in (first, *cells)]
     assert order == [("A2", True, "echo: Stream known please"), ("A1", False, "echo: Stream new one please")]
 
 
 def test_cancel_aborts_unfinished_rows_and_keeps_finished_ones():
-    slow = FakeEngine(delay=0.3)
-    with running_server(slow, cache=False) as srv:
+    gated = FakeEngine(gated=True)
+    with running_server(gated, cache=False) as srv:
         c = Client(srv.url)
         rid = c.submit("Say {x}", [{"x": i} for i in range(20)])
-        deadline = time.monotonic() + 10
-        while c.status(rid)["progress"]["done"] < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        gated.release(2)  # two rows answered, the other 18 wait for a permit that never comes
+        wait_until(lambda: c.status(rid)["progress"]["done"] == 2, "the two released rows answered")
         st = c.cancel(rid)
         assert st["status"] == "cancelled" and st["error"] == "cancelled by the client"
         res = c.result(rid)
         answered = [r for r in res.rows if r.error is None]
-        assert 2 <= len(answered) < 20
+        assert len(answered) == 2
         assert all(r.text == f"echo: Say {r.index}" for r in answered)
         assert {r.error for r in res.rows if r.error is not None} == {"cancelled by the client"}
-        assert slow.cancelled == [rid]
+        assert gated.cancelled == [rid]
 
 
 def test_dropping_the_stream_cancels_the_relquery():
-    slow = FakeEngine(delay=0.2)
-    with running_server(slow, cache=False) as srv:
+    gated = FakeEngine(gated=True)
+    with running_server(gated, cache=False) as srv:
         c = Client(srv.url)
         s = c.stream("Say {x}", [{"x": i} for i in range(30)])
-        it = iter(s)
-        first = next(it)
+        gated.release(1)
+        first = next(iter(s))
         assert first.text == f"echo: Say {first.index}"
-        s.close()  # the client goes away mid-stream
-        deadline = time.monotonic() + 10
-        while not slow.cancelled and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert slow.cancelled == [s.id]
+        s.close()  # the client goes away mid-stream, 29 rows unanswered
+        gated.wait_cancelled(1)
+        assert gated.cancelled == [s.id]
         st = c.status(s.id)
         assert st["status"] == "cancelled" and st["error"] == "cancelled: the client disconnected"
 
@@ -430,15 +436,13 @@ def test_health_and_addin_files(server):
 
 
 def test_a_waiting_client_that_goes_away_cancels_its_cells():
-    slow = FakeEngine(delay=0.5)
-    with running_server(slow, cache=False) as srv:
+    gated = FakeEngine(gated=True)  # never opened: the batch cannot finish before the client leaves
+    with running_server(gated, cache=False) as srv:
         body = {"cells": [{"id": f"B{i}", "template": "Slow {A}", "args": [i]} for i in range(10)], "stream": False}
         with pytest.raises(httpx.ReadTimeout):
-            httpx.post(srv.url + "/v1/cells", json=body, timeout=1.0)  # gives up while the batch runs
-        deadline = time.monotonic() + 10
-        while not slow.cancelled and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(slow.cancelled) == 1
+            httpx.post(srv.url + "/v1/cells", json=body, timeout=1.0)  # gives up while the batch waits
+        gated.wait_cancelled(1)
+        assert len(gated.cancelled) == 1
         (job,) = Client(srv.url).list()
         assert job["kind"] == "cells" and job["status"] == "cancelled" and job["error"] == "cancelled: the client disconnected"
 

@@ -12,6 +12,7 @@ import httpx
 import psutil
 import pytest
 from server_fixtures import FakeEngine, running_server
+from waits import wait_until
 
 from relserve.client import Client
 from relserve.server import hash_key
@@ -38,7 +39,7 @@ def _error(r: httpx.Response) -> str:
 
 @pytest.fixture
 def fake():
-    return FakeEngine(delay=0.0)
+    return FakeEngine()
 
 
 @pytest.fixture
@@ -119,8 +120,8 @@ def test_tokens_count_prompt_and_answer_not_only_rows(server, fake):
 
 
 def test_tokens_in_flight_per_tenant_is_429_naming_the_limit_and_other_tenants_still_run():
-    slow = FakeEngine(delay=5.0)  # the first relQuery is still running when the second arrives
-    with running_server(slow, tenants=TENANTS, cache=False) as srv:
+    gated = FakeEngine(gated=True)  # no row is answered: the first relQuery runs while the second arrives
+    with running_server(gated, tenants=TENANTS, cache=False) as srv:
         rows = [{"x": f"row {i}"} for i in range(4)]
         # 4 rows x 10000 answer tokens + prompts: about 40,200 of mallory's 50,000
         first = _post(srv, "/v1/relqueries", {"template": "Say {x}", "rows": rows, "max_tokens": 10_000})
@@ -137,6 +138,7 @@ def test_tokens_in_flight_per_tenant_is_429_naming_the_limit_and_other_tenants_s
         # another tenant is not affected
         ok = _post(srv, "/v1/relqueries", {"template": "Say {x}", "rows": rows, "max_tokens": 10_000}, key=BOB)
         assert ok.status_code == 201
+        gated.open()
 
 
 def test_planning_holds_the_tenants_budget_while_it_renders(server, fake, monkeypatch):
@@ -395,24 +397,25 @@ def test_a_flooding_tenant_decodes_at_most_its_cap_beside_another_tenants_row(en
     tenants = {"tenants": {"flood": {"key": "flood-secret-key", "max_running_shared": 4}, "small": {"key": BOB}}}
     with running_server(engine, tenants=tenants, cache=False) as srv:
         flood, small = Client(srv.url, api_key="flood-secret-key"), Client(srv.url, api_key=BOB)
-        engine.scheduler_stats(clear=True)
+        mark = engine.scheduler_stats()["last_step"]
         prompts = [f"Write the numbers from {i} to {i + 200}, separated by commas." for i in range(24)]
         fid = flood.submit(prompts=prompts, max_tokens=64, cache=False)
         # the flood decodes as many rows as the engine takes (the test engine's max_num_seqs is
         # 16; uncapped: it is alone) before the small row comes
-        while not any(s["decode_reqs"] >= 12 for s in engine.scheduler_stats(steps=True)["step_log"]):
-            assert flood.status(fid)["status"] == "running"
-            time.sleep(0.05)  # a poll interval, not a time limit
+        wait_until(lambda: any(s.decoded.get(fid, 0) >= 12 for s in engine.scheduler_steps(mark)),
+                   "the flood decoding 12 rows or more in one step")
         res = small.run(prompts=["Name a colour."], max_tokens=8, cache=False)
         assert res.status == "finished" and res.rows[0].error is None
-        assert flood.status(fid)["status"] == "running"  # the small row finished first
         fres = flood.result(fid)
         assert fres.status == "finished" and len(fres.rows) == 24 and all(r.error is None for r in fres.rows)
-        steps = engine.scheduler_stats(steps=True)["step_log"]
-    held = [s for s in steps if s["held"]]
-    assert held, "the flood's rows beyond its cap were never held"
-    # while held, a decode step holds the flood's 4 rows and at most the small tenant's one
-    assert max(s["decode_reqs"] for s in held) <= 5
-    assert max(s["held"] for s in held) >= 8
+        steps = [s for s in engine.scheduler_steps(mark) if s.ran(fid) or s.ran(res.id)]
+    # the small row finished first: the flood ran on after its last step
+    small_steps = [s for s in steps if s.ran(res.id)]
+    assert small_steps and steps[-1].ran(fid) and not steps[-1].ran(res.id)
+    # while the small row ran, the flood decoded at most its 4 rows a step, the rest held
+    during = [s for s in small_steps if s.kind == "decode"]
+    assert during, "the small row never decoded"
+    assert all(s.decoded.get(fid, 0) <= 4 and s.decoded.get(res.id) == 1 for s in during), during
+    assert max(s.held.get(fid, 0) for s in during) >= 8, "the flood's rows beyond its cap were never held"
     # before the small row came the flood decoded 12 or more rows a step (no cap alone)
-    assert max(s["decode_reqs"] for s in steps) >= 12
+    assert max(s.decoded.get(fid, 0) for s in steps) >= 12

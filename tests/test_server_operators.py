@@ -116,16 +116,19 @@ def test_tenant_limits_apply(server):
 def test_a_tenant_over_its_tokens_in_flight_waits_429(tmp_path, monkeypatch):
     # while one of bob's reductions runs, a second that would pass his tokens in flight is refused
     monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))
-    engine = Engine(delay=1.0)
+    engine = Engine(gated=True)  # the first reduction's row waits until the gate opens
     with running_server(engine, tenants=TENANTS, cache=False) as srv:
         body = {"template": TEMPLATE, "groups": [["word " * 150]], "max_tokens": 8}
         first: list = []
         t = threading.Thread(target=lambda: first.append(post(srv, "reduce", body, key=BOB)))
         t.start()
-        while not engine.submitted:
-            threading.Event().wait(0.02)
-        second = post(srv, "reduce", body, key=BOB)
-        t.join()
+        try:
+            engine.wait_submitted(1)
+            second = post(srv, "reduce", body, key=BOB)
+        finally:
+            engine.open()
+            t.join(60)
+        assert not t.is_alive(), "the first reduction did not answer within 60 s of the gate opening"
         assert second.status_code == 429, second.text
         assert first[0].status_code == 200 and first[0].json()["values"][0].startswith("echo: ")
         # alice's limits are her own

@@ -8,11 +8,13 @@ returns a ``RelQueryHandle`` that both worlds can wait on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -294,6 +296,18 @@ class Engine(BackendBase):
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         return self._idle.wait(timeout)
+
+    @contextlib.contextmanager
+    def paused(self, timeout: float = 120.0) -> Iterator[None]:
+        """Hold the engine's event loop for the block (at most ``timeout`` seconds): what is queued
+        on it meanwhile (a submitted relQuery's start, a cancel) runs afterwards, in the order it
+        was queued. For tests that order such events without racing the loop."""
+        release = threading.Event()
+        self._loop.call_soon_threadsafe(release.wait, timeout)
+        try:
+            yield
+        finally:
+            release.set()
 
     # ------------------------------------------------------------------ prompts
 

@@ -45,15 +45,6 @@ class RelQueryHandle:
 
     def row_done(self, row: RowResult) -> None:
         """Hand over one finished row (a row already answered keeps its first answer)."""
-        self._row_done(row)
-
-    def finish(self, result: RelQueryResult | BaseException) -> None:
-        """Hand over the whole result, or the error every caller waiting on it gets."""
-        self._finish(result)
-
-    # the steps behind the two calls above (tests wrap them to watch rows arrive)
-
-    def _row_done(self, row: RowResult) -> None:
         with self._cond:
             if self._rows[row.index] is not None:
                 return
@@ -62,7 +53,8 @@ class RelQueryHandle:
             waiters = self._wake_threads()
         _wake_loops(waiters)
 
-    def _finish(self, result: RelQueryResult | BaseException) -> None:
+    def finish(self, result: RelQueryResult | BaseException) -> None:
+        """Hand over the whole result, or the error every caller waiting on it gets."""
         with self._cond:
             if isinstance(result, BaseException):
                 self._future.set_exception(result)
