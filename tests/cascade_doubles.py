@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -31,21 +30,24 @@ def good_rule(text: str) -> str:
 
 class RuleEngine:
     """Answers each row by ``rule(own text)``; a row whose text ``fails(text)`` is an engine
-    error; ``delay`` seconds per row (a cancel stops the rest)."""
+    error. ``hold(rel_id)``, when it gives a number n for a relQuery of rows, answers its first n
+    rows and holds the rest until the relQuery is cancelled (``holding`` is set then): a test
+    cancels at a point it chose, not after a delay."""
 
     model_id = "rule-model"
     policy = "rule"
     uses_plugin = False
     max_model_len = 2048
 
-    def __init__(self, rule: Callable[[str], str] = good_rule, *, delay: float = 0.0,
+    def __init__(self, rule: Callable[[str], str] = good_rule, *, hold: Callable[[str], int | None] | None = None,
                  fails: Callable[[str], bool] | None = None) -> None:
-        self.rule, self.delay, self.fails = rule, delay, fails
+        self.rule, self.hold, self.fails = rule, hold, fails
         #: prompts of every relQuery of rows (not first passes or probes), in submission order
         self.submitted: list[list[str]] = []
         self.rel_ids: list[str] = []
         self.cancelled: list[str] = []
-        self.started = threading.Event()
+        #: set once a held relQuery has answered its first rows and waits for its cancel
+        self.holding = threading.Event()
         #: rows answered so far, per relQuery id
         self.answered: dict[str, int] = {}
 
@@ -64,13 +66,18 @@ class RuleEngine:
             stop.set()
 
         handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, cancel)
+        held_after = None if self.hold is None or str(rq.rel_id).startswith(_AUX) else self.hold(str(rq.rel_id))
 
         def work():
             rows = []
             for i, p in enumerate(prompts):
-                self.started.set()
+                if i == held_after:
+                    self.holding.set()
+                    # bounded: a test that never cancels ends with the rest of the rows cancelled
+                    stop.wait(120)
+                    stop.set()
                 text = own_text(p)
-                if (self.delay and stop.wait(self.delay)) or stop.is_set():
+                if stop.is_set():
                     row = RowResult(i, error="cancelled", finish_reason="abort")
                 elif self.fails is not None and self.fails(text):
                     row = RowResult(i, error="engine: row too long for the model", finish_reason="error")
@@ -91,9 +98,8 @@ class RuleEngine:
         threading.Thread(target=work, daemon=True).start()
         return handle
 
-    def wait_started(self, timeout: float = 10.0) -> None:
-        assert self.started.wait(timeout)
-        time.sleep(0.05)
+    def wait_holding(self, timeout: float = 60.0) -> None:
+        assert self.holding.wait(timeout), f"still waiting after {timeout:.0f} s for a held relQuery"
 
 
 class RuleEmbedder:

@@ -5,8 +5,6 @@ The real engine and embedding model are in test_cascade_engine.py."""
 
 from __future__ import annotations
 
-import time
-
 import duckdb
 import httpx
 import polars as pl
@@ -96,29 +94,31 @@ def test_server_falls_back_to_the_llm_for_every_row_when_the_proxy_is_poor(tmp_p
 
 def test_server_cancel_during_the_remainder_keeps_the_answered_rows(tmp_path):
     embedding.use_embedder(RuleEmbedder(informative=False))  # every rest row goes to the LLM
-    eng = RuleEngine(delay=0.01)
+    # the remainder's relQuery answers 50 rows, then holds the rest until the cancel (a label
+    # method that calibrates over the relQuery holds them until its last row, so the job's
+    # progress does not show them yet)
+    eng = RuleEngine(hold=lambda rel_id: 50 if rel_id.endswith("-rest") else None)
     with running_server(eng, cache=False) as srv:
         r = httpx.post(srv.url + "/v1/relqueries", json=body(cascade=0.95), timeout=60)
         job = r.json()["id"]
-        # the remainder's relQuery has answered some rows (a label method that calibrates over the
-        # relQuery holds them until its last row, so the job's progress does not show them yet)
-        while eng.answered.get(job + "-rest", 0) < 50:
-            time.sleep(0.02)
+        eng.wait_holding()
+        assert eng.answered[job + "-rest"] == 50
         httpx.delete(srv.url + f"/v1/relqueries/{job}", timeout=60)
         out = httpx.get(srv.url + f"/v1/relqueries/{job}/result", timeout=60).json()
     assert out["status"] == "cancelled" and eng.cancelled == [job + "-rest"]
     rows = out["rows"]
     answered = [r for r in rows if r["error"] is None]
     cancelled = [r for r in rows if r["error"] == "cancelled by the client"]
-    assert len(answered) + len(cancelled) == N and len(answered) >= 900 and cancelled
+    # the sample's 300 training and 600 audit rows, and the 50 the remainder answered before the cancel
+    assert (len(answered), len(cancelled)) == (300 + 600 + 50, N - 950)
     assert all(r["value"] == (r["index"] % 3 == 0) for r in answered)
 
 
 def test_server_cancel_during_the_sample_runs_no_proxy(tmp_path):
-    eng = RuleEngine(delay=0.01)
+    eng = RuleEngine(hold=lambda rel_id: 0)  # the sample's relQuery answers nothing until the cancel
     with running_server(eng, cache=False) as srv:
         job = httpx.post(srv.url + "/v1/relqueries", json=body(cascade=0.95), timeout=60).json()["id"]
-        eng.wait_started()
+        eng.wait_holding()
         httpx.delete(srv.url + f"/v1/relqueries/{job}", timeout=60)
         out = httpx.get(srv.url + f"/v1/relqueries/{job}/result", timeout=60).json()
     assert out["status"] == "cancelled" and len(eng.submitted) == 1
