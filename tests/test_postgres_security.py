@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 import psycopg
 import pytest
 from test_postgres import KEY, ROLE_KEYS, cluster, connect, server  # noqa: F401 (fixtures)
+from waits import wait_until
 
 from relserve.client import Client
 
@@ -133,54 +133,56 @@ def test_each_roles_calls_reach_the_server_with_its_own_key(server, cluster):
 # ---------------------------------------------------------------- 3. cancel and timeouts reach the relQuery
 
 
-def _assert_cancelled_on_the_server(server, before: set[str]) -> None:
-    deadline = time.monotonic() + 10.0  # the cancel reaches the engine a moment after the statement ends
-    while True:
-        new = [j for k, j in jobs(server, ROLE_KEYS["alice"]).items() if k not in before]
-        assert len(new) == 1, new
-        job = new[0]
-        if job["status"] != "running" or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+def _alices_new_job(server, before: set[str]) -> dict | None:
+    new = [j for k, j in jobs(server, ROLE_KEYS["alice"]).items() if k not in before]
+    assert len(new) <= 1, new
+    return new[0] if new else None
+
+
+def _assert_cancelled_on_the_server(server, engine, before: set[str]) -> None:
+    # the cancel reaches the engine a moment after the statement ends
+    job = wait_until(lambda: (j := _alices_new_job(server, before)) and j["status"] != "running" and j,
+                     "alice's relQuery to end on the server")
     assert job["status"] == "cancelled", job
     answered = job["stats"]["rows"] - job["stats"]["errors"]
     assert answered < 300, job
-    time.sleep(1.0)  # nothing runs on: the count of answered rows stays put
+    # nothing runs on: once the engine has nothing left to run, the count of answered rows is the same
+    assert engine.wait_idle(120), "the engine still busy 120 s after the cancel"
     again = jobs(server, ROLE_KEYS["alice"])[job["id"]]
     assert again["stats"]["rows"] - again["stats"]["errors"] == answered
 
 
-def test_statement_timeout_ends_the_statement_and_cancels_the_relquery(server, cluster):
+def test_statement_timeout_ends_the_statement_and_cancels_the_relquery(engine, server, cluster):
     before = set(jobs(server, ROLE_KEYS["alice"]))
     with connect(cluster, "alice") as db:
         db.execute("SET statement_timeout = '3s'")
         with pytest.raises(psycopg.errors.QueryCanceled, match=r"canceling statement due to statement timeout"):
             db.execute(LONG)
-    _assert_cancelled_on_the_server(server, before)
+    _assert_cancelled_on_the_server(server, engine, before)
 
 
-def test_pg_cancel_backend_ends_the_statement_and_cancels_the_relquery(server, cluster):
+def test_pg_cancel_backend_ends_the_statement_and_cancels_the_relquery(engine, server, cluster):
     before = set(jobs(server, ROLE_KEYS["alice"]))
     with connect(cluster, "alice") as db:
         pid = db.execute("SELECT pg_backend_pid()").fetchone()[0]
 
-        def cancel_soon() -> None:
-            time.sleep(2.0)
+        def cancel_once_it_runs() -> None:  # the relQuery is on the server: now cancel the statement
+            wait_until(lambda: _alices_new_job(server, before), "alice's relQuery on the server", timeout=120)
             with connect(cluster, "alice") as other:  # a role may cancel its own backends
                 assert other.execute("SELECT pg_cancel_backend(%s)", [pid]).fetchone() == (True,)
 
-        canceller = threading.Thread(target=cancel_soon)
+        canceller = threading.Thread(target=cancel_once_it_runs)
         canceller.start()
         with pytest.raises(psycopg.errors.QueryCanceled, match=r"canceling statement due to user request"):
             db.execute(LONG)
         canceller.join()
-        _assert_cancelled_on_the_server(server, before)
+        _assert_cancelled_on_the_server(server, engine, before)
         # the session is usable afterwards, and a short call still works
         assert db.execute("SELECT count(*) FROM llm_map_query('Is {review} good?', "
                           "'SELECT review FROM reviews WHERE id = 1', '{\"max_tokens\": 2}')").fetchone() == (1,)
 
 
-def test_relserve_timeout_cancels_the_relquery_with_a_clear_error(server, cluster):
+def test_relserve_timeout_cancels_the_relquery_with_a_clear_error(engine, server, cluster):
     before = set(jobs(server, ROLE_KEYS["alice"]))
     with connect(cluster, "alice") as db:
         db.execute("SET relserve.timeout = 2")
@@ -191,7 +193,7 @@ def test_relserve_timeout_cancels_the_relquery_with_a_clear_error(server, cluste
         db.execute("SET relserve.timeout = 'soon'")
         with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"relserve.timeout must be a positive number of seconds, got 'soon'"):
             db.execute(ONE_ROW)
-    _assert_cancelled_on_the_server(server, before)
+    _assert_cancelled_on_the_server(server, engine, before)
 
 
 
