@@ -12,6 +12,7 @@ import duckdb
 import pytest
 from engine_doubles import RecordingEngine
 from server_fixtures import running_server
+from waits import wait_until
 
 import relserve
 import relserve.duckdb
@@ -35,14 +36,6 @@ def cluster():
 def private_home(tmp_path, monkeypatch):
     # a fresh result cache: every row must reach the replicas
     monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))
-
-
-def _wait_until(condition, what: str, timeout: float = 120.0) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"still waiting after {timeout:.0f} s for {what}"
-        time.sleep(0.05)
 
 
 def _rows(n: int, word: str = "item") -> list[dict]:
@@ -110,7 +103,7 @@ def test_a_large_relquery_is_split_and_cancel_reaches_every_replica(cluster):
     h = cluster.submit(RelQuery("Write a long story about {x}.", _rows(96, "dragon"), max_tokens=200))
     # a hang guard, not a time limit: 48 rows of 200 tokens per replica can take minutes to
     # answer a first row on a loaded 2-core machine (failed at 120 s while other tests ran)
-    _wait_until(lambda: h.progress.done > 0, "the first answered row", timeout=540)
+    wait_until(lambda: h.progress.done > 0, "the first answered row", timeout=540)
     h.cancel()
     result = h.result(120)  # 96 rows x 200 tokens would take many minutes; the cancel stops them
     assert result.cancelled
@@ -131,7 +124,7 @@ def test_a_killed_replica_costs_only_time(cluster):
     before = cluster.replica_pids()
     handles = [cluster.submit(RelQuery("Describe {x} in a sentence.", _rows(40, w), max_tokens=24)) for w in ("cat", "dog")]
     # kill a replica that holds unfinished rows, once some rows are answered
-    _wait_until(lambda: sum(h.progress.done for h in handles) >= 4, "4 answered rows")
+    wait_until(lambda: sum(h.progress.done for h in handles) >= 4, "4 answered rows")
     victim = cluster.placement(handles[0].rel_id)[0]["replica"]
     os.kill(before[victim], signal.SIGKILL)
     results = [h.result(300) for h in handles]
@@ -139,14 +132,14 @@ def test_a_killed_replica_costs_only_time(cluster):
         assert len(r.rows) == 40 and [x.index for x in r.rows] == list(range(40))
         assert all(x.error is None and x.text for x in r.rows), [x.error for x in r.rows if x.error]
         # each row answered exactly once: the handle's arrival order holds every index once
-        assert sorted(h._order) == list(range(40))
+        assert sorted(r.index for r in h.rows_since(0)) == list(range(40))
     lost = [r for r in results if r.extra["cluster"]["lost_replicas"]]
     assert lost, "the killed replica held rows of neither relQuery"
     for r in lost:
         assert r.extra["cluster"]["lost_replicas"] == [victim]
         assert r.stats.redispatched_rows == r.extra["cluster"]["redispatched_rows"] > 0
     # Ray restarts it (a new process) and it takes rows again
-    _wait_until(lambda: all(cluster.replica_alive()), "Ray to restart the replica", timeout=180)
+    wait_until(lambda: all(cluster.replica_alive()), "Ray to restart the replica", timeout=180)
     assert cluster.replica_alive() == [True, True]
     assert cluster.replica_pids()[victim] != before[victim]
     assert cluster.run(RelQuery("Say {x}.", _rows(2), max_tokens=4)).stats.num_errors == 0
@@ -160,16 +153,16 @@ def test_a_replica_that_stops_answering_is_timed_out(cluster):
     try:
         h = cluster.submit(RelQuery("Describe {x} in a sentence.", _rows(20, "owl"), max_tokens=24))
         victim = cluster.placement(h.rel_id)[0]["replica"]
-        _wait_until(lambda: h.progress.done > 0, "the first answered row")
+        wait_until(lambda: h.progress.done > 0, "the first answered row")
         os.kill(before[victim], signal.SIGSTOP)  # alive but silent
         r = h.result(300)
     finally:
         cluster.replica_timeout_s = 60.0
     assert all(x.error is None and x.text for x in r.rows)
-    assert sorted(h._order) == list(range(20))
+    assert sorted(r.index for r in h.rows_since(0)) == list(range(20))
     assert r.extra["cluster"]["lost_replicas"] == [victim]
     assert r.stats.redispatched_rows > 0
-    _wait_until(lambda: all(cluster.replica_alive()), "Ray to restart the replica", timeout=180)
+    wait_until(lambda: all(cluster.replica_alive()), "Ray to restart the replica", timeout=180)
     assert cluster.replica_alive() == [True, True]
     assert cluster.replica_pids()[victim] != before[victim]  # Ray restarted the silent one
 
