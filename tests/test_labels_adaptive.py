@@ -113,6 +113,21 @@ def test_one_crowd_is_not_read_as_two():
     assert fit_mixture(xs).gain < 0.05
 
 
+def test_a_few_margins_are_read_across_a_gap_only_when_it_is_wide_in_nats_and_in_spreads():
+    # wide by both measures (4.4 nats; the crowds spread 0.09): two crowds, split at the gap
+    both = [-3.1, -3.0, -2.9, 1.5, 1.6, 1.7, 1.6]
+    reading, mix = read(both)
+    assert (reading.rule, reading.prior) == ("two crowds", pytest.approx(4 / 7))
+    assert [mix.posterior(x) > 0.5 for x in both] == [False] * 3 + [True] * 4
+    # 0.48 nats apart, though 48 of the crowds' spreads: small statements, not crowds (the
+    # model's own answers, by each margin's sign)
+    narrow = [0.10, 0.11, 0.12, 0.60, 0.61, 0.62]
+    assert read(narrow)[0].rule == "few rows"
+    # 3.0 nats apart, but about one of the crowds' wide spread (3.1): noise, not crowds
+    noisy = [-4.0, -1.0, 1.2, 2.2, 4.4, 7.0]
+    assert read(noisy)[0].rule == "few rows"
+
+
 def _strong_engine(true_rows: set[str]):
     """A model that separates the rows cleanly (tests/label_doubles.py) whose true rows are ``true_rows``."""
     return strong_engine(lambda text: any(t in text for t in true_rows))
