@@ -15,6 +15,7 @@ import time
 import psycopg
 import pytest
 from test_postgres import KEY, REPO, REVIEWS, ROLE_KEYS, cluster, connect, expected, server  # noqa: F401 (fixtures)
+from waits import wait_until
 
 from relserve.client import Client
 
@@ -218,9 +219,7 @@ def test_pg_cancel_backend_cancels_the_relquery_on_the_server(server, fdw):
         pid = db.execute("SELECT pg_backend_pid()").fetchone()[0]
 
         def cancel_once_it_runs() -> None:  # the relQuery is on the server: now cancel the statement
-            deadline = time.monotonic() + 60
-            while not new_jobs(server, before, ROLE_KEYS["alice"]) and time.monotonic() < deadline:
-                time.sleep(0.1)
+            wait_until(lambda: new_jobs(server, before, ROLE_KEYS["alice"]), "alice's relQuery on the server")
             with connect(fdw, "alice") as other:
                 other.execute("SELECT pg_cancel_backend(%s)", [pid])
 
