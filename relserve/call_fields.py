@@ -43,11 +43,17 @@ class CallFields:
     prompt_shape: str | None = None
     answer_field: str | None = None
     cascade: float | None = None
+    # the budget (issue 47)
+    max_tokens_total: int | None = None
+    max_seconds: float | None = None
+    on_budget: str | None = None
     # the scheduling hints (relserve.functions.SchedulingHints)
     priority: int | None = None
     deadline_s: float | None = None
     #: answer repeated greedy prompts from the server's result cache
     cache: bool | None = None
+    #: the server estimates the relQuery when it starts and reports it in its stats (issue 47)
+    estimate: bool | None = None
 
     @classmethod
     def of_call(cls, call: LLMCall, *, on_error: str | None = None, cache: bool | None = None) -> CallFields:
@@ -60,6 +66,8 @@ class CallFields:
         if options["examples"] is not None:
             # kept frozen as tuples of (column, value) pairs; values render as on a local run
             options["examples"] = [{k: _jsonable(v) for k, v in ex} for ex in options["examples"]]
+        if options["on_budget"] == "refuse":  # the default: not sent
+            options["on_budget"] = None
         options["max_tokens"] = call.max_tokens  # the function's own default resolved
         options["on_error"] = on_error if on_error is not None else o.on_error
         kind = call.function.kind

@@ -168,6 +168,12 @@ class Client:
         (distinct prompts), ``cached_rows`` (answered from the result cache), ``failed_rows``."""
         return self._request("POST", "/v1/relqueries/plan", _body(template, rows, call, options))
 
+    def count_tokens(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None,
+                     call: CallFields | None = None, **options: Any) -> dict[str, Any]:
+        """Each row's prompt tokens as the server's engine would see them, without running:
+        ``prompt_tokens`` (None for a row that cannot run) and ``errors`` (why), in row order."""
+        return self._request("POST", "/v1/relqueries/tokens", _body(template, rows, call, options))
+
     def stream(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None,
                call: CallFields | None = None, **options: Any) -> RelQueryStream:
         """Submit and iterate the rows as they finish (each carries its input ``index``)."""

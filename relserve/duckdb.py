@@ -32,8 +32,9 @@ from relserve.duckdb_ext import (
 from relserve.duckdb_ext import (
     sql as _sql,
 )
+from relserve.estimate.budget import Budget, BudgetExceeded
 
-__all__ = ["Connection", "SiteExplain", "StatementExplain", "connect", "errors", "explain", "install", "sql"]
+__all__ = ["BudgetExceeded", "Connection", "SiteExplain", "StatementExplain", "connect", "errors", "explain", "install", "sql"]
 
 
 # -- issue 26: llm_reduce / llm_topk (relserve/operators/duckdb_hooks.py) ----------------------
@@ -50,9 +51,20 @@ def install(con: Any, **defaults: Any) -> Any:
     return install_operators(_install(con, **defaults))
 
 
-def sql(con: Any, query: str, params: Any = None) -> Any:
+def sql(con: Any, query: str, params: Any = None, *, max_tokens_total: int | None = None,
+        max_seconds: float | None = None, on_budget: str = "refuse") -> Any:
     if isinstance(con, _Connection):
         con = con.con
+    budget = Budget(max_tokens_total, max_seconds, on_budget)
+    if not budget.limited:
+        return _route(con, query, params)
+    from relserve.duckdb_ext.estimates import statement_budget
+
+    with statement_budget(con, query, params, budget, explain):
+        return _route(con, query, params)
+
+
+def _route(con: Any, query: str, params: Any) -> Any:
     from relserve.operators.duckdb_hooks import mentions_operator, run_sql
 
     if mentions_operator(query):
@@ -65,14 +77,20 @@ def sql(con: Any, query: str, params: Any = None) -> Any:
     return _sql(con, query, params)
 
 
-sql.__doc__ = _sql.__doc__
+sql.__doc__ = (_sql.__doc__ or "") + """
+    ``max_tokens_total`` / ``max_seconds``: the statement's budget (engine tokens, seconds), checked
+    against its estimate before it starts and held while it runs; ``on_budget``: "refuse" (the
+    default: BudgetExceeded before anything runs, with the estimate and the budget) or "partial"
+    (the rows the budget allows; the others NULL with the error 'budget exceeded').
+"""
 
 
 def explain(con: Any, query: str, params: Any = None, *, analyze: bool = False) -> Any:
     """What ``sql(con, query)`` would do, without calling the engine; for a statement with
     ``llm_reduce`` / ``llm_topk``, their groups, levels and estimated prompt tokens. With
     ``analyze`` (EXPLAIN ANALYZE, planned statements of llm_* calls) the statement runs and each
-    call shows what ran: rows, rows the LLM answered, time, and the model cascade's figures."""
+    call shows what ran (rows, rows the LLM answered, time, the model cascade's figures) beside
+    its estimate, and the statement its measured seconds and engine tokens beside its own."""
     if isinstance(con, _Connection):
         con = con.con
     if analyze:
@@ -95,8 +113,8 @@ class Connection(_Connection):
     def __init__(self, con: Any, **defaults: Any) -> None:
         self.con = install(con, **defaults)
 
-    def sql(self, query: str, params: Any = None) -> Any:
-        return sql(self.con, query, params)
+    def sql(self, query: str, params: Any = None, **budget: Any) -> Any:
+        return sql(self.con, query, params, **budget)
 
     def explain(self, query: str, params: Any = None, *, analyze: bool = False) -> Any:
         return explain(self.con, query, params, analyze=analyze)

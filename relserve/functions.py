@@ -69,7 +69,8 @@ class CallOptions:
 
     ``None`` for ``max_tokens`` means the function's own default (a yes/no answer needs fewer
     tokens than free text). ``model`` None means the default engine's model. Everything here but
-    ``on_error`` can change an answer; ``on_error`` only says what a failed row does.
+    ``on_error`` and the budget (``max_tokens_total``, ``max_seconds``, ``on_budget``) can change
+    an answer; those only say what a failed row, or a call over its budget, does.
     """
 
     model: str | None = None
@@ -99,6 +100,13 @@ class CallOptions:
     #: keep (0.95: a light proxy answers the rows it is sure of, the rest go to the LLM;
     #: relserve/cascade/); None: every row to the LLM
     cascade: float | None = None
+    #: issue 47, a budget of the call (None: none): the engine's prompt tokens plus answer tokens
+    #: it may spend, and the seconds it may take; like ``on_error`` they never change an answer
+    max_tokens_total: int | None = None
+    max_seconds: float | None = None
+    #: "refuse": refuse before starting when the estimate exceeds the budget; "partial": run until
+    #: the budget is reached, the rows not answered NULL with the error 'budget exceeded'
+    on_budget: str = "refuse"
 
     def __post_init__(self) -> None:
         if self.model is not None and (not isinstance(self.model, str) or not self.model):
@@ -119,6 +127,9 @@ class CallOptions:
                               "question_first); prompt_shape 'chat' has none")
         object.__setattr__(self, "answer_field", check_answer_field(self.answer_field))
         check.seed(self.seed)
+        check.max_tokens_total(self.max_tokens_total)
+        object.__setattr__(self, "max_seconds", check.max_seconds(self.max_seconds))
+        check.on_budget(self.on_budget)
         check.text_or_none("system", self.system)
         object.__setattr__(self, "temperature", check.temperature(self.temperature))
         object.__setattr__(self, "top_p", check.top_p(self.top_p))

@@ -277,6 +277,9 @@ class LLMExpr:
         on_error: str | None = None,
         reorder_fields: bool | None = None,
         examples: list[dict] | None = None,
+        max_tokens_total: int | None = None,
+        max_seconds: float | None = None,
+        on_budget: str | None = None,
         engine: Backend | None = None,
     ) -> pl.Expr:
         """Free-text answer per row (String).
@@ -288,6 +291,7 @@ class LLMExpr:
         call = make_call(
             LLM_MAP, template, model=model, max_tokens=max_tokens, temperature=temperature, system=system,
             on_error=on_error, reorder_fields=reorder_fields, examples=examples,
+            max_tokens_total=max_tokens_total, max_seconds=max_seconds, on_budget=on_budget,
         )
         return _expr(self._expr, call, engine)
 
@@ -307,6 +311,9 @@ class LLMExpr:
         answer_field: str | None = None,
         cascade: float | None = None,
         seed: int | None = None,
+        max_tokens_total: int | None = None,
+        max_seconds: float | None = None,
+        on_budget: str | None = None,
         engine: Backend | None = None,
     ) -> pl.Expr:
         """Yes/no answer per row (Boolean). ``cascade=0.95``: a model cascade answers the rows a
@@ -320,6 +327,7 @@ class LLMExpr:
             LLM_FILTER, template, model=model, max_tokens=max_tokens, temperature=temperature, system=system,
             on_error=on_error, reorder_fields=reorder_fields, method=method, examples=examples,
             prompt_shape=prompt_shape, answer_field=answer_field, cascade=cascade, seed=seed,
+            max_tokens_total=max_tokens_total, max_seconds=max_seconds, on_budget=on_budget,
         )
         return _expr(self._expr, call, engine)
 
@@ -368,6 +376,9 @@ class LLMExpr:
         answer_field: str | None = None,
         cascade: float | None = None,
         seed: int | None = None,
+        max_tokens_total: int | None = None,
+        max_seconds: float | None = None,
+        on_budget: str | None = None,
         engine: Backend | None = None,
     ) -> pl.Expr:
         """One of ``labels`` per row (Enum of the labels); ``cascade`` and ``seed`` as for ``filter``.
@@ -384,6 +395,7 @@ class LLMExpr:
             LLM_CLASSIFY, template, labels=labels, model=model, max_tokens=max_tokens, temperature=temperature,
             system=system, on_error=on_error, reorder_fields=reorder_fields, method=method, examples=examples,
             prompt_shape=prompt_shape, answer_field=answer_field, cascade=cascade, seed=seed,
+            max_tokens_total=max_tokens_total, max_seconds=max_seconds, on_budget=on_budget,
         )
         return _expr(self._expr, call, engine)
 
@@ -399,6 +411,9 @@ class LLMExpr:
         on_error: str | None = None,
         reorder_fields: bool | None = None,
         examples: list[dict] | None = None,
+        max_tokens_total: int | None = None,
+        max_seconds: float | None = None,
+        on_budget: str | None = None,
         engine: Backend | None = None,
     ) -> pl.Expr:
         """JSON text valid against ``json_schema`` per row (String; ``.str.json_decode()`` it).
@@ -415,6 +430,7 @@ class LLMExpr:
             LLM_EXTRACT, template, json_schema=json_schema, model=model, max_tokens=max_tokens,
             temperature=temperature, system=system, on_error=on_error, reorder_fields=reorder_fields,
             examples=examples,
+            max_tokens_total=max_tokens_total, max_seconds=max_seconds, on_budget=on_budget,
         )
         return _expr(self._expr, call, engine)
 

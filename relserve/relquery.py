@@ -108,6 +108,10 @@ class RelQuery:
     #: scheduler can learn (``PolicySettings.output_history``). The planner sets its own key;
     #: None: one made of ``template`` and the output settings ("" for prompts with no key)
     call_key: str | None = None
+    #: issue 47: the budget the rows spend from (``relserve.estimate.budget.Allowance``): a row
+    #: starts only when its most tokens fit, and the rows left when its seconds run out are
+    #: cancelled with the error 'budget exceeded' (None: no budget)
+    budget: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.prompts is None:

@@ -107,3 +107,28 @@ def cascade(value: Any) -> float | None:
         raise ConfigError(f"cascade must be an agreement target between {CASCADE_MIN} and {CASCADE_MAX} "
                           f"(0.95: 95% of the rows answered as the LLM would), or 0 for off; got {value!r}")
     return float(value)
+
+
+#: what a call does when its budget (``max_tokens_total``, ``max_seconds``) would be exceeded
+ON_BUDGET_VALUES = ("refuse", "partial")
+
+
+def max_tokens_total(value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigError(f"max_tokens_total must be a positive whole number of tokens, got {value!r}")
+    return value
+
+
+def max_seconds(value: Any) -> float | None:
+    if value is not None and (not finite_number(value) or value <= 0):
+        raise ConfigError(f"max_seconds must be a positive, finite number of seconds, got {value!r}")
+    return float(value) if value is not None else None
+
+
+def on_budget(value: Any) -> str:
+    if value not in ON_BUDGET_VALUES:
+        raise ConfigError(
+            f"on_budget must be 'refuse' (refuse before starting when the estimate exceeds the budget) or 'partial' "
+            f"(run until the budget is reached; the rows not answered get NULL and the error 'budget exceeded'), got {value!r}"
+        )
+    return value

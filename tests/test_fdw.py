@@ -135,12 +135,16 @@ def test_explain_analyze_reports_the_relquery(server, fdw):
         assert set(jobs(server)) == before  # plain EXPLAIN runs nothing and sends nothing
         plan = "\n".join(r for (r,) in db.execute("EXPLAIN ANALYZE SELECT * FROM review_mood WHERE id <= 3"))
     assert "Window Rows: 2000" in dry and "Rows Sent" not in dry, dry
-    fields = dict(re.findall(r"^\s*(relQueries|Rows Sent|Distinct Prompts|Cached Rows|Latency \(s\)|Core Running \(s\)): (\S+)", plan, re.M))
+    fields = dict(re.findall(r"^\s*(relQueries|Rows Sent|Distinct Prompts|Cached Rows|Latency \(s\)|Core Running \(s\)|"
+                             r"Estimated \(s\)|Estimated Prompt Tokens|Prompt Tokens): (\S+)", plan, re.M))
     assert fields["relQueries"] == "1", plan
     assert fields["Rows Sent"] == "3", plan
     assert fields["Distinct Prompts"] == "1", plan  # ids 1 and 2 came from the result cache
     assert fields["Cached Rows"] == "2", plan
     assert float(fields["Latency (s)"]) > 0 and "Core Running (s)" in fields
+    # issue 47: the estimate the window's relQuery had when it started, beside what it took
+    assert float(fields["Estimated (s)"]) > 0, plan
+    assert fields["Estimated Prompt Tokens"] == fields["Prompt Tokens"], plan  # the engine's own count
 
 
 def test_joins_run_one_scan(server, fdw):

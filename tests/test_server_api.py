@@ -469,9 +469,15 @@ def test_plan_counts_rows_distinct_prompts_and_cached_answers_without_running(se
     rows = [{"x": "p1"}, {"x": "p2"}, {"x": "p1"}, {"x": None}]
     with Client(server.url, api_key=ALICE) as c:
         submitted = len(fake.submitted)
-        assert c.plan("Plan {x}", rows) == {"rows": 4, "engine_rows": 2, "cached_rows": 0, "failed_rows": 1}
+        got = c.plan("Plan {x}", rows)
+        assert got | {"estimate": None} == {"rows": 4, "engine_rows": 2, "cached_rows": 0, "failed_rows": 1, "estimate": None}
+        # issue 47: the engine's prompt tokens of the two prompts, and the seconds (relserve/estimate/)
+        assert got["estimate"]["engine_rows"] == 2 and got["estimate"]["prompt_tokens"] > 0
+        assert got["estimate"]["idle_s"] > 0
         assert len(fake.submitted) == submitted  # nothing ran
         c.run("Plan {x}", rows[:1])  # p1 is in the result cache now
-        assert c.plan("Plan {x}", rows) == {"rows": 4, "engine_rows": 1, "cached_rows": 2, "failed_rows": 1}
+        got = c.plan("Plan {x}", rows)
+        assert got | {"estimate": None} == {"rows": 4, "engine_rows": 1, "cached_rows": 2, "failed_rows": 1, "estimate": None}
+        assert got["estimate"]["engine_rows"] == 1
         with pytest.raises(ServerError, match=r"template names unknown column"):
             c.plan("Plan {y}", rows)

@@ -23,6 +23,7 @@ TENANTS = {
 VALID = {
     "/v1/relqueries": ({"template": "Say {x}", "rows": [{"x": "a"}, {"x": "b"}]}, "temperature"),
     "/v1/relqueries/plan": ({"template": "Say {x}", "rows": [{"x": "a"}, {"x": "b"}]}, "temperature"),
+    "/v1/relqueries/tokens": ({"template": "Say {x}", "rows": [{"x": "a"}, {"x": "b"}]}, "temperature"),
     "/v1/cells": ({"cells": [{"id": "A1", "template": "Say {x}", "args": ["a"]}], "stream": False}, "temperature"),
     "/v1/completions": ({"prompt": ["Say a", "Say b"]}, "temperature"),
     "/v1/chat/completions": ({"messages": [{"role": "user", "content": "Say a"}]}, "temperature"),
@@ -34,6 +35,7 @@ VALID = {
 ROW_VALUE = {
     "/v1/relqueries": lambda b, v: b["rows"][1].update(x=v),
     "/v1/relqueries/plan": lambda b, v: b["rows"][1].update(x=v),
+    "/v1/relqueries/tokens": lambda b, v: b["rows"][1].update(x=v),
     "/v1/cells": lambda b, v: b["cells"][0].update(args=[v]),
     "/v1/completions": lambda b, v: b["prompt"].__setitem__(1, v),
     "/v1/chat/completions": lambda b, v: b["messages"][0].update(content=v),
@@ -131,7 +133,7 @@ def test_a_row_that_is_not_valid_unicode_fails_alone(server, path):
     ROW_VALUE[path](b, "bad \ud800 text")
     r = _send(server, path, _raw(b))
     # accepted where each row has its own error; OpenAI's endpoints refuse the request
-    assert r.status_code == {"/v1/relqueries": 201, "/v1/relqueries/plan": 200, "/v1/cells": 200,
+    assert r.status_code == {"/v1/relqueries": 201, "/v1/relqueries/plan": 200, "/v1/relqueries/tokens": 200, "/v1/cells": 200,
                              "/v1/operators/reduce": 200, "/v1/operators/topk": 200}.get(path, 400), r.text
     if path == "/v1/relqueries":
         rq = httpx.get(f"{server.url}/v1/relqueries/{r.json()['id']}/result", headers={"Authorization": f"Bearer {KEY}"}).json()
@@ -139,7 +141,13 @@ def test_a_row_that_is_not_valid_unicode_fails_alone(server, path):
         assert errors[0] is None and errors[2] is None
         assert errors[1].startswith("the prompt is not valid Unicode text: surrogates not allowed '\\ud800' at character")
     elif path == "/v1/relqueries/plan":
-        assert r.json() == {"rows": 2, "engine_rows": 2, "cached_rows": 0, "failed_rows": 0}  # it fails when its prompt is encoded
+        # it fails when its prompt is encoded, so the estimate leaves it out
+        assert r.json() | {"estimate": None} == {"rows": 2, "engine_rows": 2, "cached_rows": 0, "failed_rows": 0, "estimate": None}
+        assert r.json()["estimate"]["engine_rows"] == 1
+    elif path == "/v1/relqueries/tokens":  # the row that cannot be encoded is not counted, and says why
+        counted = r.json()
+        assert counted["prompt_tokens"][0] > 0 and counted["prompt_tokens"][1] is None
+        assert counted["errors"][1].startswith("the prompt is not valid Unicode text")
     elif path == "/v1/cells":
         (cell,) = r.json()["cells"]
         assert cell["error"].startswith("the prompt is not valid Unicode text")

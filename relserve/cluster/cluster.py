@@ -232,6 +232,9 @@ class Cluster(BackendBase):
     # ------------------------------------------------------------------ relQueries
 
     def submit(self, rq: RelQuery, tenancy: Tenancy | None = None) -> RelQueryHandle:
+        if rq.budget is not None:  # its rows are placed on replicas at once: nothing would hold it
+            raise ConfigError("a budget (max_tokens_total, max_seconds) is held by the embedded Engine or a server; "
+                              "the Ray cluster does not hold one yet: run the call without it, or on an Engine")
         a = admit(self, rq, lambda: self._cancel(rq.rel_id))
         handle = a.handle
         run = _Run(rq, handle, a.arrival, a.prompts, dict(a.rows), tenancy=tenancy)

@@ -9,10 +9,12 @@ import duckdb
 import pyarrow as pa
 
 from relserve.duckdb_ext.connections import install, session_of
+from relserve.duckdb_ext.estimates import Measured, measured_run, statement_estimate
 from relserve.duckdb_ext.planned import StatementRun, explain_planned, run_planned
 from relserve.duckdb_ext.statement import analyze as parse_statement
 from relserve.duckdb_ext.statement import split_statements
 from relserve.errors import ConfigError
+from relserve.estimate.statement import StatementEstimate
 from relserve.planner.explain import Analyzed, Explain
 
 
@@ -72,6 +74,10 @@ class StatementExplain:
     collect_s: float
     #: the whole EXPLAIN, tokenizing the prompts included
     explain_s: float = 0.0
+    #: issue 47: the statement's tokens and seconds, its sites replayed together (None: unknown)
+    estimate: StatementEstimate | None = None
+    #: EXPLAIN ANALYZE: what running it took (None: not run)
+    measured: Measured | None = None
 
     @property
     def stages(self) -> int:
@@ -85,6 +91,8 @@ class StatementExplain:
             "collect_s": self.collect_s,
             "explain_s": self.explain_s,
             "sites": [s.to_dict() for s in self.sites],
+            "estimate": self.estimate.to_dict() if self.estimate is not None else None,
+            "measured": asdict(self.measured) if self.measured is not None else None,
         }
 
     def __str__(self) -> str:
@@ -96,6 +104,10 @@ class StatementExplain:
             f"LLM EXPLAIN: {len(self.sites)} call site(s) in {self.stages} stage(s); "
             f"reading the rows {self.collect_s * 1000:.0f} ms, explaining {self.explain_s * 1000:.0f} ms"
         ]
+        if self.estimate is not None:
+            lines.append(self.estimate.line())
+        if self.measured is not None:
+            lines.append(self.measured.line(self.estimate))
         for s in self.sites:
             waits = f", waits for #{', #'.join(map(str, s.depends_on))}" if s.depends_on else ""
             lines.append(f"#{s.index} stage {s.stage}{waits}: {s.call}")
@@ -109,6 +121,9 @@ class StatementExplain:
                 lines.extend("   " + line for line in str(plan).splitlines())
             for ran in s.analyzed:
                 lines.extend("   " + line for line in str(ran).splitlines())
+            if s.analyzed:
+                lines.append(f"   measured              {sum(a.seconds for a in s.analyzed):>9.2f}s   (its relQueries, when the "
+                             f"statement ran; estimated above: {_site_estimate(s)})")
         return "\n".join(lines)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
@@ -118,9 +133,10 @@ class StatementExplain:
 def explain(con: duckdb.DuckDBPyConnection, query: str, params: Any = None, *, analyze: bool = False) -> StatementExplain:
     """What ``sql(con, query)`` would do, without calling the engine (the rows are read once).
 
-    With ``analyze`` (EXPLAIN ANALYZE) the statement runs, as ``sql`` runs it, and each site
-    shows what its relQueries did: rows, rows the LLM answered, time, and the model cascade's
-    sample, audit, threshold, proxy rows and estimated agreement."""
+    With ``analyze`` (EXPLAIN ANALYZE) the statement then runs, as ``sql`` runs it: each site shows
+    what its relQueries did (rows, rows the LLM answered, time, the model cascade's sample, audit,
+    threshold, proxy rows and estimated agreement) beside its estimate, and the statement its
+    seconds and the engine's tokens beside the statement's estimate."""
     session = session_of(con)
     texts = split_statements(query)
     if len(texts) != 1:
@@ -128,14 +144,26 @@ def explain(con: duckdb.DuckDBPyConnection, query: str, params: Any = None, *, a
     statement = parse_statement(texts[0])
     if not statement.planned:
         return StatementExplain(statement.text, [], statement.unplanned_reason if statement.sites else None, 0.0)
+    run = explain_planned(con, session, statement, params)
+    out = _statement_explain(run)
+    out.estimate = statement_estimate(run, session)
     if analyze:
         with session.lock:
             session.failures.clear()
-        _, run = run_planned(con, session, statement, params)
-        session.last_run = run
-    else:
-        run = explain_planned(con, session, statement, params)
-    return _statement_explain(run)
+        out.measured, ran = measured_run(con, session, statement, params)
+        session.last_run = ran
+        for site, state in zip(out.sites, ran.sites):
+            site.analyzed = list(state.analyzed)
+    return out
+
+
+def _site_estimate(site: SiteExplain) -> str:
+    ests = [p.estimate for p in site.plans if getattr(p, "estimate", None) is not None]
+    if not ests or any(e.idle_s is None for e in ests):
+        return "none"
+    idle = sum(e.idle_s for e in ests)
+    now = [e.now_s for e in ests if e.now_s is not None]
+    return f"{idle:.2f}s alone" + (f", {sum(now):.2f}s now" if now else "")
 
 
 def _statement_explain(run: StatementRun) -> StatementExplain:

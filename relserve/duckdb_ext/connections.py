@@ -11,6 +11,8 @@ import duckdb
 
 from relserve.backend.protocol import Backend
 from relserve.duckdb_ext.arguments import options_macro_sql
+from relserve.duckdb_ext.count_tokens import NAME as COUNT_TOKENS
+from relserve.duckdb_ext.count_tokens import CountTokens
 from relserve.duckdb_ext.remote import http_runner
 from relserve.duckdb_ext.session import CallRunner, LocalRunner, Session
 from relserve.duckdb_ext.udf import PlainFunction, create_function, return_type
@@ -71,6 +73,7 @@ def install(
         _sessions[con] = session
     for fn in FUNCTIONS.values():
         create_function(con, fn.name, PlainFunction(session, fn), return_type(fn), replace=True)
+    create_function(con, COUNT_TOKENS, CountTokens(session), "BIGINT", replace=True)
     con.execute(options_macro_sql())
     return con
 

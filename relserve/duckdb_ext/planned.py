@@ -29,6 +29,7 @@ from relserve.duckdb_ext.session import Session
 from relserve.duckdb_ext.statement import CallSite, Statement
 from relserve.duckdb_ext.udf import answer_chunk, create_function, return_type, settle_chunk_errors, to_arrow
 from relserve.errors import RowError
+from relserve.estimate import selectivity
 from relserve.functions import LLMCall, LLMFunction
 from relserve.planner.explain import Analyzed, Explain
 from relserve.planner.plan_and_run import analyzed
@@ -142,6 +143,8 @@ class SiteState:
             raise RowError(f"{self.site.text}: {e}") from None
         self.relqueries += 1
         self.analyzed.append(analyzed(call, outcome))
+        if call.function.kind == "filter":  # how many rows the sites after it will meet (issue 47)
+            selectivity.record(call.call_key(), outcome.values)
         if record:
             self.session.record_failures(call, values, outcome.errors)
         with self.lock:

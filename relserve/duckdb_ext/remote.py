@@ -29,8 +29,10 @@ from typing import Any
 
 from relserve.call_fields import CallFields, jsonable_row
 from relserve.cascade.report import CascadeReport
-from relserve.client import Client
+from relserve.client import Client, ServerError
 from relserve.errors import ConfigError, RowError
+from relserve.estimate.budget import Allowance, BudgetExceeded
+from relserve.estimate.estimate import CallEstimate, estimate_of
 from relserve.functions import LLMCall
 from relserve.planner.plan_and_run import CallOutcome
 from relserve.progress import progress_bar
@@ -66,15 +68,20 @@ class RemoteExplain:
     engine_rows: int
     cached_rows: int
     failed_rows: int
+    #: issue 47: the server's estimate (its engine's tokens, the seconds alone and behind its work)
+    estimate: CallEstimate | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        d["estimate"] = self.estimate.to_dict() if self.estimate is not None else None
+        return d
 
     def __str__(self) -> str:
-        return (
+        head = (
             f"{self.function} on the server {self.server}: {self.rows} row(s), {self.engine_rows} distinct "
             f"prompt(s) to run, {self.cached_rows} from the server's result cache, {self.failed_rows} that cannot run"
         )
+        return "\n".join([head, *self.estimate.lines()]) if self.estimate is not None else head
 
 
 @dataclass
@@ -89,7 +96,8 @@ class HttpRunner:
     _model_id: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def run(self, call: LLMCall, values: list[tuple], *, explain_only: bool = False) -> CallOutcome:
+    def run(self, call: LLMCall, values: list[tuple], *, explain_only: bool = False,
+            budget: Allowance | None = None) -> CallOutcome:
         self._check(call)
         if not values:
             return CallOutcome([], [], None)  # type: ignore[arg-type]
@@ -97,18 +105,33 @@ class HttpRunner:
         rows = [jsonable_row(names, vals) for vals in values]
         # row errors come back per row; what a failed row does is applied here
         fields = CallFields.of_call(call, on_error="null", cache=self.server_cache)
+        if budget is not None:
+            fields = within(fields, budget)
+            if fields is None:  # the statement's budget is spent: nothing is sent
+                why = f"{call.function.name}: " + (budget.seconds_message() if budget.expired() else budget.tokens_message(1))
+                return CallOutcome([None] * len(values), [why] * len(values), None)  # type: ignore[arg-type]
         if explain_only:
             got = self.client.plan(call.template.source, rows, fields)
             ex = RemoteExplain(call.function.name, call.template.source, self.client.url, got["rows"],
-                               got["engine_rows"], got["cached_rows"], got["failed_rows"])
+                               got["engine_rows"], got["cached_rows"], got["failed_rows"], estimate_of(got.get("estimate")))
             return CallOutcome([None] * len(values), [None] * len(values), None, explain=ex)  # type: ignore[arg-type]
         t0 = time.perf_counter()
-        with self.client.stream(call.template.source, rows, fields) as stream, \
-                progress_bar(len(values), call.function.name, show=self.progress) as bar:
-            answers = in_input_order(_counted(stream, bar), len(values))
-            done = stream.done or {}
-            engine_rows = stream.header.get("engine_rows", 0)
-            cached_rows = stream.header.get("cached_rows", 0)
+        try:
+            with self.client.stream(call.template.source, rows, fields) as stream, \
+                    progress_bar(len(values), call.function.name, show=self.progress) as bar:
+                answers = in_input_order(_counted(stream, bar), len(values))
+                done = stream.done or {}
+                engine_rows = stream.header.get("engine_rows", 0)
+                cached_rows = stream.header.get("cached_rows", 0)
+        except ServerError as e:
+            if e.status in (422, 429) and "refused before starting" in e.message:
+                raise BudgetExceeded(e.message) from None
+            raise
+        if budget is not None:  # what the server's engine spent, against the statement's budget
+            stats = done.get("stats", {})
+            prompt = sum(r.prompt_tokens or 0 for r in answers if not r.cached)
+            rows_spent = prompt + sum(r.output_tokens or 0 for r in answers if not r.cached)
+            budget.charge(stats.get("budget_tokens_spent", rows_spent), stats.get("budget_prompt_tokens_spent", prompt))
         record = RemoteCall(
             call.function.name, len(values), engine_rows, cached_rows,
             sum(r.prompt_tokens or 0 for r in answers),
@@ -149,6 +172,28 @@ class HttpRunner:
             wanted = _model_id_of(o.model) or o.model
             if wanted != self.model_id:
                 raise ConfigError(f"{where}: model {o.model!r} was asked for, but the server serves {self.model_id!r}")
+
+
+def within(fields: CallFields, budget: Allowance) -> CallFields | None:
+    """``fields`` with a budget no larger than what is left of ``budget`` (a statement's), which
+    the server enforces as a partial run (the statement was checked against its estimate before
+    it started); None when nothing is left."""
+    from dataclasses import replace
+
+    if budget.expired():
+        return None
+    tokens = budget.left()
+    if tokens is not None and tokens <= 0:
+        return None
+    deadline = budget.earliest_deadline
+    seconds = deadline - time.monotonic() if deadline is not None else None
+    own_tokens, own_seconds = fields.max_tokens_total, fields.max_seconds
+    return replace(
+        fields,
+        max_tokens_total=min(t for t in (tokens, own_tokens) if t is not None) if tokens is not None or own_tokens else None,
+        max_seconds=min(t for t in (seconds, own_seconds) if t is not None) if seconds is not None or own_seconds else None,
+        on_budget="partial" if (tokens is not None or seconds is not None) else fields.on_budget,
+    )
 
 
 def _counted(rows: Iterable[RowResult], bar: Any) -> Iterator[RowResult]:

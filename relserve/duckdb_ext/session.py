@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from relserve.backend.protocol import Backend
 from relserve.duckdb_ext.remote import HttpRunner, RemoteCall
+from relserve.estimate.budget import Allowance
 from relserve.functions import CallOptions, LLMCall, LLMFunction
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
@@ -25,7 +26,8 @@ class CallRunner(Protocol):
 
     progress: bool
 
-    def run(self, call: LLMCall, values: list[tuple], *, explain_only: bool = False) -> CallOutcome: ...
+    def run(self, call: LLMCall, values: list[tuple], *, explain_only: bool = False,
+            budget: Allowance | None = None) -> CallOutcome: ...
 
     def cached(self, call: LLMCall, values: list[tuple]) -> dict[int, tuple[Any, str | None]]:
         """Answers known without running, by position in ``values``."""
@@ -46,7 +48,8 @@ class LocalRunner:
     def _engine_for(self, call: LLMCall) -> EngineRef:
         return EngineRef(self.engine, call.options.model)
 
-    def run(self, call: LLMCall, values: list[tuple], *, explain_only: bool = False) -> CallOutcome:
+    def run(self, call: LLMCall, values: list[tuple], *, explain_only: bool = False,
+            budget: Allowance | None = None) -> CallOutcome:
         return run_rows(
             call,
             values,
@@ -55,6 +58,7 @@ class LocalRunner:
             optimize=self.optimize,
             progress=self.progress,
             explain_only=explain_only,
+            budget=budget,
         )
 
     def cached(self, call: LLMCall, values: list[tuple]) -> dict[int, tuple[Any, str | None]]:
@@ -82,9 +86,11 @@ class Session:
     #: record of the last planned statement (``relserve.duckdb_ext.planned.StatementRun``)
     last_run: Any = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: the budget of the statement running (``sql(..., max_tokens_total=...)``; issue 47)
+    budget: Allowance | None = None
 
     def run(self, call: LLMCall, values: list[tuple], *, explain_only: bool = False) -> CallOutcome:
-        return self.runner.run(call, values, explain_only=explain_only)
+        return self.runner.run(call, values, explain_only=explain_only, budget=None if explain_only else self.budget)
 
     def cached(self, call: LLMCall, values: list[tuple]) -> dict[int, tuple[Any, str | None]]:
         """Answers already in the result cache, by position in ``values``."""

@@ -5,7 +5,7 @@ text, one too long for the model's context), and hand back the rest with their t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,22 @@ class Admitted:
     rows: list[tuple[int, list[int]]]
 
 
+def layout_token_ids(tokenizer: Any, prompter: Any, prompts: Sequence[str], system: str | None, shape: str = "chat",
+                     answer_field: str = "Answer:") -> list[list[int]]:
+    """The token ids the engine computes for ``prompts``: the chat template around each (with
+    ``system``), or a scoring layout of issue 22 (relserve/prompt_shapes.py). ``prompter`` is the
+    ``ChatPrompter`` of ``system``. Token counts before running (relserve/estimate/) use this
+    function too, so they are the engine's own."""
+    if not prompts:
+        return []
+    if shape == "chat":
+        return prompter.token_ids(list(prompts))
+    from relserve.prompt_shapes import engine_texts
+
+    texts = engine_texts(prompter, prompts, system, shape, answer_field)
+    return tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+
 def admit(engine: BackendBase, rq: Any, cancel: Callable[[], None]) -> Admitted:
     """``engine`` has ``dead_reason``, ``max_model_len`` and ``_prompter`` (``ChatTokenizing``)."""
     if not isinstance(rq, RelQuery):
@@ -36,14 +52,8 @@ def admit(engine: BackendBase, rq: Any, cancel: Callable[[], None]) -> Admitted:
     arrival = time.monotonic()
     prompts = rq.render()
     good = [i for i, p in enumerate(prompts) if not isinstance(p, RowError)]
-    prompter = engine._prompter(rq.system)
-    if getattr(rq, "prompt_shape", "chat") == "chat":
-        ids = prompter.token_ids([prompts[i] for i in good])
-    else:  # the scoring layouts of issue 22 (relserve/prompt_shapes.py)
-        from relserve.prompt_shapes import engine_texts
-
-        texts = engine_texts(prompter, [prompts[i] for i in good], rq.system, rq.prompt_shape, rq.answer_field)
-        ids = engine.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    ids = layout_token_ids(engine.tokenizer, engine._prompter(rq.system), [prompts[i] for i in good], rq.system,
+                           getattr(rq, "prompt_shape", "chat"), rq.answer_field)
     handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, cancel)
     rows: list[tuple[int, list[int]]] = []
     for i, p in enumerate(prompts):

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,9 +26,12 @@ from relserve.engine.cpu_libs import preload_for, preloaded
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import LabelTrie, asks, pick
 from relserve.engine.request_meta import RequestMeta
+from relserve.engine.row_gate import RowGate
 from relserve.engine.scheduler_steps import SchedulerStep
 from relserve.engine.spawn import check_not_bootstrapping, hidden_main
 from relserve.errors import ConfigError, EngineError
+from relserve.estimate import answer_lengths
+from relserve.estimate.snapshot import QueuedRelQuery, QueuedRequest
 from relserve.policy import POLICY_NAMES, CostModel, PolicySettings, policy_class
 from relserve.policy.types import Tenancy
 from relserve.prompt_shapes import label_space
@@ -86,6 +90,18 @@ class _Running:
     remaining: int = 0
     #: whom it runs for (the HTTP server's tenants); None: no tenant
     tenancy: Tenancy | None = None
+    #: (row index, prompt token ids) of the rows sent to vLLM (the estimates' view of the queue)
+    rows: list[tuple[int, list[int]]] = field(default_factory=list)
+    #: engine requests per row (a scored row: one per label-trie node it reads)
+    requests_per_row: int = 1
+    #: with a budget: what lets its rows start (made when the first one asks)
+    gate: RowGate | None = None
+    #: the error of rows cut short by the budget's seconds (None: "cancelled")
+    cancel_reason: str | None = None
+
+    @property
+    def tenant(self) -> str:
+        return self.tenancy.tenant if self.tenancy is not None else ""
 
     def prompt(self, ids: list[int]) -> Any:
         return _tokens_prompt(ids, self.tenancy)
@@ -145,6 +161,11 @@ class Engine(BackendBase):
         self._tries: dict[tuple[str, ...], LabelTrie] = {}
         self._idle = threading.Event()
         self._idle.set()
+        #: budgeted rows wait on it for tokens (made on the engine's loop; issue 47)
+        self._budget_changed: asyncio.Condition | None = None
+        #: what a busy step took beyond the cost model, as ``queued()`` last read it (the
+        #: estimates add it to every step they replay; None: not measured yet)
+        self.step_gap_s: float | None = None
         self._closed = False
 
         self._loop = asyncio.new_event_loop()
@@ -286,6 +307,36 @@ class Engine(BackendBase):
         log = self._call(self._rpc("stats", {"steps": True, "since": since}))["step_log"]
         return [SchedulerStep.from_log(entry) for entry in log]
 
+    def queued(self) -> list[QueuedRelQuery]:
+        """Every relQuery in flight with its unfinished requests, as the scheduler sees them now
+        (tokens computed and answered): the work a new statement's estimate replays before it
+        (relserve/estimate/). Without the plug-in (``vllm``) unfinished requests count as waiting."""
+        state: dict[str, list] = {}
+        if self.uses_plugin and (self._inflight or self.step_gap_s is None):
+            reply = self._call(self._rpc("queue", {}))
+            state = {r[0]: r for r in reply["requests"]}
+            if reply.get("step_gap_s") is not None:
+                self.step_gap_s = reply["step_gap_s"]
+        out = []
+        for running in list(self._inflight.values()):
+            rq, handle = running.rq, running.handle
+            by_row: dict[int, list[str]] = {}
+            for request_id, i in list(running.request_ids.items()):
+                by_row.setdefault(i, []).append(request_id)
+            requests = []
+            for i, ids in running.rows:
+                if handle.row(i) is not None:
+                    continue
+                seen = [state[r] for r in by_row.get(i, ()) if r in state]
+                if not seen:  # not in the scheduler yet: waiting from scratch
+                    requests += [QueuedRequest(ids)] * running.requests_per_row
+                    continue
+                for _, is_running, _, computed, generated, _ in seen:
+                    requests.append(QueuedRequest(ids, computed, generated, bool(is_running)))
+            out.append(QueuedRelQuery(rq.rel_id, running.arrival, 1 if rq.score_labels else rq.max_tokens, rq.call_key or "",
+                                      running.tenant, rq.priority, rq.score_labels, requests))
+        return out
+
     def reset_scheduler_stats(self) -> None:
         self._call(self._rpc("reset_stats", {}))
 
@@ -372,33 +423,40 @@ class Engine(BackendBase):
 
     async def _run(self, running: _Running, rows: list[tuple[int, list[int]]]) -> None:
         rq = running.rq
+        running.rows = rows
         try:
             running.remaining = len(rows)
             if running.handle.cancelled:
                 # cancelled before this coroutine first ran: `_cancel` found no tasks to cancel
                 # then, so none are started (each row ends "cancelled" in the result)
                 rows = []
+            timer = self._budget_timer(running) if rq.budget is not None and rows else None
             if rq.score_labels:
                 trie = self._label_trie(tuple(rq.choices or ()), label_space(rq.prompt_shape))
                 # the same requests for every row of the relQuery: built once, not per row
                 row_asks = asks(trie, _MAX_LOGPROBS)
-                for i, ids in rows:
-                    running.tasks.append(asyncio.create_task(self._scored_row(running, i, ids, trie, row_asks, len(rows))))
+                running.requests_per_row = len(row_asks)
+                for pos, (i, ids) in enumerate(rows):
+                    start = functools.partial(self._scored_row, running, i, ids, trie, row_asks, len(rows))
+                    running.tasks.append(asyncio.create_task(self._budgeted(running, pos, i, len(ids) + len(row_asks), start)))
                 rows = []
             else:
                 sp = self._sampling_params(running, len(rows))
-            for i, ids in rows:
-                request_id = f"{rq.rel_id}-{i}"
-                running.request_ids[request_id] = i
-                gen = self._llm.generate(running.prompt(ids), sp, request_id)
-                running.tasks.append(asyncio.create_task(self._row(running, i, len(ids), gen)))
+            for pos, (i, ids) in enumerate(rows):
+                start = functools.partial(self._decoded_row, running, i, ids, sp)
+                running.tasks.append(asyncio.create_task(self._budgeted(running, pos, i, len(ids) + rq.max_tokens, start)))
             if running.tasks:
                 await asyncio.gather(*running.tasks, return_exceptions=True)
+            if timer is not None:
+                timer.cancel()
             dead = self.dead_reason
             if dead is not None:  # not a row's fault: every caller hears that the engine died
                 running.handle.finish(EngineError(f"relQuery {rq.rel_id} failed: {dead}"))
                 return
             result = finished_result(running.handle, self.policy, running.arrival, list(running.times.values()))
+            if not rq.score_labels:  # what the next estimate of this call expects (relserve/estimate/)
+                answer_lengths.record(running.tenant, self.model_id, rq.call_key or "",
+                                      [r.output_tokens for r in result.rows if r.error is None])
             running.handle.finish(result)
         except BaseException as e:  # never leave a caller waiting forever
             running.handle.finish(EngineError(f"relQuery {rq.rel_id} failed: {e}"))
@@ -406,6 +464,54 @@ class Engine(BackendBase):
             self._inflight.pop(rq.rel_id, None)
             if not self._inflight:
                 self._idle.set()
+
+    def _decoded_row(self, running: _Running, index: int, ids: list[int], sp) -> Any:
+        request_id = f"{running.rq.rel_id}-{index}"
+        running.request_ids[request_id] = index
+        return self._row(running, index, len(ids), self._llm.generate(running.prompt(ids), sp, request_id))
+
+    # ------------------------------------------------------------------ budgets (issue 47)
+
+    async def _budgeted(self, running: _Running, pos: int, index: int, need: int, start: Callable[[], Any]) -> None:
+        """Row ``index`` (the ``pos``-th of its relQuery): with a budget (``RelQuery.budget``), it
+        starts when its gate lets it (relserve/engine/row_gate.py: in row order, once its most
+        tokens ``need`` fit) and gives back what it did not use when it ends; a row that can never
+        fit ends with the error 'budget exceeded'."""
+        if running.rq.budget is None:
+            await start()
+            return
+        if running.gate is None:
+            if self._budget_changed is None:
+                self._budget_changed = asyncio.Condition()
+            running.gate = RowGate(running.rq.budget, self._budget_changed)
+        gate = running.gate
+        granted = False
+        try:
+            granted = await gate.enter(pos, need)
+            if not granted:
+                running.handle.row_done(RowResult(index, error=running.rq.budget.tokens_message(need)))
+                return
+            await start()
+        except asyncio.CancelledError:  # the seconds ran out, or the relQuery was cancelled, while it waited
+            gate.skip(pos)
+            running.handle.row_done(RowResult(index, error=running.cancel_reason or "cancelled"))
+        finally:
+            if granted:
+                row = running.handle.row(index)
+                await gate.leave(need, row.prompt_tokens if row is not None else None, row.output_tokens if row is not None else 0)
+
+    def _budget_timer(self, running: _Running) -> asyncio.TimerHandle | None:
+        """Cancel the relQuery's unfinished rows when its budget's seconds run out."""
+        deadline = running.rq.budget.earliest_deadline
+        if deadline is None:
+            return None
+
+        def expire() -> None:
+            running.cancel_reason = running.rq.budget.seconds_message()
+            for t in running.tasks:
+                t.cancel()
+
+        return self._loop.call_later(max(0.0, deadline - time.monotonic()), expire)
 
     async def _row(self, running: _Running, index: int, prompt_len: int, gen) -> None:
         handle = running.handle
@@ -424,7 +530,7 @@ class Engine(BackendBase):
                 RowResult(
                     index,
                     text=None if aborted else c.text,
-                    error="cancelled" if aborted else None,
+                    error=(running.cancel_reason or "cancelled") if aborted else None,
                     prompt_tokens=prompt_len,
                     output_tokens=len(c.token_ids),
                     cached_tokens=final.num_cached_tokens or 0,
@@ -432,7 +538,7 @@ class Engine(BackendBase):
                 )
             )
         except asyncio.CancelledError:
-            handle.row_done(RowResult(index, error="cancelled", prompt_tokens=prompt_len))
+            handle.row_done(RowResult(index, error=running.cancel_reason or "cancelled", prompt_tokens=prompt_len))
         except Exception as e:
             handle.row_done(RowResult(index, error=f"{type(e).__name__}: {e}", prompt_tokens=prompt_len))
 
@@ -507,7 +613,7 @@ class Engine(BackendBase):
                 )
             )
         except asyncio.CancelledError:
-            handle.row_done(RowResult(index, error="cancelled", prompt_tokens=len(ids)))
+            handle.row_done(RowResult(index, error=running.cancel_reason or "cancelled", prompt_tokens=len(ids)))
         except Exception as e:
             handle.row_done(RowResult(index, error=f"{type(e).__name__}: {e}", prompt_tokens=len(ids)))
 

@@ -83,6 +83,11 @@ class RelServeScheduler(Scheduler):
         # rel_id -> [requests added so far, monotonic time the first one was added]
         self._arrived: dict[str, list] = {}
         self._assembly_timeout = float(cfg.get("assembly_timeout_s", 0.25))
+        # the host's seconds a busy step takes besides its model run and its policy's decision
+        # (vLLM's scheduling, output handling): the estimates add them to every step they replay
+        # when the cost model was fitted on model runs alone (relserve/estimate/timing.py)
+        self._last_step: tuple[float, float] | None = None
+        self._step_gap = StepGap()
         _install_rpc()
 
     # ----------------------------------------------------------------- control channel
@@ -119,6 +124,13 @@ class RelServeScheduler(Scheduler):
                 "scheduler": type(self).__name__,
                 "async_scheduling": isinstance(self, AsyncScheduler),
             }
+        if command == "queue":
+            # every request in the engine, for the estimates' replay of its queue (relserve/estimate/)
+            return {"requests": [
+                [r.request_id, r.status == RequestStatus.RUNNING, r.num_prompt_tokens, r.num_computed_tokens,
+                 r.num_output_tokens, r.max_tokens]
+                for r in itertools.chain(self.running, self._all_waiting())
+            ], "step_gap_s": self._step_gap.seconds}
         if command == "reset_stats":
             p = self._policy
             p.dpu_seconds = p.aba_seconds = 0.0
@@ -218,6 +230,11 @@ class RelServeScheduler(Scheduler):
         return itertools.chain(self.kv_holding_waiting, self.waiting)
 
     def schedule(self, *args: Any, **kwargs: Any):
+        entered = time.monotonic()
+        if self._last_step is not None:
+            started, ran = self._last_step
+            self._step_gap.add(entered - started - ran)
+            self._last_step = None
         t0 = time.perf_counter()
         entered = time.monotonic()
         view = self._view()
@@ -400,7 +417,25 @@ class RelServeScheduler(Scheduler):
             self._step_seq += 1
             step["seq"] = self._step_seq
             self._step_log.append(step)
-        return super().update_from_output(scheduler_output, model_runner_output)
+        out = super().update_from_output(scheduler_output, model_runner_output)
+        if step is not None:
+            # from this step's scheduling call to the next one's, less its model run and its
+            # policy's decision (the replay takes none)
+            self._last_step = (step["entered"] + step["policy_s"], step["duration"])
+        return out
+
+
+class StepGap:
+    """The host's seconds of a busy step besides its model run, a running mean of the recent steps
+    (a step followed by a pause of 0.2 s or more ran into idleness: not counted)."""
+
+    def __init__(self, weight: float = 0.02) -> None:
+        self.weight = weight
+        self.seconds: float | None = None
+
+    def add(self, gap: float) -> None:
+        if 0.0 <= gap < 0.2:
+            self.seconds = gap if self.seconds is None else self.seconds + self.weight * (gap - self.seconds)
 
 
 class RelServeAsyncScheduler(RelServeScheduler, AsyncScheduler):

@@ -337,14 +337,14 @@ def explain_reduce(
             too_long += 1
             toks = []
         per_group.append(toks)
-    cost = cost_model_of(running)
+    model_id = _model_id(running, rc.call.options.model)
+    cost = cost_model_of(running, model_id)
     seqs, step_budget = engine_limits(running)
     levels = []
     for lv in estimate_levels(per_group, b.budget, rc.call.max_tokens):
         tokens = lv.value_tokens + lv.prompts * b.overhead
         secs = estimate_seconds(cost, lv.prompts, tokens, rc.call.max_tokens, max_seqs=seqs, token_budget=step_budget)
         levels.append({**asdict(lv), "prompt_tokens": tokens, "estimated_s": secs})
-    model_id = _model_id(running, rc.call.options.model)
     return ReduceExplain(
         template=rc.call.template.source,
         model_id=model_id,

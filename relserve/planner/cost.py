@@ -18,10 +18,14 @@ DEFAULT_MAX_SEQS: int = EngineSettings.model_fields["max_num_seqs"].default
 DEFAULT_TOKEN_BUDGET: int = EngineSettings.model_fields["max_num_batched_tokens"].default
 
 
-def cost_model_of(engine: Backend | None) -> CostModel:
+def cost_model_of(engine: Backend | None, model_id: str | None = None) -> CostModel:
+    """The engine's cost model; before an engine starts, the one an engine of ``model_id`` would
+    load (the calibration of this machine, else the preset: ``relserve.calibration``)."""
     model = getattr(engine, "cost_model", None) if engine is not None else None
     if model is None:
-        model = CostModel()
+        from relserve.calibration import machine_cost_model
+
+        model = machine_cost_model(model_id) if model_id else CostModel()
     return model
 
 

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
+from relserve.estimate.budget import Allowance
 from relserve.functions import FILTER_CHOICES, SchedulingHints
 from relserve.planner.labels.answer_fields import resolved
 from relserve.planner.labels.interface import LabelContext, LabelRun
@@ -39,6 +40,7 @@ class CallExecutor:
         prefix: str = "",
         error_prefix: str = "",
         received: float | None = None,
+        budget: Allowance | None = None,
     ) -> None:
         self.rows = rows
         self.call = rows.call
@@ -51,6 +53,8 @@ class CallExecutor:
         self.error_prefix = error_prefix
         #: when the call arrived (time.monotonic()): its deadline counts from then
         self.received = time.monotonic() if received is None else received
+        #: issue 47: the budget every relQuery of the call spends from (its first pass too)
+        self.budget = budget
         self.handle: RelQueryHandle | None = None
         self.stats: RelQueryStats | None = None
         self._answers: list[tuple[str, str]] = []
@@ -85,6 +89,8 @@ class CallExecutor:
             self.label_method, _ = method_and_pool(call, engine, self.model_id, len(self.rows.prompts))
         # on_error "null": each row's error comes back to the caller, who decides
         options = dict(**call.engine_options(), on_error="null", priority=self.hints.priority)
+        if self.budget is not None:  # every relQuery of the call spends from it, a first pass too
+            options["budget"] = self.budget
         prompts = self.rows.prompts
         if self.label_method not in (None, "generate"):
             self.labels = start_run(self.label_method, LabelContext(

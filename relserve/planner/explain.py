@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from relserve.backend.protocol import Backend
 from relserve.cascade.policy import plan as cascade_plan
@@ -28,6 +28,9 @@ from relserve.planner.labels.methods import asked, method_and_pool, method_of, p
 from relserve.planner.plan import CallPlan
 from relserve.planner.tokens import TokenSource
 from relserve.prompt_shapes import AUTO_ANSWER_FIELD, answer_field_text
+
+if TYPE_CHECKING:  # relserve/estimate/ reads the planner: imported when used
+    from relserve.estimate.estimate import CallEstimate
 
 DEFAULT_BLOCK_SIZE = 32  # the engine's default (vLLM's CPU attention needs a multiple of 32)
 
@@ -88,9 +91,14 @@ class Explain:
     layout: str | None = None
     layout_information: float | None = None
     layout_candidates: tuple[str, ...] = ()
+    #: issue 47: the engine's prompt tokens, the most answer tokens and the seconds alone and
+    #: behind the engine's queue now (relserve/estimate/); None when it could not be made
+    estimate: CallEstimate | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["estimate"] = self.estimate.to_dict() if self.estimate is not None else None
+        return d
 
     @property
     def speedup(self) -> float | None:
@@ -110,8 +118,8 @@ class Explain:
             f"   (predicted, original -> planned; block {self.block_size}, cache {cap}, tokens: {self.token_source})",
             f"  prompt tokens         {self.prompt_tokens_original:>10,} -> {self.prompt_tokens_planned:,}",
             f"  pinned prefix         {self.pinned_prefix_tokens:>10,} tokens",
-            f"  estimated run time    {self.estimate_original_s:>9.1f}s -> {self.estimate_planned_s:.1f}s{speed}"
-            f"   (cost model: {self.cost_model})",
+            f"  plan against none     {self.estimate_original_s:>9.1f}s -> {self.estimate_planned_s:.1f}s{speed}"
+            f"   (prefill and decode waves alone, unplanned -> planned; cost model: {self.cost_model})",
             f"  planner time          {self.planner_s * 1000:>9.1f} ms",
         ]
         if self.label_method is not None:
@@ -162,6 +170,8 @@ class Explain:
             )
         if self.cascade != "off":
             lines.append(f"  cascade               {self.cascade}")
+        if self.estimate is not None:
+            lines.extend(self.estimate.lines())
         if self.sample_prompt is not None:
             sample = self.sample_prompt if len(self.sample_prompt) <= 300 else self.sample_prompt[:297] + "..."
             lines.append("  first prompt to run   " + sample.replace("\n", "\\n"))
@@ -222,7 +232,7 @@ def explain_plan(
     block = block_size or getattr(engine, "block_size", None) or DEFAULT_BLOCK_SIZE
     if capacity_blocks is None:
         capacity_blocks = kv_capacity_blocks(engine)
-    cost = cost_model_of(engine)
+    cost = cost_model_of(engine, plan.model_id)
     seqs, budget = engine_limits(engine)
     call = plan.call
     # the per-template memory of an ``answer_field := 'auto'`` call is kept under the name chosen
@@ -290,6 +300,7 @@ def explain_plan(
         examples_tokens=len(tokens.many([call.examples_prefix])[0]) if call.options.examples else 0,
         cascade=cascade_plan(call, len(plan.run_order)).describe(),
         **_layouts(call, ran, engine, plan.model_id),
+        estimate=explain_estimate(plan, engine, namespace),
     )
 
 
@@ -301,6 +312,21 @@ def _layouts(call, method: str | None, engine, model_id: str) -> dict[str, Any]:
     if choice is not None:
         return {"layout": choice.layout.name, "layout_information": choice.information}
     return {"layout_candidates": tuple(layout.name for layout in layouts_for(call))}
+
+
+def explain_estimate(plan: CallPlan, engine: Backend | None, namespace: str | None) -> CallEstimate | None:
+    """Issue 47: the call's estimate as ``run_rows`` would run it (the executor warms the shared
+    prefix of two prompts or more). None when no tokenizer can be had (the model not prepared)."""
+    from relserve.errors import ConfigError
+    from relserve.estimate.estimate import estimate_call
+    from relserve.planner.planned_rows import PlannedRows
+
+    rows = PlannedRows.of(plan)  # the prompts to run with their rows' values, in planned order
+    try:
+        return estimate_call(plan.call, rows.prompts, engine=engine, model_id=plan.model_id, namespace=namespace,
+                             values=rows.values, prefix=plan.shared_prefix() if len(rows.prompts) > 1 else "")
+    except ConfigError:
+        return None
 
 
 def pinned_prefix_tokens(tokens: TokenSource, prefix: str, block_size: int) -> list[int]:

@@ -14,6 +14,7 @@ from relserve.backend.protocol import Backend
 from relserve.cascade import policy as cascade_policy
 from relserve.cascade.report import CascadeReport
 from relserve.errors import LabelWarning, RowError
+from relserve.estimate.budget import Allowance
 from relserve.functions import LLMCall
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
@@ -83,12 +84,14 @@ def run_rows(
     progress: bool = True,
     pin_prefix: bool = True,
     explain_only: bool = False,
+    budget: Allowance | None = None,
 ) -> CallOutcome:
     """Plan and run ``call`` over row tuples aligned with ``call.template.columns``.
 
     ``engine`` may be an engine, an ``EngineRef`` or None (the default engine, started only if a
     row is not in the result cache). With ``explain_only`` nothing runs: the outcome carries the
-    EXPLAIN and NULL values.
+    EXPLAIN and NULL values. ``budget``: a statement's budget the call spends from, besides its
+    own (``llm_options(max_tokens_total := ..., max_seconds := ...)``; relserve/estimate/budget.py).
     """
     t0 = time.perf_counter()
     ref = engine if isinstance(engine, EngineRef) else EngineRef(engine, call.options.model)
@@ -111,12 +114,19 @@ def run_rows(
         done[row.index] = row
     stats = report = label_report = warning = None
     fail_fast = call.options.on_error == "raise"
+    allowance = None
+    if rows.prompts:
+        from relserve.estimate.budgeted import call_allowance  # (relserve/estimate/ reads the planner)
+
+        # issue 47: the call's budget, checked against its estimate; every relQuery spends from it
+        allowance = call_allowance(plan.call, rows.prompts, ref.get(), plan.model_id,
+                                   plan.shared_prefix() if pin_prefix else "", budget, values=rows.values)
 
     def executor_for(some: PlannedRows) -> CallExecutor:
         # a cascade's relQueries run subsets of the plan's prompts: each pins its own shared prefix
         prefix = os.path.commonprefix([min(some.prompts), max(some.prompts)]) if len(some.prompts) > 1 else ""
         return CallExecutor(some, model_id=plan.model_id, prefix=prefix if pin_prefix else "",
-                            error_prefix=f"{call.function.name}: ")
+                            error_prefix=f"{call.function.name}: ", budget=allowance)
 
     cascade = cascade_policy.plan(plan.call, len(rows.prompts))
     if rows.prompts and cascade.applies:
@@ -137,6 +147,7 @@ def run_rows(
             model_id=plan.model_id,
             prefix=plan.shared_prefix() if pin_prefix else "",
             error_prefix=f"{call.function.name}: ",
+            budget=allowance,
         )
         for row in executor.run(ref.get(), progress=progress, fail_fast=fail_fast):
             done[row.index] = row

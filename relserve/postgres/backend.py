@@ -5,9 +5,11 @@ caller's), and a caller's schema must not swap in its own function or operator."
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from relserve.client import Client
+from relserve.postgres.budgets import ceilings_of
 from relserve.postgres.settings import (
     REFUSED_SETTINGS,
     SETTING_NAMES,
@@ -33,7 +35,8 @@ def settings(plpy: Any) -> Settings:
     sql = "SELECT " + ", ".join(f"pg_catalog.current_setting('relserve.{n}', true) AS {n}" for n in names)
     row = plpy.execute(_plan(plpy, "settings", sql))[0]
     refused(row)
-    return settings_from_row(row)
+    limits = plpy.execute(_plan(plpy, "budget_limits", "SELECT own, max_tokens_total, max_seconds FROM relserve.my_budget_limit"))
+    return replace(settings_from_row(row), ceilings=ceilings_of([dict(r) for r in limits]))
 
 
 def config(plpy: Any) -> dict[str, str]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from relserve.client import Client
@@ -28,7 +29,7 @@ from relserve.postgres.settings import CallRequest, call_request
 
 #: the figures of a finished relQuery that EXPLAIN ANALYZE shows (summed over the windows)
 STAT_NAMES = ("rows", "engine_rows", "cached_rows", "latency_s", "waiting_s", "core_s", "tail_s",
-              "prompt_tokens", "cached_tokens")
+              "prompt_tokens", "cached_tokens", "estimated_s", "estimated_prompt_tokens")
 #: a scan nobody polls for this long was ended by an error the Python code never saw
 ABANDON_AFTER_S = 3.0
 
@@ -46,7 +47,8 @@ _scans: dict[str, Scan] = {}
 
 def _start(name: str, request: CallRequest, client: Client, template: str, rows: list) -> str:
     """Send ``rows`` as one relQuery and register its stream for polling; the scan's handle."""
-    stream = AnswerStream(client, template, rows, request.call, abandon_after_s=ABANDON_AFTER_S)
+    # the server estimates each window when it starts: EXPLAIN ANALYZE shows it beside what it took
+    stream = AnswerStream(client, template, rows, replace(request.call, estimate=True), abandon_after_s=ABANDON_AFTER_S)
     handle = uuid.uuid4().hex
     _scans[handle] = Scan(name, request, stream, len(rows))
     return handle

@@ -18,6 +18,7 @@ from typing import Any
 from relserve.call_fields import CallFields
 from relserve.client import DEFAULT_URL
 from relserve.functions import OPTION_NAMES
+from relserve.postgres.budgets import within_ceilings
 from relserve.postgres.errors import INSUFFICIENT_PRIVILEGE, INVALID_AUTHORIZATION, PgError
 from relserve.validation import ON_ERROR_VALUES
 
@@ -52,8 +53,8 @@ RENAMED = {
     ("on_error", "fail"): "'fail' is now 'raise' (a failed row fails the statement)",
 }
 
-_INT = ("max_tokens", "seed", "priority", "batch_window")
-_FLOAT = ("temperature", "top_p", "deadline_s", "timeout", "cascade")
+_INT = ("max_tokens", "seed", "priority", "batch_window", "max_tokens_total")
+_FLOAT = ("temperature", "top_p", "deadline_s", "timeout", "cascade", "max_seconds")
 _BOOL = ("reorder_fields", "cache", "batch_calls")
 _JSON = ("examples",)
 _ON_ERROR = ("on_error", "on_server_error")
@@ -114,6 +115,9 @@ class Settings:
     """The session's ``relserve.*`` settings, typed; unset ones are absent."""
 
     values: Mapping[str, Any] = field(default_factory=dict)
+    #: the budget a superuser set for the role (``relserve.budget_limits``): no call of the role
+    #: may ask for more, whatever its settings or options say (relserve/postgres/budgets.py)
+    ceilings: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def timeout_s(self) -> float:
@@ -170,7 +174,7 @@ def call_request(name: str, settings: Settings, function: str, spec: Any = None,
     if unknown:
         raise PgError(f"{name}: unknown option(s) {', '.join(unknown)}; known options: {', '.join(QUERY_OPTION_NAMES)}")
     chosen = {**settings.values, **{k: typed(k, v, f"{name}: option {k}") for k, v in given.items() if v is not None}}
-    merged = Settings(chosen)
+    merged = Settings(within_ceilings(chosen, settings.ceilings))
     options: dict[str, Any] = {"function": function}
     if function == "classify":
         options["labels"] = list(spec) if spec is not None else None

@@ -15,6 +15,7 @@ from relserve.functions import SchedulingHints
 from relserve.planner.planned_rows import PlannedRows
 from relserve.server.batches import plan_relquery
 from relserve.server.budget import Cost, call_max_tokens, check_template, prompts_cost, rows_cost
+from relserve.server.estimates import batch_estimate, job_allowance
 from relserve.server.jobs import Job
 from relserve.server.schemas import RelQueryRequest
 from relserve.server.state import ServerState, current_tenant, get_state
@@ -48,7 +49,7 @@ def _done(job: Job) -> dict:
 
 async def start_job(
     state: ServerState, tenant: Tenant, cost: Cost, plan: Callable[..., PlannedRows], kind: str,
-    hints: SchedulingHints,
+    hints: SchedulingHints, estimate: bool = False,
 ) -> tuple[Job, PlannedRows]:
     """Every request that runs rows (relQuery, cells, OpenAI calls): ``plan(model_id, cache,
     namespace)`` off the event loop while ``cost`` is reserved for the tenant (planning renders
@@ -56,14 +57,16 @@ async def start_job(
     reservation = state.reserve(cost, tenant)
     try:
         batch = await run_in_threadpool(plan, state.engine.model_id, state.cache_for(tenant), namespace=state.namespace(tenant))
-        job = Job(batch, tenant.name, kind, hints, state.tenancy(tenant))
+        # issue 47: the request's budget and its tenant's day, checked against its estimate
+        budget, est = (await run_in_threadpool(job_allowance, state, tenant, batch, estimate)) if batch.prompts else (None, None)
+        job = Job(batch, tenant.name, kind, hints, state.tenancy(tenant), budget=budget, estimate=est)
         state.launch(job, tenant, reservation)
         return job, batch
     finally:
         state.jobs.release(reservation)
 
 
-def _cost(body: RelQueryRequest, tenant: Tenant, state: ServerState) -> Cost:
+def request_cost(body: RelQueryRequest, tenant: Tenant, state: ServerState) -> Cost:
     """The request's size from lengths, before anything is rendered (413 over a size limit,
     403 for a priority the tenant may not use)."""
     state.check_size(body.size, tenant)
@@ -87,8 +90,8 @@ async def submit(
 ):
     body = state.with_defaults(body)
     # sizes are summed off the event loop (linear in the body); the booking is on it
-    cost = await run_in_threadpool(_cost, body, tenant, state)
-    job, batch = await start_job(state, tenant, cost, partial(plan_relquery, body), "relquery", body.hints())
+    cost = await run_in_threadpool(request_cost, body, tenant, state)
+    job, batch = await start_job(state, tenant, cost, partial(plan_relquery, body), "relquery", body.hints(), body.estimate)
     fmt = _wanted_format(request, body.stream or stream)
     location = {"Location": f"/v1/relqueries/{job.id}"}
     if fmt is None:
@@ -103,9 +106,11 @@ async def plan(body: RelQueryRequest, tenant: Tenant = Depends(current_tenant), 
     # Planning renders every row: it counts against the tenant's limits while it runs, as a job does
     body = state.with_defaults(body)
     # sizes are summed off the event loop (linear in the body); the booking is on it
-    reservation = state.reserve(await run_in_threadpool(_cost, body, tenant, state), tenant)
+    reservation = state.reserve(await run_in_threadpool(request_cost, body, tenant, state), tenant)
     try:
         batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant), state.namespace(tenant))
+        # issue 47: the engine's tokens and the seconds alone and behind the server's work now
+        estimate = await run_in_threadpool(batch_estimate, state, tenant, batch)
     finally:
         state.jobs.release(reservation)
     out = {
@@ -113,6 +118,7 @@ async def plan(body: RelQueryRequest, tenant: Tenant = Depends(current_tenant), 
         "engine_rows": len(batch.prompts),
         "cached_rows": batch.cached_rows,
         "failed_rows": sum(r.error is not None for r in batch.ready),
+        "estimate": estimate.to_dict(),
     }
     cascade = cascade_plan(batch.call, len(batch.prompts))
     if cascade.target is not None:

@@ -11,7 +11,16 @@ from fastapi import FastAPI
 from relserve import validation as check
 from relserve.backend.protocol import Backend
 from relserve.planner.cache import ResultCache, shared_cache
-from relserve.server import api_cells, api_meta, api_openai, api_operators, api_relqueries, log_redaction, pages
+from relserve.server import (
+    api_cells,
+    api_estimates,
+    api_meta,
+    api_openai,
+    api_operators,
+    api_relqueries,
+    log_redaction,
+    pages,
+)
 from relserve.server.body_limit import BodyLimitMiddleware
 from relserve.server.errors import install_error_handlers
 from relserve.server.jobs import JobRegistry
@@ -75,6 +84,6 @@ def create_app(
         app.add_middleware(
             CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"], allow_headers=["*"]
         )
-    for module in (api_relqueries, api_cells, api_openai, api_meta, pages, api_operators):
+    for module in (api_relqueries, api_estimates, api_cells, api_openai, api_meta, pages, api_operators):
         app.include_router(module.router)
     return app

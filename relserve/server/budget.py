@@ -209,3 +209,75 @@ def call_max_tokens(call: Any) -> int:
     except (AttributeError, KeyError, TypeError):
         return int(getattr(call, "max_tokens", 64) or 64)
 
+
+
+# ---------------------------------------------------------------- tokens per tenant and day (issue 47)
+
+
+class DailyBudgetExceeded(Exception):
+    """A request its tenant's tokens left today cannot cover (HTTP 429 until the day turns)."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class DayBudgets:
+    """Each tenant's engine tokens of the current UTC day, as an ``Allowance`` every job of the
+    tenant spends from (relserve/estimate/budget.py): the engine starts a row only when its most
+    tokens fit what is left of the day, and counts what it used. Kept in the server's memory: a
+    restarted server starts the day's count afresh."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._days: dict[str, tuple[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def today() -> str:
+        import datetime
+
+        return datetime.datetime.now(datetime.UTC).date().isoformat()
+
+    @staticmethod
+    def seconds_to_midnight() -> int:
+        import datetime
+
+        now = datetime.datetime.now(datetime.UTC)
+        midnight = (now + datetime.timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+        return max(1, int((midnight - now).total_seconds()) + 1)
+
+    def allowance(self, tenant: Tenant) -> Any:
+        """The tenant's allowance for today (None: no daily limit)."""
+        from relserve.estimate.budget import Allowance
+
+        limit = tenant.limits.max_tokens_per_day
+        if limit is None:
+            return None
+        day = self.today()
+        with self._lock:
+            got = self._days.get(tenant.name)
+            if got is None or got[0] != day or got[1].max_tokens != limit:
+                spent = got[1].spent_tokens if got is not None and got[0] == day else 0
+                allowance = Allowance(limit, name=f"tenant {tenant.name}", tokens_limit="max_tokens_per_day")
+                allowance.charge(spent)
+                got = self._days[tenant.name] = (day, allowance)
+            return got[1]
+
+    def check(self, tenant: Tenant, most_tokens: int, on_budget: str) -> Any:
+        """The day's allowance a request of at most ``most_tokens`` spends from; raises
+        DailyBudgetExceeded when it may not fit and the request refuses (``on_budget``)."""
+        allowance = self.allowance(tenant)
+        if allowance is None:
+            return None
+        left = allowance.left() or 0
+        if on_budget == "refuse" and most_tokens > left:
+            raise DailyBudgetExceeded(
+                f"tenant {tenant.name!r}: refused before starting: this request may spend {most_tokens:,} engine tokens "
+                f"(prompt tokens plus max_tokens per request) and {left:,} of the tenant's max_tokens_per_day "
+                f"{tenant.limits.max_tokens_per_day:,} are left today (UTC). Send fewer rows, or set on_budget 'partial' "
+                "to answer the rows that fit.",
+                self.seconds_to_midnight(),
+            )
+        return allowance

@@ -11,7 +11,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from relserve.errors import ConfigError, RowError, TemplateError
-from relserve.server.budget import LimitExceeded, RequestTooLarge
+from relserve.estimate.budget import BudgetExceeded
+from relserve.server.budget import DailyBudgetExceeded, LimitExceeded, RequestTooLarge
 from relserve.server.tenants import AuthError
 
 _TYPES = {400: "invalid_request", 401: "authentication_error", 404: "not_found", 413: "request_too_large",
@@ -83,6 +84,14 @@ def install_error_handlers(app: FastAPI, on_reject=None) -> None:
     @app.exception_handler(RequestTooLarge)
     async def _too_large(request: Request, exc: RequestTooLarge) -> JSONResponse:
         return _reject(413, str(exc))
+
+    @app.exception_handler(BudgetExceeded)
+    async def _budget(request: Request, exc: BudgetExceeded) -> JSONResponse:
+        return _reject(422, str(exc))
+
+    @app.exception_handler(DailyBudgetExceeded)
+    async def _daily(request: Request, exc: DailyBudgetExceeded) -> JSONResponse:
+        return _reject(429, str(exc), {"Retry-After": str(exc.retry_after_s)})
 
     @app.exception_handler(LimitExceeded)
     async def _limit(request: Request, exc: LimitExceeded) -> JSONResponse:

@@ -21,6 +21,8 @@ from relserve.backend.protocol import Backend
 from relserve.cascade import policy as cascade_policy
 from relserve.cascade.drive import merged_stats, write_proxy_answers
 from relserve.cascade.runner import Cascade
+from relserve.estimate.budget import Allowance
+from relserve.estimate.estimate import CallEstimate
 from relserve.functions import SchedulingHints
 from relserve.planner.executor import CallExecutor
 from relserve.planner.explain import describe_labels
@@ -43,6 +45,8 @@ class Job:
         kind: str,
         hints: SchedulingHints = SchedulingHints(),
         tenancy: Tenancy | None = None,
+        budget: Allowance | None = None,
+        estimate: CallEstimate | None = None,
     ) -> None:
         self.id = uuid.uuid4().hex[:16]
         self.batch = batch
@@ -54,7 +58,7 @@ class Job:
         self.fail_fast = batch.call.options.on_error == OnError.RAISE
         self.received = time.monotonic()
         # the model id is the engine's, known when the job runs
-        self.executor = CallExecutor(batch, model_id="", hints=hints, rel_id=self.id, received=self.received)
+        self.executor = CallExecutor(batch, model_id="", hints=hints, rel_id=self.id, received=self.received, budget=budget)
         self.created_at = time.time()
         self.finished_at: float | None = None
         self.status = RUNNING
@@ -66,6 +70,8 @@ class Job:
         self.cost = _engine_cost(batch)
         #: who runs it in the engine (prefix-cache salt, share); None: no tenancy (open mode)
         self.tenancy = tenancy
+        #: its estimate when it started (issue 47), shown beside what it took
+        self.estimate = estimate
         self.engine_done = 0
         self.engine_stats: RelQueryStats | None = None
         self.handle = None
@@ -305,6 +311,14 @@ class Job:
             # EXPLAIN ANALYZE of the cascade: whether it applied, and what it did
             out["cascade"] = (self.cascade.report.as_dict() if self.cascade is not None
                               else {"target": self.cascade_plan.target, "skipped": self.cascade_plan.skipped})
+        est = self.estimate
+        if est is not None:  # issue 47: the estimate it started with
+            out["estimated_s"] = est.now_s if est.now_s is not None else est.idle_s
+            out["estimated_prompt_tokens"] = est.prompt_tokens
+        budget = self.executor.budget if self.executor is not None else None
+        if budget is not None:  # issue 47: the engine tokens spent against its budgets
+            out["budget_tokens_spent"] = budget.spent_tokens
+            out["budget_prompt_tokens_spent"] = budget.spent_prompt
         return out
 
     def describe(self) -> dict[str, Any]:

@@ -101,6 +101,11 @@ class CallFields(Body):
     #: filter/classify: the agreement with the LLM's answers a model cascade keeps (0.95; 0: off);
     #: None: the server's default (``relserve serve --cascade``), off unless it sets one
     cascade: float | None = Field(None, ge=0.0, le=check.CASCADE_MAX)
+    #: a budget (issue 47): engine tokens (prompt + answer) and seconds the request may take, and
+    #: what happens when the estimate exceeds it: "refuse" (422) or "partial" (the rows that fit)
+    max_tokens_total: int | None = Field(None, ge=1)
+    max_seconds: float | None = Field(None, gt=0.0)
+    on_budget: Literal["refuse", "partial"] | None = None
     #: scheduling hints: lower priority runs sooner; deadline in seconds from submission
     priority: int = Field(0, ge=-check.PRIORITY_LIMIT, le=check.PRIORITY_LIMIT)
     deadline_s: float | None = Field(None, gt=0.0)
@@ -130,6 +135,9 @@ class RelQueryRequest(CallFields):
     on_error: OnError = OnError.NULL
     #: answer repeated greedy prompts from the server's result cache
     cache: bool = True
+    #: estimate the relQuery when it starts (its stats then carry ``estimated_s`` and
+    #: ``estimated_prompt_tokens`` beside what it took: PostgreSQL's EXPLAIN ANALYZE; issue 47)
+    estimate: bool = False
     #: stream the rows back in this response as they finish; None: return the id at once
     stream: Literal["ndjson", "sse"] | None = None
 

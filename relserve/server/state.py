@@ -12,7 +12,7 @@ from relserve.backend.protocol import Backend
 from relserve.planner.cache import CacheView, ResultCache
 from relserve.planner.labels.keys import namespace_of
 from relserve.policy.types import Tenancy
-from relserve.server.budget import Cost, check_request
+from relserve.server.budget import Cost, DayBudgets, check_request
 from relserve.server.errors import ApiError
 from relserve.server.jobs import Job, JobRegistry, Reservation
 from relserve.server.metrics import ServerMetrics
@@ -36,6 +36,8 @@ class ServerState:
     cache: ResultCache | None
     #: the address clients use to reach the server (for the add-in manifest); None: from the request
     public_url: str | None = None
+    #: each tenant's engine tokens today, against its max_tokens_per_day (issue 47)
+    day_budgets: DayBudgets = field(default_factory=DayBudgets)
     _tasks: set[asyncio.Task] = field(default_factory=set)
     #: set once the server is stopping: new work is refused, running work is cancelled
     stopping: bool = False

@@ -16,6 +16,9 @@ A file looks like this (TOML; the JSON form has the same structure)::
     # max_running_shared = 16     # most rows it may have decoding while another tenant has work
                                   # (unset: the scheduler's default from its cost model, a batch
                                   # whose decode step is at most 2x a step of one row; alone, no cap)
+    # max_tokens_per_day = 2000000  # engine tokens (prompt + answer) per UTC day (unset: no limit);
+                                  # a request that may not fit is refused (429) or, with
+                                  # on_budget "partial", answers the rows that fit
 
     [tenants.analytics]
     key_sha256 = "5e884898da28..." # sha256 of the key, hex (preferred: the file holds no secret)
@@ -72,6 +75,9 @@ class Limits(BaseModel):
     weight: float = Field(1.0, gt=0.0, le=1000.0)
     #: None: the scheduler's default (``PolicySettings.tenant_step_slowdown``)
     max_running_shared: int | None = Field(None, ge=1)
+    #: engine tokens (prompt + answer, as the engine counts them) the tenant may spend per UTC
+    #: day (None: no limit); see relserve/server/budget.py
+    max_tokens_per_day: int | None = Field(None, ge=1)
 
     def priority_range(self, open_mode: bool) -> tuple[int, int]:
         low = self.min_priority if self.min_priority is not None else (-PRIORITY_LIMIT if open_mode else 0)
@@ -94,6 +100,7 @@ class _TenantEntry(BaseModel):
     max_priority: int | None = Field(None, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
     weight: float | None = Field(None, gt=0.0, le=1000.0)
     max_running_shared: int | None = Field(None, ge=1)
+    max_tokens_per_day: int | None = Field(None, ge=1)
     cache_group: str | None = Field(None, min_length=1, max_length=128)
     #: may read /metrics (every tenant's activity)
     admin: bool = False

@@ -817,6 +817,10 @@ typedef struct RsBatchState
 	bool		raise_on_error;
 	int			relqueries;
 	long		rows_sent;
+	/* EXPLAIN ANALYZE: the windows' relQueries, as estimated when each started and as they ran (issue 47) */
+	double		estimated_s;
+	double		latency_s;
+	bool		have_estimate;
 } RsBatchState;
 
 static CustomExecMethods rs_batch_exec_methods;
@@ -1053,6 +1057,16 @@ rs_poll_sites(RsBatchState *st)
 				else if (c != NULL)
 					ereport(NOTICE, (errmsg("%s: NULL for this row: %s", s->name, c)));
 				row->pending--;
+			}
+			else if (strcmp(event, "stat") == 0 && a != NULL && b != NULL)
+			{
+				if (strcmp(a, "estimated_s") == 0)
+				{
+					st->estimated_s += strtod(b, NULL);
+					st->have_estimate = true;
+				}
+				else if (strcmp(a, "latency_s") == 0)
+					st->latency_s += strtod(b, NULL);
 			}
 			else if (strcmp(event, "done") == 0)
 				rs_close_site(st, s);
@@ -1301,6 +1315,11 @@ rs_explain(CustomScanState *node, List *ancestors, ExplainState *es)
 	{
 		ExplainPropertyInteger("relQueries", NULL, st->relqueries, es);
 		ExplainPropertyInteger("Rows Sent", NULL, st->rows_sent, es);
+		if (st->have_estimate)
+		{
+			ExplainPropertyFloat("Estimated (s)", NULL, st->estimated_s, 3, es);
+			ExplainPropertyFloat("Latency (s)", NULL, st->latency_s, 3, es);
+		}
 	}
 }
 

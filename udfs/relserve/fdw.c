@@ -737,14 +737,15 @@ typedef struct RsRow
 	bool	   *nulls;
 } RsRow;
 
-#define RS_NSTATS 9
+#define RS_NSTATS 11
 static const char *const rs_stat_names[RS_NSTATS] = {
 	"rows", "engine_rows", "cached_rows", "latency_s", "waiting_s", "core_s", "tail_s",
-	"prompt_tokens", "cached_tokens"
+	"prompt_tokens", "cached_tokens", "estimated_s", "estimated_prompt_tokens"
 };
+/* the estimate each window's relQuery had when it started (issue 47), beside what it took */
 static const char *const rs_stat_labels[RS_NSTATS] = {
 	"Rows Sent", "Distinct Prompts", "Cached Rows", "Latency (s)", "Waiting (s)", "Core Running (s)",
-	"Tail Running (s)", "Prompt Tokens", "Prompt Tokens From Cache"
+	"Tail Running (s)", "Prompt Tokens", "Prompt Tokens From Cache", "Estimated (s)", "Estimated Prompt Tokens"
 };
 
 typedef struct RsScanState
@@ -1246,7 +1247,7 @@ relserveExplainForeignScan(ForeignScanState *node, ExplainState *es)
 		ExplainPropertyInteger("relQueries", NULL, st->relqueries, es);
 		for (k = 0; k < RS_NSTATS; k++)
 			if (st->have_stats[k])
-				ExplainPropertyFloat(rs_stat_labels[k], NULL, st->stats[k], k >= 3 && k <= 6 ? 3 : 0, es);
+				ExplainPropertyFloat(rs_stat_labels[k], NULL, st->stats[k], (k >= 3 && k <= 6) || k == 9 ? 3 : 0, es);
 	}
 }
 

@@ -274,3 +274,55 @@ LANGUAGE plpython3u AS $$
 if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
 return GD["relserve"].reduce_query(plpy, template, query, options)
 $$;
+
+-- ---------------------------------------------------------------- knowing before running, budgets (issue 47)
+-- A role's budget ceiling, set by a superuser: no call of the role may ask for more engine tokens
+-- (max_tokens_total) or seconds (max_seconds) than its row says, whatever its settings
+-- (SET relserve.max_tokens_total = ...) or a *_query call's options ask; a role lowers its own
+-- budget, never raises it past the ceiling. role '*': every role without a row of its own.
+-- Only superusers write it; a role reads its own row (and the '*' row) through the view below.
+CREATE TABLE relserve.budget_limits (
+    role name PRIMARY KEY,
+    max_tokens_total bigint CHECK (max_tokens_total > 0),
+    max_seconds double precision CHECK (max_seconds > 0 AND max_seconds < 'infinity')
+);
+REVOKE ALL ON relserve.budget_limits FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('relserve.budget_limits', '');
+
+CREATE VIEW relserve.my_budget_limit WITH (security_barrier) AS
+    SELECT b.role = current_user AS own, b.max_tokens_total, b.max_seconds
+    FROM relserve.budget_limits b WHERE b.role = current_user OR b.role = '*';
+REVOKE ALL ON relserve.my_budget_limit FROM PUBLIC;
+GRANT SELECT ON relserve.my_budget_limit TO PUBLIC;
+
+-- llm_count_tokens('Summarize: {r}', review): the row's prompt tokens as the server's engine sees
+-- them (chat template, system message, answer line), as llm_map's prompt; options name another
+-- function's: llm_count_tokens('Is {r} positive?', jsonb_build_object('r', review), '{"function": "filter"}')
+CREATE FUNCTION llm_count_tokens(template text, VARIADIC vals text[]) RETURNS integer
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].count_tokens(plpy, template, vals=vals)
+$$;
+
+CREATE FUNCTION llm_count_tokens(template text, fields jsonb, options jsonb DEFAULT '{}') RETURNS integer
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].count_tokens(plpy, template, fields=fields, options=options)
+$$;
+
+-- every row of a query in one request; no SET search_path: the query is the caller's
+CREATE FUNCTION llm_count_tokens_query(template text, query text, options jsonb DEFAULT '{}')
+RETURNS TABLE (ord bigint, prompt_tokens integer, error text, input jsonb)
+LANGUAGE plpython3u AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].count_tokens_query(plpy, template, query, options)
+$$;
+
+-- what ONE relQuery over the query's rows would cost, without running it: the engine's prompt
+-- tokens, the most answer tokens, the seconds alone and behind the server's work now, and the
+-- budget it would run under (jsonb); options as llm_count_tokens's
+CREATE FUNCTION llm_estimate_query(template text, query text, options jsonb DEFAULT '{}') RETURNS jsonb
+LANGUAGE plpython3u AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].estimate_query(plpy, template, query, options)
+$$;

@@ -1,0 +1,51 @@
+"""A call's budget before it starts (relserve/estimate/budget.py): its estimate checked against
+its own budget, and the ``Allowance`` its relQueries spend from while they run (under the
+statement's or tenant's, ``parent``), charged at once with the label probes the engine runs for
+it outside its rows (answer-field and prior probes: their tokens are known exactly)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from relserve.estimate.budget import Allowance, Budget, BudgetExceeded, refusal
+from relserve.estimate.estimate import CallEstimate, estimate_call
+from relserve.functions import LLMCall
+
+#: relQueries of a call that are not its rows' and spend outside the rows' reservations
+UNGATED = ("answer-field probes", "prior probes")
+
+
+def checked(budget: Budget, what: str, estimate: CallEstimate) -> None:
+    """BudgetExceeded when ``budget`` refuses work of ``estimate`` (``on_budget`` 'refuse')."""
+    if budget.on_budget != "refuse":
+        return
+    seconds = estimate.now_s if estimate.now_s is not None else estimate.idle_s
+    why = refusal(budget, what, estimate.most_tokens, seconds, exact=estimate.exact)
+    if why is not None:
+        raise BudgetExceeded(why)
+
+
+def call_allowance(call: LLMCall, prompts: Sequence[str], engine, model_id: str, prefix: str = "",
+                   parent: Allowance | None = None, *, values: Sequence[tuple] | None = None, namespace: str | None = None,
+                   tenant: str = "", budget: Budget | None = None) -> Allowance | None:
+    """The allowance ``call``'s relQueries of ``prompts`` spend from (None: no budget at all).
+    ``budget``: the call's (default: its options'). Raises BudgetExceeded for a call its budget
+    refuses before it starts."""
+    budget = budget or Budget.of(call.options)
+    if not budget.limited and parent is None:
+        return None
+    estimate = estimate_call(call, prompts, engine=engine, model_id=model_id, values=values, namespace=namespace,
+                             tenant=tenant, prefix=prefix)
+    checked(budget, call.function.name, estimate)
+    return allowance_for(budget, estimate, parent)
+
+
+def allowance_for(budget: Budget, estimate: CallEstimate, parent: Allowance | None, name: str = "call") -> Allowance:
+    """The allowance of a call of ``estimate`` under ``budget`` and ``parent`` (one of its own even
+    with no limit: it counts what the call spends), charged with the label probes its rows'
+    reservations do not cover."""
+    allowance = Allowance(budget.max_tokens_total, budget.max_seconds, name=name, parent=parent)
+    if estimate.work is not None:
+        probes = [w for w in estimate.work.relqueries if w.kind in UNGATED]
+        allowance.charge(sum(w.prompt_tokens + w.most_answer_tokens for w in probes), sum(w.prompt_tokens for w in probes))
+    return allowance

@@ -1,0 +1,40 @@
+"""Who may set which budget in PostgreSQL (issue 47).
+
+* A role sets its own budget for a session (``SET relserve.max_tokens_total = 5000``,
+  ``relserve.max_seconds``, ``relserve.on_budget``) or for one ``*_query`` call (its options).
+* A superuser sets each role's ceiling in ``relserve.budget_limits`` (a row per role, or ``'*'``
+  for every role without its own row), which only superusers write and each role reads only its
+  own row of (the view ``relserve.my_budget_limit``). A call's budget is the smaller of the two:
+  a role can lower its budget, never raise it past its ceiling, whatever its settings or options.
+  Without a setting the ceiling is the budget; what happens at it is the role's ``on_budget``.
+* The server's tenant a role's key names may have its own ``max_tokens_per_day`` (the tenants
+  file of ``relserve serve``), which the server holds whatever the database sends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: the budget settings a superuser's ceiling bounds
+LIMITED = ("max_tokens_total", "max_seconds")
+
+
+def ceilings_of(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The caller's ceilings from ``relserve.my_budget_limit``'s rows (``own``: the role's own
+    row, else the row for every role, ``'*'``)."""
+    own = [r for r in rows if r.get("own")] or list(rows)
+    if not own:
+        return {}
+    row = own[0]
+    return {name: row[name] for name in LIMITED if row.get(name) is not None}
+
+
+def within_ceilings(chosen: Mapping[str, Any], ceilings: Mapping[str, Any]) -> dict[str, Any]:
+    """``chosen`` options with each budget no larger than its ceiling (the ceiling itself when
+    the role chose none)."""
+    out = dict(chosen)
+    for name, limit in ceilings.items():
+        asked = out.get(name)
+        out[name] = limit if asked is None else min(asked, limit)
+    return out

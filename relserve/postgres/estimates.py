@@ -1,0 +1,90 @@
+"""Knowing before running, from PostgreSQL (issue 47): ``llm_count_tokens`` (a row's prompt tokens
+as the server's engine sees them), ``llm_count_tokens_query`` (every row of a query, one request)
+and ``llm_estimate_query`` (what one relQuery over a query's rows would cost: the engine's prompt
+tokens, the most answer tokens, the seconds alone and behind the server's work now, the budget
+that would hold it). The server counts with its own tokenizer; nothing runs on the engine.
+
+A call's function, labels or schema are options here (``{"function": "filter"}``; llm_map's
+prompt when none), the rest are the call options of every function, settings included.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from relserve.postgres import backend
+from relserve.postgres.calls import bind
+from relserve.postgres.errors import PgError, raise_as_sql, server_error
+from relserve.postgres.settings import CallRequest, call_request
+from relserve.postgres.source import read_rows
+
+#: options that say which function's prompt is counted, not how the call runs
+_FUNCTION_OPTIONS = ("function", "labels", "json_schema")
+
+
+def _request(plpy: Any, name: str, options: Any) -> CallRequest:
+    given = json.loads(options) if isinstance(options, str) else dict(options or {})
+    if not isinstance(given, dict):
+        raise PgError(f"{name}: options must be a jsonb object, e.g. '{{\"function\": \"filter\"}}'")
+    function = str(given.pop("function", "map")).lower().removeprefix("llm_")
+    spec = given.pop("labels", None) if function == "classify" else given.pop("json_schema", None)
+    for key in _FUNCTION_OPTIONS:
+        given.pop(key, None)
+    return call_request(name, backend.settings(plpy), function, spec, given)
+
+
+def _post(plpy: Any, name: str, what: str, request: CallRequest, template: str, rows: list[dict]) -> dict:
+    """The server's ``count_tokens`` or ``plan`` of the rows (nothing runs on its engine)."""
+    from relserve.client import ServerError
+
+    client = backend.client(plpy, request.timeout_s)
+    try:
+        return getattr(client, what)(template, rows, request.call)
+    except ServerError as e:
+        raise server_error(name, e.status, e.message) from None
+
+
+def count_tokens(plpy: Any, template: str, vals: Any = None, fields: Any = None, options: Any = None) -> int | None:
+    """One row's prompt tokens (NULL, with a notice, for a row that cannot run)."""
+    name = "llm_count_tokens"
+    try:
+        request = _request(plpy, name, options)
+        row = bind(name, template, vals, fields)
+        got = _post(plpy, name, "count_tokens", request, template, [row])
+        if got["prompt_tokens"][0] is None:
+            plpy.notice(f"{name}: NULL for this row: {got['errors'][0]}")
+        return got["prompt_tokens"][0]
+    except PgError as e:
+        raise_as_sql(plpy, e)
+
+
+def count_tokens_query(plpy: Any, template: str, query: str, options: Any) -> list[dict]:
+    """Every row of ``query``: (ord, prompt_tokens, error, input), one request."""
+    name = "llm_count_tokens_query"
+    try:
+        request = _request(plpy, name, options)
+        rows, inputs = read_rows(plpy, name, query)
+        if not rows:
+            return []
+        got = _post(plpy, name, "count_tokens", request, template, rows)
+        return [{"ord": i + 1, "prompt_tokens": n, "error": err, "input": t}
+                for i, (n, err, t) in enumerate(zip(got["prompt_tokens"], got["errors"], inputs))]
+    except PgError as e:
+        raise_as_sql(plpy, e)
+
+
+def estimate_query(plpy: Any, template: str, query: str, options: Any) -> str:
+    """The estimate of ONE relQuery over ``query``'s rows (the server's ``/v1/relqueries/plan``),
+    with the budget the call would run under (settings, options and the role's ceiling), as jsonb."""
+    name = "llm_estimate_query"
+    try:
+        request = _request(plpy, name, options)
+        rows, _ = read_rows(plpy, name, query)
+        if not rows:
+            return json.dumps({"rows": 0, "estimate": None})
+        got = _post(plpy, name, "plan", request, template, rows)
+        got["budget"] = {k: request.options.get(k) for k in ("max_tokens_total", "max_seconds", "on_budget")}
+        return json.dumps(got)
+    except PgError as e:
+        raise_as_sql(plpy, e)

@@ -1,0 +1,41 @@
+"""A request's estimate on the server (issue 47): its engine tokens and seconds, alone and behind
+every tenant's work the engine holds now, in the tenant's namespace (its remembered examples,
+answer fields and answer lengths)."""
+
+from __future__ import annotations
+
+from relserve.estimate.budget import Allowance, Budget
+from relserve.estimate.budgeted import allowance_for, checked
+from relserve.estimate.estimate import CallEstimate, estimate_call
+from relserve.planner.planned_rows import PlannedRows
+from relserve.server.state import ServerState
+from relserve.server.tenants import Tenant
+
+
+def tenant_key(state: ServerState, tenant: Tenant) -> str:
+    """Whose learned answer lengths the tenant's estimates read (the engine keeps them by tenant)."""
+    tenancy = state.tenancy(tenant)
+    return tenancy.tenant if tenancy is not None else ""
+
+
+def batch_estimate(state: ServerState, tenant: Tenant, batch: PlannedRows) -> CallEstimate:
+    """The estimate of a planned request (blocks: call it off the event loop)."""
+    engine = state.engine_for(tenant)
+    return estimate_call(batch.call, batch.prompts, engine=engine, model_id=state.engine.model_id, values=batch.values,
+                         namespace=state.namespace(tenant), tenant=tenant_key(state, tenant))
+
+
+def job_allowance(state: ServerState, tenant: Tenant, batch: PlannedRows,
+                  wanted: bool = False) -> tuple[Allowance | None, CallEstimate | None]:
+    """What a job may spend: its request's budget (``max_tokens_total``, ``max_seconds``) under
+    what is left of its tenant's day (``max_tokens_per_day``), None when neither is set; and its
+    estimate, when made (a budget needs it; ``wanted``: the request asked for it). Raises
+    BudgetExceeded (422) or DailyBudgetExceeded (429) for a request refused before it starts."""
+    budget = Budget.of(batch.call.options)
+    day = state.day_budgets.allowance(tenant)
+    if not budget.limited and day is None:
+        return None, batch_estimate(state, tenant, batch) if wanted else None
+    estimate = batch_estimate(state, tenant, batch)
+    checked(budget, batch.call.function.name, estimate)
+    day = state.day_budgets.check(tenant, estimate.most_tokens, budget.on_budget)
+    return allowance_for(budget, estimate, day, name="request"), estimate

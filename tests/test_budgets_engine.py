@@ -1,0 +1,163 @@
+"""Budgets on the real engine (issue 47): a call or statement refused before it starts, with its
+estimate and its budget in the message, and nothing sent; a partial run that answers the rows
+its budget allows, the others NULL with 'budget exceeded', never spending more than the budget;
+seconds that run out cancel the rest and free the engine at once; a server tenant's day."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import duckdb
+import httpx
+import pytest
+from server_fixtures import running_server
+
+import relserve.duckdb
+from relserve.client import Client, ServerError
+from relserve.estimate.budget import BudgetExceeded
+
+pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("engine_home")]
+
+STORY = "Write a long story about the number {n}."
+
+
+class Spending:
+    """The real engine, adding up what every relQuery it runs spends (prompt and answer tokens,
+    as the engine counts them)."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+        self.handles: list[Any] = []
+        self._lock = threading.Lock()
+
+    def submit(self, rq: Any, *args: Any, **kwargs: Any) -> Any:
+        handle = self._engine.submit(rq, *args, **kwargs)
+        with self._lock:
+            self.handles.append(handle)
+        return handle
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def spent(self) -> int:
+        return sum(r.prompt_tokens + r.output_tokens for h in self.handles for r in h.result().rows)
+
+
+def numbers(con: duckdb.DuckDBPyConnection, n: int) -> None:
+    con.execute(f"CREATE OR REPLACE TABLE nums AS SELECT g AS n FROM range(1, {n + 1}) t(g)")
+
+
+def test_a_call_over_its_token_budget_is_refused_before_anything_runs(engine):
+    spending = Spending(engine)
+    con = duckdb.connect()
+    relserve.duckdb.install(con, engine=spending, cache=False, progress=False)
+    numbers(con, 20)
+    sql = f"SELECT n, llm_map('{STORY}', n, llm_options(max_tokens := 32, max_tokens_total := 500)) FROM nums"
+    with pytest.raises(duckdb.Error, match=r"refused before starting: it may spend [\d,]+ engine tokens .* max_tokens_total 500"):
+        con.sql(sql).fetchall()
+    with pytest.raises(BudgetExceeded, match=r"llm_map: refused before starting: it may spend [\d,]+ engine tokens"):
+        relserve.duckdb.sql(con, sql)
+    assert spending.handles == []  # nothing reached the engine
+
+
+@pytest.mark.parametrize("kind", ["map", "filter"])
+def test_a_partial_run_answers_the_rows_the_budget_allows_and_never_spends_more(engine, kind):
+    spending = Spending(engine)
+    con = relserve.duckdb.connect(engine=spending, cache=False, progress=False)
+    numbers(con, 40)
+    budget = 1500
+    call = (f"llm_map('{STORY}', n, llm_options(max_tokens := 24, max_tokens_total := {budget}, on_budget := 'partial'))"
+            if kind == "map" else
+            f"llm_filter('Is {{n}} an even number?', n, llm_options(max_tokens_total := {budget}, on_budget := 'partial'))")
+    rows = con.sql(f"SELECT n, {call} AS a FROM nums ORDER BY n").fetchall()
+    answered = [a for _, a in rows if a is not None]
+    errors = [e for *_, e in con.errors().fetchall()]
+    assert answered and errors, (len(answered), len(errors))
+    assert len(answered) + len(errors) == 40
+    assert all(e.startswith(f"llm_{kind}: budget exceeded: the call's max_tokens_total 1,500 is reached") for e in errors), errors[:3]
+    assert spending.spent() <= budget  # the engine's own count, first pass included
+
+
+def test_seconds_that_run_out_cancel_the_rest_and_free_the_engine(engine):
+    con = relserve.duckdb.connect(engine=engine, cache=False, progress=False)
+    numbers(con, 200)
+    t0 = time.monotonic()
+    rows = con.sql(f"SELECT n, llm_map('{STORY}', n, llm_options(max_tokens := 64, max_seconds := 3, on_budget := 'partial')) "
+                   "FROM nums").fetchall()
+    took = time.monotonic() - t0
+    assert took < 3 + 5, took  # the budget's seconds, and the cancel's few steps
+    assert engine.wait_idle(2.0)  # nothing of it is left on the engine
+    errors = [e for *_, e in con.errors().fetchall()]
+    assert sum(a is None for _, a in rows) == len(errors) > 0
+    assert all(e == "llm_map: budget exceeded: the call's max_seconds 3 was reached before this row was answered" for e in errors)
+
+
+def test_a_statement_budget_is_checked_before_it_starts_and_held_across_its_sites(engine):
+    spending = Spending(engine)
+    con = relserve.duckdb.connect(engine=spending, cache=False, progress=False)
+    numbers(con, 30)
+    sql = (f"SELECT n, llm_map('{STORY}', n, llm_options(max_tokens := 16)) FROM nums "
+           "WHERE llm_filter('Is {n} an even number?', n)")
+    with pytest.raises(BudgetExceeded, match=r"^statement: refused before starting: it may spend about [\d,]+ engine tokens .* max_tokens_total 800"):
+        con.sql(sql, max_tokens_total=800)
+    assert spending.handles == []
+    # the filter's first pass and rows take about 700 tokens, the map's about 56 a row: it runs short
+    out = con.sql(sql, max_tokens_total=1000, on_budget="partial").fetchall()
+    assert spending.spent() <= 1000
+    errors = [e for *_, e in con.errors().fetchall()]
+    assert errors and all("budget exceeded: the statement's max_tokens_total 1,000 is reached" in e for e in errors)
+    assert len(out) <= 30
+
+
+TENANTS = {"tenants": {"small": {"key": "small-tenant-key", "max_tokens_per_day": 3000},
+                       "free": {"key": "free-tenant-key"}}}
+
+
+def test_a_server_tenants_day_and_a_requests_own_budget(engine):
+    rows = [{"n": i} for i in range(40)]
+    with running_server(engine, tenants=TENANTS, cache=False) as srv:
+        with Client(srv.url, api_key="free-tenant-key") as free:
+            with pytest.raises(ServerError, match=r"refused before starting: it may spend [\d,]+ engine tokens .* max_tokens_total 300") as e:
+                free.run(STORY, rows, max_tokens=24, max_tokens_total=300)
+            assert e.value.status == 422
+        with Client(srv.url, api_key="small-tenant-key") as small:
+            with pytest.raises(ServerError, match=r"tenant 'small': refused before starting: this request may spend [\d,]+ engine tokens .* "
+                                                  r"3,000 of the tenant's max_tokens_per_day 3,000 are left today") as e:
+                small.run(STORY, rows, max_tokens=48)
+            assert e.value.status == 429
+            r = httpx.post(f"{srv.url}/v1/relqueries", json={"template": STORY, "rows": rows, "max_tokens": 48},
+                           headers={"Authorization": "Bearer small-tenant-key"}, timeout=60)
+            assert r.status_code == 429 and int(r.headers["Retry-After"]) > 0
+            got = small.run(STORY, rows, max_tokens=48, on_budget="partial")
+            answered = [r for r in got.rows if r.error is None]
+            cut = [r for r in got.rows if r.error is not None]
+            assert answered and cut
+            assert all(r.error.startswith("budget exceeded: the tenant small's max_tokens_per_day 3,000 is reached") for r in cut)
+            spent = got.stats["budget_tokens_spent"]
+            assert spent == sum(r.prompt_tokens + r.output_tokens for r in answered) <= 3000
+            # the day is spent: even a one-row request that would fit a fresh day is refused now
+            with pytest.raises(ServerError, match=r"are left today"):
+                small.run(STORY, rows[:1], max_tokens=48)
+
+
+def test_the_estimate_now_waits_behind_what_the_engine_holds(engine, with_policy):
+    from relserve.estimate.estimate import estimate_call
+    from relserve.functions import make_call
+    from relserve.relquery import RelQuery
+
+    call = make_call("llm_map", "Summarize in three words: {x}", max_tokens=8)
+    prompts = ["Summarize in three words: a quiet evening", "Summarize in three words: a loud party"]
+    idle = estimate_call(call, prompts, engine=engine, model_id=engine.model_id)
+    assert idle.queued_relqueries == 0 and idle.now_s == pytest.approx(idle.idle_s)
+    with with_policy("fcfs"):  # first come, first served: a new call waits for what came before it
+        big = engine.submit(RelQuery(STORY, [{"n": i} for i in range(120)], max_tokens=48, ignore_eos=True))
+        try:
+            time.sleep(1.0)
+            busy = estimate_call(call, prompts, engine=engine, model_id=engine.model_id)
+        finally:
+            big.cancel()
+    assert busy.queued_relqueries == 1 and 0 < busy.queued_requests <= 120
+    assert busy.now_s > 3 * busy.idle_s  # behind 120 rows of 48 answer tokens
+    assert "behind 1 relQuery" in "\n".join(busy.lines())

@@ -1,0 +1,224 @@
+"""Estimates and budgets (issue 47), the parts that need no engine: the replay of chained stages,
+the queue snapshot, the allowance a budget holds, the checks of budget settings, and the cost
+model EXPLAIN uses before an engine starts (the stored calibration of this machine)."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pytest
+
+import relserve.duckdb
+from relserve.errors import ConfigError
+from relserve.estimate import answer_lengths, selectivity
+from relserve.estimate.budget import Allowance, Budget, refusal
+from relserve.estimate.call_work import RelQueryWork
+from relserve.estimate.snapshot import QueuedRelQuery, QueuedRequest, background_of
+from relserve.estimate.timing import Chain, Machine, replay
+from relserve.functions import make_call
+from relserve.policy import CostModel, Limits, PolicySettings
+
+COST = CostModel(alpha_p=1e-3, beta_p=0.05, alpha_d=1e-3, beta_d=0.05, source="test")
+MACHINE = Machine("relserve", PolicySettings(), COST, Limits(1024, 64, 65_536, 65_536, 16))
+
+
+def rows_work(rows: int, prompt: int = 64, answer: int = 8, first_token: int = 1) -> RelQueryWork:
+    """``rows`` distinct prompts of ``prompt`` tokens answering ``answer`` tokens each."""
+    ids = [[first_token * 100_000 + r * 1000 + t for t in range(prompt)] for r in range(rows)]
+    return RelQueryWork("rows", ids, [()], [answer] * rows, answer)
+
+
+def test_a_stage_starts_when_the_one_before_ends_and_a_chain_after_the_chains_it_waits_for():
+    first, second = [rows_work(4)], [rows_work(4, first_token=2)]
+    alone = replay([Chain("a", [first])], MACHINE).chains["a"].seconds
+    two = replay([Chain("a", [first, second], [0.0, 0.5])], MACHINE).chains["a"]
+    # the second stage runs as long alone as the first (same sizes), after the first and the gap
+    assert two.stage_ends[0] == pytest.approx(alone)
+    assert two.stage_ends[1] == pytest.approx(2 * alone + 0.5, rel=1e-6)
+    both = replay([Chain("a", [first]), Chain("b", [second], [0.25], after=("a",))], MACHINE).chains
+    assert both["b"].seconds == pytest.approx(both["a"].seconds + 0.25 + alone, rel=1e-6)
+
+
+def test_behind_a_queue_takes_longer_than_alone_and_more_rows_take_longer():
+    small, big = replay([Chain("c", [[rows_work(4)]])], MACHINE), replay([Chain("c", [[rows_work(40)]])], MACHINE)
+    assert big.chains["c"].seconds > small.chains["c"].seconds > 0
+    queued = [QueuedRelQuery("other", arrival=99.0, max_tokens=32, requests=[QueuedRequest(list(range(5000 + r * 50, 5000 + r * 50 + 50)))
+                                                                            for r in range(30)])]
+    behind = background_of(queued, now=100.0, block_size=16, answer_tokens=lambda q, n: None)
+    assert behind.requests == 30 and behind.relqueries[0].arrival == pytest.approx(-1.0)
+    # the replay runs the engine's own policy: RelServe puts the 4-row relQuery ahead of the 30-row
+    # one already waiting (its remaining time is shorter), first-come first-served puts it behind
+    ahead = replay([Chain("c", [[rows_work(4)]])], MACHINE, behind)
+    assert ahead.chains["c"].seconds == pytest.approx(small.chains["c"].seconds)
+    fcfs = Machine("fcfs", PolicySettings(), COST, MACHINE.limits)
+    alone = replay([Chain("c", [[rows_work(4)]])], fcfs).chains["c"].seconds
+    behind_fcfs = replay([Chain("c", [[rows_work(4)]])], fcfs, behind).chains["c"].seconds
+    assert behind_fcfs > alone + 0.5
+
+
+def test_a_running_request_resumes_after_what_it_computed_and_answered():
+    ids = list(range(100))
+    queued = [QueuedRelQuery("r", 0.0, max_tokens=20, call_key="k",
+                             requests=[QueuedRequest(ids, computed=100, generated=5, running=True), QueuedRequest(ids[:40])])]
+    b = background_of(queued, now=1.0, block_size=16, answer_tokens=lambda q, n: [12] * n)
+    q = b.relqueries[0]
+    # what it answered is part of its context now; 12 expected answer tokens, 5 given: 7 to go
+    assert q.prompt_tokens == (105, 40) and q.output_tokens == (7, 12)
+    assert b.cached == [q.hashes[0][:6]]  # its 6 full blocks of 16 are in the cache; the waiting one has none
+
+
+def test_an_allowance_holds_every_budget_of_its_chain():
+    day = Allowance(1000, name="tenant t", tokens_limit="max_tokens_per_day")
+    call = Allowance(350, name="call", parent=day)
+    assert call.reserve(200) and not call.reserve(200)  # the call's own budget
+    assert call.left() == 150 and day.left() == 800
+    assert call.tokens_message(200).startswith("budget exceeded: the call's max_tokens_total 350 is reached (0 tokens spent")
+    call.settle(200, 150)  # used less than it held: the rest comes back
+    assert call.spent_tokens == 150 and day.spent_tokens == 150 and call.left() == 200
+    other = Allowance(None, name="call", parent=day)
+    other.charge(700)  # the day is nearly spent by another call
+    assert not call.reserve(160) and call.hopeless(160)
+    assert call.tokens_message(160).startswith("budget exceeded: the tenant t's max_tokens_per_day 1,000 is reached (850 tokens spent")
+    assert call.reserve(150)
+
+
+def test_a_budget_refuses_with_the_estimate_and_the_budget_in_the_message():
+    b = Budget(max_tokens_total=1000, max_seconds=2.0)
+    assert refusal(b, "llm_map", 999, 1.9) is None
+    why = refusal(b, "llm_map", 1500, 3.25)
+    assert "1,500 engine tokens" in why and "max_tokens_total 1,000" in why
+    assert "3.25 s" in why and "max_seconds 2" in why and "on_budget := 'partial'" in why
+    assert refusal(Budget(max_seconds=2.0, on_budget="partial"), "x", 10, None) is None
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("max_tokens_total", 0, "max_tokens_total must be a positive whole number of tokens, got 0"),
+    ("max_tokens_total", 2.5, "max_tokens_total must be a positive whole number of tokens, got 2.5"),
+    ("max_seconds", -1, "max_seconds must be a positive, finite number of seconds, got -1"),
+    ("max_seconds", float("inf"), "max_seconds must be a positive, finite number of seconds, got inf"),
+    ("on_budget", "truncate", "on_budget must be 'refuse' (refuse before starting when the estimate exceeds the budget)"),
+])
+def test_bad_budget_settings_name_the_problem(option, value, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make_call("llm_map", "Say {x}", **{option: value})
+
+
+def test_budget_options_reach_the_call_from_llm_options_decimals_included():
+    con = duckdb.connect()
+    relserve.duckdb.install(con)
+    opts = con.sql("SELECT llm_options(max_seconds := 2.5, max_tokens_total := 500, on_budget := 'partial', temperature := 0.5)").fetchall()[0][0]
+    from relserve.duckdb_ext.arguments import _make_call
+    from relserve.functions import LLM_MAP, CallOptions
+
+    call = _make_call(LLM_MAP, "Say {x}", None, opts, CallOptions())
+    o = call.options
+    assert (o.max_seconds, o.max_tokens_total, o.on_budget, o.temperature) == (2.5, 500, "partial", 0.5)
+    # a budget does not change an answer: the result-cache key and the call key ignore it
+    plain = make_call("llm_map", "Say {x}", temperature=0.5)
+    assert call.sampling_settings() == plain.sampling_settings() and call.call_key() == plain.call_key()
+
+
+def test_explain_without_an_engine_uses_the_calibration_stored_for_this_machine(tmp_path, monkeypatch):
+    from relserve import calibration, paths
+    from relserve.planner import explain_plan, plan_call
+    from relserve.planner.tokens import TokenSource, approximate_tokens
+
+    monkeypatch.setattr(paths, "calibrations_dir", lambda: tmp_path)
+    call = make_call("llm_map", "Summarize: {x}", max_tokens=8)
+    plan = plan_call(call, [["a b c", "d e f"]], model_id="SmolLM2-135M-Instruct")
+    tokens = TokenSource(approximate_tokens, "approximate")
+    # no calibration stored: the preset fitted on this project's machines, named as such
+    assert explain_plan(plan, tokens).cost_model.startswith("preset smollm2-135m-cpu")
+    fitted = CostModel(alpha_p=3e-3, beta_p=0.1, alpha_d=4e-3, beta_d=0.1, source="calibrated on SmolLM2-135M-Instruct")
+    calibration.save_cost_model("SmolLM2-135M-Instruct", fitted, {"fit": {}})
+    ex = explain_plan(plan, tokens)
+    assert ex.cost_model == "calibrated on SmolLM2-135M-Instruct"
+    assert ex.estimate.cost_model == "calibrated on SmolLM2-135M-Instruct"
+    assert "cost model: calibrated on SmolLM2-135M-Instruct" in str(ex)
+    assert json.loads(json.dumps(ex.to_dict()))["estimate"]["prompt_tokens"] == ex.estimate.prompt_tokens
+
+
+def test_answer_lengths_spread_like_the_recent_ones_and_stay_per_tenant():
+    answer_lengths.record("t1", "m", "call", [2, 4, 6, 8, 10, 12, 14, 16])
+    assert answer_lengths.spread("t1", "m", "call", 4) == [4, 8, 12, 16]
+    assert answer_lengths.spread("t1", "m", "call", 1) == [10]
+    assert answer_lengths.spread("t2", "m", "call", 4) is None  # another tenant learns nothing
+    assert answer_lengths.expected("t1", "m", "call") == 9
+
+
+def test_a_filter_keeps_the_share_of_rows_it_kept_before():
+    assert selectivity.kept_share("k") == selectivity.UNKNOWN
+    selectivity.record("k", [True, False, False, True, None, False])
+    assert selectivity.kept_share("k") == pytest.approx(2 / 5)
+
+
+def test_llm_count_tokens_counts_each_functions_prompt_without_an_engine():
+    from relserve.estimate.prompt_tokens import count_row_tokens, model_tokenizer
+
+    con = duckdb.connect()
+    relserve.duckdb.install(con)
+    con.execute("CREATE TABLE r AS SELECT * FROM (VALUES (1, 'Great film, loved it.'), (2, NULL)) t(id, review)")
+    got = con.sql(
+        "SELECT llm_count_tokens('Summarize: {review}', review), "
+        "llm_count_tokens('llm_filter', 'Is {review} positive?', review), "
+        "llm_count_tokens('LLM_CLASSIFY', 'Tone: {review}', ['positive', 'negative'], review, llm_options(system := 'Be brief.')) "
+        "FROM r ORDER BY id").fetchall()
+    tok = model_tokenizer()
+    rows = [("Great film, loved it.",)]
+    assert got[0] == (count_row_tokens(make_call("llm_map", "Summarize: {review}"), rows, tok)[0],
+                      count_row_tokens(make_call("llm_filter", "Is {review} positive?"), rows, tok)[0],
+                      count_row_tokens(make_call("llm_classify", "Tone: {review}", labels=["positive", "negative"],
+                                                 system="Be brief."), rows, tok)[0])
+    # each layout differs: the chat template for a map, the scoring shape for a filter
+    assert len(set(got[0])) == 3 and all(n > 5 for n in got[0])
+    assert got[1] == (None, None, None)
+    errors = relserve.duckdb.errors(con).fetchall()
+    assert [e[3] for e in errors] == [f"llm_{f}: placeholder {{review}} is NULL in this row" for f in ("map", "filter", "classify")]
+
+
+def test_a_statements_estimate_replays_a_site_after_the_filter_it_waits_for():
+    con = relserve.duckdb.connect(progress=False)
+    con.execute("CREATE TABLE t AS SELECT range AS n, 'review number ' || range AS review FROM range(40)")
+    ex = con.explain("SELECT n, llm_map('Summarize: {review}', review, llm_options(max_tokens := 8)) FROM t "
+                     "WHERE llm_filter('Is {review} positive?', review)")
+    est = ex.estimate
+    mapping, filtering = (s for s in ex.sites)
+    assert (mapping.stage, filtering.stage) == (2, 1)
+    # the map starts once the filter has ended (its site waits for it), after a pass over the rows
+    assert est.site_ends["#0"] > est.site_ends["#1"] > 0
+    assert est.idle_s >= est.site_ends["#0"] and est.now_s is None  # no engine runs: nothing to wait behind
+    assert est.exact is False  # the map's rows are those the filter keeps: counted as all of them
+    assert est.prompt_tokens == sum(p.estimate.prompt_tokens for s in ex.sites for p in s.plans)
+    assert "estimate:" in str(ex).splitlines()[1]
+    # the map is replayed over the share the filter kept before: fewer rows, sooner
+    selectivity.record(filtering.plans[0].estimate.work.call.call_key(), [True] + [False] * 9)
+    assert con.explain(ex.statement).estimate.site_ends["#0"] < est.site_ends["#0"]
+
+
+async def test_rows_start_in_order_once_their_tokens_fit_and_a_row_that_never_fits_is_refused():
+    import asyncio
+
+    from relserve.engine.row_gate import RowGate
+
+    changed = asyncio.Condition()
+    day = Allowance(300, name="tenant t", tokens_limit="max_tokens_per_day")
+    a, b = RowGate(Allowance(name="call", parent=day), changed), RowGate(Allowance(name="call", parent=day), changed)
+    started: list[str] = []
+
+    async def row(gate: RowGate, name: str, pos: int, need: int, used: int) -> bool:
+        ok = await gate.enter(pos, need)
+        if ok:
+            started.append(name)
+            await asyncio.sleep(0.01)
+            await gate.leave(need, used - 1, 1)
+        return ok
+
+    got = await asyncio.gather(
+        row(a, "a0", 0, 150, 50), row(a, "a1", 1, 200, 50), row(b, "b0", 0, 90, 10), row(a, "a2", 2, 400, 0))
+    # b0 of another relQuery fitted beside a0 at once; a1 waited until both gave back what they did
+    # not use (the day's 300 held 150 + 90); a2 can never fit
+    assert got == [True, True, True, False]
+    assert started == ["a0", "b0", "a1"]
+    assert day.spent_tokens == 110 and day.spent_prompt == 107 and day.reserved == 0
+    assert a.allowance.tokens_message(400).startswith("budget exceeded: the tenant t's max_tokens_per_day 300 is reached (110")
