@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from relserve.errors import ConfigError
 from relserve.estimate.budget import Allowance, Budget, BudgetExceeded, refusal
 from relserve.estimate.estimate import CallEstimate, estimate_call
 from relserve.functions import LLMCall
@@ -34,8 +35,14 @@ def call_allowance(call: LLMCall, prompts: Sequence[str], engine, model_id: str,
     budget = budget or Budget.of(call.options)
     if not budget.limited and parent is None:
         return None
-    estimate = estimate_call(call, prompts, engine=engine, model_id=model_id, values=values, namespace=namespace,
-                             tenant=tenant, prefix=prefix)
+    try:
+        estimate = estimate_call(call, prompts, engine=engine, model_id=model_id, values=values, namespace=namespace,
+                                 tenant=tenant, prefix=prefix)
+    except ConfigError as e:
+        if budget.limited:
+            raise ConfigError(f"{call.function.name}: its budget cannot be checked before it runs: {e}") from None
+        # only a statement's budget above it: held all the same, the label probes left uncounted
+        return Allowance(name="call", parent=parent)
     checked(budget, call.function.name, estimate)
     return allowance_for(budget, estimate, parent)
 

@@ -15,7 +15,7 @@ from relserve.functions import SchedulingHints
 from relserve.planner.planned_rows import PlannedRows
 from relserve.server.batches import plan_relquery
 from relserve.server.budget import Cost, call_max_tokens, check_template, prompts_cost, rows_cost
-from relserve.server.estimates import batch_estimate, job_allowance
+from relserve.server.estimates import job_allowance, plan_estimate
 from relserve.server.jobs import Job
 from relserve.server.schemas import RelQueryRequest
 from relserve.server.state import ServerState, current_tenant, get_state
@@ -110,7 +110,7 @@ async def plan(body: RelQueryRequest, tenant: Tenant = Depends(current_tenant), 
     try:
         batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant), state.namespace(tenant))
         # issue 47: the engine's tokens and the seconds alone and behind the server's work now
-        estimate = await run_in_threadpool(batch_estimate, state, tenant, batch)
+        estimate = await run_in_threadpool(plan_estimate, state, tenant, batch)
     finally:
         state.jobs.release(reservation)
     out = {
@@ -118,7 +118,7 @@ async def plan(body: RelQueryRequest, tenant: Tenant = Depends(current_tenant), 
         "engine_rows": len(batch.prompts),
         "cached_rows": batch.cached_rows,
         "failed_rows": sum(r.error is not None for r in batch.ready),
-        "estimate": estimate.to_dict(),
+        "estimate": estimate,
     }
     cascade = cascade_plan(batch.call, len(batch.prompts))
     if cascade.target is not None:

@@ -4,6 +4,9 @@ answer fields and answer lengths)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from relserve.errors import ConfigError
 from relserve.estimate.budget import Allowance, Budget
 from relserve.estimate.budgeted import allowance_for, checked
 from relserve.estimate.estimate import CallEstimate, estimate_call
@@ -23,6 +26,15 @@ def batch_estimate(state: ServerState, tenant: Tenant, batch: PlannedRows) -> Ca
     engine = state.engine_for(tenant)
     return estimate_call(batch.call, batch.prompts, engine=engine, model_id=state.engine.model_id, values=batch.values,
                          namespace=state.namespace(tenant), tenant=tenant_key(state, tenant))
+
+
+def plan_estimate(state: ServerState, tenant: Tenant, batch: PlannedRows) -> dict[str, Any] | None:
+    """``/plan``'s estimate as JSON; None when it cannot be made (no tokenizer for the model:
+    the plan itself is still answered)."""
+    try:
+        return batch_estimate(state, tenant, batch).to_dict()
+    except ConfigError:
+        return None
 
 
 def job_allowance(state: ServerState, tenant: Tenant, batch: PlannedRows,
