@@ -109,19 +109,18 @@ class Measured:
 
 
 def forget_template_memory() -> None:
-    from relserve.planner.answer_fields import forget_fields
-    from relserve.planner.label_bootstrap import forget_examples
-    from relserve.planner.label_history import forget_means
-    from relserve.planner.label_prior import forget_priors
-
+    """Everything remembered per template, the adaptive label method's choices included: the
+    phase's first statement of a template runs its first pass again."""
+    import relserve.planner.labels.adaptive as adaptive
     from relserve.estimate import answer_lengths, selectivity
+    from relserve.planner.labels.answer_fields import forget_fields
+    from relserve.planner.labels.bootstrap import forget_examples
+    from relserve.planner.labels.pools import forget_means
+    from relserve.planner.labels.prior import forget_priors
 
-    forget_examples()
-    forget_means()
-    forget_fields()
-    forget_priors()
-    answer_lengths.forget()
-    selectivity.forget()
+    for forget in (forget_examples, forget_means, forget_fields, forget_priors, adaptive.forget,
+                   answer_lengths.forget, selectivity.forget):
+        forget()
 
 
 def run_statement(con: Any, rec: Recording, sql: str, workload: str, phase: str, w: Any) -> Measured:

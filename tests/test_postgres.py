@@ -186,6 +186,10 @@ def test_install_creates_every_function(cluster):
         "llm_classify(template text, labels text[], fields jsonb)",
         "llm_classify(template text, labels text[], VARIADIC vals text[])",
         "llm_classify_query(template text, labels text[], query text, options jsonb)",
+        "llm_count_tokens(template text, fields jsonb, options jsonb)",
+        "llm_count_tokens(template text, VARIADIC vals text[])",
+        "llm_count_tokens_query(template text, query text, options jsonb)",
+        "llm_estimate_query(template text, query text, options jsonb)",
         "llm_extract(template text, json_schema jsonb, VARIADIC vals text[])",
         "llm_extract_query(template text, json_schema jsonb, query text, options jsonb)",
         "llm_filter(template text, fields jsonb)",
@@ -409,7 +413,7 @@ def test_the_extension_updates_drops_cleanly_and_dumps_its_configuration(cluster
         db.execute("ALTER EXTENSION relserve UPDATE")  # nothing newer: a no-op, not an error
         # the superuser's rows are the extension's configuration: pg_dump keeps them
         dumped = db.execute("SELECT c::regclass::text FROM pg_extension, unnest(extconfig) c WHERE extname = 'relserve'").fetchall()
-        assert sorted(dumped) == [("relserve.api_keys",), ("relserve.config",)]
+        assert sorted(dumped) == [("relserve.api_keys",), ("relserve.budget_limits",), ("relserve.config",)]
         db.execute("DROP EXTENSION relserve")
         assert db.execute("SELECT count(*) FROM pg_proc WHERE proname LIKE 'llm_%'").fetchone() == (0,)
         assert db.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'relserve'").fetchone() == (0,)
