@@ -9,7 +9,7 @@ import duckdb
 import pyarrow as pa
 
 from relserve.duckdb_ext.connections import install, session_of
-from relserve.duckdb_ext.estimates import Measured, measured_run, statement_estimate
+from relserve.duckdb_ext.estimates import Measured, measured_run, site_stages, statement_estimate
 from relserve.duckdb_ext.planned import StatementRun, explain_planned, run_planned
 from relserve.duckdb_ext.statement import analyze as parse_statement
 from relserve.duckdb_ext.statement import split_statements
@@ -167,18 +167,10 @@ def _site_estimate(site: SiteExplain) -> str:
 
 
 def _statement_explain(run: StatementRun) -> StatementExplain:
-    sites = run.statement.sites
-    stage: dict[int, int] = {}
-
-    def stage_of(i: int, visiting: frozenset = frozenset()) -> int:
-        if i not in stage:
-            deps = [d for d in sites[i].depends_on if d not in visiting]
-            stage[i] = 1 + max((stage_of(d, visiting | {i}) for d in deps), default=0)
-        return stage[i]
-
+    stages = site_stages(run)
     out = [
         SiteExplain(
-            s.site.index, s.site.text, sorted(s.site.depends_on), stage_of(s.site.index), s.rows_seen, list(s.explains),
+            s.site.index, s.site.text, sorted(s.site.depends_on), stages[s.site.index], s.rows_seen, list(s.explains),
             list(s.analyzed),
         )
         for s in run.sites
