@@ -177,7 +177,13 @@ def test_llm_count_tokens_counts_each_functions_prompt_without_an_engine():
     assert [e[3] for e in errors] == [f"llm_{f}: placeholder {{review}} is NULL in this row" for f in ("map", "filter", "classify")]
 
 
-def test_a_statements_estimate_replays_a_site_after_the_filter_it_waits_for():
+def test_a_statements_estimate_replays_a_site_after_the_filter_it_waits_for(monkeypatch):
+    from relserve.backend import registry
+
+    # no engine runs in this process (the suite's shared engine, when an earlier test started it,
+    # is set aside): nothing to wait behind, so no "now" estimate
+    monkeypatch.setattr(registry, "_default", None)
+    monkeypatch.setattr(registry, "_chosen", None)
     con = relserve.duckdb.connect(progress=False)
     con.execute("CREATE TABLE t AS SELECT range AS n, 'review number ' || range AS review FROM range(40)")
     ex = con.explain("SELECT n, llm_map('Summarize: {review}', review, llm_options(max_tokens := 8)) FROM t "
