@@ -28,7 +28,7 @@ critic reviews, distinct texts, a seeded sample of ``--rows``), one call over it
 
 Time goes to a run's own phases (the report's sample_s / embed_s / learn_s / remainder_s).
 
-    flock -x /tmp/relserve-cpu.lock .venv/bin/python bench/bench_cascade.py --rows 20000 \
+    .venv/bin/python bench/bench_cascade.py --rows 20000 \
         --llm-answers bench/out/cascade_llm_sentiment.json --real 0 --replay 0-9
     .venv/bin/python bench/bench_cascade.py --memory 100000      # peak memory of embedding + proxy
 

@@ -11,8 +11,8 @@ engine's threads in float32 and bfloat16, and the memory bandwidth of reading a 
 The report sets each cost against it: a prefill token's FLOPs over its time (GFLOP/s achieved),
 and the weights' bytes read once per step over the fixed cost (GB/s).
 
-    flock -x /tmp/relserve-cpu.lock .venv/bin/python bench/bench_engine.py            # ~15 minutes
-    flock -x /tmp/relserve-cpu.lock .venv/bin/python bench/bench_engine.py --variants base,tcmalloc
+    .venv/bin/python bench/bench_engine.py            # ~15 minutes
+    .venv/bin/python bench/bench_engine.py --variants base,tcmalloc
 
 Results: bench/out/engine_settings.json and .md.
 """

@@ -17,7 +17,7 @@ runs it; the result cache is off, the label memory (examples, priors, answer fie
 before each phase, so each phase's first statement of a template runs its first pass.
 
     .venv/bin/python bench/bench_estimates.py --quick                 # a few minutes
-    flock -x /tmp/relserve-cpu.lock .venv/bin/python bench/bench_estimates.py   # the figures
+    .venv/bin/python bench/bench_estimates.py   # the figures
 
 Targets: token counts equal to the engine's for every statement (reported: exact, or why not);
 the idle estimate within +-25% of the time alone for 80% of the statements, the under-load

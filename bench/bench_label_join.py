@@ -9,7 +9,7 @@ amazon_reviews). Per label method (``--configs``; ``default`` is the call withou
 kept, of them true, precision, recall, F1, kept/true and pairs/s, side by side in one run, each
 cold (the label methods' memory forgotten first). This task was not used to choose any default.
 
-    flock -x /tmp/relserve-cpu.lock .venv/bin/python bench/bench_label_join.py --products 40
+    .venv/bin/python bench/bench_label_join.py --products 40
 """
 
 from __future__ import annotations
