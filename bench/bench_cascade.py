@@ -85,17 +85,9 @@ def reviews(rows: int, seed: int = 0, beer: bool = False) -> list[str]:
 
 def forget_template_memory() -> None:
     """Every run cold: no examples, label means, priors or answer fields from an earlier run."""
-    from relserve.planner.labels.adaptive import forget as forget_adaptive
-    from relserve.planner.labels.answer_fields import forget_fields
-    from relserve.planner.labels.bootstrap import forget_examples
-    from relserve.planner.labels.pools import forget_means
-    from relserve.planner.labels.prior import forget_priors
+    from relserve.planner.labels.memory import forget_all
 
-    forget_examples()
-    forget_means()
-    forget_fields()
-    forget_priors()
-    forget_adaptive()
+    forget_all()
 
 
 def make(task: dict, **options):

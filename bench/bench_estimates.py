@@ -111,15 +111,10 @@ class Measured:
 def forget_template_memory() -> None:
     """Everything remembered per template, the adaptive label method's choices included: the
     phase's first statement of a template runs its first pass again."""
-    import relserve.planner.labels.adaptive as adaptive
     from relserve.estimate import answer_lengths, selectivity
-    from relserve.planner.labels.answer_fields import forget_fields
-    from relserve.planner.labels.bootstrap import forget_examples
-    from relserve.planner.labels.pools import forget_means
-    from relserve.planner.labels.prior import forget_priors
+    from relserve.planner.labels.memory import forget_all
 
-    for forget in (forget_examples, forget_means, forget_fields, forget_priors, adaptive.forget,
-                   answer_lengths.forget, selectivity.forget):
+    for forget in (forget_all, answer_lengths.forget, selectivity.forget):
         forget()
 
 

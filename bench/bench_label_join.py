@@ -47,27 +47,14 @@ def products(n: int) -> list[tuple[str, str]]:
     return [(r["name"], r["department"]) for r in picked.select("name", "department").to_dicts()]
 
 
-def forget() -> None:
-    from relserve.planner.labels import adaptive
-    from relserve.planner.labels.answer_fields import forget_fields
-    from relserve.planner.labels.bootstrap import forget_examples
-    from relserve.planner.labels.pools import forget_means
-    from relserve.planner.labels.prior import forget_priors
-
-    adaptive.forget()
-    forget_fields()
-    forget_examples()
-    forget_means()
-    forget_priors()
-
-
 def run(con, config: str) -> tuple[set[tuple[str, str]], float]:
     import relserve.duckdb
+    from relserve.planner.labels.memory import forget_all
 
     opts = "" if config == "default" else f", llm_options(method := '{config}')"
     sql = (f"SELECT p.name, d.department FROM products p JOIN departments d "
            f"ON llm_filter('{TEMPLATE}', d.department, p.name{opts})")
-    forget()
+    forget_all()
     start = time.perf_counter()
     got = relserve.duckdb.sql(con, sql).fetchall()
     return {(n, d) for n, d in got}, time.perf_counter() - start
