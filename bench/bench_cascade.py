@@ -2,22 +2,25 @@
 side in one run, over several seeds.
 
 A table of real reviews from ../shared/datasets (Amazon product reviews and Rotten Tomatoes
-critic reviews, distinct texts, a seeded sample of ``--rows``), one call over it:
+critic reviews, distinct texts, a seeded sample of ``--rows``), one call over it (``--task``):
 
   sentiment  llm_classify('Is this review positive or negative? Review: {review}', ['positive', 'negative'])
   satisfied  llm_filter('Is the reviewer satisfied? Review: {review}')
+  topic      llm_classify('What is this review about? Review: {review}', ['a movie', 'a product', 'a beer'])
+             (beer reviews added to the table)
 
 1. LLM-only: the call as it runs without the option (one relQuery, the default label method),
    cold: the label methods' per-template memory (examples, label means, priors) forgotten first,
    as a user's first statement. Its answers are the reference, computed once and used for every
    seed (``--llm-answers FILE`` saves them, and reads them back in a later run instead of
    running again: say so when you quote such a run).
-2. Real runs (``--real SEEDS``), per seed and target: the same call with ``cascade := target,
-   seed := seed``, cold too, timed end to end (planning, the LLM on the sample and audit,
-   embedding, training, the threshold, the LLM on the rest). Measured agreement: the share of
-   rows whose answer equals the LLM-only answer; split into the proxy's rows and the LLM's rows
-   (those differ from the LLM-only run only through the label method's dependence on the other
-   rows of its relQuery); whether the stated interval covers the measured agreement.
+2. Real runs (``--real SEEDS``), per seed and target (``--real-targets``, 0.95 by default): the
+   same call with ``cascade := target, seed := seed``, cold too, timed end to end (planning, the
+   LLM on the sample and audit, embedding, training, the threshold, the LLM on the rest).
+   Measured agreement: the share of rows whose answer equals the LLM-only answer; split into the
+   proxy's rows and the LLM's rows (those differ from the LLM-only run only through the label
+   method's dependence on the other rows of its relQuery); whether the stated interval covers
+   the measured agreement.
 3. Replays (``--replay SEEDS``), per seed and target, without the engine: relserve's own cascade
    steps (the same split, embeddings, proxy and threshold: ``Cascade.learn``) with the sample's
    and audit's LLM answers taken from the LLM-only run. Their measured agreement is the proxy

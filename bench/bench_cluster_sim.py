@@ -2,7 +2,7 @@
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_cluster_sim.py [--quick]
 
-Two workloads, arrivals scaled with the replica count N (rate_1 * N, relQueries_1 * N):
+Three workloads, arrivals scaled with the replica count N (rate_1 * N, relQueries_1 * N):
 * paper-like: the RelServe paper's beer-review relQueries (1-100 rows, Poisson arrivals);
 * shared templates: the same, each session's template behind one of four long instructions
   (~300 tokens of static prefix shared across sessions);

@@ -6,8 +6,8 @@ tables in ../shared/datasets) at seeded Poisson arrivals. Every contender gets t
 at the same arrival times, on the same model folder, one after another on this machine:
 
 1. ``vllm-serve``: vLLM's own OpenAI server (``vllm serve``, prefix caching on), called once per row
-   in table order from DuckDB UDFs, one row at a time per session (``--row-concurrency``), as
-   pgai-style database functions and most DuckDB LLM extensions do;
+   in table order from DuckDB UDFs, one row at a time per session, as pgai-style database
+   functions and most DuckDB LLM extensions do;
 2. ``vllm-offline``: vLLM's ``LLM.generate``, each call site's rows of a statement as one batch in
    table order (as LOTUS-style dataframe libraries do), statements one after another (FIFO);
 3. ``relserve``: the same statements through ``relserve.duckdb.sql`` on connections made with
@@ -28,7 +28,7 @@ llm_filter / llm_classify choose labels by calibrated scoring (its default, whic
 server connection runs), contenders 1-2 by constrained decoding: so the identity check compares
 the generated columns (llm_map, llm_extract) row by row, and reports label agreement apart.
 
-    .venv/bin/python bench/bench_e2e.py --quick     # a few minutes: small sizes, short window
+    .venv/bin/python bench/bench_e2e.py --quick     # about 10 minutes: small sizes, short window
     .venv/bin/python bench/bench_e2e.py             # the full run (41 min on 2 quiet AMD EPYC cores)
 
     .venv/bin/python bench/bench_e2e.py --workload other   # the second workload: other tables,
@@ -86,7 +86,7 @@ __all__ = ["DATASETS", "TABLE_ROWS", "WORKLOADS", "FifoLock", "Statement", "_pct
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="a small run (a few minutes): short window, small statements")
+    ap.add_argument("--quick", action="store_true", help="a small run (about 10 minutes): short window, small statements")
     ap.add_argument("--sessions", type=int, default=8)
     ap.add_argument("--rate", type=float, default=None, help="statements per second over all sessions at load 1.0")
     ap.add_argument("--window", type=float, default=None, help="seconds of arrivals per load")

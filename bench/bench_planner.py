@@ -14,7 +14,8 @@ One run, side by side, on rotten_tomatoes, amazon_reviews and beer_ratings (../s
               relserve.duckdb.sql in this process (memory + SQLite) and in a fresh process
               (SQLite only); the engine must not be called.
 
-    python bench/bench_planner.py                 # all three (starts the engine, ~30 s)
+    python bench/bench_planner.py                 # all three (starts the engine; about 5 minutes:
+                                                  # docs/benchmarks.md)
     python bench/bench_planner.py --no-engine     # 1 and 3 only (tokens from the model's tokenizer)
 
 Results print as tables and go to bench/out/planner.json.

@@ -3,7 +3,7 @@
 # per trace: every policy at two loads, each relQuery's isolated time, and the simulator replaying
 # the same runs with the machine's calibrated step model.
 #   1. the benchmark trace: 20 relQueries (1-20 rows, the five query types of the paper over
-#      rotten_tomatoes, amazon_reviews and beer_ratings, seed 5), at x1 and x1.5 of 0.27 relQ/s;
+#      rotten_tomatoes, amazon_reviews and beer_ratings, seed 5), at x1 and x1.5 of 0.25 relQ/s;
 #   2. the long trace: 12 relQueries (1-10 rows, prompts of 200-700 tokens, answers of 64-128
 #      tokens, over rotten_tomatoes, amazon_reviews, beer_reviews and movies_small, seed 11), at
 #      x2 and x3 of 0.1 relQ/s.

@@ -1,4 +1,4 @@
-"""Two arranger rules in the simulator, on the policy traces (issue 28 items 1 and 2).
+"""Four scheduler rules in the simulator, on and off (the first two: issue 28 items 1 and 2).
 
 * ``decode_subset``: running relQueries ranked behind sit out decode steps when their requests
   cost the ones ahead more than the fixed step cost they pay again (policy/aba.py decode_hold);
@@ -9,11 +9,13 @@
 * ``count_admitted_decode`` (on in every row but the one that turns it off): a relQuery whose
   requests all run ranks by the decode they still need instead of 0 (policy/dpu.py).
 
-Each trace is replayed under relserve with each rule off/on, and under sp, with the CPU step
-model of this machine (preset smollm2-135m-cpu) and a GPU preset. Answers are shorter than
-max_tokens, as real ones are: per query type a seeded draw (filter/rating 1-2 tokens of 5,
-classification 1-3 of 10, summary 15-50 of 50, open 30-100 of 100; the long workload runs to
-max_tokens). Prints mean and p95 latency, each against relserve with both rules off.
+Traces: bench_policies.sh's benchmark trace (20 relQueries of 1-20 rows, seed 5) at x1 and x1.5
+of 0.25 relQ/s, and 150 relQueries of 1-100 rows at 0.1 relQ/s (seed 7); under a GPU preset the
+arrivals run 20x as fast. Each trace is replayed under relserve with each rule off/on, and under
+sp, with the CPU step model of this machine (preset smollm2-135m-cpu) and a GPU preset. Answers
+are shorter than max_tokens, as real ones are: per query type a seeded draw (filter/rating 1-2
+tokens of 5, classification 1-3 of 10, summary 15-50 of 50, open 30-100 of 100). Prints mean and
+p95 latency, each against relserve with both rules off.
 
     .venv/bin/python bench/bench_policy_estimates.py          # about 1 min
 """

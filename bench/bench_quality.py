@@ -2,12 +2,14 @@
 
 Labelled tasks over the tables in ../shared/datasets plus the project's demo table, each run
 through DuckDB as a user writes them (``relserve.duckdb.sql``, the SQL is below), per label
-method (``method :=``: generate / score / calibrate / batch) and scoring prompt shape
-(``prompt_shape :=``: chat / chat_answer / completion), side by side in one run. Two groups of
-tasks, kept apart (issue 22):
+method (``method :=``: generate / score / calibrate / batch / bootstrap; ``default`` names none,
+which is adaptive for a filter or a 2-label classify, bootstrap for more labels; ``adaptive/-``
+names it) and scoring prompt shape (``prompt_shape :=``: chat / chat_answer / completion /
+question_first), side by side in one run. Two groups of tasks, kept apart (issue 22):
 
 TUNING (the defaults were chosen on these, and only these):
   rt_classify   llm_classify rotten_tomatoes ['fresh', 'rotten'] vs review_type
+  rt_sentiment  llm_classify rotten_tomatoes ['positive', 'negative'] vs review_type
   rt_filter     llm_filter   rotten_tomatoes "is this review positive?" vs review_type
   beer_family   llm_classify beer_reviews review text -> ['lager', 'pale ale', 'stout', 'wheat beer']
                              (style family from the style column; 4 labels, one of two tokens)

@@ -1,7 +1,8 @@
 """Simulator speed, the starvation-threshold sweep (paper Fig. 12), and the distance from the limit.
 
 1. Replays a trace of about 100,000 requests (2,000 relQueries of 1-100 rows over beer_reviews)
-   under every policy with the calibrated cost model and prints the wall time of each replay.
+   under every policy with a step-cost preset (``--preset``, default ``opt-13b-a100``: a GPU
+   preset keeps the load realistic) and prints the wall time of each replay.
 2. Sweeps relserve's starvation threshold on the benchmark trace (bench/out/trace.jsonl, written
    by bench/bench_policies.sh, or a fresh one) and prints mean against max latency and the pick,
    with each threshold's ratio to the trace's lower bound and clairvoyant schedule.
@@ -11,7 +12,8 @@
    lower bound and over the clairvoyant schedule (``relserve.sim.clairvoyant``); answers of
    ``max_tokens`` tokens (as the other simulator benchmarks) and, with ``--short-answers``, also
    of a seeded length uniform in 1..max_tokens that only the clairvoyant schedule knows.
-   Markdown in bench/out/limit.md. Only with ``--limit`` or ``--only limit`` (about 20 minutes).
+   Markdown in bench/out/limit.md. Only with ``--limit`` or ``--only limit`` (with
+   ``--short-answers``: about 15 minutes, docs/benchmarks.md).
 
     .venv/bin/python bench/bench_sim.py [--rate 1.0]                # parts 1 and 2, about 70 s
     .venv/bin/python bench/bench_sim.py --only limit --short-answers  # part 3
@@ -141,7 +143,7 @@ def main() -> None:
     ap.add_argument("--preset", default="opt-13b-a100", help="cost model of the 100k replay (a GPU preset keeps the load realistic)")
     ap.add_argument("--sweep-load", type=float, default=1.25, help="load factor of the sweep on the benchmark trace")
     ap.add_argument("--only", choices=("speed", "sweep", "limit"), default=None, help="run one part only")
-    ap.add_argument("--limit", action="store_true", help="also part 3 (about 20 minutes on this machine)")
+    ap.add_argument("--limit", action="store_true", help="also part 3 (with --short-answers about 15 minutes, docs/benchmarks.md)")
     ap.add_argument("--limit-loads", default="1,1.5", help="load factors of this machine's traces for the limit")
     ap.add_argument("--limit-rates", default="0.5,0.75,1.0", help="relQueries/s of the paper-like trace for the presets")
     ap.add_argument("--short-answers", action="store_true", help="also answers shorter than max_tokens (seeded)")

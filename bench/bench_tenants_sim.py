@@ -14,7 +14,7 @@ for each variant (tenant cap on or off, decode_subset on or off, lower max_num_s
 default: tenant_step_slowdown 2 (26 decoding rows, 37 prefill tokens a step beyond the first row
 with this step model), tenant_linger_s 3.
 
-    .venv/bin/python bench/bench_tenants_sim.py            # a few seconds
+    .venv/bin/python bench/bench_tenants_sim.py            # about 30 s (docs/benchmarks.md)
 """
 
 from __future__ import annotations
