@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from relserve.benchmark.replay import ReplayResult, replay
 from relserve.benchmark.summary import RunSummary, summarize
-from relserve.policy import POLICY_NAMES, CostModel, Limits, policy_class
+from relserve.policy import POLICY_NAMES, CostModel, Limits, PolicySettings, policy_class
 from relserve.relquery import RelQuery
 from relserve.workloads.traces import TraceQuery, scale_arrivals
 
@@ -43,6 +43,8 @@ class BenchmarkReport:
     simulated: list[dict] = field(default_factory=list)
     cost_model: dict | None = None
     limits: dict | None = None
+    #: the plug-in policies' settings the engine ran (the simulator runs the same)
+    policy_settings: dict | None = None
     wall_s: float = 0.0
 
     def as_dict(self) -> dict:
@@ -54,6 +56,7 @@ class BenchmarkReport:
             "isolated": self.isolated,
             "cost_model": self.cost_model,
             "limits": self.limits,
+            "policy_settings": self.policy_settings,
             "wall_s": self.wall_s,
             "runs": self.runs,
         }
@@ -70,6 +73,7 @@ class BenchmarkReport:
             simulated=d.get("simulated", []),
             cost_model=d.get("cost_model"),
             limits=d.get("limits"),
+            policy_settings=d.get("policy_settings"),
             wall_s=d.get("wall_s", 0.0),
         )
 
@@ -139,6 +143,7 @@ def run_benchmark(
                 report.cost_model = engine.cost_model.model_dump()
                 prepared_for_sim["engine"] = _sim_inputs(engine)
                 report.limits = prepared_for_sim["engine"]["limits_dict"]
+                report.policy_settings = engine.policy_settings.model_dump()
             for load in config.loads:
                 for policy in group:
                     one(engine, policy, load)
@@ -152,11 +157,8 @@ def run_benchmark(
 
 
 def _sim_inputs(engine) -> dict:
-    """What the simulator needs to imitate this engine: tokenizer, chat template, limits."""
-    from relserve.engine.chat_template import ChatPrompter
-
-    prompter = ChatPrompter(engine.tokenizer)
-    tok = engine.tokenizer
+    """What the simulator needs to imitate this engine: tokenizer, chat template, limits, and the
+    settings its policies run with."""
     s = engine.settings
     kv = engine.kv_capacity_tokens or int(s.kv_cache_gb * (1 << 30)) // 46_080
     limits = Limits(
@@ -166,9 +168,20 @@ def _sim_inputs(engine) -> dict:
         kv_free_tokens=kv,
         block_size=engine.block_size,
     )
+    # a calibrated arranger (`relserve calibrate`) when the engine runs one: the simulator must
+    # run the same settings, or it checks another policy than the one measured
+    return sim_inputs(engine.tokenizer, limits, engine.policy_settings)
+
+
+def sim_inputs(tokenizer, limits: Limits, settings: PolicySettings) -> dict:
+    """The simulator's view of an engine from its tokenizer, limits and policy settings."""
+    from relserve.engine.chat_template import ChatPrompter
+
+    prompter = ChatPrompter(tokenizer)
     return {
+        "policy_settings": settings,
         "render_wrap": prompter.text,
-        "tokenize": lambda text: tok(text, add_special_tokens=False)["input_ids"],
+        "tokenize": lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
         "limits": limits,
         "limits_dict": {
             "max_num_batched_tokens": limits.max_num_batched_tokens,
@@ -177,6 +190,28 @@ def _sim_inputs(engine) -> dict:
             "block_size": limits.block_size,
         },
     }
+
+
+def resimulate(trace: Sequence[TraceQuery], report: BenchmarkReport, model: str | None = None) -> list[dict]:
+    """The simulator's side of a saved run again, without an engine: ``trace`` is the run's trace,
+    ``model`` the model it ran (its tokenizer). A run saved before its report kept the policy
+    settings is simulated with this machine's calibrated settings for the model."""
+    from transformers import AutoTokenizer
+
+    from relserve.calibration import load_policy_settings
+    from relserve.model import resolve_model
+
+    if report.cost_model is None or report.limits is None:
+        raise ValueError("this saved run has no cost model or limits: it ran no plug-in policy, nothing to simulate")
+    spec = resolve_model(model)
+    if report.policy_settings is not None:
+        settings = PolicySettings.model_validate(report.policy_settings)
+    else:
+        settings = load_policy_settings(spec.model_id) or PolicySettings()
+    kv = report.limits["kv_capacity_tokens"]
+    limits = Limits(max_num_batched_tokens=report.limits["max_num_batched_tokens"], max_num_seqs=report.limits["max_num_seqs"],
+                    kv_capacity_tokens=kv, kv_free_tokens=kv, block_size=report.limits["block_size"])
+    return simulate_like(trace, report, sim_inputs(AutoTokenizer.from_pretrained(spec.path), limits, settings))
 
 
 def simulate_like(trace: Sequence[TraceQuery], report: BenchmarkReport, inputs: dict) -> list[dict]:
@@ -210,6 +245,7 @@ def simulate_like(trace: Sequence[TraceQuery], report: BenchmarkReport, inputs: 
             render=render,
             output_lengths=lengths_of[(s.policy, s.load)],
             isolated=False,
+            settings=inputs["policy_settings"],
         )
         clair = best[s.load]
         out.append(

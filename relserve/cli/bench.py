@@ -87,8 +87,16 @@ def report(
     json_in: Path = typer.Argument(..., help="Results written by `relserve bench run --json`."),
     markdown_out: Path = typer.Option(None, "--markdown", help="Write the summary table as Markdown."),
     plots: Path = typer.Option(None, "--plots", help="Directory for the PNG plots (Fig. 9-11)."),
+    resimulate: Path = typer.Option(
+        None, "--resimulate", exists=True, dir_okay=False,
+        help="The run's trace: simulate the saved run again with today's simulator (no engine).",
+    ),
+    model: str = typer.Option("smollm2", help="With --resimulate: the model the run used (its tokenizer)."),
+    json_out: Path = typer.Option(None, "--json", help="With --resimulate: write the run with the new simulation."),
 ) -> None:
-    """Render a saved benchmark run again: the table, the ratios, the simulator check, the plots."""
+    """Render a saved benchmark run again: the table, the ratios, the simulator check, the plots;
+    with ``--resimulate TRACE``, the simulator's side computed again (after a change to the
+    simulator or the policies, without replaying on the engine)."""
     import json
 
     from rich.console import Console
@@ -101,6 +109,13 @@ def report(
         saved = BenchmarkReport.from_dict(json.loads(json_in.read_text()))
     except (OSError, ValueError, KeyError) as exc:
         raise typer.BadParameter(f"{json_in}: not a benchmark result ({exc})") from exc
+    if resimulate is not None:
+        from relserve.benchmark.run import resimulate as simulate_again
+        from relserve.workloads import read_trace
+
+        saved.simulated = simulate_again(read_trace(resimulate), saved, model)
+    elif json_out is not None:
+        raise typer.BadParameter("--json writes a resimulated run: give --resimulate TRACE too")
     console.print(markdown(saved))
-    for path in write(saved, None, markdown_out, plots):
+    for path in write(saved, json_out, markdown_out, plots):
         console.print(f"wrote {path}")
