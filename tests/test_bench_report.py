@@ -136,3 +136,24 @@ def test_resimulate_names_a_missing_trace(tmp_path):
                                                              str(tmp_path / "nope.jsonl")])
     assert result.exit_code == 2
     assert "nope.jsonl" in result.output and "does not exist" in result.output
+
+
+def test_step_model_check_prices_each_shape_of_a_runs_steps():
+    from relserve.benchmark.report import step_model_check
+    from relserve.policy import CostModel
+
+    cost = CostModel(alpha_p=1e-3, beta_p=0.04, alpha_d=2e-3, beta_d=0.03, beta_m=0.05)
+    step = {"prefill_pairs": 0.0, "decode_context": 0}
+    report = _report()
+    report.cost_model = cost.model_dump()
+    report.runs = {"relserve@2": {"step_log": [
+        {**step, "prefill_tokens": 0, "decode_reqs": 10, "duration": 0.1},          # decode: 0.05 predicted
+        {**step, "prefill_tokens": 500, "decode_reqs": 20, "duration": 0.5},        # large mixed: 0.59
+        {**step, "prefill_tokens": 500, "decode_reqs": 0, "duration": 0.6},         # large prefill: 0.54
+        {**step, "prefill_tokens": 100, "decode_reqs": 0, "duration": 0.2},         # prefill: 0.14
+        {**step, "prefill_tokens": 100, "decode_reqs": 0, "duration": None},        # not timed: left out
+    ]}}
+    got = {x["shape"]: (x["steps"], round(x["predicted_s"], 6), round(x["ratio"], 6)) for x in step_model_check(report)}
+    assert got == {"decode": (1, 0.05, 0.5), "large mixed": (1, 0.59, 1.18), "large prefill": (1, 0.54, 0.9),
+                   "prefill": (1, 0.14, 0.7)}
+    assert "| relserve@2 | large mixed | 1 | 0.5 | 0.6 | 1.18 | 500 | 20.0 |" in markdown(report)

@@ -28,6 +28,43 @@ def ratios(report: BenchmarkReport) -> list[dict]:
     return out
 
 
+#: prompt tokens from which a step counts as a large prefill (a quarter of the default budget and up)
+LARGE_PREFILL_TOKENS = 256
+
+
+def step_shape(step: dict) -> str:
+    """A logged step's shape: decode, prefill or mixed, "large" from ``LARGE_PREFILL_TOKENS``."""
+    tokens, decodes = step["prefill_tokens"], step["decode_reqs"]
+    kind = "mixed" if tokens and decodes else "prefill" if tokens else "decode"
+    return kind if not tokens or tokens < LARGE_PREFILL_TOKENS else f"large {kind}"
+
+
+def step_model_check(report: BenchmarkReport) -> list[dict]:
+    """The cost model against the steps each plug-in run really took, per step shape: the measured
+    and predicted seconds, their ratio, the steps and their mean prefill tokens and decodes. This
+    tells a wrong step price apart from a simulator that schedules differently from the engine."""
+    from relserve.policy import CostModel
+
+    if report.cost_model is None:
+        return []
+    cost = CostModel(**report.cost_model)
+    out = []
+    for name, run in report.runs.items():
+        by_shape: dict[str, list[dict]] = defaultdict(list)
+        for step in run.get("step_log") or []:
+            if step.get("duration") is not None:
+                by_shape[step_shape(step)].append(step)
+        for shape, steps in sorted(by_shape.items()):
+            measured = sum(x["duration"] for x in steps)
+            predicted = sum(cost.mixed(x["prefill_tokens"], x["decode_reqs"], x["prefill_pairs"], x["decode_context"])
+                            for x in steps)
+            out.append({"run": name, "shape": shape, "steps": len(steps), "measured_s": measured,
+                        "predicted_s": predicted, "ratio": predicted / measured if measured else None,
+                        "prefill_tokens": sum(x["prefill_tokens"] for x in steps) / len(steps),
+                        "decodes": sum(x["decode_reqs"] for x in steps) / len(steps)})
+    return out
+
+
 def markdown(report: BenchmarkReport) -> str:
     lines = [
         f"Trace: {len({r for r in report.isolated}) or '?'} relQueries at {report.trace_rate:.3f} relQueries/s (load x1). "
@@ -66,6 +103,18 @@ def markdown(report: BenchmarkReport) -> str:
         for load, agr in rank_agreement(report).items():
             swapped = ", ".join(f"{a}/{b} (measured {gap:.0%} apart)" for a, b, gap in agr["swapped"])
             lines.append(f"- load {load}: {agr['agree']}/{agr['pairs']}" + (f"; swapped: {swapped}" if swapped else ""))
+    check = step_model_check(report)
+    if check:
+        lines += [
+            "",
+            "The cost model against the steps each run took (predicted / measured busy seconds per step shape):",
+            "",
+            "| run | shape | steps | measured (s) | predicted (s) | predicted / measured | prefill tokens | decodes |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for x in check:
+            lines.append(f"| {x['run']} | {x['shape']} | {x['steps']} | {x['measured_s']:.1f} | {x['predicted_s']:.1f} "
+                         f"| {_f(x['ratio'])} | {x['prefill_tokens']:.0f} | {x['decodes']:.1f} |")
     return "\n".join(lines) + "\n"
 
 
