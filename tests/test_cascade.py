@@ -175,8 +175,10 @@ def test_plan_says_when_and_why_not():
     assert "free text" in policy.plan(make_call("llm_map", "Say {x}", cascade=0.9), 50_000).skipped
     assert "sampled" in policy.plan(make_call("llm_filter", "Is {x} good?", cascade=0.9, temperature=0.7), 50_000).skipped
     big = policy.plan(on, 20_000)
-    assert big.applies and (big.train, big.audit) == (policy._clamp(policy.TRAIN_SHARE * 20_000, policy.MIN_TRAIN, policy.MAX_TRAIN),
-                                                      policy._clamp(policy.AUDIT_SHARE * 20_000, policy.MIN_AUDIT, policy.MAX_AUDIT))
+    # 3% of 20,000 is 600 training rows (the most taken), 4% is 800 audit rows (within 600-1,000)
+    assert big.applies and (big.train, big.audit) == (600, 800)
+    # a smaller table takes the fewest of each: 3% of 5,000 is 150 (300 at least), 4% is 200 (600)
+    assert (policy.plan(on, 5_000).train, policy.plan(on, 5_000).audit) == (300, 600)
 
 
 def test_split_is_a_seeded_partition():

@@ -23,7 +23,7 @@ from relserve.policy import StepKind, StepPlan
 
 def force(sched, plan_for):
     """Make the policy answer ``plan_for(view)`` every step."""
-    policy = sched._policy
+    policy = sched.relserve_policy
 
     def schedule(view):
         policy.steps += 1

@@ -38,7 +38,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
 from relserve.engine.request_meta import RequestMeta
-from relserve.policy import CostModel, Limits, PolicySettings, Req, StepKind, StepView, make_policy
+from relserve.policy import CostModel, Limits, Policy, PolicySettings, Req, StepKind, StepView, make_policy
 from relserve.policy.preemption import preemption_order
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,11 @@ class RelServeScheduler(Scheduler):
         self._last_step: tuple[float, float] | None = None
         self._step_gap = StepGap()
         _install_rpc()
+
+    @property
+    def relserve_policy(self) -> Policy:
+        """The policy that decides each step (vLLM's own ``policy`` attribute is its queue order)."""
+        return self._policy
 
     # ----------------------------------------------------------------- control channel
 
