@@ -248,7 +248,7 @@ def test_fifo_lock_runs_in_the_order_asked():
 
     def queued(n):  # n tickets waiting (or holding the lock)
         deadline = time.monotonic() + 30
-        while len(lock._queue) < n:
+        while lock.lined_up < n:
             assert time.monotonic() < deadline, f"worker {n - 1} never asked for the lock"
             time.sleep(0.005)
 

@@ -122,8 +122,8 @@ def test_scan_poll_flattens_events_for_the_c_side(monkeypatch):
     request = call_request("x", Settings(), "filter")
     events = [Accepted("rq1", 2), Answer(RowResult(1, value=True)), Answer(RowResult(0, error="too long")),
               Finished("done", {"rows": 2, "engine_rows": 1}, None)]
-    foreign_scan._scans["h"] = foreign_scan.Scan("relserve_fdw (filter)", request, Stream(events), 2)
-    assert foreign_scan.scan_poll(FakePlpy(), "h", 0.1) == [
+    h = foreign_scan.register(foreign_scan.Scan("relserve_fdw (filter)", request, Stream(events), 2))
+    assert foreign_scan.scan_poll(FakePlpy(), h, 0.1) == [
         "accepted", "rq1", "2", None,
         "row", "1", "true", None,
         "row", "0", None, "too long",
@@ -131,15 +131,17 @@ def test_scan_poll_flattens_events_for_the_c_side(monkeypatch):
         "done", None, None, None,
     ]
     # a server that cannot be reached: the error with its SQLSTATE and hint, or NULL rows when asked
-    foreign_scan._scans["h"] = foreign_scan.Scan("relserve_fdw (map)", request, Stream([Broken(0, "down")]), 2)
-    assert foreign_scan.scan_poll(FakePlpy(), "h", 0.1)[:3] == ["error", "08001", "relserve_fdw (map): down"]
+    foreign_scan.scan_close(FakePlpy(), h)
+    h = foreign_scan.register(foreign_scan.Scan("relserve_fdw (map)", request, Stream([Broken(0, "down")]), 2))
+    assert foreign_scan.scan_poll(FakePlpy(), h, 0.1)[:3] == ["error", "08001", "relserve_fdw (map): down"]
+    foreign_scan.scan_close(FakePlpy(), h)
     lenient = call_request("x", Settings({"on_server_error": "null"}), "map")
-    foreign_scan._scans["h"] = foreign_scan.Scan("relserve_fdw (map)", lenient, Stream([Broken(0, "down")]), 2)
+    h = foreign_scan.register(foreign_scan.Scan("relserve_fdw (map)", lenient, Stream([Broken(0, "down")]), 2))
     plpy = FakePlpy()
-    assert foreign_scan.scan_poll(plpy, "h", 0.1) == ["row", "0", None, "down", "row", "1", None, "down", "done", None, None, None]
+    assert foreign_scan.scan_poll(plpy, h, 0.1) == ["row", "0", None, "down", "row", "1", None, "down", "done", None, None, None]
     assert plpy.warnings == ["relserve_fdw (map): relserve server error, NULL returned for every row: down"]
     assert foreign_scan.scan_poll(plpy, "nope", 0.1)[:2] == ["error", "XX000"]
-    foreign_scan._scans.clear()
+    foreign_scan.scan_close(plpy, h)
 
 
 def test_operator_options_take_only_what_the_operator_takes():

@@ -64,6 +64,12 @@ class FifoLock:
             self._queue.pop(0)
             self._cond.notify_all()
 
+    @property
+    def lined_up(self) -> int:
+        """Statements holding the lock or waiting for it."""
+        with self._cond:
+            return len(self._queue)
+
 
 def run_sessions(
     work: list[Scheduled],

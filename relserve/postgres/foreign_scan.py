@@ -49,8 +49,13 @@ def _start(name: str, request: CallRequest, client: Client, template: str, rows:
     """Send ``rows`` as one relQuery and register its stream for polling; the scan's handle."""
     # the server estimates each window when it starts: EXPLAIN ANALYZE shows it beside what it took
     stream = AnswerStream(client, template, rows, replace(request.call, estimate=True), abandon_after_s=ABANDON_AFTER_S)
+    return register(Scan(name, request, stream, len(rows)))
+
+
+def register(scan: Scan) -> str:
+    """Register a window's answer stream for ``scan_poll``; its handle (``scan_close`` ends it)."""
     handle = uuid.uuid4().hex
-    _scans[handle] = Scan(name, request, stream, len(rows))
+    _scans[handle] = scan
     return handle
 
 
