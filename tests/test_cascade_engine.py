@@ -7,11 +7,10 @@ The sizes are the policy's, scaled down so a test runs in its time (a cascade fr
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import pytest
 from server_fixtures import running_server
+from waits import wait_until
 
 from relserve.cascade import policy
 from relserve.cascade.runner import PROXY
@@ -126,12 +125,8 @@ def test_cancel_on_the_server_keeps_the_finished_rows(engine):
     with running_server(engine, cache=False) as srv:
         job = httpx.post(srv.url + "/v1/relqueries", timeout=60, json={
             "template": SENTIMENT, "rows": rows, "function": "classify", "labels": LABELS, "cascade": 0.9}).json()["id"]
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            done = httpx.get(srv.url + f"/v1/relqueries/{job}", timeout=30).json()["progress"]["done"]
-            if done >= 20:
-                break
-            time.sleep(0.2)
+        wait_until(lambda: httpx.get(srv.url + f"/v1/relqueries/{job}", timeout=30).json()["progress"]["done"] >= 20,
+                   "20 of the job's 400 rows to be answered before the cancel", timeout=120, poll=0.2)
         httpx.delete(srv.url + f"/v1/relqueries/{job}", timeout=60)
         out = httpx.get(srv.url + f"/v1/relqueries/{job}/result", timeout=60).json()
     assert out["status"] in ("cancelled", "finished")
