@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from relserve.engine.chat_template import ChatPrompter
 from relserve.engine.label_scoring import pick
 from relserve.functions import make_call
 from relserve.planner.prompt_rendering import render
@@ -41,7 +42,7 @@ def test_multi_token_labels_are_scored_whole(engine):
     labels = ["very positive", "very negative", "neutral"]
     res = engine.run(RelQuery(Q, ROWS, choices=labels, score_labels=True))
     assert res.stats.num_errors == 0
-    trie = engine._label_trie(tuple(labels), "")
+    trie = engine.label_trie(tuple(labels), "")
     # "very positive" is two tokens and "neutral" one: the root asks for the first tokens of all
     # six spellings, and "very"/"Very" for the second tokens of the two "very" labels, where they
     # part; "Neutral" (two tokens) parts from the others at its first, so its second is not asked
@@ -65,7 +66,7 @@ def test_split_scores_labels_that_start_apart_in_one_request_per_row(engine, mon
     first = engine.run(RelQuery(Q, ROWS, choices=labels, score_labels=True, prompt_shape="completion"))
     monkeypatch.setattr(label_scoring, "LABEL_NORM", "mean")
     mean = engine.run(RelQuery(Q, ROWS, choices=labels, score_labels=True, prompt_shape="completion"))
-    trie = engine._label_trie(tuple(labels), " ")
+    trie = engine.label_trie(tuple(labels), " ")
     assert [r.output_tokens for r in split.rows] == [1] * len(ROWS)
     assert [r.output_tokens for r in mean.rows] == [len(trie.nodes)] * len(ROWS) and len(trie.nodes) > 1
     for s, f in zip(split.rows, first.rows):
@@ -77,7 +78,7 @@ def test_split_scores_labels_that_start_apart_in_one_request_per_row(engine, mon
 def test_prompt_shapes_lay_out_the_scoring_request(engine):
     prompt = "Review: Wonderful, I love it.\nIs this review positive?"
     tok = lambda text: engine.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-    chat_text = engine._prompter(None).text(prompt)
+    chat_text = ChatPrompter(engine.tokenizer).text(prompt)
     expected = {
         "chat": len(tok(chat_text)),
         "chat_answer": len(tok(chat_text + "Answer:")),
@@ -95,7 +96,7 @@ def test_prompt_shapes_lay_out_the_scoring_request(engine):
     res = engine.run(RelQuery.from_prompts([text], choices=["yes", "no"], score_labels=True, prompt_shape="question_first"))
     assert res.rows[0].prompt_tokens == len(tok(text + "\nAnswer:"))
     # after an answer field the label is scored with its space: " yes" is one token
-    trie = engine._label_trie(("yes", "no"), " ")
+    trie = engine.label_trie(("yes", "no"), " ")
     assert trie.sequences == ((tuple(tok(" yes")), tuple(tok(" Yes"))), (tuple(tok(" no")), tuple(tok(" No"))))
     assert all(len(s) == 1 for forms in trie.sequences for s in forms)
 

@@ -432,7 +432,7 @@ class Engine(BackendBase):
                 rows = []
             timer = self._budget_timer(running) if rq.budget is not None and rows else None
             if rq.score_labels:
-                trie = self._label_trie(tuple(rq.choices or ()), label_space(rq.prompt_shape))
+                trie = self.label_trie(tuple(rq.choices or ()), label_space(rq.prompt_shape))
                 # the same requests for every row of the relQuery: built once, not per row
                 row_asks = asks(trie, _MAX_LOGPROBS)
                 running.requests_per_row = len(row_asks)
@@ -544,7 +544,9 @@ class Engine(BackendBase):
 
     # ------------------------------------------------------------------ label scoring
 
-    def _label_trie(self, labels: tuple[str, ...], space: str = "") -> LabelTrie:
+    def label_trie(self, labels: tuple[str, ...], space: str = "") -> LabelTrie:
+        """The requests that score ``labels`` on this engine's tokenizer (``space``: what comes
+        before a label, " " after an answer field), built once per label set."""
         trie = self._tries.get((labels, space))
         if trie is None:
             # after an answer field the label follows a space (" yes"), which BPE tokenizers

@@ -168,8 +168,8 @@ def scoring_asks(labels: Sequence[str], shape: str, tokenizer, engine=None) -> l
     from relserve.engine.label_scoring import LabelTrie, asks
 
     space = label_space(shape)
-    if engine is not None and hasattr(engine, "_label_trie"):
-        trie = engine._label_trie(tuple(labels), space)
+    if engine is not None and hasattr(engine, "label_trie"):
+        trie = engine.label_trie(tuple(labels), space)
     else:
         from relserve.engine.engine import FREE_FORMS_ONLY
 
