@@ -1,7 +1,7 @@
 """An LLM call as a relserve server's request body carries it: the one encoder of every client
 (``relserve.client``, DuckDB's server mode, the PostgreSQL extension).
 
-The server parses the same names (``relserve.server.schemas.CallFields``, pydantic, which checks
+The server parses the same names (``relserve.server.schemas.CallBody``, pydantic, which checks
 them); this side only encodes, so a value the server refuses comes back as the server's 400/422
 naming the field, whichever client sent it. The names are the call options
 (``relserve.functions.OPTION_NAMES`` but ``model``: a server serves one model and says which in

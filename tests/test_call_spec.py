@@ -20,7 +20,7 @@ from relserve.functions import HINT_NAMES, OPTION_NAMES, CallOptions, Scheduling
 from relserve.planner import cost
 from relserve.planner.cache import cache_key
 from relserve.relquery import RelQuery
-from relserve.server.schemas import CallFields, CellsRequest, RelQueryRequest
+from relserve.server.schemas import CallBody, CellsRequest, RelQueryRequest
 from relserve.template import Template
 from relserve.validation import ON_ERROR_VALUES, OnError
 
@@ -61,7 +61,7 @@ def test_the_system_message_key_is_the_one_the_server_used_before():
 
 
 def test_the_server_body_maps_onto_the_specification_field_by_field():
-    body_fields = set(CallFields.model_fields) | set(RelQueryRequest.model_fields)
+    body_fields = set(CallBody.model_fields) | set(RelQueryRequest.model_fields)
     spec_arguments = {"function", "labels", "json_schema"}
     transport = {"template", "rows", "prompts", "cache", "stream", "estimate"}
     # every body field is a specification field, a hint, or how the rows travel

@@ -23,7 +23,7 @@ from relserve.server.batches import plan_prompts
 from relserve.server.budget import call_max_tokens, check_template, prompts_cost
 from relserve.server.errors import ApiError
 from relserve.server.jobs import Job
-from relserve.server.schemas import CallFields, ChatRequest, CompletionRequest, _OpenAIBase
+from relserve.server.schemas import CallBody, ChatRequest, CompletionRequest, _OpenAIBase
 from relserve.server.state import ServerState, current_tenant, get_state
 from relserve.server.streaming import SSE, JobStreamResponse
 from relserve.server.tenants import Tenant
@@ -60,7 +60,7 @@ async def _start(state: ServerState, tenant: Tenant, body: _OpenAIBase, prompts:
     state.check_size(len(prompts), tenant, "prompts")
     state.check_priority(body.priority, tenant)
     shared = ("temperature", "top_p", "seed", "priority", "deadline_s")
-    fields = CallFields(**{name: getattr(body, name) for name in shared}, **call)
+    fields = CallBody(**{name: getattr(body, name) for name in shared}, **call)
     check_template("{prompt}", fields.system, tenant, "system message")
     spec = fields.call("{prompt}")
     cost = prompts_cost(prompts, spec, call_max_tokens(spec))

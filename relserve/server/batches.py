@@ -16,7 +16,7 @@ from relserve.functions import LLMCall
 from relserve.planner.cache import CacheView, ResultCache
 from relserve.planner.plan import plan_rows
 from relserve.planner.planned_rows import PlannedRows
-from relserve.server.schemas import CallFields, CellsRequest, RelQueryRequest
+from relserve.server.schemas import CallBody, CellsRequest, RelQueryRequest
 
 Cache = ResultCache | CacheView
 
@@ -56,7 +56,7 @@ def plan_relquery(req: RelQueryRequest, model_id: str, cache: Cache | None, name
     return b.batch
 
 
-def plan_prompts(req: CallFields, prompts: Sequence[str | None], model_id: str, cache: Cache | None, wanted: bool = True,
+def plan_prompts(req: CallBody, prompts: Sequence[str | None], model_id: str, cache: Cache | None, wanted: bool = True,
                  namespace: str | None = None) -> PlannedRows:
     """Plain prompts (``prompts`` of a relQuery, the OpenAI-compatible endpoints)."""
     call = req.call("{prompt}")

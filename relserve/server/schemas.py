@@ -69,9 +69,11 @@ def _function_name(value: Any) -> Any:
     return value
 
 
-class CallFields(Body):
-    """What every LLM call says: the call specification (``relserve.functions.LLMCall``), field
-    by field under the names ``make_call`` takes, and the scheduling hints (``SchedulingHints``).
+class CallBody(Body):
+    """The call part of a request body, as the server parses it: what every LLM call says, the
+    call specification (``relserve.functions.LLMCall``) field by field under the names
+    ``make_call`` takes, and the scheduling hints (``SchedulingHints``). Clients encode the same
+    names with ``relserve.call_fields.CallFields``.
 
     pydantic checks the JSON types and the bounds (``relserve.validation``'s constants, 422);
     ``call()`` hands every field to ``make_call``, which checks the rest as for every surface
@@ -125,7 +127,7 @@ class CallFields(Body):
         return SchedulingHints(**{name: getattr(self, name) for name in HINT_NAMES})
 
 
-class RelQueryRequest(CallFields):
+class RelQueryRequest(CallBody):
     """One template over rows (``template`` + ``rows``), or already-rendered ``prompts``."""
 
     template: str | None = None
@@ -167,7 +169,7 @@ class Cell(Body):
     values: dict[str, Any] | None = None
 
 
-class CellsRequest(CallFields):
+class CellsRequest(CallBody):
     """The formula cells of one recalculation: run as one relQuery, answered per cell."""
 
     cells: list[Cell] = Field(min_length=1)

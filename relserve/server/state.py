@@ -16,11 +16,11 @@ from relserve.server.budget import Cost, DayBudgets, check_request
 from relserve.server.errors import ApiError
 from relserve.server.jobs import Job, JobRegistry, Reservation
 from relserve.server.metrics import ServerMetrics
-from relserve.server.schemas import CallFields
+from relserve.server.schemas import CallBody
 from relserve.server.tenant_engine import engine_for_tenant
 from relserve.server.tenants import Tenant, Tenants
 
-B = TypeVar("B", bound=CallFields)
+B = TypeVar("B", bound=CallBody)
 
 #: the error of rows cut short because the server stops
 STOPPING = "cancelled: the server is stopping"
