@@ -154,7 +154,7 @@ OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in fields(CallOptions))
 class SchedulingHints:
     """How soon a call should run. Not part of the call's answer (nor of the result-cache key)."""
 
-    #: lower runs sooner (0 is normal); FCFS policies ignore it
+    #: the relQuery's priority class (``relserve.relquery.RelQuery.priority`` states which way it runs)
     priority: int = 0
     #: seconds from submission by which the answers are wanted
     deadline_s: float | None = None

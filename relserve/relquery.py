@@ -85,7 +85,11 @@ class RelQuery:
     system: str | None = None
     #: generate exactly max_tokens tokens (benchmarks and calibration)
     ignore_eos: bool = False
-    #: priority class: lower runs sooner (0 is normal); FCFS policies ignore it
+    #: priority class: lower runs sooner (0 is normal; -1 runs before 0); FCFS policies ignore it.
+    #: The one statement of its direction: ``SchedulingHints.priority``, ``RequestMeta.priority``
+    #: and the policy's ``Req.priority`` carry this value unchanged, and the policies that rank
+    #: (relserve's, vLLM-SP) sort by it first, ascending, before the tenant share and their own
+    #: per-step priority (``StepPlan.priorities``)
     priority: int = 0
     #: seconds from submission by which the user wants the answers; a relQuery at risk of
     #: missing it is scheduled first (relserve policies)

@@ -249,7 +249,7 @@ def test_priority_class_goes_before_estimated_time():
     p = make_policy("relserve", COST, PolicySettings(starvation_threshold=None))
     big = reqs("BIG", 20)
     for r in big:
-        r.hint = -1  # the user marked it urgent
+        r.priority = -1  # the user marked it urgent
     plan = p.schedule(view(waiting=reqs("S", 2) + big))
     assert {r.rel_id for r in plan.admit} == {"BIG"}
 

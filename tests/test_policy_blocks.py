@@ -53,5 +53,5 @@ def test_running_order_puts_the_relquery_ranked_last_at_the_end():
     # B runs first; A before C; within A, admission order; a relQuery without priority goes last
     assert preemption_order(handles, [a1, b1, a2, c1], {"A": 2.0, "B": 1.0}) == ["b1", "a1", "a2", "c1"]
     # the user's priority class outranks the estimate
-    c1.hint = -1
+    c1.priority = -1
     assert preemption_order(handles, [a1, b1, a2, c1], {"A": 2.0, "B": 1.0, "C": 9.0})[0] == "c1"

@@ -15,16 +15,16 @@ OFF = PolicySettings(starvation_threshold=None, fill_one_token=False)
 ON = PolicySettings(starvation_threshold=None)
 
 
-def hinted(rs, hint: int):
+def prioritised(rs, priority: int):
     for r in rs:
-        r.hint = hint
+        r.priority = priority
     return rs
 
 
 def queue():
     """The head H (ranked first by its priority class), then one-token relQueries that fit
     (S1: 8 tokens; S3: two rows of 5), one that decodes (D) and one that costs too much (S2)."""
-    return (hinted(reqs("H", 2, prompt=100, max_tokens=10), -1) + reqs("S1", 1, prompt=8, max_tokens=1, arrival=0.1)
+    return (prioritised(reqs("H", 2, prompt=100, max_tokens=10), -1) + reqs("S1", 1, prompt=8, max_tokens=1, arrival=0.1)
             + reqs("D", 1, prompt=8, max_tokens=5, arrival=0.2) + reqs("S2", 1, prompt=30, max_tokens=1, arrival=0.3)
             + reqs("S3", 2, prompt=5, max_tokens=1, arrival=0.4))
 

@@ -22,7 +22,7 @@ class RequestMeta:
     rel_size: int = 1
     #: when the relQuery arrived (time.monotonic of the engine's host)
     arrival: float = 0.0
-    #: the caller's priority hint (higher runs first)
+    #: the user's priority class (``relserve.relquery.RelQuery.priority``, which states its direction)
     priority: int = 0
     #: absolute deadline on the arrival clock, or None
     deadline: float | None = None

@@ -160,7 +160,7 @@ class RelServeScheduler(Scheduler):
                 prompt_tokens=request.num_prompt_tokens,
                 max_tokens=request.max_tokens,
                 handle=request,
-                hint=meta.priority,
+                priority=meta.priority,
                 deadline=meta.deadline,
                 tenant=meta.tenant,
                 weight=meta.weight,

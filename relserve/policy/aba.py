@@ -45,7 +45,7 @@ class Transitional(enum.Enum):
 def priority_key(g: RelQueryGroup, prios: Mapping[str, float]) -> tuple[int, float, float, float, int]:
     """The user's priority class first, then the tenant's share (see ``relqueries``), then the
     estimated remaining time, then arrival."""
-    return (g.hint, g.share, prios[g.rel_id], g.arrival, g.seq)
+    return (g.priority, g.share, prios[g.rel_id], g.arrival, g.seq)
 
 
 def overlap_terms(
@@ -147,7 +147,7 @@ def decode_hold(
 
     def rank(g: RelQueryGroup) -> tuple[int, float, float, float, int]:
         n, ctx, steps = data[g.rel_id]
-        return (g.hint, g.share, prios.get(g.rel_id, 0.0) + cost.decode_run(n, ctx, steps), g.arrival, g.seq)
+        return (g.priority, g.share, prios.get(g.rel_id, 0.0) + cost.decode_run(n, ctx, steps), g.arrival, g.seq)
 
     ordered = sorted(running, key=rank)
     best, cut = 0.0, len(ordered)
@@ -323,7 +323,7 @@ class AdaptiveBatchArranger:
             return prefill
         if self.transitional is Transitional.DECODE:
             return StepPlan(StepKind.DECODE, priorities=prios, reason="transitional-decode")
-        if (top.hint, top.share) < (head.hint, head.share) and top.share != head.share:
+        if (top.priority, top.share) < (head.priority, head.share) and top.share != head.share:
             # a tenant ranked ahead (less work in the engine per weight) is decoding: the prefill
             # of a tenant ranked behind it waits until its running relQueries finish
             return StepPlan(StepKind.DECODE, priorities=prios, reason="tenant-decode")

@@ -142,7 +142,7 @@ class StaticPriorityPolicy(FCFSPolicy):
         prios = {rid: self._static[rid] for rid in groups}
         t1 = time.perf_counter()
         shares = {g.rel_id: g.share for g in groups.values()}
-        queue = sorted(view.waiting, key=lambda r: (r.hint, shares[r.rel_id], prios[r.rel_id], r.arrival, self.tracker.seq(r.rel_id)))
+        queue = sorted(view.waiting, key=lambda r: (r.priority, shares[r.rel_id], prios[r.rel_id], r.arrival, self.tracker.seq(r.rel_id)))
         batch, _ = fill_prefill_batch(queue, view)
         plan = self._prefill_first(view, batch, prios)
         self._charge(t0, t1)

@@ -31,6 +31,6 @@ def preemption_order(handles: Sequence[H], reqs: Sequence[Req], priorities: Mapp
 
     def key(i: int) -> tuple[int, float, float, float]:
         r = reqs[i]
-        return (r.hint, shares.get(r.tenant, 0.0), priorities.get(r.rel_id, inf), r.arrival)
+        return (r.priority, shares.get(r.tenant, 0.0), priorities.get(r.rel_id, inf), r.arrival)
 
     return [handles[i] for i in sorted(range(len(reqs)), key=key)]

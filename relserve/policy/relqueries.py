@@ -27,8 +27,8 @@ class RelQueryGroup:
     seq: int
     waiting: list[Req] = field(default_factory=list)
     running: list[Req] = field(default_factory=list)
-    #: user hints carried by its requests: priority class and deadline
-    hint: int = 0
+    #: user hints carried by its requests: priority class (``Req.priority``) and deadline
+    priority: int = 0
     deadline: float | None = None
     #: OL(R): the longest output any of its requests may produce
     output_len: int = 0
@@ -139,7 +139,7 @@ class RelQueryTracker:
         if seq is None:
             seq = self._seq[req.rel_id] = self._next
             self._next += 1
-        return RelQueryGroup(req.rel_id, req.arrival, req.rel_size, seq, hint=req.hint, deadline=req.deadline)
+        return RelQueryGroup(req.rel_id, req.arrival, req.rel_size, seq, priority=req.priority, deadline=req.deadline)
 
     def _estimates(self, view: StepView) -> dict[str, int]:
         """rel_id -> its estimated answer length, for the relQueries that have one."""

@@ -45,8 +45,9 @@ class Req:
     computed_tokens: int = 0
     #: the host's own object for this request (a vLLM ``Request``, a simulator record)
     handle: object = None
-    #: the user's priority class for the relQuery (lower runs sooner; 0 is normal)
-    hint: int = 0
+    #: the user's priority class for the relQuery (``relserve.relquery.RelQuery.priority``, which
+    #: states its direction); not the policy's own per-step priority (``StepPlan.priorities``)
+    priority: int = 0
     #: the relQuery's deadline on the host clock, if the user gave one
     deadline: float | None = None
     #: the tenant the relQuery runs for ("" : none) and its share of the engine

@@ -108,7 +108,8 @@ class CallBody(Body):
     max_tokens_total: int | None = Field(None, ge=1)
     max_seconds: float | None = Field(None, gt=0.0)
     on_budget: Literal["refuse", "partial"] | None = None
-    #: scheduling hints: lower priority runs sooner; deadline in seconds from submission
+    #: scheduling hints: the priority class (its direction: ``relserve.relquery.RelQuery.priority``);
+    #: deadline in seconds from submission
     priority: int = Field(0, ge=-check.PRIORITY_LIMIT, le=check.PRIORITY_LIMIT)
     deadline_s: float | None = Field(None, gt=0.0)
 
