@@ -8,7 +8,7 @@ blocking already uses). This reads the per-row scores a ``bench/bench_quality.py
 (the default's final pass, behind its examples), rebuilds the same rows from the same seed,
 embeds their values and prints the accuracy of the default's pick beside every (k, weight).
 
-    python bench/quality_neighbours.py bench/out/quality_default.json --rows 200
+    python bench/experiments/quality_neighbours.py bench/out/quality_default.json --rows 200
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 import bench_quality  # noqa: E402
 
 

@@ -12,7 +12,7 @@ from those same numbers and batch-calibrated:
 * ``first/len``: the first token over the label's length (``mean`` as if every later token were
   certain: does ``mean`` gain by what the later tokens say, or by scaling a long label down?).
 
-    python bench/label_norms_offline.py --rows 200 --tasks beer_family,am_department
+    python bench/experiments/label_norms_offline.py --rows 200 --tasks beer_family,am_department
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 import bench_quality  # noqa: E402
 import layouts  # noqa: E402
 from quality_offline import load_model, score_rows  # noqa: E402

@@ -5,7 +5,7 @@ the content-free prior, so a row's pick does not depend on the other rows of its
 scoring every row of a task alone gives the accuracy of any small relQuery over it. Scores with
 transformers (bench/quality_offline.py), prompts and probes rendered by relserve itself.
 
-    .venv/bin/python bench/quality_tiny.py --shapes completion,question_first
+    .venv/bin/python bench/experiments/quality_tiny.py --shapes completion,question_first
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 import bench_quality  # noqa: E402
 from quality_offline import load_model, score_rows  # noqa: E402
 

@@ -3,10 +3,10 @@
 ``answer_field := 'auto'`` takes the name after which the model gives the labels the most
 probability on the content-free probe (relserve/planner/labels/answer_fields.py). This prints, per
 template, that mass after ``Answer`` and after the best names, so the gap can be set beside what
-the chosen name did to accuracy (docs/quality.md, "Twelfth pass"). It runs the probes relserve
+the chosen name did to accuracy (docs/notebook/quality-passes.md, "Twelfth pass"). It runs the probes relserve
 runs, on the embedded default engine, and writes every mass to bench/out/answer_field_masses.json.
 
-    python bench/answer_field_masses.py
+    python bench/experiments/answer_field_masses.py
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from relserve.planner.labels.answer_fields import CANDIDATES, probe_prompt
 from relserve.prompt_shapes import answer_field_text
 from relserve.relquery import RelQuery
 
-OUT = Path(__file__).resolve().parent / "out" / "answer_field_masses.json"
+OUT = Path(__file__).resolve().parents[1] / "out" / "answer_field_masses.json"  # bench/out/
 
 #: the 2-label templates whose accuracy with the chosen name was measured (tuning, check, and the
 #: user scripts of stops 38-39, held out)

@@ -7,7 +7,7 @@ example rule applied to those scores, and every row scored behind the examples a
 calibrated, as relserve's default does for a 2-label classify (question first, after the chosen
 answer field). Prints accuracy per rule and sample, and their mean.
 
-    python bench/example_choice.py --tasks rt_classify,rt_sentiment --samples 3 --rules surest,two,short
+    python bench/experiments/example_choice.py --tasks rt_classify,rt_sentiment --samples 3 --rules surest,two,short
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 import bench_quality  # noqa: E402
 
 #: rule -> (examples per label, longest prompt an example may be, which of a label's rows by
