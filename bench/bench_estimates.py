@@ -154,6 +154,7 @@ def connect(rec: Recording, datasets: Path, sql_dir: Path) -> Any:
 
 def alone_phase(engine: Any, work: list, workload: str, datasets: Path, sql_dir: Path, log) -> list[Measured]:
     forget_template_memory()
+    engine.reset_prefix_cache()  # an earlier workload's prompts: not this phase's to reuse
     rec = Recording(engine)
     con = connect(rec, datasets, sql_dir)
     out = []
@@ -168,6 +169,9 @@ def alone_phase(engine: Any, work: list, workload: str, datasets: Path, sql_dir:
 
 def load_phase(engine: Any, work: list, workload: str, datasets: Path, sql_dir: Path, log) -> list[Measured]:
     forget_template_memory()
+    # the alone phase ran these very statements: without this the load phase's prompts come from
+    # the prefix cache, which an estimate sees only for the requests running at that moment
+    engine.reset_prefix_cache()
     sessions: dict[int, list] = {}
     for w in work:
         sessions.setdefault(w.item.session, []).append(w)
