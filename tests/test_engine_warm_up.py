@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from relserve.engine.engine import Engine
+from relserve.engine.engine import warm_scoring
 
 
 class _Tokenizer:
@@ -24,10 +24,9 @@ class _RecordingLLM:
 
 
 def test_start_sends_one_label_scoring_request_that_leaves_no_prefix_block():
-    engine = Engine.__new__(Engine)  # no vLLM process: only the warm-up's request is looked at
-    engine.tokenizer, engine._llm = _Tokenizer(), _RecordingLLM()
-    asyncio.run(engine._warm_scoring())
-    [(prompt, params, request_id)] = engine._llm.requests
+    llm = _RecordingLLM()  # no vLLM process: only the warm-up's request is looked at
+    asyncio.run(warm_scoring(llm, _Tokenizer()))
+    [(prompt, params, request_id)] = llm.requests
     assert prompt == {"prompt_token_ids": [19842, 42]}
     # the scoring path: chosen log-probabilities of one token, one token long
     assert params.max_tokens == 1 and params.temperature == 0.0 and params.logprob_token_ids == [19842]

@@ -132,6 +132,21 @@ def _tokens_prompt(ids: list[int], tenancy: Tenancy | None) -> Any:
     return TokensPrompt(prompt_token_ids=ids)
 
 
+async def warm_scoring(llm: Any, tokenizer: Any) -> None:
+    """Run one label-scoring request on vLLM's ``llm`` (its AsyncLLM) at start. vLLM's first
+    request that reads chosen log-probabilities costs about 2 s more than every later one (1.94 s
+    against 0.05 s for one row on 2 CPU cores); without this the first filter or classify of a
+    process or server paid it (docs/benchmarks.md, "The floor: every statement alone")."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    # a prompt shorter than a KV block: it leaves nothing in the prefix cache
+    ids = tokenizer("Answer:", add_special_tokens=False)["input_ids"]
+    sp = SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=ids[:1], output_kind=RequestOutputKind.FINAL_ONLY)
+    async for _ in llm.generate(_tokens_prompt(ids, None), sp, f"warm-scoring-{time.monotonic_ns()}"):
+        pass
+
+
 class Engine(BackendBase):
     """An embedded vLLM engine with relQuery scheduling.
 
@@ -228,21 +243,7 @@ class Engine(BackendBase):
         if self.uses_plugin:
             info = await self._rpc("stats", {})
             self.kv_capacity_tokens = info["kv_capacity_tokens"]
-        await self._warm_scoring()
-
-    async def _warm_scoring(self) -> None:
-        """Run one label-scoring request at start. vLLM's first request that reads chosen
-        log-probabilities costs about 2 s more than every later one (1.94 s against 0.05 s for one
-        row on 2 CPU cores); without this the first filter or classify of a process or server
-        paid it (docs/benchmarks.md, "The floor: every statement alone")."""
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
-        # a prompt shorter than a KV block: it leaves nothing in the prefix cache
-        ids = self.tokenizer("Answer:", add_special_tokens=False)["input_ids"]
-        sp = SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=ids[:1], output_kind=RequestOutputKind.FINAL_ONLY)
-        async for _ in self._llm.generate(_tokens_prompt(ids, None), sp, f"warm-scoring-{time.monotonic_ns()}"):
-            pass
+        await warm_scoring(self._llm, self.tokenizer)
 
     def _plugin_config(self, policy: str, settings: PolicySettings) -> dict:
         return {"policy": policy, "cost_model": self.cost_model.model_dump(), "settings": settings.model_dump()}
