@@ -16,8 +16,14 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-#: The test engine's limits: small enough that a 60-row relQuery runs in several waves.
-TEST_ENGINE_OPTIONS = dict(policy="relserve", max_num_seqs=16, max_num_batched_tokens=1024, kv_cache_gb=1.0)
+from relserve.policy import PolicySettings  # noqa: E402  (plain Python: no engine is imported)
+
+#: The test engine's limits: small enough that a 60-row relQuery runs in several waves. It runs
+#: the default policy settings, not the arranger `relserve calibrate` may have stored for this
+#: machine: the scheduling tests check the defaults' decisions, and a calibrated arranger (mixed
+#: steps) turned a preemption into a mixed step.
+TEST_ENGINE_OPTIONS = dict(policy="relserve", max_num_seqs=16, max_num_batched_tokens=1024, kv_cache_gb=1.0,
+                           policy_settings=PolicySettings())
 
 
 @pytest.fixture(autouse=True)
