@@ -208,9 +208,8 @@ def resimulate(trace: Sequence[TraceQuery], report: BenchmarkReport, model: str 
         settings = PolicySettings.model_validate(report.policy_settings)
     else:
         settings = load_policy_settings(spec.model_id) or PolicySettings()
-    kv = report.limits["kv_capacity_tokens"]
-    limits = Limits(max_num_batched_tokens=report.limits["max_num_batched_tokens"], max_num_seqs=report.limits["max_num_seqs"],
-                    kv_capacity_tokens=kv, kv_free_tokens=kv, block_size=report.limits["block_size"])
+    # the saved limits are ``sim_inputs``'s limits_dict: a fresh engine's, every block free
+    limits = Limits(**report.limits, kv_free_tokens=report.limits["kv_capacity_tokens"])
     return simulate_like(trace, report, sim_inputs(AutoTokenizer.from_pretrained(spec.path), limits, settings))
 
 
