@@ -15,13 +15,14 @@ from relserve.engine.calibrate import (
     shape_of,
     steps_as_samples,
 )
+from relserve.engine.step_record import StepRecord
 from relserve.policy.step_fit import StepSample, fit_steps
 
 
-def _step(entered: float, duration: float, schedule_s: float = 0.002, policy_s: float = 0.001, **work) -> dict:
-    return {"entered": entered, "start": entered + schedule_s, "schedule_s": schedule_s, "policy_s": policy_s,
-            "duration": duration, "prefill_tokens": work.get("utok", 0), "decode_reqs": work.get("reqs", 0),
-            "prefill_pairs": 0.0, "decode_context": 0}
+def _step(entered: float, duration: float, schedule_s: float = 0.002, policy_s: float = 0.001, **work) -> StepRecord:
+    return StepRecord(entered=entered, start=entered + schedule_s, schedule_s=schedule_s, policy_s=policy_s,
+                      duration=duration, prefill_tokens=work.get("utok", 0), decode_reqs=work.get("reqs", 0),
+                      prefill_pairs=0.0, decode_context=0)
 
 
 def test_a_busy_step_costs_until_the_next_one_starts_less_the_policy():
@@ -38,7 +39,7 @@ def test_a_step_before_an_idle_pause_costs_its_call_and_its_run():
 
 
 def test_the_step_log_becomes_samples_of_working_steps_only():
-    log = [_step(1.0, 0.03, utok=64), {"prefill_tokens": 0, "decode_reqs": 0, "duration": 0.001, "entered": 1.035},
+    log = [_step(1.0, 0.03, utok=64), StepRecord(prefill_tokens=0, decode_reqs=0, duration=0.001, entered=1.035),
            _step(1.04, 0.02, reqs=2), _step(5.0, 0.02, reqs=2)]
     samples = steps_as_samples(log, probe=7)
     assert [(s.utok, s.reqs, s.probe) for s in samples] == [(64, 0, 7), (0, 2, 7), (0, 2, 7)]

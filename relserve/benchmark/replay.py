@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
+from relserve.engine.step_record import StepRecord
 from relserve.relquery import RelQuery
 from relserve.workloads.traces import TraceQuery
 
@@ -41,7 +42,7 @@ class ReplayResult:
     steps: int | None = None
     #: the plug-in's log of every step of the replay (work, model run, scheduling call, policy
     #: time): what the step model is checked against on the shapes a policy really took
-    step_log: list[dict] = field(default_factory=list)
+    step_log: list[StepRecord] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {
@@ -49,7 +50,7 @@ class ReplayResult:
             "span_s": self.span_s,
             "policy_seconds": self.policy_seconds,
             "steps": self.steps,
-            "step_log": self.step_log,
+            "step_log": [s.to_dict() for s in self.step_log],
         }
 
 
@@ -112,10 +113,10 @@ def replay(
         th.join(timeout)
     span = max(finish) - t0 if finish else 0.0
     policy_s = steps = None
-    log: list[dict] = []
+    log: list[StepRecord] = []
     if engine.uses_plugin:
         st = engine.scheduler_stats(steps=True)
         policy_s = st["dpu_seconds"] + st["aba_seconds"]
         steps = st["steps"]
-        log = st["step_log"]
+        log = [StepRecord.from_dict(s) for s in st["step_log"]]
     return ReplayResult([r for r in records if r is not None], span, policy_s, steps, log)

@@ -8,6 +8,7 @@ from itertools import combinations
 from pathlib import Path
 
 from relserve.benchmark.run import BenchmarkReport
+from relserve.engine.step_record import StepRecord
 
 
 def _f(x: float | None, digits: int = 2) -> str:
@@ -32,9 +33,9 @@ def ratios(report: BenchmarkReport) -> list[dict]:
 LARGE_PREFILL_TOKENS = 256
 
 
-def step_shape(step: dict) -> str:
+def step_shape(step: StepRecord) -> str:
     """A logged step's shape: decode, prefill or mixed, "large" from ``LARGE_PREFILL_TOKENS``."""
-    tokens, decodes = step["prefill_tokens"], step["decode_reqs"]
+    tokens, decodes = step.prefill_tokens, step.decode_reqs
     kind = "mixed" if tokens and decodes else "prefill" if tokens else "decode"
     return kind if not tokens or tokens < LARGE_PREFILL_TOKENS else f"large {kind}"
 
@@ -50,18 +51,17 @@ def step_model_check(report: BenchmarkReport) -> list[dict]:
     cost = CostModel(**report.cost_model)
     out = []
     for name, run in report.runs.items():
-        by_shape: dict[str, list[dict]] = defaultdict(list)
-        for step in run.get("step_log") or []:
-            if step.get("duration") is not None:
+        by_shape: dict[str, list[StepRecord]] = defaultdict(list)
+        for step in map(StepRecord.from_dict, run.get("step_log") or []):
+            if step.duration is not None:
                 by_shape[step_shape(step)].append(step)
         for shape, steps in sorted(by_shape.items()):
-            measured = sum(x["duration"] for x in steps)
-            predicted = sum(cost.mixed(x["prefill_tokens"], x["decode_reqs"], x["prefill_pairs"], x["decode_context"])
-                            for x in steps)
+            measured = sum(x.duration or 0.0 for x in steps)
+            predicted = sum(cost.mixed(x.prefill_tokens, x.decode_reqs, x.prefill_pairs, x.decode_context) for x in steps)
             out.append({"run": name, "shape": shape, "steps": len(steps), "measured_s": measured,
                         "predicted_s": predicted, "ratio": predicted / measured if measured else None,
-                        "prefill_tokens": sum(x["prefill_tokens"] for x in steps) / len(steps),
-                        "decodes": sum(x["decode_reqs"] for x in steps) / len(steps)})
+                        "prefill_tokens": sum(x.prefill_tokens for x in steps) / len(steps),
+                        "decodes": sum(x.decode_reqs for x in steps) / len(steps)})
     return out
 
 

@@ -29,9 +29,10 @@ from __future__ import annotations
 import random
 import string
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from relserve.engine.step_record import StepRecord
 from relserve.policy import PolicySettings
 from relserve.policy.step_fit import StepFit, StepSample, fit_steps, split_by_probe
 from relserve.relquery import RelQuery
@@ -126,30 +127,30 @@ def _text_of(engine, rng: random.Random, tokens: int, prefix: str = "") -> str:
     return text
 
 
-def period_of(step: dict, following: dict | None) -> float:
+def period_of(step: StepRecord, following: StepRecord | None) -> float:
     """What a step cost the engine: from the start of its scheduling call to the start of the
     next step's while the engine had work (the model run, vLLM's scheduling and output handling),
     less the policy's own decision time; without a next step at once, its scheduling call and
     model run plus nothing more."""
-    own = step.get("schedule_s", 0.0) + step["duration"]
-    if following is not None and "entered" in step and "entered" in following:
-        gap = following["entered"] - step["entered"]
+    own = step.schedule_s + (step.duration or 0.0)
+    if following is not None and step.entered is not None and following.entered is not None:
+        gap = following.entered - step.entered
         if own <= gap <= own + IDLE_GAP_S:
             own = gap
-    return max(own - step.get("policy_s", 0.0), 1e-6)
+    return max(own - step.policy_s, 1e-6)
 
 
-def steps_as_samples(step_log: list[dict], probe: int = 0) -> list[StepSample]:
+def steps_as_samples(step_log: Iterable[StepRecord], probe: int = 0) -> list[StepSample]:
     """The step log's working steps as the fit's samples (``period_of`` each)."""
-    steps = [s for s in step_log if (s.get("prefill_tokens") or s.get("decode_reqs")) and "duration" in s]
+    steps = [s for s in step_log if s.works and s.duration is not None]
     out = []
     for i, s in enumerate(steps):
         out.append(
             StepSample(
-                utok=s["prefill_tokens"],
-                pairs=s.get("prefill_pairs", 0.0),
-                reqs=s["decode_reqs"],
-                ctx=s.get("decode_context", 0),
+                utok=s.prefill_tokens,
+                pairs=s.prefill_pairs,
+                reqs=s.decode_reqs,
+                ctx=s.decode_context,
                 seconds=period_of(s, steps[i + 1] if i + 1 < len(steps) else None),
                 probe=probe,
             )
@@ -266,8 +267,8 @@ def calibrate(engine, grid: ProbeGrid | None = None, seed: int = 0, progress: Ca
             engine.reset_prefix_cache()
             engine.scheduler_stats(clear=True)
             run()
-            log = engine.scheduler_stats(steps=True, clear=True)["step_log"]
-            raw_steps += [{"probe": i, **{k: s[k] for k in _RAW if k in s}} for s in log]
+            log = [StepRecord.from_dict(s) for s in engine.scheduler_stats(steps=True, clear=True)["step_log"]]
+            raw_steps += [{"probe": i, **{k: getattr(s, k) for k in _RAW}} for s in log]
             steps = steps_as_samples(log, i)
             samples += steps
             described.append({"probe": i, "kind": kind, "shape": shape_of(kind, params), **params,

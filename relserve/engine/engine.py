@@ -29,6 +29,7 @@ from relserve.engine.request_meta import RequestMeta
 from relserve.engine.row_gate import RowGate
 from relserve.engine.scheduler_steps import SchedulerStep
 from relserve.engine.spawn import check_not_bootstrapping, hidden_main
+from relserve.engine.step_record import StepRecord
 from relserve.errors import ConfigError, EngineError
 from relserve.estimate import answer_lengths
 from relserve.estimate.snapshot import QueuedRelQuery, QueuedRequest
@@ -306,7 +307,7 @@ class Engine(BackendBase):
         with what each did for every relQuery; ``scheduler_stats()["last_step"]`` is the newest
         step's number. The plug-in keeps the last 20,000 steps."""
         log = self._call(self._rpc("stats", {"steps": True, "since": since}))["step_log"]
-        return [SchedulerStep.from_log(entry) for entry in log]
+        return [SchedulerStep.from_record(StepRecord.from_dict(entry)) for entry in log]
 
     def queued(self) -> list[QueuedRelQuery]:
         """Every relQuery in flight with its unfinished requests, as the scheduler sees them now

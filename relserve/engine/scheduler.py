@@ -30,6 +30,7 @@ import logging
 import os
 import time
 from collections import Counter, deque
+from dataclasses import replace
 from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -38,6 +39,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
 from relserve.engine.request_meta import RequestMeta
+from relserve.engine.step_record import RelQueryCounts, StepRecord
 from relserve.policy import CostModel, Limits, Policy, PolicySettings, Req, StepKind, StepView, make_policy
 from relserve.policy.preemption import preemption_order
 
@@ -71,11 +73,11 @@ class RelServeScheduler(Scheduler):
         cfg = json.loads(os.environ.get(CONFIG_ENV, "{}"))
         self._set_policy(cfg.get("policy", "relserve"), cfg.get("cost_model"), cfg.get("settings"))
         self._reqs: dict[str, Req] = {}
-        self._step_log: deque[dict] = deque(maxlen=cfg.get("step_log_size", 20000))
+        self._step_log: deque[StepRecord] = deque(maxlen=cfg.get("step_log_size", 20000))
         # number of the last logged step (never reset: ``since`` reads stay valid across clears)
         self._step_seq = 0
         # step-log entries of scheduled steps, by id of their output (async: two in flight)
-        self._pending_steps: dict[int, dict] = {}
+        self._pending_steps: dict[int, StepRecord] = {}
         # the last step's PREFILL batch did not fit beside the running requests: decode next
         self._decode_next = False
         self._preemptions = 0
@@ -112,7 +114,7 @@ class RelServeScheduler(Scheduler):
             return {"policy": self._policy.name}
         if command == "stats":
             since = payload.get("since", 0)
-            steps = [s for s in self._step_log if s["seq"] > since] if payload.get("steps") else []
+            steps = [s.to_dict() for s in self._step_log if s.seq > since] if payload.get("steps") else []
             if payload.get("clear"):
                 self._step_log.clear()
             p = self._policy
@@ -266,21 +268,24 @@ class RelServeScheduler(Scheduler):
         if kind is StepKind.PREFILL and out.total_num_scheduled_tokens == 0 and self.running:
             reason = "kv-blocked"
         step = self._describe(out, kind.value, reason, t_policy)
-        # the whole scheduling call (the policy, the view, vLLM's own scheduling), which the
-        # step's ``duration`` (model run and output update) does not include
-        step["entered"] = entered
-        step["schedule_s"] = step["start"] - entered
-        step["planned_admit"] = len(admit)
-        step["held"] = len(held)
-        step["waiting"] = len(self.waiting) + len(self.kv_holding_waiting)
-        step["running"] = len(self.running)
-        step["free_blocks"] = self.kv_cache_manager.block_pool.get_num_free_blocks()
-        step["relqueries"] = self._per_relquery(view, plan.hold, out)
+        step = replace(
+            step,
+            entered=entered,
+            # the whole scheduling call (the policy, the view, vLLM's own scheduling), which the
+            # step's ``duration`` (model run and output update) does not include
+            schedule_s=step.start - entered,
+            planned_admit=len(admit),
+            held=len(held),
+            waiting=len(self.waiting) + len(self.kv_holding_waiting),
+            running=len(self.running),
+            free_blocks=self.kv_cache_manager.block_pool.get_num_free_blocks(),
+            relqueries=self._per_relquery(view, plan.hold, out),
+        )
         if out.total_num_scheduled_tokens:
             self._pending_steps[id(out)] = step
         return out
 
-    def _per_relquery(self, view: StepView, held: list[Req], out) -> dict:
+    def _per_relquery(self, view: StepView, held: list[Req], out) -> RelQueryCounts:
         """Which relQueries the step served, and how (``SchedulerStep``): the order of these is
         what tests and traces read the policy's decisions from."""
         prefilled: Counter[str] = Counter()
@@ -295,14 +300,14 @@ class RelServeScheduler(Scheduler):
                 decoded[rel] += 1
         preempted = Counter(self._reqs[r].rel_id for r in (out.preempted_req_ids or ()) if r in self._reqs)
         starved = getattr(getattr(self._policy, "dpu", None), "starved", ())
-        return {
-            "prefilled": dict(prefilled),
-            "decoded": dict(decoded),
-            "held": dict(Counter(r.rel_id for r in held)),
-            "preempted": dict(preempted),
-            "waiting": dict(Counter(r.rel_id for r in view.waiting)),
-            "starved": sorted(starved),
-        }
+        return RelQueryCounts(
+            prefilled=dict(prefilled),
+            decoded=dict(decoded),
+            held=dict(Counter(r.rel_id for r in held)),
+            preempted=dict(preempted),
+            waiting=dict(Counter(r.rel_id for r in view.waiting)),
+            starved=tuple(sorted(starved)),
+        )
 
     def _dispatch(self, kind: StepKind, admit: list[Request], budget: int | None, *args: Any, **kwargs: Any):
         if kind is StepKind.PREFILL:
@@ -386,7 +391,7 @@ class RelServeScheduler(Scheduler):
 
     # ----------------------------------------------------------------- step log
 
-    def _describe(self, out, kind: str, reason: str, t_policy: float) -> dict:
+    def _describe(self, out, kind: str, reason: str, t_policy: float) -> StepRecord:
         prefill_tokens = 0
         prefill_reqs = 0
         prefill_pairs = 0.0
@@ -403,30 +408,29 @@ class RelServeScheduler(Scheduler):
             else:
                 decode_reqs += 1
                 decode_context += before + 1
-        return {
-            "kind": kind,
-            "reason": reason,
-            "prefill_tokens": prefill_tokens,
-            "prefill_reqs": prefill_reqs,
-            "prefill_pairs": prefill_pairs,
-            "decode_reqs": decode_reqs,
-            "decode_context": decode_context,
-            "policy_s": t_policy,
-            "start": time.monotonic(),
-        }
+        return StepRecord(
+            kind=kind,
+            reason=reason,
+            prefill_tokens=prefill_tokens,
+            prefill_reqs=prefill_reqs,
+            prefill_pairs=prefill_pairs,
+            decode_reqs=decode_reqs,
+            decode_context=decode_context,
+            policy_s=t_policy,
+            start=time.monotonic(),
+        )
 
     def update_from_output(self, scheduler_output, model_runner_output):
         step = self._pending_steps.pop(id(scheduler_output), None)
         if step is not None:
-            step["duration"] = time.monotonic() - step["start"]
             self._step_seq += 1
-            step["seq"] = self._step_seq
+            step = replace(step, duration=time.monotonic() - step.start, seq=self._step_seq)
             self._step_log.append(step)
         out = super().update_from_output(scheduler_output, model_runner_output)
         if step is not None:
             # from this step's scheduling call to the next one's, less its model run and its
             # policy's decision (the replay takes none)
-            self._last_step = (step["entered"] + step["policy_s"], step["duration"])
+            self._last_step = (step.entered + step.policy_s, step.duration)
         return out
 
 

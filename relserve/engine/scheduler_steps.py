@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from relserve.engine.step_record import StepRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,19 +39,19 @@ class SchedulerStep:
     starved: tuple[str, ...] = ()
 
     @classmethod
-    def from_log(cls, entry: Mapping[str, Any]) -> SchedulerStep:
+    def from_record(cls, step: StepRecord) -> SchedulerStep:
         """A step from the plug-in's step log (the ``stats`` RPC's ``step_log``)."""
-        rel = entry.get("relqueries") or {}
+        rel = step.relqueries
         return cls(
-            seq=entry["seq"],
-            kind=entry["kind"],
-            reason=entry["reason"],
-            prefilled=dict(rel.get("prefilled", {})),
-            decoded=dict(rel.get("decoded", {})),
-            held=dict(rel.get("held", {})),
-            preempted=dict(rel.get("preempted", {})),
-            waiting=dict(rel.get("waiting", {})),
-            starved=tuple(rel.get("starved", ())),
+            seq=step.seq,
+            kind=step.kind,
+            reason=step.reason,
+            prefilled=dict(rel.prefilled),
+            decoded=dict(rel.decoded),
+            held=dict(rel.held),
+            preempted=dict(rel.preempted),
+            waiting=dict(rel.waiting),
+            starved=tuple(rel.starved),
         )
 
     def ran(self, rel_id: str) -> bool:
