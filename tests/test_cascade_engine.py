@@ -16,10 +16,7 @@ from relserve.cascade import policy
 from relserve.cascade.runner import PROXY
 from relserve.errors import RowError
 from relserve.functions import make_call
-from relserve.planner.labels.answer_fields import forget_fields
-from relserve.planner.labels.bootstrap import forget_examples
-from relserve.planner.labels.pools import forget_means
-from relserve.planner.labels.prior import forget_priors
+from relserve.planner.labels.memory import forget_all
 from relserve.planner.plan_and_run import run_call
 
 pytestmark = pytest.mark.engine
@@ -37,11 +34,8 @@ def small_cascades(monkeypatch, tmp_path):
 
 
 def cold() -> None:
-    """As a user's first statement of the call: no examples, means or priors from another run."""
-    forget_examples()
-    forget_means()
-    forget_fields()
-    forget_priors()
+    """As a user's first statement of the call: nothing the label methods learned from another run."""
+    forget_all()
 
 
 def amazon_reviews(n: int) -> list[str]:
@@ -54,14 +48,13 @@ def amazon_reviews(n: int) -> list[str]:
 def test_agreement_with_the_llm_only_run_on_a_real_table(engine):
     rows = amazon_reviews(400)
     cold()
-    # bootstrap: its answers depend less on which rows share a relQuery than adaptive's reading,
-    # which is fitted to each relQuery's margins (the cascade's LLM rows come in three relQueries)
-    alone = run_call(make_call("llm_classify", SENTIMENT, labels=LABELS, method="bootstrap"), [rows], engine=engine,
-                     cache=False, progress=False)
+    # the default label method (adaptive): the cascade's two LLM relQueries take the layout the
+    # LLM-only run chooses and are decided with the sample's reading (relserve/cascade/runner.py)
+    alone = run_call(make_call("llm_classify", SENTIMENT, labels=LABELS), [rows], engine=engine, cache=False,
+                     progress=False)
     cold()
-    out = run_call(make_call("llm_classify", SENTIMENT, labels=LABELS, method="bootstrap", cascade=0.9), [rows],
-                   engine=engine, cache=False,
-                   progress=False)
+    out = run_call(make_call("llm_classify", SENTIMENT, labels=LABELS, cascade=0.9), [rows], engine=engine,
+                   cache=False, progress=False)
     rep = out.cascade
     assert (rep.rows, rep.train, rep.audit) == (400, 100, 150)
     assert rep.proxy_rows + rep.remainder_rows == 150 and rep.llm_rows == 250 + rep.remainder_rows
@@ -70,16 +63,20 @@ def test_agreement_with_the_llm_only_run_on_a_real_table(engine):
     assert len(proxy) == rep.proxy_rows
     assert all(0.5 <= out.details[i].confidence <= 1.0 for i in proxy)
     agree = sum(a == b for a, b in zip(out.values, alone.values)) / 400
+    llm = [i for i in range(400) if i not in set(proxy)]
+    llm_agree = sum(out.values[i] == alone.values[i] for i in llm) / len(llm)
     print(f"\nproxy rows {rep.proxy_rows}, stated {rep.agreement} ({rep.agreement_low}-{rep.agreement_high}), "
-          f"measured against the LLM-only run {agree:.3f}")
+          f"measured against the LLM-only run {agree:.3f}; the LLM's own rows {llm_agree:.3f}")
     if rep.threshold is not None:
         assert rep.proxy_rows > 0 and rep.agreement_low >= 0.9
         # the proxy's rows agree with the LLM-only answers about as the audit said they would
-        # (the LLM's own rows differ from its LLM-only answers only by the other rows of their
-        # relQuery, which bootstrap's examples and means depend on)
         proxy_agree = sum(out.values[i] == alone.values[i] for i in proxy) / len(proxy)
         assert proxy_agree >= 0.8
-    assert agree >= 0.85
+    # the LLM's own rows differ from the LLM-only run's only where the sample's reading and the
+    # whole table's put the boundary apart (98.0% agreed here; 94.8% under bootstrap, whose means
+    # are the relQuery's own; adaptive before the rows shared one reading: 86% on 5,000 rows)
+    assert llm_agree >= 0.95
+    assert agree >= 0.9
 
 
 def test_every_row_goes_to_the_llm_when_the_proxy_is_poor(engine, recording):

@@ -289,3 +289,53 @@ def test_a_question_about_a_rows_own_value_scores_every_value_of_it():
     assert out.labels.choice.layout.name == "row, Topic: {topic}"
     main = eng.relqueries[-1]
     assert sorted(main.choices) == sorted(topics) and all(p.startswith("Title: ") and "\n" not in p for p in main.prompts)
+
+
+def _scored_at(text: str, rq) -> float:
+    """A row "story <i> at <margin>": scored at its own margin in every layout."""
+    return float(text.rsplit(" at ", 1)[1].split()[0])
+
+
+def _decide_part(eng, call, rows: list[str], part: list[int], scope) -> tuple[list[str], AdaptiveRun]:
+    """One relQuery of ``rows``' prompts ``part``, as a part of ``scope`` (None: on its own)."""
+    values = [(rows[p],) for p in part]
+    prompts = [v[0] for v in values]
+    run = AdaptiveRun(LabelContext(call, eng, "m", prompts, values, None, call.engine_options(), part, scope))
+    request = run.request()
+    res = eng.submit(RelQuery.from_prompts(request.prompts, **{**call.engine_options(), **request.options}))
+    return [r.text for r in run.decide(res.result().rows)], run
+
+
+def test_a_cascades_parts_are_chosen_from_the_whole_and_decided_with_its_samples_reading():
+    """A cascade's LLM rows come as two relQueries: a random sample, then the rows its proxy was
+    unsure of. Here the proxy answered every "no" row, so the remainder is the true rows only:
+    read alone, its margins (all from +1 to +3) are one crowd and half would be "no"; decided
+    with the sample's reading, every one is "yes", as in one relQuery of all the rows."""
+    from relserve.planner.labels.bootstrap import sample_indices
+    from relserve.planner.labels.interface import LabelScope
+
+    rng = random.Random(5)
+    truth = [i % 5 == 0 for i in range(300)]
+    rows = [f"story {i} at {1 + 2 * rng.random() if t else -3 + 2.5 * rng.random():.3f}" for i, t in enumerate(truth)]
+    call = make_call("llm_filter", "Is this news article about sports? Article: {a}", method="adaptive")
+    sample = sorted(random.Random(1).sample(range(300), 150))
+    rest = [i for i in range(300) if truth[i] and i not in sample]
+
+    eng = MarginEngine(_scored_at)
+    scope = LabelScope([(r,) for r in rows], list(range(300)))
+    got, first = _decide_part(eng, call, rows, sample, scope)
+    assert got == ["yes" if truth[i] else "no" for i in sample]
+    # the first pass sampled the whole table, as one relQuery of every row would
+    sampled = {int(p.split("story ")[1].split()[0]) for rq in eng.relqueries[:5] for p in rq.prompts}
+    assert sampled == set(sample_indices(300, adaptive.SAMPLE_ROWS)) and not sampled <= set(sample)
+    got, later = _decide_part(eng, call, rows, rest, scope)
+    assert got == ["yes"] * len(rest) and len(rest) == 28
+    assert later.report.reading == first.report.reading and not later.report.first_pass
+    # the remainder is no sample of the table: its margins are not pooled for later statements
+    assert adaptive.pooled_margins(call, eng, "m") == 150
+
+    # the same remainder read on its own (no cascade, nothing remembered): its one crowd of
+    # margins is split in two, and 13 of its 28 true rows come out "no"
+    adaptive.forget()
+    alone, _ = _decide_part(MarginEngine(_scored_at), call, rows, rest, None)
+    assert alone.count("no") == 13

@@ -24,6 +24,7 @@ import numpy as np
 from relserve.cascade import embedding, proxy, threshold
 from relserve.cascade.policy import CONFIDENCE, CascadePlan
 from relserve.cascade.report import CascadeReport
+from relserve.planner.labels.interface import LabelScope
 from relserve.planner.planned_rows import PlannedRows
 from relserve.results import RowResult
 
@@ -46,10 +47,12 @@ def split(n: int, train: int, audit: int, seed: int) -> Split:
     return Split(sorted(order[:train]), order[train : train + audit], sorted(order[train + audit :]))
 
 
-def subset(rows: PlannedRows, prompts: list[int]) -> PlannedRows:
-    """The same call over some of ``rows``' prompts (nothing ready: those rows were settled)."""
+def subset(rows: PlannedRows, prompts: list[int], scope: LabelScope | None = None) -> PlannedRows:
+    """The same call over some of ``rows``' prompts (nothing ready: those rows were settled),
+    its labels chosen and read for ``scope``."""
     return PlannedRows(rows.call, rows.total, rows.cache, [], [rows.prompts[p] for p in prompts],
-                       [rows.targets[p] for p in prompts], [rows.values[p] for p in prompts] if rows.values else [])
+                       [rows.targets[p] for p in prompts], [rows.values[p] for p in prompts] if rows.values else [],
+                       scope)
 
 
 @dataclass
@@ -74,6 +77,12 @@ class Cascade:
         self._rest_labels: list[str] = []
         self._rest_confidence = np.zeros(0)
         self.choice: threshold.ThresholdChoice | None = None
+        #: the LLM's relQueries (the sample, the remainder) are parts of one: the label method
+        #: chooses its layout from the whole table, as the LLM-only run does, and decides the
+        #: remainder with the sample's reading (the remainder, the rows the proxy is unsure of,
+        #: is no sample of the table: read alone it moved the boundary, and the LLM's answers
+        #: agreed with the LLM-only run's on 86% of 5,000 rows)
+        self.label_scope = LabelScope(self.rows.values, [min(t) for t in self.rows.targets]) if self.rows.values else None
         self.report = CascadeReport(self.plan.target or 0.0, len(self.rows.prompts), len(self.parts.train),
                                     len(self.parts.audit), embedder=self.embedder.name, seed=self.seed)
 
@@ -81,7 +90,7 @@ class Cascade:
 
     def sample(self) -> PlannedRows:
         """The training and audit rows, for the LLM first."""
-        return subset(self.rows, sorted(self.parts.train + self.parts.audit))
+        return subset(self.rows, sorted(self.parts.train + self.parts.audit), self.label_scope)
 
     def record(self, row: RowResult) -> None:
         """One of the sample's answered rows (as the executor fans them out)."""
@@ -184,4 +193,4 @@ class Cascade:
     def remainder(self) -> PlannedRows:
         """The rest rows the proxy does not answer, for the LLM."""
         answered = set(self._proxy_positions())
-        return subset(self.rows, [p for i, p in enumerate(self.parts.rest) if i not in answered])
+        return subset(self.rows, [p for i, p in enumerate(self.parts.rest) if i not in answered], self.label_scope)

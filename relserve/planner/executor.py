@@ -95,7 +95,7 @@ class CallExecutor:
         if self.label_method not in (None, "generate"):
             self.labels = start_run(self.label_method, LabelContext(
                 call, engine, self.model_id, self.rows.prompts, self.rows.values, self.rel_id, options,
-                [min(t) for t in self.rows.targets]))
+                [min(t) for t in self.rows.targets], self.rows.label_scope))
             request = self.labels.request()
             prompts = request.prompts
             options.update(request.options)

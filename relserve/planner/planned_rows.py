@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from relserve.functions import LLMCall
 from relserve.planner.cache import CacheView, ResultCache
+from relserve.planner.labels.interface import LabelScope
 from relserve.planner.plan import CallPlan
 from relserve.results import RowResult
 
@@ -34,6 +35,9 @@ class PlannedRows:
     #: per engine prompt, its row's placeholder values (aligned with the call's template columns):
     #: a label method lays a row out in layouts of its own (relserve/planner/labels/layouts.py)
     values: list[tuple] = field(default_factory=list)
+    #: the whole relQuery these prompts are a part of, when its rows run as several relQueries (a
+    #: cascade's sample and rest): its label method chooses and reads once for all of them
+    label_scope: LabelScope | None = None
 
     @classmethod
     def of(cls, plan: CallPlan, cache: ResultCache | CacheView | None = None) -> PlannedRows:

@@ -39,6 +39,7 @@ from relserve.planner.labels.decide import WEAK_SHARE, Reading, posteriors, read
 from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun
 from relserve.planner.labels.keys import call_key
 from relserve.planner.labels.layouts import QUESTION_FIELD, Layout, LayoutRenderer, column_labels, layouts_for
+from relserve.planner.labels.mixture import Mixture
 from relserve.results import RowResult
 from relserve.template import format_value
 
@@ -112,6 +113,33 @@ class AdaptiveReport:
                 f"{self.choice.information:.3f} nats); the answers near that boundary are close to guesses. Check a "
                 "sample of the answers by hand, rank by llm_score(...) and choose your own cut, name what the question "
                 "asks about more plainly (\"Is this review about sports?\"), or use a larger model.")
+
+
+@dataclass(frozen=True)
+class _CallerRows:
+    """A relQuery's rows in the caller's order (the first pass samples that order), and each
+    prompt's place in it (ties between examples go to the earlier row)."""
+
+    values: list[tuple]
+    order: list[int]
+    position: dict[int, int]
+
+    @classmethod
+    def of(cls, values: Sequence[tuple], first_rows: Sequence[int] | None) -> _CallerRows:
+        firsts = first_rows if first_rows is not None else range(len(values))
+        order = sorted(range(len(values)), key=lambda p: firsts[p])
+        return cls(list(values), order, {p: k for k, p in enumerate(order)})
+
+
+@dataclass(frozen=True)
+class _SharedReading:
+    """The reading of a cascade's first part, for its later parts (``LabelScope.reading``)."""
+
+    pool_key: tuple
+    reading: Reading
+    mixture: Mixture | None
+    #: the margins the reading was made from (a weak reading's boundary is their quantile)
+    reference: tuple[float, ...]
 
 
 @dataclass
@@ -195,11 +223,11 @@ class AdaptiveRun(LabelRun):
         #: the call's engine settings (system message, call key, ...), without its labels
         self.engine_options = {k: v for k, v in ctx.engine_options.items() if k != "choices"}
         self.render = LayoutRenderer(ctx.call)
-        #: the prompts in the caller's order (the first pass samples that order), and each prompt's
-        #: place in it (ties between examples go to the earlier row)
-        firsts = ctx.first_rows if ctx.first_rows is not None else range(len(self.values))
-        self.table_order = sorted(range(len(self.values)), key=lambda p: firsts[p])
-        self.position = {p: k for k, p in enumerate(self.table_order)}
+        #: the whole relQuery this one is a part of (a cascade's), or None
+        self.scope = ctx.scope
+        #: the rows the first pass samples: the whole relQuery's
+        self.whole = _CallerRows.of(ctx.scope.values, ctx.scope.first_rows) if ctx.scope else _CallerRows.of(
+            self.values, ctx.first_rows)
         self.key = call_key(ctx.call, ctx.engine, ctx.model_id)
         self.choice: Choice | None = None
         #: the layout this relQuery runs: the choice's, with this relQuery's values as the labels
@@ -230,7 +258,7 @@ class AdaptiveRun(LabelRun):
         with _lock:
             self.choice = _choices.get(self.key)
         if self.choice is None:
-            small = len(self.values) <= SAMPLE_ROWS
+            small = len(self.whole.values) <= SAMPLE_ROWS
             self.choice = self.first_pass(examples=not small)
             self._first_pass = True
             if self.choice.examples:  # none (a small relQuery, or every sampled row failed): not kept
@@ -252,11 +280,11 @@ class AdaptiveRun(LabelRun):
             return Layout(True, QUESTION_FIELD, tuple(self.call.choices or ()))
         return replace(layout, labels=labels)
 
-    def _own(self, layout: Layout, i: int) -> str | None:
-        """Row ``i``'s own value of a layout's column (None for the other layouts)."""
+    def _own(self, layout: Layout, values: tuple) -> str | None:
+        """A row's own value of a layout's column (None for the other layouts)."""
         if layout.column is None:
             return None
-        v = self.values[i][self.call.template.columns.index(layout.column)]
+        v = values[self.call.template.columns.index(layout.column)]
         return format_value(v).strip() if v is not None else None
 
     def scoring_options(self) -> dict[str, object]:
@@ -269,11 +297,12 @@ class AdaptiveRun(LabelRun):
         (``examples`` False: none)."""
         from relserve.relquery import RelQuery
 
-        layouts = layouts_for(self.call, self.values)
-        sample = [self.table_order[k] for k in sample_indices(len(self.values), SAMPLE_ROWS)]
+        whole = self.whole
+        layouts = layouts_for(self.call, whole.values)
+        sample = [whole.order[k] for k in sample_indices(len(whole.values), SAMPLE_ROWS)]
         handles = []
         for k, layout in enumerate(layouts):
-            texts = [self.render(layout, self.values[i]) for i in sample]
+            texts = [self.render(layout, whole.values[i]) for i in sample]
             rq = RelQuery.from_prompts(texts, **{**self.engine_options, "choices": list(layout.labels),
                                                  "score_labels": True, "prompt_shape": "completion",
                                                  "answer_field": layout.answer_field},
@@ -282,7 +311,8 @@ class AdaptiveRun(LabelRun):
         trials, margins_of = [], []
         for layout, handle in zip(layouts, handles):
             rows = handle.result().rows
-            ms = {sample[r.index]: margin(r, layout, self._own(layout, sample[r.index])) for r in rows if r.error is None}
+            ms = {sample[r.index]: margin(r, layout, self._own(layout, whole.values[sample[r.index]]))
+                  for r in rows if r.error is None}
             ms = {i: m for i, m in ms.items() if math.isfinite(m)}
             trials.append(LayoutTrial(layout, mutual_information(list(ms.values()))))
             margins_of.append(ms)
@@ -294,12 +324,13 @@ class AdaptiveRun(LabelRun):
 
     def _examples(self, layout: Layout, margins: Mapping[int, float]) -> str:
         """The sampled row furthest towards each label, as "<row>\\n<field>: <word>" blocks."""
-        fit = {i: m for i, m in margins.items() if len(self.render(layout, self.values[i])) <= MAX_EXAMPLE_CHARS}
+        values, position = self.whole.values, self.whole.position
+        fit = {i: m for i, m in margins.items() if len(self.render(layout, values[i])) <= MAX_EXAMPLE_CHARS}
         if len(fit) < 2 or layout.column is not None:  # (a row's own value as its label: no examples)
             return ""
-        top = max(fit, key=lambda i: (fit[i], -self.position[i]))
-        bottom = min(fit, key=lambda i: (fit[i], self.position[i]))
-        return "".join(f"{self.render(layout, self.values[i])}\n{layout.answer_field} {word}\n\n"
+        top = max(fit, key=lambda i: (fit[i], -position[i]))
+        bottom = min(fit, key=lambda i: (fit[i], position[i]))
+        return "".join(f"{self.render(layout, values[i])}\n{layout.answer_field} {word}\n\n"
                        for i, word in ((top, layout.labels[0]), (bottom, layout.labels[1])))
 
     # -- once every row is scored ------------------------------------------------------------
@@ -309,20 +340,18 @@ class AdaptiveRun(LabelRun):
         confidence (the probability of the label given)."""
         layout = self.layout
         own = tuple(self.call.choices or ())
-        ms = [margin(r, layout, self._own(layout, r.index)) for r in rows]
+        ms = [margin(r, layout, self._own(layout, self.values[r.index])) for r in rows]
         # margins read together must come from the same layout behind the same examples (a
         # layout of a row's own value: whatever values are its labels)
         pool_key = (self.key, layout.question, layout.field, layout.column or layout.labels, self.choice.examples)
-        with _lock:
-            pool = _pools.pop(pool_key, None) or _Pool()
-            earlier = list(pool.margins)
-        reading, mixture = read(earlier + ms)
-        ps = posteriors(ms, reading, mixture, earlier + ms)
-        pool.add(ms)
-        with _lock:
-            _pools[pool_key] = pool
-            if len(_pools) > MAX_REMEMBERED:
-                _pools.pop(next(iter(_pools)))
+        shared = self.scope.reading if self.scope is not None else None
+        if isinstance(shared, _SharedReading) and shared.pool_key == pool_key:
+            # a later part of a cascade: decided as its first part was; its margins are not a
+            # sample of the call's rows, so they are not pooled either
+            reading = shared.reading
+            ps = posteriors(ms, reading, shared.mixture, shared.reference)
+        else:
+            reading, ps = self._read_with_pool(pool_key, ms)
         self._report = AdaptiveReport(self.choice, reading, self._first_pass,
                                       own[0] if layout.column is not None else layout.labels[0])
         out = []
@@ -330,3 +359,20 @@ class AdaptiveRun(LabelRun):
             first = p > 0.5
             out.append(replace(r, text=own[0] if first else own[1], confidence=p if first else 1 - p))
         return out
+
+    def _read_with_pool(self, pool_key: tuple, ms: list[float]) -> tuple[Reading, list[float]]:
+        """Read this relQuery's margins pooled with the call's earlier ones (and keep them for
+        the later ones, and for a cascade's later parts); each row's posterior."""
+        with _lock:
+            pool = _pools.pop(pool_key, None) or _Pool()
+            earlier = list(pool.margins)
+        reading, mixture = read(earlier + ms)
+        ps = posteriors(ms, reading, mixture, earlier + ms)
+        if self.scope is not None:
+            self.scope.reading = _SharedReading(pool_key, reading, mixture, tuple(earlier + ms))
+        pool.add(ms)
+        with _lock:
+            _pools[pool_key] = pool
+            if len(_pools) > MAX_REMEMBERED:
+                _pools.pop(next(iter(_pools)))
+        return reading, ps

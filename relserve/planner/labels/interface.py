@@ -32,6 +32,23 @@ from relserve.functions import LLMCall
 from relserve.results import RowResult
 
 
+@dataclass
+class LabelScope:
+    """The whole relQuery when its rows run as several relQueries (a cascade: a random sample,
+    then the rows its proxy is unsure of). The label method chooses for the whole, as one
+    relQuery of these rows would, and decides every part with the reading of the first part it
+    decides: that part is a random sample of the rows; a later one (the rows a proxy could not
+    answer) is not, and read alone would move the boundary between the labels."""
+
+    #: per prompt of the whole relQuery, its row's placeholder values, in planned order
+    values: Sequence[tuple]
+    #: per prompt, the first of the caller's rows that has it (as ``LabelContext.first_rows``)
+    first_rows: Sequence[int] | None = None
+    #: what the first part decided left for the later parts (the label method's own type;
+    #: None until then)
+    reading: object | None = None
+
+
 @dataclass(frozen=True)
 class LabelContext:
     """One relQuery of a closed question, as a label method gets it."""
@@ -51,6 +68,8 @@ class LabelContext:
     #: a sample spread over the table as the caller wrote it does not move when the planner
     #: reorders rows to share prefixes
     first_rows: Sequence[int] | None = None
+    #: the whole relQuery this one is a part of (None: it is the whole)
+    scope: LabelScope | None = None
 
 
 @dataclass(frozen=True)
