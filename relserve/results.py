@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from relserve.token_counts import TokenCounts
+
 #: the fields a row has on the wire (the server's JSON), in the order sent
 WIRE_FIELDS = ("index", "value", "text", "error", "cached", "prompt_tokens", "output_tokens", "cached_tokens", "finish_reason",
                "answered_by", "confidence")
@@ -69,8 +71,9 @@ def in_input_order(rows: Iterable[RowResult], total: int) -> list[RowResult]:
 
 
 @dataclass(slots=True)
-class RelQueryStats:
-    """A finished relQuery's latency breakdown (paper Eq. 2) and token accounting, in seconds."""
+class RelQueryStats(TokenCounts):
+    """A finished relQuery's latency breakdown (paper Eq. 2, in seconds) and its tokens
+    (``TokenCounts``: prompt_tokens, output_tokens, cached_tokens, prefix_hit_rate)."""
 
     rel_id: str
     num_rows: int
@@ -83,23 +86,19 @@ class RelQueryStats:
     tail_s: float = 0.0
     #: arrival to the last row's result
     latency_s: float = 0.0
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
     policy: str = ""
     #: engine replicas that ran its rows (``relserve.Cluster``; 1 on one engine)
     replicas: int = 1
     #: rows sent again to another replica because the first one died or stopped answering
     redispatched_rows: int = 0
 
-    @property
-    def prefix_hit_rate(self) -> float:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         d = asdict(self)
-        d["prefix_hit_rate"] = self.prefix_hit_rate
-        return d
+        # in the order the stats have always been sent: the tokens right after the times
+        tokens = {f.name: d.pop(f.name) for f in fields(TokenCounts)}
+        at = list(d).index("latency_s") + 1
+        items = list(d.items())
+        return dict(items[:at]) | tokens | dict(items[at:]) | {"prefix_hit_rate": self.prefix_hit_rate}
 
 
 class RowsView:

@@ -10,11 +10,14 @@ from dataclasses import asdict, dataclass, field
 
 from relserve.engine.step_record import StepRecord
 from relserve.relquery import RelQuery
+from relserve.token_counts import TokenCounts
 from relserve.workloads.traces import TraceQuery
 
 
 @dataclass
-class RelQueryRecord:
+class RelQueryRecord(TokenCounts):
+    """One replayed relQuery: its times, its rows' tokens (``TokenCounts``) and answer lengths."""
+
     id: str
     type: str | None
     rows: int
@@ -24,9 +27,6 @@ class RelQueryRecord:
     waiting_s: float
     core_s: float
     tail_s: float
-    prompt_tokens: int
-    output_tokens: int
-    cached_tokens: int
     errors: int
     #: tokens generated for each row (feeds the simulator's validation)
     output_lengths: list[int] = field(default_factory=list)

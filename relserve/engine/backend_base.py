@@ -16,6 +16,7 @@ from relserve.model import resolve_model
 from relserve.policy import CostModel, policy_class
 from relserve.relquery import RelQuery
 from relserve.results import RelQueryResult, RelQueryStats
+from relserve.token_counts import TokenCounts
 
 #: (first scheduled, last prefill done, last token) of a row or a part, on one clock
 Span = tuple[float, float, float]
@@ -83,12 +84,11 @@ def finished_result(handle: RelQueryHandle, policy: str, arrival: float, spans: 
     waiting / core / tail (Eq. 2) from the ``spans`` of its rows or parts (on the clock of
     ``arrival``)."""
     rows = handle.rows_in_order()
-    stats = RelQueryStats(rel_id=handle.rel_id, num_rows=len(rows), policy=policy)
+    tokens = TokenCounts.total(rows)
+    stats = RelQueryStats(rel_id=handle.rel_id, num_rows=len(rows), policy=policy, prompt_tokens=tokens.prompt_tokens,
+                          output_tokens=tokens.output_tokens, cached_tokens=tokens.cached_tokens)
     stats.latency_s = time.monotonic() - arrival
     stats.num_errors = sum(r.error is not None for r in rows)
-    stats.prompt_tokens = sum(r.prompt_tokens for r in rows)
-    stats.output_tokens = sum(r.output_tokens for r in rows)
-    stats.cached_tokens = sum(r.cached_tokens for r in rows)
     if spans:
         start = min(s[0] for s in spans)
         last_prefill = max(s[1] for s in spans)
