@@ -23,6 +23,7 @@ import httpx
 
 from relserve.call_fields import CALL_FIELD_NAMES, CallFields
 from relserve.errors import RelServeError
+from relserve.job_stats import JobStats
 from relserve.results import RowResult, RowsView, in_input_order
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -43,7 +44,8 @@ class RemoteResult(RowsView):
     status: str
     #: every row, in input order
     rows: list[RowResult]
-    stats: dict[str, Any] = field(default_factory=dict)
+    #: the job's figures (``JobStats``; ``stats["rows"]`` reads them as a mapping too)
+    stats: JobStats = field(default_factory=JobStats)
     error: str | None = None
 
 
@@ -194,7 +196,7 @@ class Client:
         with self.stream(template, rows, call, **options) as s:
             ordered = in_input_order(s, s.total)
             done = s.done or {}
-        return RemoteResult(s.id, done.get("status", "unknown"), ordered, done.get("stats", {}), done.get("error"))
+        return RemoteResult(s.id, done.get("status", "unknown"), ordered, JobStats.from_json(done.get("stats")), done.get("error"))
 
     def map(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None,
             call: CallFields | None = None, **options: Any) -> list[Any]:
@@ -207,7 +209,7 @@ class Client:
     def result(self, relquery_id: str, wait: bool = True, timeout: float = 600.0) -> RemoteResult:
         d = self._request("GET", f"/v1/relqueries/{relquery_id}/result", params={"wait": wait, "timeout": timeout})
         rows = [RowResult.from_dict(r) if r is not None else RowResult(i) for i, r in enumerate(d["rows"])]
-        return RemoteResult(d["id"], d["status"], rows, d.get("stats", {}), d.get("error"))
+        return RemoteResult(d["id"], d["status"], rows, JobStats.from_json(d.get("stats")), d.get("error"))
 
     def cancel(self, relquery_id: str, timeout: float | None = None) -> dict[str, Any]:
         """Cancel and wait for the relQuery to end; ``timeout`` bounds this request alone (the

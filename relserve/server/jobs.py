@@ -24,6 +24,7 @@ from relserve.cascade.runner import Cascade
 from relserve.estimate.budget import Allowance
 from relserve.estimate.estimate import CallEstimate
 from relserve.functions import SchedulingHints
+from relserve.job_stats import JobStats
 from relserve.planner.executor import CallExecutor
 from relserve.planner.explain import describe_labels
 from relserve.planner.planned_rows import PlannedRows
@@ -276,49 +277,47 @@ class Job:
         async with self._changed:
             await self._changed.wait_for(lambda: self.done)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> JobStats:
         rows = [r for r in self.rows if r is not None]
-        out: dict[str, Any] = {
-            "rows": self.total,
-            "errors": sum(r.error is not None for r in rows),
-            "cached_rows": sum(r.cached for r in rows),
-            "engine_rows": self.engine_total,
-            "latency_s": round(self.latency_s, 4),
-        }
+        out = JobStats(
+            rows=self.total,
+            errors=sum(r.error is not None for r in rows),
+            cached_rows=sum(r.cached for r in rows),
+            engine_rows=self.engine_total,
+            latency_s=round(self.latency_s, 4),
+        )
         s = self.engine_stats
         if s is not None:
-            out.update(
-                waiting_s=round(s.waiting_s, 4),
-                core_s=round(s.core_s, 4),
-                tail_s=round(s.tail_s, 4),
-                engine_latency_s=round(s.latency_s, 4),
-                prompt_tokens=s.prompt_tokens,
-                output_tokens=s.output_tokens,
-                cached_tokens=s.cached_tokens,
-                prefix_hit_rate=round(s.prefix_hit_rate, 4),
-                policy=s.policy,
-            )
+            out.waiting_s = round(s.waiting_s, 4)
+            out.core_s = round(s.core_s, 4)
+            out.tail_s = round(s.tail_s, 4)
+            out.engine_latency_s = round(s.latency_s, 4)
+            out.prompt_tokens = s.prompt_tokens
+            out.output_tokens = s.output_tokens
+            out.cached_tokens = s.cached_tokens
+            out.prefix_hit_rate = round(s.prefix_hit_rate, 4)
+            out.policy = s.policy
         if self.deadline_s is not None and self.done:
-            out["deadline_met"] = self.latency_s <= self.deadline_s
+            out.deadline_met = self.latency_s <= self.deadline_s
         ex = self.executor
         if ex is not None and ex.label_report is not None:
             # EXPLAIN ANALYZE of the label method: the layout chosen, the estimated prior
-            out["labels"] = describe_labels(ex.label_report)
+            out.labels = describe_labels(ex.label_report)
         if ex is not None and ex.warning is not None:
             # the answers are close to guesses: the client (a PostgreSQL NOTICE, a sheet) says so
-            out["warning"] = ex.warning
+            out.warning = ex.warning
         if self.cascade_plan.target is not None:
             # EXPLAIN ANALYZE of the cascade: whether it applied, and what it did
-            out["cascade"] = (self.cascade.report.as_dict() if self.cascade is not None
-                              else {"target": self.cascade_plan.target, "skipped": self.cascade_plan.skipped})
+            out.cascade = (self.cascade.report.as_dict() if self.cascade is not None
+                           else {"target": self.cascade_plan.target, "skipped": self.cascade_plan.skipped})
         est = self.estimate
         if est is not None:  # issue 47: the estimate it started with
-            out["estimated_s"] = est.now_s if est.now_s is not None else est.idle_s
-            out["estimated_prompt_tokens"] = est.prompt_tokens
+            out.estimated_s = est.now_s if est.now_s is not None else est.idle_s
+            out.estimated_prompt_tokens = est.prompt_tokens
         budget = self.executor.budget if self.executor is not None else None
         if budget is not None:  # issue 47: the engine tokens spent against its budgets
-            out["budget_tokens_spent"] = budget.spent_tokens
-            out["budget_prompt_tokens_spent"] = budget.spent_prompt
+            out.budget_tokens_spent = budget.spent_tokens
+            out.budget_prompt_tokens_spent = budget.spent_prompt
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -332,7 +331,7 @@ class Job:
             "progress": {"done": len(self.order), "total": self.total},
             "priority": self.priority,
             "deadline_s": self.deadline_s,
-            "stats": self.stats(),
+            "stats": self.stats().to_json(),
         })
 
 
