@@ -64,7 +64,7 @@ class Binding:
                 f"{described_as} {', '.join(map(repr, have)) or '(none)'}"
             )
 
-    def row(self, *, args: Sequence[Any] | None = None, values: Mapping[str, Any] | None = None) -> tuple:
+    def row(self, *, args: Sequence[object] | None = None, values: Mapping[str, object] | None = None) -> tuple:
         """One row's values, aligned with ``template.columns``: from ``args`` by position or
         from ``values`` by name."""
         if values is not None:
@@ -76,7 +76,7 @@ class Binding:
         self.check_count(len(args))
         return tuple(args)
 
-    def check_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
+    def check_rows(self, rows: Sequence[Mapping[str, object]]) -> None:
         """Rows that name their columns: the first row names the table's columns, and every row
         has each placeholder's column."""
         if rows:
@@ -86,13 +86,13 @@ class Binding:
             if missing:
                 raise TemplateError(f"row {i} has no column(s) {', '.join(map(repr, missing))} named in the template")
 
-    def rows(self, rows: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+    def rows(self, rows: Sequence[Mapping[str, object]]) -> list[list[Any]]:
         """Rows that name their columns (the server's ``rows``), as columns aligned with
         ``template.columns``."""
         self.check_rows(rows)
         return [[row[n] for row in rows] for n in self.names]
 
-    def tuples(self, rows: Sequence[Mapping[str, Any]]) -> list[tuple]:
+    def tuples(self, rows: Sequence[Mapping[str, object]]) -> list[tuple]:
         """Rows that name their columns (the server's ``rows``), as value tuples aligned with
         ``template.columns``: the planner's rows."""
         self.check_rows(rows)
@@ -102,8 +102,8 @@ class Binding:
     def columns(
         self,
         *,
-        positional: Sequence[Sequence[Any]] | None = None,
-        fields: Mapping[str, Sequence[Any]] | None = None,
+        positional: Sequence[Sequence[object]] | None = None,
+        fields: Mapping[str, Sequence[object]] | None = None,
         described_as: str = "available columns:",
         hint: str = POSITION_HINT,
     ) -> list[Sequence[Any]]:

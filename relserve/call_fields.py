@@ -93,7 +93,7 @@ class CallFields:
 CALL_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(CallFields))
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> Any:
     """A value the server renders as a local run would: JSON has no NaN or Infinity, so those
     travel as the text Python renders them with."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -105,7 +105,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def jsonable_row(names: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
+def jsonable_row(names: Sequence[str], values: Sequence[object]) -> dict[str, Any]:
     """One row's placeholder values by name, rendered by the server as a local run would."""
     return {n: _jsonable(v) for n, v in zip(names, values)}
 

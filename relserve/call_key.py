@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 
 
-def call_key_of(*parts: Any) -> str:
+def call_key_of(*parts: object) -> str:
     """A short, stable key of ``parts`` (JSON-able values; anything else by its ``str``)."""
     return hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def template_call_key(template: str, max_tokens: int, choices: Any = None, json_schema: Any = None,
+def template_call_key(template: str, max_tokens: int, choices: object = None, json_schema: object = None,
                       system: str | None = None) -> str:
     """The key of a relQuery built by hand from ``template`` and its output settings (the
     simulator keys a trace's relQueries the same way)."""

@@ -127,7 +127,7 @@ class Client:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _request(self, method: str, path: str, json_body: Any = None, **kw: Any) -> Any:
+    def _request(self, method: str, path: str, json_body: object = None, **kw: object) -> Any:
         if json_body is not None:
             kw["content"] = _dumps(json_body)
             kw["headers"] = {"Content-Type": "application/json"}
@@ -159,30 +159,30 @@ class Client:
 
     # ------------------------------------------------------------------ relQueries
 
-    def submit(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None,
-               call: CallFields | None = None, **options: Any) -> str:
+    def submit(self, template: str | None = None, rows: Sequence[Mapping[str, object]] | None = None,
+               call: CallFields | None = None, **options: object) -> str:
         """Start a relQuery and return its id at once (see ``run`` for the options)."""
         return self._request("POST", "/v1/relqueries", _body(template, rows, call, options))["id"]
 
-    def plan(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None,
-             call: CallFields | None = None, **options: Any) -> dict[str, Any]:
+    def plan(self, template: str | None = None, rows: Sequence[Mapping[str, object]] | None = None,
+             call: CallFields | None = None, **options: object) -> dict[str, Any]:
         """What the relQuery would send to the engine, without running it: ``rows``, ``engine_rows``
         (distinct prompts), ``cached_rows`` (answered from the result cache), ``failed_rows``."""
         return self._request("POST", "/v1/relqueries/plan", _body(template, rows, call, options))
 
-    def count_tokens(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None,
-                     call: CallFields | None = None, **options: Any) -> dict[str, Any]:
+    def count_tokens(self, template: str | None = None, rows: Sequence[Mapping[str, object]] | None = None,
+                     call: CallFields | None = None, **options: object) -> dict[str, Any]:
         """Each row's prompt tokens as the server's engine would see them, without running:
         ``prompt_tokens`` (None for a row that cannot run) and ``errors`` (why), in row order."""
         return self._request("POST", "/v1/relqueries/tokens", _body(template, rows, call, options))
 
-    def stream(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None,
-               call: CallFields | None = None, **options: Any) -> RelQueryStream:
+    def stream(self, template: str | None = None, rows: Sequence[Mapping[str, object]] | None = None,
+               call: CallFields | None = None, **options: object) -> RelQueryStream:
         """Submit and iterate the rows as they finish (each carries its input ``index``)."""
         return self._stream("/v1/relqueries", {**_body(template, rows, call, options), "stream": "ndjson"})
 
-    def run(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None,
-            call: CallFields | None = None, **options: Any) -> RemoteResult:
+    def run(self, template: str | None = None, rows: Sequence[Mapping[str, object]] | None = None,
+            call: CallFields | None = None, **options: object) -> RemoteResult:
         """Submit, wait for every row, return them in input order.
 
         ``rows``: a list of mappings whose keys include the template's placeholders; or
@@ -198,8 +198,8 @@ class Client:
             done = s.done or {}
         return RemoteResult(s.id, done.get("status", "unknown"), ordered, JobStats.from_json(done.get("stats")), done.get("error"))
 
-    def map(self, template: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None,
-            call: CallFields | None = None, **options: Any) -> list[Any]:
+    def map(self, template: str | None = None, rows: Sequence[Mapping[str, object]] | None = None,
+            call: CallFields | None = None, **options: object) -> list[Any]:
         """The value of every row, in input order (None where a row failed)."""
         return self.run(template, rows, call, **options).values
 
@@ -222,22 +222,22 @@ class Client:
 
     # ------------------------------------------------------------------ spreadsheet cells
 
-    def cells(self, cells: Sequence[Mapping[str, Any]], **options: Any) -> dict[str, dict[str, Any]]:
+    def cells(self, cells: Sequence[Mapping[str, object]], **options: object) -> dict[str, dict[str, Any]]:
         """Evaluate cells ({"id", "template", "args"}) as one batch; answers by cell id."""
         d = self._request("POST", "/v1/cells", {**_call_json(None, options), "cells": list(cells), "stream": False})
         return {c["id"]: c for c in d["cells"]}
 
-    def stream_cells(self, cells: Sequence[Mapping[str, Any]], **options: Any) -> RelQueryStream:
+    def stream_cells(self, cells: Sequence[Mapping[str, object]], **options: object) -> RelQueryStream:
         """Cells as they finish: dicts with id, value, text, error, cached."""
         return self._stream("/v1/cells", {**_call_json(None, options), "cells": list(cells), "stream": True})
 
     # ------------------------------------------------------------------ single calls and operations
 
-    def complete(self, prompt: str | list[str], **options: Any) -> dict[str, Any]:
+    def complete(self, prompt: str | list[str], **options: object) -> dict[str, Any]:
         """OpenAI-style /v1/completions."""
         return self._request("POST", "/v1/completions", {"prompt": prompt, **options})
 
-    def chat(self, messages: list[dict[str, Any]], **options: Any) -> dict[str, Any]:
+    def chat(self, messages: list[dict[str, Any]], **options: object) -> dict[str, Any]:
         """OpenAI-style /v1/chat/completions."""
         return self._request("POST", "/v1/chat/completions", {"messages": messages, **options})
 
@@ -257,7 +257,7 @@ def _call_json(call: CallFields | None, options: dict[str, Any]) -> dict[str, An
     return {**fields.to_json(), **given}
 
 
-def _body(template: str | None, rows: Sequence[Mapping[str, Any]] | None, call: CallFields | None,
+def _body(template: str | None, rows: Sequence[Mapping[str, object]] | None, call: CallFields | None,
           options: dict[str, Any]) -> dict[str, Any]:
     body = _call_json(call, options)
     if template is not None:
@@ -267,7 +267,7 @@ def _body(template: str | None, rows: Sequence[Mapping[str, Any]] | None, call: 
     return body
 
 
-def _dumps(body: Any) -> bytes:
+def _dumps(body: object) -> bytes:
     # database values (Decimal, date, UUID) are sent as their text
     return json.dumps(body, ensure_ascii=False, default=str).encode()
 

@@ -137,7 +137,7 @@ class CallOptions:
         object.__setattr__(self, "examples", _freeze_examples(self.examples))
         object.__setattr__(self, "cascade", check.cascade(self.cascade))
 
-    def updated(self, settings: Mapping[str, Any] | None = None, **more: Any) -> CallOptions:
+    def updated(self, settings: Mapping[str, object] | None = None, **more: object) -> CallOptions:
         """These options with the given settings applied; ``None`` values leave a setting as it is."""
         given = {**(settings or {}), **more}
         unknown = sorted(set(given) - set(OPTION_NAMES))
@@ -167,7 +167,7 @@ class SchedulingHints:
 HINT_NAMES: tuple[str, ...] = tuple(f.name for f in fields(SchedulingHints))
 
 
-def _freeze_examples(examples: Any) -> tuple[tuple[tuple[str, Any], ...], ...] | None:
+def _freeze_examples(examples: object) -> tuple[tuple[tuple[str, Any], ...], ...] | None:
     """Examples as a hashable tuple of rows, each a sorted tuple of (column, value) pairs."""
     if examples is None:
         return None
@@ -187,7 +187,7 @@ def _freeze_examples(examples: Any) -> tuple[tuple[tuple[str, Any], ...], ...] |
     return tuple(out) or None
 
 
-def _hashable(value: Any) -> Any:
+def _hashable(value: object) -> Any:
     if isinstance(value, (dict, list)):
         return json.dumps(value, sort_keys=True, ensure_ascii=False)
     return value
@@ -448,10 +448,10 @@ def make_call(
     fn: LLMFunction | str,
     template: str | Template,
     *,
-    labels: Any = None,
-    json_schema: Any = None,
+    labels: object = None,
+    json_schema: object = None,
     options: CallOptions | None = None,
-    **settings: Any,
+    **settings: object,
 ) -> LLMCall:
     """Validate everything that can be checked before any row runs, with errors that name the problem."""
     fn = function(fn) if isinstance(fn, str) else fn
@@ -495,7 +495,7 @@ def _checked_examples(call: LLMCall, examples: tuple) -> tuple:
     return tuple(out)
 
 
-def _example_answer(call: LLMCall, i: int, answer: Any) -> str:
+def _example_answer(call: LLMCall, i: int, answer: object) -> str:
     kind = call.function.kind
     who = f"{call.function.name}: example {i}"
     if kind == "filter":
@@ -520,7 +520,7 @@ def _example_answer(call: LLMCall, i: int, answer: Any) -> str:
     return answer
 
 
-def validate_labels(labels: Any, who: str = "llm_classify") -> tuple[str, ...]:
+def validate_labels(labels: object, who: str = "llm_classify") -> tuple[str, ...]:
     """Labels must be a non-empty list of distinct, non-empty strings."""
     if labels is None:
         raise ConfigError(f"{who} needs labels: a non-empty list of strings, e.g. ['positive', 'negative']")
@@ -538,7 +538,7 @@ def validate_labels(labels: Any, who: str = "llm_classify") -> tuple[str, ...]:
     return tuple(items)
 
 
-def validate_schema(schema: Any, who: str = "llm_extract") -> dict:
+def validate_schema(schema: object, who: str = "llm_extract") -> dict:
     """A JSON schema given as an object or as JSON text, checked against its metaschema."""
     if schema is None:
         raise ConfigError(f"{who} needs a JSON schema, e.g. '{{\"type\": \"object\", \"properties\": {{...}}}}'")
@@ -558,6 +558,6 @@ def validate_schema(schema: Any, who: str = "llm_extract") -> dict:
     return schema
 
 
-def _is_array_like(value: Any) -> bool:
+def _is_array_like(value: object) -> bool:
     # numpy arrays and Arrow/polars lists arrive as non-Sequence iterables
     return hasattr(value, "__iter__") and hasattr(value, "__len__") and not isinstance(value, Mapping)

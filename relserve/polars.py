@@ -440,7 +440,7 @@ class LLMExpr:
     # ``group_by().agg(pl.col(v))``, or ``df.llm.reduce``) reduces every group together, each
     # level of the tree ONE relQuery for all groups.
 
-    def reduce(self, template: str, *, engine: Backend | None = None, context_tokens: int | None = None, **options: Any) -> pl.Expr:
+    def reduce(self, template: str, *, engine: Backend | None = None, context_tokens: int | None = None, **options: object) -> pl.Expr:
         """One answer (String) for all the expression's values: in ``group_by().agg`` one per group.
 
         >>> lf = pl.LazyFrame({"g": [1, 1, 2], "review": ["Great film!", "Too long.", "Fine."]})
@@ -452,14 +452,14 @@ class LLMExpr:
         rc = reduce_call(template, context_tokens=context_tokens, **options)
         return self._expr.map_batches(_reduce_batch(rc, engine, one_group=True), return_dtype=pl.String(), returns_scalar=True)
 
-    def reduce_list(self, template: str, *, engine: Backend | None = None, context_tokens: int | None = None, **options: Any) -> pl.Expr:
+    def reduce_list(self, template: str, *, engine: Backend | None = None, context_tokens: int | None = None, **options: object) -> pl.Expr:
         """One answer (String) per row of a List column, each row a group; all groups together."""
         from relserve.operators.reduce import reduce_call
 
         rc = reduce_call(template, context_tokens=context_tokens, **options)
         return self._expr.map_batches(_reduce_batch(rc, engine, one_group=False), return_dtype=pl.String())
 
-    def topk(self, template: str, k: int, *, engine: Backend | None = None, pool: int | None = None, **options: Any) -> pl.Expr:
+    def topk(self, template: str, k: int, *, engine: Backend | None = None, pool: int | None = None, **options: object) -> pl.Expr:
         """The ``k`` values (List(String), best first) that best answer the yes/no question
         ``template``: in ``group_by().agg`` one list per group."""
         from relserve.operators.topk import topk_call
@@ -484,32 +484,32 @@ class LLMFrame:
         Binding(parsed, fn.name).check_names(names)
         return pl.struct(list(parsed.columns))
 
-    def map(self, template: str, *, alias: str = "llm_map", **options: Any):
+    def map(self, template: str, *, alias: str = "llm_map", **options: object):
         """The frame with a new String column ``alias``."""
         expr = self._struct(template, LLM_MAP).llm.map(template, **options)
         return self._frame.with_columns(expr.alias(alias))
 
-    def filter(self, template: str, **options: Any):
+    def filter(self, template: str, **options: object):
         """The rows for which the answer is yes (rows whose call failed are dropped too)."""
         expr = self._struct(template, LLM_FILTER).llm.filter(template, **options)
         return self._frame.filter(expr)
 
-    def score(self, template: str, *, alias: str = "llm_score", **options: Any):
+    def score(self, template: str, *, alias: str = "llm_score", **options: object):
         """The frame with a new Float64 column ``alias``: the probability of yes per row."""
         expr = self._struct(template, LLM_SCORE).llm.score(template, **options)
         return self._frame.with_columns(expr.alias(alias))
 
-    def classify(self, template: str, labels: list[str], *, alias: str = "llm_classify", **options: Any):
+    def classify(self, template: str, labels: list[str], *, alias: str = "llm_classify", **options: object):
         """The frame with a new Enum column ``alias`` holding one of ``labels`` per row."""
         expr = self._struct(template, LLM_CLASSIFY).llm.classify(template, labels, **options)
         return self._frame.with_columns(expr.alias(alias))
 
-    def extract(self, template: str, json_schema: dict | str, *, alias: str = "llm_extract", **options: Any):
+    def extract(self, template: str, json_schema: dict | str, *, alias: str = "llm_extract", **options: object):
         """The frame with a new String column ``alias`` of JSON valid against ``json_schema``."""
         expr = self._struct(template, LLM_EXTRACT).llm.extract(template, json_schema, **options)
         return self._frame.with_columns(expr.alias(alias))
 
-    def reduce(self, template: str, *, by: str | list[str], value: str | None = None, alias: str = "llm_reduce", **options: Any):
+    def reduce(self, template: str, *, by: str | list[str], value: str | None = None, alias: str = "llm_reduce", **options: object):
         """One row per group of ``by`` with a String column ``alias``: the group's ``value``s
         (default: the template's placeholder column) reduced; all groups at once, each level of a
         tree reduction ONE relQuery."""
@@ -529,7 +529,7 @@ pl.api.register_lazyframe_namespace("llm")(LLMFrame)
 # -- issue 26: batch functions of the operators (logic in relserve/operators/) ----------------------
 
 
-def _reduce_batch(rc: Any, engine: Backend, *, one_group: bool) -> Callable[[pl.Series], pl.Series]:
+def _reduce_batch(rc: object, engine: Backend, *, one_group: bool) -> Callable[[pl.Series], pl.Series]:
     from relserve.operators.reduce import explain_reduce, run_reduce
 
     def run(series: pl.Series) -> pl.Series:
@@ -545,7 +545,7 @@ def _reduce_batch(rc: Any, engine: Backend, *, one_group: bool) -> Callable[[pl.
     return run
 
 
-def _topk_batch(tc: Any, engine: Backend) -> Callable[[pl.Series], pl.Series]:
+def _topk_batch(tc: object, engine: Backend) -> Callable[[pl.Series], pl.Series]:
     from relserve.operators.topk import explain_topk, run_topk
 
     def run(series: pl.Series) -> pl.Series:

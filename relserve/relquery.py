@@ -26,7 +26,7 @@ def encodable(prompt: str) -> str | RowError:
     return prompt
 
 
-def rows_to_dicts(rows: Any) -> list[dict[str, Any]]:
+def rows_to_dicts(rows: object) -> list[dict[str, Any]]:
     """Accept a list of mappings, a dict of columns, a pyarrow Table/RecordBatch, or a
     polars/pandas DataFrame, and return one dict per row."""
     if rows is None:
@@ -57,7 +57,7 @@ def rows_to_dicts(rows: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _pandas_null(v: Any) -> Any:
+def _pandas_null(v: object) -> Any:
     return None if isinstance(v, float) and math.isnan(v) else v
 
 
@@ -169,7 +169,7 @@ class RelQuery:
                 self.template, self.max_tokens, self.choices, self.json_schema, self.system)
 
     @classmethod
-    def from_prompts(cls, prompts: Sequence[str], **options: Any) -> RelQuery:
+    def from_prompts(cls, prompts: Sequence[str], **options: object) -> RelQuery:
         """A relQuery whose prompts are already rendered (for example by the planner)."""
         prompts = list(prompts)
         for i, p in enumerate(prompts):

@@ -57,7 +57,7 @@ class RowResult:
         return {name: getattr(self, name) for name in WIRE_FIELDS}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> RowResult:
+    def from_dict(cls, d: Mapping[str, object]) -> RowResult:
         """A row as the server sent it (unknown keys are left out)."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})

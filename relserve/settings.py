@@ -17,7 +17,6 @@ relserve.errors.ConfigError: unknown setting(s) progres; known settings: engine,
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, SkipValidation, ValidationError
 
@@ -43,7 +42,7 @@ _current = Settings()
 _lock = threading.Lock()
 
 
-def configure(**changes: Any) -> None:
+def configure(**changes: object) -> None:
     """Change the given settings; the others keep their values."""
     global _current
     unknown = sorted(set(changes) - set(Settings.model_fields))

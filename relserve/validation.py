@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
-from typing import Any
+from typing import TypeGuard
 
 from relserve.errors import ConfigError
 
@@ -45,60 +45,60 @@ def unicode_problem(text: str) -> str | None:
     return None
 
 
-def finite_number(x: Any) -> bool:
+def finite_number(x: object) -> TypeGuard[int | float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def max_tokens(value: Any) -> int:
+def max_tokens(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS_LIMIT:
         raise ConfigError(f"max_tokens must be a positive integer, got {value!r}; the largest allowed is {MAX_TOKENS_LIMIT}")
     return value
 
 
-def temperature(value: Any) -> float:
+def temperature(value: object) -> float:
     if not finite_number(value) or not 0 <= value <= TEMPERATURE_LIMIT:
         raise ConfigError(f"temperature must be a number >= 0, got {value!r}; the largest allowed is {TEMPERATURE_LIMIT:g}")
     return float(value)
 
 
-def top_p(value: Any) -> float:
+def top_p(value: object) -> float:
     if not finite_number(value) or not 0 < value <= 1:
         raise ConfigError(f"top_p must be a number in (0, 1], got {value!r}")
     return float(value)
 
 
-def seed(value: Any) -> int | None:
+def seed(value: object) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
         raise ConfigError(f"seed must be an integer, got {value!r}")
     return value
 
 
-def on_error(value: Any) -> OnError:
+def on_error(value: object) -> OnError:
     try:
         return OnError(value)
     except ValueError:
         raise ConfigError(f"on_error must be 'null' or 'raise', got {value!r}") from None
 
 
-def text_or_none(name: str, value: Any) -> str | None:
+def text_or_none(name: str, value: object) -> str | None:
     if value is not None and not isinstance(value, str):
         raise ConfigError(f"{name} must be text, got {type(value).__name__}")
     return value
 
 
-def priority(value: Any) -> int:
+def priority(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"priority must be an integer, got {value!r}")
     return value
 
 
-def deadline_s(value: Any) -> float | None:
+def deadline_s(value: object) -> float | None:
     if value is not None and (not finite_number(value) or value <= 0):
         raise ConfigError(f"deadline_s must be a positive, finite number of seconds, got {value!r}")
     return value
 
 
-def cascade(value: Any) -> float | None:
+def cascade(value: object) -> float | None:
     """The ``cascade`` option: the agreement with the LLM's answers to keep, or None for off;
     0 is off too (it overrides a session's or a server's default, which None leaves in place)."""
     if value is None or (finite_number(value) and value == 0):
@@ -113,19 +113,19 @@ def cascade(value: Any) -> float | None:
 ON_BUDGET_VALUES = ("refuse", "partial")
 
 
-def max_tokens_total(value: Any) -> int | None:
+def max_tokens_total(value: object) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ConfigError(f"max_tokens_total must be a positive whole number of tokens, got {value!r}")
     return value
 
 
-def max_seconds(value: Any) -> float | None:
+def max_seconds(value: object) -> float | None:
     if value is not None and (not finite_number(value) or value <= 0):
         raise ConfigError(f"max_seconds must be a positive, finite number of seconds, got {value!r}")
     return float(value) if value is not None else None
 
 
-def on_budget(value: Any) -> str:
+def on_budget(value: object) -> str:
     if value not in ON_BUDGET_VALUES:
         raise ConfigError(
             f"on_budget must be 'refuse' (refuse before starting when the estimate exceeds the budget) or 'partial' "

@@ -37,7 +37,7 @@ def chosen() -> Backend | None:
     return _chosen
 
 
-def default_engine(**options: Any) -> Backend:
+def default_engine(**options: object) -> Backend:
     """The process-wide shared backend, started on first use (settings from ``RELSERVE_*``;
     ``RELSERVE_REPLICAS`` > 1 starts that many replicas on Ray instead: ``relserve.Cluster``)."""
     global _default

@@ -95,7 +95,7 @@ class Cluster(BackendBase):
         replica_timeout_s: float = 120.0,
         max_restarts: int = 3,
         cores_per_replica: int | None = None,
-        **options: Any,
+        **options: object,
     ) -> None:
         if replicas is None:
             replicas = int(os.environ.get("RELSERVE_REPLICAS", "2"))
@@ -200,7 +200,7 @@ class Cluster(BackendBase):
         ray = _ray()
         return {"replicas": ray.get([a.scheduler_stats.remote() for a in self._actors])}
 
-    def set_policy(self, *args: Any, **kwargs: Any) -> None:
+    def set_policy(self, *args: object, **kwargs: object) -> None:
         raise ConfigError("switching the policy of a running cluster is not supported; start a new Cluster")
 
     def wait_idle(self, timeout: float | None = None) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from relserve.engine.backend_base import BackendBase
 from relserve.engine.handle import RelQueryHandle
@@ -26,7 +25,7 @@ class Admitted:
     rows: list[tuple[int, list[int]]]
 
 
-def layout_token_ids(tokenizer: Any, prompter: Any, prompts: Sequence[str], system: str | None, shape: str = "chat",
+def layout_token_ids(tokenizer: object, prompter: object, prompts: Sequence[str], system: str | None, shape: str = "chat",
                      answer_field: str = "Answer:") -> list[list[int]]:
     """The token ids the engine computes for ``prompts``: the chat template around each (with
     ``system``), or a scoring layout of issue 22 (relserve/prompt_shapes.py). ``prompter`` is the
@@ -42,7 +41,7 @@ def layout_token_ids(tokenizer: Any, prompter: Any, prompts: Sequence[str], syst
     return tokenizer(texts, add_special_tokens=False)["input_ids"]
 
 
-def admit(engine: BackendBase, rq: Any, cancel: Callable[[], None]) -> Admitted:
+def admit(engine: BackendBase, rq: object, cancel: Callable[[], None]) -> Admitted:
     """``engine`` has ``dead_reason``, ``max_model_len`` and ``_prompter`` (``ChatTokenizing``)."""
     if not isinstance(rq, RelQuery):
         raise ConfigError(f"submit() takes a RelQuery, got {type(rq).__name__}")

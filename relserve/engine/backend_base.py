@@ -65,7 +65,7 @@ class BackendBase(ChatTokenizing):
         """``submit`` and wait for every row."""
         return self.submit(rq).result(timeout)
 
-    def map(self, template: str, rows: Any, **options: Any) -> list[str | None]:
+    def map(self, template: str, rows: object, **options: object) -> list[str | None]:
         """Shortcut: the answer text of every row, in row order."""
         return self.run(RelQuery(template, rows, **options)).texts
 

@@ -133,7 +133,7 @@ def _tokens_prompt(ids: list[int], tenancy: Tenancy | None) -> Any:
     return TokensPrompt(prompt_token_ids=ids)
 
 
-async def warm_scoring(llm: Any, tokenizer: Any) -> None:
+async def warm_scoring(llm: object, tokenizer: object) -> None:
     """Run one label-scoring request on vLLM's ``llm`` (its AsyncLLM) at start. vLLM's first
     request that reads chosen log-probabilities costs about 2 s more than every later one (1.94 s
     against 0.05 s for one row on 2 CPU cores); without this the first filter or classify of a
@@ -159,7 +159,7 @@ class Engine(BackendBase):
     #: ``submit`` and ``warm_prefix`` take a ``Tenancy`` (prefix-cache salt, share)
     supports_tenancy = True
 
-    def __init__(self, model: str | None = None, policy: str | None = None, **options: Any) -> None:
+    def __init__(self, model: str | None = None, policy: str | None = None, **options: object) -> None:
         check_not_bootstrapping()
         s = self._configure(model, policy, options)
         #: the policies' settings: the user's, else the arranger settings tuned by `relserve

@@ -10,11 +10,10 @@ on the engine's loop), since a row that ends under one relQuery may let a row of
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 
 class RowGate:
-    def __init__(self, allowance: Any, changed: asyncio.Condition) -> None:
+    def __init__(self, allowance: object, changed: asyncio.Condition) -> None:
         self.allowance = allowance
         self.changed = changed
         #: the position of the row whose turn it is to take its tokens

@@ -31,7 +31,6 @@ import os
 import time
 from collections import Counter, deque
 from dataclasses import replace
-from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import create_request_queue
@@ -53,7 +52,7 @@ _ADMISSIBLE = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 
 
 class RelServeScheduler(Scheduler):
-    def __new__(cls, *args: Any, **kwargs: Any):
+    def __new__(cls, *args: object, **kwargs: object):
         # vLLM builds ``scheduler_cls(vllm_config=..., ...)``. With async scheduling on (vLLM's
         # default on GPUs) a plain Scheduler subclass would silently run without it, so the
         # class vLLM is given picks its async variant from that same config.
@@ -63,7 +62,7 @@ class RelServeScheduler(Scheduler):
                 cls = RelServeAsyncScheduler
         return super().__new__(cls)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         log.info(
             "relserve scheduler: %s (async scheduling %s)",
@@ -236,7 +235,7 @@ class RelServeScheduler(Scheduler):
     def _all_waiting(self):
         return itertools.chain(self.kv_holding_waiting, self.waiting)
 
-    def schedule(self, *args: Any, **kwargs: Any):
+    def schedule(self, *args: object, **kwargs: object):
         entered = time.monotonic()
         if self._last_step is not None:
             started, ran = self._last_step
@@ -309,7 +308,7 @@ class RelServeScheduler(Scheduler):
             starved=tuple(sorted(starved)),
         )
 
-    def _dispatch(self, kind: StepKind, admit: list[Request], budget: int | None, *args: Any, **kwargs: Any):
+    def _dispatch(self, kind: StepKind, admit: list[Request], budget: int | None, *args: object, **kwargs: object):
         if kind is StepKind.PREFILL:
             out = self._schedule_waiting(admit, True, None, *args, **kwargs)
             if out.total_num_scheduled_tokens == 0 and self.running:
@@ -321,7 +320,7 @@ class RelServeScheduler(Scheduler):
             return self._schedule_waiting(admit, False, budget, *args, **kwargs)
         return self._schedule_decode(*args, **kwargs)  # DECODE, or IDLE: nothing may be admitted
 
-    def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
+    def _preempt_request(self, request: Request, *args: object, **kwargs: object) -> None:
         self._preemptions += 1
         super()._preempt_request(request, *args, **kwargs)
 
@@ -351,7 +350,7 @@ class RelServeScheduler(Scheduler):
             queues[self._holds_kv_blocks(r)].add_request(r)
         self.waiting, self.kv_holding_waiting = queues
 
-    def _schedule_waiting(self, batch: list[Request], hide_running: bool, budget: int | None, *args: Any, **kwargs: Any):
+    def _schedule_waiting(self, batch: list[Request], hide_running: bool, budget: int | None, *args: object, **kwargs: object):
         """Run the base scheduler with the waiting queues holding just ``batch``, in that order."""
         hidden_running = self.running
         chosen = set(batch)
@@ -381,7 +380,7 @@ class RelServeScheduler(Scheduler):
             self._restore_waiting(hidden, rest)
         return out
 
-    def _schedule_decode(self, *args: Any, **kwargs: Any):
+    def _schedule_decode(self, *args: object, **kwargs: object):
         hidden = self._hide_waiting()
         try:
             out = super().schedule(*args, **kwargs)

@@ -71,7 +71,7 @@ class PromptTokenizer:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
 
 
-def engine_tokenizer(engine: Any) -> PromptTokenizer:
+def engine_tokenizer(engine: object) -> PromptTokenizer:
     """The running engine's own tokenizer and chat prompters."""
     return PromptTokenizer(engine.tokenizer, engine._prompter, "engine")
 
@@ -108,7 +108,7 @@ def model_tokenizer(model: str | None = None) -> PromptTokenizer:
         return _loaded.setdefault(spec.path, made)
 
 
-def prompt_tokenizer(engine: Any = None, model: str | None = None) -> PromptTokenizer:
+def prompt_tokenizer(engine: object = None, model: str | None = None) -> PromptTokenizer:
     """The engine's tokenizer when ``engine`` is given (and has one), else the model's."""
     if engine is not None and getattr(engine, "tokenizer", None) is not None and hasattr(engine, "_prompter"):
         return engine_tokenizer(engine)

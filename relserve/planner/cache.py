@@ -20,7 +20,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from relserve import paths
 
@@ -39,7 +38,7 @@ MEMO_ENTRIES = 500_000
 _KEY_BYTES = 16
 
 
-def _key_prefix(model_id: str, settings: Mapping[str, Any]) -> Any:
+def _key_prefix(model_id: str, settings: Mapping[str, object]) -> hashlib._Hash:
     h = hashlib.sha256()
     h.update(model_id.encode())
     h.update(b"\0")
@@ -48,13 +47,13 @@ def _key_prefix(model_id: str, settings: Mapping[str, Any]) -> Any:
     return h
 
 
-def cache_key(model_id: str, settings: Mapping[str, Any], prompt: str) -> bytes:
+def cache_key(model_id: str, settings: Mapping[str, object], prompt: str) -> bytes:
     h = _key_prefix(model_id, settings)
     h.update(prompt.encode("utf-8", "surrogatepass"))
     return h.digest()[:_KEY_BYTES]
 
 
-def _keys(model_id: str, settings: Mapping[str, Any], prompts: Sequence[str]) -> list[bytes]:
+def _keys(model_id: str, settings: Mapping[str, object], prompts: Sequence[str]) -> list[bytes]:
     base = _key_prefix(model_id, settings)
     out = []
     for p in prompts:
@@ -96,7 +95,7 @@ class ResultCache:
         self._db.execute("PRAGMA mmap_size=268435456")
         self._db.execute(_SCHEMA)
 
-    def get_many(self, model_id: str, settings: Mapping[str, Any], prompts: Sequence[str]) -> dict[int, str]:
+    def get_many(self, model_id: str, settings: Mapping[str, object], prompts: Sequence[str]) -> dict[int, str]:
         """Cached answers by position in ``prompts`` (missing positions are not cached)."""
         keys = _keys(model_id, settings, prompts)
         found: dict[int, str] = {}
@@ -120,7 +119,7 @@ class ResultCache:
                     self._remember(key, answer)
         return found
 
-    def put_many(self, model_id: str, settings: Mapping[str, Any], items: Iterable[tuple[str, str]]) -> int:
+    def put_many(self, model_id: str, settings: Mapping[str, object], items: Iterable[tuple[str, str]]) -> int:
         """Store (prompt, answer) pairs; returns how many were written."""
         pairs = [(p, a) for p, a in items if a is not None]
         if not pairs:
@@ -140,7 +139,7 @@ class ResultCache:
                 self._remember(k, a)
         return len(rows)
 
-    def scoped(self, **extra: Any) -> ResultCache | CacheView:
+    def scoped(self, **extra: object) -> ResultCache | CacheView:
         """A view whose keys also hold ``extra`` (entries that are None are left out, so
         ``scoped()`` is this cache itself): e.g. a server's tenant."""
         extra = {k: v for k, v in extra.items() if v is not None}
@@ -178,24 +177,24 @@ class CacheView:
     is the call's own key (``LLMCall.sampling_settings``), the system message included.
     """
 
-    def __init__(self, cache: ResultCache, extra: Mapping[str, Any]) -> None:
+    def __init__(self, cache: ResultCache, extra: Mapping[str, object]) -> None:
         self.cache = cache
         self.extra = dict(extra)
 
-    def _settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+    def _settings(self, settings: Mapping[str, object]) -> dict[str, object]:
         clash = set(settings) & set(self.extra)
         if clash:
             raise ValueError(f"cache view fields {sorted(clash)} are already call settings")
         return {**settings, **self.extra}
 
-    def scoped(self, **extra: Any) -> CacheView:
+    def scoped(self, **extra: object) -> CacheView:
         more = {k: v for k, v in extra.items() if v is not None}
         return CacheView(self.cache, {**self.extra, **more}) if more else self
 
-    def get_many(self, model_id: str, settings: Mapping[str, Any], prompts: Sequence[str]) -> dict[int, str]:
+    def get_many(self, model_id: str, settings: Mapping[str, object], prompts: Sequence[str]) -> dict[int, str]:
         return self.cache.get_many(model_id, self._settings(settings), prompts)
 
-    def put_many(self, model_id: str, settings: Mapping[str, Any], items: Iterable[tuple[str, str]]) -> int:
+    def put_many(self, model_id: str, settings: Mapping[str, object], items: Iterable[tuple[str, str]]) -> int:
         return self.cache.put_many(model_id, self._settings(settings), items)
 
 

@@ -58,7 +58,7 @@ Event = Accepted | Answer | Finished | Broken
 class AnswerStream:
     """One relQuery sent in a thread; its events are read with ``poll``."""
 
-    def __init__(self, client: Client, template: str, rows: Sequence[Mapping[str, Any]], call: CallFields,
+    def __init__(self, client: Client, template: str, rows: Sequence[Mapping[str, object]], call: CallFields,
                  *, abandon_after_s: float | None = None) -> None:
         self._client = client
         self._events: queue.Queue[Event] = queue.Queue()

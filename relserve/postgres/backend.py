@@ -24,13 +24,13 @@ _plans: dict[str, Any] = {}
 _clients: dict[tuple[str, str, float], Client] = {}
 
 
-def _plan(plpy: Any, name: str, sql: str, types: list[str] | None = None) -> Any:
+def _plan(plpy: object, name: str, sql: str, types: list[str] | None = None) -> Any:
     if name not in _plans:
         _plans[name] = plpy.prepare(sql, types or [])
     return _plans[name]
 
 
-def settings(plpy: Any) -> Settings:
+def settings(plpy: object) -> Settings:
     names = SETTING_NAMES + tuple(REFUSED_SETTINGS)
     sql = "SELECT " + ", ".join(f"pg_catalog.current_setting('relserve.{n}', true) AS {n}" for n in names)
     row = plpy.execute(_plan(plpy, "settings", sql))[0]
@@ -39,12 +39,12 @@ def settings(plpy: Any) -> Settings:
     return replace(settings_from_row(row), ceilings=ceilings_of([dict(r) for r in limits]))
 
 
-def config(plpy: Any) -> dict[str, str]:
+def config(plpy: object) -> dict[str, str]:
     rows = plpy.execute(_plan(plpy, "config", "SELECT name, value FROM relserve.config"))
     return {r["name"]: r["value"] for r in rows}
 
 
-def client(plpy: Any, timeout_s: float, url: str | None = None, api_key: str | None = None) -> Client:
+def client(plpy: object, timeout_s: float, url: str | None = None, api_key: str | None = None) -> Client:
     """A connection pool per session, server and key. Without ``url``: the superuser's server
     and the caller's key stored for it (the foreign data wrapper passes both from the catalog)."""
     if url is None:
@@ -57,6 +57,6 @@ def client(plpy: Any, timeout_s: float, url: str | None = None, api_key: str | N
     return _clients[key]
 
 
-def check_for_interrupts(plpy: Any) -> None:
+def check_for_interrupts(plpy: object) -> None:
     """A pending cancel or statement timeout raises here (as plpy.SPIError)."""
     plpy.execute(_plan(plpy, "interrupts", "SELECT pg_catalog.pg_sleep(0)"))

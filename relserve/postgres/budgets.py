@@ -30,7 +30,7 @@ def ceilings_of(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     return {name: row[name] for name in LIMITED if row.get(name) is not None}
 
 
-def within_ceilings(chosen: Mapping[str, Any], ceilings: Mapping[str, Any]) -> dict[str, Any]:
+def within_ceilings(chosen: Mapping[str, object], ceilings: Mapping[str, object]) -> dict[str, Any]:
     """``chosen`` options with each budget no larger than its ceiling (the ceiling itself when
     the role chose none)."""
     out = dict(chosen)

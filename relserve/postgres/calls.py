@@ -21,7 +21,7 @@ from relserve.template import Template
 WAIT_SLICE_S = 0.1
 
 
-def scalar(plpy: Any, function: str, template: str, vals: Any = None, fields: Any = None, spec: Any = None) -> Any:
+def scalar(plpy: object, function: str, template: str, vals: object = None, fields: object = None, spec: object = None) -> Any:
     """One value of ``llm_<function>``: one request to the server."""
     name = f"llm_{function}"
     try:
@@ -44,7 +44,7 @@ def scalar(plpy: Any, function: str, template: str, vals: Any = None, fields: An
         raise_as_sql(plpy, e)
 
 
-def over_query(plpy: Any, function: str, template: str, query: str, options: Any, spec: Any = None) -> list[dict]:
+def over_query(plpy: object, function: str, template: str, query: str, options: object, spec: object = None) -> list[dict]:
     """Every row of ``query``: ONE relQuery. (ord, answer, error, input) rows in the query's order.
 
     A list, not a generator: an error then surfaces with its own message, not as a failed iteration."""
@@ -74,14 +74,14 @@ def over_query(plpy: Any, function: str, template: str, query: str, options: Any
         raise_as_sql(plpy, e)
 
 
-def as_sql_value(function: str, value: Any) -> Any:
+def as_sql_value(function: str, value: object) -> Any:
     # jsonb results go back as JSON text; PL/Python would spell a dict as Python's repr
     if function == "extract" and value is not None and not isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
     return value
 
 
-def bind(name: str, template: str, vals: Any, fields: Any) -> dict[str, Any]:
+def bind(name: str, template: str, vals: object, fields: object) -> dict[str, Any]:
     """Placeholders take the values in order of first appearance, or by name from a jsonb object
     (relserve.binding: the binding of every surface)."""
     obj = None
@@ -97,7 +97,7 @@ def bind(name: str, template: str, vals: Any, fields: Any) -> dict[str, Any]:
     return dict(zip(binding.names, values))
 
 
-def run(plpy: Any, name: str, request: CallRequest, template: str, rows: list[dict]) -> tuple[list[RowResult], PgError | None]:
+def run(plpy: object, name: str, request: CallRequest, template: str, rows: list[dict]) -> tuple[list[RowResult], PgError | None]:
     """Send ``rows`` as one relQuery and wait for every answer in slices that let PostgreSQL
     interrupt the call; interrupted (or past relserve.timeout) the relQuery is cancelled on the
     server and the interrupt raised again, with PostgreSQL's own error.
@@ -130,7 +130,7 @@ def run(plpy: Any, name: str, request: CallRequest, template: str, rows: list[di
         raise
 
 
-def notice_cascade(plpy: Any, name: str, stats: Any) -> None:
+def notice_cascade(plpy: object, name: str, stats: object) -> None:
     """A model cascade's figures (sample, audit, threshold, proxy rows, estimated agreement) as a
     NOTICE: what EXPLAIN ANALYZE shows on the other surfaces."""
     got = stats.get("cascade") if isinstance(stats, dict) else None
@@ -139,7 +139,7 @@ def notice_cascade(plpy: Any, name: str, stats: Any) -> None:
     notice_labels(plpy, name, stats)
 
 
-def notice_labels(plpy: Any, name: str, stats: Any) -> None:
+def notice_labels(plpy: object, name: str, stats: object) -> None:
     """The label method's warning that the answers are close to guesses (the model does not tell
     the rows apart), as a NOTICE naming what to check: a Python warning on the other surfaces."""
     warning = stats.get("warning") if isinstance(stats, dict) else None
@@ -147,7 +147,7 @@ def notice_labels(plpy: Any, name: str, stats: Any) -> None:
         plpy.notice(f"{name}: {warning.split(': ', 1)[1] if warning.startswith(name) else warning}")
 
 
-def cancel(plpy: Any, stream: AnswerStream) -> None:
+def cancel(plpy: object, stream: AnswerStream) -> None:
     problem = stream.cancel()
     if problem:
         plpy.warning(problem)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 #: SQLSTATEs used here (PostgreSQL's names)
 INVALID_PARAMETER_VALUE = "22023"
@@ -32,7 +31,7 @@ class PgError(Exception):
         return self.message
 
 
-def raise_as_sql(plpy: Any, e: PgError) -> None:
+def raise_as_sql(plpy: object, e: PgError) -> None:
     """Raise ``e`` as a PostgreSQL error with its SQLSTATE and hint."""
     if e.hint:
         plpy.error(e.message, sqlstate=e.sqlstate, hint=e.hint)

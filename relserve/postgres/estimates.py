@@ -11,7 +11,6 @@ prompt when none), the rest are the call options of every function, settings inc
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from relserve.postgres import backend
 from relserve.postgres.calls import bind
@@ -23,7 +22,7 @@ from relserve.postgres.source import read_rows
 _FUNCTION_OPTIONS = ("function", "labels", "json_schema")
 
 
-def _request(plpy: Any, name: str, options: Any) -> CallRequest:
+def _request(plpy: object, name: str, options: object) -> CallRequest:
     given = json.loads(options) if isinstance(options, str) else dict(options or {})
     if not isinstance(given, dict):
         raise PgError(f"{name}: options must be a jsonb object, e.g. '{{\"function\": \"filter\"}}'")
@@ -34,7 +33,7 @@ def _request(plpy: Any, name: str, options: Any) -> CallRequest:
     return call_request(name, backend.settings(plpy), function, spec, given)
 
 
-def _post(plpy: Any, name: str, what: str, request: CallRequest, template: str, rows: list[dict]) -> dict:
+def _post(plpy: object, name: str, what: str, request: CallRequest, template: str, rows: list[dict]) -> dict:
     """The server's ``count_tokens`` or ``plan`` of the rows (nothing runs on its engine)."""
     from relserve.client import ServerError
 
@@ -45,7 +44,7 @@ def _post(plpy: Any, name: str, what: str, request: CallRequest, template: str, 
         raise server_error(name, e.status, e.message) from None
 
 
-def count_tokens(plpy: Any, template: str, vals: Any = None, fields: Any = None, options: Any = None) -> int | None:
+def count_tokens(plpy: object, template: str, vals: object = None, fields: object = None, options: object = None) -> int | None:
     """One row's prompt tokens (NULL, with a notice, for a row that cannot run)."""
     name = "llm_count_tokens"
     try:
@@ -59,7 +58,7 @@ def count_tokens(plpy: Any, template: str, vals: Any = None, fields: Any = None,
         raise_as_sql(plpy, e)
 
 
-def count_tokens_query(plpy: Any, template: str, query: str, options: Any) -> list[dict]:
+def count_tokens_query(plpy: object, template: str, query: str, options: object) -> list[dict]:
     """Every row of ``query``: (ord, prompt_tokens, error, input), one request."""
     name = "llm_count_tokens_query"
     try:
@@ -74,7 +73,7 @@ def count_tokens_query(plpy: Any, template: str, query: str, options: Any) -> li
         raise_as_sql(plpy, e)
 
 
-def estimate_query(plpy: Any, template: str, query: str, options: Any) -> str:
+def estimate_query(plpy: object, template: str, query: str, options: object) -> str:
     """The estimate of ONE relQuery over ``query``'s rows (the server's ``/v1/relqueries/plan``),
     with the budget the call would run under (settings, options and the role's ceiling), as jsonb."""
     name = "llm_estimate_query"

@@ -18,7 +18,6 @@ import json
 import time
 import uuid
 from dataclasses import replace
-from typing import Any
 
 from relserve.client import Client
 from relserve.postgres import backend
@@ -59,7 +58,7 @@ def register(scan: Scan) -> str:
     return handle
 
 
-def scan_open(plpy: Any, url: str, api_key: str | None, kind: str, template: str, spec: str | None,
+def scan_open(plpy: object, url: str, api_key: str | None, kind: str, template: str, spec: str | None,
               options: str | None, rows: str) -> str:
     """Send one window of source rows (a JSON array of objects) as a relQuery; its handle."""
     name = f"relserve_fdw ({kind})"
@@ -77,7 +76,7 @@ def scan_open(plpy: Any, url: str, api_key: str | None, kind: str, template: str
         raise_as_sql(plpy, e)
 
 
-def scan_poll(plpy: Any, handle: str, wait_s: float) -> list[str | None]:
+def scan_poll(plpy: object, handle: str, wait_s: float) -> list[str | None]:
     """What arrived for the window within ``wait_s`` seconds, as flat 4-field events."""
     scan = _scans.get(handle)
     if scan is None:
@@ -115,7 +114,7 @@ def scan_poll(plpy: Any, handle: str, wait_s: float) -> list[str | None]:
     return out
 
 
-def scan_close(plpy: Any, handle: str) -> str:
+def scan_close(plpy: object, handle: str) -> str:
     """The scan is over (or not wanted any more: LIMIT, an error): cancel what still runs."""
     scan = _scans.pop(handle, None)
     if scan is None or scan.stream.ended:
@@ -126,7 +125,7 @@ def scan_close(plpy: Any, handle: str) -> str:
     return problem or ""
 
 
-def as_text(value: Any) -> str | None:
+def as_text(value: object) -> str | None:
     # the C side reads the answer with the column type's input function
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -135,7 +134,7 @@ def as_text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def batch_open(plpy: Any, kind: str, template: str, spec: str | None, form: str, rows: str) -> str:
+def batch_open(plpy: object, kind: str, template: str, spec: str | None, form: str, rows: str) -> str:
     """A window of a query's scalar ``llm_<kind>`` calls (batch_calls.c) as ONE relQuery: each row
     is the call's value argument (the VARIADIC values as an array, or the jsonb object), bound to
     the template as the scalar function binds it (a call that cannot bind fails the statement, as

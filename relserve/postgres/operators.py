@@ -50,7 +50,7 @@ def _options(name: str, settings: Settings, allowed: tuple[str, ...], given: dic
     return {k: values[k] for k in allowed if values.get(k) is not None}
 
 
-def _post(plpy: Any, name: str, path: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+def _post(plpy: object, name: str, path: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """POST ``body`` and wait for the answer in slices that let PostgreSQL interrupt the call;
     interrupted (or past relserve.timeout), the connection is closed, which cancels the
     reduction on the server before its next level, and the interrupt is raised again."""
@@ -96,7 +96,7 @@ def _post(plpy: Any, name: str, path: str, body: dict[str, Any], timeout_s: floa
     return r.json()
 
 
-def _state(name: str, state: Any, head: int) -> tuple[list[str], list[str]] | None:
+def _state(name: str, state: object, head: int) -> tuple[list[str], list[str]] | None:
     """(head fields, values) of an aggregate's state; None for a group with no rows."""
     if state is None:
         return None
@@ -104,7 +104,7 @@ def _state(name: str, state: Any, head: int) -> tuple[list[str], list[str]] | No
     return state[:head], [v for v in state[head:] if v is not None]
 
 
-def reduce_group(plpy: Any, state: Any) -> str | None:
+def reduce_group(plpy: object, state: object) -> str | None:
     """The final function of ``llm_reduce(template, value)``: one request for this group."""
     name = "llm_reduce"
     try:
@@ -136,7 +136,7 @@ def reduce_group(plpy: Any, state: Any) -> str | None:
         raise_as_sql(plpy, e)
 
 
-def topk_group(plpy: Any, state: Any) -> list[str] | None:
+def topk_group(plpy: object, state: object) -> list[str] | None:
     """The final function of ``llm_topk(template, value, k)``: the k best values, best first."""
     name = "llm_topk"
     try:
@@ -161,7 +161,7 @@ def topk_group(plpy: Any, state: Any) -> list[str] | None:
         raise_as_sql(plpy, e)
 
 
-def reduce_query(plpy: Any, template: str, query: str, options: Any) -> list[dict[str, Any]]:
+def reduce_query(plpy: object, template: str, query: str, options: object) -> list[dict[str, Any]]:
     """``llm_reduce_query``: the query's rows grouped by every column but the placeholder's, all
     groups in ONE request (one relQuery per level). (grp, answer, error) rows, groups in the
     order they first appear."""

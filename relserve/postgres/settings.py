@@ -64,7 +64,7 @@ _FALSE = ("off", "false", "no", "0", "f", "n")
 DEFAULT_TIMEOUT_S = 120.0
 
 
-def typed(name: str, value: Any, where: str) -> Any:
+def typed(name: str, value: object, where: str) -> Any:
     """``value`` (text from a setting or a table option, or JSON) as the option's type; a
     PgError naming ``where`` and the expected form otherwise."""
     if value is None:
@@ -138,7 +138,7 @@ class Settings:
         return {k: v for k, v in self.values.items() if k in CALL_OPTIONS or k in QUERY_ONLY_OPTIONS}
 
 
-def settings_from_row(row: Mapping[str, Any]) -> Settings:
+def settings_from_row(row: Mapping[str, object]) -> Settings:
     """The settings from one row of ``current_setting(...)`` values (text, '' or None when unset)."""
     values = {}
     for name in SETTING_NAMES:
@@ -164,8 +164,8 @@ class CallRequest:
         return self.call.to_json()
 
 
-def call_request(name: str, settings: Settings, function: str, spec: Any = None,
-                 given: Mapping[str, Any] | None = None) -> CallRequest:
+def call_request(name: str, settings: Settings, function: str, spec: object = None,
+                 given: Mapping[str, object] | None = None) -> CallRequest:
     """Options of one call: the session's settings, overridden by the call's own (``given``:
     a ``*_query`` call's jsonb or a foreign table's options). Unknown names are an error listing
     the known ones."""
@@ -213,7 +213,7 @@ def key_for(role_keys: list[Mapping[str, Any]], url: str) -> str:
     return ""
 
 
-def refused(row: Mapping[str, Any]) -> None:
+def refused(row: Mapping[str, object]) -> None:
     """A refused setting that is set anyway (only possible before the extension's library
     loaded in this session): say where it went instead of ignoring it."""
     for name, why in REFUSED_SETTINGS.items():

@@ -71,7 +71,7 @@ class LimitExceeded(Exception):
     """A tenant's rows- or tokens-in-flight limit would be passed (HTTP 429)."""
 
 
-def _value_len(value: Any, as_json: bool = False) -> int:
+def _value_len(value: object, as_json: bool = False) -> int:
     """The length ``value`` has in a prompt: as text, or (fields reordered) as a JSON string,
     where quotes and control characters take more room."""
     if value is None:
@@ -82,7 +82,7 @@ def _value_len(value: Any, as_json: bool = False) -> int:
     return len(json.dumps(text, ensure_ascii=False)) if as_json else len(text)
 
 
-def _reordered(call: Any) -> bool:
+def _reordered(call: object) -> bool:
     return bool(getattr(getattr(call, "options", None), "reorder_fields", False))
 
 
@@ -103,7 +103,7 @@ def check_template(template: str, system: str | None, tenant: Tenant, what: str 
     return parsed
 
 
-def _examples_chars(parsed: Template, call: Any) -> int:
+def _examples_chars(parsed: Template, call: object) -> int:
     """The few-shot examples' text (the template rendered for each, plus its answer), from
     lengths: rendering them is what an oversized request must not get to do."""
     examples = getattr(getattr(call, "options", None), "examples", None) or ()
@@ -116,7 +116,7 @@ def _examples_chars(parsed: Template, call: Any) -> int:
     return total
 
 
-def _static_chars(parsed: Template, call: Any) -> int:
+def _static_chars(parsed: Template, call: object) -> int:
     """Characters every row's prompt carries besides its values: the template's literal text,
     the system message and the few-shot examples."""
     system = getattr(getattr(call, "options", None), "system", None) or ""
@@ -125,14 +125,14 @@ def _static_chars(parsed: Template, call: Any) -> int:
     return sum(map(len, parsed.literals)) + len(system) + instruction + _examples_chars(parsed, call) + names
 
 
-def _instruction_chars(call: Any) -> int:
+def _instruction_chars(call: object) -> int:
     try:
         return len(call.answer_instruction or "")
     except Exception:
         return 0
 
 
-def rows_cost(parsed: Template, call: Any, rows: Sequence[Mapping[str, Any]], max_tokens: int) -> Cost:
+def rows_cost(parsed: Template, call: object, rows: Sequence[Mapping[str, object]], max_tokens: int) -> Cost:
     """``template`` over ``rows`` (by name), computed from lengths."""
     static = _static_chars(parsed, call)
     counts: dict[str, int] = {}
@@ -147,7 +147,7 @@ def rows_cost(parsed: Template, call: Any, rows: Sequence[Mapping[str, Any]], ma
     return with_first_pass(Cost.of(len(rows), chars, max_tokens), call)
 
 
-def prompts_cost(prompts: Iterable[str | None], call: Any, max_tokens: int) -> Cost:
+def prompts_cost(prompts: Iterable[str | None], call: object, max_tokens: int) -> Cost:
     """Already-rendered prompts (plus the system message each carries)."""
     system = len(getattr(getattr(call, "options", None), "system", None) or "") + _instruction_chars(call)
     n = chars = 0
@@ -157,7 +157,7 @@ def prompts_cost(prompts: Iterable[str | None], call: Any, max_tokens: int) -> C
     return with_first_pass(Cost.of(n, chars, max_tokens), call)
 
 
-def first_pass_rows(call: Any, rows: int) -> int:
+def first_pass_rows(call: object, rows: int) -> int:
     """The prompts a call of ``rows`` prompts scores before its rows: a ``bootstrap`` or an
     ``adaptive`` call's first pass (relserve/planner/labels/methods.first_pass_requests); 0 for
     every other method."""
@@ -168,7 +168,7 @@ def first_pass_rows(call: Any, rows: int) -> int:
     return first_pass_requests(call, rows)
 
 
-def with_first_pass(cost: Cost, call: Any) -> Cost:
+def with_first_pass(cost: Cost, call: object) -> Cost:
     """``cost`` plus a label call's first pass, as a share of its rows (the sample is spread
     over them), so a tenant's limits count every request the engine runs for it."""
     k = first_pass_rows(call, cost.rows)
@@ -178,7 +178,7 @@ def with_first_pass(cost: Cost, call: Any) -> Cost:
     return cost + Cost(k, 0, -(-cost.tokens * k // cost.rows), k)
 
 
-def values_cost(parsed: Template, call: Any, values: Sequence[Any], max_tokens: int) -> Cost:
+def values_cost(parsed: Template, call: object, values: Sequence[object], max_tokens: int) -> Cost:
     """One spreadsheet cell: ``values`` bound by position (or a mapping by name)."""
     if isinstance(values, Mapping):
         return rows_cost(parsed, call, [values], max_tokens)
@@ -203,7 +203,7 @@ def check_request(cost: Cost, tenant: Tenant) -> None:
         )
 
 
-def call_max_tokens(call: Any) -> int:
+def call_max_tokens(call: object) -> int:
     try:
         return int(call.engine_options()["max_tokens"])
     except (AttributeError, KeyError, TypeError):

@@ -341,7 +341,7 @@ def _engine_cost(batch: PlannedRows) -> Cost:
     return with_first_pass(Cost.of(len(batch.prompts), chars, call_max_tokens(batch.call)), batch.call)
 
 
-def json_safe(value: Any) -> Any:
+def json_safe(value: object) -> Any:
     """``value`` with NaN and infinities replaced by None (JSON has no such numbers)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -385,7 +385,7 @@ class JobRegistry:
                 tokens += r.cost.tokens
         return Cost(rows, 0, tokens)
 
-    def _check(self, tenant: str, new: Cost, limits: Any) -> None:
+    def _check(self, tenant: str, new: Cost, limits: object) -> None:
         busy = self.in_flight(tenant)
         # the same check for both limits, rows first; the messages differ only in what they name
         for unit, n, running, limit, counted, smaller in (
@@ -400,7 +400,7 @@ class JobRegistry:
                     f"Retry when some finish, or send {smaller}."
                 )
 
-    def reserve(self, tenant: str, cost: Cost, limits: Any) -> Reservation:
+    def reserve(self, tenant: str, cost: Cost, limits: object) -> Reservation:
         """Count ``cost`` against ``tenant`` while its request is planned (429 if over a limit).
         Runs on the event loop, like ``admit``: the check and the booking do not interleave."""
         self.prune()
@@ -416,7 +416,7 @@ class JobRegistry:
     def running(self, tenant: str | None = None) -> list[Job]:
         return [j for j in self._jobs.values() if not j.done and (tenant is None or j.tenant == tenant)]
 
-    def admit(self, job: Job, limits: Any) -> None:
+    def admit(self, job: Job, limits: object) -> None:
         """Register ``job`` if its tenant stays within its limit. Runs on the event loop, so the
         check and the registration cannot interleave with another admission."""
         self.prune()

@@ -21,7 +21,7 @@ FunctionName = Literal[tuple(f.name.removeprefix("llm_") for f in FUNCTIONS.valu
 ROW_DATA = frozenset({"rows", "prompts", "cells", "args", "values", "groups", "prompt", "messages"})
 
 
-def _bad_value(value: Any, path: str = "", in_rows: bool = False) -> str | None:
+def _bad_value(value: object, path: str = "", in_rows: bool = False) -> str | None:
     """What is wrong with the first bad value in a parsed JSON body, or None.
 
     Python's JSON parser accepts ``NaN`` and ``Infinity``; JSON does not, and they break the
@@ -62,7 +62,7 @@ class Body(BaseModel):
         return data
 
 
-def _function_name(value: Any) -> Any:
+def _function_name(value: object) -> Any:
     # "llm_filter" and "filter" both name the function, as in SQL
     if isinstance(value, str) and value.lower().startswith("llm_"):
         return value[4:].lower()

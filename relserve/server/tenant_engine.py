@@ -30,7 +30,7 @@ class _TenantEngine:
         """Whose cached state this tenant may reuse (label_bootstrap's remembered examples)."""
         return self._tenancy.cache_salt
 
-    def submit(self, rq: Any) -> Any:
+    def submit(self, rq: object) -> Any:
         return self._engine.submit(rq, tenancy=self._tenancy)
 
     def warm_prefix(self, text: str = "", system: str | None = None) -> int:

@@ -100,7 +100,7 @@ def write_results(
     markdown_path: str | os.PathLike[str] | None = None,
     *,
     sweep: StarvationSweep | None = None,
-    meta: Mapping[str, Any] | None = None,
+    meta: Mapping[str, object] | None = None,
     limit: Limit | None = None,
 ) -> None:
     """JSON with everything (per-relQuery timings included), and optionally the Markdown tables."""

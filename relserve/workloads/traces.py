@@ -115,7 +115,7 @@ def read_trace(path: str | os.PathLike[str]) -> list[TraceQuery]:
     return queries
 
 
-def write_trace(queries: Iterable[TraceQuery | Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
+def write_trace(queries: Iterable[TraceQuery | Mapping[str, object]], path: str | os.PathLike[str]) -> Path:
     """Write relQueries as JSON Lines (validating dicts on the way); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
