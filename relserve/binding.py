@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from relserve.errors import TemplateError
 from relserve.template import Template
@@ -86,7 +85,7 @@ class Binding:
             if missing:
                 raise TemplateError(f"row {i} has no column(s) {', '.join(map(repr, missing))} named in the template")
 
-    def rows(self, rows: Sequence[Mapping[str, object]]) -> list[list[Any]]:
+    def rows(self, rows: Sequence[Mapping[str, object]]) -> list[list[object]]:
         """Rows that name their columns (the server's ``rows``), as columns aligned with
         ``template.columns``."""
         self.check_rows(rows)
@@ -106,7 +105,7 @@ class Binding:
         fields: Mapping[str, Sequence[object]] | None = None,
         described_as: str = "available columns:",
         hint: str = POSITION_HINT,
-    ) -> list[Sequence[Any]]:
+    ) -> list[Sequence[object]]:
         """Whole columns (DuckDB's arguments, a polars series), aligned with ``template.columns``:
         ``positional`` value columns in placeholder order, or a struct's ``fields`` by name."""
         if fields is not None:

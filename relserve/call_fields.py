@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
 
 from relserve.functions import OPTION_NAMES, LLMCall
 
@@ -29,7 +28,7 @@ class CallFields:
     #: map, filter, classify or extract ("llm_" prefix allowed)
     function: str | None = None
     labels: Sequence[str] | None = None
-    json_schema: Mapping[str, Any] | str | None = None
+    json_schema: Mapping[str, object] | str | None = None
     # the call options (relserve.functions.CallOptions)
     max_tokens: int | None = None
     temperature: float | None = None
@@ -39,7 +38,7 @@ class CallFields:
     on_error: str | None = None
     reorder_fields: bool | None = None
     method: str | None = None
-    examples: Sequence[Mapping[str, Any]] | None = None
+    examples: Sequence[Mapping[str, object]] | None = None
     prompt_shape: str | None = None
     answer_field: str | None = None
     cascade: float | None = None
@@ -79,9 +78,9 @@ class CallFields:
             **options,
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The fields that are set, as the request body's JSON object (before the rows)."""
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if value is not None:
@@ -93,7 +92,7 @@ class CallFields:
 CALL_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(CallFields))
 
 
-def _jsonable(value: object) -> Any:
+def _jsonable(value: object) -> object:
     """A value the server renders as a local run would: JSON has no NaN or Infinity, so those
     travel as the text Python renders them with."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -105,7 +104,7 @@ def _jsonable(value: object) -> Any:
     return value
 
 
-def jsonable_row(names: Sequence[str], values: Sequence[object]) -> dict[str, Any]:
+def jsonable_row(names: Sequence[str], values: Sequence[object]) -> dict[str, object]:
     """One row's placeholder values by name, rendered by the server as a local run would."""
     return {n: _jsonable(v) for n, v in zip(names, values)}
 

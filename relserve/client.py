@@ -138,7 +138,7 @@ class Client:
         _raise_for(r)
         return r.json() if r.headers.get("content-type", "").startswith("application/json") else r.text
 
-    def _stream(self, path: str, body: dict[str, Any]) -> RelQueryStream:
+    def _stream(self, path: str, body: dict[str, object]) -> RelQueryStream:
         headers = {"Accept": "application/x-ndjson", "Content-Type": "application/json"}
         cm = self._http.stream("POST", path, content=_dumps(body), headers=headers)
         try:
@@ -248,7 +248,7 @@ class Client:
         return self._request("GET", "/metrics")
 
 
-def _call_json(call: CallFields | None, options: dict[str, Any]) -> dict[str, Any]:
+def _call_json(call: CallFields | None, options: dict[str, object]) -> dict[str, object]:
     """The call's fields (``CallFields``, the keyword options over ``call``) and any other option
     as given: ``prompts``, and a misspelt name, which the server then names in its 422."""
     given = {k: v for k, v in options.items() if v is not None}
@@ -258,7 +258,7 @@ def _call_json(call: CallFields | None, options: dict[str, Any]) -> dict[str, An
 
 
 def _body(template: str | None, rows: Sequence[Mapping[str, object]] | None, call: CallFields | None,
-          options: dict[str, Any]) -> dict[str, Any]:
+          options: dict[str, object]) -> dict[str, object]:
     body = _call_json(call, options)
     if template is not None:
         body["template"] = template

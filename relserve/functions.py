@@ -167,7 +167,7 @@ class SchedulingHints:
 HINT_NAMES: tuple[str, ...] = tuple(f.name for f in fields(SchedulingHints))
 
 
-def _freeze_examples(examples: object) -> tuple[tuple[tuple[str, Any], ...], ...] | None:
+def _freeze_examples(examples: object) -> tuple[tuple[tuple[str, object], ...], ...] | None:
     """Examples as a hashable tuple of rows, each a sorted tuple of (column, value) pairs."""
     if examples is None:
         return None
@@ -187,7 +187,7 @@ def _freeze_examples(examples: object) -> tuple[tuple[tuple[str, Any], ...], ...
     return tuple(out) or None
 
 
-def _hashable(value: object) -> Any:
+def _hashable(value: object) -> object:
     if isinstance(value, (dict, list)):
         return json.dumps(value, sort_keys=True, ensure_ascii=False)
     return value
@@ -329,7 +329,7 @@ class LLMCall:
         """Greedy decoding: the same prompt always gets the same answer, so results may be cached."""
         return self.options.temperature == 0.0
 
-    def sampling_settings(self) -> dict[str, Any]:
+    def sampling_settings(self) -> dict[str, object]:
         """The settings that change an answer, besides the model and the prompt: the result-cache key.
 
         Only greedy answers are cached (``deterministic``), so ``top_p`` and ``seed``, which
@@ -358,7 +358,7 @@ class LLMCall:
         the function, the template and every setting that changes an answer."""
         return call_key_of(self.function.name, self.template.source, self.sampling_settings())
 
-    def engine_options(self) -> dict[str, Any]:
+    def engine_options(self) -> dict[str, object]:
         """The ``RelQuery`` settings this call asks of the engine (besides label scoring)."""
         o = self.options
         return {
@@ -372,11 +372,11 @@ class LLMCall:
             "system": o.system,
         }
 
-    def _label_settings(self) -> dict[str, Any]:
+    def _label_settings(self) -> dict[str, object]:
         method = self.label_method
         if method is None or method == "generate":
             return {}  # keys as before: answers cached by earlier versions stay valid
-        out: dict[str, Any] = {"method": method}
+        out: dict[str, object] = {"method": method}
         if self.prompt_shape != "chat":
             out["prompt_shape"] = self.prompt_shape  # chat: keys as before issue 22
             if self.options.answer_field:

@@ -132,7 +132,7 @@ class _ExplainRecorder:
         with self.lock:
             self.items.append(item)
 
-    def record(self, frame: pl.LazyFrame | Callable[[], Any]) -> list:
+    def record(self, frame: pl.LazyFrame | Callable[[], object]) -> list:
         with self.lock:
             self.active += 1
             start = len(self.items)
@@ -153,7 +153,7 @@ _recorder = _ExplainRecorder()
 _analyzer = _ExplainRecorder()
 
 
-def explain(frame: pl.LazyFrame | Callable[[], Any], *, analyze: bool = False) -> list[Explain] | list[Analyzed]:
+def explain(frame: pl.LazyFrame | Callable[[], object], *, analyze: bool = False) -> list[Explain] | list[Analyzed]:
     """EXPLAIN every LLM call of a lazy frame (or of a function that builds a frame), without
     calling the engine. Each element prints as a text block and has ``to_dict()``.
 
@@ -177,7 +177,7 @@ def _dtype(call: LLMCall) -> pl.DataType:
     return pl.String()
 
 
-def _columns(call: LLMCall, series: pl.Series) -> list[Any]:
+def _columns(call: LLMCall, series: pl.Series) -> list[object]:
     binding = Binding(call.template, call.function.name)
     if isinstance(series.dtype, pl.Struct):
         struct_null = series.is_null().to_list() if series.null_count() else None

@@ -6,7 +6,7 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from relserve import validation as check
 from relserve.binding import Binding
@@ -14,6 +14,9 @@ from relserve.call_key import template_call_key
 from relserve.errors import ConfigError, RowError
 from relserve.template import Template
 from relserve.validation import OnError
+
+if TYPE_CHECKING:
+    from relserve.estimate.budget import Allowance
 
 
 def encodable(prompt: str) -> str | RowError:
@@ -26,7 +29,7 @@ def encodable(prompt: str) -> str | RowError:
     return prompt
 
 
-def rows_to_dicts(rows: object) -> list[dict[str, Any]]:
+def rows_to_dicts(rows: object) -> list[dict[str, object]]:
     """Accept a list of mappings, a dict of columns, a pyarrow Table/RecordBatch, or a
     polars/pandas DataFrame, and return one dict per row."""
     if rows is None:
@@ -57,7 +60,7 @@ def rows_to_dicts(rows: object) -> list[dict[str, Any]]:
     return out
 
 
-def _pandas_null(v: object) -> Any:
+def _pandas_null(v: object) -> object:
     return None if isinstance(v, float) and math.isnan(v) else v
 
 
@@ -115,7 +118,7 @@ class RelQuery:
     #: issue 47: the budget the rows spend from (``relserve.estimate.budget.Allowance``): a row
     #: starts only when its most tokens fit, and the rows left when its seconds run out are
     #: cancelled with the error 'budget exceeded' (None: no budget)
-    budget: Any = field(default=None, repr=False, compare=False)
+    budget: Allowance | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.prompts is None:
@@ -193,7 +196,7 @@ class RelQuery:
         return out
 
     @property
-    def sampling_key(self) -> dict[str, Any]:
+    def sampling_key(self) -> dict[str, object]:
         """The settings that change an answer (for result caches)."""
         return {
             "max_tokens": self.max_tokens,

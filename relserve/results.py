@@ -52,7 +52,7 @@ class RowResult:
     def ok(self) -> bool:
         return self.error is None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """The row as the server sends it."""
         return {name: getattr(self, name) for name in WIRE_FIELDS}
 

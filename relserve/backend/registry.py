@@ -16,7 +16,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from typing import Any
+from collections.abc import Mapping
 
 from relserve.backend.protocol import Backend
 from relserve.errors import ConfigError
@@ -63,7 +63,7 @@ def set_default_engine(engine: Backend | None) -> None:
         _default = engine
 
 
-def new_backend(options: dict[str, Any]) -> Backend:
+def new_backend(options: Mapping[str, object]) -> Backend:
     """An ``Engine``, or a ``Cluster`` of ``RELSERVE_REPLICAS`` replicas when that is above 1."""
     raw = os.environ.get("RELSERVE_REPLICAS", "").strip()
     try:

@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from relserve.policy.types import Tenancy
 from relserve.results import RowResult
+
+if TYPE_CHECKING:
+    from relserve.engine.handle import RelQueryHandle
 
 
 class ReplicaActor:
     """Holds one ``relserve.engine.Engine``; rows come back by polling, so the caller sees them as
     they finish and a dead replica shows as a failed call."""
 
-    def __init__(self, index: int, options: dict[str, Any], cores: list[int] | None = None) -> None:
+    def __init__(self, index: int, options: Mapping[str, object], cores: list[int] | None = None) -> None:
         if cores:
             # vLLM-CPU binds its model threads to these cores (read before it starts)
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores))
@@ -29,9 +33,9 @@ class ReplicaActor:
         self.engine = Engine(**options)
         self._lock = threading.Lock()
         #: rel_id -> (handle, original row index of each local row, how many rows were sent)
-        self._held: dict[str, tuple[Any, list[int], int]] = {}
+        self._held: dict[str, tuple[RelQueryHandle, list[int], int]] = {}
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, object]:
         e = self.engine
         return {
             "pid": os.getpid(),

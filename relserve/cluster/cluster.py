@@ -114,7 +114,7 @@ class Cluster(BackendBase):
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
             address = address or os.environ.get("RELSERVE_RAY_ADDRESS")
-            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": not s.quiet}
+            kwargs: dict[str, object] = {"include_dashboard": False, "log_to_driver": not s.quiet}
             if address is None:  # a local Ray: keep its shared-memory store small
                 kwargs["object_store_memory"] = 128 << 20
             ray.init(address=address, **kwargs)

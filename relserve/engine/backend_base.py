@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from relserve.calibration import machine_cost_model
 from relserve.engine.chat_template import ChatPrompter, ChatTokenizing
@@ -27,7 +26,7 @@ class BackendBase(ChatTokenizing):
 
     _closed: bool
 
-    def _configure(self, model: str | None, policy: str | None, options: dict[str, Any]) -> EngineSettings:
+    def _configure(self, model: str | None, policy: str | None, options: dict[str, object]) -> EngineSettings:
         """Read the settings; an unknown policy or model fails here, before anything starts."""
         if model is not None:
             options["model"] = model

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from relserve.calibration import load_policy_settings
 from relserve.engine.admission import admit
@@ -38,6 +38,9 @@ from relserve.policy.types import Tenancy
 from relserve.prompt_shapes import label_space
 from relserve.relquery import RelQuery
 from relserve.results import RowResult
+
+if TYPE_CHECKING:
+    from vllm import TokensPrompt
 
 #: score a multi-token label's other spellings only when free (LabelTrie.build); off: measured
 #: 1.3x the rows/s but fewer right answers (docs/quality.md, third pass); for the benchmark
@@ -104,7 +107,7 @@ class _Running:
     def tenant(self) -> str:
         return self.tenancy.tenant if self.tenancy is not None else ""
 
-    def prompt(self, ids: list[int]) -> Any:
+    def prompt(self, ids: list[int]) -> TokensPrompt:
         return _tokens_prompt(ids, self.tenancy)
 
     def request_meta(self, rel_size: int) -> RequestMeta:
@@ -123,7 +126,7 @@ class _Running:
         )
 
 
-def _tokens_prompt(ids: list[int], tenancy: Tenancy | None) -> Any:
+def _tokens_prompt(ids: list[int], tenancy: Tenancy | None) -> TokensPrompt:
     """vLLM's prompt for ``ids``; with a tenancy's ``cache_salt`` its KV blocks hash (and so are
     found in the prefix cache) only for prompts with the same salt."""
     from vllm import TokensPrompt

@@ -34,7 +34,7 @@ class RequestMeta:
     #: the call the relQuery runs ("" : unknown; ``Req.call_key``)
     call_key: str = ""
 
-    def to_extra_args(self) -> dict[str, Any]:
+    def to_extra_args(self) -> dict[str, object]:
         return {EXTRA_ARGS_KEY: asdict(self)}
 
     @classmethod

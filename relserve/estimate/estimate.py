@@ -68,7 +68,7 @@ class CallEstimate:
         """Prompt tokens plus the most answer tokens: what a token budget is checked against."""
         return self.prompt_tokens + self.most_answer_tokens
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "work"}
         d["inexact"] = list(self.inexact)
         d["stages"] = [list(s) for s in self.stages]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from relserve.estimate.call_work import ROWS, CallWork, RelQueryWork
 from relserve.estimate.estimate import EngineView
@@ -52,7 +51,7 @@ class StatementEstimate:
     def most_tokens(self) -> int:
         return self.prompt_tokens + self.most_answer_tokens
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {**self.__dict__, "most_tokens": self.most_tokens}
 
     def line(self) -> str:

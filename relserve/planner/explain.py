@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from relserve.backend.protocol import Backend
 from relserve.cascade.policy import plan as cascade_plan
@@ -95,7 +95,7 @@ class Explain:
     #: behind the engine's queue now (relserve/estimate/); None when it could not be made
     estimate: CallEstimate | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         d = asdict(self)
         d["estimate"] = self.estimate.to_dict() if self.estimate is not None else None
         return d
@@ -197,7 +197,7 @@ class Analyzed:
     #: why the labels are close to guesses (None: they are not)
     warning: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         d = asdict(self)
         d["cascade"] = self.cascade.as_dict() if self.cascade is not None else None
         return d
@@ -304,7 +304,7 @@ def explain_plan(
     )
 
 
-def _layouts(call, method: str | None, engine, model_id: str) -> dict[str, Any]:
+def _layouts(call, method: str | None, engine, model_id: str) -> dict[str, object]:
     """The adaptive method's layout for EXPLAIN: remembered, or the candidates."""
     if method != "adaptive":
         return {}

@@ -13,14 +13,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 #: the budget settings a superuser's ceiling bounds
 LIMITED = ("max_tokens_total", "max_seconds")
 
 
-def ceilings_of(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+def ceilings_of(rows: Sequence[Mapping[str, object]]) -> dict[str, object]:
     """The caller's ceilings from ``relserve.my_budget_limit``'s rows (``own``: the role's own
     row, else the row for every role, ``'*'``)."""
     own = [r for r in rows if r.get("own")] or list(rows)
@@ -30,7 +29,7 @@ def ceilings_of(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     return {name: row[name] for name in LIMITED if row.get(name) is not None}
 
 
-def within_ceilings(chosen: Mapping[str, object], ceilings: Mapping[str, object]) -> dict[str, Any]:
+def within_ceilings(chosen: Mapping[str, object], ceilings: Mapping[str, object]) -> dict[str, object]:
     """``chosen`` options with each budget no larger than its ceiling (the ceiling itself when
     the role chose none)."""
     out = dict(chosen)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
 from relserve.binding import Binding
 from relserve.cascade.report import CascadeReport
@@ -21,7 +20,7 @@ from relserve.template import Template
 WAIT_SLICE_S = 0.1
 
 
-def scalar(plpy: object, function: str, template: str, vals: object = None, fields: object = None, spec: object = None) -> Any:
+def scalar(plpy: object, function: str, template: str, vals: object = None, fields: object = None, spec: object = None) -> object:
     """One value of ``llm_<function>``: one request to the server."""
     name = f"llm_{function}"
     try:
@@ -74,14 +73,14 @@ def over_query(plpy: object, function: str, template: str, query: str, options: 
         raise_as_sql(plpy, e)
 
 
-def as_sql_value(function: str, value: object) -> Any:
+def as_sql_value(function: str, value: object) -> object:
     # jsonb results go back as JSON text; PL/Python would spell a dict as Python's repr
     if function == "extract" and value is not None and not isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
     return value
 
 
-def bind(name: str, template: str, vals: object, fields: object) -> dict[str, Any]:
+def bind(name: str, template: str, vals: object, fields: object) -> dict[str, object]:
     """Placeholders take the values in order of first appearance, or by name from a jsonb object
     (relserve.binding: the binding of every surface)."""
     obj = None

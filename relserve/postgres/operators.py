@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -31,7 +32,7 @@ REDUCE_OPTIONS = ("max_tokens", "system", "temperature", "on_error")
 TOPK_OPTIONS = ("max_tokens", "system", "on_error")
 
 
-def _options(name: str, settings: Settings, allowed: tuple[str, ...], given: dict[str, Any] | None = None) -> dict[str, Any]:
+def _options(name: str, settings: Settings, allowed: tuple[str, ...], given: Mapping[str, object] | None = None) -> dict[str, object]:
     """The session's settings overridden by the call's own; an unknown name or one the operator
     does not take is an error naming the ones it does."""
     given = dict(given or {})
@@ -161,7 +162,7 @@ def topk_group(plpy: object, state: object) -> list[str] | None:
         raise_as_sql(plpy, e)
 
 
-def reduce_query(plpy: object, template: str, query: str, options: object) -> list[dict[str, Any]]:
+def reduce_query(plpy: object, template: str, query: str, options: object) -> list[dict[str, object]]:
     """``llm_reduce_query``: the query's rows grouped by every column but the placeholder's, all
     groups in ONE request (one relQuery per level). (grp, answer, error) rows, groups in the
     order they first appear."""
@@ -186,7 +187,7 @@ def reduce_query(plpy: object, template: str, query: str, options: object) -> li
         if rows and column not in rows[0]:
             raise PgError(f"{name}: the query has no column {column!r} for the placeholder; its columns: "
                           f"{', '.join(rows[0])}")
-        groups: dict[str, list[Any]] = {}
+        groups: dict[str, list[object]] = {}
         for row in rows:
             key = json.dumps({k: v for k, v in row.items() if k != column}, ensure_ascii=False, sort_keys=True)
             value = row[column]

@@ -11,7 +11,7 @@ prefix, so a misspelt ``SET relserve.max_token`` is an error naming the prefix.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,7 +64,7 @@ _FALSE = ("off", "false", "no", "0", "f", "n")
 DEFAULT_TIMEOUT_S = 120.0
 
 
-def typed(name: str, value: object, where: str) -> Any:
+def typed(name: str, value: object, where: str) -> object:
     """``value`` (text from a setting or a table option, or JSON) as the option's type; a
     PgError naming ``where`` and the expected form otherwise."""
     if value is None:
@@ -114,10 +114,10 @@ def _expected(name: str) -> str:
 class Settings:
     """The session's ``relserve.*`` settings, typed; unset ones are absent."""
 
-    values: Mapping[str, Any] = field(default_factory=dict)
+    values: Mapping[str, object] = field(default_factory=dict)
     #: the budget a superuser set for the role (``relserve.budget_limits``): no call of the role
     #: may ask for more, whatever its settings or options say (relserve/postgres/budgets.py)
-    ceilings: Mapping[str, Any] = field(default_factory=dict)
+    ceilings: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def timeout_s(self) -> float:
@@ -134,7 +134,7 @@ class Settings:
     def on_server_error(self) -> str:
         return self.values.get("on_server_error", "raise")
 
-    def call_options(self) -> dict[str, Any]:
+    def call_options(self) -> dict[str, object]:
         return {k: v for k, v in self.values.items() if k in CALL_OPTIONS or k in QUERY_ONLY_OPTIONS}
 
 
@@ -159,7 +159,7 @@ class CallRequest:
     timeout_s: float
 
     @property
-    def options(self) -> dict[str, Any]:
+    def options(self) -> dict[str, object]:
         """The call's fields as the request body carries them."""
         return self.call.to_json()
 
@@ -175,7 +175,7 @@ def call_request(name: str, settings: Settings, function: str, spec: object = No
         raise PgError(f"{name}: unknown option(s) {', '.join(unknown)}; known options: {', '.join(QUERY_OPTION_NAMES)}")
     chosen = {**settings.values, **{k: typed(k, v, f"{name}: option {k}") for k, v in given.items() if v is not None}}
     merged = Settings(within_ceilings(chosen, settings.ceilings))
-    options: dict[str, Any] = {"function": function}
+    options: dict[str, object] = {"function": function}
     if function == "classify":
         options["labels"] = list(spec) if spec is not None else None
     elif function == "extract":
@@ -197,7 +197,7 @@ def server_url(config: Mapping[str, str]) -> str:
     return (config.get("url") or DEFAULT_URL).rstrip("/")
 
 
-def key_for(role_keys: list[Mapping[str, Any]], url: str) -> str:
+def key_for(role_keys: Sequence[Mapping[str, Any]], url: str) -> str:
     """The caller's key stored for ``url`` ('' when the role has none). A key stored for another
     address is never sent here: the superuser stored it for that server."""
     for row in role_keys:

@@ -5,7 +5,6 @@ NULLs reach the server as PostgreSQL spells them instead of as Python objects.""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from relserve.postgres.errors import SYNTAX_ERROR, PgError
 
@@ -21,7 +20,7 @@ def as_json_rows_sql(query: str) -> str:
     return f"SELECT pg_catalog.row_to_json(q)::pg_catalog.text AS row FROM (\n{body}\n) AS q"
 
 
-def read_rows(plpy: object, name: str, query: str, chunk: int = 1000) -> tuple[list[dict[str, Any]], list[str]]:
+def read_rows(plpy: object, name: str, query: str, chunk: int = 1000) -> tuple[list[dict[str, object]], list[str]]:
     """Every row of ``query`` (as dicts for the server) and its JSON text (the ``input`` column)."""
     try:
         cursor = plpy.cursor(as_json_rows_sql(query))

@@ -14,10 +14,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from relserve.server.tenants import Tenant
 from relserve.template import Template, format_value
+
+if TYPE_CHECKING:  # imported at run time where it is used
+    from relserve.estimate.budget import Allowance
 
 #: characters per prompt token assumed when counting tokens before tokenizing. SmolLM2's
 #: tokenizer averages about 4 on English; 3 over-counts ordinary text a little and under-counts
@@ -231,7 +234,7 @@ class DayBudgets:
     def __init__(self) -> None:
         import threading
 
-        self._days: dict[str, tuple[str, Any]] = {}
+        self._days: dict[str, tuple[str, Allowance]] = {}
         self._lock = threading.Lock()
 
     @staticmethod
@@ -248,7 +251,7 @@ class DayBudgets:
         midnight = (now + datetime.timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
         return max(1, int((midnight - now).total_seconds()) + 1)
 
-    def allowance(self, tenant: Tenant) -> Any:
+    def allowance(self, tenant: Tenant) -> Allowance | None:
         """The tenant's allowance for today (None: no daily limit)."""
         from relserve.estimate.budget import Allowance
 
@@ -265,7 +268,7 @@ class DayBudgets:
                 got = self._days[tenant.name] = (day, allowance)
             return got[1]
 
-    def check(self, tenant: Tenant, most_tokens: int, on_budget: str) -> Any:
+    def check(self, tenant: Tenant, most_tokens: int, on_budget: str) -> Allowance | None:
         """The day's allowance a request of at most ``most_tokens`` spends from; raises
         DailyBudgetExceeded when it may not fit and the request refuses (``on_budget``)."""
         allowance = self.allowance(tenant)

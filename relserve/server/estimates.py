@@ -4,8 +4,6 @@ answer fields and answer lengths)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from relserve.errors import ConfigError
 from relserve.estimate.budget import Allowance, Budget
 from relserve.estimate.budgeted import allowance_for, checked
@@ -28,7 +26,7 @@ def batch_estimate(state: ServerState, tenant: Tenant, batch: PlannedRows) -> Ca
                          namespace=state.namespace(tenant), tenant=tenant_key(state, tenant))
 
 
-def plan_estimate(state: ServerState, tenant: Tenant, batch: PlannedRows) -> dict[str, Any] | None:
+def plan_estimate(state: ServerState, tenant: Tenant, batch: PlannedRows) -> dict[str, object] | None:
     """``/plan``'s estimate as JSON; None when it cannot be made (no tokenizer for the model:
     the plan itself is still answered)."""
     try:

@@ -13,7 +13,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
-from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
@@ -320,7 +319,7 @@ class Job:
             out.budget_prompt_tokens_spent = budget.spent_prompt
         return out
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         """The job as JSON: always serialisable (a non-finite number becomes null)."""
         return json_safe({
             "id": self.id,
@@ -341,7 +340,7 @@ def _engine_cost(batch: PlannedRows) -> Cost:
     return with_first_pass(Cost.of(len(batch.prompts), chars, call_max_tokens(batch.call)), batch.call)
 
 
-def json_safe(value: object) -> Any:
+def json_safe(value: object) -> object:
     """``value`` with NaN and infinities replaced by None (JSON has no such numbers)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None

@@ -62,7 +62,7 @@ class Body(BaseModel):
         return data
 
 
-def _function_name(value: object) -> Any:
+def _function_name(value: object) -> object:
     # "llm_filter" and "filter" both name the function, as in SQL
     if isinstance(value, str) and value.lower().startswith("llm_"):
         return value[4:].lower()

@@ -27,7 +27,7 @@ class _OperatorFields(Body):
     #: "null": a failed group (or value) is NULL with its error; "raise": the request fails (400)
     on_error: Literal["null", "raise"] = "null"
 
-    def options(self) -> dict[str, Any]:
+    def options(self) -> dict[str, object]:
         return {"max_tokens": self.max_tokens, "system": self.system, "on_error": self.on_error}
 
 

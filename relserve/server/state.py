@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from fastapi import Header, Request
 
@@ -17,7 +17,7 @@ from relserve.server.errors import ApiError
 from relserve.server.jobs import Job, JobRegistry, Reservation
 from relserve.server.metrics import ServerMetrics
 from relserve.server.schemas import CallBody
-from relserve.server.tenant_engine import engine_for_tenant
+from relserve.server.tenant_engine import TenantEngine, engine_for_tenant
 from relserve.server.tenants import Tenant, Tenants
 
 B = TypeVar("B", bound=CallBody)
@@ -62,7 +62,7 @@ class ServerState:
             return None
         return Tenancy(tenant.name, tenant.prefix_cache_salt, tenant.limits.weight, tenant.limits.max_running_shared)
 
-    def engine_for(self, tenant: Tenant) -> Any:
+    def engine_for(self, tenant: Tenant) -> Backend | TenantEngine:
         """The engine as ``tenant``'s work reaches it (server/tenant_engine.py)."""
         return engine_for_tenant(self.engine, self.tenancy(tenant))
 

@@ -21,11 +21,11 @@ SSE = "text/event-stream"
 _SSE_PING_S = 15.0
 
 
-def ndjson_line(obj: dict[str, Any]) -> bytes:
+def ndjson_line(obj: dict[str, object]) -> bytes:
     return (json.dumps(obj, ensure_ascii=False, default=str) + "\n").encode()
 
 
-def sse_event(event: str, obj: dict[str, Any]) -> bytes:
+def sse_event(event: str, obj: dict[str, object]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(obj, ensure_ascii=False, default=str)}\n\n".encode()
 
 
@@ -58,9 +58,9 @@ def job_stream(
     job: Job,
     fmt: str,
     *,
-    header: dict[str, Any],
+    header: dict[str, object],
     row: Callable[[Any], dict[str, Any]],
-    done: Callable[[Job], dict[str, Any]],
+    done: Callable[[Job], dict[str, object]],
     start: int = 0,
     cancel_on_disconnect: bool = True,
     row_event: str = "row",
@@ -70,7 +70,7 @@ def job_stream(
     """``header`` first, then ``row(r)`` per finished row, then ``done(job)``; as NDJSON or SSE."""
     sse = fmt == "sse"
 
-    def encode(kind: str, obj: dict[str, Any]) -> bytes:
+    def encode(kind: str, obj: dict[str, object]) -> bytes:
         return sse_event(kind, obj) if sse else ndjson_line({"event": kind, **obj})
 
     async def events() -> AsyncIterator[bytes]:

@@ -7,18 +7,20 @@ from __future__ import annotations
 from typing import Any
 
 from relserve.backend.protocol import Backend
+from relserve.engine.handle import RelQueryHandle
 from relserve.policy.types import Tenancy
+from relserve.relquery import RelQuery
 
 
-def engine_for_tenant(engine: Backend, tenancy: Tenancy | None) -> Any:
+def engine_for_tenant(engine: Backend, tenancy: Tenancy | None) -> Backend | TenantEngine:
     """``engine`` as the executor should see it: submitting (and warming prefixes) in the
     tenant's prefix-cache namespace and with its share, when the engine supports tenancy."""
     if tenancy is None or not getattr(engine, "supports_tenancy", False):
         return engine
-    return _TenantEngine(engine, tenancy)
+    return TenantEngine(engine, tenancy)
 
 
-class _TenantEngine:
+class TenantEngine:
     """Forwards everything to the engine, adding the tenancy to ``submit`` and ``warm_prefix``."""
 
     def __init__(self, engine: Backend, tenancy: Tenancy) -> None:
@@ -30,7 +32,7 @@ class _TenantEngine:
         """Whose cached state this tenant may reuse (label_bootstrap's remembered examples)."""
         return self._tenancy.cache_salt
 
-    def submit(self, rq: object) -> Any:
+    def submit(self, rq: RelQuery) -> RelQueryHandle:
         return self._engine.submit(rq, tenancy=self._tenancy)
 
     def warm_prefix(self, text: str = "", system: str | None = None) -> int:

@@ -6,14 +6,13 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from relserve.sim.clairvoyant import Limit
 from relserve.sim.metrics import SimResult
 from relserve.sim.sweep import StarvationSweep
 
 
-def results_to_dict(results: Mapping[str, SimResult], *, per_relquery: bool = True) -> dict[str, Any]:
+def results_to_dict(results: Mapping[str, SimResult], *, per_relquery: bool = True) -> dict[str, object]:
     out = {}
     for name, res in results.items():
         d = res.model_dump(mode="json")
@@ -104,7 +103,7 @@ def write_results(
     limit: Limit | None = None,
 ) -> None:
     """JSON with everything (per-relQuery timings included), and optionally the Markdown tables."""
-    doc: dict[str, Any] = {"meta": dict(meta or {}), "policies": results_to_dict(results)}
+    doc: dict[str, object] = {"meta": dict(meta or {}), "policies": results_to_dict(results)}
     if limit is not None:
         doc["limit"] = limit.model_dump(mode="json")
     if sweep is not None:

@@ -64,7 +64,7 @@ class TraceQuery(BaseModel):
         return len(self.rows)
 
     @property
-    def extras(self) -> dict[str, Any]:
+    def extras(self) -> dict[str, object]:
         return dict(self.model_extra or {})
 
 
@@ -131,7 +131,7 @@ def write_trace(queries: Iterable[TraceQuery | Mapping[str, object]], path: str 
 # -- generating -----------------------------------------------------------------------------------
 
 
-def _usable_rows(columns: Mapping[str, list[Any]], wanted: Sequence[str]) -> list[int]:
+def _usable_rows(columns: Mapping[str, Sequence[object]], wanted: Sequence[str]) -> list[int]:
     """Indices of rows whose wanted fields are all present and not blank."""
     n = len(next(iter(columns.values())))
     keep = []
@@ -156,7 +156,7 @@ class _TablePool:
         self.columns = {c: df[c].to_list() for c in cols}
         self.usable = {s.type: _usable_rows(self.columns, s.columns) for s in specs}
 
-    def rows(self, spec: QuerySpec, indices: list[int]) -> list[dict[str, Any]]:
+    def rows(self, spec: QuerySpec, indices: list[int]) -> list[dict[str, object]]:
         return [{c: self.columns[c][i] for c in spec.columns} for i in indices]
 
 
@@ -195,7 +195,7 @@ def generate_trace(
                 )
 
 
-    def draw(rng: random.Random, t: str) -> dict[str, Any]:
+    def draw(rng: random.Random, t: str) -> dict[str, object]:
         spec = specs[t][rng.randrange(len(specs[t]))]
         usable = pools[t].usable[spec.type]
         picked = _pick(rng, rows, len(usable))
@@ -241,7 +241,7 @@ def generate_long_trace(
             raise ConfigError(f"table {t!r} has only {len(usable)} rows long enough for the long workload, fewer than {hi}")
         pools[t] = (template, cols, columns, usable)
 
-    def draw(rng: random.Random, t: str) -> dict[str, Any]:
+    def draw(rng: random.Random, t: str) -> dict[str, object]:
         template, cols, columns, usable = pools[t]
         picked = _pick(rng, rows, len(usable))
         return {
