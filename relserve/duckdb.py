@@ -37,16 +37,16 @@ from relserve.estimate.budget import Budget, BudgetExceeded
 __all__ = ["BudgetExceeded", "Connection", "SiteExplain", "StatementExplain", "connect", "errors", "explain", "install", "sql"]
 
 
-# -- issue 26: llm_reduce / llm_topk (relserve/operators/duckdb_hooks.py) ----------------------
+# -- issue 26: llm_reduce / llm_topk (relserve/duckdb_ext/operator_functions.py) ----------------------
 # A statement that names an operator is rewritten (aggregate form -> list form) and the
 # operator functions are registered on the connection; one with llm_options(block := k) on a
-# JOIN's llm_filter runs with blocking (operators/join_sql.py); any other goes through as before.
+# JOIN's llm_filter runs with blocking (duckdb_ext/blocked_join.py); any other goes through as before.
 
 
 def install(con: Any, **defaults: Any) -> Any:
     """Register the row-level LLM functions (``relserve.duckdb_ext``) and ``llm_reduce`` /
     ``llm_topk`` (list form) on ``con``; see ``relserve.duckdb_ext.connections.install``."""
-    from relserve.operators.duckdb_hooks import install as install_operators
+    from relserve.duckdb_ext.operator_functions import install as install_operators
 
     return install_operators(_install(con, **defaults))
 
@@ -65,12 +65,12 @@ def sql(con: Any, query: str, params: Any = None, *, max_tokens_total: int | Non
 
 
 def _route(con: Any, query: str, params: Any) -> Any:
-    from relserve.operators.duckdb_hooks import mentions_operator, run_sql
+    from relserve.duckdb_ext.operator_functions import mentions_operator, run_sql
 
     if mentions_operator(query):
         return run_sql(con, query, _sql, params)
-    from relserve.operators.join_sql import mentions_block
-    from relserve.operators.join_sql import run_sql as run_join_sql
+    from relserve.duckdb_ext.blocked_join import mentions_block
+    from relserve.duckdb_ext.blocked_join import run_sql as run_join_sql
 
     if mentions_block(query):
         return run_join_sql(con, query, _sql, params)
@@ -95,12 +95,12 @@ def explain(con: Any, query: str, params: Any = None, *, analyze: bool = False) 
         con = con.con
     if analyze:
         return _explain(con, query, params, analyze=True)
-    from relserve.operators.duckdb_hooks import explain_sql, mentions_operator
+    from relserve.duckdb_ext.operator_functions import explain_sql, mentions_operator
 
     if mentions_operator(query):
         return explain_sql(con, query, params)
-    from relserve.operators.join_sql import explain_sql as explain_join_sql
-    from relserve.operators.join_sql import mentions_block
+    from relserve.duckdb_ext.blocked_join import explain_sql as explain_join_sql
+    from relserve.duckdb_ext.blocked_join import mentions_block
 
     if mentions_block(query):
         return explain_join_sql(con, query, params)

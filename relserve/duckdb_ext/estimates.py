@@ -93,7 +93,7 @@ def statement_budget(con: Any, query: str, params: Any, budget: Budget, explain:
     reads the rows once, as EXPLAIN does), then held by an ``Allowance`` every call of the
     statement spends from (``Session.budget``)."""
     from relserve.duckdb_ext.connections import session_of
-    from relserve.operators.duckdb_hooks import mentions_operator
+    from relserve.duckdb_ext.operator_functions import mentions_operator
 
     if mentions_operator(query):
         raise ConfigError("a statement budget (max_tokens_total, max_seconds) is not supported with llm_reduce or llm_topk yet")

@@ -9,7 +9,8 @@
 
 Every prompt goes through ``relserve.planner.run_call`` or the shared ``CallExecutor``, so
 deduplication, the result cache, prefix ordering and the scheduler apply as for ``llm_map``.
-The DuckDB and polars surfaces (``duckdb_hooks.py``, ``relserve.polars``) only bind arguments.
+The DuckDB and polars surfaces (``relserve.duckdb_ext.operator_functions``, ``relserve.polars``) only
+bind arguments; this package imports no surface.
 """
 
 from __future__ import annotations

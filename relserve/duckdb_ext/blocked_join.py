@@ -11,9 +11,9 @@ share the template's first value (put the left row's there) sit side by side for
 
 ``block := k`` is this module's: the rewrite strips it from ``llm_options`` (DuckDB never sees
 it), and the statement runs on the planned path with a session that, for that call only, keeps
-each left value's k most similar right values (embedding cosine, ``blocking.py``) among the
-pairs the join met, asks only those, and answers FALSE for the rest. EXPLAIN says how many
-pairs it kept. Which placeholder belongs to which side comes from the column qualifiers.
+each left value's k most similar right values (embedding cosine, ``relserve.operators.blocking``)
+among the pairs the join met, asks only those, and answers FALSE for the rest. EXPLAIN says how
+many pairs it kept. Which placeholder belongs to which side comes from the column qualifiers.
 """
 
 from __future__ import annotations
