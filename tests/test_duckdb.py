@@ -274,6 +274,19 @@ def test_statements_without_calls_pass_through(con):
     assert con.execute("SELECT count(*) FROM empty_t").fetchall() == [(0,)]
 
 
+def test_a_script_is_routed_by_its_parsed_calls_not_by_its_words():
+    from relserve.duckdb_ext.routing import Route, route_of
+
+    assert route_of("SELECT 'llm_reduce' AS llm_topk_text, 'block' AS llm_options_note") is Route.PLANNED
+    assert route_of("SELECT g, llm_reduce('Sum up {v}', v) FROM t GROUP BY g") is Route.OPERATORS
+    assert route_of("SELECT 1; SELECT llm_topk('Best {v}?', list(v), 2) FROM t") is Route.OPERATORS
+    assert route_of(
+        "SELECT r.id FROM r JOIN t ON llm_filter('{a} / {b}?', r.a, t.b, llm_options(block := 3))"
+    ) is Route.BLOCKED_JOIN
+    assert route_of("SELECT llm_filter('{a}?', a, llm_options(max_tokens := 2)) FROM blocks") is Route.PLANNED
+    assert route_of("SELEC llm_reduce(") is Route.PLANNED  # DuckDB says what is wrong with it
+
+
 def test_a_statement_sqlglot_does_not_model_runs_without_its_warning(con, engine, caplog):
     # DuckDB's own EXPLAIN is a statement sqlglot keeps as a raw command (and warns about);
     # relserve leaves it to DuckDB, and the user sees DuckDB's plan, not a sqlglot warning

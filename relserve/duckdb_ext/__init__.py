@@ -1,6 +1,2 @@
-"""LLM functions in DuckDB; the public names are re-exported by ``relserve.duckdb``."""
-
-from relserve.duckdb_ext.api import Connection, SiteExplain, StatementExplain, connect, errors, explain, sql
-from relserve.duckdb_ext.connections import install
-
-__all__ = ["Connection", "SiteExplain", "StatementExplain", "connect", "errors", "explain", "install", "sql"]
+"""LLM functions in DuckDB: the surface (``api.py``), which ``relserve.duckdb`` hands on, and what
+it stands on."""

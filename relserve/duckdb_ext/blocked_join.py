@@ -25,17 +25,17 @@ from typing import Any
 
 import duckdb
 
+from relserve.duckdb_ext import planned_sql
+from relserve.duckdb_ext.connections import session_of
+from relserve.duckdb_ext.planned import explain_planned, run_planned
+from relserve.duckdb_ext.statement import analyze, quiet_sqlglot, split_statements, within
+from relserve.duckdb_ext.statement_explain import statement_explain
 from relserve.errors import ConfigError
 from relserve.functions import LLMCall
 from relserve.planner.plan_and_run import CallOutcome
 from relserve.template import format_value
 
 WHO = "llm_filter in JOIN ... ON"
-
-
-def mentions_block(query: str) -> bool:
-    low = query.lower()
-    return "llm_options" in low and "block" in low
 
 
 @dataclass(frozen=True)
@@ -80,16 +80,14 @@ def rewrite(text: str) -> tuple[str, list[JoinBlock]]:
     import sqlglot
     from sqlglot import exp
 
-    from relserve.duckdb_ext.statement import quiet_sqlglot, within
-
     try:
         with quiet_sqlglot():
             tree = sqlglot.parse_one(text, dialect="duckdb")
     except Exception:
         return text, []  # DuckDB will say what is wrong with it
     blocks: list[JoinBlock] = []
-    for options in [n for n in tree.find_all(exp.Anonymous) if str(n.name).lower() == "llm_options"]:
-        given = [a for a in options.expressions if isinstance(a, exp.PropertyEQ) and a.this.name.lower() == "block"]
+    for options in _options_calls(tree):
+        given = _block_arguments(options)
         if not given:
             continue
         call = options.parent
@@ -110,6 +108,23 @@ def rewrite(text: str) -> tuple[str, list[JoinBlock]]:
         for a in given:
             a.pop()
     return (tree.sql(dialect="duckdb") if blocks else text), blocks
+
+
+def asks_blocking(tree: Any) -> bool:
+    """Whether a parsed statement has ``block := k`` in an ``llm_options(...)``."""
+    return any(_block_arguments(options) for options in _options_calls(tree))
+
+
+def _options_calls(tree: Any) -> list[Any]:
+    from sqlglot import exp
+
+    return [n for n in tree.find_all(exp.Anonymous) if str(n.name).lower() == "llm_options"]
+
+
+def _block_arguments(options: Any) -> list[Any]:
+    from sqlglot import exp
+
+    return [a for a in options.expressions if isinstance(a, exp.PropertyEQ) and a.this.name.lower() == "block"]
 
 
 def _block_k(value: Any) -> int:
@@ -266,9 +281,6 @@ class JoinExplain:
 
 
 def _statement(con: duckdb.DuckDBPyConnection, text: str) -> tuple[Any, Any, list[JoinBlock]]:
-    from relserve.duckdb_ext.connections import session_of
-    from relserve.duckdb_ext.statement import analyze
-
     rewritten, blocks = rewrite(text)
     statement = analyze(rewritten)
     if blocks and not statement.planned:
@@ -295,22 +307,16 @@ def _template_of(site: Any) -> str | None:
     return first.this if isinstance(first, exp.Literal) and first.is_string else None
 
 
-def run_sql(con: duckdb.DuckDBPyConnection, query: str, sql_fn: Any, params: Any = None) -> Any:
+def run_sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> Any:
     """``relserve.duckdb.sql`` for a script with blocked joins; other statements as usual."""
-    from relserve.duckdb_ext.planned import run_planned
-    from relserve.duckdb_ext.statement import split_statements
-
     texts = split_statements(query)
     if params is not None and len(texts) > 1:
         raise ConfigError("parameters can only be given for a single statement")
     result = None
     for text in texts:
-        if not mentions_block(text):
-            result = sql_fn(con, text, params)
-            continue
         session, statement, blocks = _statement(con, text)
         if not blocks:
-            result = sql_fn(con, text, params)
+            result = planned_sql.sql(con, text, params)
             continue
         with session.lock:
             session.failures.clear()
@@ -325,18 +331,12 @@ def run_sql(con: duckdb.DuckDBPyConnection, query: str, sql_fn: Any, params: Any
 def explain_sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> Any:
     """What ``run_sql`` would do for one statement: the planner's EXPLAIN over the pairs blocking
     keeps, and the pairs met and kept (the embedding runs; the engine does not)."""
-    from relserve.duckdb_ext.api import _statement_explain
-    from relserve.duckdb_ext.planned import explain_planned
-    from relserve.duckdb_ext.statement import split_statements
-
     texts = split_statements(query)
     if len(texts) != 1:
         raise ConfigError(f"explain takes one statement, got {len(texts)}")
     session, statement, blocks = _statement(con, texts[0])
-    if not blocks:  # "block" was only a word in the text: the planner's own EXPLAIN
-        from relserve.duckdb_ext.api import explain
-
-        return explain(con, texts[0], params)
+    if not blocks:
+        return planned_sql.explain(con, texts[0], params)
     blocking = BlockingSession(session, blocks)
     run = explain_planned(con, blocking, statement, params)
-    return JoinExplain(_statement_explain(run), list(blocking.reports.values()))
+    return JoinExplain(statement_explain(run), list(blocking.reports.values()))

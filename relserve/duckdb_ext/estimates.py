@@ -13,7 +13,6 @@ from typing import Any
 
 from relserve.duckdb_ext.planned import StatementRun
 from relserve.duckdb_ext.session import LocalRunner, Session
-from relserve.errors import ConfigError
 from relserve.estimate import selectivity
 from relserve.estimate.budget import Allowance, Budget, BudgetExceeded, refusal
 from relserve.estimate.estimate import engine_view
@@ -93,10 +92,7 @@ def statement_budget(con: Any, query: str, params: Any, budget: Budget, explain:
     reads the rows once, as EXPLAIN does), then held by an ``Allowance`` every call of the
     statement spends from (``Session.budget``)."""
     from relserve.duckdb_ext.connections import session_of
-    from relserve.duckdb_ext.operator_functions import mentions_operator
 
-    if mentions_operator(query):
-        raise ConfigError("a statement budget (max_tokens_total, max_seconds) is not supported with llm_reduce or llm_topk yet")
     session = session_of(con)
     started = time.monotonic()
     if budget.on_budget == "refuse":

@@ -22,6 +22,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from relserve.duckdb_ext import planned_sql
 from relserve.duckdb_ext.arguments import hashable_key
 from relserve.duckdb_ext.statement import quiet_sqlglot
 from relserve.duckdb_ext.udf import create_function
@@ -34,11 +35,6 @@ OPERATORS = ("llm_reduce", "llm_topk")
 #: the options a reduction or top-k takes from the connection's defaults
 _DEFAULT_KEYS = ("model", "max_tokens", "system", "on_error")
 _MARKER = "__llm_options__"
-
-
-def mentions_operator(query: str) -> bool:
-    low = query.lower()
-    return any(name in low for name in OPERATORS)
 
 
 def rewrite(query: str) -> str:
@@ -336,7 +332,7 @@ def ensure_installed(con: duckdb.DuckDBPyConnection) -> tuple[_Operator, ...]:
     return found
 
 
-def run_sql(con: duckdb.DuckDBPyConnection, query: str, sql_fn: Any, params: Any = None) -> Any:
+def run_sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> Any:
     """``relserve.duckdb.sql`` for a statement with an operator: rewritten, then run in two
     passes (collect every group, run each call once over all of them, answer)."""
     functions = ensure_installed(con)
@@ -346,7 +342,7 @@ def run_sql(con: duckdb.DuckDBPyConnection, query: str, sql_fn: Any, params: Any
         for f in functions:
             f.reset()
             f.mode = "collect"
-        rel = sql_fn(con, text, params)
+        rel = planned_sql.sql(con, text, params)
         if rel is not None:
             rel.to_arrow_table()
         for f in functions:
@@ -355,7 +351,7 @@ def run_sql(con: duckdb.DuckDBPyConnection, query: str, sql_fn: Any, params: Any
         session = functions[0].session
         with session.lock:
             failed = list(session.failures)  # the groups that failed in flush()
-        rel = sql_fn(con, text, params)  # (which starts a fresh error log: put them back)
+        rel = planned_sql.sql(con, text, params)  # (which starts a fresh error log: put them back)
         with session.lock:
             session.failures.extendleft(reversed(failed))
         # materialized now, once: a lazy relation would run the functions again at every
