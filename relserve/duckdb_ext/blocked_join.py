@@ -18,7 +18,6 @@ many pairs it kept. Which placeholder belongs to which side comes from the colum
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,8 +31,8 @@ from relserve.duckdb_ext.statement import analyze, quiet_sqlglot, split_statemen
 from relserve.duckdb_ext.statement_explain import statement_explain
 from relserve.errors import ConfigError
 from relserve.functions import LLMCall
+from relserve.operators.blocking import KeptPairs, keep_met_pairs
 from relserve.planner.plan_and_run import CallOutcome
-from relserve.template import format_value
 
 WHO = "llm_filter in JOIN ... ON"
 
@@ -72,6 +71,15 @@ class BlockReport:
             + (f"; {self.null_pairs} pairs with a NULL value dropped" if self.null_pairs else "")
             + f"; embedding {self.embed_s:.1f} s): {self.sql}"
         )
+
+    def add(self, kept: KeptPairs) -> None:
+        """Count one batch of pairs (a call may meet its pairs in several batches)."""
+        self.pairs_met += kept.pairs_met
+        self.pairs_kept += kept.pairs_kept
+        self.null_pairs += kept.null_pairs
+        self.left_values += kept.left_values
+        self.right_values = max(self.right_values, kept.right_values)
+        self.embed_s += kept.embed_s
 
 
 def rewrite(text: str) -> tuple[str, list[JoinBlock]]:
@@ -181,47 +189,11 @@ def _sides(call: Any, join: Any, k: int) -> JoinBlock:
 # -- choosing the pairs -------------------------------------------------------------------------
 
 
-def _text(part: tuple) -> str:
-    return "\n".join(v if isinstance(v, str) else format_value(v) for v in part)
-
-
 def keep_pairs(values: Sequence[tuple], block: JoinBlock, report: BlockReport) -> list[int]:
-    """Positions in ``values`` of the pairs blocking keeps: per distinct left part, the k most
-    similar distinct right parts it was met with (pairs with a NULL value: none)."""
-    import torch
-
-    from relserve.operators.blocking import embed
-
-    parts: list[tuple[tuple, tuple] | None] = []
-    met: dict[tuple, dict[tuple, None]] = {}
-    for v in values:
-        lp, rp = tuple(v[p] for p in block.left), tuple(v[p] for p in block.right)
-        if any(x is None for x in lp + rp):
-            parts.append(None)
-            continue
-        parts.append((lp, rp))
-        met.setdefault(lp, {})[rp] = None
-    distinct = {pr for pr in parts if pr is not None}
-    report.pairs_met += len(distinct)
-    report.null_pairs += len({tuple(v) for v, pr in zip(values, parts) if pr is None})
-    if not met:
-        return []
-    lefts = list(met)
-    rights = list(dict.fromkeys(r for rs in met.values() for r in rs))
-    report.left_values += len(lefts)
-    report.right_values = max(report.right_values, len(rights))
-    t0 = time.perf_counter()
-    sims = embed([_text(p) for p in lefts]) @ embed([_text(p) for p in rights]).T
-    report.embed_s += time.perf_counter() - t0
-    where = {r: j for j, r in enumerate(rights)}
-    kept: set[tuple[tuple, tuple]] = set()
-    for i, lp in enumerate(lefts):
-        cols = [where[r] for r in met[lp]]
-        row = sims[i, cols]
-        top = torch.topk(row, min(block.k, len(cols))).indices.tolist()
-        kept.update((lp, rights[cols[t]]) for t in top)
-    report.pairs_kept += len(kept)
-    return [i for i, pr in enumerate(parts) if pr is not None and pr in kept]
+    """Positions in ``values`` of the pairs blocking keeps (``keep_met_pairs``), counted in ``report``."""
+    kept = keep_met_pairs(values, block.left, block.right, block.k)
+    report.add(kept)
+    return kept.positions
 
 
 class BlockingSession:
