@@ -60,6 +60,7 @@
 #include "utils/ruleutils.h"
 #include "utils/snapmgr.h"
 
+#include "poll_events.h"
 #include "relserve.h"
 
 #define RS_DEFAULT_BATCH_WINDOW 2000
@@ -1019,65 +1020,55 @@ rs_poll_sites(RsBatchState *st)
 	for (i = 0; i < st->nsites; i++)
 	{
 		RsExecSite *s = &st->sites[i];
-		Datum	   *items;
-		bool	   *nulls;
+		RsPollEvent *events;
 		int			n,
 					k;
 
 		if (s->handle == NULL)
 			continue;
 		CHECK_FOR_INTERRUPTS();
-		deconstruct_array(DatumGetArrayTypeP(FunctionCall2Coll(&st->poll_fn, InvalidOid, CStringGetTextDatum(s->handle),
-															   Float8GetDatum(0.05))),
-						  TEXTOID, -1, false, TYPALIGN_INT, &items, &nulls, &n);
-		for (k = 0; k + 3 < n; k += 4)
+		n = rs_poll_events(&st->poll_fn, s->handle, 0.05, &events);
+		for (k = 0; k < n; k++)
 		{
-			char	   *event = TextDatumGetCString(items[k]);
-			char	   *a = nulls[k + 1] ? NULL : TextDatumGetCString(items[k + 1]);
-			char	   *b = nulls[k + 2] ? NULL : TextDatumGetCString(items[k + 2]);
-			char	   *c = nulls[k + 3] ? NULL : TextDatumGetCString(items[k + 3]);
+			RsPollEvent *e = &events[k];
 
-			if (strcmp(event, "row") == 0)
+			if (e->kind == RS_EVENT_ROW)
 			{
-				int			sent = atoi(a);
+				int			sent = e->row;
 				RsWinRow   *row;
 				int			col = st->ninputs + i;
 
 				if (sent < 0 || sent >= s->nsent)
 					elog(ERROR, "relserve: the server answered row %d of %d", sent, s->nsent);
 				row = &st->rows[s->window_index[sent]];
-				if (b != NULL)
+				if (e->answer != NULL)
 				{
 					MemoryContext old = MemoryContextSwitchTo(st->window_cxt);
 
-					row->values[col] = rs_answer(s, b);
+					row->values[col] = rs_answer(s, e->answer);
 					row->nulls[col] = false;
 					MemoryContextSwitchTo(old);
 				}
-				else if (c != NULL)
-					ereport(NOTICE, (errmsg("%s: NULL for this row: %s", s->name, c)));
+				else if (e->reason != NULL)
+					ereport(NOTICE, (errmsg("%s: NULL for this row: %s", s->name, e->reason)));
 				row->pending--;
 			}
-			else if (strcmp(event, "stat") == 0 && a != NULL && b != NULL)
+			else if (e->kind == RS_EVENT_STAT)
 			{
-				if (strcmp(a, "estimated_s") == 0)
+				if (strcmp(e->stat, "estimated_s") == 0)
 				{
-					st->estimated_s += strtod(b, NULL);
+					st->estimated_s += e->value;
 					st->have_estimate = true;
 				}
-				else if (strcmp(a, "latency_s") == 0)
-					st->latency_s += strtod(b, NULL);
+				else if (strcmp(e->stat, "latency_s") == 0)
+					st->latency_s += e->value;
 			}
-			else if (strcmp(event, "done") == 0)
+			else if (e->kind == RS_EVENT_DONE)
 				rs_close_site(st, s);
-			else if (strcmp(event, "error") == 0)
+			else if (e->kind == RS_EVENT_ERROR)
 			{
 				rs_close_site(st, s);
-				ereport(ERROR,
-						(errcode(a && strlen(a) == 5 ? MAKE_SQLSTATE(a[0], a[1], a[2], a[3], a[4])
-								 : ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
-						 errmsg("%s", b ? b : "relserve: the batched call failed"),
-						 c ? errhint("%s", c) : 0));
+				rs_raise_poll_error(e, "relserve: the batched call failed");
 			}
 		}
 	}

@@ -52,6 +52,7 @@
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
+#include "poll_events.h"
 #include "relserve.h"
 
 PG_FUNCTION_INFO_V1(relserve_fdw_handler);
@@ -1098,24 +1099,17 @@ static void
 rs_poll(ForeignScanState *node, RsScanState *st)
 {
 	TupleDesc	desc = RelationGetDescr(node->ss.ss_currentRelation);
-	Datum		events;
-	Datum	   *items;
-	bool	   *nulls;
-	int			n,
+	RsPollEvent *events;
+	int			n = rs_poll_events(&st->poll_fn, st->handle, 0.1, &events),
 				k;
 
-	events = FunctionCall2Coll(&st->poll_fn, InvalidOid, CStringGetTextDatum(st->handle), Float8GetDatum(0.1));
-	deconstruct_array(DatumGetArrayTypeP(events), TEXTOID, -1, false, TYPALIGN_INT, &items, &nulls, &n);
-	for (k = 0; k + 3 < n; k += 4)
+	for (k = 0; k < n; k++)
 	{
-		char	   *event = TextDatumGetCString(items[k]);
-		char	   *a = nulls[k + 1] ? NULL : TextDatumGetCString(items[k + 1]);
-		char	   *b = nulls[k + 2] ? NULL : TextDatumGetCString(items[k + 2]);
-		char	   *c = nulls[k + 3] ? NULL : TextDatumGetCString(items[k + 3]);
+		RsPollEvent *e = &events[k];
 
-		if (strcmp(event, "row") == 0)
+		if (e->kind == RS_EVENT_ROW)
 		{
-			int			index = atoi(a);
+			int			index = e->row;
 			RsRow	   *row;
 			MemoryContext old;
 			Datum	   *values;
@@ -1131,34 +1125,30 @@ rs_poll(ForeignScanState *node, RsScanState *st)
 			memcpy(values, row->values, sizeof(Datum) * desc->natts);
 			memcpy(isnull, row->nulls, sizeof(bool) * desc->natts);
 			att = st->output_attno - 1;
-			if (b != NULL)
-				values[att] = rs_answer_datum(st, TupleDescAttr(desc, att), b, index, &isnull[att]);
+			if (e->answer != NULL)
+				values[att] = rs_answer_datum(st, TupleDescAttr(desc, att), e->answer, index, &isnull[att]);
 			else
 				isnull[att] = true;
 			rs_keep(st, heap_form_tuple(desc, values, isnull));
 			MemoryContextSwitchTo(old);
 		}
-		else if (strcmp(event, "stat") == 0)
+		else if (e->kind == RS_EVENT_STAT)
 		{
 			int			s;
 
 			for (s = 0; s < RS_NSTATS; s++)
-				if (strcmp(a, rs_stat_names[s]) == 0 && b != NULL)
+				if (strcmp(e->stat, rs_stat_names[s]) == 0)
 				{
-					st->stats[s] += strtod(b, NULL);
+					st->stats[s] += e->value;
 					st->have_stats[s] = true;
 				}
 		}
-		else if (strcmp(event, "done") == 0)
+		else if (e->kind == RS_EVENT_DONE)
 			rs_close_window(st);
-		else if (strcmp(event, "error") == 0)
+		else if (e->kind == RS_EVENT_ERROR)
 		{
 			rs_close_window(st);
-			ereport(ERROR,
-					(errcode(a && strlen(a) == 5 ? MAKE_SQLSTATE(a[0], a[1], a[2], a[3], a[4])
-							 : ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
-					 errmsg("%s", b ? b : "relserve_fdw: the scan failed"),
-					 c ? errhint("%s", c) : 0));
+			rs_raise_poll_error(e, "relserve_fdw: the scan failed");
 		}
 		/* "accepted": the relQuery runs */
 	}
