@@ -1,0 +1,312 @@
+/*
+ * The batch node in the plan: each plan node whose target list or quals call llm_* functions gets
+ * the custom scan in its place, over a copy of the node that computes what the calls read and keeps
+ * the quals that may run first (or, where the calls cannot be batched, the pass-through node).
+ */
+#include "postgres.h"
+
+#include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/clauses.h"
+#include "optimizer/optimizer.h"
+#include "parser/parsetree.h"
+
+#include "batch_calls.h"
+
+/* the input list: every Var the node's expressions read, computed by the input node */
+typedef struct RsRewrite
+{
+	List	   *input;			/* TargetEntry list: what the input node computes */
+	List	   *sites;			/* RsSite *, in answer order */
+	int			answers_from;	/* attno of the first answer in the custom scan tuple */
+} RsRewrite;
+
+static int
+rs_input_col(RsRewrite *rw, Expr *expr)
+{
+	ListCell   *lc;
+	int			i = 0;
+
+	foreach(lc, rw->input)
+	{
+		i++;
+		if (equal(((TargetEntry *) lfirst(lc))->expr, expr))
+			return i;
+	}
+	rw->input = lappend(rw->input, makeTargetEntry((Expr *) copyObject(expr), list_length(rw->input) + 1, NULL, false));
+	return list_length(rw->input);
+}
+
+static bool
+rs_collect_vars(Node *node, RsRewrite *rw)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Var))
+	{
+		rs_input_col(rw, (Expr *) node);
+		return false;
+	}
+	return expression_tree_walker(node, rs_collect_vars, rw);
+}
+
+/* the node's expressions over the custom scan's tuple: Vars by input column, calls by answer */
+static Node *
+rs_to_scan_tuple(Node *node, RsRewrite *rw)
+{
+	ListCell   *lc;
+	int			k = 0;
+
+	if (node == NULL)
+		return NULL;
+	foreach(lc, rw->sites)
+	{
+		RsSite	   *site = lfirst(lc);
+
+		if (node == (Node *) site->call)
+			return (Node *) makeVar(INDEX_VAR, rw->answers_from + k, site->call->funcresulttype, -1,
+									site->call->funccollid, 0);
+		k++;
+	}
+	if (IsA(node, Var))
+	{
+		Var		   *v = (Var *) node;
+
+		return (Node *) makeVar(INDEX_VAR, rs_input_col(rw, (Expr *) node), v->vartype, v->vartypmod,
+								v->varcollid, 0);
+	}
+	return expression_tree_mutator(node, rs_to_scan_tuple, rw);
+}
+
+static bool
+rs_wrappable(Plan *plan)
+{
+	switch (nodeTag(plan))
+	{
+		case T_SeqScan:
+		case T_SampleScan:
+		case T_IndexScan:
+		case T_IndexOnlyScan:
+		case T_BitmapHeapScan:
+		case T_TidScan:
+		case T_TidRangeScan:
+		case T_SubqueryScan:
+		case T_FunctionScan:
+		case T_ValuesScan:
+		case T_CteScan:
+		case T_WorkTableScan:
+		case T_ForeignScan:
+			return true;
+		case T_Result:
+			return plan->lefttree != NULL;	/* a projection over a child */
+		default:
+			return false;
+	}
+}
+
+/* the relation a scan reads, InvalidOid for anything else (a subquery, a function, a projection) */
+static Oid
+rs_scan_relid(Plan *plan, List *rtable)
+{
+	Index		scanrelid;
+	RangeTblEntry *rte;
+
+	if (IsA(plan, Result))
+		return InvalidOid;
+	scanrelid = ((Scan *) plan)->scanrelid;
+	if (scanrelid == 0)
+		return InvalidOid;
+	rte = rt_fetch(scanrelid, rtable);
+	return rte->rtekind == RTE_RELATION ? rte->relid : InvalidOid;
+}
+
+/* the custom scan in place of ``plan``, or ``plan`` as it was */
+static Plan *
+rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
+{
+	RsFind		f = {planning->extension, NIL, -1, NULL};
+	RsRewrite	rw = {NIL, NIL, 0};
+	CustomScan *cscan;
+	Plan	   *input;
+	RsQual	   *quals;
+	int			nquals = list_length(plan->qual);
+	int			nbatches = 0;
+	bool		levels_known = true,
+				waits;
+	List	   *input_qual = NIL,
+			   *stages = NIL,
+			   *values = NIL,
+			   *priv,
+			   *scan_tlist;
+	ListCell   *lc;
+	int			i,
+				k;
+
+	if (!rs_wrappable(plan))
+	{
+		/* an aggregate's argument, a window function's, a join's: evaluated by this node, per row */
+		rs_find_walker((Node *) plan->targetlist, &f);
+		rs_find_walker((Node *) plan->qual, &f);
+		if (f.sites != NIL || f.refused)
+			return rs_per_row_plan(plan, "an llm_* call in an aggregate's or window function's arguments or in a join's "
+								   "condition runs per row (compute it in a subquery: SELECT count(a) FROM "
+								   "(SELECT llm_map(...) AS a FROM t) s)");
+		return plan;
+	}
+	rs_find_walker((Node *) plan->targetlist, &f);
+	quals = palloc0(sizeof(RsQual) * Max(nquals, 1));
+	i = 0;
+	foreach(lc, plan->qual)
+	{
+		int			before = list_length(f.sites);
+
+		f.qual = i;
+		rs_find_walker((Node *) lfirst(lc), &f);
+		quals[i].expr = lfirst(lc);
+		quals[i].calls = list_length(f.sites) > before;
+		i++;
+	}
+	if (f.refused)
+		return rs_per_row_plan(plan, f.refused);
+	if (f.sites == NIL)
+		return plan;
+
+	/* where each qual runs: only the quals' calls make the order matter */
+	for (i = 0; i < nquals; i++)
+		if (quals[i].calls)
+			break;
+	if (i < nquals)
+	{
+		Oid			relid = rs_scan_relid(plan, rtable);
+
+		for (i = 0; i < nquals; i++)
+		{
+			quals[i].level = rs_security_level(quals[i].expr, relid, planning);
+			quals[i].leakproof = !quals[i].calls && !contain_leaked_vars((Node *) quals[i].expr);
+			levels_known = levels_known && quals[i].level != RS_LEVEL_UNKNOWN;
+		}
+		nbatches = rs_place_quals(quals, nquals);
+	}
+	foreach(lc, f.sites)
+	{
+		RsSite	   *site = lfirst(lc);
+
+		site->batch = site->qual >= 0 ? (quals[site->qual].slot + 1) / 2 : nbatches + 1;
+	}
+	/* the answers in batch order */
+	for (k = 1; k <= nbatches + 1; k++)
+		foreach(lc, f.sites)
+			if (((RsSite *) lfirst(lc))->batch == k)
+				rw.sites = lappend(rw.sites, lfirst(lc));
+
+	/* the input node: the same node, computing every Var the rest reads and keeping the quals of slot 0 */
+	rs_collect_vars((Node *) plan->targetlist, &rw);
+	for (i = 0; i < nquals; i++)
+	{
+		if (quals[i].slot == 0)
+			input_qual = lappend(input_qual, quals[i].expr);
+		else
+			rs_collect_vars((Node *) quals[i].expr, &rw);
+	}
+	input = (Plan *) copyObject(plan);
+	input->targetlist = rw.input;
+	input->qual = input_qual;
+	rw.answers_from = list_length(rw.input) + 1;
+
+	/* each batch's quals: its calls' quals, then those that waited for them, in the planner's order */
+	for (k = 1; k <= nbatches; k++)
+	{
+		List	   *stage = NIL;
+
+		for (i = 0; i < nquals; i++)
+			if (quals[i].slot == 2 * k - 1)
+				stage = lappend(stage, rs_to_scan_tuple((Node *) quals[i].expr, &rw));
+		for (i = 0; i < nquals; i++)
+			if (quals[i].slot == 2 * k)
+				stage = lappend(stage, rs_to_scan_tuple((Node *) quals[i].expr, &rw));
+		stages = lappend(stages, stage);
+	}
+	foreach(lc, rw.sites)
+		values = lappend(values, rs_to_scan_tuple(llast(((RsSite *) lfirst(lc))->call->args), &rw));
+
+	cscan = makeNode(CustomScan);
+	cscan->scan.plan.targetlist = (List *) rs_to_scan_tuple((Node *) plan->targetlist, &rw);
+	cscan->scan.plan.qual = NIL;	/* the batches' quals run in rs_next, each in its place */
+	Assert(list_length(rw.input) == rw.answers_from - 1);
+	scan_tlist = list_copy(rw.input);
+	/* EXPLAIN says why quals wait for a batch: they keep PostgreSQL's security order */
+	waits = nbatches > 1;
+	for (i = 0; i < nquals; i++)
+		waits = waits || (!quals[i].calls && quals[i].slot > 0);
+	priv = list_make2(makeInteger(nbatches),
+					  makeString(!waits ? "" : levels_known
+								 ? "PostgreSQL's: a qual of a higher security level (the query's own, above a row-level "
+								 "security policy's or a security_barrier view's) sees only the rows the lower levels kept"
+								 : "the planner's: a qual whose security level is not known keeps its place"));
+	k = 0;
+	foreach(lc, rw.sites)
+	{
+		RsSite	   *site = lfirst(lc);
+
+		scan_tlist = lappend(scan_tlist, makeTargetEntry((Expr *) site->call, rw.answers_from + k++, NULL, false));
+		priv = lappend(priv, makeString(pstrdup(site->kind)));
+		priv = lappend(priv, makeString(site->template));
+		priv = lappend(priv, makeString(site->spec ? site->spec : pstrdup("")));
+		priv = lappend(priv, makeString(pstrdup(site->form)));
+		priv = lappend(priv, makeInteger(site->batch));
+		priv = lappend(priv, makeBoolean(site->qual >= 0));
+	}
+	cscan->custom_scan_tlist = scan_tlist;
+	cscan->custom_private = priv;
+	cscan->custom_exprs = list_make2(values, stages);
+	cscan->custom_plans = list_make1(input);
+	cscan->scan.scanrelid = 0;
+	cscan->methods = &rs_batch_scan_methods;
+	cscan->scan.plan.startup_cost = plan->startup_cost;
+	cscan->scan.plan.total_cost = plan->total_cost;
+	cscan->scan.plan.plan_rows = plan->plan_rows;
+	cscan->scan.plan.plan_width = plan->plan_width;
+	cscan->scan.plan.parallel_aware = false;
+	cscan->scan.plan.parallel_safe = false;
+	cscan->scan.plan.plan_node_id = plan->plan_node_id;
+	cscan->scan.plan.extParam = bms_copy(plan->extParam);
+	cscan->scan.plan.allParam = bms_copy(plan->allParam);
+	return (Plan *) cscan;
+}
+
+static List *
+rs_walk_list(List *plans, RsPlanning *planning, List *rtable)
+{
+	ListCell   *lc;
+
+	foreach(lc, plans)
+		lfirst(lc) = rs_walk_plan((Plan *) lfirst(lc), planning, rtable);
+	return plans;
+}
+
+Plan *
+rs_walk_plan(Plan *plan, RsPlanning *planning, List *rtable)
+{
+	if (plan == NULL)
+		return NULL;
+	plan->lefttree = rs_walk_plan(plan->lefttree, planning, rtable);
+	plan->righttree = rs_walk_plan(plan->righttree, planning, rtable);
+	switch (nodeTag(plan))
+	{
+		case T_Append:
+			rs_walk_list(((Append *) plan)->appendplans, planning, rtable);
+			break;
+		case T_MergeAppend:
+			rs_walk_list(((MergeAppend *) plan)->mergeplans, planning, rtable);
+			break;
+		case T_SubqueryScan:
+			((SubqueryScan *) plan)->subplan = rs_walk_plan(((SubqueryScan *) plan)->subplan, planning, rtable);
+			break;
+		case T_CustomScan:
+			rs_walk_list(((CustomScan *) plan)->custom_plans, planning, rtable);
+			break;
+		default:
+			break;
+	}
+	return rs_batch_plan(plan, planning, rtable);
+}
