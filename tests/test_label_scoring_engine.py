@@ -156,10 +156,10 @@ def test_default_method_gets_a_small_labelled_set_right(engine):
         got = relserve.duckdb.sql(
             con, "SELECT truth, llm_filter('Is this customer happy? Review: {review}', review) AS a FROM t"
         ).fetchall()
-    # the default (adaptive), 20 rows: every row in each of the five layouts (the question, and
-    # the review alone after four fields, "happy" against "unhappy"), then the rows once more in
-    # the chosen layout; no content-free probes
-    assert rec.probes == [] and [len(p) for p in rec.first_passes] == [20] * 5
+    # the default (adaptive), 20 rows: 8 of them in each of the five layouts (the question, and
+    # the review alone after four fields, "happy" against "unhappy"), the other 12 in the two most
+    # informative, then the rows once more in the chosen layout; no content-free probes
+    assert rec.probes == [] and [len(p) for p in rec.first_passes] == [8] * 5 + [12] * 2
     (rq,) = rec.relqueries
     assert rq.score_labels and rq.label_prior is None and rq.prompt_shape == "completion"
     right = sum(a == t for t, a in got)

@@ -178,12 +178,14 @@ def test_the_layout_whose_answers_vary_with_the_rows_is_chosen_and_remembered():
     first = run_call(call, [rows], engine=eng, cache=False, progress=False)
     assert first.values == [r.startswith("sports") for r in rows]
     layouts = [rq.answer_field for rq in eng.relqueries]
-    # five layouts tried on the sample, then the rows scored after "Topic:"
-    assert layouts == ["Answer:", "Sentiment:", "Topic:", "Category:", "Answer:", "Topic:"]
+    # five layouts tried on 8 sampled rows, the two most informative (the question wins the tie
+    # at 0 nats) on the other 16, then the rows scored after "Topic:"
+    assert layouts == ["Answer:", "Sentiment:", "Topic:", "Category:", "Answer:", "Answer:", "Topic:", "Topic:"]
+    assert [len(rq.prompts) for rq in eng.relqueries[:7]] == [8] * 5 + [16] * 2
     # the examples in front: the sample's surest row of each word
     assert eng.relqueries[-1].prompts[0].startswith("Article: sports story 0\nTopic: sports\n\nArticle: other story")
     run_call(call, [rows[:20]], engine=eng, cache=False, progress=False)
-    assert [rq.answer_field for rq in eng.relqueries[6:]] == ["Topic:"], "the choice is remembered: no first pass"
+    assert [rq.answer_field for rq in eng.relqueries[8:]] == ["Topic:"], "the choice is remembered: no first pass"
 
 
 def test_a_run_reports_its_choice_and_reading():
@@ -204,16 +206,16 @@ def test_a_run_reports_its_choice_and_reading():
 
 
 def test_a_small_first_relquery_scores_every_row_in_every_layout_and_a_later_one_reuses_the_choice():
-    """At most 24 rows with no earlier choice: every row in every layout, then again in the chosen
-    layout with no examples (not kept). A larger relQuery then chooses with examples; a 5-row
+    """At most 24 rows with no earlier choice: 8 rows in every layout and the other rows in the two
+    most informative, then every row again in the chosen layout with no examples (not kept). A larger relQuery then chooses with examples; a 5-row
     relQuery after it is decided with that layout and the margins pooled so far, exactly."""
     eng = _strong_engine({"sports story"})
     call = make_call("llm_filter", "Is this news article about sports? Article: {a}", method="adaptive")
     small = [f"sports story {i}" if i % 3 == 0 else f"other story {i}" for i in range(10)]
     out = run_call(call, [small], engine=eng, cache=False, progress=False)
     assert out.values == [i % 3 == 0 for i in range(10)]
-    first, main = eng.relqueries[:5], eng.relqueries[5:]
-    assert [len(rq.prompts) for rq in first] == [10] * 5 and len(main) == 1
+    first, main = eng.relqueries[:7], eng.relqueries[7:]
+    assert [len(rq.prompts) for rq in first] == [8] * 5 + [2] * 2 and len(main) == 1
     assert "\n\n" not in main[0].prompts[0]  # no examples in front
     assert adaptive.remembered(call, eng, "m") is None
     big = [f"sports story {i}" if i % 4 == 0 else f"other story {i}" for i in range(40)]
@@ -326,7 +328,7 @@ def test_a_cascades_parts_are_chosen_from_the_whole_and_decided_with_its_samples
     got, first = _decide_part(eng, call, rows, sample, scope)
     assert got == ["yes" if truth[i] else "no" for i in sample]
     # the first pass sampled the whole table, as one relQuery of every row would
-    sampled = {int(p.split("story ")[1].split()[0]) for rq in eng.relqueries[:5] for p in rq.prompts}
+    sampled = {int(p.split("story ")[1].split()[0]) for rq in eng.relqueries[:7] for p in rq.prompts}
     assert sampled == set(sample_indices(300, adaptive.SAMPLE_ROWS)) and not sampled <= set(sample)
     got, later = _decide_part(eng, call, rows, rest, scope)
     assert got == ["yes"] * len(rest) and len(rest) == 28

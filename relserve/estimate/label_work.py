@@ -120,8 +120,14 @@ def _adaptive(plan: LabelPlan, prompts: Sequence[str], values: Sequence[tuple] |
         return
     layouts = layouts_for(call)
     sample = adaptive.sample_indices(len(values), adaptive.SAMPLE_ROWS)
-    plan.before.append([Scored("first pass", [render(layout, values[i]) for i in sample], shaped(layout), layout.labels)
-                        for layout in layouts])
+    # its two stages (adaptive.first_pass): every layout on a few sampled rows, then the finalists
+    # (estimated: the first ones) on the rest of the sample
+    first_stage = [sample[k] for k in adaptive.sample_indices(len(sample), adaptive.FIRST_STAGE_ROWS)]
+    second_stage = [i for i in sample if i not in set(first_stage)]
+    for rows, stage in ((first_stage, layouts), (second_stage, layouts[: adaptive.FINALISTS])):
+        if rows:
+            plan.before.append([Scored("first pass", [render(layout, values[i]) for i in rows], shaped(layout),
+                                       layout.labels) for layout in stage])
     # which layout wins and which rows become examples only the first pass tells
     first = layouts[0]
     examples = ""

@@ -6,7 +6,7 @@ best for every question: on held-out news rows "Is this news article about sport
 " yes"/" no" had an AUC of 0.36, the article followed by "Topic:" and " sports" one of 0.96; on
 sentiment, "Review: <text>\\nSentiment:" with " positive"/" negative" beat the yes/no question
 (0.87 against 0.68 on rotten_tomatoes at 15% positive; docs/quality.md). So the adaptive method
-(relserve/planner/labels/adaptive.py) scores a sample of the relQuery's rows in every layout
+(relserve/planner/labels/adaptive.py) scores a sample of the relQuery's rows in the layouts
 here and keeps the one whose answers vary most with the rows.
 
 Two kinds of layout:

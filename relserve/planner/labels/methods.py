@@ -132,9 +132,9 @@ def method_and_pool(call, engine, model_id: str, rows: int) -> tuple[str | None,
 def first_pass_requests(call, rows: int) -> int:
     """At most how many scoring requests a relQuery of ``rows`` prompts of ``call`` sends before
     its rows (a first pass; 0 once an earlier relQuery of the call chose): ``bootstrap`` a spread
-    sample of its prompts, ``adaptive`` a spread sample in every candidate layout. For the
+    sample of its prompts, ``adaptive`` a spread sample in its layouts, in two stages. For the
     server's tenant limits and the time estimates, which count every request the engine runs."""
-    from relserve.planner.labels.adaptive import SAMPLE_ROWS
+    from relserve.planner.labels.adaptive import FINALISTS, FIRST_STAGE_ROWS, SAMPLE_ROWS
     from relserve.planner.labels.bootstrap import sample_rows
     from relserve.planner.labels.layouts import layouts_for
 
@@ -142,5 +142,7 @@ def first_pass_requests(call, rows: int) -> int:
     if ran == "bootstrap":
         return sample_rows(call.function.kind, rows)
     if ran == "adaptive":
-        return min(rows, SAMPLE_ROWS) * len(layouts_for(call))
+        layouts, sampled = len(layouts_for(call)), min(rows, SAMPLE_ROWS)
+        first = min(sampled, FIRST_STAGE_ROWS)
+        return first * layouts + (sampled - first) * min(layouts, FINALISTS)
     return 0
