@@ -81,12 +81,14 @@ def test_agreement_with_the_llm_only_run_on_a_real_table(engine):
 
 def test_every_row_goes_to_the_llm_when_the_proxy_is_poor(engine, recording):
     # codes whose answers nothing in a sentence embedding predicts: batch calibration splits them
-    # about evenly, the proxy is a coin, so no threshold keeps the agreement's bound
+    # about evenly, the proxy is a coin, so no threshold keeps the agreement's bound (``batch``
+    # named: under the default, since the cascade's parts share one reading, the proxy met a
+    # threshold on these codes; the test is about a proxy that cannot)
     import hashlib
 
     rows = [hashlib.sha256(str(i).encode()).hexdigest()[:12] for i in range(320)]
     cold()
-    call = make_call("llm_filter", "Is this product code valid? Code: {code}", cascade=0.95)
+    call = make_call("llm_filter", "Is this product code valid? Code: {code}", method="batch", cascade=0.95)
     out = run_call(call, [rows], engine=recording, cache=False, progress=False)
     rep = out.cascade
     assert rep.threshold is None and rep.proxy_rows == 0 and rep.fallback
@@ -126,9 +128,9 @@ def test_cancel_on_the_server_keeps_the_finished_rows(engine):
                    "20 of the job's 400 rows to be answered before the cancel", timeout=120, poll=0.2)
         httpx.delete(srv.url + f"/v1/relqueries/{job}", timeout=60)
         out = httpx.get(srv.url + f"/v1/relqueries/{job}/result", timeout=60).json()
-    assert out["status"] in ("cancelled", "finished")
+    # (the cancel comes within a poll of the 20th row; the other 380 rows take the LLM tens of
+    # seconds, or at least the sample's 230 rows left before the proxy can answer any)
+    assert out["status"] == "cancelled"
     answered = [r for r in out["rows"] if r["error"] is None]
-    assert all(r["value"] in LABELS for r in answered) and len(answered) >= 20
-    if out["status"] == "cancelled":
-        assert all(r["error"] == "cancelled by the client" for r in out["rows"] if r["error"] is not None)
-        assert len(answered) < 400
+    assert all(r["value"] in LABELS for r in answered) and 20 <= len(answered) < 400
+    assert all(r["error"] == "cancelled by the client" for r in out["rows"] if r["error"] is not None)

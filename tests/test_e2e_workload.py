@@ -373,13 +373,13 @@ def test_explain_on_a_server_connection_asks_the_server(server):
 
 
 @pytest.mark.engine
-def test_server_connection_errors_name_the_problem(server):
+def test_server_connection_errors_name_the_problem(server, tmp_path):
     with pytest.raises(ConfigError, match="server must be"):
         relserve.duckdb.connect(server="localhost:8000")
     with pytest.raises(ConfigError, match="engine or server"):
         relserve.duckdb.install(duckdb.connect(), engine=object(), server=server.url)
     with pytest.raises(ConfigError, match="cache"):
-        relserve.duckdb.connect(server=server.url, cache=ResultCache(Path("/tmp/never-used.sqlite")))
+        relserve.duckdb.connect(server=server.url, cache=ResultCache(tmp_path / "never-used.sqlite"))
     con = relserve.duckdb.connect(server=server.url, api_key=KEY, progress=False)
     _reviews(con)
     with pytest.raises(Exception, match="unknown model 'no-such-model'"):
