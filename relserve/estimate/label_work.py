@@ -122,8 +122,7 @@ def _adaptive(plan: LabelPlan, prompts: Sequence[str], values: Sequence[tuple] |
     sample = adaptive.sample_indices(len(values), adaptive.SAMPLE_ROWS)
     # its two stages (adaptive.first_pass): every layout on a few sampled rows, then the finalists
     # (estimated: the first ones) on the rest of the sample
-    first_stage = [sample[k] for k in adaptive.sample_indices(len(sample), adaptive.FIRST_STAGE_ROWS)]
-    second_stage = [i for i in sample if i not in set(first_stage)]
+    first_stage, second_stage = adaptive.first_pass_stages(sample)
     for rows, stage in ((first_stage, layouts), (second_stage, layouts[: adaptive.FINALISTS])):
         if rows:
             plan.before.append([Scored("first pass", [render(layout, values[i]) for i in rows], shaped(layout),

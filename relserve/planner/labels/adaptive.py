@@ -31,6 +31,7 @@ import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from relserve.backend.protocol import Backend
 from relserve.functions import LLMCall
@@ -188,6 +189,14 @@ def forget() -> None:
         _pools.clear()
 
 
+def first_pass_stages(sample: Sequence[int]) -> tuple[list[int], list[int]]:
+    """The first pass's sampled rows split into its two stages: ``FIRST_STAGE_ROWS`` spread over
+    the sample (every layout), and the rest (the finalists)."""
+    first = [sample[k] for k in sample_indices(len(sample), FIRST_STAGE_ROWS)]
+    chosen = set(first)
+    return first, [i for i in sample if i not in chosen]
+
+
 def mutual_information(margins: Sequence[float]) -> float:
     """I(row; answer) for two answers whose log-odds per row are ``margins``: the entropy of the
     mean answer minus the mean entropy of each row's answer (nats)."""
@@ -232,9 +241,7 @@ class AdaptiveRun(LabelRun):
         self.render = LayoutRenderer(ctx.call)
         #: the whole relQuery this one is a part of (a cascade's), or None
         self.scope = ctx.scope
-        #: the rows the first pass samples: the whole relQuery's
-        self.whole = _CallerRows.of(ctx.scope.values, ctx.scope.first_rows) if ctx.scope else _CallerRows.of(
-            self.values, ctx.first_rows)
+        self._first_rows = ctx.first_rows
         self.key = call_key(ctx.call, ctx.engine, ctx.model_id)
         self.choice: Choice | None = None
         #: the layout this relQuery runs: the choice's, with this relQuery's values as the labels
@@ -242,6 +249,14 @@ class AdaptiveRun(LabelRun):
         self.layout: Layout | None = None
         self._report: AdaptiveReport | None = None
         self._first_pass = False
+
+    @cached_property
+    def whole(self) -> _CallerRows:
+        """The rows the first pass samples: the whole relQuery's (only a relQuery that runs the
+        first pass orders them)."""
+        if self.scope is not None:
+            return _CallerRows.of(self.scope.values, self.scope.first_rows)
+        return _CallerRows.of(self.values, self._first_rows)
 
     @property
     def report(self) -> AdaptiveReport | None:
@@ -306,8 +321,7 @@ class AdaptiveRun(LabelRun):
         whole = self.whole
         layouts = layouts_for(self.call, whole.values)
         sample = [whole.order[k] for k in sample_indices(len(whole.values), SAMPLE_ROWS)]
-        first = [sample[k] for k in sample_indices(len(sample), FIRST_STAGE_ROWS)]
-        second = [i for i in sample if i not in set(first)]
+        first, second = first_pass_stages(sample)
         margins_of = self._score_layouts(layouts, first, "")
         informative = [mutual_information(list(ms.values())) for ms in margins_of]
         # the earlier layout (the question first) wins a tie, at either stage
