@@ -224,7 +224,7 @@ def run_phase(engine, url: str, policy: str, plans, duration: float, max_tokens:
         lost_rows=sum(d.missing for d in results),
         duplicated_rows=sum(d.duplicated for d in results),
         row_errors=sum(d.errors for d in results),
-        scheduler={"steps": st["steps"], "dpu_seconds": st["dpu_seconds"], "aba_seconds": st["aba_seconds"]},
+        scheduler=st.model_dump(include={"steps", "dpu_seconds", "aba_seconds"}),
         sessions=sessions,
     )
     return report, results

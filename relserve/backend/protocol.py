@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from relserve.engine.handle import RelQueryHandle
+from relserve.engine.scheduler_stats import ClusterSchedulerStats, SchedulerStats
 from relserve.engine.settings import EngineSettings
 from relserve.policy import CostModel, PolicySettings
 from relserve.relquery import RelQuery
@@ -100,8 +101,8 @@ class Backend(Protocol):
         """
         ...
 
-    def scheduler_stats(self, steps: bool = False, clear: bool = False) -> dict:
-        """The scheduler's counters (plug-in policies only).
+    def scheduler_stats(self, steps: bool = False, clear: bool = False) -> SchedulerStats | ClusterSchedulerStats:
+        """The scheduler's counters (plug-in policies only; a cluster: each replica's).
 
         Args:
             steps: include the per-step log.

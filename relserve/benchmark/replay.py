@@ -116,7 +116,7 @@ def replay(
     log: list[StepRecord] = []
     if engine.uses_plugin:
         st = engine.scheduler_stats(steps=True)
-        policy_s = st["dpu_seconds"] + st["aba_seconds"]
-        steps = st["steps"]
-        log = [StepRecord.from_dict(s) for s in st["step_log"]]
+        policy_s = st.policy_s
+        steps = st.steps
+        log = st.step_log
     return ReplayResult([r for r in records if r is not None], span, policy_s, steps, log)

@@ -99,8 +99,9 @@ class ReplicaActor:
     def reset_prefix_cache(self) -> None:
         self.engine.reset_prefix_cache()
 
-    def scheduler_stats(self) -> dict:
-        return self.engine.scheduler_stats() if self.engine.uses_plugin else {}
+    def scheduler_stats(self) -> dict[str, Any] | None:
+        # sent to the cluster as JSON-like data, read back into ``SchedulerStats`` there
+        return self.engine.scheduler_stats().model_dump() if self.engine.uses_plugin else None
 
     def alive(self) -> bool:
         return self.engine.alive

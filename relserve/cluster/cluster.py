@@ -20,6 +20,7 @@ from relserve.cluster.dispatch import DISPATCHERS, Work, make_dispatcher
 from relserve.engine.admission import admit
 from relserve.engine.backend_base import BackendBase, Span, finished_result
 from relserve.engine.handle import RelQueryHandle
+from relserve.engine.scheduler_stats import ClusterSchedulerStats
 from relserve.errors import ConfigError, EngineError, RowError
 from relserve.policy.types import Tenancy
 from relserve.relquery import RelQuery
@@ -196,9 +197,9 @@ class Cluster(BackendBase):
         for b in self._dispatcher.books:
             b.cache.clear()
 
-    def scheduler_stats(self, steps: bool = False, clear: bool = False) -> dict:
+    def scheduler_stats(self, steps: bool = False, clear: bool = False) -> ClusterSchedulerStats:
         ray = _ray()
-        return {"replicas": ray.get([a.scheduler_stats.remote() for a in self._actors])}
+        return ClusterSchedulerStats.model_validate({"replicas": ray.get([a.scheduler_stats.remote() for a in self._actors])})
 
     def set_policy(self, *args: object, **kwargs: object) -> None:
         raise ConfigError("switching the policy of a running cluster is not supported; start a new Cluster")

@@ -267,7 +267,7 @@ def calibrate(engine, grid: ProbeGrid | None = None, seed: int = 0, progress: Ca
             engine.reset_prefix_cache()
             engine.scheduler_stats(clear=True)
             run()
-            log = [StepRecord.from_dict(s) for s in engine.scheduler_stats(steps=True, clear=True)["step_log"]]
+            log = engine.scheduler_stats(steps=True, clear=True).step_log
             raw_steps += [{"probe": i, **{k: getattr(s, k) for k in _RAW}} for s in log]
             steps = steps_as_samples(log, i)
             samples += steps

@@ -27,9 +27,9 @@ from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import LabelTrie, asks, pick
 from relserve.engine.request_meta import RequestMeta
 from relserve.engine.row_gate import RowGate
+from relserve.engine.scheduler_stats import SchedulerStats
 from relserve.engine.scheduler_steps import SchedulerStep
 from relserve.engine.spawn import check_not_bootstrapping, hidden_main
-from relserve.engine.step_record import StepRecord
 from relserve.errors import ConfigError, EngineError
 from relserve.estimate import answer_lengths
 from relserve.estimate.snapshot import QueuedRelQuery, QueuedRequest
@@ -245,8 +245,8 @@ class Engine(BackendBase):
                 raise EngineError(f"vLLM failed to start with model {self.model_path!r}: {e}") from e
         self.kv_capacity_tokens = None
         if self.uses_plugin:
-            info = await self._rpc("stats", {})
-            self.kv_capacity_tokens = info["kv_capacity_tokens"]
+            info = SchedulerStats.model_validate(await self._rpc("stats", {}))
+            self.kv_capacity_tokens = info.kv_capacity_tokens
         await warm_scoring(self._llm, self.tokenizer)
 
     def _plugin_config(self, policy: str, settings: PolicySettings) -> dict:
@@ -301,16 +301,16 @@ class Engine(BackendBase):
         self._call(self._rpc("set_policy", cfg))
         self.policy = policy
 
-    def scheduler_stats(self, steps: bool = False, clear: bool = False) -> dict:
+    def scheduler_stats(self, steps: bool = False, clear: bool = False) -> SchedulerStats:
         """Policy overhead (DPU and ABA seconds), step count and, if asked, the per-step log."""
-        return self._call(self._rpc("stats", {"steps": steps, "clear": clear}))
+        return SchedulerStats.model_validate(self._call(self._rpc("stats", {"steps": steps, "clear": clear})))
 
     def scheduler_steps(self, since: int = 0) -> list[SchedulerStep]:
         """The steps the scheduler plug-in ran after step ``since`` (``SchedulerStep.seq``), in order,
-        with what each did for every relQuery; ``scheduler_stats()["last_step"]`` is the newest
+        with what each did for every relQuery; ``scheduler_stats().last_step`` is the newest
         step's number. The plug-in keeps the last 20,000 steps."""
-        log = self._call(self._rpc("stats", {"steps": True, "since": since}))["step_log"]
-        return [SchedulerStep.from_record(StepRecord.from_dict(entry)) for entry in log]
+        stats = SchedulerStats.model_validate(self._call(self._rpc("stats", {"steps": True, "since": since})))
+        return [SchedulerStep.from_record(record) for record in stats.step_log]
 
     def queued(self) -> list[QueuedRelQuery]:
         """Every relQuery in flight with its unfinished requests, as the scheduler sees them now

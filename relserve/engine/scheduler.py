@@ -38,6 +38,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
 from relserve.engine.request_meta import RequestMeta
+from relserve.engine.scheduler_stats import SchedulerStats
 from relserve.engine.step_record import RelQueryCounts, StepRecord
 from relserve.policy import CostModel, Limits, Policy, PolicySettings, Req, StepKind, StepView, make_policy
 from relserve.policy.preemption import preemption_order
@@ -113,23 +114,23 @@ class RelServeScheduler(Scheduler):
             return {"policy": self._policy.name}
         if command == "stats":
             since = payload.get("since", 0)
-            steps = [s.to_dict() for s in self._step_log if s.seq > since] if payload.get("steps") else []
+            steps = [s for s in self._step_log if s.seq > since] if payload.get("steps") else []
             if payload.get("clear"):
                 self._step_log.clear()
             p = self._policy
-            return {
-                "policy": p.name,
-                "steps": p.steps,
-                "dpu_seconds": p.dpu_seconds,
-                "aba_seconds": p.aba_seconds,
-                "step_log": steps,
-                "kv_capacity_tokens": self._kv_capacity,
-                "preemptions": self._preemptions,
-                "last_step": self._step_seq,
-                "block_size": self.block_size,
-                "scheduler": type(self).__name__,
-                "async_scheduling": isinstance(self, AsyncScheduler),
-            }
+            return SchedulerStats(
+                policy=p.name,
+                steps=p.steps,
+                dpu_seconds=p.dpu_seconds,
+                aba_seconds=p.aba_seconds,
+                step_log=steps,
+                kv_capacity_tokens=self._kv_capacity,
+                preemptions=self._preemptions,
+                last_step=self._step_seq,
+                block_size=self.block_size,
+                scheduler=type(self).__name__,
+                async_scheduling=isinstance(self, AsyncScheduler),
+            ).model_dump()
         if command == "queue":
             # every request in the engine, for the estimates' replay of its queue (relserve/estimate/)
             return {"requests": [

@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 from starlette.concurrency import run_in_threadpool
 
 from relserve.backend.protocol import Backend
+from relserve.engine.scheduler_stats import SchedulerStats
 from relserve.server.jobs import Job, JobRegistry
 
 # the *_created series (one timestamp per label set) only clutter a scrape
@@ -34,7 +35,7 @@ class _LiveCollector(Collector):
         self.engine = engine
         self.totals = totals
         #: the engine's scheduler_stats(), read just before a scrape (off the event loop)
-        self.scheduler: dict | None = None
+        self.scheduler: SchedulerStats | None = None
 
     def collect(self):
         running = GaugeMetricFamily("relserve_relqueries_in_flight", "relQueries not finished yet", labels=["tenant"])
@@ -56,12 +57,12 @@ class _LiveCollector(Collector):
         st = self.scheduler
         if st is not None:
             sec = CounterMetricFamily("relserve_scheduler_policy_seconds", "time spent in the scheduling policy", labels=["part"])
-            sec.add_metric(["dpu"], float(st.get("dpu_seconds", 0.0)))
-            sec.add_metric(["aba"], float(st.get("aba_seconds", 0.0)))
+            sec.add_metric(["dpu"], st.dpu_seconds)
+            sec.add_metric(["aba"], st.aba_seconds)
             yield sec
-            yield CounterMetricFamily("relserve_scheduler_steps", "engine steps planned by the policy", value=float(st.get("steps", 0)))
+            yield CounterMetricFamily("relserve_scheduler_steps", "engine steps planned by the policy", value=float(st.steps))
             policy = GaugeMetricFamily("relserve_scheduler_policy_info", "the engine's scheduling policy", labels=["policy"])
-            policy.add_metric([str(st.get("policy", getattr(self.engine, "policy", "")))], 1.0)
+            policy.add_metric([st.policy or str(getattr(self.engine, "policy", ""))], 1.0)
             yield policy
 
 
@@ -134,7 +135,8 @@ class ServerMetrics:
         """Blocking RPC to the engine core: call it from a worker thread (``refresh_scheduler``)."""
         if getattr(self.engine, "uses_plugin", False):
             try:
-                self._live.scheduler = self.engine.scheduler_stats()
+                # a Backend that still returns the counters as a mapping reads the same way
+                self._live.scheduler = SchedulerStats.model_validate(self.engine.scheduler_stats())
             except Exception:  # a scrape must not fail because the engine is busy switching policy
                 pass
 
