@@ -16,10 +16,10 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from relserve.call_fields import CallFields
 from relserve.client import Client, ServerError
+from relserve.job_stats import JobStats
 from relserve.results import RowResult
 
 #: an interrupted statement waits at most this long for the server to confirm the cancel
@@ -40,7 +40,8 @@ class Answer:
 @dataclass(frozen=True)
 class Finished:
     status: str
-    stats: Mapping[str, Any]
+    #: the job's figures as the server sent them (``JobStats`` reads as a mapping of those too)
+    stats: JobStats
     error: str | None
 
 
@@ -83,7 +84,7 @@ class AnswerStream:
                         return
                     self._events.put(Answer(r))
                 done = st.done or {}
-                self._events.put(Finished(done.get("status", "unknown"), done.get("stats") or {}, done.get("error")))
+                self._events.put(Finished(done.get("status", "unknown"), JobStats.from_json(done.get("stats")), done.get("error")))
         except ServerError as e:
             self._events.put(Broken(e.status, str(e)))
         except Exception as e:  # handed to the polling thread with its message

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 
 from relserve.binding import Binding
 from relserve.cascade.report import CascadeReport
 from relserve.errors import TemplateError
+from relserve.job_stats import JobStats
 from relserve.postgres import backend
 from relserve.postgres.answers import Accepted, Answer, AnswerStream, Broken, Finished
 from relserve.postgres.errors import DATA_EXCEPTION, QUERY_CANCELED, PgError, raise_as_sql, server_error
@@ -129,20 +131,21 @@ def run(plpy: object, name: str, request: CallRequest, template: str, rows: list
         raise
 
 
-def notice_cascade(plpy: object, name: str, stats: object) -> None:
+def notice_cascade(plpy: object, name: str, stats: JobStats | Mapping[str, object]) -> None:
     """A model cascade's figures (sample, audit, threshold, proxy rows, estimated agreement) as a
-    NOTICE: what EXPLAIN ANALYZE shows on the other surfaces."""
-    got = stats.get("cascade") if isinstance(stats, dict) else None
-    if isinstance(got, dict) and "rows" in got:
+    NOTICE: what EXPLAIN ANALYZE shows on the other surfaces. ``stats``: the job's, parsed or as sent."""
+    stats = stats if isinstance(stats, JobStats) else JobStats.from_json(stats)
+    got = stats.cascade
+    if got is not None and "rows" in got:
         plpy.notice(f"{name}: model cascade\n{CascadeReport.from_dict(got)}")
     notice_labels(plpy, name, stats)
 
 
-def notice_labels(plpy: object, name: str, stats: object) -> None:
+def notice_labels(plpy: object, name: str, stats: JobStats) -> None:
     """The label method's warning that the answers are close to guesses (the model does not tell
     the rows apart), as a NOTICE naming what to check: a Python warning on the other surfaces."""
-    warning = stats.get("warning") if isinstance(stats, dict) else None
-    if isinstance(warning, str) and warning:
+    warning = stats.warning
+    if warning:
         plpy.notice(f"{name}: {warning.split(': ', 1)[1] if warning.startswith(name) else warning}")
 
 
