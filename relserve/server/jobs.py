@@ -30,6 +30,7 @@ from relserve.planner.planned_rows import PlannedRows
 from relserve.policy.types import Tenancy
 from relserve.results import RelQueryStats, RowResult
 from relserve.server.budget import Cost, LimitExceeded, call_max_tokens, with_first_pass
+from relserve.server.schemas import JobDescription, JobProgress
 from relserve.server.tenant_engine import engine_for_tenant
 from relserve.validation import OnError
 
@@ -319,19 +320,22 @@ class Job:
             out.budget_prompt_tokens_spent = budget.spent_prompt
         return out
 
+    def description(self) -> JobDescription:
+        return JobDescription(
+            id=self.id,
+            kind=self.kind,
+            status=self.status,
+            error=self.error,
+            created=self.created_at,
+            progress=JobProgress(done=len(self.order), total=self.total),
+            priority=self.priority,
+            deadline_s=self.deadline_s,
+            stats=self.stats(),
+        )
+
     def describe(self) -> dict[str, object]:
-        """The job as JSON: always serialisable (a non-finite number becomes null)."""
-        return json_safe({
-            "id": self.id,
-            "kind": self.kind,
-            "status": self.status,
-            "error": self.error,
-            "created": self.created_at,
-            "progress": {"done": len(self.order), "total": self.total},
-            "priority": self.priority,
-            "deadline_s": self.deadline_s,
-            "stats": self.stats().to_json(),
-        })
+        """The job's description as JSON: always serialisable (a non-finite number becomes null)."""
+        return json_safe(self.description().to_json())  # type: ignore[return-value]
 
 
 def _engine_cost(batch: PlannedRows) -> Cost:
