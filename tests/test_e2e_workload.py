@@ -258,8 +258,9 @@ def test_fifo_lock_runs_in_the_order_asked():
             t.start()
             queued(i + 2)
         assert order == []
-    for t in threads:
+    for i, t in enumerate(threads):
         t.join(30)
+        assert not t.is_alive(), f"worker {i} did not take and release the lock within 30 s of its turn"
     assert order == list(range(5))
 
 

@@ -8,9 +8,9 @@ else the default SmolLM2-135M.
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
+from waits import wait_until
 
 pytestmark = pytest.mark.gpu
 
@@ -49,13 +49,15 @@ def test_two_relqueries_and_a_cancel_on_a_gpu(gpu_engine):
     short = RelQuery("Is {name} a person's name? Answer yes or no.", [{"name": f"name {i}"} for i in range(32)], max_tokens=5)
     h_long = gpu_engine.submit(long_rq)
     h_short = gpu_engine.submit(short)
-    time.sleep(1.0)
+    # cancel the long one mid-run: once the scheduler has decoded a step of its rows
+    wait_until(lambda: any(s.decoded.get(h_long.rel_id) for s in gpu_engine.scheduler_steps(stats["last_step"])),
+               "the engine decoding the long relQuery's rows", timeout=120)
     h_long.cancel()
     res_long = h_long.result(timeout=120)
     res_short = h_short.result(timeout=120)
     assert res_long.cancelled
     assert all(r.error is None and r.text for r in res_short.rows)
-    assert gpu_engine.wait_idle(60)
+    assert gpu_engine.wait_idle(60), "the GPU engine still busy 60 s after the cancel"
     # no request state left behind in the workers: the engine keeps serving full batches
     again = gpu_engine.run(RelQuery("Say hello to {name}.", [{"name": f"n{i}"} for i in range(64)], max_tokens=8))
     assert all(r.error is None and r.text for r in again.rows)

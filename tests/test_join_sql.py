@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from engine_doubles import ScriptedEngine
+from waits import Worker
 
 import relserve.duckdb
 from relserve.errors import ConfigError
@@ -135,15 +136,15 @@ def test_quiet_sqlglot_drops_only_the_reading_threads_warnings(caplog):
             log.warning("from the reading thread")
             log.error("an error from the reading thread")
             inside.set()
-            assert logged.wait(30)
+            assert logged.wait(30), "the other thread did not log within 30 s"
 
     with caplog.at_level(logging.WARNING, logger="sqlglot"):
-        t = threading.Thread(target=reader)
+        t = Worker(reader, what="the reading thread to leave quiet_sqlglot")
         t.start()
-        assert inside.wait(30)
+        assert inside.wait(30), "the reading thread did not log within 30 s"
         log.warning("from another thread")
         logged.set()
-        t.join()
+        t.finish(30)
         log.warning("from the reading thread, after")
     assert [r.getMessage() for r in caplog.records if r.name == "sqlglot"] == [
         "an error from the reading thread", "from another thread", "from the reading thread, after"]

@@ -12,7 +12,7 @@ import httpx
 import psutil
 import pytest
 from server_fixtures import FakeEngine, running_server
-from waits import wait_until
+from waits import Worker, wait_until
 
 from relserve.client import Client
 from relserve.server import hash_key
@@ -147,25 +147,27 @@ def test_planning_holds_the_tenants_budget_while_it_renders(server, fake, monkey
     import relserve.server.api_relqueries as api
 
     started, release = threading.Event(), threading.Event()
+    released: list[bool] = []  # whether the held plan was let go by the test, not by its own limit
     real = api.plan_relquery
 
     def slow_plan(*a, **kw):
         started.set()
-        release.wait(30)
+        released.append(release.wait(120))
         return real(*a, **kw)
 
     monkeypatch.setattr(api, "plan_relquery", slow_plan)
     body = {"template": "Say {x}", "rows": [{"x": i} for i in range(4)], "max_tokens": 10_000}
     out: dict = {}
-    t = threading.Thread(target=lambda: out.setdefault("r", _post(server, "/v1/relqueries/plan", body)))
+    t = Worker(lambda: out.setdefault("r", _post(server, "/v1/relqueries/plan", body)), what="the first plan's answer")
     t.start()
-    assert started.wait(30)
+    assert started.wait(30), "the first plan did not start within 30 s"
     try:
         r = _post(server, "/v1/relqueries", body)
         assert r.status_code == 429 and "max_tokens_in_flight" in _error(r)
     finally:
         release.set()
-        t.join(30)
+        t.finish(60)
+    assert released == [True], "the held plan ran out its 120 s before the test released it"
     assert out["r"].status_code == 200
     # once the plan is done its budget is free again
     monkeypatch.setattr(api, "plan_relquery", real)

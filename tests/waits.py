@@ -1,10 +1,12 @@
 """Bounded waits for the tests (not a test module): every wait has its own limit and, when it
-runs out, fails naming what did not happen, so a hang fails that test alone."""
+runs out, fails naming what did not happen, so a hang fails that test alone; a background
+thread's failure fails its test too."""
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -21,3 +23,41 @@ def wait_until(condition: Callable[[], T], what: str, timeout: float = 60.0, pol
             return got
         assert time.monotonic() < deadline, f"still waiting after {timeout:.0f} s for {what}"
         time.sleep(poll)
+
+
+class Worker(threading.Thread):
+    """A test's background thread whose failure the test sees: ``finish`` waits for it at most
+    ``timeout`` seconds, fails naming ``what`` if it is still running, and re-raises in the test
+    what the thread raised (a plain thread's exception is only printed, and the test passes).
+    A daemon, so a thread left hanging by a failed test does not keep the run from ending."""
+
+    def __init__(self, target: Callable[..., object], *args: object, what: str) -> None:
+        super().__init__(target=target, args=args, daemon=True)
+        self.what = what
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except BaseException as e:  # re-raised by finish(), in the test's own thread
+            self.error = e
+
+    def finish(self, timeout: float) -> None:
+        self.join(timeout)
+        self.check_finished(timeout)
+
+    def check_finished(self, waited: float) -> None:
+        """Fail if it still runs (``waited``: the seconds the test gave it), or with its error."""
+        assert not self.is_alive(), f"still waiting after {waited:.0f} s for {self.what}"
+        if self.error is not None:
+            raise self.error
+
+
+def finish_all(workers: Iterable[Worker], timeout: float) -> None:
+    """``finish`` every worker within one shared ``timeout``."""
+    workers = list(workers)
+    deadline = time.monotonic() + timeout
+    for w in workers:
+        w.join(max(0.0, deadline - time.monotonic()))
+    for w in workers:
+        w.check_finished(timeout)
