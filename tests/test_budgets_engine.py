@@ -13,6 +13,7 @@ import duckdb
 import httpx
 import pytest
 from server_fixtures import running_server
+from waits import wait_until
 
 import relserve.duckdb
 from relserve.client import Client, ServerError
@@ -42,7 +43,8 @@ class Spending:
         return getattr(self._engine, name)
 
     def spent(self) -> int:
-        return sum(r.prompt_tokens + r.output_tokens for h in self.handles for r in h.result().rows)
+        # every relQuery has ended by now (the statement that sent it returned): the limit guards a hang
+        return sum(r.prompt_tokens + r.output_tokens for h in self.handles for r in h.result(timeout=120).rows)
 
 
 def numbers(con: duckdb.DuckDBPyConnection, n: int) -> None:
@@ -88,7 +90,7 @@ def test_seconds_that_run_out_cancel_the_rest_and_free_the_engine(engine):
                    "FROM nums").fetchall()
     took = time.monotonic() - t0
     assert took < 3 + 5, took  # the budget's seconds, and the cancel's few steps
-    assert engine.wait_idle(2.0)  # nothing of it is left on the engine
+    assert engine.wait_idle(2.0), "the engine still busy 2 s after the call ran out of seconds"  # nothing of it is left
     errors = [e for *_, e in con.errors().fetchall()]
     assert sum(a is None for _, a in rows) == len(errors) > 0
     assert all(e == "llm_map: budget exceeded: the call's max_seconds 3 was reached before this row was answered" for e in errors)
@@ -152,9 +154,11 @@ def test_the_estimate_now_waits_behind_what_the_engine_holds(engine, with_policy
     idle = estimate_call(call, prompts, engine=engine, model_id=engine.model_id)
     assert idle.queued_relqueries == 0 and idle.now_s == pytest.approx(idle.idle_s)
     with with_policy("fcfs"):  # first come, first served: a new call waits for what came before it
+        mark = engine.scheduler_stats()["last_step"]
         big = engine.submit(RelQuery(STORY, [{"n": i} for i in range(120)], max_tokens=48, ignore_eos=True))
         try:
-            time.sleep(1.0)
+            wait_until(lambda: any(s.prefilled.get(big.rel_id) or s.decoded.get(big.rel_id) for s in engine.scheduler_steps(mark)),
+                       "the engine to run a step of the 120-row relQuery", timeout=120)
             busy = estimate_call(call, prompts, engine=engine, model_id=engine.model_id)
         finally:
             big.cancel()

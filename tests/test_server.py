@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 import time
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from server_fixtures import running_server
-from waits import wait_until
+from waits import Worker, finish_all, wait_until
 
 from relserve import RelQuery
 from relserve.client import Client
@@ -78,21 +77,15 @@ def test_concurrent_clients_each_get_exactly_their_rows(engine, server):
     }
     expected = {name: engine.run(RelQuery(TEMPLATE, rows, max_tokens=6)).texts for name, rows in jobs.items()}
     got: dict[str, list] = {}
-    errors: list[BaseException] = []
 
     def session(name: str) -> None:
-        try:
-            with Client(server.url, api_key=KEY) as c:
-                got[name] = c.run(TEMPLATE, jobs[name], max_tokens=6, cache=False).texts
-        except BaseException as e:  # surfaced below
-            errors.append(e)
+        with Client(server.url, api_key=KEY) as c:
+            got[name] = c.run(TEMPLATE, jobs[name], max_tokens=6, cache=False).texts
 
-    threads = [threading.Thread(target=session, args=(n,)) for n in jobs]
+    threads = [Worker(session, n, what=f"client {n}'s relQuery") for n in jobs]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors
+    finish_all(threads, timeout=120)
     assert got == expected
 
 
@@ -130,7 +123,7 @@ def test_a_client_that_disconnects_cancels_its_relquery(engine):
         st = client.status(stream.id)
         assert st["status"] == "cancelled" and st["error"] == "cancelled: the client disconnected"
         # 200 decode steps a row; the cancel frees the engine long before
-        assert engine.wait_idle(120)
+        assert engine.wait_idle(120), "the engine still busy 120 s after the cancel"
         res = client.result(stream.id)
         assert {r.error for r in res.rows if r.error} == {"cancelled: the client disconnected"}
         assert sum(r.error is None for r in res.rows) < len(rows)
@@ -192,12 +185,14 @@ def test_metrics_count_tokens_latency_and_scheduler_overhead(server, client):
 
     before = _metrics(server)
     res = client.run(TEMPLATE, [{"review": r} for r in REVIEWS[:3]], max_tokens=5, cache=False)
-    after = _metrics(server)
     # the scheduler's figures are read from the engine at most every 0.5 s (issue 23): wait for the next read
-    deadline = time.monotonic() + 10
-    while sample(after, "relserve_scheduler_steps") <= sample(before, "relserve_scheduler_steps") and time.monotonic() < deadline:
-        time.sleep(0.2)
-        after = _metrics(server)
+    steps_before = sample(before, "relserve_scheduler_steps")
+
+    def counting_the_runs_steps() -> dict | None:
+        families = _metrics(server)
+        return families if sample(families, "relserve_scheduler_steps") > steps_before else None
+
+    after = wait_until(counting_the_runs_steps, "the metrics to count the run's scheduler steps", timeout=60, poll=0.2)
 
     assert sample(after, "relserve_tokens", kind="prompt") - sample(before, "relserve_tokens", kind="prompt") == res.stats["prompt_tokens"]
     assert sample(after, "relserve_tokens", kind="output") - sample(before, "relserve_tokens", kind="output") == res.stats["output_tokens"]
@@ -250,7 +245,7 @@ def test_cancel_keeps_the_rows_already_answered(engine, client):
     answered = [r for r in res.rows if r.error is None]
     assert 1 <= len(answered) < len(prompts)
     assert {r.error for r in res.rows if r.error is not None} == {"cancelled by the client"}
-    assert engine.wait_idle(60)
+    assert engine.wait_idle(60), "the engine still busy 60 s after the cancel"
     # each kept row is the engine's own answer to its prompt
     alone = engine.run(RelQuery.from_prompts([prompts[r.index] for r in answered], max_tokens=200)).texts
     assert [r.text for r in answered] == alone
@@ -289,5 +284,5 @@ def test_rows_in_flight_429_and_hints_reach_the_real_engine(engine):
         assert (rq.rel_id, rq.priority) == (first, -3)
         assert 120 - (time.monotonic() - t0) <= rq.deadline_s <= 120
         assert c.cancel(first)["status"] == "cancelled"
-        assert engine.wait_idle(60)
+        assert engine.wait_idle(60), "the engine still busy 60 s after the cancel"
         assert c.run("Say {x}", [{"x": i} for i in range(2)], max_tokens=4).status == "finished"  # room again
