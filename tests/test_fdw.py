@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import re
 import socket
-import threading
-import time
 
 import psycopg
 import pytest
-from test_postgres import KEY, REPO, REVIEWS, ROLE_KEYS, cluster, connect, expected, server  # noqa: F401 (fixtures)
-from waits import wait_until
+from test_postgres import KEY, REPO, REVIEWS, ROLE_KEYS, cluster, connect, expected, server, wait_until_done  # noqa: F401 (fixtures)
+from waits import Worker, wait_until
 
 from relserve.client import Client
 
@@ -32,16 +30,6 @@ def jobs(server, key: str = KEY) -> dict[str, dict]:
 
 def new_jobs(server, before: set[str], key: str = KEY) -> list[dict]:
     return [j for k, j in jobs(server, key).items() if k not in before]
-
-
-def wait_until_done(server, job_id: str, timeout: float, key: str = KEY) -> dict:
-    """The job's listing once it has ended, or as it is after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        job = jobs(server, key)[job_id]
-        if job["status"] != "running" or time.monotonic() > deadline:
-            return job
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +199,7 @@ def test_statement_timeout_cancels_the_relquery_on_the_server(server, fdw):
         with pytest.raises(psycopg.errors.QueryCanceled, match=r"canceling statement due to statement timeout"):
             db.execute("SELECT count(*) FROM stories")
     (job,) = new_jobs(server, before, ROLE_KEYS["alice"])
-    job = wait_until_done(server, job["id"], timeout=10, key=ROLE_KEYS["alice"])
+    job = wait_until_done(server, job["id"], key=ROLE_KEYS["alice"])
     assert job["status"] == "cancelled", job
     answered = job["stats"]["rows"] - job["stats"]["errors"]
     assert answered < 300
@@ -227,13 +215,15 @@ def test_pg_cancel_backend_cancels_the_relquery_on_the_server(server, fdw):
             with connect(fdw, "alice") as other:
                 other.execute("SELECT pg_cancel_backend(%s)", [pid])
 
-        canceller = threading.Thread(target=cancel_once_it_runs)
+        canceller = Worker(cancel_once_it_runs, what="the cancel of alice's statement")
         canceller.start()
-        with pytest.raises(psycopg.errors.QueryCanceled, match=r"canceling statement due to user request"):
-            db.execute("SELECT count(*) FROM stories")
-        canceller.join()
+        try:
+            with pytest.raises(psycopg.errors.QueryCanceled, match=r"canceling statement due to user request"):
+                db.execute("SELECT count(*) FROM stories")
+        finally:  # the canceller's own failure (its relQuery never seen) is the cause of any above
+            canceller.finish(120)
     (job,) = new_jobs(server, before, ROLE_KEYS["alice"])
-    job = wait_until_done(server, job["id"], timeout=10, key=ROLE_KEYS["alice"])
+    job = wait_until_done(server, job["id"], key=ROLE_KEYS["alice"])
     assert job["status"] == "cancelled", job
 
 
@@ -302,7 +292,7 @@ def test_answers_stream_so_limit_stops_the_relquery_early(server, fdw):
     (job,) = new_jobs(server, before)
     assert job["progress"]["total"] == 300
     # the server learns of the closed stream and aborts the rows in the engine a moment later
-    job = wait_until_done(server, job["id"], timeout=10)
+    job = wait_until_done(server, job["id"])
     assert job["status"] == "cancelled", job
     assert job["stats"]["cached_rows"] == 2 and job["stats"]["rows"] - job["stats"]["errors"] < 300, job
 

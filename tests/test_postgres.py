@@ -16,6 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from server_fixtures import running_server
+from waits import Worker, finish_all, wait_until
 
 from relserve.client import Client
 from relserve.functions import make_call
@@ -62,7 +63,7 @@ class PgCluster:
         args = [str(c) for c in cmd]
         if self.as_root:
             args = ["runuser", "-u", "postgres", "--", *args]
-        out = subprocess.run(args, capture_output=True, text=True, cwd=self.root)
+        out = subprocess.run(args, capture_output=True, text=True, cwd=self.root, timeout=300)  # pg_ctl -w: its own 60 s
         if out.returncode != 0:
             log = self.root / "server.log"
             tail = log.read_text()[-2000:] if log.exists() else ""
@@ -145,7 +146,7 @@ def cluster(server):
 
 def build_extension() -> None:
     """The extension built from this checkout and installed into PostgreSQL 15's folders."""
-    build = subprocess.run(["make", "-C", str(EXTENSION_DIR), "install"], capture_output=True, text=True)
+    build = subprocess.run(["make", "-C", str(EXTENSION_DIR), "install"], capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stdout + build.stderr
 
 
@@ -171,9 +172,15 @@ def expected(engine, fn: str, template: str, values: list, **kw) -> list:
     return run_call(make_call(fn, template, **kw), [values], engine=engine, cache=False, progress=False).values
 
 
-def jobs_of(server) -> dict[str, dict]:
-    with Client(server.url, api_key=KEY) as c:
+def jobs_of(server, key: str = KEY) -> dict[str, dict]:
+    with Client(server.url, api_key=key) as c:
         return {j["id"]: j for j in c.list()}
+
+
+def wait_until_done(server, job_id: str, key: str = KEY, timeout: float = 120.0) -> dict:
+    """The job's listing once it has ended; fails if it still runs after ``timeout`` seconds."""
+    return wait_until(lambda: (job := jobs_of(server, key)[job_id])["status"] != "running" and job,
+                      f"job {job_id} to end after its statement did", timeout=timeout, poll=0.1)
 
 
 def test_install_creates_every_function(cluster):
@@ -297,24 +304,18 @@ def test_several_connections_at_once(engine, cluster):
         ),
     }
     got: dict[str, list] = {}
-    errors: list[BaseException] = []
     start = threading.Barrier(len(queries))
 
     def run(name: str, sql: str) -> None:
-        try:
-            with connect(cluster) as db:
-                db.execute("SET relserve.max_tokens = 5" if "map" in name else "RESET relserve.max_tokens")
-                start.wait(30)
-                got[name] = [a for (a,) in db.execute(sql).fetchall()]
-        except BaseException as e:  # surfaced below
-            errors.append(e)
+        with connect(cluster) as db:
+            db.execute("SET relserve.max_tokens = 5" if "map" in name else "RESET relserve.max_tokens")
+            start.wait(120)
+            got[name] = [a for (a,) in db.execute(sql).fetchall()]
 
-    threads = [threading.Thread(target=run, args=(name, sql)) for name, (sql, _) in queries.items()]
+    threads = [Worker(run, name, sql, what=f"the {name} session") for name, (sql, _) in queries.items()]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(300)
-    assert not errors, errors
+    finish_all(threads, timeout=300)
     assert got == {name: want for name, (_, want) in queries.items()}
 
 

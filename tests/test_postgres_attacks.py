@@ -56,8 +56,9 @@ class Listener:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(2)
+        self._thread.join(30)  # its accept and recv time out within about a second
         self.sock.close()
+        assert not self._thread.is_alive(), "the listener's thread did not stop within 30 s"
 
 
 @pytest.fixture

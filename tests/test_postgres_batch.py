@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from test_postgres import KEY, MAP_TEMPLATE, REVIEWS, ROLE_KEYS, cluster, connect, jobs_of, server  # noqa: F401 (fixtures)
+from test_postgres import KEY, MAP_TEMPLATE, REVIEWS, ROLE_KEYS, cluster, connect, jobs_of, server, wait_until_done  # noqa: F401 (fixtures)
+from waits import Worker, finish_all
 
 pytestmark = [pytest.mark.postgres, pytest.mark.engine]
 
@@ -91,8 +92,6 @@ def test_classify_in_group_by_and_a_join(server, cluster):
 
 
 def test_limit_stops_the_scan_and_cancels_the_rest(server, cluster):
-    import time
-
     sql = ("SELECT g, llm_map('Write a long story about the number {n}.', g::text) FROM generate_series(1, 64) g LIMIT 2")
     with connect(cluster) as db:
         db.execute("SET relserve.max_tokens = 32")
@@ -103,10 +102,7 @@ def test_limit_stops_the_scan_and_cancels_the_rest(server, cluster):
     assert [g for g, _ in got] == [1, 2] and all(isinstance(a, str) and a for _, a in got)
     (job,) = new_jobs(server, before)
     assert job["progress"]["total"] == 64
-    deadline = time.monotonic() + 10  # the cancel reaches the engine a moment after the scan ends
-    while job["status"] == "running" and time.monotonic() < deadline:
-        time.sleep(0.1)
-        job = jobs_of(server)[job["id"]]
+    job = wait_until_done(server, job["id"])  # the cancel reaches the engine a moment after the scan ends
     assert job["status"] == "cancelled" and job["stats"]["rows"] - job["stats"]["errors"] < 64, job
 
 
@@ -163,8 +159,6 @@ def test_extract_batched_answers_like_the_query_form(server, cluster):
 
 
 def test_statement_timeout_cancels_the_batched_relquery(server, cluster):
-    import time
-
     # (an llm_* call inside an aggregate's argument runs per row: the subquery computes it batched)
     sql = ("SELECT count(a) FROM (SELECT llm_map('Write a long story about the number {n}.', g::text) AS a "
            "FROM generate_series(1, 300) g) s")
@@ -178,16 +172,11 @@ def test_statement_timeout_cancels_the_batched_relquery(server, cluster):
     started = new_jobs(server, before)
     assert [j["progress"]["total"] for j in started] == [300], [(j["progress"], j["status"]) for j in started]
     job = started[0]
-    deadline = time.monotonic() + 10
-    while job["status"] == "running" and time.monotonic() < deadline:
-        time.sleep(0.1)
-        job = jobs_of(server)[job["id"]]
+    job = wait_until_done(server, job["id"])
     assert job["status"] == "cancelled" and job["stats"]["rows"] - job["stats"]["errors"] < 300, job
 
 
 def test_eight_sessions_at_once_each_send_one_relquery(server, cluster):
-    import threading
-
     with connect(cluster) as db:
         whole = dict(db.execute("SELECT (input->>'id')::int, answer FROM llm_map_query('Is {review} good?', "
                                 "'SELECT id, review FROM reviews WHERE id <= 6', '{\"max_tokens\": 4, \"cache\": false}')").fetchall())
@@ -199,11 +188,10 @@ def test_eight_sessions_at_once_each_send_one_relquery(server, cluster):
             db.execute("SET relserve.max_tokens = 4")
             got[k] = db.execute("SELECT id, llm_map('Is {review} good?', review) FROM reviews WHERE id <= 6 ORDER BY id").fetchall()
 
-    threads = [threading.Thread(target=session, args=(k,)) for k in range(8)]
+    threads = [Worker(session, k, what=f"session {k}'s statement") for k in range(8)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(600)
+    finish_all(threads, timeout=600)
     assert all(got[k] == sorted(whole.items()) for k in range(8)), got
     assert sorted(j["progress"]["total"] for j in new_jobs(server, before)) == [6] * 8
 

@@ -6,13 +6,12 @@ timeout ends the statement within seconds and cancels its relQuery on the server
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import psycopg
 import pytest
 from test_postgres import KEY, ROLE_KEYS, cluster, connect, server  # noqa: F401 (fixtures)
-from waits import wait_until
+from waits import Worker, wait_until
 
 from relserve.client import Client
 
@@ -171,11 +170,13 @@ def test_pg_cancel_backend_ends_the_statement_and_cancels_the_relquery(engine, s
             with connect(cluster, "alice") as other:  # a role may cancel its own backends
                 assert other.execute("SELECT pg_cancel_backend(%s)", [pid]).fetchone() == (True,)
 
-        canceller = threading.Thread(target=cancel_once_it_runs)
+        canceller = Worker(cancel_once_it_runs, what="the cancel of alice's statement")
         canceller.start()
-        with pytest.raises(psycopg.errors.QueryCanceled, match=r"canceling statement due to user request"):
-            db.execute(LONG)
-        canceller.join()
+        try:
+            with pytest.raises(psycopg.errors.QueryCanceled, match=r"canceling statement due to user request"):
+                db.execute(LONG)
+        finally:  # the canceller's own failure (its relQuery never seen, the cancel refused) is the cause of any above
+            canceller.finish(120)
         _assert_cancelled_on_the_server(server, engine, before)
         # the session is usable afterwards, and a short call still works
         assert db.execute("SELECT count(*) FROM llm_map_query('Is {review} good?', "
