@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 
 import duckdb
 import pytest
 from engine_doubles import RecordingEngine
 from server_fixtures import running_server
-from waits import wait_until
+from waits import Worker, finish_all, wait_until
 
 import relserve
 import relserve.duckdb
@@ -53,12 +52,11 @@ def test_rows_through_duckdb_concurrently(cluster):
         out[name] = con.sql(f"SELECT x, llm_map('{template}', x) FROM t ORDER BY x").fetchall()
         con.close()
 
-    threads = [threading.Thread(target=query, args=(n, tpl)) for n, tpl in
+    threads = [Worker(query, n, tpl, what=f"the {n} query through DuckDB") for n, tpl in
                (("colors", "Name a color for {x}."), ("words", "One word for {x}:"))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(300)
+    finish_all(threads, timeout=300)
     assert sorted(out) == ["colors", "words"]
     for name, template in (("colors", "Name a color for {x}."), ("words", "One word for {x}:")):
         rows = out[name]
@@ -76,11 +74,10 @@ def test_concurrent_relqueries_through_the_server(cluster):
             with Client(srv.url) as client:
                 results[word] = client.run("Say something about {x}.", _rows(8, word), max_tokens=6, cache=False)
 
-        threads = [threading.Thread(target=one, args=(w,)) for w in ("apple", "river")]
+        threads = [Worker(one, w, what=f"the {w} relQuery through the server") for w in ("apple", "river")]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join(300)
+        finish_all(threads, timeout=300)
     assert sorted(results) == ["apple", "river"]
     for res in results.values():
         assert res.status == "finished"
@@ -90,7 +87,7 @@ def test_concurrent_relqueries_through_the_server(cluster):
 
 
 def test_latency_breakdown_adds_up_over_the_parts(cluster):
-    cluster.wait_idle(120)
+    assert cluster.wait_idle(300), "the cluster still busy after 300 s with what an earlier test left on it"
     r = cluster.run(RelQuery("Say one word about {x}.", _rows(80, "moon"), max_tokens=4))
     assert r.stats.replicas == len(r.extra["cluster"]["parts"])
     s = r.stats
@@ -99,7 +96,7 @@ def test_latency_breakdown_adds_up_over_the_parts(cluster):
 
 
 def test_a_large_relquery_is_split_and_cancel_reaches_every_replica(cluster):
-    cluster.wait_idle(120)
+    assert cluster.wait_idle(300), "the cluster still busy after 300 s with what an earlier test left on it"
     h = cluster.submit(RelQuery("Write a long story about {x}.", _rows(96, "dragon"), max_tokens=200))
     # a hang guard, not a time limit: 48 rows of 200 tokens per replica can take minutes to
     # answer a first row on a loaded 2-core machine (failed at 120 s while other tests ran)
@@ -116,11 +113,11 @@ def test_a_large_relquery_is_split_and_cancel_reaches_every_replica(cluster):
         by_part.append(range(start, start + p["rows"]))
         start += p["rows"]
     assert all(any(r.index in rng for r in cancelled) for rng in by_part)
-    assert cluster.wait_idle(60)
+    assert cluster.wait_idle(60), "the cluster still busy 60 s after the cancel"
 
 
 def test_a_killed_replica_costs_only_time(cluster):
-    cluster.wait_idle(120)
+    assert cluster.wait_idle(300), "the cluster still busy after 300 s with what an earlier test left on it"
     before = cluster.replica_pids()
     handles = [cluster.submit(RelQuery("Describe {x} in a sentence.", _rows(40, w), max_tokens=24)) for w in ("cat", "dog")]
     # kill a replica that holds unfinished rows, once some rows are answered
@@ -146,7 +143,7 @@ def test_a_killed_replica_costs_only_time(cluster):
 
 
 def test_a_replica_that_stops_answering_is_timed_out(cluster):
-    cluster.wait_idle(120)
+    assert cluster.wait_idle(300), "the cluster still busy after 300 s with what an earlier test left on it"
     assert cluster.replica_alive() == [True, True]
     before = cluster.replica_pids()
     cluster.replica_timeout_s = 10.0
@@ -172,7 +169,7 @@ def test_each_tenants_prompts_hit_only_its_own_prefix_cache_on_the_replicas(clus
     # its cache salt, or another tenant could read from cached_tokens which prompts are cached
     from relserve.policy.types import Tenancy
 
-    cluster.wait_idle(120)
+    assert cluster.wait_idle(300), "the cluster still busy after 300 s with what an earlier test left on it"
     words = " ".join(f"clause {i} of the confidential merger plan" for i in range(40))
     prompt = f"{time.time_ns()} Summarize: {words}"
     alice, bob = Tenancy("alice", cache_salt="tenant:alice"), Tenancy("bob", cache_salt="tenant:bob")

@@ -44,13 +44,14 @@ class Counting:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
 
+    # (both read after the call returned, when every relQuery it sent has ended: the limit guards a hang)
     def prompt_tokens(self) -> int:
-        return sum(h.result().stats.prompt_tokens for _, h in self.sent)
+        return sum(h.result(timeout=120).stats.prompt_tokens for _, h in self.sent)
 
     def per_prompt(self) -> dict[str, int]:
         out = {}
         for rq, h in self.sent:
-            for prompt, row in zip(rq.prompts, h.result().rows):
+            for prompt, row in zip(rq.prompts, h.result(timeout=120).rows):
                 out[prompt] = row.prompt_tokens
         return out
 

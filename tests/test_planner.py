@@ -313,7 +313,7 @@ def test_the_cache_is_shared_across_processes(tmp_path, monkeypatch):
         "call = make_call('llm_map', 'Echo: {review}')\n"
         "shared_cache().put_many('m', call.sampling_settings(), [('Echo: a', 'from the other process')])\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "RELSERVE_HOME": str(home)})
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "RELSERVE_HOME": str(home)}, timeout=120)
     assert shared_cache().get_many("m", call.sampling_settings(), ["Echo: a", "Echo: b"]) == {0: "from the other process"}
     mode = shared_cache()._db.execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"

@@ -238,7 +238,7 @@ def test_policy_package_does_not_import_vllm():
     import sys
 
     code = "import sys, relserve.policy, relserve.sim; print('vllm' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "False"
 
 
