@@ -95,8 +95,9 @@ def test_filter_then_map_and_a_cached_rerun(con, recording):
     reviews = {1: "A wonderful, moving film.", 2: "Boring and far too long.", 3: "A wonderful, moving film.",
                5: "I loved every minute."}
     assert first == [(i, recording.answers[f"One word for: {r}"]) for i, r in reviews.items() if r in kept]
-    # the filter's answers came from the result cache; the map ran once on the kept reviews only
-    (map_prompts,) = recording.submitted[1:]
+    # the filter's answers came from the result cache (its 4 distinct reviews were answered by its
+    # first pass: no relQuery of its own); the map ran once on the kept reviews only
+    (map_prompts,) = recording.submitted
     assert sorted(p.removeprefix("One word for: ") for p in map_prompts) == sorted(kept)
     calls = len(recording.submitted)
     assert relserve.duckdb.sql(con, query).fetchall() == first

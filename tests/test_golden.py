@@ -121,7 +121,7 @@ def test_the_adaptive_method_answers_as_its_definition_computed_outside_relserve
 
     from relserve.functions import make_call
     from relserve.planner.labels import adaptive
-    from relserve.planner.labels.layouts import layouts_for
+    from relserve.planner.labels.layouts import LayoutRenderer, layouts_for
     from relserve.planner.plan_and_run import run_call
 
     adaptive.forget()
@@ -136,11 +136,18 @@ def test_the_adaptive_method_answers_as_its_definition_computed_outside_relserve
     assert [g for g, _ in informations] == pytest.approx([r for _, r in informations], abs=5e-3), informations
     assert report.choice.layout == layouts[case["chosen"]]
     assert report.choice.examples == case["examples"]
-    # every row's margin in the chosen layout, read back from the engine
-    (main,) = rec.relqueries
-    rows = engine.run(RelQuery.from_prompts(main.prompts, choices=main.choices, score_labels=True,
-                                            prompt_shape=main.prompt_shape, answer_field=main.answer_field)).rows
-    a, b = report.choice.layout.labels
+    # every row's margin in the chosen layout, read back from the engine: a relQuery of at most
+    # SAMPLE_ROWS rows is its own sample, answered by its first pass's scores (nothing after it)
+    layout = report.choice.layout
+    if len(case["rows"]) <= adaptive.SAMPLE_ROWS:
+        assert rec.relqueries == []
+        prompts = LayoutRenderer(call).many(layout, [tuple(r) for r in case["rows"]])
+    else:
+        (main,) = rec.relqueries
+        prompts = main.prompts
+    rows = engine.run(RelQuery.from_prompts(prompts, choices=list(layout.labels), score_labels=True,
+                                            prompt_shape="completion", answer_field=layout.answer_field)).rows
+    a, b = layout.labels
     margins = [r.label_logprobs[a] - r.label_logprobs[b] for r in rows]
     # the planner orders the relQuery's rows to share prefixes: the same margins, in its order (the
     # answers below hold each row to its own)

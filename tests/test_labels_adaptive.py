@@ -13,6 +13,7 @@ import pytest
 from engine_doubles import ScriptedEngine
 from label_doubles import MarginEngine, strong_engine
 
+from relserve.engine.handle import RelQueryHandle
 from relserve.functions import make_call
 from relserve.planner.labels import adaptive
 from relserve.planner.labels.adaptive import AdaptiveRun, mutual_information
@@ -23,7 +24,7 @@ from relserve.planner.labels.layouts import Layout, LayoutRenderer, layouts_for
 from relserve.planner.labels.mixture import fit_mixture
 from relserve.planner.plan_and_run import run_call
 from relserve.relquery import RelQuery
-from relserve.results import RowResult
+from relserve.results import RelQueryResult, RowResult
 from relserve.template import Template
 
 
@@ -207,16 +208,18 @@ def test_a_run_reports_its_choice_and_reading():
 
 def test_a_small_first_relquery_scores_every_row_in_every_layout_and_a_later_one_reuses_the_choice():
     """At most 24 rows with no earlier choice: 8 rows in every layout and the other rows in the two
-    most informative, then every row again in the chosen layout with no examples (not kept). A larger relQuery then chooses with examples; a 5-row
+    most informative; those scores answer every row (no relQuery after the first pass), and the
+    choice (with no examples) is not kept. A larger relQuery then chooses with examples; a 5-row
     relQuery after it is decided with that layout and the margins pooled so far, exactly."""
     eng = _strong_engine({"sports story"})
     call = make_call("llm_filter", "Is this news article about sports? Article: {a}", method="adaptive")
     small = [f"sports story {i}" if i % 3 == 0 else f"other story {i}" for i in range(10)]
     out = run_call(call, [small], engine=eng, cache=False, progress=False)
     assert out.values == [i % 3 == 0 for i in range(10)]
-    first, main = eng.relqueries[:7], eng.relqueries[7:]
-    assert [len(rq.prompts) for rq in first] == [8] * 5 + [2] * 2 and len(main) == 1
-    assert "\n\n" not in main[0].prompts[0]  # no examples in front
+    assert [len(rq.prompts) for rq in eng.relqueries] == [8] * 5 + [2] * 2
+    assert all(rq.rel_id.startswith(adaptive.FIRST_PASS_PREFIX) for rq in eng.relqueries)
+    # the relQuery's stats are the rows' own (scored once, by the first pass)
+    assert out.engine_stats.num_rows == 10 and out.engine_stats.prompt_tokens > 0
     assert adaptive.remembered(call, eng, "m") is None
     big = [f"sports story {i}" if i % 4 == 0 else f"other story {i}" for i in range(40)]
     run_call(call, [big], engine=eng, cache=False, progress=False)
@@ -341,3 +344,29 @@ def test_a_cascades_parts_are_chosen_from_the_whole_and_decided_with_its_samples
     adaptive.forget()
     alone, _ = _decide_part(MarginEngine(_scored_at), call, rows, rest, None)
     assert alone.count("no") == 13
+
+
+def test_a_small_relquery_whose_first_pass_lost_a_row_is_scored_again_whole():
+    """One row the first pass could not score: the first pass's scores do not answer the relQuery;
+    the engine scores every row in the chosen layout (one relQuery), and every row is answered."""
+
+    class OneRowFails(MarginEngine):
+        def submit(self, rq, tenancy=None):
+            handle = super().submit(rq, tenancy)
+            if not rq.rel_id.startswith(adaptive.FIRST_PASS_PREFIX):
+                return handle
+            rows = [RowResult(r.index, error="engine error") if "story 4" in str(rq.render()[r.index]) else r
+                    for r in handle.result().rows]
+            out = RelQueryHandle(rq.rel_id, len(rows), rq.on_error, lambda: None)
+            for r in rows:
+                out.row_done(r)
+            out.finish(RelQueryResult(rows, handle.result().stats))
+            return out
+
+    eng = OneRowFails(_strong_engine({"sports story"}).margin)
+    call = make_call("llm_filter", "Is this news article about sports? Article: {a}", method="adaptive")
+    small = [f"sports story {i}" if i % 3 == 0 else f"other story {i}" for i in range(10)]
+    out = run_call(call, [small], engine=eng, cache=False, progress=False)
+    assert out.values == [i % 3 == 0 for i in range(10)] and out.errors == [None] * 10
+    assert [len(rq.prompts) for rq in eng.relqueries] == [8] * 5 + [2] * 2 + [10]
+    assert not eng.relqueries[-1].rel_id.startswith(adaptive.FIRST_PASS_PREFIX)

@@ -54,17 +54,27 @@ def test_eager_and_lazy_calls_are_one_relquery_each(df, recording):
 
 
 def test_classify_returns_labels_and_repeats_come_from_the_cache(df, recording):
-    out = df.llm.classify("Sentiment of: {review}", ["positive", "negative"], alias="sentiment")
+    out = df.llm.classify("Sentiment of: {review}", ["positive", "negative"], alias="sentiment", method="score")
     assert out.schema["sentiment"] == pl.Enum(["positive", "negative"])
-    # each row's label is the engine's answer to that row's prompt (the Enum dtype only says it is a label)
+    # each row's label is the engine's answer to that row's prompt (the Enum dtype only says it is
+    # a label; ``score``: the best-scored label, which the engine answers as its text)
     [prompts] = recording.submitted
     answer = {r: next(recording.answers[p] for p in prompts if p.startswith(f"Sentiment of: {r}"))
               for r in ("A wonderful, moving film.", "Boring and far too long.")}
     assert out["sentiment"].to_list() == [answer["A wonderful, moving film."], answer["Boring and far too long."],
                                           answer["A wonderful, moving film."], None]
-    again = df.llm.classify("Sentiment of: {review}", ["positive", "negative"], alias="sentiment")
+    again = df.llm.classify("Sentiment of: {review}", ["positive", "negative"], alias="sentiment", method="score")
     assert again.equals(out)
     assert len(recording.submitted) == 1
+    # the default (adaptive): its 2 distinct reviews are its first pass's sample and answered by
+    # it; the same review gets the same label, and a repeat comes from the result cache
+    default = df.llm.classify("Sentiment of: {review}", ["positive", "negative"], alias="sentiment")
+    labels = default["sentiment"].to_list()
+    assert labels[0] == labels[2] in ("positive", "negative") and labels[1] in ("positive", "negative") and labels[3] is None
+    passes = len(recording.first_passes)
+    assert passes == 5 and len(recording.submitted) == 1
+    assert df.llm.classify("Sentiment of: {review}", ["positive", "negative"], alias="sentiment").equals(default)
+    assert len(recording.first_passes) == passes and len(recording.submitted) == 1
 
 
 def test_extract_errors_and_explain_on_the_engine(df, recording):

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import NamedTuple
 
 from relserve.errors import RowError
-from relserve.results import RelQueryResult, RowResult
+from relserve.results import RelQueryResult, RelQueryStats, RowResult
 
 
 class Progress(NamedTuple):
@@ -40,6 +40,17 @@ class RelQueryHandle:
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
         self._future: concurrent.futures.Future[RelQueryResult] = concurrent.futures.Future()
         self.cancelled = False
+
+    @classmethod
+    def answered(cls, rel_id: str, rows: list[RowResult]) -> RelQueryHandle:
+        """A relQuery whose rows were answered before it reached an engine (a label method's
+        first pass scored every one): finished, its stats the rows' own tokens."""
+        handle = cls(rel_id, len(rows), "null", lambda: None)
+        for row in rows:
+            handle.row_done(row)
+        tokens = {name: sum(getattr(r, name) for r in rows) for name in ("prompt_tokens", "output_tokens", "cached_tokens")}
+        handle.finish(RelQueryResult(rows, RelQueryStats(rel_id, len(rows), sum(r.error is not None for r in rows), **tokens)))
+        return handle
 
     # ------------------------------------------------------------ producer side (engine thread)
 

@@ -143,7 +143,8 @@ def call_work(
     for stage in plan.before:
         work.stages.append([scored(q) for q in stage])
     if plan.rows is not None:
-        rows_stage = [scored(plan.rows)]
+        # (no texts: the first pass answered every row)
+        rows_stage = [scored(plan.rows)] if plan.rows.texts else []
     else:
         ids = tokens.ids(list(prompts), layout_of(plan.call, plan.method))
         lengths = answer_lengths.spread(tenant, model_id, key, len(ids))
@@ -152,7 +153,8 @@ def call_work(
             typical = typical_answer_tokens(plan.call, tokens.tokenizer) if plan.call.choices else plan.call.max_tokens
             lengths = [max(1, round(typical))] * len(ids)
         rows_stage = [RelQueryWork(ROWS, ids, [()], lengths, plan.call.max_tokens, call_key=key)]
-    work.stages.append(rows_stage + [scored(q) for q in plan.beside])
+    if rows_stage or plan.beside:
+        work.stages.append(rows_stage + [scored(q) for q in plan.beside])
     return work
 
 

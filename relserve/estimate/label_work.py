@@ -129,11 +129,13 @@ def _adaptive(plan: LabelPlan, prompts: Sequence[str], values: Sequence[tuple] |
                                        layout.labels) for layout in stage])
     # which layout wins and which rows become examples only the first pass tells
     first = layouts[0]
-    examples = ""
-    if len(values) > adaptive.SAMPLE_ROWS:
+    if len(values) <= adaptive.SAMPLE_ROWS:
+        # its own sample: the first pass's scores answer every row (AdaptiveRun.request)
+        plan.rows = Scored("rows", [], shaped(first), first.labels)
+    else:
         typical = _median([render(first, values[i]) for i in sample])
         examples = "".join(f"{typical}\n{first.answer_field} {word}\n\n" for word in first.labels)
-    plan.rows = Scored("rows", [examples + t for t in render.many(first, values)], shaped(first), first.labels)
+        plan.rows = Scored("rows", [examples + t for t in render.many(first, values)], shaped(first), first.labels)
     plan.inexact.append(f"the layout and examples a first pass over {len(sample)} rows in {len(layouts)} layouts "
                         "chooses are estimated (the first layout, two examples of the sampled rows' median length)")
 

@@ -11,6 +11,7 @@ thread, pass each row the engine streams to ``answer`` on their event loop, and 
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import replace
 
 from relserve.backend.protocol import Backend
@@ -101,6 +102,12 @@ class CallExecutor:
             options.update(request.options)
             self._engine_index = request.engine_index
             self._answered = [RowResult(i, text=label) for i, label in sorted(request.answered.items())]
+            if self._engine_index is None and prompts and len(request.scored) == len(prompts):
+                # (a small relQuery's first pass scored every row as this relQuery would: sent
+                # again, the prefix cache would save all but each row's last KV block)
+                rows = [request.scored[i] for i in range(len(prompts))]
+                self.handle = RelQueryHandle.answered(self.rel_id or uuid.uuid4().hex[:8], rows)
+                return self.handle
         rq = RelQuery.from_prompts(prompts, **options, rel_id=self.rel_id, deadline_s=self._deadline_left())
         self.handle = engine.submit(rq)
         if self.labels is not None:

@@ -15,7 +15,9 @@ rows decided without assuming balanced labels.
    becomes a worked example in front of every row (as ``bootstrap`` does; it makes the two crowds
    of margins stand further apart: on rotten_tomatoes at 15% positive the mixture's gain rose
    from 0.03 to 0.12 nats per row behind them).
-4. **Every row** is scored behind the examples in the chosen layout: one relQuery.
+4. **Every row** is scored behind the examples in the chosen layout: one relQuery. A relQuery of
+   at most ``SAMPLE_ROWS`` rows is its own sample, shown no examples: the first pass scored every
+   row in the chosen layout already, and those scores are its answers (no second relQuery).
 5. **Decision** (relserve/planner/labels/decide.py): the margins, pooled with the call's earlier
    ones, read as two crowds; the upper crowd's share is the estimated prior, each row's posterior
    its confidence.
@@ -249,6 +251,9 @@ class AdaptiveRun(LabelRun):
         self.layout: Layout | None = None
         self._report: AdaptiveReport | None = None
         self._first_pass = False
+        #: per layout, the whole relQuery's rows the first pass scored in it (their index: the
+        #: prompt's), kept until ``request`` has read them
+        self._first_pass_rows: dict[Layout, dict[int, RowResult]] = {}
 
     @cached_property
     def whole(self) -> _CallerRows:
@@ -268,15 +273,27 @@ class AdaptiveRun(LabelRun):
     # -- before the relQuery runs ------------------------------------------------------------
 
     def request(self) -> LabelRequest:
-        return LabelRequest(self.prompts(), self.scoring_options())
+        prompts = self.prompts()
+        return LabelRequest(prompts, self.scoring_options(), scored=self._scored_already())
+
+    def _scored_already(self) -> dict[int, RowResult]:
+        """Every row's score from the first pass, when it scored each one as the relQuery would:
+        a relQuery that is its own sample (no cascade around it), shown no examples, each row
+        scored in the chosen layout with its labels. Empty otherwise (one row missing is enough:
+        the engine then scores them all, as one relQuery)."""
+        rows, self._first_pass_rows = self._first_pass_rows.get(self.choice.layout, {}), {}
+        if (not self._first_pass or self.scope is not None or self.choice.examples
+                or self.layout != self.choice.layout or len(rows) != len(self.values)):
+            return {}
+        return {i: replace(r, index=i) for i, r in rows.items()}
 
     def prompts(self) -> list[str]:
         """The engine's prompts for every row (runs the first pass if the call has no choice yet).
 
-        A relQuery of at most ``SAMPLE_ROWS`` rows with no earlier choice is its own sample (its
-        first pass scores each row in the chosen layout among others) and runs them again in the chosen one with no examples in front (the same
-        prompts: the prefix cache answers all but their last token); its choice is not kept, so
-        the call's first larger relQuery chooses with examples."""
+        A relQuery of at most ``SAMPLE_ROWS`` rows with no earlier choice is its own sample: its
+        first pass scores each row in the chosen layout among others, with no examples in front,
+        and those scores answer it (``request``); its choice is not kept, so the call's first
+        larger relQuery chooses with examples."""
         with _lock:
             self.choice = _choices.get(self.key)
         if self.choice is None:
@@ -354,8 +371,9 @@ class AdaptiveRun(LabelRun):
             handles.append(self.engine.submit(rq))
         out = []
         for layout, handle in zip(layouts, handles):
-            ms = {rows[r.index]: margin(r, layout, self._own(layout, values[rows[r.index]]))
-                  for r in handle.result().rows if r.error is None}
+            scored = {rows[r.index]: r for r in handle.result().rows if r.error is None and r.label_logprobs is not None}
+            self._first_pass_rows.setdefault(layout, {}).update(scored)
+            ms = {i: margin(r, layout, self._own(layout, values[i])) for i, r in scored.items()}
             out.append({i: m for i, m in ms.items() if math.isfinite(m)})
         return out
 

@@ -84,6 +84,10 @@ class LabelRequest:
     answered: Mapping[int, str] = field(default_factory=dict)
     #: the engine's row index -> the relQuery's prompt index (None: the same)
     engine_index: list[int] | None = None
+    #: prompt index -> the row as the engine scored it already, in these prompts and settings
+    #: (a first pass that scored every row of its relQuery): when every prompt has one, the
+    #: engine gets nothing and these are decided as its rows would have been
+    scored: Mapping[int, RowResult] = field(default_factory=dict)
 
 
 class LabelRun(ABC):
