@@ -64,7 +64,7 @@ def test_cancel_frees_the_relquery_while_another_keeps_running(engine):
     assert res_long.cancelled
     assert sum(r.error == "cancelled" for r in res_long.rows) > 0
     assert all(r.error is None and r.text for r in res_other.rows)
-    assert engine.wait_idle(30)
+    assert engine.wait_idle(30), "the engine still busy 30 s after the cancel"
     # The engine has no requests left and keeps serving.
     after = engine.run(RelQuery("Say hello to {name}.", [{"name": "Ada"}], max_tokens=4))
     assert after.rows[0].error is None
@@ -76,14 +76,14 @@ def test_a_cancel_right_after_submit_stops_every_row(engine):
     # tokens, about 20 s here.
     rq = RelQuery("Write a very long essay about {topic}.", [{"topic": f"theme {i}"} for i in range(12)], max_tokens=200,
                   ignore_eos=True)
-    assert engine.wait_idle(60)
+    assert engine.wait_idle(60), "the engine still busy after 60 s with an earlier test's work"
     mark = engine.scheduler_stats()["last_step"]
     h = engine.submit(rq)
     h.cancel()
     res = h.result(timeout=60)
     assert res.cancelled
     assert [r.error for r in res.rows] == ["cancelled"] * 12
-    assert engine.wait_idle(30)
+    assert engine.wait_idle(30), "the engine still busy 30 s after the cancel"
     # the engine's own steps: the rows stopped short of the 200 decode steps they would take
     assert sum(s.ran(rq.rel_id) for s in engine.scheduler_steps(mark)) < 200
 

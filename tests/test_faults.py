@@ -252,4 +252,4 @@ def test_a_stop_between_submit_and_the_first_engine_step_still_ends_the_stream(e
     # no row started: each ends with the stop's error, none with an answer
     assert sorted(e["index"] for e in rows) == list(range(6))
     assert all(e["error"] == STOPPING and e["text"] is None for e in rows), rows
-    assert engine.wait_idle(60)
+    assert engine.wait_idle(60), "the engine still busy 60 s after the stop"
