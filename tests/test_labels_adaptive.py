@@ -370,3 +370,35 @@ def test_a_small_relquery_whose_first_pass_lost_a_row_is_scored_again_whole():
     assert out.values == [i % 3 == 0 for i in range(10)] and out.errors == [None] * 10
     assert [len(rq.prompts) for rq in eng.relqueries] == [8] * 5 + [2] * 2 + [10]
     assert not eng.relqueries[-1].rel_id.startswith(adaptive.FIRST_PASS_PREFIX)
+
+
+def test_a_join_layout_is_chosen_by_what_its_answer_tells_about_the_rows_not_by_how_sure_it_is():
+    """A layout of a row's own value (a join's right side) answers which value a row is. A field
+    under which the model names the same department for every product with 90% is sure, and its
+    pairs' own-against-rest margins carry as much information as those of the field under which
+    it names each product's own department with 90%; over the answer itself the first tells
+    nothing (0 nats) and the second ln(4) x 0.66. The second is chosen and every pair is right."""
+    departments = ["arts", "office", "health", "automotive"]
+    kinds = {"paint": "arts", "stapler": "office", "vitamin": "health", "tyre": "automotive"}
+
+    def answer(text: str, rq) -> str:
+        if rq.answer_field == "Category:":  # the informative field: each product's own department
+            return next(d for k, d in kinds.items() if k in text)
+        return rq.choices[0] if rq.choices != ["yes", "no"] else "no"  # the same answer for every row
+
+    eng = ScriptedEngine(answer=answer)
+    products = [f"{k} model {i}" for i in range(3) for k in kinds]
+    pairs = [(d, p) for p in products for d in departments]
+    call = make_call("llm_filter", "Is this product a {department} product? Product: {name}", method="adaptive")
+    out = run_call(call, [[d for d, _ in pairs], [p for _, p in pairs]], engine=eng, cache=False, progress=False)
+    assert out.labels.choice.layout.field == "Category" and out.labels.choice.layout.column == "department"
+    assert out.values == [kinds[p.split()[0]] == d for d, p in pairs]
+    same = [{"arts": math.log(0.9), **{d: math.log(0.1 / 3) for d in departments[1:]}}] * 12
+    own = [{d: math.log(0.9 if d == kinds[p.split()[0]] else 0.1 / 3) for d in departments} for p in products]
+    assert adaptive.categorical_information(same) == pytest.approx(0.0, abs=1e-12)
+    p = [0.9] + [0.1 / 3] * 3
+    h = -sum(q * math.log(q) for q in p)
+    assert adaptive.categorical_information(own) == pytest.approx(math.log(4) - h)
+    # the pairs' own-against-rest margins cannot tell the two apart
+    margins = [math.log(0.9 / 0.1)] * 12 + [math.log((0.1 / 3) / (1 - 0.1 / 3))] * 36
+    assert mutual_information(margins) > 0.3

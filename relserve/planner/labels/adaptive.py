@@ -212,6 +212,24 @@ def mutual_information(margins: Sequence[float]) -> float:
     return max(0.0, h(sum(ps) / len(ps)) - sum(h(p) for p in ps) / len(ps))
 
 
+def categorical_information(logprobs: Sequence[Mapping[str, float]]) -> float:
+    """I(row; answer) when the answer is one of several values (a layout of a row's own value:
+    which of the column's values the row is), from each distinct row's log-probabilities over
+    the same values (nats)."""
+    dists = []
+    for lp in logprobs:
+        z = sum(math.exp(v) for v in lp.values())
+        dists.append({k: math.exp(v) / z for k, v in lp.items()})
+    if not dists:
+        return 0.0
+
+    def h(p: Mapping[str, float]) -> float:
+        return -sum(q * math.log(q) for q in p.values() if q > 0)
+
+    mean = {k: sum(d.get(k, 0.0) for d in dists) / len(dists) for k in dists[0]}
+    return max(0.0, h(mean) - sum(h(d) for d in dists) / len(dists))
+
+
 def margin(row: RowResult, layout: Layout, own: str | None = None) -> float:
     """The row's first-label score minus its second's; under a layout of a row's own value
     (``Layout.column``), the log-odds of ``own``, that value, among every value scored."""
@@ -340,18 +358,34 @@ class AdaptiveRun(LabelRun):
         sample = [whole.order[k] for k in sample_indices(len(whole.values), SAMPLE_ROWS)]
         first, second = first_pass_stages(sample)
         margins_of = self._score_layouts(layouts, first, "")
-        informative = [mutual_information(list(ms.values())) for ms in margins_of]
+        informative = [self._information(layout, ms) for layout, ms in zip(layouts, margins_of)]
         # the earlier layout (the question first) wins a tie, at either stage
         ranked = sorted(range(len(layouts)), key=lambda k: (-round(informative[k], 9), k))
         finalists = sorted(ranked[:FINALISTS]) if second else []
         for k, ms in zip(finalists, self._score_layouts([layouts[k] for k in finalists], second, "b")):
             margins_of[k] = {**margins_of[k], **ms}
-            informative[k] = mutual_information(list(margins_of[k].values()))
+            informative[k] = self._information(layouts[k], margins_of[k])
         trials = [LayoutTrial(layout, info, len(ms)) for layout, info, ms in zip(layouts, informative, margins_of)]
         best = max(finalists or range(len(layouts)), key=lambda k: (round(informative[k], 9), -k))
         layout = layouts[best]
         shown = self._examples(layout, margins_of[best]) if examples else ""
         return Choice(layout, tuple(trials), shown, len(sample))
+
+    def _information(self, layout: Layout, margins: Mapping[int, float]) -> float:
+        """How much the layout's answers tell the sampled rows apart. A layout of a row's own
+        value answers which of the column's values a row is: its information is over that
+        answer, once per distinct row text (the pairs of a join's left row are one text), not
+        over each pair's own value against the rest, which is high whenever the model is sure
+        of some value, right or wrong (a join of 40 products with 4 departments: "Sentiment:"
+        0.26 nats against "Category:" 0.30 that way, 0.26 against 0.61 over the answer; F1 0.44
+        against 0.61)."""
+        if layout.column is None:
+            return mutual_information(list(margins.values()))
+        by_text: dict[str, Mapping[str, float]] = {}
+        for i, row in self._first_pass_rows.get(layout, {}).items():
+            if i in margins:
+                by_text.setdefault(self.render(layout, self.whole.values[i]), row.label_logprobs)
+        return categorical_information(list(by_text.values()))
 
     def _score_layouts(self, layouts: Sequence[Layout], rows: Sequence[int], stage: str) -> list[dict[int, float]]:
         """Each layout's margin of each of the whole relQuery's ``rows`` (one relQuery per layout,
