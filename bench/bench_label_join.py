@@ -7,9 +7,10 @@ names against the four store departments they come from, as a user writes it in 
 The true pairs are the products' own departments (``category`` in ../shared/datasets'
 amazon_reviews). ``--task beers`` is the check task, kept apart from the choice of any
 default: 40 beer names against four styles (``beer/style`` in beer_ratings), as
-``ON llm_filter('Is this beer a {style}? Beer: {name}', s.style, b.name)``. Per label method (``--configs``; ``default`` is the call without one): pairs
-kept, of them true, precision, recall, F1, kept/true and pairs/s, side by side in one run, each
-cold (the label methods' memory forgotten first). This task was not used to choose any default.
+``ON llm_filter('Is this beer a {style}? Beer: {name}', s.style, b.name)``. Per label method
+(``--configs``; ``default`` is the call without one): pairs kept, of them true, precision, recall, F1, kept/true and pairs/s, side by side in one run, each
+cold (the label methods' memory forgotten first). The products task chose how a join's layouts are
+ranked (relserve/planner/labels/adaptive.py, ``_information``); the beers task checks it.
 
     .venv/bin/python bench/bench_label_join.py --products 40 [--task beers]
 """
