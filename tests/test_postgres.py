@@ -410,7 +410,7 @@ def test_missing_python_path_says_where_the_admin_sets_it(cluster):
 
 def test_the_extension_updates_drops_cleanly_and_dumps_its_configuration(cluster):
     with psycopg.connect(cluster.conninfo(DB)) as db:  # a transaction, rolled back: the other tests keep the install
-        assert db.execute("SELECT extversion FROM pg_extension WHERE extname = 'relserve'").fetchone() == ("0.3",)
+        assert db.execute("SELECT extversion FROM pg_extension WHERE extname = 'relserve'").fetchone() == ("0.4",)
         db.execute("ALTER EXTENSION relserve UPDATE")  # nothing newer: a no-op, not an error
         # the superuser's rows are the extension's configuration: pg_dump keeps them
         dumped = db.execute("SELECT c::regclass::text FROM pg_extension, unnest(extconfig) c WHERE extname = 'relserve'").fetchall()
@@ -419,6 +419,49 @@ def test_the_extension_updates_drops_cleanly_and_dumps_its_configuration(cluster
         assert db.execute("SELECT count(*) FROM pg_proc WHERE proname LIKE 'llm_%'").fetchone() == (0,)
         assert db.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'relserve'").fetchone() == (0,)
         assert db.execute("SELECT count(*) FROM pg_foreign_data_wrapper WHERE fdwname = 'relserve_fdw'").fetchone() == (0,)
+        db.rollback()
+
+
+#: every object of the extension, with what a DBA or a role would notice of it: a function's
+#: signature, body, settings, rights and volatility; a table's or view's columns, constraints,
+#: rights and definition
+EXTENSION_CATALOG = """
+SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS object,
+       coalesce((SELECT concat_ws(' | ', pg_get_function_arguments(p.oid), pg_get_function_result(p.oid), md5(p.prosrc),
+                                  p.proconfig::text, p.proacl::text, p.prosecdef, p.provolatile, p.proisstrict)
+                 FROM pg_proc p WHERE d.classid = 'pg_proc'::regclass AND p.oid = d.objid), '')
+       || coalesce((SELECT concat_ws(' | ', c.relkind, c.relacl::text, pg_get_viewdef(c.oid),
+                                     (SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull,
+                                                        ', ' ORDER BY a.attnum)
+                                      FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+                                     (SELECT string_agg(pg_get_constraintdef(k.oid), ', ' ORDER BY k.conname)
+                                      FROM pg_constraint k WHERE k.conrelid = c.oid))
+                    FROM pg_class c WHERE d.classid = 'pg_class'::regclass AND c.oid = d.objid), '') AS definition
+FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
+WHERE d.refclassid = 'pg_extension'::regclass AND e.extname = 'relserve' AND d.deptype = 'e'
+ORDER BY 1
+"""
+
+
+def test_a_0_3_install_updates_to_what_0_4_creates_and_keeps_its_configuration(cluster):
+    """A DBA who installed 0.3 runs ALTER EXTENSION relserve UPDATE: every object is as a fresh 0.4
+    install makes it (the new functions, the budget table and view, the new loader), with the
+    same rights, and the superuser's configuration rows are kept."""
+    with psycopg.connect(cluster.conninfo(DB)) as db:  # a transaction, rolled back: the other tests keep the install
+        fresh = db.execute(EXTENSION_CATALOG).fetchall()
+        assert ("function llm_score(text,text[])",) in [(o,) for o, _ in fresh]
+        db.execute("DROP EXTENSION relserve")
+        db.execute("CREATE EXTENSION relserve VERSION '0.3'")
+        assert db.execute("SELECT count(*) FROM pg_proc WHERE proname IN ('llm_score', 'llm_count_tokens')").fetchone() == (0,)
+        db.execute("INSERT INTO relserve.config VALUES ('url', 'http://relserve.internal:8000')")
+        db.execute("INSERT INTO relserve.api_keys (role, api_key) VALUES ('alice', 'alice-key')")
+        db.execute("ALTER EXTENSION relserve UPDATE")
+        assert db.execute("SELECT extversion FROM pg_extension WHERE extname = 'relserve'").fetchone() == ("0.4",)
+        assert db.execute(EXTENSION_CATALOG).fetchall() == fresh
+        assert db.execute("SELECT value FROM relserve.config WHERE name = 'url'").fetchone() == ("http://relserve.internal:8000",)
+        assert db.execute("SELECT api_key FROM relserve.api_keys WHERE role = 'alice'").fetchone() == ("alice-key",)
+        dumped = db.execute("SELECT c::regclass::text FROM pg_extension, unnest(extconfig) c WHERE extname = 'relserve'").fetchall()
+        assert sorted(dumped) == [("relserve.api_keys",), ("relserve.budget_limits",), ("relserve.config",)]
         db.rollback()
 
 

@@ -17,7 +17,7 @@
 
 PG_MODULE_MAGIC;
 
-#define RS_VERSION "0.3"
+#define RS_VERSION "0.4"
 
 PG_FUNCTION_INFO_V1(relserve_library_version);
 
