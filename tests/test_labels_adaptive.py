@@ -220,6 +220,8 @@ def test_a_small_first_relquery_scores_every_row_in_every_layout_and_a_later_one
     assert all(rq.rel_id.startswith(adaptive.FIRST_PASS_PREFIX) for rq in eng.relqueries)
     # the relQuery's stats are the rows' own (scored once, by the first pass)
     assert out.engine_stats.num_rows == 10 and out.engine_stats.prompt_tokens > 0
+    # and its time is the first pass's (the demo divides by it)
+    assert out.engine_stats.latency_s == out.engine_stats.core_s > 0
     assert adaptive.remembered(call, eng, "m") is None
     big = [f"sports story {i}" if i % 4 == 0 else f"other story {i}" for i in range(40)]
     run_call(call, [big], engine=eng, cache=False, progress=False)

@@ -42,14 +42,16 @@ class RelQueryHandle:
         self.cancelled = False
 
     @classmethod
-    def answered(cls, rel_id: str, rows: list[RowResult]) -> RelQueryHandle:
+    def answered(cls, rel_id: str, rows: list[RowResult], seconds: float = 0.0) -> RelQueryHandle:
         """A relQuery whose rows were answered before it reached an engine (a label method's
-        first pass scored every one): finished, its stats the rows' own tokens."""
+        first pass scored every one, in ``seconds``): finished, its stats the rows' own tokens
+        and those seconds, as time running."""
         handle = cls(rel_id, len(rows), "null", lambda: None)
         for row in rows:
             handle.row_done(row)
         tokens = {name: sum(getattr(r, name) for r in rows) for name in ("prompt_tokens", "output_tokens", "cached_tokens")}
-        handle.finish(RelQueryResult(rows, RelQueryStats(rel_id, len(rows), sum(r.error is not None for r in rows), **tokens)))
+        handle.finish(RelQueryResult(rows, RelQueryStats(rel_id, len(rows), sum(r.error is not None for r in rows),
+                                                         core_s=seconds, latency_s=seconds, **tokens)))
         return handle
 
     # ------------------------------------------------------------ producer side (engine thread)

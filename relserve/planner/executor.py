@@ -97,6 +97,7 @@ class CallExecutor:
             self.labels = start_run(self.label_method, LabelContext(
                 call, engine, self.model_id, self.rows.prompts, self.rows.values, self.rel_id, options,
                 [min(t) for t in self.rows.targets], self.rows.label_scope))
+            started = time.monotonic()
             request = self.labels.request()
             prompts = request.prompts
             options.update(request.options)
@@ -106,7 +107,7 @@ class CallExecutor:
                 # (a small relQuery's first pass scored every row as this relQuery would: sent
                 # again, the prefix cache would save all but each row's last KV block)
                 rows = [request.scored[i] for i in range(len(prompts))]
-                self.handle = RelQueryHandle.answered(self.rel_id or uuid.uuid4().hex[:8], rows)
+                self.handle = RelQueryHandle.answered(self.rel_id or uuid.uuid4().hex[:8], rows, time.monotonic() - started)
                 return self.handle
         rq = RelQuery.from_prompts(prompts, **options, rel_id=self.rel_id, deadline_s=self._deadline_left())
         self.handle = engine.submit(rq)
