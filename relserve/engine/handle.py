@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from relserve.errors import RowError
 from relserve.results import RelQueryResult, RelQueryStats, RowResult
+from relserve.token_counts import TokenCounts
 
 
 class Progress(NamedTuple):
@@ -49,9 +50,10 @@ class RelQueryHandle:
         handle = cls(rel_id, len(rows), "null", lambda: None)
         for row in rows:
             handle.row_done(row)
-        tokens = {name: sum(getattr(r, name) for r in rows) for name in ("prompt_tokens", "output_tokens", "cached_tokens")}
-        handle.finish(RelQueryResult(rows, RelQueryStats(rel_id, len(rows), sum(r.error is not None for r in rows),
-                                                         core_s=seconds, latency_s=seconds, **tokens)))
+        t = TokenCounts.total(rows)
+        handle.finish(RelQueryResult(rows, RelQueryStats(
+            rel_id, len(rows), sum(r.error is not None for r in rows), core_s=seconds, latency_s=seconds,
+            prompt_tokens=t.prompt_tokens, output_tokens=t.output_tokens, cached_tokens=t.cached_tokens)))
         return handle
 
     # ------------------------------------------------------------ producer side (engine thread)
