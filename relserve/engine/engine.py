@@ -13,6 +13,7 @@ import functools
 import gc
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -124,6 +125,18 @@ class _Running:
             max_running_shared=t.max_running_shared if t is not None else None,
             call_key=rq.call_key or "",
         )
+
+
+_VLLM_ID_SUFFIX = re.compile(r"-[0-9a-f]{8}$")
+
+
+def _submitted_id(scheduled_id: str, submitted: set[str]) -> str:
+    """The request id this engine submitted, from the id vLLM's scheduler knows it by: vLLM
+    (the version relserve installs, 0.32) appends ``-`` and 8 random hex characters so that ids stay unique, unless
+    ``VLLM_DISABLE_REQUEST_ID_RANDOMIZATION`` is set."""
+    if scheduled_id in submitted:
+        return scheduled_id
+    return _VLLM_ID_SUFFIX.sub("", scheduled_id)
 
 
 def _tokens_prompt(ids: list[int], tenancy: Tenancy | None) -> TokensPrompt:
@@ -319,7 +332,8 @@ class Engine(BackendBase):
         state: dict[str, list] = {}
         if self.uses_plugin and (self._inflight or self.step_gap_s is None):
             reply = self._call(self._rpc("queue", {}))
-            state = {r[0]: r for r in reply["requests"]}
+            ours = {request_id for running in list(self._inflight.values()) for request_id in running.request_ids}
+            state = {_submitted_id(r[0], ours): r for r in reply["requests"]}
             if reply.get("step_gap_s") is not None:
                 self.step_gap_s = reply["step_gap_s"]
         out = []
