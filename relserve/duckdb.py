@@ -13,7 +13,7 @@ See docs/sql-and-dataframes.md. (This module is ``relserve.duckdb``; ``import du
 package still means DuckDB itself, as imports are absolute.)
 """
 
+from relserve.budget import BudgetExceeded
 from relserve.duckdb_ext.api import Connection, SiteExplain, StatementExplain, connect, errors, explain, install, sql
-from relserve.estimate.budget import BudgetExceeded
 
 __all__ = ["BudgetExceeded", "Connection", "SiteExplain", "StatementExplain", "connect", "errors", "explain", "install", "sql"]

@@ -16,7 +16,7 @@ from relserve.template import Template
 from relserve.validation import OnError
 
 if TYPE_CHECKING:
-    from relserve.estimate.budget import Allowance
+    from relserve.budget import Allowance
 
 
 def encodable(prompt: str) -> str | RowError:
@@ -115,7 +115,7 @@ class RelQuery:
     #: scheduler can learn (``PolicySettings.output_history``). The planner sets its own key;
     #: None: one made of ``template`` and the output settings ("" for prompts with no key)
     call_key: str | None = None
-    #: issue 47: the budget the rows spend from (``relserve.estimate.budget.Allowance``): a row
+    #: issue 47: the budget the rows spend from (``relserve.budget.Allowance``): a row
     #: starts only when its most tokens fit, and the rows left when its seconds run out are
     #: cancelled with the error 'budget exceeded' (None: no budget)
     budget: Allowance | None = field(default=None, repr=False, compare=False)

@@ -16,8 +16,8 @@ from server_fixtures import running_server
 from waits import wait_until
 
 import relserve.duckdb
+from relserve.budget import BudgetExceeded
 from relserve.client import Client, ServerError
-from relserve.estimate.budget import BudgetExceeded
 
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("engine_home")]
 

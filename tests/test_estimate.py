@@ -10,9 +10,9 @@ import duckdb
 import pytest
 
 import relserve.duckdb
+from relserve.budget import Allowance, Budget, refusal
 from relserve.errors import ConfigError
 from relserve.estimate import answer_lengths, selectivity
-from relserve.estimate.budget import Allowance, Budget, refusal
 from relserve.estimate.call_work import RelQueryWork
 from relserve.estimate.snapshot import QueuedRelQuery, QueuedRequest, background_of
 from relserve.estimate.timing import Chain, Machine, replay

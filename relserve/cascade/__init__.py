@@ -11,7 +11,9 @@ meets the target with 95% confidence; when no threshold does, every row goes to 
 - ``proxy.py``: the logistic regression (numpy);
 - ``threshold.py`` and ``binomial.py``: the threshold and the agreement's interval;
 - ``runner.py``: one relQuery's cascade in steps, whoever drives it (``report.py``: what it did);
-- ``drive.py``: the synchronous driver (the server's jobs drive the same steps themselves).
+
+The synchronous driver runs the planner's executor, so it is the planner's (relserve/planner/cascade_drive.py);
+the server's jobs drive the same steps themselves.
 """
 
 from relserve.cascade.policy import CascadePlan, plan

@@ -13,6 +13,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from relserve.budget import Budget
 from relserve.duckdb_ext import blocked_join, operator_functions, planned_sql
 from relserve.duckdb_ext.connections import install as install_functions
 from relserve.duckdb_ext.connections import session_of
@@ -20,7 +21,6 @@ from relserve.duckdb_ext.estimates import statement_budget
 from relserve.duckdb_ext.routing import Route, route_of
 from relserve.duckdb_ext.statement_explain import SiteExplain, StatementExplain
 from relserve.errors import ConfigError
-from relserve.estimate.budget import Budget
 
 __all__ = ["Connection", "SiteExplain", "StatementExplain", "connect", "errors", "explain", "install", "sql"]
 

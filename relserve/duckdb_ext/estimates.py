@@ -11,10 +11,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from relserve.budget import Allowance, Budget, BudgetExceeded, refusal
 from relserve.duckdb_ext.planned import StatementRun
 from relserve.duckdb_ext.session import LocalRunner, Session
 from relserve.estimate import selectivity
-from relserve.estimate.budget import Allowance, Budget, BudgetExceeded, refusal
 from relserve.estimate.estimate import engine_view
 from relserve.estimate.statement import SiteWork, StatementEstimate, estimate_statement
 from relserve.planner.engine_ref import EngineRef
@@ -130,7 +130,7 @@ class Measured:
 
 def measured_run(con: Any, session: Session, statement: Any, params: Any) -> tuple[Measured, Any]:
     """Run the statement as ``sql`` does, counting the engine's tokens of everything it sends
-    (an allowance of no limit: relserve/estimate/budget.py)."""
+    (an allowance of no limit: relserve/budget.py)."""
     from relserve.duckdb_ext.planned import run_planned
 
     counter = session.budget or Allowance(name="statement")

@@ -27,11 +27,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from relserve.budget import Allowance, BudgetExceeded
 from relserve.call_fields import CallFields, jsonable_row
 from relserve.cascade.report import CascadeReport
 from relserve.client import Client, ServerError
 from relserve.errors import ConfigError, RowError
-from relserve.estimate.budget import Allowance, BudgetExceeded
 from relserve.estimate.estimate import CallEstimate, estimate_of
 from relserve.functions import LLMCall
 from relserve.planner.plan_and_run import CallOutcome

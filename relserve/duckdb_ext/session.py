@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from relserve.backend.protocol import Backend
+from relserve.budget import Allowance
 from relserve.duckdb_ext.remote import HttpRunner, RemoteCall
-from relserve.estimate.budget import Allowance
 from relserve.functions import CallOptions, LLMCall, LLMFunction
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef

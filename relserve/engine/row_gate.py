@@ -1,6 +1,6 @@
 """The engine's side of a budget (issue 47): the rows of a budgeted relQuery start in row order,
 each only once its most tokens fit what every budget over it has left, and give back what they
-did not use when they end (relserve/estimate/budget.py, ``Allowance``).
+did not use when they end (relserve/budget.py, ``Allowance``).
 
 One ``RowGate`` per relQuery; every gate of an engine waits on one ``asyncio.Condition`` (made
 on the engine's loop), since a row that ends under one relQuery may let a row of another start

@@ -1,4 +1,4 @@
-"""A call's budget before it starts (relserve/estimate/budget.py): its estimate checked against
+"""A call's budget before it starts (relserve/budget.py): its estimate checked against
 its own budget, and the ``Allowance`` its relQueries spend from while they run (under the
 statement's or tenant's, ``parent``), charged at once with the label probes the engine runs for
 it outside its rows (answer-field and prior probes: their tokens are known exactly)."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from relserve.budget import Allowance, Budget, BudgetExceeded, refusal
 from relserve.errors import ConfigError
-from relserve.estimate.budget import Allowance, Budget, BudgetExceeded, refusal
 from relserve.estimate.estimate import CallEstimate, estimate_call
 from relserve.functions import LLMCall
 

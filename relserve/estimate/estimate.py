@@ -6,7 +6,7 @@ seconds alone on an idle engine and behind what the engine holds now (issue 47).
 
 Every surface's EXPLAIN shows it per call site (relserve/planner/explain.py); statements add
 their sites up (``estimate_chains``); budgets check a call against it before it starts
-(relserve/estimate/budget.py).
+(relserve/budget.py).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ import uuid
 from dataclasses import replace
 
 from relserve.backend.protocol import Backend
+from relserve.budget import Allowance
 from relserve.engine.handle import RelQueryHandle
-from relserve.estimate.budget import Allowance
 from relserve.functions import FILTER_CHOICES, SchedulingHints
 from relserve.planner.labels.answer_fields import resolved
 from relserve.planner.labels.interface import LabelContext, LabelRun

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from relserve.backend.protocol import Backend
+from relserve.budget import Allowance
 from relserve.cascade import policy as cascade_policy
 from relserve.cascade.report import CascadeReport
 from relserve.errors import LabelWarning, RowError
-from relserve.estimate.budget import Allowance
 from relserve.functions import LLMCall
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
@@ -91,7 +91,7 @@ def run_rows(
     ``engine`` may be an engine, an ``EngineRef`` or None (the default engine, started only if a
     row is not in the result cache). With ``explain_only`` nothing runs: the outcome carries the
     EXPLAIN and NULL values. ``budget``: a statement's budget the call spends from, besides its
-    own (``llm_options(max_tokens_total := ..., max_seconds := ...)``; relserve/estimate/budget.py).
+    own (``llm_options(max_tokens_total := ..., max_seconds := ...)``; relserve/budget.py).
     """
     t0 = time.perf_counter()
     ref = engine if isinstance(engine, EngineRef) else EngineRef(engine, call.options.model)
@@ -131,8 +131,8 @@ def run_rows(
     cascade = cascade_policy.plan(plan.call, len(rows.prompts))
     if rows.prompts and cascade.applies:
         # (imported here: the cascade's runner imports the planner's modules)
-        from relserve.cascade.drive import run_cascade
         from relserve.cascade.runner import Cascade
+        from relserve.planner.cascade_drive import run_cascade
 
         ran = run_cascade(Cascade(rows, cascade, seed=call.options.seed or 0), ref.get(), executor_for,
                           progress=progress, fail_fast=fail_fast)

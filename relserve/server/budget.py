@@ -20,7 +20,7 @@ from relserve.server.tenants import Tenant
 from relserve.template import Template, format_value
 
 if TYPE_CHECKING:  # imported at run time where it is used
-    from relserve.estimate.budget import Allowance
+    from relserve.budget import Allowance
 
 #: characters per prompt token assumed when counting tokens before tokenizing. SmolLM2's
 #: tokenizer averages about 4 on English; 3 over-counts ordinary text a little and under-counts
@@ -227,7 +227,7 @@ class DailyBudgetExceeded(Exception):
 
 class DayBudgets:
     """Each tenant's engine tokens of the current UTC day, as an ``Allowance`` every job of the
-    tenant spends from (relserve/estimate/budget.py): the engine starts a row only when its most
+    tenant spends from (relserve/budget.py): the engine starts a row only when its most
     tokens fit what is left of the day, and counts what it used. Kept in the server's memory: a
     restarted server starts the day's count afresh."""
 
@@ -253,7 +253,7 @@ class DayBudgets:
 
     def allowance(self, tenant: Tenant) -> Allowance | None:
         """The tenant's allowance for today (None: no daily limit)."""
-        from relserve.estimate.budget import Allowance
+        from relserve.budget import Allowance
 
         limit = tenant.limits.max_tokens_per_day
         if limit is None:

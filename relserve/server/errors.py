@@ -10,8 +10,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from relserve.budget import BudgetExceeded
 from relserve.errors import ConfigError, RowError, TemplateError
-from relserve.estimate.budget import BudgetExceeded
 from relserve.server.budget import DailyBudgetExceeded, LimitExceeded, RequestTooLarge
 from relserve.server.tenants import AuthError
 

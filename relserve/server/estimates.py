@@ -4,8 +4,8 @@ answer fields and answer lengths)."""
 
 from __future__ import annotations
 
+from relserve.budget import Allowance, Budget
 from relserve.errors import ConfigError
-from relserve.estimate.budget import Allowance, Budget
 from relserve.estimate.budgeted import allowance_for, checked
 from relserve.estimate.estimate import CallEstimate, estimate_call
 from relserve.planner.planned_rows import PlannedRows

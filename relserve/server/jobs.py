@@ -17,13 +17,13 @@ from dataclasses import replace
 from starlette.concurrency import run_in_threadpool
 
 from relserve.backend.protocol import Backend
+from relserve.budget import Allowance
 from relserve.cascade import policy as cascade_policy
-from relserve.cascade.drive import merged_stats, write_proxy_answers
 from relserve.cascade.runner import Cascade
-from relserve.estimate.budget import Allowance
 from relserve.estimate.estimate import CallEstimate
 from relserve.functions import SchedulingHints
 from relserve.job_stats import JobStats
+from relserve.planner.cascade_drive import merged_stats, write_proxy_answers
 from relserve.planner.executor import CallExecutor
 from relserve.planner.explain import describe_labels
 from relserve.planner.planned_rows import PlannedRows
