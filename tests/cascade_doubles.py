@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 
 import numpy as np
+from waits import StillWaiting
 
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import pick
@@ -38,6 +39,9 @@ class RuleEngine:
     policy = "rule"
     uses_plugin = False
     max_model_len = 2048
+    #: seconds a held relQuery waits for its cancel before it fails naming the cancel (a test
+    #: that never cancels fails, not hangs)
+    hold_limit_s = 120.0
 
     def __init__(self, rule: Callable[[str], str] = good_rule, *, hold: Callable[[str], int | None] | None = None,
                  fails: Callable[[str], bool] | None = None) -> None:
@@ -69,13 +73,18 @@ class RuleEngine:
         held_after = None if self.hold is None or str(rq.rel_id).startswith(_AUX) else self.hold(str(rq.rel_id))
 
         def work():
+            try:
+                answer_rows()
+            except StillWaiting as e:  # every caller waiting on the relQuery hears what it waited for
+                handle.finish(e)
+
+        def answer_rows():
             rows = []
             for i, p in enumerate(prompts):
                 if i == held_after:
                     self.holding.set()
-                    # bounded: a test that never cancels ends with the rest of the rows cancelled
-                    stop.wait(120)
-                    stop.set()
+                    if not stop.wait(self.hold_limit_s):
+                        raise StillWaiting(self.hold_limit_s, f"the test to cancel relQuery {rq.rel_id}, held after {i} rows")
                 text = own_text(p)
                 if stop.is_set():
                     row = RowResult(i, error="cancelled", finish_reason="abort")

@@ -13,6 +13,8 @@ import threading
 import time
 from collections.abc import Iterator
 
+from waits import StillWaiting
+
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import pick
 from relserve.errors import RowError
@@ -34,6 +36,9 @@ class FakeEngine:
 
     model_id = "fake-model"
     policy = "fake"
+    #: seconds a gated row waits for its permit before its relQuery fails naming the permit (a
+    #: test that forgot to release fails, not hangs)
+    permit_limit_s = 120.0
     uses_plugin = False
     #: the context the operators size their prompts against
     max_model_len = 2048
@@ -77,10 +82,12 @@ class FakeEngine:
         # no prefix cache to warm: the shared executor's warm-up is a no-op here
         return 0
 
-    def _permit(self, stop: threading.Event) -> bool:
-        """Wait for a permit; False once the relQuery is cancelled."""
+    def _permit(self, stop: threading.Event, what: str) -> bool:
+        """Wait for a permit; False once the relQuery is cancelled. Raises StillWaiting naming
+        ``what`` when neither comes within ``permit_limit_s``."""
         with self._cond:
-            self._cond.wait_for(lambda: self._permits > 0 or stop.is_set())
+            if not self._cond.wait_for(lambda: self._permits > 0 or stop.is_set(), self.permit_limit_s):
+                raise StillWaiting(self.permit_limit_s, f"release() or open() to let {what} be answered, or its cancel")
             if stop.is_set():
                 return False
             self._permits -= 1
@@ -103,12 +110,18 @@ class FakeEngine:
         handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, cancel)
 
         def work():
+            try:
+                answer_rows()
+            except StillWaiting as e:  # every caller waiting on the relQuery hears what it waited for
+                handle.finish(e)
+
+        def answer_rows():
             t0 = time.monotonic()
             rows = []
             for i, p in enumerate(prompts):
                 if isinstance(p, RowError):  # as the real engine: the row fails, the others run
                     row = RowResult(i, error=str(p))
-                elif not self._permit(stop):
+                elif not self._permit(stop, f"row {i} of relQuery {rq.rel_id}"):
                     row = RowResult(i, error="cancelled", finish_reason="abort")
                 else:
                     text = rq.choices[0] if rq.choices else f"echo: {p}"

@@ -11,7 +11,7 @@ import duckdb
 import pytest
 from engine_doubles import RecordingEngine
 from server_fixtures import running_server
-from waits import Worker, finish_all, wait_until
+from waits import Worker, finish_all, result_within, wait_until
 
 import relserve
 import relserve.duckdb
@@ -88,7 +88,7 @@ def test_concurrent_relqueries_through_the_server(cluster):
 
 def test_latency_breakdown_adds_up_over_the_parts(cluster):
     assert cluster.wait_idle(300), "the cluster still busy after 300 s with what an earlier test left on it"
-    r = cluster.run(RelQuery("Say one word about {x}.", _rows(80, "moon"), max_tokens=4))
+    r = result_within(cluster.submit(RelQuery("Say one word about {x}.", _rows(80, "moon"), max_tokens=4)), 300, "the 80 rows")
     assert r.stats.replicas == len(r.extra["cluster"]["parts"])
     s = r.stats
     assert s.waiting_s >= 0 and s.core_s > 0 and s.tail_s >= 0
@@ -102,7 +102,8 @@ def test_a_large_relquery_is_split_and_cancel_reaches_every_replica(cluster):
     # answer a first row on a loaded 2-core machine (failed at 120 s while other tests ran)
     wait_until(lambda: h.progress.done > 0, "the first answered row", timeout=540)
     h.cancel()
-    result = h.result(120)  # 96 rows x 200 tokens would take many minutes; the cancel stops them
+    # 96 rows x 200 tokens would take many minutes; the cancel stops them
+    result = result_within(h, 120, "the cancelled relQuery to end")
     assert result.cancelled
     parts = result.extra["cluster"]["parts"]
     assert sorted(p["replica"] for p in parts) == [0, 1]  # both were idle: split over both
@@ -124,7 +125,7 @@ def test_a_killed_replica_costs_only_time(cluster):
     wait_until(lambda: sum(h.progress.done for h in handles) >= 4, "4 answered rows")
     victim = cluster.placement(handles[0].rel_id)[0]["replica"]
     os.kill(before[victim], signal.SIGKILL)
-    results = [h.result(300) for h in handles]
+    results = [result_within(h, 300, f"relQuery {h.rel_id} to finish on the replica left and the restarted one") for h in handles]
     for h, r in zip(handles, results):
         assert len(r.rows) == 40 and [x.index for x in r.rows] == list(range(40))
         assert all(x.error is None and x.text for x in r.rows), [x.error for x in r.rows if x.error]
@@ -139,7 +140,8 @@ def test_a_killed_replica_costs_only_time(cluster):
     wait_until(lambda: all(cluster.replica_alive()), "Ray to restart the replica", timeout=180)
     assert cluster.replica_alive() == [True, True]
     assert cluster.replica_pids()[victim] != before[victim]
-    assert cluster.run(RelQuery("Say {x}.", _rows(2), max_tokens=4)).stats.num_errors == 0
+    after = result_within(cluster.submit(RelQuery("Say {x}.", _rows(2), max_tokens=4)), 300, "2 rows after the restart")
+    assert after.stats.num_errors == 0
 
 
 def test_a_replica_that_stops_answering_is_timed_out(cluster):
@@ -152,7 +154,7 @@ def test_a_replica_that_stops_answering_is_timed_out(cluster):
         victim = cluster.placement(h.rel_id)[0]["replica"]
         wait_until(lambda: h.progress.done > 0, "the first answered row")
         os.kill(before[victim], signal.SIGSTOP)  # alive but silent
-        r = h.result(300)
+        r = result_within(h, 300, "the relQuery to finish without the silent replica")
     finally:
         cluster.replica_timeout_s = 60.0
     assert all(x.error is None and x.text for x in r.rows)
@@ -175,7 +177,8 @@ def test_each_tenants_prompts_hit_only_its_own_prefix_cache_on_the_replicas(clus
     alice, bob = Tenancy("alice", cache_salt="tenant:alice"), Tenancy("bob", cache_salt="tenant:bob")
 
     def cached(tenancy: Tenancy) -> int:
-        (row,) = cluster.submit(RelQuery.from_prompts([prompt], max_tokens=2), tenancy=tenancy).result(300).rows
+        h = cluster.submit(RelQuery.from_prompts([prompt], max_tokens=2), tenancy=tenancy)
+        (row,) = result_within(h, 300, f"{tenancy.tenant}'s prompt").rows
         assert row.error is None, row.error
         return row.cached_tokens
 

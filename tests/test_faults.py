@@ -19,7 +19,7 @@ import psutil
 import pytest
 from conftest import TEST_ENGINE_OPTIONS
 from server_fixtures import running_server
-from waits import wait_until
+from waits import exit_code_within, result_within, wait_until
 
 from relserve import Engine, RelQuery
 from relserve.client import Client
@@ -86,7 +86,7 @@ def test_killing_the_engine_core_fails_every_waiting_caller_and_a_new_engine_sta
             p.kill()
         for h in handles:
             with pytest.raises(EngineError, match=r"the engine's processes died"):
-                h.result(timeout=60)
+                result_within(h, 60, "the relQuery to fail once its engine core was killed")
         assert not engine.alive
         with pytest.raises(EngineError, match=r"start a new Engine"):
             engine.submit(RelQuery("Say {x}.", [{"x": "hi"}], max_tokens=2))
@@ -100,7 +100,7 @@ def test_killing_the_engine_core_fails_every_waiting_caller_and_a_new_engine_sta
         engine.close()
     again = Engine(**TEST_ENGINE_OPTIONS)
     try:
-        result = again.run(RelQuery("Say {x}.", [{"x": "hello"}], max_tokens=4), timeout=120)
+        result = result_within(again.submit(RelQuery("Say {x}.", [{"x": "hello"}], max_tokens=4)), 120, "a row from the new engine")
         assert result.rows[0].error is None and result.rows[0].text
     finally:
         again.close()
@@ -148,7 +148,7 @@ def test_kill_9_of_the_server_takes_its_engine_processes_with_it(tmp_path):
     children = _descendants(proc.pid)
     assert children, "the server started no engine process"
     proc.kill()
-    proc.wait(10)
+    exit_code_within(proc, 10, "the server killed with -9 to exit")
     left = _wait_gone(children, timeout=120)
     for p in left:  # clean up before failing
         p.kill()
@@ -170,7 +170,7 @@ def test_sigterm_while_streaming_ends_the_stream_with_a_final_event_and_stops_cl
             for line in lines:
                 if line.strip():
                     events.append(json.loads(line))
-        assert proc.wait(30) == 0
+        assert exit_code_within(proc, 30, "the server to stop after SIGTERM") == 0
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -4,12 +4,27 @@ thread's failure fails its test too."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class StillWaiting(AssertionError):
+    """A bounded wait ran out: says how long it waited and for what."""
+
+    def __init__(self, timeout: float, what: str) -> None:
+        super().__init__(f"still waiting after {timeout:.0f} s for {what}")
+
+
+class HasResult(Protocol[T_co]):
+    """A relQuery's handle, a future: ``result(timeout)`` raises TimeoutError when not ready."""
+
+    def result(self, timeout: float | None = None) -> T_co: ...
 
 
 def wait_until(condition: Callable[[], T], what: str, timeout: float = 60.0, poll: float = 0.05) -> T:
@@ -21,8 +36,26 @@ def wait_until(condition: Callable[[], T], what: str, timeout: float = 60.0, pol
         got = condition()
         if got:
             return got
-        assert time.monotonic() < deadline, f"still waiting after {timeout:.0f} s for {what}"
+        if time.monotonic() >= deadline:
+            raise StillWaiting(timeout, what)
         time.sleep(poll)
+
+
+def result_within(handle: HasResult[T], timeout: float, what: str) -> T:
+    """``handle.result(timeout)``; when it is not ready in time, fail naming ``what`` (a bare
+    TimeoutError says nothing of what did not finish)."""
+    try:
+        return handle.result(timeout)
+    except TimeoutError as e:  # concurrent.futures.TimeoutError is this class since Python 3.11
+        raise StillWaiting(timeout, what) from e
+
+
+def exit_code_within(proc: subprocess.Popen, timeout: float, what: str) -> int:
+    """``proc.wait(timeout)``; when the process still runs after it, fail naming ``what``."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired as e:
+        raise StillWaiting(timeout, what) from e
 
 
 class Worker(threading.Thread):
@@ -48,7 +81,8 @@ class Worker(threading.Thread):
 
     def check_finished(self, waited: float) -> None:
         """Fail if it still runs (``waited``: the seconds the test gave it), or with its error."""
-        assert not self.is_alive(), f"still waiting after {waited:.0f} s for {self.what}"
+        if self.is_alive():
+            raise StillWaiting(waited, self.what)
         if self.error is not None:
             raise self.error
 
