@@ -13,6 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from server_fixtures import running_server
+from waits import Worker, finish_all, wait_until
 
 import relserve.duckdb
 from relserve.client import ServerError
@@ -237,30 +238,20 @@ def test_the_decoding_contenders_render_a_label_call_as_relserve_renders_a_decod
 
 
 def test_fifo_lock_runs_in_the_order_asked():
-    import threading
-    import time
-
     lock, order = b.FifoLock(), []
 
     def worker(i):
         with lock:
             order.append(i)
 
-    def queued(n):  # n tickets waiting (or holding the lock)
-        deadline = time.monotonic() + 30
-        while lock.lined_up < n:
-            assert time.monotonic() < deadline, f"worker {n - 1} never asked for the lock"
-            time.sleep(0.005)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(5)]
+    threads = [Worker(worker, i, what=f"worker {i} to take and release the lock in its turn") for i in range(5)]
     with lock:  # held while the workers line up, one after another
         for i, t in enumerate(threads):
             t.start()
-            queued(i + 2)
+            # i + 2 tickets: the test's own (holding the lock) and workers 0..i waiting
+            wait_until(lambda n=i + 2: lock.lined_up >= n, f"worker {i} to ask for the lock", timeout=30, poll=0.005)
         assert order == []
-    for i, t in enumerate(threads):
-        t.join(30)
-        assert not t.is_alive(), f"worker {i} did not take and release the lock within 30 s of its turn"
+    finish_all(threads, timeout=30)
     assert order == list(range(5))
 
 

@@ -8,6 +8,7 @@ import json
 
 import duckdb
 import pytest
+from waits import StillWaiting
 
 import relserve.duckdb
 from relserve.budget import Allowance, Budget, refusal
@@ -211,17 +212,26 @@ async def test_rows_start_in_order_once_their_tokens_fit_and_a_row_that_never_fi
     day = Allowance(300, name="tenant t", tokens_limit="max_tokens_per_day")
     a, b = RowGate(Allowance(name="call", parent=day), changed), RowGate(Allowance(name="call", parent=day), changed)
     started: list[str] = []
+    # a row that started keeps its tokens until a0 and b0 have both started (an event, not a
+    # delay: b0 must fit beside a0 however slowly the loop runs)
+    side_by_side = asyncio.Event()
 
     async def row(gate: RowGate, name: str, pos: int, need: int, used: int) -> bool:
         ok = await gate.enter(pos, need)
         if ok:
             started.append(name)
-            await asyncio.sleep(0.01)
+            if {"a0", "b0"} <= set(started):
+                side_by_side.set()
+            await side_by_side.wait()
             await gate.leave(need, used - 1, 1)
         return ok
 
-    got = await asyncio.gather(
+    rows = asyncio.gather(
         row(a, "a0", 0, 150, 50), row(a, "a1", 1, 200, 50), row(b, "b0", 0, 90, 10), row(a, "a2", 2, 400, 0))
+    try:
+        got = await asyncio.wait_for(rows, 30)
+    except TimeoutError as e:
+        raise StillWaiting(30, f"every row to start or be refused (started: {started})") from e
     # b0 of another relQuery fitted beside a0 at once; a1 waited until both gave back what they did
     # not use (the day's 300 held 150 + 90); a2 can never fit
     assert got == [True, True, True, False]

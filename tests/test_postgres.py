@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from server_fixtures import running_server
-from waits import Worker, finish_all, wait_until
+from waits import StillWaiting, Worker, finish_all, wait_until
 
 from relserve.client import Client
 from relserve.functions import make_call
@@ -309,7 +309,10 @@ def test_several_connections_at_once(engine, cluster):
     def run(name: str, sql: str) -> None:
         with connect(cluster) as db:
             db.execute("SET relserve.max_tokens = 5" if "map" in name else "RESET relserve.max_tokens")
-            start.wait(120)
+            try:
+                start.wait(120)
+            except threading.BrokenBarrierError as e:
+                raise StillWaiting(120, f"every session to be ready to start its statement (the {name} session waited)") from e
             got[name] = [a for (a,) in db.execute(sql).fetchall()]
 
     threads = [Worker(run, name, sql, what=f"the {name} session") for name, (sql, _) in queries.items()]

@@ -5,11 +5,10 @@ operators' own logic is tested on the real engine in test_operators_engine.py.""
 
 from __future__ import annotations
 
-import threading
-
 import httpx
 import pytest
 from server_fixtures import FakeEngine, running_server
+from waits import Worker
 
 ALICE, BOB = "alice-secret-key", "bobby-secret-key"
 TENANTS = {
@@ -120,15 +119,14 @@ def test_a_tenant_over_its_tokens_in_flight_waits_429(tmp_path, monkeypatch):
     with running_server(engine, tenants=TENANTS, cache=False) as srv:
         body = {"template": TEMPLATE, "groups": [["word " * 150]], "max_tokens": 8}
         first: list = []
-        t = threading.Thread(target=lambda: first.append(post(srv, "reduce", body, key=BOB)))
+        t = Worker(lambda: first.append(post(srv, "reduce", body, key=BOB)), what="bob's first reduction to answer once the gate opened")
         t.start()
         try:
             engine.wait_submitted(1)
             second = post(srv, "reduce", body, key=BOB)
         finally:
             engine.open()
-            t.join(60)
-        assert not t.is_alive(), "the first reduction did not answer within 60 s of the gate opening"
+            t.finish(60)
         assert second.status_code == 429, second.text
         assert first[0].status_code == 200 and first[0].json()["values"][0].startswith("echo: ")
         # alice's limits are her own
