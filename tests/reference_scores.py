@@ -18,6 +18,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from waits import result_within
+
 from relserve.errors import RowError
 
 
@@ -34,7 +36,7 @@ class ScoredRelQuery:
     handle: Any
 
     def engine_logprobs(self) -> list[dict[str, float] | None]:
-        return [r.label_logprobs for r in self.handle.result(timeout=300).rows]
+        return [r.label_logprobs for r in result_within(self.handle, 300, "a scored relQuery the recorder saw").rows]
 
 
 class ScoreRecorder:
@@ -72,7 +74,7 @@ class ScoreRecorder:
         """prompt -> the engine's answer text, over every relQuery of rows (waits for them)."""
         out: dict[str, str | None] = {}
         for s in self._rows():
-            for row in s.handle.result(timeout=300).rows:
+            for row in result_within(s.handle, 300, "a relQuery of rows the recorder saw").rows:
                 out[s.prompts[row.index]] = row.text
         return out
 

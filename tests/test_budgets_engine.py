@@ -13,7 +13,7 @@ import duckdb
 import httpx
 import pytest
 from server_fixtures import running_server
-from waits import wait_until
+from waits import result_within, wait_until
 
 import relserve.duckdb
 from relserve.budget import BudgetExceeded
@@ -44,7 +44,8 @@ class Spending:
 
     def spent(self) -> int:
         # every relQuery has ended by now (the statement that sent it returned): the limit guards a hang
-        return sum(r.prompt_tokens + r.output_tokens for h in self.handles for r in h.result(timeout=120).rows)
+        return sum(r.prompt_tokens + r.output_tokens for h in self.handles
+                   for r in result_within(h, 120, f"relQuery {h.rel_id} to end after its statement did").rows)
 
 
 def numbers(con: duckdb.DuckDBPyConnection, n: int) -> None:

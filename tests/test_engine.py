@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from waits import wait_until
+from waits import result_within, wait_until
 
 from relserve import ConfigError, Engine, RelQuery, RowError, TemplateError
 
@@ -59,8 +59,8 @@ def test_cancel_frees_the_relquery_while_another_keeps_running(engine):
     # cancelled once the engine reports its rows decoding: far from their 200th token
     wait_until(lambda: any(s.decoded.get(long_rq.rel_id) for s in engine.scheduler_steps(mark)), "the long relQuery decoding")
     h_long.cancel()
-    res_long = h_long.result(timeout=60)
-    res_other = h_other.result(timeout=120)
+    res_long = result_within(h_long, 60, "the cancelled relQuery to end")
+    res_other = result_within(h_other, 120, "the other relQuery to finish")
     assert res_long.cancelled
     assert sum(r.error == "cancelled" for r in res_long.rows) > 0
     assert all(r.error is None and r.text for r in res_other.rows)
@@ -80,7 +80,7 @@ def test_a_cancel_right_after_submit_stops_every_row(engine):
     mark = engine.scheduler_stats()["last_step"]
     h = engine.submit(rq)
     h.cancel()
-    res = h.result(timeout=60)
+    res = result_within(h, 60, "the relQuery cancelled right after submit to end")
     assert res.cancelled
     assert [r.error for r in res.rows] == ["cancelled"] * 12
     assert engine.wait_idle(30), "the engine still busy 30 s after the cancel"
@@ -119,7 +119,7 @@ def test_sampling_options_reach_the_engine(engine):
     template = "Write a short poem about {thing}."
 
     def texts(**options):
-        res = engine.run(RelQuery(template, rows, max_tokens=10, **options), timeout=120)
+        res = result_within(engine.submit(RelQuery(template, rows, max_tokens=10, **options)), 120, f"the poems with {options}")
         assert res.stats.num_errors == 0
         return res.texts
 

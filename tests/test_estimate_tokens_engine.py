@@ -8,6 +8,7 @@ from typing import Any
 
 import duckdb
 import pytest
+from waits import result_within
 
 import relserve.duckdb
 from relserve.estimate.prompt_tokens import count_row_tokens, engine_tokenizer, model_tokenizer
@@ -46,12 +47,12 @@ class Counting:
 
     # (both read after the call returned, when every relQuery it sent has ended: the limit guards a hang)
     def prompt_tokens(self) -> int:
-        return sum(h.result(timeout=120).stats.prompt_tokens for _, h in self.sent)
+        return sum(result_within(h, 120, f"relQuery {h.rel_id} to end after its call did").stats.prompt_tokens for _, h in self.sent)
 
     def per_prompt(self) -> dict[str, int]:
         out = {}
         for rq, h in self.sent:
-            for prompt, row in zip(rq.prompts, h.result(timeout=120).rows):
+            for prompt, row in zip(rq.prompts, result_within(h, 120, f"relQuery {h.rel_id} to end after its call did").rows):
                 out[prompt] = row.prompt_tokens
         return out
 

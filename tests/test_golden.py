@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 import pytest
+from waits import result_within
 
 from relserve import RelQuery
 from relserve.model import resolve_model
@@ -57,7 +58,7 @@ def test_greedy_answers_are_the_reference_tokens(engine):
         for c in GREEDY["cases"]
     ]
     for case, h in zip(GREEDY["cases"], handles):
-        [row] = h.result(timeout=120).rows
+        [row] = result_within(h, 120, f"the greedy answer to {_ids(case)!r}").rows
         assert row.error is None, row.error
         ids = case["answer_token_ids"]
         # the engine reports text and counts; the reference is token ids: compare both ways
@@ -96,7 +97,7 @@ def test_label_logprobs_match_transformers(engine, case, norm, monkeypatch):
     monkeypatch.setattr(label_scoring, "LABEL_NORM", norm)
     rq = RelQuery.from_prompts([case["prompt"]], choices=case["labels"], score_labels=True,
                                prompt_shape=case["prompt_shape"], max_tokens=8)
-    [row] = engine.run(rq, timeout=120).rows
+    [row] = result_within(engine.submit(rq), 120, "the scored labels of the case").rows
     assert row.error is None, row.error
     expected = _split_reference(case) if norm == "split" else case["label_logprobs"]
     assert list(row.label_logprobs) == case["labels"]

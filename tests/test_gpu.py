@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from waits import wait_until
+from waits import result_within, wait_until
 
 pytestmark = pytest.mark.gpu
 
@@ -53,8 +53,8 @@ def test_two_relqueries_and_a_cancel_on_a_gpu(gpu_engine):
     wait_until(lambda: any(s.decoded.get(h_long.rel_id) for s in gpu_engine.scheduler_steps(stats["last_step"])),
                "the engine decoding the long relQuery's rows", timeout=120)
     h_long.cancel()
-    res_long = h_long.result(timeout=120)
-    res_short = h_short.result(timeout=120)
+    res_long = result_within(h_long, 120, "the cancelled long relQuery to end")
+    res_short = result_within(h_short, 120, "the short relQuery to finish")
     assert res_long.cancelled
     assert all(r.error is None and r.text for r in res_short.rows)
     assert gpu_engine.wait_idle(60), "the GPU engine still busy 60 s after the cancel"

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import TEST_ENGINE_OPTIONS
-from waits import wait_until
+from waits import result_within, wait_until
 
 from relserve import RelQuery
 from relserve.engine import SchedulerStep
@@ -64,7 +64,7 @@ def held_engine(engine) -> Iterator[tuple[int, object]]:
         yield mark, blocker
     finally:
         blocker.cancel()
-        blocker.result(timeout=120)
+        result_within(blocker, 120, "the cancelled blocker to end")
 
 
 def release(engine, mark: int, blocker, queued: dict[str, int]) -> None:
@@ -98,7 +98,7 @@ def _race(engine, first: RelQuery, second: RelQuery) -> list[SchedulerStep]:
         h2 = engine.submit(second)
         release(engine, mark, blocker, {first.rel_id: len(first.rows), second.rel_id: len(second.rows)})
         for h in (h1, h2):
-            res = h.result(timeout=300)
+            res = result_within(h, 300, f"relQuery {h.rel_id}, released from behind the blocker, to finish")
             assert res.stats.num_errors == 0, [r.error for r in res.rows if r.error]
     return [s for s in _steps(engine, mark) if s.ran(first.rel_id) or s.ran(second.rel_id)]
 
@@ -169,12 +169,12 @@ def _short_beside_long(engine) -> tuple[RelQuery, RelQuery, list[SchedulerStep]]
     h_long = engine.submit(long_rq)
     try:
         wait_until(lambda: _decoding(engine, mark, long_rq.rel_id, 8), "the long relQuery's 8 rows decoding")
-        res = engine.run(short, timeout=300)
+        res = result_within(engine.submit(short), 300, "the short relQuery beside the long one")
         assert res.stats.num_errors == 0
         assert not h_long.done(), "the long relQuery (1,200 tokens a row) finished before the short one"
     finally:
         h_long.cancel()
-        h_long.result(timeout=120)
+        result_within(h_long, 120, "the cancelled long relQuery to end")
     steps = [s for s in _steps(engine, mark) if s.ran(long_rq.rel_id) or s.ran(short.rel_id)]
     return long_rq, short, steps
 
