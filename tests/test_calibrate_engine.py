@@ -4,6 +4,7 @@ small probe grid fits and reports it."""
 from __future__ import annotations
 
 import pytest
+from waits import run_within
 
 from relserve import RelQuery
 from relserve.engine.calibrate import ProbeGrid, calibrate
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.engine
 def test_step_log_counts_the_context_each_step_attends_to(engine):
     engine.reset_prefix_cache()
     engine.scheduler_stats(clear=True)
-    res = engine.run(RelQuery("Count from one to ten: {x}", [{"x": "go"}, {"x": "now"}], max_tokens=4, ignore_eos=True))
+    res = run_within(engine, RelQuery("Count from one to ten: {x}", [{"x": "go"}, {"x": "now"}], max_tokens=4, ignore_eos=True))
     prompts = [r.prompt_tokens for r in res.rows]
     steps = engine.scheduler_stats(steps=True, clear=True)["step_log"]
     prefill = [s for s in steps if s["prefill_tokens"]]

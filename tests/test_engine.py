@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from waits import result_within, wait_until
+from waits import result_within, run_within, wait_until
 
 from relserve import ConfigError, Engine, RelQuery, RowError, TemplateError
 
@@ -17,10 +17,10 @@ WORDS = ["apple", "river", "mountain", "violin", "candle", "tiger", "planet", "g
 def test_answers_come_back_one_per_row_in_row_order(engine):
     template = "Repeat this word three times, separated by spaces: {word}"
     rows = [{"word": w} for w in WORDS]
-    result = engine.run(RelQuery(template, rows, max_tokens=12))
+    result = run_within(engine, RelQuery(template, rows, max_tokens=12))
     assert [r.index for r in result.rows] == list(range(len(rows)))
     # Each row's answer is the one that row gets when it runs alone (greedy decoding).
-    alone = [engine.run(RelQuery(template, [row], max_tokens=12)).texts[0] for row in rows]
+    alone = [run_within(engine, RelQuery(template, [row], max_tokens=12)).texts[0] for row in rows]
     assert result.texts == alone
     assert len(set(result.texts)) == len(rows)  # distinct answers, so a mix-up would show
     s = result.stats
@@ -36,8 +36,8 @@ def test_answers_come_back_one_per_row_in_row_order(engine):
 def test_repeated_prompts_hit_the_prefix_cache(engine):
     rows = [{"word": w} for w in WORDS[:4]]
     template = "Here is a word from a list of common English nouns used in a quiz: {word}. Spell it backwards."
-    engine.run(RelQuery(template, rows, max_tokens=4))
-    again = engine.run(RelQuery(template, rows, max_tokens=4))
+    run_within(engine, RelQuery(template, rows, max_tokens=4))
+    again = run_within(engine, RelQuery(template, rows, max_tokens=4))
     # All but the last, partial block of each prompt is served from the cache.
     for r in again.rows:
         assert r.cached_tokens >= r.prompt_tokens - engine.block_size
@@ -66,7 +66,7 @@ def test_cancel_frees_the_relquery_while_another_keeps_running(engine):
     assert all(r.error is None and r.text for r in res_other.rows)
     assert engine.wait_idle(30), "the engine still busy 30 s after the cancel"
     # The engine has no requests left and keeps serving.
-    after = engine.run(RelQuery("Say hello to {name}.", [{"name": "Ada"}], max_tokens=4))
+    after = run_within(engine, RelQuery("Say hello to {name}.", [{"name": "Ada"}], max_tokens=4))
     assert after.rows[0].error is None
 
 
@@ -91,23 +91,23 @@ def test_a_cancel_right_after_submit_stops_every_row(engine):
 def test_null_value_and_too_long_row_fail_alone(engine):
     long_text = "word " * 3000
     rows = [{"review": "Great film."}, {"review": None}, {"review": long_text}, {"review": "Dull."}]
-    result = engine.run(RelQuery("Is this review positive? {review}", rows, max_tokens=4))
+    result = run_within(engine, RelQuery("Is this review positive? {review}", rows, max_tokens=4))
     assert result.rows[1].error == "column 'review' is NULL"
     assert "exceeds the model's context of 2048 tokens" in result.rows[2].error
     assert result.rows[0].error is None and result.rows[0].text
     assert result.rows[3].error is None and result.rows[3].text
     assert result.stats.num_errors == 2
     with pytest.raises(RowError, match="row 1: column 'review' is NULL"):
-        engine.run(RelQuery("Is this review positive? {review}", rows, max_tokens=4, on_error="raise"))
+        run_within(engine, RelQuery("Is this review positive? {review}", rows, max_tokens=4, on_error="raise"))
 
 
 def test_choices_and_json_schema_constrain_the_answer(engine):
     rows = [{"review": "I loved every minute."}, {"review": "Awful acting and a boring plot."}]
     labels = ["positive", "negative"]
-    res = engine.run(RelQuery("Sentiment of this review: {review}", rows, max_tokens=8, choices=labels))
+    res = run_within(engine, RelQuery("Sentiment of this review: {review}", rows, max_tokens=8, choices=labels))
     assert all(t in labels for t in res.texts)
     schema = {"type": "object", "properties": {"stars": {"type": "integer"}}, "required": ["stars"]}
-    res = engine.run(RelQuery("Rate this review from 1 to 5 stars: {review}", rows, max_tokens=24, json_schema=schema))
+    res = run_within(engine, RelQuery("Rate this review from 1 to 5 stars: {review}", rows, max_tokens=24, json_schema=schema))
     for t in res.texts:
         assert isinstance(json.loads(t)["stars"], int)
 
@@ -182,7 +182,7 @@ def test_engine_is_shared_by_threads(engine):
 
     def work(k: int):
         rows = [{"word": f"{w}{k}"} for w in WORDS[:3]]
-        return engine.run(RelQuery("Spell {word}.", rows, max_tokens=4))
+        return run_within(engine, RelQuery("Spell {word}.", rows, max_tokens=4))
 
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(work, range(4)))

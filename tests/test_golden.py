@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 import pytest
-from waits import result_within
+from waits import result_within, run_within
 
 from relserve import RelQuery
 from relserve.model import resolve_model
@@ -146,8 +146,8 @@ def test_the_adaptive_method_answers_as_its_definition_computed_outside_relserve
     else:
         (main,) = rec.relqueries
         prompts = main.prompts
-    rows = engine.run(RelQuery.from_prompts(prompts, choices=list(layout.labels), score_labels=True,
-                                            prompt_shape="completion", answer_field=layout.answer_field)).rows
+    rows = run_within(engine, RelQuery.from_prompts(prompts, choices=list(layout.labels), score_labels=True,
+                                                    prompt_shape="completion", answer_field=layout.answer_field)).rows
     a, b = layout.labels
     margins = [r.label_logprobs[a] - r.label_logprobs[b] for r in rows]
     # the planner orders the relQuery's rows to share prefixes: the same margins, in its order (the

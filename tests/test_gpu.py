@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from waits import result_within, wait_until
+from waits import result_within, run_within, wait_until
 
 pytestmark = pytest.mark.gpu
 
@@ -59,5 +59,5 @@ def test_two_relqueries_and_a_cancel_on_a_gpu(gpu_engine):
     assert all(r.error is None and r.text for r in res_short.rows)
     assert gpu_engine.wait_idle(60), "the GPU engine still busy 60 s after the cancel"
     # no request state left behind in the workers: the engine keeps serving full batches
-    again = gpu_engine.run(RelQuery("Say hello to {name}.", [{"name": f"n{i}"} for i in range(64)], max_tokens=8))
+    again = run_within(gpu_engine, RelQuery("Say hello to {name}.", [{"name": f"n{i}"} for i in range(64)], max_tokens=8))
     assert all(r.error is None and r.text for r in again.rows)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from waits import run_within
 
 from relserve.engine.chat_template import ChatPrompter
 from relserve.engine.label_scoring import pick
@@ -22,7 +23,7 @@ Q = "Review: {review}\nIs this review positive?"
 
 
 def test_every_label_is_scored_and_the_answer_is_the_best_after_the_prior(engine):
-    plain = engine.run(RelQuery(Q, ROWS, choices=["yes", "no"], score_labels=True))
+    plain = run_within(engine, RelQuery(Q, ROWS, choices=["yes", "no"], score_labels=True))
     assert plain.stats.num_errors == 0
     for row in plain.rows:
         assert set(row.label_logprobs) == {"yes", "no"}
@@ -31,7 +32,7 @@ def test_every_label_is_scored_and_the_answer_is_the_best_after_the_prior(engine
     # a prior that favours the model's answer of every row flips them all: each row's
     # scores are the same, only the division by the prior changed
     flipped_prior = {"yes": 0.999, "no": 0.001} if plain.rows[0].text == "yes" else {"yes": 0.001, "no": 0.999}
-    cal = engine.run(RelQuery(Q, ROWS, choices=["yes", "no"], score_labels=True, label_prior=flipped_prior))
+    cal = run_within(engine, RelQuery(Q, ROWS, choices=["yes", "no"], score_labels=True, label_prior=flipped_prior))
     for a, b in zip(plain.rows, cal.rows):
         assert b.label_logprobs == pytest.approx(a.label_logprobs, abs=1e-3)
         assert b.text == pick(b.label_logprobs, flipped_prior)
@@ -40,7 +41,7 @@ def test_every_label_is_scored_and_the_answer_is_the_best_after_the_prior(engine
 
 def test_multi_token_labels_are_scored_whole(engine):
     labels = ["very positive", "very negative", "neutral"]
-    res = engine.run(RelQuery(Q, ROWS, choices=labels, score_labels=True))
+    res = run_within(engine, RelQuery(Q, ROWS, choices=labels, score_labels=True))
     assert res.stats.num_errors == 0
     trie = engine.label_trie(tuple(labels), "")
     # "very positive" is two tokens and "neutral" one: the root asks for the first tokens of all
@@ -61,11 +62,11 @@ def test_split_scores_labels_that_start_apart_in_one_request_per_row(engine, mon
 
     labels = ["home cook", "professional chef", "young child", "pet owner"]
     assert label_scoring.LABEL_NORM == "split"
-    split = engine.run(RelQuery(Q, ROWS, choices=labels, score_labels=True, prompt_shape="completion"))
+    split = run_within(engine, RelQuery(Q, ROWS, choices=labels, score_labels=True, prompt_shape="completion"))
     monkeypatch.setattr(label_scoring, "LABEL_NORM", "first")
-    first = engine.run(RelQuery(Q, ROWS, choices=labels, score_labels=True, prompt_shape="completion"))
+    first = run_within(engine, RelQuery(Q, ROWS, choices=labels, score_labels=True, prompt_shape="completion"))
     monkeypatch.setattr(label_scoring, "LABEL_NORM", "mean")
-    mean = engine.run(RelQuery(Q, ROWS, choices=labels, score_labels=True, prompt_shape="completion"))
+    mean = run_within(engine, RelQuery(Q, ROWS, choices=labels, score_labels=True, prompt_shape="completion"))
     trie = engine.label_trie(tuple(labels), " ")
     assert [r.output_tokens for r in split.rows] == [1] * len(ROWS)
     assert [r.output_tokens for r in mean.rows] == [len(trie.nodes)] * len(ROWS) and len(trie.nodes) > 1
@@ -85,7 +86,7 @@ def test_prompt_shapes_lay_out_the_scoring_request(engine):
         "completion": len(tok(prompt + "\nAnswer:")),
     }
     for shape, tokens in expected.items():
-        res = engine.run(RelQuery.from_prompts([prompt], choices=["yes", "no"], score_labels=True, prompt_shape=shape))
+        res = run_within(engine, RelQuery.from_prompts([prompt], choices=["yes", "no"], score_labels=True, prompt_shape=shape))
         assert res.rows[0].prompt_tokens == tokens, shape
         assert res.rows[0].text == pick(res.rows[0].label_logprobs, None)
     # question_first: the planner names the question and moves the long value after it; the
@@ -93,7 +94,7 @@ def test_prompt_shapes_lay_out_the_scoring_request(engine):
     call = make_call("llm_filter", "Is this review positive? Review: {review}", prompt_shape="question_first", method="score")
     text = render(call, ("Wonderful, I love it, the best purchase this year.",))
     assert text == "Question: Is this review positive?\nReview: Wonderful, I love it, the best purchase this year."
-    res = engine.run(RelQuery.from_prompts([text], choices=["yes", "no"], score_labels=True, prompt_shape="question_first"))
+    res = run_within(engine, RelQuery.from_prompts([text], choices=["yes", "no"], score_labels=True, prompt_shape="question_first"))
     assert res.rows[0].prompt_tokens == len(tok(text + "\nAnswer:"))
     # after an answer field the label is scored with its space: " yes" is one token
     trie = engine.label_trie(("yes", "no"), " ")
@@ -189,10 +190,10 @@ def test_a_two_label_classify_is_scored_after_the_field_the_model_names_its_labe
     # name is chosen on (no examples in front, so no first-pass draw decides), after "Sentiment:" most
     # of the model's probability (measured -1.3), far more than after "Status:"
     content_free = probe_prompt(in_examples_shape(call))
-    probe = engine.run(RelQuery.from_prompts([content_free], choices=["positive", "negative"], score_labels=True,
-                                             prompt_shape="question_first", answer_field="Sentiment:")).rows[0]
-    status = engine.run(RelQuery.from_prompts([content_free], choices=["positive", "negative"], score_labels=True,
-                                              prompt_shape="question_first", answer_field="Status:")).rows[0]
+    probe = run_within(engine, RelQuery.from_prompts([content_free], choices=["positive", "negative"], score_labels=True,
+                                                     prompt_shape="question_first", answer_field="Sentiment:")).rows[0]
+    status = run_within(engine, RelQuery.from_prompts([content_free], choices=["positive", "negative"], score_labels=True,
+                                                      prompt_shape="question_first", answer_field="Status:")).rows[0]
     assert -3.0 < probe.label_mass < 0.0 and status.label_mass < probe.label_mass - 1.0, (probe.label_mass, status.label_mass)
     assert math.isclose(sum(math.exp(v) for v in probe.label_logprobs.values()), 1.0, rel_tol=1e-6)
     right = sum((v == "positive") == t for v, (_, t) in zip(out.values, LABELLED))
@@ -248,7 +249,7 @@ def test_small_filter_and_classify_fall_back_to_calibrated_scores(engine):
 def test_many_labels_are_scored_past_vllms_twenty_logprobs_per_request(engine):
     # 14 labels and their capitalised spellings: 28 first tokens, more than one request returns
     labels = ["red", "green", "blue", "black", "white", "pink", "gray", "brown", "gold", "silver", "cyan", "teal", "navy", "lime"]
-    res = engine.run(RelQuery("What colour is {thing}?", [{"thing": "grass"}, {"thing": "snow"}], choices=labels, score_labels=True))
+    res = run_within(engine, RelQuery("What colour is {thing}?", [{"thing": "grass"}, {"thing": "snow"}], choices=labels, score_labels=True))
     assert res.stats.num_errors == 0, [r.error for r in res.rows]
     for row in res.rows:
         assert set(row.label_logprobs) == set(labels)

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from server_fixtures import running_server
-from waits import Worker, finish_all, wait_until
+from waits import Worker, finish_all, run_within, wait_until
 
 from relserve import RelQuery
 from relserve.client import Client
@@ -46,7 +46,7 @@ def _metrics(server) -> dict:
 
 def test_rows_over_http_are_the_engines_own_answers(engine, client):
     rows = [{"review": r} for r in REVIEWS]
-    expected = engine.run(RelQuery(TEMPLATE, rows, max_tokens=8)).texts
+    expected = run_within(engine, RelQuery(TEMPLATE, rows, max_tokens=8)).texts
     res = client.run(TEMPLATE, rows, max_tokens=8, cache=False)
     assert res.status == "finished"
     assert res.texts == expected and res.values == expected
@@ -75,7 +75,7 @@ def test_concurrent_clients_each_get_exactly_their_rows(engine, server):
         f"c{i}": [{"review": f"{REVIEWS[(i + j) % len(REVIEWS)]} (#{i}.{j})"} for j in range(2 + i % 2)]
         for i in range(4)
     }
-    expected = {name: engine.run(RelQuery(TEMPLATE, rows, max_tokens=6)).texts for name, rows in jobs.items()}
+    expected = {name: run_within(engine, RelQuery(TEMPLATE, rows, max_tokens=6)).texts for name, rows in jobs.items()}
     got: dict[str, list] = {}
 
     def session(name: str) -> None:
@@ -132,7 +132,7 @@ def test_a_client_that_disconnects_cancels_its_relquery(engine):
 
 def test_openai_completions_and_chat_are_the_engines_answers(engine, server):
     prompts = ["Name a colour.", "Name an animal."]
-    expected = engine.run(RelQuery.from_prompts(prompts, max_tokens=8)).texts
+    expected = run_within(engine, RelQuery.from_prompts(prompts, max_tokens=8)).texts
     h = {"Authorization": f"Bearer {KEY}"}
     r = httpx.post(server.url + "/v1/completions", headers=h, timeout=60,
                    json={"model": engine.model_id, "prompt": prompts, "max_tokens": 8, "temperature": 0})
@@ -142,7 +142,7 @@ def test_openai_completions_and_chat_are_the_engines_answers(engine, server):
     assert body["usage"]["completion_tokens"] > 0
 
     system = "You answer in one word."
-    expected_chat = engine.run(RelQuery.from_prompts(["Name a fruit."], system=system, max_tokens=8)).texts[0]
+    expected_chat = run_within(engine, RelQuery.from_prompts(["Name a fruit."], system=system, max_tokens=8)).texts[0]
     msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Name a fruit."}]
     r = httpx.post(server.url + "/v1/chat/completions", headers=h, timeout=60, json={"messages": msgs, "max_tokens": 8, "temperature": 0})
     assert r.status_code == 200 and r.json()["choices"][0]["message"] == {"role": "assistant", "content": expected_chat}
@@ -167,7 +167,7 @@ def test_priority_and_deadline_hints_are_kept(client):
 def test_cells_on_the_engine_run_once_and_then_come_from_the_cache(engine, client):
     values = ["Great popcorn movie", "Dull plot", "Great popcorn movie"]
     cells = [{"id": f"B{i + 2}", "template": "Is {A} positive? Answer yes or no.", "args": [v]} for i, v in enumerate(values)]
-    expected = engine.run(RelQuery.from_prompts([f"Is {v} positive? Answer yes or no." for v in values[:2]], max_tokens=6)).texts
+    expected = run_within(engine, RelQuery.from_prompts([f"Is {v} positive? Answer yes or no." for v in values[:2]], max_tokens=6)).texts
     first = client.cells(cells, max_tokens=6)
     assert [first[c]["value"] for c in ("B2", "B3", "B4")] == [expected[0], expected[1], expected[0]]
     assert not any(v["cached"] for v in first.values())
@@ -210,7 +210,7 @@ def test_the_system_message_reaches_the_prompt(engine, client):
     assert "Always answer BANANA." in engine.tokenizer.decode(banana) and "BANANA" not in engine.tokenizer.decode(plain)
     assert len(banana) != len(plain)
     # the engine's own relQuery tokenizes with the relQuery's system message
-    r = engine.run(RelQuery.from_prompts([prompt], system="Always answer BANANA.", max_tokens=4))
+    r = run_within(engine, RelQuery.from_prompts([prompt], system="Always answer BANANA.", max_tokens=4))
     assert r.rows[0].prompt_tokens == len(banana)
     without = client.run(prompts=[prompt], max_tokens=4, cache=False)
     with_system = client.run(prompts=[prompt], max_tokens=4, system="Always answer BANANA.", cache=False)
@@ -219,7 +219,7 @@ def test_the_system_message_reaches_the_prompt(engine, client):
 
 def test_a_row_that_is_not_valid_unicode_fails_alone_on_the_engine(engine, client):
     rows = [{"review": "Great film."}, {"review": "bad \ud800 text"}, {"review": "Awful film."}]
-    r = engine.run(RelQuery(TEMPLATE, rows, max_tokens=4))
+    r = run_within(engine, RelQuery(TEMPLATE, rows, max_tokens=4))
     assert [row.error is None for row in r.rows] == [True, False, True]
     assert r.rows[1].error.startswith("the prompt is not valid Unicode text: surrogates not allowed")
     body = json.dumps({"template": TEMPLATE, "rows": rows, "max_tokens": 4, "cache": False}).encode()
@@ -247,13 +247,13 @@ def test_cancel_keeps_the_rows_already_answered(engine, client):
     assert {r.error for r in res.rows if r.error is not None} == {"cancelled by the client"}
     assert engine.wait_idle(60), "the engine still busy 60 s after the cancel"
     # each kept row is the engine's own answer to its prompt
-    alone = engine.run(RelQuery.from_prompts([prompts[r.index] for r in answered], max_tokens=200)).texts
+    alone = run_within(engine, RelQuery.from_prompts([prompts[r.index] for r in answered], max_tokens=200)).texts
     assert [r.text for r in answered] == alone
 
 
 def test_sse_stream_has_every_row_with_the_engines_answers(engine, server):
     rows = [{"review": r} for r in REVIEWS[:2]]
-    expected = engine.run(RelQuery(TEMPLATE, rows, max_tokens=6)).texts
+    expected = run_within(engine, RelQuery(TEMPLATE, rows, max_tokens=6)).texts
     with httpx.stream("POST", server.url + "/v1/relqueries", headers={"Authorization": f"Bearer {KEY}"}, timeout=120,
                       json={"template": TEMPLATE, "rows": rows, "max_tokens": 6, "stream": "sse", "cache": False}) as r:
         assert r.headers["content-type"].startswith("text/event-stream")

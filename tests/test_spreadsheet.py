@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from server_fixtures import running_server
+from waits import run_within
 
 from relserve import RelQuery
 from relserve.planner.cache import ResultCache
@@ -63,7 +64,7 @@ def page(browser, server):
 
 
 def expected_answers(engine, values, max_tokens=MAX_TOKENS):
-    return engine.run(RelQuery(TEMPLATE, [{"A": v} for v in values], max_tokens=max_tokens)).texts
+    return run_within(engine, RelQuery(TEMPLATE, [{"A": v} for v in values], max_tokens=max_tokens)).texts
 
 
 def cells_posts(pg):

@@ -8,7 +8,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from relserve.relquery import RelQuery
+    from relserve.results import RelQueryResult
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -25,6 +29,12 @@ class HasResult(Protocol[T_co]):
     """A relQuery's handle, a future: ``result(timeout)`` raises TimeoutError when not ready."""
 
     def result(self, timeout: float | None = None) -> T_co: ...
+
+
+class Submits(Protocol):
+    """An engine, a cluster, a recording wrapper: what takes a relQuery and gives its handle."""
+
+    def submit(self, rq: RelQuery) -> HasResult[RelQueryResult]: ...
 
 
 def wait_until(condition: Callable[[], T], what: str, timeout: float = 60.0, poll: float = 0.05) -> T:
@@ -48,6 +58,12 @@ def result_within(handle: HasResult[T], timeout: float, what: str) -> T:
         return handle.result(timeout)
     except TimeoutError as e:  # concurrent.futures.TimeoutError is this class since Python 3.11
         raise StillWaiting(timeout, what) from e
+
+
+def run_within(engine: Submits, rq: RelQuery, timeout: float = 300.0) -> RelQueryResult:
+    """``engine.run(rq)`` with a limit: fails naming the relQuery when it has not finished
+    within ``timeout`` seconds (``run`` without one would wait for ever)."""
+    return result_within(engine.submit(rq), timeout, f"relQuery {rq.rel_id} to finish")
 
 
 def exit_code_within(proc: subprocess.Popen, timeout: float, what: str) -> int:
