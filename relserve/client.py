@@ -24,6 +24,7 @@ import httpx
 from relserve.call_fields import CALL_FIELD_NAMES, CallFields
 from relserve.errors import RelServeError
 from relserve.job_stats import JobStats
+from relserve.replies import JobDescription
 from relserve.results import RowResult, RowsView, in_input_order
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -195,8 +196,10 @@ class Client:
         """
         with self.stream(template, rows, call, **options) as s:
             ordered = in_input_order(s, s.total)
-            done = s.done or {}
-        return RemoteResult(s.id, done.get("status", "unknown"), ordered, JobStats.from_json(done.get("stats")), done.get("error"))
+        if s.done is None:  # (the stream raises first: kept as a result of unknown status, as before)
+            return RemoteResult(s.id, "unknown", ordered)
+        done = JobDescription.model_validate(s.done)
+        return RemoteResult(s.id, done.status, ordered, done.stats, done.error)
 
     def map(self, template: str | None = None, rows: Sequence[Mapping[str, object]] | None = None,
             call: CallFields | None = None, **options: object) -> list[Any]:
@@ -209,7 +212,8 @@ class Client:
     def result(self, relquery_id: str, wait: bool = True, timeout: float = 600.0) -> RemoteResult:
         d = self._request("GET", f"/v1/relqueries/{relquery_id}/result", params={"wait": wait, "timeout": timeout})
         rows = [RowResult.from_dict(r) if r is not None else RowResult(i) for i, r in enumerate(d["rows"])]
-        return RemoteResult(d["id"], d["status"], rows, JobStats.from_json(d.get("stats")), d.get("error"))
+        job = JobDescription.model_validate(d)  # the job's description, beside its rows
+        return RemoteResult(job.id, job.status, rows, job.stats, job.error)
 
     def cancel(self, relquery_id: str, timeout: float | None = None) -> dict[str, Any]:
         """Cancel and wait for the relQuery to end; ``timeout`` bounds this request alone (the

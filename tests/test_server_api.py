@@ -410,6 +410,35 @@ def test_metrics_are_prometheus_text_with_the_expected_series(server):
     assert set(in_flight) == {"alice", "bob"}
 
 
+def _compact(reply: dict[str, object]) -> bytes:
+    # how the server renders a JSON reply (Starlette's JSONResponse)
+    return json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_health_and_plan_replies_are_exactly_this_json():
+    # what load balancers, the PostgreSQL EXPLAIN and DuckDB's server mode read: keys, order, values
+    with running_server(FakeEngine(), cache=None) as srv:
+        r = httpx.get(srv.url + "/health")
+        assert r.status_code == 200
+        assert r.content == (b'{"status":"ok","model":"fake-model","policy":"fake","auth":"open","result_cache":false,'
+                             b'"relqueries_in_flight":0,"rows_in_flight":0}')
+        rows = [{"x": "p1"}, {"x": "p2"}, {"x": "p1"}, {"x": None}]
+        r = httpx.post(srv.url + "/v1/relqueries/plan", json={"template": "Plan {x}", "rows": rows}, timeout=30)
+        estimate = r.json()["estimate"]
+        assert estimate["engine_rows"] == 2 and estimate["prompt_tokens"] > 0
+        assert r.content == _compact({"rows": 4, "engine_rows": 2, "cached_rows": 0, "failed_rows": 1, "estimate": estimate})
+        body = {"function": "filter", "template": "Good? {x}", "rows": rows, "cascade": 0.95}
+        r = httpx.post(srv.url + "/v1/relqueries/plan", json=body, timeout=30)
+        got = r.json()
+        assert "where a proxy pays" in got["cascade"]["plan"]
+        assert r.content == _compact({"rows": 4, "engine_rows": 2, "cached_rows": 0, "failed_rows": 1, "estimate": got["estimate"],
+                                      "cascade": {"target": 0.95, "applies": False, "plan": got["cascade"]["plan"]}})
+        srv.server.config.app.state.relserve.begin_shutdown()
+        r = httpx.get(srv.url + "/health")
+        assert r.status_code == 503
+        assert r.content == b'{"status":"stopping","error":"the server is stopping","model":"fake-model"}'
+
+
 def test_health_and_addin_files(server):
     h = httpx.get(server.url + "/health").json()
     assert h["status"] == "ok" and h["model"] == "fake-model" and h["auth"] == "api-key"

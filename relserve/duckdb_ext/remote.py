@@ -36,6 +36,7 @@ from relserve.estimate.estimate import CallEstimate, estimate_of
 from relserve.functions import LLMCall
 from relserve.planner.plan_and_run import CallOutcome
 from relserve.progress import progress_bar
+from relserve.replies import Health, RelQueryPlan
 from relserve.results import RowResult, in_input_order
 
 
@@ -111,9 +112,9 @@ class HttpRunner:
                 why = f"{call.function.name}: " + (budget.seconds_message() if budget.expired() else budget.tokens_message(1))
                 return CallOutcome([None] * len(values), [why] * len(values), None)  # type: ignore[arg-type]
         if explain_only:
-            got = self.client.plan(call.template.source, rows, fields)
-            ex = RemoteExplain(call.function.name, call.template.source, self.client.url, got["rows"],
-                               got["engine_rows"], got["cached_rows"], got["failed_rows"], estimate_of(got.get("estimate")))
+            got = RelQueryPlan.model_validate(self.client.plan(call.template.source, rows, fields))
+            ex = RemoteExplain(call.function.name, call.template.source, self.client.url, got.rows,
+                               got.engine_rows, got.cached_rows, got.failed_rows, estimate_of(got.estimate))
             return CallOutcome([None] * len(values), [None] * len(values), None, explain=ex)  # type: ignore[arg-type]
         t0 = time.perf_counter()
         try:
@@ -160,7 +161,7 @@ class HttpRunner:
     @property
     def model_id(self) -> str:
         if self._model_id is None:
-            self._model_id = self.client.health()["model"]
+            self._model_id = Health.model_validate(self.client.health()).model
         return self._model_id
 
     def _check(self, call: LLMCall) -> None:

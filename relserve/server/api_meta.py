@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Header
 from fastapi.responses import JSONResponse, Response
 
+from relserve.replies import Health, HealthProblem
 from relserve.server.metrics import CONTENT_TYPE
 from relserve.server.state import ServerState, get_state
 from relserve.server.tenants import AuthError
@@ -18,18 +19,22 @@ async def health(state: ServerState = Depends(get_state)):
     engine = state.engine
     # 503 when this server can no longer answer, so a load balancer or supervisor acts on it
     dead = getattr(engine, "dead_reason", None)
-    problem = ("stopping", "the server is stopping") if state.stopping else (("engine-dead", dead) if dead else None)
+    if state.stopping:
+        problem = HealthProblem(status="stopping", error="the server is stopping", model=engine.model_id)
+    elif dead:
+        problem = HealthProblem(status="engine-dead", error=dead, model=engine.model_id)
+    else:
+        problem = None
     if problem is not None:
-        return JSONResponse({"status": problem[0], "error": problem[1], "model": engine.model_id}, status_code=503)
-    return {
-        "status": "ok",
-        "model": engine.model_id,
-        "policy": engine.policy,
-        "auth": "open" if state.tenants.open else "api-key",
-        "result_cache": state.cache is not None,
-        "relqueries_in_flight": len(state.jobs.running()),
-        "rows_in_flight": state.jobs.rows_in_flight(),
-    }
+        return JSONResponse(problem.model_dump(), status_code=503)
+    return Health(
+        model=engine.model_id,
+        policy=engine.policy,
+        auth="open" if state.tenants.open else "api-key",
+        result_cache=state.cache is not None,
+        relqueries_in_flight=len(state.jobs.running()),
+        rows_in_flight=state.jobs.rows_in_flight(),
+    ).model_dump()
 
 
 @router.get("/metrics", summary="Prometheus metrics (with tenants: a metrics key or an admin tenant's key)")

@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from relserve.cascade.policy import plan as cascade_plan
 from relserve.functions import SchedulingHints
 from relserve.planner.planned_rows import PlannedRows
+from relserve.replies import CascadeOutlook, RelQueryPlan
 from relserve.server.batches import plan_relquery
 from relserve.server.budget import Cost, call_max_tokens, check_template, prompts_cost, rows_cost
 from relserve.server.estimates import job_allowance, plan_estimate
@@ -113,18 +114,18 @@ async def plan(body: RelQueryRequest, tenant: Tenant = Depends(current_tenant), 
         estimate = await run_in_threadpool(plan_estimate, state, tenant, batch)
     finally:
         state.jobs.release(reservation)
-    out = {
-        "rows": batch.total,
-        "engine_rows": len(batch.prompts),
-        "cached_rows": batch.cached_rows,
-        "failed_rows": sum(r.error is not None for r in batch.ready),
-        "estimate": estimate,
-    }
     cascade = cascade_plan(batch.call, len(batch.prompts))
-    if cascade.target is not None:
-        # whether a model cascade will answer some rows instead of the LLM (relserve/cascade/)
-        out["cascade"] = {"target": cascade.target, "applies": cascade.applies, "plan": cascade.describe()}
-    return out
+    # whether a model cascade will answer some rows instead of the LLM (relserve/cascade/)
+    outlook = (CascadeOutlook(target=cascade.target, applies=cascade.applies, plan=cascade.describe())
+               if cascade.target is not None else None)
+    return RelQueryPlan(
+        rows=batch.total,
+        engine_rows=len(batch.prompts),
+        cached_rows=batch.cached_rows,
+        failed_rows=sum(r.error is not None for r in batch.ready),
+        estimate=estimate,
+        cascade=outlook,
+    ).to_json()
 
 
 @router.get("", summary="The caller's relQueries (running, and finished in the last minutes)")

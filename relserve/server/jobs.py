@@ -28,9 +28,9 @@ from relserve.planner.executor import CallExecutor
 from relserve.planner.explain import describe_labels
 from relserve.planner.planned_rows import PlannedRows
 from relserve.policy.types import Tenancy
+from relserve.replies import JobDescription, JobProgress
 from relserve.results import RelQueryStats, RowResult
 from relserve.server.budget import Cost, LimitExceeded, call_max_tokens, with_first_pass
-from relserve.server.schemas import JobDescription, JobProgress
 from relserve.server.tenant_engine import engine_for_tenant
 from relserve.validation import OnError
 

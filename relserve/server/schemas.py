@@ -1,6 +1,6 @@
 """HTTP request bodies (pydantic). Unknown fields are rejected so that a typo names itself,
-except in the OpenAI-compatible bodies, whose clients send many optional fields. Also the one
-reply every job endpoint shares: a job's description (``JobDescription``)."""
+except in the OpenAI-compatible bodies, whose clients send many optional fields. The replies a
+client reads back are in relserve/replies.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from relserve import validation as check
 from relserve.functions import FUNCTIONS, HINT_NAMES, OPTION_NAMES, LLMCall, SchedulingHints, make_call
-from relserve.job_stats import JobStats
 from relserve.validation import OnError
 
 #: the functions by their short names ("llm_" is stripped), as ``relserve.functions`` defines them
@@ -273,34 +272,3 @@ class ChatRequest(_OpenAIBase):
     @property
     def user(self) -> str:
         return self.messages[-1].text
-
-
-# ---------------------------------------------------------------- replies
-
-
-class JobProgress(BaseModel):
-    #: rows finished, of all the job's rows
-    done: int
-    total: int
-
-
-class JobDescription(BaseModel):
-    """A job (relQuery, cells, OpenAI call) as its status reply describes it; also the body of its
-    submission's 201, its stream's ``done`` event, ``/result`` (with ``rows``) and its cancel."""
-
-    id: str
-    #: relquery, cells, completion (OpenAI), chat (OpenAI)
-    kind: str
-    #: running, finished, cancelled, failed
-    status: str
-    error: str | None
-    #: when the job was created (Unix seconds)
-    created: float
-    progress: JobProgress
-    priority: int
-    deadline_s: float | None
-    stats: JobStats
-
-    def to_json(self) -> dict[str, object]:
-        """The description as the server sends it: the stats only with the figures that were set."""
-        return {**self.model_dump(exclude={"stats"}), "stats": self.stats.to_json()}

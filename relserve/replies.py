@@ -1,0 +1,93 @@
+"""The server's JSON replies that its clients read back (pydantic): a job's description, ``/health``
+and ``/v1/relqueries/plan``. The server builds them and sends their JSON; the client
+(``relserve.client``) and DuckDB's server mode validate what they receive into them. Kept outside
+``relserve.server``, as ``JobStats`` is, so a client does not import the server.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+from relserve.job_stats import JobStats
+
+
+class JobProgress(BaseModel):
+    #: rows finished, of all the job's rows
+    done: int
+    total: int
+
+
+class JobDescription(BaseModel):
+    """A job (relQuery, cells, OpenAI call) as its status reply describes it; also the body of its
+    submission's 201, its stream's ``done`` event, ``/result`` (with ``rows``) and its cancel."""
+
+    id: str
+    #: relquery, cells, completion (OpenAI), chat (OpenAI)
+    kind: str
+    #: running, finished, cancelled, failed
+    status: str
+    error: str | None
+    #: when the job was created (Unix seconds)
+    created: float
+    progress: JobProgress
+    priority: int
+    deadline_s: float | None
+    stats: JobStats
+
+    def to_json(self) -> dict[str, object]:
+        """The description as the server sends it: the stats only with the figures that were set."""
+        return {**self.model_dump(exclude={"stats"}), "stats": self.stats.to_json()}
+
+
+class Health(BaseModel):
+    """``/health`` of a server that answers (200)."""
+
+    status: Literal["ok"] = "ok"
+    model: str
+    policy: str
+    #: "open" without tenants, else every request but /health needs a tenant's key
+    auth: Literal["open", "api-key"]
+    #: whether the server keeps a result cache
+    result_cache: bool
+    relqueries_in_flight: int
+    rows_in_flight: int
+
+
+class HealthProblem(BaseModel):
+    """``/health`` of a server that can no longer answer (503), so that a load balancer or a
+    supervisor acts on it."""
+
+    status: Literal["stopping", "engine-dead"]
+    error: str
+    model: str
+
+
+class CascadeOutlook(BaseModel):
+    """Whether a model cascade would answer some of a planned relQuery's rows (relserve/cascade/)."""
+
+    target: float
+    applies: bool
+    #: what it would do, or why it would not run (EXPLAIN's line)
+    plan: str
+
+
+class RelQueryPlan(BaseModel):
+    """What a relQuery would send to the engine, without running it (``/v1/relqueries/plan``)."""
+
+    rows: int
+    #: distinct prompts the engine would run
+    engine_rows: int
+    #: rows answered from the result cache
+    cached_rows: int
+    #: rows that cannot run (a NULL placeholder value)
+    failed_rows: int
+    #: issue 47: ``CallEstimate.to_dict()``; None when it cannot be made (no tokenizer for the model)
+    estimate: dict[str, object] | None = None
+    #: only for a call with the ``cascade`` option
+    cascade: CascadeOutlook | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The plan as the server sends it: ``cascade`` only for a call that asked for one."""
+        return self.model_dump(exclude={"cascade"} if self.cascade is None else None)
