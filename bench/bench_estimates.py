@@ -111,7 +111,8 @@ class Measured:
 def forget_template_memory() -> None:
     """Everything remembered per template, the adaptive label method's choices included: the
     phase's first statement of a template runs its first pass again."""
-    from relserve.estimate import answer_lengths, selectivity
+    from relserve import answer_lengths
+    from relserve.estimate import selectivity
     from relserve.planner.labels.memory import forget_all
 
     for forget in (forget_all, answer_lengths.forget, selectivity.forget):

@@ -31,7 +31,8 @@ def _fresh_template_memory():
     """Each test chooses its own bootstrapped examples and answer fields, measures its own priors
     and pools its own label means (all are remembered per template for the process): a test that counts first passes or
     probes, or checks picks, does not see another's."""
-    from relserve.estimate import answer_lengths, selectivity
+    from relserve import answer_lengths
+    from relserve.estimate import selectivity
     from relserve.planner.labels.answer_fields import forget_fields
     from relserve.planner.labels.bootstrap import forget_examples
     from relserve.planner.labels.pools import forget_means

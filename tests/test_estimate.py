@@ -11,11 +11,13 @@ import pytest
 from waits import StillWaiting
 
 import relserve.duckdb
+from relserve import answer_lengths
 from relserve.budget import Allowance, Budget, refusal
+from relserve.engine.queued import QueuedRelQuery, QueuedRequest
 from relserve.errors import ConfigError
-from relserve.estimate import answer_lengths, selectivity
+from relserve.estimate import selectivity
 from relserve.estimate.call_work import RelQueryWork
-from relserve.estimate.snapshot import QueuedRelQuery, QueuedRequest, background_of
+from relserve.estimate.snapshot import background_of
 from relserve.estimate.timing import Chain, Machine, replay
 from relserve.functions import make_call
 from relserve.policy import CostModel, Limits, PolicySettings

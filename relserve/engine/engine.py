@@ -20,20 +20,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from relserve import answer_lengths
 from relserve.calibration import load_policy_settings
 from relserve.engine.admission import admit
 from relserve.engine.backend_base import BackendBase, finished_result
 from relserve.engine.cpu_libs import preload_for, preloaded
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import LabelTrie, asks, pick
+from relserve.engine.queued import QueuedRelQuery, QueuedRequest
 from relserve.engine.request_meta import RequestMeta
 from relserve.engine.row_gate import RowGate
 from relserve.engine.scheduler_stats import SchedulerStats
 from relserve.engine.scheduler_steps import SchedulerStep
 from relserve.engine.spawn import check_not_bootstrapping, hidden_main
 from relserve.errors import ConfigError, EngineError
-from relserve.estimate import answer_lengths
-from relserve.estimate.snapshot import QueuedRelQuery, QueuedRequest
 from relserve.policy import POLICY_NAMES, CostModel, PolicySettings, policy_class
 from relserve.policy.types import Tenancy
 from relserve.prompt_shapes import label_space

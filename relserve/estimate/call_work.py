@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from relserve.estimate import answer_lengths
+from relserve import answer_lengths
 from relserve.estimate.label_work import Scored, label_plan, scoring_asks, typical_answer_tokens
 from relserve.estimate.prompt_tokens import PromptTokenizer, layout_of
 from relserve.functions import LLMCall

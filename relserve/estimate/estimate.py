@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from relserve.estimate import answer_lengths
+from relserve import answer_lengths
 from relserve.estimate.call_work import CallWork, call_work
 from relserve.estimate.prompt_tokens import PromptTokenizer, prompt_tokenizer
 from relserve.estimate.snapshot import Background, QueuedRelQuery, background_of

@@ -2,8 +2,8 @@
 its unfinished requests (prompt token ids, tokens computed and answered so far).
 
 ``Engine.queued()`` builds it from the relQueries the engine object tracks and the scheduler
-plug-in's own view of its queues (one RPC between two steps); this module holds the types and
-turns them into the simulator's relQueries.
+plug-in's own view of its queues (one RPC between two steps), in the types of
+relserve/engine/queued.py; this module turns them into the simulator's relQueries.
 """
 
 from __future__ import annotations
@@ -12,34 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from relserve.block_hashes import block_hashes
+from relserve.engine.queued import QueuedRelQuery
 from relserve.sim.prepared_trace import PreparedRelQuery
-
-
-@dataclass(frozen=True)
-class QueuedRequest:
-    """One request of a relQuery in flight."""
-
-    prompt_ids: list[int]
-    #: prompt (and recomputed) tokens with KV in the cache
-    computed: int = 0
-    #: answer tokens generated so far
-    generated: int = 0
-    #: admitted (prefilling or decoding); False: waiting
-    running: bool = False
-
-
-@dataclass(frozen=True)
-class QueuedRelQuery:
-    rel_id: str
-    #: when it arrived, on ``time.monotonic()``'s clock
-    arrival: float
-    max_tokens: int
-    call_key: str = ""
-    tenant: str = ""
-    priority: int = 0
-    #: its rows are scored (one answer token per request)
-    scored: bool = False
-    requests: list[QueuedRequest] = field(default_factory=list)
 
 
 @dataclass
@@ -59,7 +33,7 @@ class Background:
 def background_of(queued: Sequence[QueuedRelQuery], now: float, block_size: int,
                   answer_tokens) -> Background:
     """``queued`` as of ``now`` (``time.monotonic()``). ``answer_tokens(relquery, n)``: the answer
-    lengths expected of ``n`` requests of a decoded relQuery (relserve/estimate/answer_lengths.py),
+    lengths expected of ``n`` requests of a decoded relQuery (relserve/answer_lengths.py),
     or None for ``max_tokens``. A request that has answered some tokens has the rest of its
     expected answer to go (at least one)."""
     out = Background()
