@@ -354,3 +354,43 @@ def test_explain_of_a_call_the_result_cache_answers_names_no_fallback(tmp_path):
         "  label method               batch   (label scores minus their means over this relQuery's rows and the call's earlier ones; "
         "16 earlier rows pooled so far; no prompt to run: every row comes from the result cache)"
     ) in ex
+
+
+def _batch_part(call, scores: list[dict[str, float]], scope) -> list[str]:
+    """One relQuery of a 3-label call decided by ``batch``, as a part of ``scope`` (None: alone)."""
+    from relserve.planner.labels.batch import BatchRun
+    from relserve.planner.labels.interface import LabelContext
+    from relserve.results import RowResult
+
+    values = [(f"row {i}",) for i in range(len(scores))]
+    run = BatchRun(LabelContext(call, None, "m", [v[0] for v in values], values, None, call.engine_options(),
+                                None, scope))
+    return [r.text for r in run.decide([RowResult(i, label_logprobs=s) for i, s in enumerate(scores)])]
+
+
+def test_a_cascades_remainder_is_decided_with_its_samples_label_means():
+    """A cascade's LLM rows come as a random sample, then the rows its proxy was unsure of. Batch
+    calibration pooled the remainder's scores into the label means: its rows are no sample of the
+    table (here every one is a 'movie' that also looks like a 'product'), so the means moved and 20
+    of its 40 rows came out 'product'. Decided with the sample's means, every one is a 'movie',
+    as in one relQuery of all the rows (the mean over a balanced table leaves each right)."""
+    from relserve.planner.labels.interface import LabelScope
+    from relserve.planner.labels.pools import forget_means, means_key, pooled_rows
+
+    labels = ["movie", "product", "beer"]
+    call = make_call("llm_classify", "What is this review about? {r}", labels=labels, method="batch")
+    sample = [{lab: (0.0 if lab == truth else -1.0) for lab in labels} for truth in labels for _ in range(10)]
+    clear = {"movie": -0.5, "product": -1.0, "beer": -2.0}
+    close = {"movie": -0.95, "product": -1.0, "beer": -2.0}
+    remainder = [clear] * 20 + [close] * 20
+
+    forget_means()
+    scope = LabelScope([(f"row {i}",) for i in range(70)])
+    assert _batch_part(call, sample, scope) == [t for t in labels for _ in range(10)]
+    assert _batch_part(call, remainder, scope) == ["movie"] * 40
+    # and the remainder is not pooled for the call's later statements either
+    assert pooled_rows(means_key(call, None, "m")) == 30
+
+    forget_means()  # the same two relQueries with no cascade around them: the remainder pools in
+    assert _batch_part(call, sample, None) == [t for t in labels for _ in range(10)]
+    assert _batch_part(call, remainder, None) == ["movie"] * 20 + ["product"] * 20

@@ -4,14 +4,23 @@ relQueries (relserve/planner/labels/pools.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun, probabilities
 from relserve.planner.labels.means import calibrated, pick_calibrated
 from relserve.planner.labels.pools import means_key, pooled_means
 from relserve.planner.labels.prior import label_options
 from relserve.results import RowResult
+
+
+@dataclass(frozen=True)
+class _SharedMeans:
+    """The label means a cascade's first part was decided with, for its later parts
+    (``LabelScope.reading``)."""
+
+    means_key: tuple
+    means: Mapping[str, float]
 
 
 class BatchRun(LabelRun):
@@ -31,7 +40,16 @@ class BatchRun(LabelRun):
         return LabelRequest([self.examples + p for p in self.ctx.prompts], self.options)
 
     def decide(self, rows: Sequence[RowResult]) -> list[RowResult]:
-        means = pooled_means(self.means_key, [r.label_logprobs for r in rows])
+        scope = self.ctx.scope
+        shared = scope.reading if scope is not None else None
+        if isinstance(shared, _SharedMeans) and shared.means_key == self.means_key:
+            # a later part of a cascade (the rows its proxy was unsure of): no sample of the
+            # call's rows, so its scores would move the means; decided with the first part's
+            means = shared.means
+        else:
+            means = pooled_means(self.means_key, [r.label_logprobs for r in rows])
+            if scope is not None:
+                scope.reading = _SharedMeans(self.means_key, means)
         out = []
         for r in rows:
             label = pick_calibrated(r.label_logprobs, means)
