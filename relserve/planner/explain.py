@@ -377,10 +377,13 @@ def _answer_field(call, model_id: str, namespace: str | None) -> str | None:
 
 
 def describe_labels(report) -> str | None:
-    """One line of EXPLAIN ANALYZE for what the adaptive label method found (None: another method)."""
+    """One line of EXPLAIN ANALYZE for what the label method found (None: nothing)."""
     from relserve.planner.labels.adaptive import AdaptiveReport
     from relserve.planner.labels.decide import WEAK_SHARE
+    from relserve.planner.labels.guesses import AnswerSpread
 
+    if isinstance(report, AnswerSpread):
+        return describe_spread(report)
     if not isinstance(report, AdaptiveReport):
         return None
     choice, reading = report.choice, report.reading
@@ -398,3 +401,15 @@ def describe_labels(report) -> str | None:
                  f"{report.first!r}")
     return (f"layout {choice.layout.name!r} chosen {how} (mutual information {choice.information:.3f} nats); "
             f"{prior}; over {reading.rows} margins")
+
+
+def describe_spread(spread) -> str | None:
+    """EXPLAIN ANALYZE's line for a method that decides each row from its own scores: how much
+    the answers depend on the rows, and the label most of them got."""
+    top = spread.most_common
+    if top is None:
+        return None
+    label, share = top
+    guesses = " (close to guesses)" if spread.guessing else ""
+    return (f"method {spread.method!r}: mutual information between rows and answers {spread.information:.3f} nats"
+            f"{guesses} over {spread.rows} rows; most common answer {label!r} ({share:.0%})")

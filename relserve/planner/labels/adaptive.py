@@ -39,6 +39,7 @@ from relserve.backend.protocol import Backend
 from relserve.functions import LLMCall
 from relserve.planner.labels.bootstrap import sample_indices
 from relserve.planner.labels.decide import WEAK_SHARE, Reading, posteriors, read
+from relserve.planner.labels.information import categorical_information, mutual_information
 from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun
 from relserve.planner.labels.keys import call_key
 from relserve.planner.labels.layouts import QUESTION_FIELD, Layout, LayoutRenderer, column_labels, layouts_for
@@ -61,8 +62,6 @@ MAX_EXAMPLE_CHARS = 1000
 MAX_REMEMBERED = 256
 #: margins of a call's earlier relQueries kept for the reading (the most recent)
 POOL_SIZE = 1024
-#: below this mutual information over the sample the chosen layout hardly tells rows apart
-WEAK_INFORMATION = 0.02
 
 
 @dataclass(frozen=True)
@@ -197,37 +196,6 @@ def first_pass_stages(sample: Sequence[int]) -> tuple[list[int], list[int]]:
     first = [sample[k] for k in sample_indices(len(sample), FIRST_STAGE_ROWS)]
     chosen = set(first)
     return first, [i for i in sample if i not in chosen]
-
-
-def mutual_information(margins: Sequence[float]) -> float:
-    """I(row; answer) for two answers whose log-odds per row are ``margins``: the entropy of the
-    mean answer minus the mean entropy of each row's answer (nats)."""
-    ps = [1 / (1 + math.exp(-max(min(m, 50.0), -50.0))) for m in margins if math.isfinite(m)]
-    if not ps:
-        return 0.0
-
-    def h(p: float) -> float:
-        return -sum(q * math.log(q) for q in (p, 1 - p) if q > 0)
-
-    return max(0.0, h(sum(ps) / len(ps)) - sum(h(p) for p in ps) / len(ps))
-
-
-def categorical_information(logprobs: Sequence[Mapping[str, float]]) -> float:
-    """I(row; answer) when the answer is one of several values (a layout of a row's own value:
-    which of the column's values the row is), from each distinct row's log-probabilities over
-    the same values (nats)."""
-    dists = []
-    for lp in logprobs:
-        z = sum(math.exp(v) for v in lp.values())
-        dists.append({k: math.exp(v) / z for k, v in lp.items()})
-    if not dists:
-        return 0.0
-
-    def h(p: Mapping[str, float]) -> float:
-        return -sum(q * math.log(q) for q in p.values() if q > 0)
-
-    mean = {k: sum(d.get(k, 0.0) for d in dists) / len(dists) for k in dists[0]}
-    return max(0.0, h(mean) - sum(h(d) for d in dists) / len(dists))
 
 
 def margin(row: RowResult, layout: Layout, own: str | None = None) -> float:

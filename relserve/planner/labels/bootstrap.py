@@ -45,7 +45,14 @@ from relserve.planner.labels.answer_fields import as_known
 from relserve.planner.labels.batch import BatchRun
 from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun
 from relserve.planner.labels.keys import call_key, namespace_key
-from relserve.planner.labels.means import MIN_BATCH_ROWS, calibrated, label_means, pick_calibrated
+from relserve.planner.labels.means import (
+    MIN_BATCH_ROWS,
+    calibrated,
+    label_means,
+    no_correction,
+    pick_calibrated,
+    separates_by_itself,
+)
 from relserve.prompt_shapes import ANSWER_FIELD, AUTO_ANSWER_FIELD
 from relserve.results import RowResult
 
@@ -114,7 +121,8 @@ def choose(
     per_label: int = PER_LABEL,
     max_chars: int = MAX_EXAMPLE_CHARS,
 ) -> list[tuple[int, str]]:
-    """The examples: per label, the scored rows whose batch-calibrated pick is that label, surest
+    """The examples: per label, the scored rows whose batch-calibrated pick (the model's own, when
+    it separates the rows by itself) is that label, surest
     first (the margin of the label over the next best, both calibrated), ``per_label`` of them;
     interleaved by rank (first of every label, then second of every label ...) so no label
     stands last by construction more often than the others.
@@ -123,7 +131,9 @@ def choose(
     """
     if not scores:
         return []
-    means = label_means([s for _, s in scores])
+    sampled = [s for _, s in scores]
+    # a model that tells the sampled rows apart by itself is read as it answers (means.py)
+    means = no_correction(sampled) if separates_by_itself(sampled) else label_means(sampled)
     labels = list(means)
     ranked: dict[str, list[tuple[float, int]]] = {label: [] for label in labels}
     for index, s in scores:
@@ -266,7 +276,7 @@ class BootstrapRun(LabelRun):
         ctx = self.ctx
         chosen = examples_for(ctx.call, ctx.engine, ctx.prompts, {**ctx.engine_options, **self.options}, ctx.model_id,
                               ctx.rel_id)
-        self._batch = BatchRun(ctx, chosen.text)
+        self._batch = BatchRun(ctx, chosen.text, method="bootstrap")
         prompts = list(ctx.prompts)
         # the rows that are examples already have their answer: the engine scores the others
         # (all of them, should every row be an example)
@@ -277,3 +287,10 @@ class BootstrapRun(LabelRun):
 
     def decide(self, rows: Sequence[RowResult]) -> list[RowResult]:
         return self._batch.decide(rows)
+
+    @property
+    def report(self):
+        return self._batch.report if self._batch is not None else None
+
+    def warning(self, function: str, template: str) -> str | None:
+        return self._batch.warning(function, template) if self._batch is not None else None

@@ -22,6 +22,7 @@ from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import pick
 from relserve.functions import SCORING_METHODS, LLMCall
+from relserve.planner.labels.guesses import AnswerSpread
 from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun, probabilities
 from relserve.planner.labels.keys import template_key
 from relserve.planner.prompt_rendering import Renderer
@@ -122,6 +123,7 @@ class PriorRun(LabelRun):
         self.options = label_options(ctx.call, ctx.model_id, "prior")
         self._probes: RelQueryHandle | None = None
         self._prior: dict[str, float] | None = None
+        self.spread = AnswerSpread("prior")
 
     def request(self) -> LabelRequest:
         if "label_prior" not in self.options:
@@ -141,5 +143,13 @@ class PriorRun(LabelRun):
             # the engine picked with a known prior; with the one measured beside the rows, here
             label = pick(r.label_logprobs, prior) if self._prior is not None else r.text
             divided = {k: v - math.log(max(prior[k], 1e-12)) for k, v in r.label_logprobs.items()} if prior else r.label_logprobs
+            self.spread.add(divided, label)
             out.append(replace(r, text=label, confidence=probabilities(divided).get(label)))
         return out
+
+    @property
+    def report(self) -> AnswerSpread:
+        return self.spread
+
+    def warning(self, function: str, template: str) -> str | None:
+        return self.spread.warning(function, template)

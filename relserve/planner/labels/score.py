@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from relserve.planner.labels.guesses import AnswerSpread
 from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun, probabilities
 from relserve.results import RowResult
 
@@ -22,9 +23,19 @@ class ScoreRun(LabelRun):
 
         self.ctx = ctx
         self.options = label_options(ctx.call, ctx.model_id, "score")
+        self.spread = AnswerSpread("score")
 
     def request(self) -> LabelRequest:
         return LabelRequest(list(self.ctx.prompts), self.options)
 
     def decide(self, rows: Sequence[RowResult]) -> list[RowResult]:
+        for r in rows:
+            self.spread.add(r.label_logprobs, r.text)
         return [replace(r, confidence=probabilities(r.label_logprobs).get(r.text)) for r in rows]
+
+    @property
+    def report(self) -> AnswerSpread:
+        return self.spread
+
+    def warning(self, function: str, template: str) -> str | None:
+        return self.spread.warning(function, template)
