@@ -77,3 +77,41 @@ def noise_engine(seed: int = 1) -> MarginEngine:
     """A model that cannot tell the rows apart: every margin is noise around 0."""
     rng = random.Random(seed)
     return MarginEngine(lambda text, rq: rng.gauss(0, 0.3))
+
+
+class LabelEngine:
+    """Any number of labels: each label of a row scored by ``scores(own text, labels)``
+    (normalised into log-probabilities over the labels)."""
+
+    model_id = "label-model"
+    policy = "scripted"
+    uses_plugin = False
+    max_model_len = 2048
+    block_size = 16
+
+    def __init__(self, scores: Callable[[str, list[str]], dict[str, float]]) -> None:
+        self.scores = scores
+        #: every relQuery submitted (first passes included), in order
+        self.relqueries: list[Any] = []
+
+    def warm_prefix(self, text: str = "", system: str | None = None, tenancy=None) -> int:
+        return 0
+
+    def prompt_token_ids(self, text: str, system: str | None = None) -> list[int]:
+        return list(range(len(text.split()) + 2))
+
+    def submit(self, rq, tenancy=None) -> RelQueryHandle:
+        self.relqueries.append(rq)
+        prompts = [str(p) for p in rq.render()]
+        handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, lambda: None)
+        rows = []
+        for i, p in enumerate(prompts):
+            raw = self.scores(own_text(p), list(rq.choices))
+            z = math.log(sum(math.exp(v) for v in raw.values()))
+            lps = {label: v - z for label, v in raw.items()}
+            row = RowResult(i, text=max(lps, key=lps.get), prompt_tokens=3, output_tokens=1, finish_reason="scored",
+                            label_logprobs=lps)
+            rows.append(row)
+            handle.row_done(row)
+        handle.finish(RelQueryResult(rows, RelQueryStats(rq.rel_id, len(rows), policy=self.policy)))
+        return handle

@@ -10,54 +10,18 @@ import warnings
 
 import polars as pl
 import pytest
-from label_doubles import own_text
+from label_doubles import LabelEngine
 
 import relserve.polars  # noqa: F401 (registers the .llm namespaces)
-from relserve.engine.handle import RelQueryHandle
 from relserve.errors import LabelWarning
 from relserve.functions import make_call
 from relserve.planner.labels.guesses import AnswerSpread
 from relserve.planner.labels.information import explained_share
 from relserve.planner.labels.memory import forget_all
 from relserve.planner.plan_and_run import analyzed, run_call
-from relserve.results import RelQueryResult, RelQueryStats, RowResult
 
 LABELS = ["damage", "account", "billing"]
 TEMPLATE = "What is this ticket about? {t}"
-
-
-class LabelEngine:
-    """Scores each label of a row by ``scores(own text, labels)`` (log-probabilities)."""
-
-    model_id = "label-model"
-    policy = "scripted"
-    uses_plugin = False
-    max_model_len = 2048
-    block_size = 16
-
-    def __init__(self, scores) -> None:
-        self.scores = scores
-
-    def warm_prefix(self, text: str = "", system: str | None = None, tenancy=None) -> int:
-        return 0
-
-    def prompt_token_ids(self, text: str, system: str | None = None) -> list[int]:
-        return list(range(len(text.split()) + 2))
-
-    def submit(self, rq, tenancy=None) -> RelQueryHandle:
-        prompts = [str(p) for p in rq.render()]
-        handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, lambda: None)
-        rows = []
-        for i, p in enumerate(prompts):
-            raw = self.scores(own_text(p), list(rq.choices))
-            z = math.log(sum(math.exp(v) for v in raw.values()))
-            lps = {label: v - z for label, v in raw.items()}
-            row = RowResult(i, text=max(lps, key=lps.get), prompt_tokens=3, output_tokens=1, finish_reason="scored",
-                            label_logprobs=lps)
-            rows.append(row)
-            handle.row_done(row)
-        handle.finish(RelQueryResult(rows, RelQueryStats(rq.rel_id, len(rows), policy=self.policy)))
-        return handle
 
 
 def strong(text: str, labels: list[str]) -> dict[str, float]:
@@ -175,3 +139,32 @@ def test_polars_warns_when_a_small_classify_on_the_real_model_is_guessing(engine
         out = df.with_columns(kind=pl.col("ticket").llm.classify(
             "What is this support ticket about? {ticket}", ["damage", "account", "billing", "delivery"], engine=engine))
     assert out["kind"].null_count() == 0 and set(out["kind"]) <= {"damage", "account", "billing", "delivery"}
+
+
+def test_a_cascades_sample_takes_its_examples_from_the_whole_relquery():
+    """A cascade asks the LLM for a random sample of the rows first. Bootstrap's first pass chose
+    its examples among that sample's rows, so the LLM's answers moved away from the LLM-only
+    run's (15% of a 3-label cascade's); it samples the whole relQuery, as that run does."""
+    from relserve.planner.labels.bootstrap import BootstrapRun
+    from relserve.planner.labels.interface import LabelContext, LabelScope
+
+    call = make_call("llm_classify", TEMPLATE, labels=LABELS, method="bootstrap")
+    whole, _ = tickets(90, 0.25)
+    values = [(w,) for w in whole]
+
+    def first_pass_of(prompts: list[str], scope: LabelScope | None):
+        forget_all()
+        eng = LabelEngine(strong)
+        ctx = LabelContext(call, eng, "m", prompts, [(p,) for p in prompts], None, call.engine_options(), None, scope)
+        request = BootstrapRun(ctx).request()
+        return [str(p) for p in eng.relqueries[0].render()], request
+
+    alone, _ = first_pass_of(whole, None)
+    part = whole[0::3]  # a 30-row sample of the 90 (of the three examples, rows 5, 39 and 45 of the 90, it holds two)
+    scoped, request = first_pass_of(part, LabelScope(values, None, whole))
+    assert scoped == alone and len(alone) == 16
+    assert not set(alone) <= set(part)  # the part's own rows would have given other examples
+    # the examples that are rows of this part are answered by their label, the others scored
+    answered = request.answered
+    assert sorted((part[i], label) for i, label in answered.items()) == [(whole[39], "billing"), (whole[45], "account")]
+    assert len(request.prompts) == len(part) - len(answered)

@@ -82,7 +82,8 @@ class Cascade:
         #: remainder with the sample's reading (the remainder, the rows the proxy is unsure of,
         #: is no sample of the table: read alone it moved the boundary, and the LLM's answers
         #: agreed with the LLM-only run's on 86% of 5,000 rows)
-        self.label_scope = LabelScope(self.rows.values, [min(t) for t in self.rows.targets]) if self.rows.values else None
+        self.label_scope = (LabelScope(self.rows.values, [min(t) for t in self.rows.targets], self.rows.prompts)
+                            if self.rows.values else None)
         self.report = CascadeReport(self.plan.target or 0.0, len(self.rows.prompts), len(self.parts.train),
                                     len(self.parts.audit), embedder=self.embedder.name, seed=self.seed)
 

@@ -274,10 +274,19 @@ class BootstrapRun(LabelRun):
 
     def request(self) -> LabelRequest:
         ctx = self.ctx
-        chosen = examples_for(ctx.call, ctx.engine, ctx.prompts, {**ctx.engine_options, **self.options}, ctx.model_id,
-                              ctx.rel_id)
-        self._batch = BatchRun(ctx, chosen.text, method="bootstrap")
         prompts = list(ctx.prompts)
+        # a part of a larger relQuery (a cascade's sample) takes its examples from the whole, as
+        # the relQuery of all the rows would: examples from the part's own rows moved 15% of a
+        # 3-label cascade's LLM answers away from the LLM-only run's
+        whole = list(ctx.scope.prompts) if ctx.scope is not None and ctx.scope.prompts else prompts
+        chosen = examples_for(ctx.call, ctx.engine, whole, {**ctx.engine_options, **self.options}, ctx.model_id,
+                              ctx.rel_id)
+        if whole is not prompts:
+            # the examples answered among the whole's rows, as this part's prompt indices
+            position = {p: i for i, p in enumerate(prompts)}
+            chosen = Examples(chosen.text, {position[whole[j]]: label for j, label in chosen.answered.items()
+                                            if whole[j] in position})
+        self._batch = BatchRun(ctx, chosen.text, method="bootstrap")
         # the rows that are examples already have their answer: the engine scores the others
         # (all of them, should every row be an example)
         if chosen.answered and len(chosen.answered) < len(prompts):

@@ -44,6 +44,9 @@ class LabelScope:
     values: Sequence[tuple]
     #: per prompt, the first of the caller's rows that has it (as ``LabelContext.first_rows``)
     first_rows: Sequence[int] | None = None
+    #: the whole relQuery's prompts, in planned order (bootstrap's first pass samples them, as
+    #: the relQuery of all the rows would; None: not known, each part samples its own)
+    prompts: Sequence[str] | None = None
     #: what the first part decided left for the later parts (the label method's own type;
     #: None until then)
     reading: object | None = None
