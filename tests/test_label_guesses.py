@@ -100,8 +100,26 @@ def test_few_rows_are_guesses_unless_the_model_is_sure_of_each():
     for scores in ({"a": -0.01, "b": -4.6}, {"a": -4.6, "b": -0.01}):
         sure.add(scores, max(scores, key=scores.get))
     assert not sure.guessing and sure.warning("llm_classify", "{t}") is None
-    unsure.earlier = 16  # the call's earlier rows stand behind the reading: the share decides
-    assert not unsure.few and unsure.guessing == (unsure.explained < 0.1)
+    # the call's earlier relQueries stand behind the reading (and were judged): three rows more
+    # are not, whatever their share (one row's alone is always 0)
+    unsure.earlier = 16
+    assert not unsure.few and unsure.explained < 0.5 and not unsure.guessing
+    one = AnswerSpread("prior", earlier=20)
+    one.add({"a": -0.6, "b": -0.8}, "a")
+    assert one.explained == 0.0 and not one.guessing
+
+
+def test_a_call_run_row_by_row_under_the_prior_warns_until_it_has_had_sixteen_rows():
+    """PostgreSQL's scalar calls (``relserve.batch_calls = off``) send one relQuery per row."""
+    eng = LabelEngine(blind)
+    call = make_call("llm_classify", TEMPLATE, labels=LABELS)
+    warned = []
+    for i in range(20):
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            run_call(call, [[f"ticket {i} about billing"]], engine=eng, cache=False, progress=False)
+        warned.append(any(issubclass(w.category, LabelWarning) for w in got))
+    assert warned == [True] * 15 + [False] * 5
 
 
 def test_many_rows_of_a_separating_model_at_two_percent_are_no_guesses():

@@ -36,3 +36,22 @@ def test_the_batch_node_runs_llm_score_as_one_relquery(server, cluster):
         db.execute("SET relserve.cache = off")
         plan = "\n".join(r for (r,) in db.execute(f"EXPLAIN {SCORE}"))
     assert "Custom Scan (relserve batch)" in plan and "llm_score" in plan, plan
+
+
+CLASSIFY = ("SELECT id, llm_classify('Which kind of film is this review about? {review}', "
+            "ARRAY['comedy','horror','drama'], review) FROM reviews WHERE id <= 6 ORDER BY id")
+
+
+@pytest.mark.parametrize("batched", ["on", "off"])
+def test_a_classify_of_three_labels_says_when_a_few_rows_leave_the_model_unsure(server, cluster, batched):
+    notices = []
+    with connect(cluster) as db:
+        db.add_notice_handler(lambda d: notices.append(d.message_primary))
+        db.execute("SET relserve.cache = off")
+        db.execute(f"SET relserve.batch_calls = {batched}")
+        got = db.execute(CLASSIFY).fetchall()
+    # every row answered with one of the labels, and a NOTICE naming the call says why to doubt them
+    assert [i for i, _ in got] == [1, 2, 3, 4, 5, 6]
+    assert all(label in ("comedy", "horror", "drama") for _, label in got)
+    guesses = [n for n in notices if n.startswith("llm_classify") and "close to guesses" in n]
+    assert guesses and "no earlier ones of this call" in guesses[0], notices

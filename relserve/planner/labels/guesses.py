@@ -89,11 +89,14 @@ class AnswerSpread:
     @property
     def guessing(self) -> bool:
         """Whether the answers are close to guesses: few rows and some unsure, or rows whose
-        answers hardly depend on them."""
+        answers hardly depend on them. A relQuery of few rows behind earlier ones of its call is
+        not judged: its own share is noise, and the earlier ones were."""
         if not self.rows:
             return False
         if self.few:
             return self.unsure > 0
+        if self.rows < FEW_ROWS:
+            return False
         return self.explained < WEAK_SHARE_EXPLAINED
 
     def warning(self, function: str, template: str) -> str | None:

@@ -34,6 +34,9 @@ PROBE_PREFIX = "prior-"
 CONTENT_FREE = ("N/A", "", "[MASK]")
 
 _priors: dict[tuple, dict[str, float]] = {}
+#: rows each call's relQueries decided so far under the prior (the guess check's few-rows rule
+#: stops once a call has had enough: a scalar call per row would otherwise warn on every row)
+_decided: dict[tuple, int] = {}
 _lock = threading.Lock()
 
 
@@ -108,6 +111,7 @@ def forget_priors() -> None:
     """Forget every measured prior (tests, and the benchmark between configurations)."""
     with _lock:
         _priors.clear()
+        _decided.clear()
 
 
 class PriorRun(LabelRun):
@@ -123,7 +127,9 @@ class PriorRun(LabelRun):
         self.options = label_options(ctx.call, ctx.model_id, "prior")
         self._probes: RelQueryHandle | None = None
         self._prior: dict[str, float] | None = None
-        self.spread = AnswerSpread("prior")
+        self._key = template_key(ctx.call, ctx.model_id)
+        with _lock:
+            self.spread = AnswerSpread("prior", earlier=_decided.get(self._key, 0))
 
     def request(self) -> LabelRequest:
         if "label_prior" not in self.options:
@@ -145,6 +151,8 @@ class PriorRun(LabelRun):
             divided = {k: v - math.log(max(prior[k], 1e-12)) for k, v in r.label_logprobs.items()} if prior else r.label_logprobs
             self.spread.add(divided, label)
             out.append(replace(r, text=label, confidence=probabilities(divided).get(label)))
+        with _lock:
+            _decided[self._key] = _decided.get(self._key, 0) + len(rows)
         return out
 
     @property
