@@ -13,11 +13,11 @@ import duckdb
 import httpx
 import pytest
 from server_fixtures import running_server
-from waits import result_within, wait_until
+from waits import BoundedClient, result_within, wait_until
 
 import relserve.duckdb
 from relserve.budget import BudgetExceeded
-from relserve.client import Client, ServerError
+from relserve.client import ServerError
 
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("engine_home")]
 
@@ -121,11 +121,11 @@ TENANTS = {"tenants": {"small": {"key": "small-tenant-key", "max_tokens_per_day"
 def test_a_server_tenants_day_and_a_requests_own_budget(engine):
     rows = [{"n": i} for i in range(40)]
     with running_server(engine, tenants=TENANTS, cache=False) as srv:
-        with Client(srv.url, api_key="free-tenant-key") as free:
+        with BoundedClient(srv.url, api_key="free-tenant-key") as free:
             with pytest.raises(ServerError, match=r"refused before starting: it may spend [\d,]+ engine tokens .* max_tokens_total 300") as e:
                 free.run(STORY, rows, max_tokens=24, max_tokens_total=300)
             assert e.value.status == 422
-        with Client(srv.url, api_key="small-tenant-key") as small:
+        with BoundedClient(srv.url, api_key="small-tenant-key") as small:
             with pytest.raises(ServerError, match=r"tenant 'small': refused before starting: this request may spend [\d,]+ engine tokens .* "
                                                   r"3,000 of the tenant's max_tokens_per_day 3,000 are left today") as e:
                 small.run(STORY, rows, max_tokens=48)

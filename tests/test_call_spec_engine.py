@@ -7,6 +7,7 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 import pytest
+from waits import BoundedClient
 
 import relserve.duckdb
 import relserve.polars
@@ -46,13 +47,12 @@ def test_polars_takes_the_system_message_as_a_keyword(recording):
 
 
 def test_the_executor_gives_the_server_and_sql_the_same_rows(engine, recording):
-    from relserve.client import Client
     from relserve.server import ServerThread, create_app
 
     call = make_call("llm_filter", "Is this review positive? {review}", system="Be fair.")
     sync = run_call(call, [REVIEWS], engine=recording, progress=False)
     # the server without a result cache: its rows come from the engine, not from the sync run's answers
-    with ServerThread(create_app(engine, cache=False)) as server, Client(server.url) as client:
+    with ServerThread(create_app(engine, cache=False)) as server, BoundedClient(server.url) as client:
         remote = client.run("Is this review positive? {review}", [{"review": r} for r in REVIEWS], function="filter", system="Be fair.")
     assert remote.values == sync.values
     assert remote.errors == sync.errors == [None, None, None]

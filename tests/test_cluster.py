@@ -11,11 +11,10 @@ import duckdb
 import pytest
 from engine_doubles import RecordingEngine
 from server_fixtures import running_server
-from waits import Worker, finish_all, result_within, wait_until
+from waits import BoundedClient, Worker, finish_all, result_within, wait_until
 
 import relserve
 import relserve.duckdb
-from relserve.client import Client
 from relserve.relquery import RelQuery
 
 pytestmark = [pytest.mark.cluster, pytest.mark.engine]
@@ -71,7 +70,7 @@ def test_concurrent_relqueries_through_the_server(cluster):
     with running_server(cluster) as srv:
 
         def one(word: str) -> None:
-            with Client(srv.url) as client:
+            with BoundedClient(srv.url) as client:
                 results[word] = client.run("Say something about {x}.", _rows(8, word), max_tokens=6, cache=False)
 
         threads = [Worker(one, w, what=f"the {w} relQuery through the server") for w in ("apple", "river")]

@@ -19,10 +19,9 @@ import psutil
 import pytest
 from conftest import TEST_ENGINE_OPTIONS
 from server_fixtures import running_server
-from waits import exit_code_within, result_within, wait_until
+from waits import BoundedClient, exit_code_within, result_within, wait_until
 
 from relserve import Engine, RelQuery
-from relserve.client import Client
 from relserve.errors import EngineError
 from relserve.server import ServerThread, create_app
 from relserve.server.runner import begin_shutdown
@@ -93,7 +92,7 @@ def test_killing_the_engine_core_fails_every_waiting_caller_and_a_new_engine_sta
         with running_server(engine, cache=False) as srv:  # a server on it says so, and fails work
             r = httpx.get(srv.url + "/health")
             assert (r.status_code, r.json()["status"]) == (503, "engine-dead")
-            c = Client(srv.url)
+            c = BoundedClient(srv.url)
             res = c.result(c.submit("Say {x}.", [{"x": "hi"}], max_tokens=2))
             assert res.status == "failed" and "the engine's processes died" in res.error
     finally:

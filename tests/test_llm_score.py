@@ -12,10 +12,10 @@ import polars as pl
 import pytest
 from label_doubles import noise_engine, strong_engine
 from server_fixtures import running_server
+from waits import BoundedClient
 
 import relserve.duckdb
 import relserve.polars  # noqa: F401 (registers the .llm namespaces)
-from relserve.client import Client
 from relserve.errors import ConfigError, LabelWarning
 from relserve.functions import make_call
 from relserve.planner.labels import adaptive
@@ -116,7 +116,7 @@ def test_no_warning_and_the_estimated_prior_where_the_model_separates_the_rows()
 
 def test_the_server_answers_llm_score_and_reports_the_labels_and_the_warning():
     eng = noise_engine()
-    with running_server(eng, cache=False) as srv, Client(srv.url) as c:
+    with running_server(eng, cache=False) as srv, BoundedClient(srv.url) as c:
         res = c.run(SPORTS, [{"a": r} for r in ROWS], function="score", method="adaptive")
     assert len(res.rows) == len(ROWS) and all(0.0 <= r.value <= 1.0 for r in res.rows)
     assert all(r.confidence is not None for r in res.rows)

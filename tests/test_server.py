@@ -12,10 +12,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from server_fixtures import running_server
-from waits import Worker, finish_all, run_within, wait_until
+from waits import BoundedClient, Worker, finish_all, run_within, wait_until
 
 from relserve import RelQuery
-from relserve.client import Client
 from relserve.planner.cache import ResultCache
 
 pytestmark = pytest.mark.engine
@@ -35,7 +34,7 @@ def server(engine, tmp_path_factory):
 
 @pytest.fixture
 def client(server):
-    with Client(server.url, api_key=KEY) as c:
+    with BoundedClient(server.url, api_key=KEY) as c:
         yield c
 
 
@@ -79,7 +78,7 @@ def test_concurrent_clients_each_get_exactly_their_rows(engine, server):
     got: dict[str, list] = {}
 
     def session(name: str) -> None:
-        with Client(server.url, api_key=KEY) as c:
+        with BoundedClient(server.url, api_key=KEY) as c:
             got[name] = c.run(TEMPLATE, jobs[name], max_tokens=6, cache=False).texts
 
     threads = [Worker(session, n, what=f"client {n}'s relQuery") for n in jobs]
@@ -113,7 +112,7 @@ def _decoding(engine, mark: int, rel_id: str) -> bool:
 def test_a_client_that_disconnects_cancels_its_relquery(engine):
     rows = [{"topic": f"the history of city number {i}"} for i in range(16)]
     with running_server(LongAnswers(engine), tenants={"tenants": {"t": {"key": KEY}}}, cache=False) as srv, \
-            Client(srv.url, api_key=KEY) as client:
+            BoundedClient(srv.url, api_key=KEY) as client:
         mark = engine.scheduler_stats()["last_step"]
         stream = client.stream("Write a very long essay about {topic}.", rows, max_tokens=200, cache=False)
         wait_until(lambda: _decoding(engine, mark, stream.id), "the engine decoding the stream's rows")
@@ -271,7 +270,7 @@ def test_rows_in_flight_429_and_hints_reach_the_real_engine(engine):
 
     recording = LongAnswers(engine)  # keeps each relQuery it was given; 200-token rows stay in flight
     tenants = {"tenants": {"t": {"key": KEY, "min_priority": -10, "max_rows_in_flight": 4}}}
-    with running_server(recording, tenants=tenants, cache=False) as srv, Client(srv.url, api_key=KEY) as c:
+    with running_server(recording, tenants=tenants, cache=False) as srv, BoundedClient(srv.url, api_key=KEY) as c:
         t0 = time.monotonic()
         first = c.submit("Write a very long essay about {x}.", [{"x": f"the history of city number {i}"} for i in range(3)],
                          max_tokens=200, priority=-3, deadline_s=120)

@@ -11,9 +11,9 @@ import time
 import httpx
 import pytest
 from server_fixtures import FakeEngine, running_server
-from waits import wait_until
+from waits import BoundedClient, StillWaiting, wait_until
 
-from relserve.client import Client, ServerError
+from relserve.client import ServerError
 from relserve.errors import ConfigError
 from relserve.planner.cache import ResultCache
 from relserve.server import Tenants, hash_key
@@ -83,7 +83,7 @@ def test_bad_tenants_files_name_the_problem(tmp_path):
 
 def test_open_mode_needs_no_key(fake):
     with running_server(fake, cache=False) as srv:
-        c = Client(srv.url)
+        c = BoundedClient(srv.url)
         assert c.health()["auth"] == "open"
         assert c.map("Say {x}", [{"x": "hi"}]) == ["echo: Say hi"]
         assert c.list()[0]["id"]
@@ -101,7 +101,7 @@ def test_missing_or_unknown_key_is_401(server):
 
 
 def test_another_tenants_relquery_is_404_and_cannot_be_cancelled(server):
-    alice, bob = Client(server.url, api_key=ALICE), Client(server.url, api_key=BOB)
+    alice, bob = BoundedClient(server.url, api_key=ALICE), BoundedClient(server.url, api_key=BOB)
     rid = alice.submit("Say {x}", [{"x": i} for i in range(3)])
     for call in (lambda: bob.status(rid), lambda: bob.cancel(rid), lambda: bob.result(rid)):
         with pytest.raises(ServerError) as e:
@@ -185,7 +185,7 @@ def test_rows_in_flight_limit_is_429_per_tenant(tmp_path):
     gated = FakeEngine(gated=True)  # no row is answered until the test opens the gate
     with running_server(gated, tenants=TENANTS, cache=False) as srv:
         try:
-            bob, alice = Client(srv.url, api_key=BOB), Client(srv.url, api_key=ALICE)
+            bob, alice = BoundedClient(srv.url, api_key=BOB), BoundedClient(srv.url, api_key=ALICE)
             first = bob.submit("Say {x}", [{"x": i} for i in range(4)])
             with pytest.raises(ServerError) as e:
                 bob.submit("Say {x}", [{"x": i} for i in range(2)])
@@ -196,6 +196,22 @@ def test_rows_in_flight_limit_is_429_per_tenant(tmp_path):
             gated.open()
         assert bob.result(first).status == "finished"
         assert bob.submit("Say {x}", [{"x": i} for i in range(2)])  # room again
+
+
+def test_a_client_call_that_hangs_fails_naming_its_relquery():
+    """The tests' BoundedClient: a run or result the engine never answers fails within its limit
+    naming the relQuery, not as pytest's anonymous timeout."""
+    gated = FakeEngine(gated=True)  # nothing is answered until the gate opens
+    with running_server(gated, cache=False) as srv, BoundedClient(srv.url, limit=1.0) as c:
+        try:
+            with pytest.raises(StillWaiting, match=r"for the server's answer to the relQuery 'Say \{x\}' over 2 rows \(Client.run\)"):
+                c.run("Say {x}", [{"x": 0}, {"x": 1}])
+            rid = c.submit("Say {x}", [{"x": 2}])
+            with pytest.raises(StillWaiting, match=f"for relQuery {rid} to finish \\(Client.result\\)"):
+                c.result(rid)
+        finally:
+            gated.open()
+        assert c.result(rid).texts == ["echo: Say 2"]  # the same call returns once the engine answers
 
 
 def test_a_bootstrap_first_pass_counts_against_the_tenants_rows_in_flight(tmp_path):
@@ -235,7 +251,7 @@ def test_a_bootstrap_first_pass_counts_against_the_tenants_rows_in_flight(tmp_pa
         r = _post(srv, "/v1/relqueries", {**body, "method": None}, key="carol-secret-key")
         assert r.status_code == 429
         assert _error(r).startswith("tenant 'carol' would have 87 rows in flight (0 running + 87 new)")
-        carol = Client(srv.url, api_key="carol-secret-key")
+        carol = BoundedClient(srv.url, api_key="carol-secret-key")
         # each accepted job is waited for, so the next one starts with nothing in flight
         for accepted in ({**body, "method": "score"}, {**body, "rows": body["rows"][:20]}):
             r = _post(srv, "/v1/relqueries", accepted, key="carol-secret-key")
@@ -266,7 +282,7 @@ def test_unknown_route_and_method(server):
 
 
 def test_priority_and_deadline_reach_the_engine(server, fake):
-    c = Client(server.url, api_key=ALICE)
+    c = BoundedClient(server.url, api_key=ALICE)
     t0 = time.monotonic()
     # an hour: met however slowly a loaded machine answers one row (pytest's own limit is shorter)
     rid = c.submit("Hint {x}", [{"x": 1}], priority=-2, deadline_s=3600, cache=False)
@@ -280,7 +296,7 @@ def test_priority_and_deadline_reach_the_engine(server, fake):
 
 
 def test_every_row_gets_one_answer_in_input_order_with_duplicates_run_once(server, fake):
-    c = Client(server.url, api_key=ALICE)
+    c = BoundedClient(server.url, api_key=ALICE)
     before = len(fake.submitted)
     rows = [{"x": "a"}, {"x": "b"}, {"x": "a"}, {"x": None}, {"x": "c"}]
     res = c.run("Say {x}", rows, cache=False)
@@ -307,7 +323,7 @@ def test_filter_values_are_booleans_and_sse_stream_has_every_row(server):
 
 
 def test_on_error_raise_fails_the_relquery_at_the_first_bad_row(server):
-    c = Client(server.url, api_key=ALICE)
+    c = BoundedClient(server.url, api_key=ALICE)
     res = c.run("Say {x}", [{"x": "a"}, {"x": None}, {"x": "b"}], on_error="raise", cache=False)
     assert res.status == "failed"
     assert res.error == "row 1: llm_map: placeholder {x} is NULL in this row"
@@ -316,7 +332,7 @@ def test_on_error_raise_fails_the_relquery_at_the_first_bad_row(server):
 
 
 def test_cells_batch_is_one_relquery_and_repeats_come_from_the_cache(server, fake):
-    c = Client(server.url, api_key=ALICE)
+    c = BoundedClient(server.url, api_key=ALICE)
     cells = [
         {"id": "B2", "template": "Rate {A} now", "args": ["cell one"]},
         {"id": "B3", "template": "Rate {A} now", "args": ["cell two"]},
@@ -344,7 +360,7 @@ def test_cells_batch_is_one_relquery_and_repeats_come_from_the_cache(server, fak
 def test_cells_stream_sends_cached_cells_before_the_engine_answers(tmp_path):
     gated = FakeEngine(gated=True)
     with running_server(gated, cache=ResultCache(tmp_path / "results.sqlite")) as srv:
-        c = Client(srv.url)
+        c = BoundedClient(srv.url)
         gated.release(1)
         c.cells([{"id": "A1", "template": "Stream {v} please", "args": ["known"]}])
         with c.stream_cells([{"id": "A1", "template": "Stream {v} please", "args": ["new one"]},
@@ -361,7 +377,7 @@ def test_cells_stream_sends_cached_cells_before_the_engine_answers(tmp_path):
 def test_cancel_aborts_unfinished_rows_and_keeps_finished_ones():
     gated = FakeEngine(gated=True)
     with running_server(gated, cache=False) as srv:
-        c = Client(srv.url)
+        c = BoundedClient(srv.url)
         rid = c.submit("Say {x}", [{"x": i} for i in range(20)])
         gated.release(2)  # two rows answered, the other 18 wait for a permit that never comes
         wait_until(lambda: c.status(rid)["progress"]["done"] == 2, "the two released rows answered")
@@ -378,7 +394,7 @@ def test_cancel_aborts_unfinished_rows_and_keeps_finished_ones():
 def test_dropping_the_stream_cancels_the_relquery():
     gated = FakeEngine(gated=True)
     with running_server(gated, cache=False) as srv:
-        c = Client(srv.url)
+        c = BoundedClient(srv.url)
         s = c.stream("Say {x}", [{"x": i} for i in range(30)])
         gated.release(1)
         first = next(iter(s))
@@ -394,7 +410,7 @@ def test_dropping_the_stream_cancels_the_relquery():
 
 
 def test_metrics_are_prometheus_text_with_the_expected_series(server):
-    c = Client(server.url, api_key=ALICE)
+    c = BoundedClient(server.url, api_key=ALICE)
     c.run("Metric {x}", [{"x": i} for i in range(3)], cache=False)
     text = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {ALICE}"}).text
     from prometheus_client.parser import text_string_to_metric_families
@@ -481,7 +497,7 @@ def test_a_waiting_client_that_goes_away_cancels_its_cells():
             gated.wait_submitted(1)
         gated.wait_cancelled(1)
         assert len(gated.cancelled) == 1
-        (job,) = Client(srv.url).list()
+        (job,) = BoundedClient(srv.url).list()
         assert job["kind"] == "cells" and job["status"] == "cancelled" and job["error"] == "cancelled: the client disconnected"
 
 
@@ -505,7 +521,7 @@ def test_serve_command_checks_the_tenants_file_before_starting_the_engine(tmp_pa
 
 def test_plan_counts_rows_distinct_prompts_and_cached_answers_without_running(server, fake):
     rows = [{"x": "p1"}, {"x": "p2"}, {"x": "p1"}, {"x": None}]
-    with Client(server.url, api_key=ALICE) as c:
+    with BoundedClient(server.url, api_key=ALICE) as c:
         submitted = len(fake.submitted)
         got = c.plan("Plan {x}", rows)
         assert got | {"estimate": None} == {"rows": 4, "engine_rows": 2, "cached_rows": 0, "failed_rows": 1, "estimate": None}

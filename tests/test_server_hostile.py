@@ -12,9 +12,8 @@ import httpx
 import psutil
 import pytest
 from server_fixtures import FakeEngine, running_server
-from waits import Worker, wait_until
+from waits import BoundedClient, Worker, wait_until
 
-from relserve.client import Client
 from relserve.server import hash_key
 
 ALICE, BOB, MALLORY, OPS = "alice-secret-key", "bobby-secret-key", "mallory-secret-key", "ops-metrics-key1"
@@ -283,7 +282,7 @@ def real(engine):
 
 
 def _cached_tokens(srv, key: str, prompt: str) -> int:
-    with Client(srv.url, api_key=key) as c:
+    with BoundedClient(srv.url, api_key=key) as c:
         res = c.run(prompts=[prompt], max_tokens=2, cache=False)
     row = res.rows[0]
     assert row.error is None, row.error
@@ -331,7 +330,7 @@ def test_one_tenants_flood_of_small_relqueries_does_not_starve_anothers_relquery
     run entirely before another tenant's 12-row relQuery; the tenant share ranks the tenant with
     less work in the engine first, so the 12 rows run while most of the flood still waits."""
     with running_server(engine, tenants=REAL_TENANTS, cache=False) as srv:
-        flood, victim = Client(srv.url, api_key=ALICE), Client(srv.url, api_key=BOB)
+        flood, victim = BoundedClient(srv.url, api_key=ALICE), BoundedClient(srv.url, api_key=BOB)
         ids = [flood.submit(prompts=[f"Count to ten, attempt {i}."], max_tokens=24, cache=False) for i in range(120)]
         rid = victim.submit(prompts=[f"Name a colour, take {i}." for i in range(12)], max_tokens=24, cache=False)
         # the server's own jobs: when each finished, whatever the test's polling costs
@@ -401,7 +400,7 @@ def test_a_flooding_tenant_decodes_at_most_its_cap_beside_another_tenants_row(en
     alone it decodes all of them (work-conserving)."""
     tenants = {"tenants": {"flood": {"key": "flood-secret-key", "max_running_shared": 4}, "small": {"key": BOB}}}
     with running_server(engine, tenants=tenants, cache=False) as srv:
-        flood, small = Client(srv.url, api_key="flood-secret-key"), Client(srv.url, api_key=BOB)
+        flood, small = BoundedClient(srv.url, api_key="flood-secret-key"), BoundedClient(srv.url, api_key=BOB)
         mark = engine.scheduler_stats()["last_step"]
         prompts = [f"Write the numbers from {i} to {i + 200}, separated by commas." for i in range(24)]
         fid = flood.submit(prompts=prompts, max_tokens=64, cache=False)

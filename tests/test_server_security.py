@@ -9,8 +9,8 @@ import logging
 import httpx
 import pytest
 from server_fixtures import FakeEngine, running_server
+from waits import BoundedClient
 
-from relserve.client import Client
 from relserve.planner.cache import ResultCache
 from relserve.server import hash_key
 
@@ -34,7 +34,7 @@ def server(tmp_path):
 
 
 def _cached_rows(srv, key: str, **body) -> int:
-    c = Client(srv.url, api_key=key)
+    c = BoundedClient(srv.url, api_key=key)
     return c.result(c.submit("Summarize {x}", ROWS, **body)).stats["cached_rows"]
 
 
@@ -95,7 +95,7 @@ def test_streaming_submit_is_201_with_the_relquerys_location(server):
 
 
 def test_listing_survives_a_stored_job_with_a_non_finite_number(server):
-    c = Client(server.url, api_key=ALICE)
+    c = BoundedClient(server.url, api_key=ALICE)
     job_id = c.submit("Say {x}", [{"x": "a"}])
     state = server.server.config.app.state.relserve
     state.jobs.get(job_id, "alice").deadline_s = float("inf")  # as a job stored before validation held
@@ -143,7 +143,7 @@ def test_a_tenants_history_decides_the_layout_of_its_own_small_classify_only(tmp
     body = dict(function="classify", labels=["positive", "negative"], method="bootstrap", cache=False)
     template = "Is this review positive or negative? Review: {r}"
     with running_server(engine, tenants=TENANTS, cache=False) as srv:
-        alice, bob = Client(srv.url, api_key=ALICE), Client(srv.url, api_key=BOB)
+        alice, bob = BoundedClient(srv.url, api_key=ALICE), BoundedClient(srv.url, api_key=BOB)
         alice.result(alice.submit(template, rows, **body))
         alice.result(alice.submit(template, rows[:6], **body))
         bob.result(bob.submit(template, rows[:6], **body))

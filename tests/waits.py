@@ -4,13 +4,17 @@ thread's failure fails its test too."""
 
 from __future__ import annotations
 
+import reprlib
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from relserve.client import Client, RemoteResult
+
 if TYPE_CHECKING:
+    from relserve.call_fields import CallFields
     from relserve.relquery import RelQuery
     from relserve.results import RelQueryResult
 
@@ -111,3 +115,48 @@ def finish_all(workers: Iterable[Worker], timeout: float) -> None:
         w.join(max(0.0, deadline - time.monotonic()))
     for w in workers:
         w.check_finished(timeout)
+
+
+def returns_within(call: Callable[[], T], timeout: float, what: str) -> T:
+    """``call()`` in a worker thread: its value, or what it raised; when it has not returned
+    within ``timeout`` seconds, fail naming ``what`` (for a blocking call that takes no limit of
+    its own, or one as long as pytest's)."""
+    got: list[T] = []
+    worker = Worker(lambda: got.append(call()), what=what)
+    worker.start()
+    worker.finish(timeout)
+    return got[0]
+
+
+#: how long a test waits for one client call to return: well under pytest's 600 s, so a hang
+#: fails that test naming the relQuery, and its servers are torn down
+CLIENT_CALL_LIMIT_S = 180.0
+
+
+class BoundedClient(Client):
+    """A ``Client`` whose ``run``, ``map`` (through ``run``) and ``result`` fail within ``limit``
+    seconds naming the relQuery: the client's own bound, 600 s, is pytest's, and a hang would
+    fail as an anonymous pytest timeout."""
+
+    def __init__(self, url: str | None = None, api_key: str | None = None, *,
+                 limit: float = CLIENT_CALL_LIMIT_S) -> None:
+        super().__init__(url, api_key)
+        self.limit = limit
+
+    def run(self, template: str | None = None, rows: Sequence[Mapping[str, object]] | None = None,
+            call: CallFields | None = None, **options: object) -> RemoteResult:
+        run = super().run
+        what = f"the server's answer to {_relquery_named(template, rows, options)} (Client.run)"
+        return returns_within(lambda: run(template, rows, call, **options), self.limit, what)
+
+    def result(self, relquery_id: str, wait: bool = True, timeout: float = 600.0) -> RemoteResult:
+        result = super().result
+        what = f"relQuery {relquery_id} to finish (Client.result)"
+        return returns_within(lambda: result(relquery_id, wait, timeout), self.limit, what)
+
+
+def _relquery_named(template: str | None, rows: Sequence[object] | None, options: Mapping[str, object]) -> str:
+    """A relQuery as a failure names it: its template and row count, or its prompts."""
+    if template is None:
+        return f"the relQuery of prompts {reprlib.repr(options.get('prompts'))}"
+    return f"the relQuery {reprlib.repr(template)} over {len(rows or ())} rows"
