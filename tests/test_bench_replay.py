@@ -26,7 +26,10 @@ def _check(run, trace):
         rec = by_id[q.id]
         assert rec.rows == len(q.rows) and rec.errors == 0
         assert len(rec.output_lengths) == len(q.rows) and all(n >= 1 for n in rec.output_lengths)
-        assert rec.latency_s > 0 and rec.waiting_s + rec.core_s + rec.tail_s <= rec.latency_s + 0.2
+        # the parts sum to the last token's time less the arrival, both on CLOCK_MONOTONIC (one
+        # clock for the engine core's process and this one), and the latency ends after that
+        # token: no slack for the machine's speed
+        assert rec.latency_s > 0 and rec.waiting_s + rec.core_s + rec.tail_s <= rec.latency_s
 
 
 @pytest.mark.parametrize("policy", [p for p in POLICY_NAMES if policy_class(p).uses_plugin])

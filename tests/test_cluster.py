@@ -120,7 +120,11 @@ def test_a_killed_replica_costs_only_time(cluster):
     assert cluster.wait_idle(300), "the cluster still busy after 300 s with what an earlier test left on it"
     before = cluster.replica_pids()
     handles = [cluster.submit(RelQuery("Describe {x} in a sentence.", _rows(40, w), max_tokens=24)) for w in ("cat", "dog")]
-    # kill a replica that holds unfinished rows, once some rows are answered
+    # kill a replica that holds unfinished rows, once some rows are answered. Speed-dependent,
+    # with a margin: a replica cannot be held from outside, and each relQuery (40 rows, under
+    # the 32 a split needs) is on one replica; when 4 rows are answered the victim still holds
+    # at least 36, two more rounds of its 16 slots, about 48 decode steps (24-token answers),
+    # while the kill is sent at once.
     wait_until(lambda: sum(h.progress.done for h in handles) >= 4, "4 answered rows")
     victim = cluster.placement(handles[0].rel_id)[0]["replica"]
     os.kill(before[victim], signal.SIGKILL)

@@ -80,9 +80,16 @@ def test_killing_the_engine_core_fails_every_waiting_caller_and_a_new_engine_sta
             for _ in range(2)
         ]
         wait_until(lambda: sum(h.progress.done for h in handles), "a first answered row", timeout=300)
-        assert not any(h.done() for h in handles)
-        for p in core:
-            p.kill()
+        # The test holds the engine's loop from here until the engine has noticed the kill: a
+        # handle ends only on that loop, so none can finish, whatever its core still answers,
+        # before it is failed. (The hold starts when the loop next gets to it: for a handle to
+        # finish in that moment its core would have answered 24 more of its rows, two more waves
+        # of 120 decode steps, with 16 rows at a time.)
+        with engine.paused(120):
+            assert not any(h.done() for h in handles)
+            for p in core:
+                p.kill()
+            wait_until(lambda: not engine.alive, "the engine to notice that its core was killed", timeout=60)
         for h in handles:
             with pytest.raises(EngineError, match=r"the engine's processes died"):
                 result_within(h, 60, "the relQuery to fail once its engine core was killed")
