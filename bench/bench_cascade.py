@@ -162,7 +162,7 @@ def replay(task: dict, texts: list[str], target: float, seed: int, reference: li
            llm_rows_per_s: float) -> dict:
     """relserve's cascade steps with the LLM-only answers standing in for the sample's."""
     from relserve.cascade import policy
-    from relserve.cascade.runner import Cascade
+    from relserve.planner.cascade_runner import Cascade
 
     plan, rows = planned_rows(task, texts, target, seed)
     cascade = Cascade(rows, policy.plan(plan.call, len(rows.prompts)), seed=seed, embedder=embedder)
@@ -276,8 +276,8 @@ def memory(rows: int) -> None:
     embedding model is loaded, and after ``learn`` has embedded and scored every row."""
     from relserve.cascade.embedding import default_embedder
     from relserve.cascade.policy import CascadePlan, plan
-    from relserve.cascade.runner import Cascade
     from relserve.functions import make_call
+    from relserve.planner.cascade_runner import Cascade
     from relserve.planner.planned_rows import PlannedRows
 
     texts = reviews(27_000, beer=True)

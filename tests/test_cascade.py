@@ -14,9 +14,9 @@ from cascade_doubles import RuleEmbedder, reviews
 from engine_doubles import ScriptedEngine
 
 from relserve.cascade import binomial, embedding, policy, proxy, threshold
-from relserve.cascade.runner import PROXY, split
 from relserve.errors import ConfigError
 from relserve.functions import make_call
+from relserve.planner.cascade_runner import PROXY, split
 from relserve.planner.labels.bootstrap import forget_examples
 from relserve.planner.labels.pools import forget_means
 from relserve.planner.plan_and_run import run_call
@@ -334,7 +334,7 @@ def test_postgres_query_options_carry_the_cascade_and_its_figures_come_back_as_a
     assert CascadeReport.from_dict(report.as_dict()) == report
 
 
-@pytest.mark.parametrize("module", ["relserve.cascade.runner", "relserve.planner.cascade_drive", "relserve.cascade"])
+@pytest.mark.parametrize("module", ["relserve.planner.cascade_runner", "relserve.planner.cascade_drive", "relserve.cascade"])
 def test_each_cascade_module_imports_first_in_a_fresh_process(module):
     # the runner imports the planner's modules, whose package imports plan_and_run, which runs
     # cascades: imported first, a module must not meet itself half-initialised

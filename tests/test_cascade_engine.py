@@ -13,9 +13,9 @@ from server_fixtures import running_server
 from waits import wait_until
 
 from relserve.cascade import policy
-from relserve.cascade.runner import PROXY
 from relserve.errors import RowError
 from relserve.functions import make_call
+from relserve.planner.cascade_runner import PROXY
 from relserve.planner.labels.memory import forget_all
 from relserve.planner.plan_and_run import run_call
 
@@ -49,7 +49,7 @@ def test_agreement_with_the_llm_only_run_on_a_real_table(engine):
     rows = amazon_reviews(400)
     cold()
     # the default label method (adaptive): the cascade's two LLM relQueries take the layout the
-    # LLM-only run chooses and are decided with the sample's reading (relserve/cascade/runner.py)
+    # LLM-only run chooses and are decided with the sample's reading (relserve/planner/cascade_runner.py)
     alone = run_call(make_call("llm_classify", SENTIMENT, labels=LABELS), [rows], engine=engine, cache=False,
                      progress=False)
     cold()

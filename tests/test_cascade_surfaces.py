@@ -15,8 +15,8 @@ from server_fixtures import running_server
 import relserve.duckdb
 import relserve.polars
 from relserve.cascade import embedding, policy
-from relserve.cascade.runner import PROXY
 from relserve.planner.cache import ResultCache
+from relserve.planner.cascade_runner import PROXY
 
 N = 3200  # over policy.MIN_ROWS: 300 training + 600 audit rows, 2,300 rest rows
 TEMPLATE = "Is it worth it? Review: {review}"

@@ -10,10 +10,12 @@ meets the target with 95% confidence; when no threshold does, every row goes to 
 - ``embedding.py``: the features (all-MiniLM-L6-v2, a chunk at a time);
 - ``proxy.py``: the logistic regression (numpy);
 - ``threshold.py`` and ``binomial.py``: the threshold and the agreement's interval;
-- ``runner.py``: one relQuery's cascade in steps, whoever drives it (``report.py``: what it did);
+- ``report.py``: what a cascade did.
 
-The synchronous driver runs the planner's executor, so it is the planner's (relserve/planner/cascade_drive.py);
-the server's jobs drive the same steps themselves.
+One relQuery's cascade in steps works on the planner's planned rows and label scope, so it is
+the planner's (relserve/planner/cascade_runner.py), as is its synchronous driver, which runs the
+planner's executor (relserve/planner/cascade_drive.py); the server's jobs drive the same steps
+themselves. This package imports nothing of the planner.
 """
 
 from relserve.cascade.policy import CascadePlan, plan

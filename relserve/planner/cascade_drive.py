@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from relserve.backend.protocol import Backend
 from relserve.cascade.report import CascadeReport
-from relserve.cascade.runner import Cascade
+from relserve.planner.cascade_runner import Cascade
 from relserve.planner.executor import CallExecutor
 from relserve.planner.planned_rows import PlannedRows
 from relserve.results import RelQueryStats, RowResult

@@ -19,11 +19,11 @@ from starlette.concurrency import run_in_threadpool
 from relserve.backend.protocol import Backend
 from relserve.budget import Allowance
 from relserve.cascade import policy as cascade_policy
-from relserve.cascade.runner import Cascade
 from relserve.estimate.estimate import CallEstimate
 from relserve.functions import SchedulingHints
 from relserve.job_stats import JobStats
 from relserve.planner.cascade_drive import merged_stats, write_proxy_answers
+from relserve.planner.cascade_runner import Cascade
 from relserve.planner.executor import CallExecutor
 from relserve.planner.explain import describe_labels
 from relserve.planner.planned_rows import PlannedRows
@@ -171,7 +171,7 @@ class Job:
         return result.stats
 
     async def _run_cascade(self, engine: Backend) -> None:
-        """The cascade's steps (relserve/cascade/runner.py): the sample's relQuery, the proxy
+        """The cascade's steps (relserve/planner/cascade_runner.py): the sample's relQuery, the proxy
         (off the event loop), its rows, then the remainder's relQuery."""
         b = self.batch
         cascade = self.cascade = Cascade(b, self.cascade_plan, seed=b.call.options.seed or 0)

@@ -1,12 +1,12 @@
 """One relQuery run as a cascade, independent of how its relQueries are driven.
 
-The surfaces drive it in the same four steps (``drive.run_cascade`` synchronously, the server's
+The surfaces drive it in the same four steps (``cascade_drive.run_cascade`` synchronously, the server's
 jobs on their event loop), each step's relQuery run by the ``CallExecutor`` as any call's is:
 
 1. ``sample()``: the training and audit rows, a random split of the prompts, for the LLM;
    ``record`` keeps each answer as it arrives (those rows' answers are final: the LLM's);
 2. ``learn()``: embed the answered rows, train the proxy on the training rows' answers, score
-   the audit and the rest, choose the confidence threshold (threshold.py);
+   the audit and the rest, choose the confidence threshold (relserve/cascade/threshold.py);
 3. ``proxy_answers()``: the rest rows at or above the threshold, answered by the proxy (marked
    ``answered_by='proxy'``, with its confidence);
 4. ``remainder()``: every other rest row, for the LLM as one relQuery (all of them when the proxy
