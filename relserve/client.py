@@ -24,7 +24,15 @@ import httpx
 from relserve.call_fields import CALL_FIELD_NAMES, CallFields
 from relserve.errors import RelServeError
 from relserve.job_stats import JobStats
-from relserve.replies import JobDescription
+from relserve.replies import (
+    Health,
+    JobDescription,
+    JobList,
+    PromptTokenCounts,
+    RelQueryPlan,
+    StreamStart,
+    UndescribedJob,
+)
 from relserve.results import RowResult, RowsView, in_input_order
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -57,11 +65,12 @@ class RelQueryStream:
     def __init__(self, cm, response: httpx.Response) -> None:
         self._cm = cm
         self._lines = response.iter_lines()
-        head = self._next_event()
-        self.id: str = head["id"]
-        self.total: int = head.get("rows", head.get("cells", 0))
-        self.header = head
-        self.done: dict[str, Any] | None = None
+        #: the first event: the job's id, its rows (or cells), those cached, those the engine runs
+        self.header = StreamStart.model_validate(self._next_event())
+        self.id: str = self.header.id
+        self.total: int = self.header.total
+        #: the job's description once its last row has come (the ``done`` event)
+        self.done: JobDescription | None = None
 
     def _next_event(self) -> dict[str, Any]:
         for line in self._lines:
@@ -75,7 +84,7 @@ class RelQueryStream:
                 event = self._next_event()
                 kind = event.pop("event", None)
                 if kind == "done":
-                    self.done = event
+                    self.done = JobDescription.model_validate(event)
                 elif kind in ("row", "cell"):
                     yield RowResult.from_dict(event) if kind == "row" else event  # type: ignore[misc]
         except httpx.HTTPError as e:
@@ -166,16 +175,18 @@ class Client:
         return self._request("POST", "/v1/relqueries", _body(template, rows, call, options))["id"]
 
     def plan(self, template: str | None = None, rows: Sequence[Mapping[str, object]] | None = None,
-             call: CallFields | None = None, **options: object) -> dict[str, Any]:
+             call: CallFields | None = None, **options: object) -> RelQueryPlan:
         """What the relQuery would send to the engine, without running it: ``rows``, ``engine_rows``
-        (distinct prompts), ``cached_rows`` (answered from the result cache), ``failed_rows``."""
-        return self._request("POST", "/v1/relqueries/plan", _body(template, rows, call, options))
+        (distinct prompts), ``cached_rows`` (answered from the result cache), ``failed_rows``, the
+        server's ``estimate`` and, for a call with the ``cascade`` option, its ``cascade``."""
+        return RelQueryPlan.model_validate(self._request("POST", "/v1/relqueries/plan", _body(template, rows, call, options)))
 
     def count_tokens(self, template: str | None = None, rows: Sequence[Mapping[str, object]] | None = None,
-                     call: CallFields | None = None, **options: object) -> dict[str, Any]:
+                     call: CallFields | None = None, **options: object) -> PromptTokenCounts:
         """Each row's prompt tokens as the server's engine would see them, without running:
         ``prompt_tokens`` (None for a row that cannot run) and ``errors`` (why), in row order."""
-        return self._request("POST", "/v1/relqueries/tokens", _body(template, rows, call, options))
+        got = self._request("POST", "/v1/relqueries/tokens", _body(template, rows, call, options))
+        return PromptTokenCounts.model_validate(got)
 
     def stream(self, template: str | None = None, rows: Sequence[Mapping[str, object]] | None = None,
                call: CallFields | None = None, **options: object) -> RelQueryStream:
@@ -198,16 +209,16 @@ class Client:
             ordered = in_input_order(s, s.total)
         if s.done is None:  # (the stream raises first: kept as a result of unknown status, as before)
             return RemoteResult(s.id, "unknown", ordered)
-        done = JobDescription.model_validate(s.done)
-        return RemoteResult(s.id, done.status, ordered, done.stats, done.error)
+        return RemoteResult(s.id, s.done.status, ordered, s.done.stats, s.done.error)
 
     def map(self, template: str | None = None, rows: Sequence[Mapping[str, object]] | None = None,
             call: CallFields | None = None, **options: object) -> list[Any]:
         """The value of every row, in input order (None where a row failed)."""
         return self.run(template, rows, call, **options).values
 
-    def status(self, relquery_id: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/relqueries/{relquery_id}")
+    def status(self, relquery_id: str) -> JobDescription:
+        """The relQuery's status, progress and figures so far."""
+        return JobDescription.model_validate(self._request("GET", f"/v1/relqueries/{relquery_id}"))
 
     def result(self, relquery_id: str, wait: bool = True, timeout: float = 600.0) -> RemoteResult:
         d = self._request("GET", f"/v1/relqueries/{relquery_id}/result", params={"wait": wait, "timeout": timeout})
@@ -215,14 +226,17 @@ class Client:
         job = JobDescription.model_validate(d)  # the job's description, beside its rows
         return RemoteResult(job.id, job.status, rows, job.stats, job.error)
 
-    def cancel(self, relquery_id: str, timeout: float | None = None) -> dict[str, Any]:
-        """Cancel and wait for the relQuery to end; ``timeout`` bounds this request alone (the
-        Postgres functions cancel on the way out of an interrupted statement and must not hang)."""
+    def cancel(self, relquery_id: str, timeout: float | None = None) -> JobDescription:
+        """Cancel and wait for the relQuery to end; its description afterwards. ``timeout`` bounds
+        this request alone (the Postgres functions cancel on the way out of an interrupted statement
+        and must not hang)."""
         kw = {} if timeout is None else {"timeout": httpx.Timeout(timeout, connect=min(timeout, 10.0))}
-        return self._request("DELETE", f"/v1/relqueries/{relquery_id}", **kw)
+        return JobDescription.model_validate(self._request("DELETE", f"/v1/relqueries/{relquery_id}", **kw))
 
-    def list(self) -> list[dict[str, Any]]:
-        return self._request("GET", "/v1/relqueries")["relqueries"]
+    def list(self) -> list[JobDescription | UndescribedJob]:
+        """The caller's relQueries (running, and finished in the last minutes); one the server could
+        not describe is an ``UndescribedJob``."""
+        return JobList.model_validate(self._request("GET", "/v1/relqueries")).relqueries
 
     # ------------------------------------------------------------------ spreadsheet cells
 
@@ -245,8 +259,9 @@ class Client:
         """OpenAI-style /v1/chat/completions."""
         return self._request("POST", "/v1/chat/completions", {"messages": messages, **options})
 
-    def health(self) -> dict[str, Any]:
-        return self._request("GET", "/health")
+    def health(self) -> Health:
+        """``/health`` of a server that answers (a 503, stopping or engine dead, raises ``ServerError``)."""
+        return Health.model_validate(self._request("GET", "/health"))
 
     def metrics(self) -> str:
         return self._request("GET", "/metrics")

@@ -1,14 +1,16 @@
-"""The server's JSON replies that its clients read back (pydantic): a job's description, ``/health``
-and ``/v1/relqueries/plan``. The server builds them and sends their JSON; the client
-(``relserve.client``) and DuckDB's server mode validate what they receive into them. Kept outside
-``relserve.server``, as ``JobStats`` is, so a client does not import the server.
+"""The server's JSON replies that its clients read back (pydantic): a job's description and the
+list of a tenant's jobs, ``/health``, ``/v1/relqueries/plan`` and ``/v1/relqueries/tokens``, and
+the first event of a job's stream. The server builds them and sends their JSON; the client
+(``relserve.client``) and DuckDB's server mode validate what they receive into them, so the wire
+format is written down once. Kept outside ``relserve.server``, as ``JobStats`` is, so a client
+does not import the server.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from relserve.job_stats import JobStats
 
@@ -39,6 +41,55 @@ class JobDescription(BaseModel):
     def to_json(self) -> dict[str, object]:
         """The description as the server sends it: the stats only with the figures that were set."""
         return {**self.model_dump(exclude={"stats"}), "stats": self.stats.to_json()}
+
+
+class UndescribedJob(BaseModel):
+    """A job in the tenant's list whose description could not be built: one such job must not hide
+    the tenant's others."""
+
+    id: str
+    kind: str
+    status: str
+    #: why it could not be described
+    error: str
+
+    def to_json(self) -> dict[str, object]:
+        return self.model_dump()
+
+
+class JobList(BaseModel):
+    """The caller's jobs (``GET /v1/relqueries``): running, and finished in the last minutes."""
+
+    # a full description is tried first: an undescribed job lacks most of its fields
+    relqueries: list[JobDescription | UndescribedJob] = Field(union_mode="left_to_right")
+
+    def to_json(self) -> dict[str, object]:
+        return {"relqueries": [j.to_json() for j in self.relqueries]}
+
+
+class StreamStart(BaseModel):
+    """The first event of a job's stream: ``accepted`` (a relQuery: ``rows``; a submission's also
+    ``cached_rows``) or ``batch`` (cells: ``cells``, ``cached``). Only the fields given are sent."""
+
+    event: str = "accepted"
+    id: str
+    rows: int | None = None
+    cells: int | None = None
+    #: rows answered from the result cache (a relQuery's submission)
+    cached_rows: int | None = None
+    #: cells answered from the result cache
+    cached: int | None = None
+    #: distinct prompts the engine runs
+    engine_rows: int = 0
+
+    @property
+    def total(self) -> int:
+        """Rows (or cells) the stream will carry."""
+        return self.rows if self.rows is not None else (self.cells or 0)
+
+    def to_json(self) -> dict[str, object]:
+        """The event's fields as sent, ``event`` apart (NDJSON puts it first, SSE in its own line)."""
+        return self.model_dump(exclude_unset=True, exclude={"event"})
 
 
 class Health(BaseModel):
@@ -91,3 +142,18 @@ class RelQueryPlan(BaseModel):
     def to_json(self) -> dict[str, object]:
         """The plan as the server sends it: ``cascade`` only for a call that asked for one."""
         return self.model_dump(exclude={"cascade"} if self.cascade is None else None)
+
+
+class PromptTokenCounts(BaseModel):
+    """Each row's prompt tokens as the server's engine would see them (``/v1/relqueries/tokens``),
+    in row order."""
+
+    #: None for a row that cannot run
+    prompt_tokens: list[int | None]
+    #: why a row cannot run (None for the others)
+    errors: list[str | None]
+    model: str
+
+    def per_row(self) -> list[int | str | None]:
+        """Each row's count, or the reason it has none (as ``count_row_tokens`` gives them)."""
+        return [n if n is not None else err for n, err in zip(self.prompt_tokens, self.errors)]

@@ -16,6 +16,7 @@ from test_postgres import KEY, REPO, REVIEWS, ROLE_KEYS, cluster, connect, expec
 from waits import Worker, wait_until
 
 from relserve.client import Client
+from relserve.replies import JobDescription
 
 pytestmark = [pytest.mark.postgres, pytest.mark.engine]
 
@@ -23,12 +24,12 @@ TONE = "Is this review positive or negative? {review}"
 LABELS = ["positive", "negative"]
 
 
-def jobs(server, key: str = KEY) -> dict[str, dict]:
+def jobs(server, key: str = KEY) -> dict[str, JobDescription]:
     with Client(server.url, api_key=key) as c:
-        return {j["id"]: j for j in c.list()}
+        return {j.id: j for j in c.list()}
 
 
-def new_jobs(server, before: set[str], key: str = KEY) -> list[dict]:
+def new_jobs(server, before: set[str], key: str = KEY) -> list[JobDescription]:
     return [j for k, j in jobs(server, key).items() if k not in before]
 
 
@@ -73,7 +74,7 @@ def test_a_foreign_table_answers_like_the_set_returning_function(engine, server,
     assert [(i, t) for i, _, t in got] == srf
     new = new_jobs(server, before)
     # one relQuery for the whole scan (and one for the function): never one request per row
-    assert sorted(j["progress"]["total"] for j in new) == [6, 6]
+    assert sorted(j.progress.total for j in new) == [6, 6]
 
 
 def test_typed_answers_boolean_and_jsonb_and_an_output_column_in_the_middle(server, fdw):
@@ -95,7 +96,7 @@ def test_quals_on_source_columns_reach_the_source_query(server, fdw):
         plan = "\n".join(r for (r,) in db.execute("EXPLAIN SELECT * FROM review_tone WHERE id < 4 AND tone = 'positive'"))
     assert got == [(1,), (2,), (3,)]
     (job,) = new_jobs(server, before)
-    assert job["progress"]["total"] == 3  # 3 rows sent to the model, not the table's 6
+    assert job.progress.total == 3  # 3 rows sent to the model, not the table's 6
     # the answer column's qual stays here; the source column's goes into the source query
     assert re.search(r"Source Query: SELECT \* FROM \(SELECT id, review FROM reviews WHERE review IS NOT NULL\) AS s "
                      r"WHERE \(s\.id OPERATOR\(pg_catalog\.<\) '4'::integer\)", plan), plan
@@ -109,7 +110,7 @@ def test_in_lists_null_tests_and_or_are_pushed_too(server, fdw):
         got = db.execute("SELECT id FROM review_tone WHERE id IN (2, 5) OR id IS NULL ORDER BY id").fetchall()
     assert got == [(2,), (5,)]
     (job,) = new_jobs(server, before)
-    assert job["progress"]["total"] == 2
+    assert job.progress.total == 2
 
 
 def test_explain_analyze_reports_the_relquery(server, fdw):
@@ -203,9 +204,9 @@ def test_statement_timeout_cancels_the_relquery_on_the_server(engine, server, fd
         with engine.paused(120), pytest.raises(psycopg.errors.QueryCanceled, match=r"canceling statement due to statement timeout"):
             db.execute("SELECT count(*) FROM stories")
     (job,) = new_jobs(server, before, ROLE_KEYS["alice"])
-    job = wait_until_done(server, job["id"], key=ROLE_KEYS["alice"])
-    assert job["status"] == "cancelled", job
-    answered = job["stats"]["rows"] - job["stats"]["errors"]
+    job = wait_until_done(server, job.id, key=ROLE_KEYS["alice"])
+    assert job.status == "cancelled", job
+    answered = job.stats.rows - job.stats.errors
     assert answered == 0, job  # the cancel was queued on the held engine behind the relQuery's start
 
 
@@ -227,8 +228,8 @@ def test_pg_cancel_backend_cancels_the_relquery_on_the_server(engine, server, fd
         finally:  # the canceller's own failure (its relQuery never seen) is the cause of any above
             canceller.finish(120)
     (job,) = new_jobs(server, before, ROLE_KEYS["alice"])
-    job = wait_until_done(server, job["id"], key=ROLE_KEYS["alice"])
-    assert job["status"] == "cancelled", job
+    job = wait_until_done(server, job.id, key=ROLE_KEYS["alice"])
+    assert job.status == "cancelled", job
 
 
 @pytest.mark.parametrize(
@@ -294,11 +295,11 @@ def test_answers_stream_so_limit_stops_the_relquery_early(engine, server, fdw):
         got = db.execute("SELECT n FROM stories_cached WHERE story <> '' LIMIT 2").fetchall()
     assert sorted(got) == [(1,), (2,)]
     (job,) = new_jobs(server, before)
-    assert job["progress"]["total"] == 300
+    assert job.progress.total == 300
     # the server learns of the closed stream and aborts the rows in the engine a moment later
-    job = wait_until_done(server, job["id"])
-    assert job["status"] == "cancelled", job
-    assert job["stats"]["cached_rows"] == 2 and job["stats"]["rows"] - job["stats"]["errors"] == 2, job
+    job = wait_until_done(server, job.id)
+    assert job.status == "cancelled", job
+    assert job.stats.cached_rows == 2 and job.stats.rows - job.stats.errors == 2, job
 
 
 def test_limit_goes_into_the_source_when_the_scan_rows_are_the_query_rows(server, fdw):
@@ -312,7 +313,7 @@ def test_limit_goes_into_the_source_when_the_scan_rows_are_the_query_rows(server
     assert "LIMIT" not in kept.split("Source Query:")[1].split("\n")[0], kept  # a qual on the answers stays here
     assert "LIMIT" not in ordered.split("Source Query:")[1].split("\n")[0], ordered  # the sort needs every row
     (job,) = new_jobs(server, before)
-    assert job["progress"]["total"] == 2
+    assert job.progress.total == 2
 
 
 def test_source_values_round_trip_exactly_nan_arrays_bytea_json_and_nulls(server, fdw):
@@ -352,7 +353,7 @@ def test_a_large_source_is_sent_in_windows_each_one_relquery(engine, server, fdw
         whole = db.execute("SELECT id, tone FROM review_tone ORDER BY id").fetchall()
     assert got == whole
     assert re.search(r"relQueries: 2\b", plan) and re.search(r"Rows Sent: 6\b", plan), plan
-    sizes = sorted(j["progress"]["total"] for j in new_jobs(server, before))
+    sizes = sorted(j.progress.total for j in new_jobs(server, before))
     assert sizes == [2, 2, 4, 4, 6]  # 6 rows in windows of 4, twice, and review_tone's one relQuery
 
 
@@ -366,5 +367,5 @@ def test_the_result_cache_can_be_turned_off_per_session_and_per_call(server, clu
         db.execute(query)
         db.execute("RESET relserve.cache")
         db.execute(query.replace('"max_tokens": 2', '"max_tokens": 2, "cache": false'))
-    cached = [j["stats"]["cached_rows"] for j in sorted(new_jobs(server, before), key=lambda j: j["id"])]
+    cached = [j.stats.cached_rows for j in sorted(new_jobs(server, before), key=lambda j: j.id)]
     assert sorted(cached) == [0, 0, 2], cached

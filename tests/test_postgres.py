@@ -22,6 +22,7 @@ from relserve.client import Client
 from relserve.functions import make_call
 from relserve.planner import run_call
 from relserve.planner.cache import ResultCache
+from relserve.replies import JobDescription
 
 pytestmark = [pytest.mark.postgres, pytest.mark.engine]
 
@@ -172,14 +173,14 @@ def expected(engine, fn: str, template: str, values: list, **kw) -> list:
     return run_call(make_call(fn, template, **kw), [values], engine=engine, cache=False, progress=False).values
 
 
-def jobs_of(server, key: str = KEY) -> dict[str, dict]:
+def jobs_of(server, key: str = KEY) -> dict[str, JobDescription]:
     with Client(server.url, api_key=key) as c:
-        return {j["id"]: j for j in c.list()}
+        return {j.id: j for j in c.list()}
 
 
-def wait_until_done(server, job_id: str, key: str = KEY, timeout: float = 120.0) -> dict:
+def wait_until_done(server, job_id: str, key: str = KEY, timeout: float = 120.0) -> JobDescription:
     """The job's listing once it has ended; fails if it still runs after ``timeout`` seconds."""
-    return wait_until(lambda: (job := jobs_of(server, key)[job_id])["status"] != "running" and job,
+    return wait_until(lambda: (job := jobs_of(server, key)[job_id]).status != "running" and job,
                       f"job {job_id} to end after its statement did", timeout=timeout, poll=0.1)
 
 
@@ -222,7 +223,7 @@ def test_scalar_llm_map_answers_each_row_with_one_request_per_call(engine, serve
         got = db.execute(f"SELECT id, llm_map('{MAP_TEMPLATE}', review) FROM reviews WHERE id <= 6 ORDER BY id").fetchall()
     assert got == [(i, w) for (i, _, _), w in zip(REVIEWS, want)]
     new = [j for k, j in jobs_of(server).items() if k not in before]
-    assert len(new) == len(REVIEWS) and all(j["progress"]["total"] == 1 for j in new)
+    assert len(new) == len(REVIEWS) and all(j.progress.total == 1 for j in new)
 
 
 def test_query_form_sends_one_relquery_for_the_whole_result(engine, server, cluster):
@@ -236,7 +237,7 @@ def test_query_form_sends_one_relquery_for_the_whole_result(engine, server, clus
     assert got == [(n + 1, i, w, None) for n, ((i, _, _), w) in enumerate(zip(REVIEWS, want))]
     new = [j for k, j in jobs_of(server).items() if k not in before]
     assert len(new) == 1
-    assert new[0]["progress"] == {"done": 6, "total": 6} and new[0]["stats"]["engine_rows"] == 6
+    assert new[0].progress.model_dump() == {"done": 6, "total": 6} and new[0].stats.engine_rows == 6
 
 
 def test_filter_and_classify_agree_with_the_planner(engine, cluster):

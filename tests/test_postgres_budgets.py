@@ -35,7 +35,7 @@ def server(engine, tmp_path_factory):
 
 def spent(server, key: str) -> list[int]:
     with Client(server.url, api_key=key) as c:
-        return [j["stats"].get("budget_tokens_spent", 0) for j in c.list()]
+        return [j.stats.get("budget_tokens_spent", 0) for j in c.list()]
 
 
 def test_a_role_cannot_raise_its_budget_past_its_ceiling(server, cluster):
@@ -93,12 +93,12 @@ def test_count_tokens_is_the_engines_count_and_the_estimate_names_the_budget(ser
         by_query = db.execute("SELECT sum(prompt_tokens), count(error) FROM llm_count_tokens_query('Summarize: {review}', "
                               "'SELECT review FROM reviews')").fetchone()
         assert by_query == (counted, 1)  # the NULL review cannot run, and says so
-        before = {j["id"] for j in Client(server.url, api_key=KEY).list()}
+        before = {j.id for j in Client(server.url, api_key=KEY).list()}
         db.execute("SELECT count(*) FROM llm_map_query('Summarize: {review}', 'SELECT DISTINCT review FROM reviews', "
                    "'{\"max_tokens\": 4}')").fetchone()
         with Client(server.url, api_key=KEY) as c:
-            (job,) = [j for j in c.list() if j["id"] not in before]
-        assert job["stats"]["prompt_tokens"] == counted  # the engine's own count of the same prompts
+            (job,) = [j for j in c.list() if j.id not in before]
+        assert job.stats.prompt_tokens == counted  # the engine's own count of the same prompts
         estimate = db.execute("SELECT llm_estimate_query('Summarize: {review}', 'SELECT review FROM reviews', "
                               "'{\"max_tokens\": 4, \"max_tokens_total\": 5000, \"on_budget\": \"partial\"}')").fetchone()[0]
         est = estimate if isinstance(estimate, dict) else json.loads(estimate)

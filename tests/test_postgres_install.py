@@ -123,14 +123,14 @@ def test_a_dba_follows_the_install_steps_on_a_fresh_cluster(server):
 
         # a new session's first statement is batched (session_preload_libraries), with alice's key
         with Client(server.url, api_key=ROLE_KEYS["alice"]) as c:
-            before = {j["id"] for j in c.list()}
+            before = {j.id for j in c.list()}
         with connect(pg, "mydb", "alice") as db:
             plan = "\n".join(r for (r,) in db.execute(f"EXPLAIN {QUERY}"))
             rows = db.execute(QUERY).fetchall()
         assert "Custom Scan (relserve batch)" in plan, plan
         assert [i for i, _ in rows] == [1, 2, 3] and all(isinstance(a, str) and a for _, a in rows), rows
         with Client(server.url, api_key=ROLE_KEYS["alice"]) as c:
-            assert [j["progress"]["total"] for j in c.list() if j["id"] not in before] == [3]
+            assert [j.progress.total for j in c.list() if j.id not in before] == [3]
         assert loaded_from(pg, "mydb").startswith(str(REPO / "relserve")), "the editable install's checkout runs"
 
         # without the setting, a session's first statement is planned before the library is loaded

@@ -14,6 +14,7 @@ from test_postgres import KEY, ROLE_KEYS, cluster, connect, server  # noqa: F401
 from waits import Worker, wait_until
 
 from relserve.client import Client
+from relserve.replies import JobDescription
 
 pytestmark = [pytest.mark.postgres, pytest.mark.engine]
 
@@ -27,9 +28,9 @@ LONG = (
 )
 
 
-def jobs(server, key: str) -> dict[str, dict]:
+def jobs(server, key: str) -> dict[str, JobDescription]:
     with Client(server.url, api_key=key) as c:
-        return {j["id"]: j for j in c.list()}
+        return {j.id: j for j in c.list()}
 
 
 # ---------------------------------------------------------------- 1. no code from a role's own folder
@@ -128,13 +129,13 @@ def test_each_roles_calls_reach_the_server_with_its_own_key(server, cluster):
             assert len(rows) == 2 and all(a is not None and e is None for a, e in rows)
     for role, key in ROLE_KEYS.items():
         new = [j for k, j in jobs(server, key).items() if k not in before[role]]
-        assert len(new) == 1 and new[0]["progress"]["total"] == 2, (role, new)  # its own call only
+        assert len(new) == 1 and new[0].progress.total == 2, (role, new)  # its own call only
 
 
 # ---------------------------------------------------------------- 3. cancel and timeouts reach the relQuery
 
 
-def _alices_new_job(server, before: set[str]) -> dict | None:
+def _alices_new_job(server, before: set[str]) -> JobDescription | None:
     new = [j for k, j in jobs(server, ROLE_KEYS["alice"]).items() if k not in before]
     assert len(new) <= 1, new
     return new[0] if new else None
@@ -142,16 +143,16 @@ def _alices_new_job(server, before: set[str]) -> dict | None:
 
 def _assert_cancelled_on_the_server(server, engine, before: set[str]) -> None:
     # the cancel reaches the engine a moment after the statement ends
-    job = wait_until(lambda: (j := _alices_new_job(server, before)) and j["status"] != "running" and j,
+    job = wait_until(lambda: (j := _alices_new_job(server, before)) and j.status != "running" and j,
                      "alice's relQuery to end on the server")
-    assert job["status"] == "cancelled", job
-    answered = job["stats"]["rows"] - job["stats"]["errors"]
+    assert job.status == "cancelled", job
+    answered = job.stats.rows - job.stats.errors
     # the cancel was queued on the held engine behind the relQuery's start: no row started
     assert answered == 0, job
     # nothing runs on: once the engine has nothing left to run, the count of answered rows is the same
     assert engine.wait_idle(120), "the engine still busy 120 s after the cancel"
-    again = jobs(server, ROLE_KEYS["alice"])[job["id"]]
-    assert again["stats"]["rows"] - again["stats"]["errors"] == answered
+    again = jobs(server, ROLE_KEYS["alice"])[job.id]
+    assert again.stats.rows - again.stats.errors == answered
 
 
 def test_statement_timeout_ends_the_statement_and_cancels_the_relquery(engine, server, cluster):
@@ -206,13 +207,15 @@ def test_client_cancel_can_bound_its_own_wait():
     import httpx
 
     seen: list[dict] = []
+    cancelled = {"id": "x", "kind": "relquery", "status": "cancelled", "error": "cancelled by the client", "created": 0.0,
+                 "progress": {"done": 0, "total": 1}, "priority": 0, "deadline_s": None, "stats": {"rows": 1}}
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request.extensions["timeout"])
-        return httpx.Response(200, json={"id": "x", "status": "cancelled"})
+        return httpx.Response(200, json=cancelled)
 
     with Client("http://relserve.test", api_key="k", timeout=600, transport=httpx.MockTransport(handler)) as c:
-        assert c.cancel("x", timeout=5.0) == {"id": "x", "status": "cancelled"}
+        assert c.cancel("x", timeout=5.0).to_json() == cancelled
         c.cancel("x")
     assert seen == [
         {"connect": 5.0, "read": 5.0, "write": 5.0, "pool": 5.0},

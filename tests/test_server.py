@@ -56,7 +56,7 @@ def test_rows_over_http_are_the_engines_own_answers(engine, client):
     assert s["prompt_tokens"] == sum(r.prompt_tokens for r in res.rows)
     assert s["output_tokens"] == sum(r.output_tokens for r in res.rows)
     assert s["policy"] == "relserve"
-    assert client.status(res.id)["progress"] == {"done": len(rows), "total": len(rows)}
+    assert client.status(res.id).progress.model_dump() == {"done": len(rows), "total": len(rows)}
 
 
 def test_filter_over_http_matches_the_planner(engine, client):
@@ -116,11 +116,11 @@ def test_a_client_that_disconnects_cancels_its_relquery(engine):
         mark = engine.scheduler_stats()["last_step"]
         stream = client.stream("Write a very long essay about {topic}.", rows, max_tokens=200, cache=False)
         wait_until(lambda: _decoding(engine, mark, stream.id), "the engine decoding the stream's rows")
-        assert client.status(stream.id)["status"] == "running"
+        assert client.status(stream.id).status == "running"
         stream.close()  # drop the connection without reading
-        wait_until(lambda: client.status(stream.id)["status"] != "running", "the dropped stream's relQuery to end")
+        wait_until(lambda: client.status(stream.id).status != "running", "the dropped stream's relQuery to end")
         st = client.status(stream.id)
-        assert st["status"] == "cancelled" and st["error"] == "cancelled: the client disconnected"
+        assert st.status == "cancelled" and st.error == "cancelled: the client disconnected"
         # 200 decode steps a row; the cancel frees the engine long before
         assert engine.wait_idle(120), "the engine still busy 120 s after the cancel"
         res = client.result(stream.id)
@@ -159,8 +159,8 @@ def test_priority_and_deadline_hints_are_kept(client):
     rid = client.submit(TEMPLATE, [{"review": REVIEWS[2]}], max_tokens=4, priority=-3, deadline_s=120, cache=False)
     res = client.result(rid)
     st = client.status(rid)
-    assert (st["priority"], st["deadline_s"]) == (-3, 120)
-    assert res.status == "finished" and st["stats"]["deadline_met"] is True
+    assert (st.priority, st.deadline_s) == (-3, 120)
+    assert res.status == "finished" and st.stats.deadline_met is True
 
 
 def test_cells_on_the_engine_run_once_and_then_come_from_the_cache(engine, client):
@@ -237,9 +237,9 @@ def test_cancel_keeps_the_rows_already_answered(engine, client):
     # short questions finish in a few tokens; the essays would run 200 tokens each
     prompts = [f"Say the word {w}." for w in ("yes", "red", "cat")] + [f"Write a very long essay about topic {i}." for i in range(6)]
     rid = client.submit("{p}", [{"p": p} for p in prompts], max_tokens=200, cache=False)
-    wait_until(lambda: client.status(rid)["progress"]["done"] >= 1, "a first answered row")
+    wait_until(lambda: client.status(rid).progress.done >= 1, "a first answered row")
     st = client.cancel(rid)
-    assert st["status"] == "cancelled" and st["error"] == "cancelled by the client"
+    assert st.status == "cancelled" and st.error == "cancelled by the client"
     res = client.result(rid)
     answered = [r for r in res.rows if r.error is None]
     assert 1 <= len(answered) < len(prompts)
@@ -282,6 +282,6 @@ def test_rows_in_flight_429_and_hints_reach_the_real_engine(engine):
         rq = recording.relqueries[-1]
         assert (rq.rel_id, rq.priority) == (first, -3)
         assert 120 - (time.monotonic() - t0) <= rq.deadline_s <= 120
-        assert c.cancel(first)["status"] == "cancelled"
+        assert c.cancel(first).status == "cancelled"
         assert engine.wait_idle(60), "the engine still busy 60 s after the cancel"
         assert c.run("Say {x}", [{"x": i} for i in range(2)], max_tokens=4).status == "finished"  # room again

@@ -84,9 +84,9 @@ def test_bad_tenants_files_name_the_problem(tmp_path):
 def test_open_mode_needs_no_key(fake):
     with running_server(fake, cache=False) as srv:
         c = BoundedClient(srv.url)
-        assert c.health()["auth"] == "open"
+        assert c.health().auth == "open"
         assert c.map("Say {x}", [{"x": "hi"}]) == ["echo: Say hi"]
-        assert c.list()[0]["id"]
+        assert c.list()[0].id
 
 
 # ---------------------------------------------------------------- auth and isolation
@@ -292,7 +292,7 @@ def test_priority_and_deadline_reach_the_engine(server, fake):
     # what is left of it when the engine gets the relQuery: at least 3600 s less the time since
     # the request was sent (the server received it after t0), at most 3600 s
     assert 3600.0 - (reached - t0) <= rq.deadline_s <= 3600.0
-    assert st.status == "finished" and c.status(rid)["stats"]["deadline_met"] is True
+    assert st.status == "finished" and c.status(rid).stats.deadline_met is True
 
 
 def test_every_row_gets_one_answer_in_input_order_with_duplicates_run_once(server, fake):
@@ -365,7 +365,7 @@ def test_cells_stream_sends_cached_cells_before_the_engine_answers(tmp_path):
         c.cells([{"id": "A1", "template": "Stream {v} please", "args": ["known"]}])
         with c.stream_cells([{"id": "A1", "template": "Stream {v} please", "args": ["new one"]},
                              {"id": "A2", "template": "Stream {v} please", "args": ["known"]}]) as s:
-            assert (s.header["cells"], s.header["cached"], s.header["engine_rows"]) == (2, 1, 1)
+            assert (s.header.cells, s.header.cached, s.header.engine_rows) == (2, 1, 1)
             cells = iter(s)
             # the engine has answered nothing of this batch yet: the cached cell comes first
             first = next(cells)
@@ -380,9 +380,9 @@ def test_cancel_aborts_unfinished_rows_and_keeps_finished_ones():
         c = BoundedClient(srv.url)
         rid = c.submit("Say {x}", [{"x": i} for i in range(20)])
         gated.release(2)  # two rows answered, the other 18 wait for a permit that never comes
-        wait_until(lambda: c.status(rid)["progress"]["done"] == 2, "the two released rows answered")
+        wait_until(lambda: c.status(rid).progress.done == 2, "the two released rows answered")
         st = c.cancel(rid)
-        assert st["status"] == "cancelled" and st["error"] == "cancelled by the client"
+        assert st.status == "cancelled" and st.error == "cancelled by the client"
         res = c.result(rid)
         answered = [r for r in res.rows if r.error is None]
         assert len(answered) == 2
@@ -403,7 +403,7 @@ def test_dropping_the_stream_cancels_the_relquery():
         gated.wait_cancelled(1)
         assert gated.cancelled == [s.id]
         st = c.status(s.id)
-        assert st["status"] == "cancelled" and st["error"] == "cancelled: the client disconnected"
+        assert st.status == "cancelled" and st.error == "cancelled: the client disconnected"
 
 
 # ---------------------------------------------------------------- operations
@@ -498,7 +498,7 @@ def test_a_waiting_client_that_goes_away_cancels_its_cells():
         gated.wait_cancelled(1)
         assert len(gated.cancelled) == 1
         (job,) = BoundedClient(srv.url).list()
-        assert job["kind"] == "cells" and job["status"] == "cancelled" and job["error"] == "cancelled: the client disconnected"
+        assert job.kind == "cells" and job.status == "cancelled" and job.error == "cancelled: the client disconnected"
 
 
 def test_serve_command_checks_the_tenants_file_before_starting_the_engine(tmp_path):
@@ -523,14 +523,14 @@ def test_plan_counts_rows_distinct_prompts_and_cached_answers_without_running(se
     rows = [{"x": "p1"}, {"x": "p2"}, {"x": "p1"}, {"x": None}]
     with BoundedClient(server.url, api_key=ALICE) as c:
         submitted = len(fake.submitted)
-        got = c.plan("Plan {x}", rows)
+        got = c.plan("Plan {x}", rows).to_json()
         assert got | {"estimate": None} == {"rows": 4, "engine_rows": 2, "cached_rows": 0, "failed_rows": 1, "estimate": None}
         # issue 47: the engine's prompt tokens of the two prompts, and the seconds (relserve/estimate/)
         assert got["estimate"]["engine_rows"] == 2 and got["estimate"]["prompt_tokens"] > 0
         assert got["estimate"]["idle_s"] > 0
         assert len(fake.submitted) == submitted  # nothing ran
         c.run("Plan {x}", rows[:1])  # p1 is in the result cache now
-        got = c.plan("Plan {x}", rows)
+        got = c.plan("Plan {x}", rows).to_json()
         assert got | {"estimate": None} == {"rows": 4, "engine_rows": 1, "cached_rows": 2, "failed_rows": 1, "estimate": None}
         assert got["estimate"]["engine_rows"] == 1
         with pytest.raises(ServerError, match=r"template names unknown column"):

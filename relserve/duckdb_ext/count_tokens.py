@@ -49,12 +49,11 @@ class CountTokens:
             self.session.record_failures(group.call, group.values, errors)
         return pa.array(out, type=pa.int64())
 
-    def _count(self, call: LLMCall, values: list[tuple]) -> list[int | str]:
+    def _count(self, call: LLMCall, values: list[tuple]) -> list[int | str | None]:
         runner = self.session.runner
         if isinstance(runner, HttpRunner):
             rows = [jsonable_row(call.template.columns, v) for v in values]
-            got = runner.client.count_tokens(call.template.source, rows, CallFields.of_call(call))
-            return [n if n is not None else err for n, err in zip(got["prompt_tokens"], got["errors"])]
+            return runner.client.count_tokens(call.template.source, rows, CallFields.of_call(call)).per_row()
         engine = runner.engine if isinstance(runner, LocalRunner) else None
         running = EngineRef(engine, call.options.model).peek()
         return count_row_tokens(call, values, prompt_tokenizer(running, call.options.model))

@@ -34,9 +34,9 @@ from relserve.client import Client, ServerError
 from relserve.errors import ConfigError, RowError
 from relserve.estimate.estimate import CallEstimate, estimate_of
 from relserve.functions import LLMCall
+from relserve.job_stats import JobStats
 from relserve.planner.plan_and_run import CallOutcome
 from relserve.progress import progress_bar
-from relserve.replies import Health, RelQueryPlan
 from relserve.results import RowResult, in_input_order
 
 
@@ -112,7 +112,7 @@ class HttpRunner:
                 why = f"{call.function.name}: " + (budget.seconds_message() if budget.expired() else budget.tokens_message(1))
                 return CallOutcome([None] * len(values), [why] * len(values), None)  # type: ignore[arg-type]
         if explain_only:
-            got = RelQueryPlan.model_validate(self.client.plan(call.template.source, rows, fields))
+            got = self.client.plan(call.template.source, rows, fields)
             ex = RemoteExplain(call.function.name, call.template.source, self.client.url, got.rows,
                                got.engine_rows, got.cached_rows, got.failed_rows, estimate_of(got.estimate))
             return CallOutcome([None] * len(values), [None] * len(values), None, explain=ex)  # type: ignore[arg-type]
@@ -121,15 +121,15 @@ class HttpRunner:
             with self.client.stream(call.template.source, rows, fields) as stream, \
                     progress_bar(len(values), call.function.name, show=self.progress) as bar:
                 answers = in_input_order(_counted(stream, bar), len(values))
-                done = stream.done or {}
-                engine_rows = stream.header.get("engine_rows", 0)
-                cached_rows = stream.header.get("cached_rows", 0)
+                # the job's figures (its ``done`` event; a stream that ended without one has raised)
+                stats = stream.done.stats if stream.done is not None else JobStats()
+                engine_rows = stream.header.engine_rows
+                cached_rows = stream.header.cached_rows or 0
         except ServerError as e:
             if e.status in (422, 429) and "refused before starting" in e.message:
                 raise BudgetExceeded(e.message) from None
             raise
         if budget is not None:  # what the server's engine spent, against the statement's budget
-            stats = done.get("stats", {})
             prompt = sum(r.prompt_tokens or 0 for r in answers if not r.cached)
             rows_spent = prompt + sum(r.output_tokens or 0 for r in answers if not r.cached)
             budget.charge(stats.get("budget_tokens_spent", rows_spent), stats.get("budget_prompt_tokens_spent", prompt))
@@ -148,7 +148,6 @@ class HttpRunner:
             for i, err in enumerate(errors):
                 if err is not None:
                     raise RowError(f"row {i}: {err}")
-        stats = done.get("stats", {})
         cascade = stats.get("cascade")
         report = CascadeReport.from_dict(cascade) if isinstance(cascade, dict) and "rows" in cascade else None
         return CallOutcome(out, errors, None, engine_stats=stats, ran=report.llm_rows if report else engine_rows,  # type: ignore[arg-type]
@@ -161,7 +160,7 @@ class HttpRunner:
     @property
     def model_id(self) -> str:
         if self._model_id is None:
-            self._model_id = Health.model_validate(self.client.health()).model
+            self._model_id = self.client.health().model
         return self._model_id
 
     def _check(self, call: LLMCall) -> None:

@@ -83,8 +83,9 @@ class AnswerStream:
                     if self._stop.is_set():
                         return
                     self._events.put(Answer(r))
-                done = st.done or {}
-                self._events.put(Finished(done.get("status", "unknown"), JobStats.from_json(done.get("stats")), done.get("error")))
+                done = st.done
+                self._events.put(Finished(done.status, done.stats, done.error) if done is not None
+                                 else Finished("unknown", JobStats(), None))
         except ServerError as e:
             self._events.put(Broken(e.status, str(e)))
         except Exception as e:  # handed to the polling thread with its message

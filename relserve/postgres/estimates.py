@@ -11,12 +11,19 @@ prompt when none), the rest are the call options of every function, settings inc
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from relserve.postgres import backend
 from relserve.postgres.calls import bind
 from relserve.postgres.errors import PgError, raise_as_sql, server_error
 from relserve.postgres.settings import CallRequest, call_request
 from relserve.postgres.source import read_rows
+
+if TYPE_CHECKING:
+    from relserve.client import Client
+
+T = TypeVar("T")
 
 #: options that say which function's prompt is counted, not how the call runs
 _FUNCTION_OPTIONS = ("function", "labels", "json_schema")
@@ -33,13 +40,14 @@ def _request(plpy: object, name: str, options: object) -> CallRequest:
     return call_request(name, backend.settings(plpy), function, spec, given)
 
 
-def _post(plpy: object, name: str, what: str, request: CallRequest, template: str, rows: list[dict]) -> dict:
-    """The server's ``count_tokens`` or ``plan`` of the rows (nothing runs on its engine)."""
+def _ask(plpy: object, name: str, request: CallRequest, ask: Callable[[Client], T]) -> T:
+    """The server's ``count_tokens`` or ``plan`` of some rows (nothing runs on its engine); its
+    refusal as ``name``'s error."""
     from relserve.client import ServerError
 
     client = backend.client(plpy, request.timeout_s)
     try:
-        return getattr(client, what)(template, rows, request.call)
+        return ask(client)
     except ServerError as e:
         raise server_error(name, e.status, e.message) from None
 
@@ -50,10 +58,10 @@ def count_tokens(plpy: object, template: str, vals: object = None, fields: objec
     try:
         request = _request(plpy, name, options)
         row = bind(name, template, vals, fields)
-        got = _post(plpy, name, "count_tokens", request, template, [row])
-        if got["prompt_tokens"][0] is None:
-            plpy.notice(f"{name}: NULL for this row: {got['errors'][0]}")
-        return got["prompt_tokens"][0]
+        got = _ask(plpy, name, request, lambda c: c.count_tokens(template, [row], request.call))
+        if got.prompt_tokens[0] is None:
+            plpy.notice(f"{name}: NULL for this row: {got.errors[0]}")
+        return got.prompt_tokens[0]
     except PgError as e:
         raise_as_sql(plpy, e)
 
@@ -66,9 +74,9 @@ def count_tokens_query(plpy: object, template: str, query: str, options: object)
         rows, inputs = read_rows(plpy, name, query)
         if not rows:
             return []
-        got = _post(plpy, name, "count_tokens", request, template, rows)
+        got = _ask(plpy, name, request, lambda c: c.count_tokens(template, rows, request.call))
         return [{"ord": i + 1, "prompt_tokens": n, "error": err, "input": t}
-                for i, (n, err, t) in enumerate(zip(got["prompt_tokens"], got["errors"], inputs))]
+                for i, (n, err, t) in enumerate(zip(got.prompt_tokens, got.errors, inputs))]
     except PgError as e:
         raise_as_sql(plpy, e)
 
@@ -82,8 +90,8 @@ def estimate_query(plpy: object, template: str, query: str, options: object) -> 
         rows, _ = read_rows(plpy, name, query)
         if not rows:
             return json.dumps({"rows": 0, "estimate": None})
-        got = _post(plpy, name, "plan", request, template, rows)
-        got["budget"] = {k: request.options.get(k) for k in ("max_tokens_total", "max_seconds", "on_budget")}
-        return json.dumps(got)
+        plan = _ask(plpy, name, request, lambda c: c.plan(template, rows, request.call))
+        budget = {k: request.options.get(k) for k in ("max_tokens_total", "max_seconds", "on_budget")}
+        return json.dumps({**plan.to_json(), "budget": budget})
     except PgError as e:
         raise_as_sql(plpy, e)

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from relserve.errors import RowError, TemplateError
+from relserve.replies import StreamStart
 from relserve.results import RowResult
 from relserve.server.api_relqueries import start_job
 from relserve.server.batches import plan_cells
@@ -64,7 +65,7 @@ async def cells(
         return {"id": ids[r.index], "value": r.value, "text": r.text, "error": r.error, "cached": r.cached}
 
     if body.stream:
-        header = {"event": "batch", "id": job.id, "cells": job.total, "cached": batch.cached_rows, "engine_rows": job.engine_total}
+        header = StreamStart(event="batch", id=job.id, cells=job.total, cached=batch.cached_rows, engine_rows=job.engine_total)
         return job_stream(job, "ndjson", header=header, row=cell, done=lambda j: j.describe(), row_event="cell")
     await wait_or_cancel(job, request)
     out = job.describe()

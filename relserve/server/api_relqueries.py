@@ -13,11 +13,11 @@ from starlette.concurrency import run_in_threadpool
 from relserve.cascade.policy import plan as cascade_plan
 from relserve.functions import SchedulingHints
 from relserve.planner.planned_rows import PlannedRows
-from relserve.replies import CascadeOutlook, RelQueryPlan
+from relserve.replies import CascadeOutlook, JobDescription, JobList, RelQueryPlan, StreamStart, UndescribedJob
 from relserve.server.batches import plan_relquery
 from relserve.server.budget import Cost, call_max_tokens, check_template, prompts_cost, rows_cost
 from relserve.server.estimates import job_allowance, plan_estimate
-from relserve.server.jobs import Job
+from relserve.server.jobs import Job, json_safe
 from relserve.server.schemas import RelQueryRequest
 from relserve.server.state import ServerState, current_tenant, get_state
 from relserve.server.streaming import NDJSON, SSE, job_stream
@@ -97,7 +97,7 @@ async def submit(
     location = {"Location": f"/v1/relqueries/{job.id}"}
     if fmt is None:
         return JSONResponse(job.describe(), status_code=201, headers=location)
-    header = {"id": job.id, "rows": job.total, "cached_rows": batch.cached_rows, "engine_rows": job.engine_total}
+    header = StreamStart(id=job.id, rows=job.total, cached_rows=batch.cached_rows, engine_rows=job.engine_total)
     return job_stream(job, fmt, header=header, row=_row, done=_done, cancel_on_disconnect=True, status_code=201, headers=location)
 
 
@@ -130,15 +130,15 @@ async def plan(body: RelQueryRequest, tenant: Tenant = Depends(current_tenant), 
 
 @router.get("", summary="The caller's relQueries (running, and finished in the last minutes)")
 async def list_relqueries(tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)):
-    return {"relqueries": [_listed(j) for j in state.jobs.list(tenant.name)]}
+    return json_safe(JobList(relqueries=[_listed(j) for j in state.jobs.list(tenant.name)]).to_json())
 
 
-def _listed(job: Job) -> dict:
+def _listed(job: Job) -> JobDescription | UndescribedJob:
     # one job that cannot be described must not hide the tenant's others
     try:
-        return job.describe()
+        return job.description()
     except Exception as e:
-        return {"id": job.id, "kind": job.kind, "status": job.status, "error": f"cannot describe this relQuery: {e}"}
+        return UndescribedJob(id=job.id, kind=job.kind, status=job.status, error=f"cannot describe this relQuery: {e}")
 
 
 @router.get("/{job_id}", summary="Status and progress of a relQuery")
@@ -174,7 +174,7 @@ async def watch(
     state: ServerState = Depends(get_state),
 ):
     job = state.job_of(job_id, tenant)
-    header = {"id": job.id, "rows": job.total, "engine_rows": job.engine_total}
+    header = StreamStart(id=job.id, rows=job.total, engine_rows=job.engine_total)
     return job_stream(job, format, header=header, row=_row, done=_done, start=start, cancel_on_disconnect=cancel_on_disconnect)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from relserve.replies import StreamStart
 from relserve.server.jobs import Job
 
 NDJSON = "application/x-ndjson"
@@ -58,7 +59,7 @@ def job_stream(
     job: Job,
     fmt: str,
     *,
-    header: dict[str, object],
+    header: StreamStart,
     row: Callable[[Any], dict[str, Any]],
     done: Callable[[Job], dict[str, object]],
     start: int = 0,
@@ -74,7 +75,7 @@ def job_stream(
         return sse_event(kind, obj) if sse else ndjson_line({"event": kind, **obj})
 
     async def events() -> AsyncIterator[bytes]:
-        yield encode(header.pop("event", "accepted"), header)
+        yield encode(header.event, header.to_json())
         async for r in job.follow(start, idle_s=_SSE_PING_S if sse else None):
             if r is None:
                 yield b": ping\n\n"  # a comment line keeps proxies from closing an idle stream
