@@ -8,7 +8,7 @@ does not import the server.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
@@ -61,7 +61,7 @@ class JobList(BaseModel):
     """The caller's jobs (``GET /v1/relqueries``): running, and finished in the last minutes."""
 
     # a full description is tried first: an undescribed job lacks most of its fields
-    relqueries: list[JobDescription | UndescribedJob] = Field(union_mode="left_to_right")
+    relqueries: list[Annotated[JobDescription | UndescribedJob, Field(union_mode="left_to_right")]]
 
     def to_json(self) -> dict[str, object]:
         return {"relqueries": [j.to_json() for j in self.relqueries]}

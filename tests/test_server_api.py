@@ -455,6 +455,44 @@ def test_health_and_plan_replies_are_exactly_this_json():
         assert r.content == b'{"status":"stopping","error":"the server is stopping","model":"fake-model"}'
 
 
+def test_job_token_and_stream_start_replies_are_exactly_this_json():
+    # what the client, the PostgreSQL functions and DuckDB's server mode read (relserve/replies.py):
+    # a job's status, the list, a cancel's reply, the token counts, a stream's first event
+    with running_server(FakeEngine(), cache=None) as srv:
+        rows = [{"x": "p1"}, {"x": None}]
+        r = httpx.post(srv.url + "/v1/relqueries/tokens", json={"template": "Say {x}", "rows": rows}, timeout=30)
+        n = r.json()["prompt_tokens"][0]
+        assert n > 0
+        assert r.content == _compact({"prompt_tokens": [n, None], "errors": [None, "llm_map: placeholder {x} is NULL in this row"],
+                                      "model": "fake-model"})
+        rid = httpx.post(srv.url + "/v1/relqueries", json={"template": "Say {x}", "rows": rows}, timeout=30).json()["id"]
+        Client(srv.url).result(rid, timeout=30)
+        r = httpx.get(srv.url + f"/v1/relqueries/{rid}", timeout=30)
+        got = r.json()
+        s = got["stats"]
+        described = {"id": rid, "kind": "relquery", "status": "finished", "error": None, "created": got["created"],
+                     "progress": {"done": 2, "total": 2}, "priority": 0, "deadline_s": None,
+                     "stats": {"rows": 2, "errors": 1, "cached_rows": 0, "engine_rows": 1, "latency_s": s["latency_s"],
+                               "waiting_s": s["waiting_s"], "core_s": s["core_s"], "tail_s": s["tail_s"],
+                               "engine_latency_s": s["engine_latency_s"], "prompt_tokens": 2, "output_tokens": 2,
+                               "cached_tokens": 0, "prefix_hit_rate": 0.0, "policy": "fake"}}
+        assert r.content == _compact(described)
+        assert httpx.get(srv.url + "/v1/relqueries", timeout=30).content == _compact({"relqueries": [described]})
+        assert httpx.delete(srv.url + f"/v1/relqueries/{rid}", timeout=30).content == _compact(described)
+        assert Client(srv.url).status(rid).to_json() == described
+        body = {"template": "Say {x}", "rows": rows[:1], "stream": "ndjson"}
+        with httpx.stream("POST", srv.url + "/v1/relqueries", json=body, timeout=30) as s:
+            first = next(s.iter_lines())
+        sid = json.loads(first)["id"]
+        assert first == json.dumps({"event": "accepted", "id": sid, "rows": 1, "cached_rows": 0, "engine_rows": 1})
+        with httpx.stream("GET", srv.url + f"/v1/relqueries/{sid}/stream", timeout=30) as s:
+            assert next(s.iter_lines()) == json.dumps({"event": "accepted", "id": sid, "rows": 1, "engine_rows": 1})
+        cells = {"cells": [{"id": "A1", "template": "Say {x}", "args": ["p1"]}], "stream": True}
+        with httpx.stream("POST", srv.url + "/v1/cells", json=cells, timeout=30) as s:
+            first = next(s.iter_lines())
+        assert first == json.dumps({"event": "batch", "id": json.loads(first)["id"], "cells": 1, "cached": 0, "engine_rows": 1})
+
+
 def test_health_and_addin_files(server):
     h = httpx.get(server.url + "/health").json()
     assert h["status"] == "ok" and h["model"] == "fake-model" and h["auth"] == "api-key"
