@@ -25,6 +25,7 @@ from relserve.call_fields import CALL_FIELD_NAMES, CallFields
 from relserve.errors import RelServeError
 from relserve.job_stats import JobStats
 from relserve.replies import (
+    CellAnswer,
     Health,
     JobDescription,
     JobList,
@@ -85,8 +86,10 @@ class RelQueryStream:
                 kind = event.pop("event", None)
                 if kind == "done":
                     self.done = JobDescription.model_validate(event)
-                elif kind in ("row", "cell"):
-                    yield RowResult.from_dict(event) if kind == "row" else event  # type: ignore[misc]
+                elif kind == "row":
+                    yield RowResult.from_dict(event)
+                elif kind == "cell":
+                    yield CellAnswer.model_validate(event)  # type: ignore[misc]
         except httpx.HTTPError as e:
             raise ServerError(0, f"the stream from the relserve server broke: {e}") from None
         finally:
@@ -240,13 +243,13 @@ class Client:
 
     # ------------------------------------------------------------------ spreadsheet cells
 
-    def cells(self, cells: Sequence[Mapping[str, object]], **options: object) -> dict[str, dict[str, Any]]:
+    def cells(self, cells: Sequence[Mapping[str, object]], **options: object) -> dict[str, CellAnswer]:
         """Evaluate cells ({"id", "template", "args"}) as one batch; answers by cell id."""
         d = self._request("POST", "/v1/cells", {**_call_json(None, options), "cells": list(cells), "stream": False})
-        return {c["id"]: c for c in d["cells"]}
+        return {c.id: c for c in map(CellAnswer.model_validate, d["cells"])}
 
     def stream_cells(self, cells: Sequence[Mapping[str, object]], **options: object) -> RelQueryStream:
-        """Cells as they finish: dicts with id, value, text, error, cached."""
+        """Cells as they finish: ``CellAnswer``s (id, value, text, error, cached)."""
         return self._stream("/v1/cells", {**_call_json(None, options), "cells": list(cells), "stream": True})
 
     # ------------------------------------------------------------------ single calls and operations

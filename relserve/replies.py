@@ -1,6 +1,6 @@
 """The server's JSON replies that its clients read back (pydantic): a job's description and the
-list of a tenant's jobs, ``/health``, ``/v1/relqueries/plan`` and ``/v1/relqueries/tokens``, and
-the first event of a job's stream. The server builds them and sends their JSON; the client
+list of a tenant's jobs, ``/health``, ``/v1/relqueries/plan`` and ``/v1/relqueries/tokens``, a
+formula cell's answer, and the first event of a job's stream. The server builds them and sends their JSON; the client
 (``relserve.client``) and DuckDB's server mode validate what they receive into them, so the wire
 format is written down once. Kept outside ``relserve.server``, as ``JobStats`` is, so a client
 does not import the server.
@@ -90,6 +90,19 @@ class StreamStart(BaseModel):
     def to_json(self) -> dict[str, object]:
         """The event's fields as sent, ``event`` apart (NDJSON puts it first, SSE in its own line)."""
         return self.model_dump(exclude_unset=True, exclude={"event"})
+
+
+class CellAnswer(BaseModel):
+    """One formula cell's answer (``/v1/cells``): in its reply's ``cells``, or a ``cell`` event of
+    its stream."""
+
+    id: str
+    #: the answer in the call's type (JSON); None when the cell failed
+    value: object = None
+    text: str | None = None
+    error: str | None = None
+    #: answered from the result cache
+    cached: bool = False
 
 
 class Health(BaseModel):

@@ -168,11 +168,11 @@ def test_cells_on_the_engine_run_once_and_then_come_from_the_cache(engine, clien
     cells = [{"id": f"B{i + 2}", "template": "Is {A} positive? Answer yes or no.", "args": [v]} for i, v in enumerate(values)]
     expected = run_within(engine, RelQuery.from_prompts([f"Is {v} positive? Answer yes or no." for v in values[:2]], max_tokens=6)).texts
     first = client.cells(cells, max_tokens=6)
-    assert [first[c]["value"] for c in ("B2", "B3", "B4")] == [expected[0], expected[1], expected[0]]
-    assert not any(v["cached"] for v in first.values())
+    assert [first[c].value for c in ("B2", "B3", "B4")] == [expected[0], expected[1], expected[0]]
+    assert not any(v.cached for v in first.values())
     again = client.cells(cells, max_tokens=6)
-    assert all(v["cached"] for v in again.values())
-    assert {k: v["value"] for k, v in again.items()} == {k: v["value"] for k, v in first.items()}
+    assert all(v.cached for v in again.values())
+    assert {k: v.value for k, v in again.items()} == {k: v.value for k, v in first.items()}
 
 
 def test_metrics_count_tokens_latency_and_scheduler_overhead(server, client):

@@ -107,7 +107,7 @@ def test_another_tenants_relquery_is_404_and_cannot_be_cancelled(server):
         with pytest.raises(ServerError) as e:
             call()
         assert e.value.status == 404 and e.value.message == f"no relQuery with id {rid!r}"
-    assert rid not in {j["id"] for j in bob.list()}
+    assert rid not in {j.id for j in bob.list()}
     assert alice.result(rid).texts == ["echo: Say 0", "echo: Say 1", "echo: Say 2"]
     with pytest.raises(ServerError) as e:
         alice.status("0123456789abcdef")
@@ -345,16 +345,16 @@ def test_cells_batch_is_one_relquery_and_repeats_come_from_the_cache(server, fak
     first = c.cells(cells)
     assert len(fake.submitted) == before + 1
     assert sorted(fake.submitted[-1].prompts) == ["Compare cell one and 3 now", "Name by name now", "Rate cell one now", "Rate cell two now"]
-    assert first["B2"]["value"] == first["B4"]["value"] == "echo: Rate cell one now"
-    assert first["C2"]["value"] == "echo: Compare cell one and 3 now"
-    assert first["C3"]["error"] == ("cell C3: the template has 2 placeholder(s) ({A}, {B}) but 1 value(s) were given; "
+    assert first["B2"].value == first["B4"].value == "echo: Rate cell one now"
+    assert first["C2"].value == "echo: Compare cell one and 3 now"
+    assert first["C3"].error == ("cell C3: the template has 2 placeholder(s) ({A}, {B}) but 1 value(s) were given; "
                                     "values fill the placeholders in order of first appearance")
-    assert first["C4"]["value"] == "echo: Name by name now"
-    assert not any(cell["cached"] for cell in first.values())
+    assert first["C4"].value == "echo: Name by name now"
+    assert not any(cell.cached for cell in first.values())
     again = c.cells(cells)
     assert len(fake.submitted) == before + 1  # nothing new ran
-    assert {k: v["cached"] for k, v in again.items()} == {"B2": True, "B3": True, "B4": True, "C2": True, "C3": False, "C4": True}
-    assert {k: v["value"] for k, v in again.items()} == {k: v["value"] for k, v in first.items()}
+    assert {k: v.cached for k, v in again.items()} == {"B2": True, "B3": True, "B4": True, "C2": True, "C3": False, "C4": True}
+    assert {k: v.value for k, v in again.items()} == {k: v.value for k, v in first.items()}
 
 
 def test_cells_stream_sends_cached_cells_before_the_engine_answers(tmp_path):
@@ -370,7 +370,7 @@ def test_cells_stream_sends_cached_cells_before_the_engine_answers(tmp_path):
             # the engine has answered nothing of this batch yet: the cached cell comes first
             first = next(cells)
             gated.release(1)
-            order = [(cell["id"], cell["cached"], cell["value"]) for cell in (first, *cells)]
+            order = [(cell.id, cell.cached, cell.value) for cell in (first, *cells)]
     assert order == [("A2", True, "echo: Stream known please"), ("A1", False, "echo: Stream new one please")]
 
 
@@ -457,7 +457,7 @@ def test_health_and_plan_replies_are_exactly_this_json():
 
 def test_job_token_and_stream_start_replies_are_exactly_this_json():
     # what the client, the PostgreSQL functions and DuckDB's server mode read (relserve/replies.py):
-    # a job's status, the list, a cancel's reply, the token counts, a stream's first event
+    # a job's status, the list, a cancel's reply, the token counts, a stream's first event, a cell
     with running_server(FakeEngine(), cache=None) as srv:
         rows = [{"x": "p1"}, {"x": None}]
         r = httpx.post(srv.url + "/v1/relqueries/tokens", json={"template": "Say {x}", "rows": rows}, timeout=30)
@@ -489,8 +489,10 @@ def test_job_token_and_stream_start_replies_are_exactly_this_json():
             assert next(s.iter_lines()) == json.dumps({"event": "accepted", "id": sid, "rows": 1, "engine_rows": 1})
         cells = {"cells": [{"id": "A1", "template": "Say {x}", "args": ["p1"]}], "stream": True}
         with httpx.stream("POST", srv.url + "/v1/cells", json=cells, timeout=30) as s:
-            first = next(s.iter_lines())
+            first, cell = list(s.iter_lines())[:2]
         assert first == json.dumps({"event": "batch", "id": json.loads(first)["id"], "cells": 1, "cached": 0, "engine_rows": 1})
+        assert cell == json.dumps({"event": "cell", "id": "A1", "value": "echo: Say p1", "text": "echo: Say p1", "error": None,
+                                   "cached": False})
 
 
 def test_health_and_addin_files(server):

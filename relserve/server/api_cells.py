@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from relserve.errors import RowError, TemplateError
-from relserve.replies import StreamStart
+from relserve.replies import CellAnswer, StreamStart
 from relserve.results import RowResult
 from relserve.server.api_relqueries import start_job
 from relserve.server.batches import plan_cells
@@ -61,8 +61,8 @@ async def cells(
     job, batch = await start_job(state, tenant, cost, partial(plan_cells, body), "cells", body.hints())
     ids = [c.id for c in body.cells]
 
-    def cell(r: RowResult) -> dict:
-        return {"id": ids[r.index], "value": r.value, "text": r.text, "error": r.error, "cached": r.cached}
+    def cell(r: RowResult) -> dict[str, object]:
+        return CellAnswer(id=ids[r.index], value=r.value, text=r.text, error=r.error, cached=r.cached).model_dump()
 
     if body.stream:
         header = StreamStart(event="batch", id=job.id, cells=job.total, cached=batch.cached_rows, engine_rows=job.engine_total)
