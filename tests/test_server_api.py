@@ -466,7 +466,7 @@ def test_job_token_and_stream_start_replies_are_exactly_this_json():
         assert r.content == _compact({"prompt_tokens": [n, None], "errors": [None, "llm_map: placeholder {x} is NULL in this row"],
                                       "model": "fake-model"})
         rid = httpx.post(srv.url + "/v1/relqueries", json={"template": "Say {x}", "rows": rows}, timeout=30).json()["id"]
-        Client(srv.url).result(rid, timeout=30)
+        BoundedClient(srv.url).result(rid, timeout=30)
         r = httpx.get(srv.url + f"/v1/relqueries/{rid}", timeout=30)
         got = r.json()
         s = got["stats"]
@@ -479,7 +479,7 @@ def test_job_token_and_stream_start_replies_are_exactly_this_json():
         assert r.content == _compact(described)
         assert httpx.get(srv.url + "/v1/relqueries", timeout=30).content == _compact({"relqueries": [described]})
         assert httpx.delete(srv.url + f"/v1/relqueries/{rid}", timeout=30).content == _compact(described)
-        assert Client(srv.url).status(rid).to_json() == described
+        assert BoundedClient(srv.url).status(rid).to_json() == described
         body = {"template": "Say {x}", "rows": rows[:1], "stream": "ndjson"}
         with httpx.stream("POST", srv.url + "/v1/relqueries", json=body, timeout=30) as s:
             first = next(s.iter_lines())
