@@ -9,13 +9,15 @@ import pytest
 from test_postgres import KEY, MAP_TEMPLATE, REVIEWS, ROLE_KEYS, cluster, connect, jobs_of, server, wait_until_done  # noqa: F401 (fixtures)
 from waits import Worker, finish_all
 
+from relserve.replies import JobDescription
+
 pytestmark = [pytest.mark.postgres, pytest.mark.engine]
 
 MAP = f"SELECT id, llm_map('{MAP_TEMPLATE}', review) FROM reviews WHERE id <= 6 ORDER BY id"
 TONE = "Is this review positive or negative? {r}"
 
 
-def new_jobs(server, before) -> list[dict]:
+def new_jobs(server, before) -> list[JobDescription]:
     return [j for k, j in jobs_of(server).items() if k not in before]
 
 
@@ -54,8 +56,8 @@ def test_a_scalar_map_over_a_table_is_one_relquery_with_the_per_row_answers(serv
                          "'SELECT id, review FROM reviews WHERE id <= 6', '{\"cache\": false}') ORDER BY 1").fetchall()
     assert "Custom Scan (relserve batch)" in plan and "LLM Calls: llm_map (target list)" in plan, plan
     assert batched == per_row == srf
-    assert [j["progress"]["total"] for j in batched_jobs] == [6]
-    assert sorted(j["progress"]["total"] for j in per_row_jobs) == [1] * 6
+    assert [j.progress.total for j in batched_jobs] == [6]
+    assert sorted(j.progress.total for j in per_row_jobs) == [1] * 6
 
 
 def test_a_filter_in_where_runs_after_the_cheap_quals_and_before_the_map(server, cluster):
@@ -73,7 +75,7 @@ def test_a_filter_in_where_runs_after_the_cheap_quals_and_before_the_map(server,
     assert "LLM Calls: llm_filter (filter)" in plan and "LLM Calls: llm_map (target list)" in plan, plan
     assert plan.index("llm_map (target list)") < plan.index("Sort Key: id") < plan.index("llm_filter (filter)"), plan
     assert got == want
-    sizes = sorted(j["progress"]["total"] for j in jobs)
+    sizes = sorted(j.progress.total for j in jobs)
     # the filter sees the 4 reviews with stars >= 2 (row 7 has no review: its call fails alone), the map only those it kept
     assert sizes == sorted([5, len(got)]), (sizes, got)
 
@@ -101,13 +103,13 @@ def test_limit_stops_the_scan_and_cancels_the_rest(server, cluster):
         got = db.execute(sql).fetchall()
     assert [g for g, _ in got] == [1, 2] and all(isinstance(a, str) and a for _, a in got)
     (job,) = new_jobs(server, before)
-    assert job["progress"]["total"] == 64
-    job = wait_until_done(server, job["id"])  # the cancel reaches the engine a moment after the scan ends
+    assert job.progress.total == 64
+    job = wait_until_done(server, job.id)  # the cancel reaches the engine a moment after the scan ends
     # Speed-dependent, with a margin: the engine cannot be held here (the scan needs rows 1 and 2
     # answered, and ends by cancelling), so the cancel (one HTTP request from the backend) must
     # come before the engine has answered the 48 rows after the first 16 (rows 1 and 2 among
     # those): three more waves of its 16 slots of 32-token answers, about 96 decode steps.
-    assert job["status"] == "cancelled" and job["stats"]["rows"] - job["stats"]["errors"] < 64, job
+    assert job.status == "cancelled" and job.stats.rows - job.stats.errors < 64, job
 
 
 def test_where_a_call_cannot_be_batched_it_runs_per_row_with_the_same_answers(server, cluster):
@@ -146,7 +148,7 @@ def test_each_role_batches_under_its_own_key(server, cluster):
         db.execute("SET relserve.max_tokens = 2")
         assert len(db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id <= 3").fetchall()) == 3
     new = [j for k, j in jobs(server, ROLE_KEYS["bob"]).items() if k not in before]
-    assert [j["progress"]["total"] for j in new] == [3]
+    assert [j.progress.total for j in new] == [3]
     with connect(cluster, "mallory") as db:  # no key: the server refuses, as for a per-row call
         with pytest.raises(psycopg.errors.InvalidAuthorizationSpecification, match=r"\(HTTP 401\)"):
             db.execute("SELECT llm_map('Is {r} good?', review) FROM reviews WHERE id <= 3")
@@ -177,10 +179,10 @@ def test_statement_timeout_cancels_the_batched_relquery(engine, server, cluster)
         with engine.paused(120), pytest.raises(psycopg.errors.QueryCanceled, match=r"canceling statement due to statement timeout"):
             db.execute(sql)
     started = new_jobs(server, before)
-    assert [j["progress"]["total"] for j in started] == [300], [(j["progress"], j["status"]) for j in started]
+    assert [j.progress.total for j in started] == [300], [(j.progress, j.status) for j in started]
     job = started[0]
-    job = wait_until_done(server, job["id"])
-    assert job["status"] == "cancelled" and job["stats"]["rows"] - job["stats"]["errors"] == 0, job
+    job = wait_until_done(server, job.id)
+    assert job.status == "cancelled" and job.stats.rows - job.stats.errors == 0, job
 
 
 def test_eight_sessions_at_once_each_send_one_relquery(server, cluster):
@@ -200,7 +202,7 @@ def test_eight_sessions_at_once_each_send_one_relquery(server, cluster):
         t.start()
     finish_all(threads, timeout=600)
     assert all(got[k] == sorted(whole.items()) for k in range(8)), got
-    assert sorted(j["progress"]["total"] for j in new_jobs(server, before)) == [6] * 8
+    assert sorted(j.progress.total for j in new_jobs(server, before)) == [6] * 8
 
 
 def test_order_by_an_answer_and_a_join_on_a_filter_give_the_per_row_results(server, cluster):
