@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from relserve.planner.labels.decide import FEW_ROWS, SURE
 from relserve.planner.labels.information import categorical_information, explained_share
+from relserve.planner.labels.interface import probabilities
 
 #: below this share of the answers' entropy explained by the rows, the answers hardly depend on
 #: the row. Chosen on the tuning tasks of docs/quality.md ("Answers that are guesses"), checked
@@ -50,12 +51,11 @@ class AnswerSpread:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, corrected: Mapping[str, float], label: str) -> None:
-        top = max(corrected.values())
-        z = sum(math.exp(v - top) for v in corrected.values())
+        sure = probabilities(corrected)[label]
         with self._lock:
             self.scores.append(corrected)
             self.answers[label] += 1
-            self.unsure += math.exp(corrected[label] - top) / z < SURE_PROBABILITY
+            self.unsure += sure < SURE_PROBABILITY
 
     @property
     def rows(self) -> int:
