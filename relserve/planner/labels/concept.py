@@ -30,8 +30,7 @@ GENERIC_NOUNS = frozenset("""
 AUXILIARIES = frozenset("is are was were am does do did has have had can could will would should may might must".split())
 #: what a concept never is
 STOP = frozenset("""a an the this that these those it its their his her our your my of in on at to for with from by and or
-    not no yes any some about there here what which who whom whose how why when where than then so very really
-    something anything everything nothing someone anyone everyone somebody anybody""".split())
+    not no yes any some about there here what which who whom whose how why when where than then so very really""".split())
 #: polar words and the word against each (both ways); other concepts are scored against "other"
 ANTONYMS: dict[str, str] = {}
 for _a, _b in (("positive", "negative"), ("happy", "unhappy"), ("satisfied", "dissatisfied"), ("good", "bad"),
