@@ -88,7 +88,7 @@ def reviews(rows: int, seed: int = 0, beer: bool = False) -> list[str]:
 
 def forget_template_memory() -> None:
     """Every run cold: no examples, label means, priors or answer fields from an earlier run."""
-    from relserve.planner.labels.memory import forget_all
+    from relserve.labels.memory import forget_all
 
     forget_all()
 

@@ -113,7 +113,7 @@ def forget_template_memory() -> None:
     phase's first statement of a template runs its first pass again."""
     from relserve import answer_lengths
     from relserve.estimate import selectivity
-    from relserve.planner.labels.memory import forget_all
+    from relserve.labels.memory import forget_all
 
     for forget in (forget_all, answer_lengths.forget, selectivity.forget):
         forget()

@@ -3,7 +3,7 @@
 
 A relQuery of fewer than 16 prompts whose call has no history runs as ``calibrate``: its labels are
 picked after dividing out the model's prior, measured once per template from three content-free
-probes (relserve/planner/labels/prior.py). The probes used to run as their own relQuery before the
+probes (relserve/labels/prior.py). The probes used to run as their own relQuery before the
 rows were sent; now they are sent together and the executor picks the rows' labels once the probes
 are in. Per trial, a new template (so no prior is remembered) runs twice on one engine, each way
 once, in alternating order, with and without a 100-row ``llm_map`` running beside it (the busy
@@ -44,7 +44,7 @@ def one_statement(engine, template: str, reviews: list[str], *, probes_first: bo
     """Seconds for one llm_filter over ``reviews`` as a fresh template's first relQuery (both
     orders give the same labels: tests/test_label_scoring_engine.py)."""
     from relserve.functions import make_call
-    from relserve.planner.labels.prior import prior_from, submit_probes
+    from relserve.labels.prior import prior_from, submit_probes
     from relserve.planner.plan_and_run import run_call
 
     call = make_call("llm_filter", template)

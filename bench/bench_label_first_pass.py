@@ -35,8 +35,8 @@ def main() -> None:
 
     from relserve import Engine
     from relserve.functions import make_call
-    from relserve.planner.labels import interface
-    from relserve.planner.labels.memory import forget_all
+    from relserve.labels import interface
+    from relserve.labels.memory import forget_all
     from relserve.planner.plan_and_run import run_call
 
     task = next(t for t in prevalence_tasks(max(int(r) for r in args.rows.split(","))) if t.name == args.task)
@@ -52,8 +52,8 @@ def main() -> None:
                 timings.append(time.perf_counter() - t0)
         return request
 
-    from relserve.planner.labels.adaptive import AdaptiveRun
-    from relserve.planner.labels.bootstrap import BootstrapRun
+    from relserve.labels.adaptive import AdaptiveRun
+    from relserve.labels.bootstrap import BootstrapRun
 
     for cls in (AdaptiveRun, BootstrapRun):
         original[cls] = cls.request

@@ -1,10 +1,10 @@
 """When are a label call's answers guesses? The guess check of the methods that decide each row
-from its own scores (every ``llm_classify`` of three labels or more; relserve/planner/labels/
+from its own scores (every ``llm_classify`` of three labels or more; relserve/labels/
 guesses.py) against the answers' accuracy, on classify tasks built from ../shared/datasets.
 
 For each task, default settings, one cold statement: the share of the answers' entropy the rows
 explain (the check: below 0.1 the answers are guesses), the same share over the model's own
-uncorrected answers (above 0.6 no label mean is subtracted: relserve/planner/labels/means.py),
+uncorrected answers (above 0.6 no label mean is subtracted: relserve/labels/means.py),
 accuracy against the majority label's share and a uniform guess, and whether it warned. The
 tuning tasks chose the thresholds; the check tasks were run once after (docs/quality.md, "When
 the answers are guesses").
@@ -86,8 +86,8 @@ class OwnScores:
     """Records the model's own (uncorrected) label scores of every row the label methods decide."""
 
     def __init__(self) -> None:
-        from relserve.planner.labels.batch import BatchRun
-        from relserve.planner.labels.prior import PriorRun
+        from relserve.labels.batch import BatchRun
+        from relserve.labels.prior import PriorRun
 
         self.scores: list[dict[str, float]] = []
         for cls in (BatchRun, PriorRun):
@@ -111,8 +111,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from relserve.functions import make_call
-    from relserve.planner.labels.information import explained_share
-    from relserve.planner.labels.memory import forget_all
+    from relserve.labels.information import explained_share
+    from relserve.labels.memory import forget_all
     from relserve.planner.plan_and_run import run_call
 
     own = OwnScores()

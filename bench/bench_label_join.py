@@ -10,7 +10,7 @@ default: 40 beer names against four styles (``beer/style`` in beer_ratings), as
 ``ON llm_filter('Is this beer a {style}? Beer: {name}', s.style, b.name)``. Per label method
 (``--configs``; ``default`` is the call without one): pairs kept, of them true, precision, recall, F1, kept/true and pairs/s, side by side in one run, each
 cold (the label methods' memory forgotten first). The products task chose how a join's layouts are
-ranked (relserve/planner/labels/adaptive.py, ``_information``); the beers task checks it.
+ranked (relserve/labels/adaptive.py, ``_information``); the beers task checks it.
 
     .venv/bin/python bench/bench_label_join.py --products 40 [--task beers]
 """
@@ -70,7 +70,7 @@ def beers(n: int) -> list[tuple[str, str]]:
 
 def run(con, config: str, template: str = TEMPLATE) -> tuple[set[tuple[str, str]], float]:
     import relserve.duckdb
-    from relserve.planner.labels.memory import forget_all
+    from relserve.labels.memory import forget_all
 
     opts = "" if config == "default" else f", llm_options(method := '{config}')"
     sql = (f"SELECT p.name, d.department FROM products p JOIN departments d "

@@ -75,7 +75,7 @@ def columns_for(template: str, df) -> list[list]:
 def bench_solver(engine, solver_rows: int) -> list[dict]:
     from relserve.functions import make_call
     from relserve.planner import explain_plan, ggr, plan_call, token_source
-    from relserve.planner.prompt_rendering import field_lengths
+    from relserve.prompt_rendering import field_lengths
     from relserve.template import format_value
 
     out = []
@@ -122,7 +122,7 @@ def bench_engine(engine, rows: int, max_tokens: int, rows_only: bool) -> list[di
     from relserve import RelQuery
     from relserve.functions import make_call
     from relserve.planner import run_call
-    from relserve.planner.prompt_rendering import render
+    from relserve.prompt_rendering import render
 
     out = []
     for name, template in QUERIES.items():
@@ -221,7 +221,7 @@ def bench_cached(model_id: str, n: int, cache_path: Path) -> dict:
     import relserve.duckdb
     from relserve.functions import make_call
     from relserve.planner import ResultCache
-    from relserve.planner.prompt_rendering import Renderer
+    from relserve.prompt_rendering import Renderer
 
     con = duckdb.connect()
     con.execute(_cached_table_sql(n))

@@ -342,12 +342,12 @@ def label_scoring_as(norm: str):
 def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scoring) -> dict:
     import relserve.duckdb
     from relserve.functions import make_call
+    from relserve.labels.adaptive import forget as forget_adaptive
+    from relserve.labels.answer_fields import forget_fields
+    from relserve.labels.bootstrap import follows_method, forget_examples, in_examples_shape
+    from relserve.labels.pools import forget_means
     from relserve.planner.cache import ResultCache
-    from relserve.planner.labels.adaptive import forget as forget_adaptive
-    from relserve.planner.labels.answer_fields import forget_fields
-    from relserve.planner.labels.bootstrap import follows_method, forget_examples, in_examples_shape
-    from relserve.planner.labels.pools import forget_means
-    from relserve.planner.prompt_rendering import Renderer
+    from relserve.prompt_rendering import Renderer
 
     with tempfile.TemporaryDirectory() as tmp:
         # an empty result cache: every row runs on the engine
@@ -435,7 +435,7 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
         keyed = [(scores_of(tuple(r[c] for c in task["columns"])), r["truth"]) for r in scored_rows]
         res["scores"] = [[s, t] for s, t in keyed if s is not None]
         # a cold statement's example rows are answered by their first-pass label, with no score
-        # of their own (relserve/planner/labels/bootstrap.py, ``Examples.answered``): the AUC is
+        # of their own (relserve/labels/bootstrap.py, ``Examples.answered``): the AUC is
         # over the rows the engine scored, if they are at least nine in ten
         if len(task["labels"]) == 2 and len(res["scores"]) >= 0.9 * n:
             # the first label's score ranks the rows (truth: the first label); under the adaptive
@@ -450,7 +450,7 @@ def class_means(scores: list, max_rounds: int = 50) -> dict[str, float]:
     not kept): start from batch calibration's means, pick, average each label's score per picked
     label and take the mean of those, until the picks stop changing. For two labels: 1-D
     two-means, the threshold halfway between the groups' mean score gaps."""
-    from relserve.planner.labels.means import label_means, pick_calibrated
+    from relserve.labels.means import label_means, pick_calibrated
 
     means = label_means(scores)
     picks = [pick_calibrated(s, means) for s in scores]
@@ -473,7 +473,7 @@ def em_means(scores: list, rounds: int = 100) -> dict[str, float]:
     shares, reweighted by the estimated shares until they settle; returned as offsets to subtract."""
     import math
 
-    from relserve.planner.labels.means import label_means
+    from relserve.labels.means import label_means
 
     means = label_means(scores)
     labels = list(means)
@@ -500,7 +500,7 @@ def _picks_scored(task: dict, rows: list, rule: str) -> list[tuple[str, str]]:
     pass, not kept)."""
     import statistics
 
-    from relserve.planner.labels.means import label_means, pick_calibrated
+    from relserve.labels.means import label_means, pick_calibrated
 
     scores = [s for s, _ in rows]
     if rule == "spread":

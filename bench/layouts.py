@@ -8,8 +8,8 @@ task's template by the same generic rules relserve would apply; nothing is writt
 from __future__ import annotations
 
 from relserve.functions import make_call
-from relserve.planner.labels.answer_fields import CANDIDATES
-from relserve.planner.prompt_rendering import Renderer
+from relserve.labels.answer_fields import CANDIDATES
+from relserve.prompt_rendering import Renderer
 
 
 def pieces(task: dict, row: dict) -> tuple[str, str]:

@@ -30,4 +30,4 @@ class Cancelled(RelServeError):
 
 class LabelWarning(UserWarning):
     """The model does not tell a closed question's rows apart well: its answers are close to
-    guesses (relserve/planner/labels/adaptive.py). The rows are answered all the same."""
+    guesses (relserve/labels/adaptive.py). The rows are answered all the same."""

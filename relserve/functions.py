@@ -40,15 +40,15 @@ from relserve.validation import OnError
 #:             Issue 12's default: it removes the label bias that made a small model answer
 #:             one label for every row;
 #: "batch"     "score" with each label's mean score over the relQuery's own rows subtracted
-#:             (batch calibration, Zhou et al. 2024; relserve/planner/labels/means.py), the
+#:             (batch calibration, Zhou et al. 2024; relserve/labels/means.py), the
 #:             content-free prior below a minimum row count.
 #: "bootstrap" "batch" behind examples the model labelled itself: a first pass over a sample of
 #:             the relQuery's rows, the surest rows of each label shown in front of every row
-#:             (relserve/planner/labels/bootstrap.py). The default of three labels or more.
+#:             (relserve/labels/bootstrap.py). The default of three labels or more.
 #: "adaptive"  for a filter and a 2-label classify: the request's layout chosen per call on a
 #:             first pass without labels (the question with yes/no, or the row alone after a
 #:             field with the concept the question names), rows decided by two crowds of
-#:             margins instead of assuming balanced labels (relserve/planner/labels/adaptive.py).
+#:             margins instead of assuming balanced labels (relserve/labels/adaptive.py).
 LABEL_METHODS = ("generate", "score", "prior", "batch", "bootstrap", "adaptive")
 #: old names of label methods, still accepted
 LABEL_METHOD_ALIASES = {"calibrate": "prior"}

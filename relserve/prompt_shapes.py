@@ -28,7 +28,7 @@ relserve's choice, and it decides much of what a small model gets right:
 
 The answer field of ``chat_answer``, ``completion`` and ``question_first`` is "Answer:" unless a
 call names another (``answer_field := 'Sentiment'``: the request ends "Sentiment:"), or asks
-relserve to choose one (``'auto'``, relserve/planner/labels/answer_fields.py: the default of a 2-label
+relserve to choose one (``'auto'``, relserve/labels/answer_fields.py: the default of a 2-label
 ``llm_classify`` laid out ``question_first``; docs/quality.md, "Eleventh pass").
 
 Two halves: ``ShapedRenderer`` (the planner's side: which text a row's prompt is, so the result
@@ -66,7 +66,7 @@ def check_shape(shape: str | None) -> str | None:
     return shape
 
 
-#: the answer field's value that leaves the name to relserve (relserve/planner/labels/answer_fields.py)
+#: the answer field's value that leaves the name to relserve (relserve/labels/answer_fields.py)
 AUTO_ANSWER_FIELD = "auto"
 #: what an answer field's name may be: a short phrase of words ("Sentiment", "Store department")
 _ANSWER_FIELD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9 _'-]{0,39}")
@@ -92,7 +92,7 @@ def answer_field_text(name: str | None) -> str:
     "Sentiment", ``ANSWER_FIELD`` for None. ``AUTO_ANSWER_FIELD`` is resolved before (the planner's
     answer_fields.resolved), never laid out."""
     if name == AUTO_ANSWER_FIELD:
-        raise ValueError("answer_field 'auto' is chosen by relserve.planner.labels.answer_fields before a request is laid out")
+        raise ValueError("answer_field 'auto' is chosen by relserve.labels.answer_fields before a request is laid out")
     return f"{name}:" if name else ANSWER_FIELD
 
 
@@ -150,7 +150,7 @@ class ShapedRenderer:
         self.format_value = format_value
         self.question_first = question_first
         #: a value at least this long moves in front; the content-free probes set 0, so they are
-        #: laid out as the rows they stand for (relserve/planner/labels/prior.py)
+        #: laid out as the rows they stand for (relserve/labels/prior.py)
         self.move_chars = MOVE_CHARS
 
     def __call__(self, values: tuple) -> str:

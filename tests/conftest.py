@@ -33,10 +33,10 @@ def _fresh_template_memory():
     probes, or checks picks, does not see another's."""
     from relserve import answer_lengths
     from relserve.estimate import selectivity
-    from relserve.planner.labels.answer_fields import forget_fields
-    from relserve.planner.labels.bootstrap import forget_examples
-    from relserve.planner.labels.pools import forget_means
-    from relserve.planner.labels.prior import forget_priors
+    from relserve.labels.answer_fields import forget_fields
+    from relserve.labels.bootstrap import forget_examples
+    from relserve.labels.pools import forget_means
+    from relserve.labels.prior import forget_priors
 
     forget_examples()
     forget_means()

@@ -10,7 +10,7 @@ from engine_doubles import ScriptedEngine, TenantAwareEngine
 
 from relserve.errors import ConfigError
 from relserve.functions import make_call
-from relserve.planner.labels.answer_fields import CANDIDATES, choose, known_field
+from relserve.labels.answer_fields import CANDIDATES, choose, known_field
 from relserve.planner.plan import plan_call
 from relserve.planner.plan_and_run import run_call
 from relserve.prompt_shapes import engine_text

@@ -16,9 +16,9 @@ from engine_doubles import ScriptedEngine
 from relserve.cascade import binomial, embedding, policy, proxy, threshold
 from relserve.errors import ConfigError
 from relserve.functions import make_call
+from relserve.labels.bootstrap import forget_examples
+from relserve.labels.pools import forget_means
 from relserve.planner.cascade_runner import PROXY, split
-from relserve.planner.labels.bootstrap import forget_examples
-from relserve.planner.labels.pools import forget_means
 from relserve.planner.plan_and_run import run_call
 
 

@@ -15,8 +15,8 @@ from waits import wait_until
 from relserve.cascade import policy
 from relserve.errors import RowError
 from relserve.functions import make_call
+from relserve.labels.memory import forget_all
 from relserve.planner.cascade_runner import PROXY
-from relserve.planner.labels.memory import forget_all
 from relserve.planner.plan_and_run import run_call
 
 pytestmark = pytest.mark.engine

@@ -27,9 +27,9 @@ def test_the_demo_runs_relserves_defaults_and_names_them():
     call = make_call("llm_filter", QUESTION)
     # the default: adaptive, whose layout is chosen when it runs (named once it has)
     assert method_label(call) == "adaptive, prompt shape completion"
-    from relserve.planner.labels.adaptive import AdaptiveReport, Choice
-    from relserve.planner.labels.decide import Reading
-    from relserve.planner.labels.layouts import Layout
+    from relserve.labels.adaptive import AdaptiveReport, Choice
+    from relserve.labels.decide import Reading
+    from relserve.labels.layouts import Layout
 
     ran = AdaptiveReport(Choice(Layout(False, "Sentiment", ("happy", "unhappy")), (), "", 24), Reading("two crowds", 0.5, 0.99, 24), True)
     assert method_label(call, ran) == "adaptive, layout row, Sentiment: happy/unhappy"

@@ -215,7 +215,7 @@ def test_the_decoding_contenders_render_a_label_call_as_relserve_renders_a_decod
 
     import relserve.functions as functions
     from relserve.duckdb_ext.udf import RETURN_TYPES
-    from relserve.planner.prompt_rendering import Renderer
+    from relserve.prompt_rendering import Renderer
 
     monkeypatch.setattr(functions, "DEFAULT_LABEL_METHOD", method)
     seen = []

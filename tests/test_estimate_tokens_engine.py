@@ -81,7 +81,7 @@ def test_each_rows_count_is_the_engines_own(engine, fn, template, extra):
     # the model's tokenizer loaded without the engine counts the same
     assert count_row_tokens(call, rows, model_tokenizer(engine.model_path)) == counted
     # each row's count is the engine's count of that row's prompt
-    from relserve.planner.prompt_rendering import render
+    from relserve.prompt_rendering import render
 
     assert counted == [engine_counts[render(call, r)] for r in rows]
 

@@ -70,7 +70,7 @@ def test_sql_list_of_structs_puts_the_examples_in_the_shared_prefix_and_explain(
 def test_examples_change_the_result_cache_key():
     a = make_call("llm_filter", "Is {review} positive?", method="generate")
     b = make_call("llm_filter", "Is {review} positive?", method="generate", examples=EXAMPLES)
-    from relserve.planner.prompt_rendering import render
+    from relserve.prompt_rendering import render
 
     # with generate the key is the prompt: the examples are in it
     assert render(a, ("x",)) != render(b, ("x",))

@@ -121,8 +121,8 @@ def test_the_adaptive_method_answers_as_its_definition_computed_outside_relserve
     from engine_doubles import RecordingEngine
 
     from relserve.functions import make_call
-    from relserve.planner.labels import adaptive
-    from relserve.planner.labels.layouts import LayoutRenderer, layouts_for
+    from relserve.labels import adaptive
+    from relserve.labels.layouts import LayoutRenderer, layouts_for
     from relserve.planner.plan_and_run import run_call
 
     adaptive.forget()

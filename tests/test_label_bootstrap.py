@@ -9,7 +9,7 @@ import math
 from engine_doubles import ScriptedEngine, TenantAwareEngine
 
 from relserve.functions import make_call
-from relserve.planner.labels.bootstrap import (
+from relserve.labels.bootstrap import (
     PER_LABEL,
     choose,
     examples_text,
@@ -17,8 +17,8 @@ from relserve.planner.labels.bootstrap import (
     sample_indices,
     sample_rows,
 )
-from relserve.planner.labels.methods import method_ran
-from relserve.planner.labels.pools import forget_means
+from relserve.labels.methods import method_ran
+from relserve.labels.pools import forget_means
 from relserve.planner.plan_and_run import run_call
 
 

@@ -12,7 +12,7 @@ from engine_doubles import ScriptedEngine
 
 from relserve.errors import ConfigError
 from relserve.functions import CallOptions, make_call
-from relserve.planner.labels.means import (
+from relserve.labels.means import (
     MIN_BATCH_ROWS,
     MIN_BATCH_ROWS_MANY_LABELS,
     batch_picks,
@@ -20,9 +20,9 @@ from relserve.planner.labels.means import (
     label_means,
     pick_calibrated,
 )
-from relserve.planner.labels.methods import method_ran
+from relserve.labels.methods import method_ran
 from relserve.planner.plan_and_run import run_call
-from relserve.planner.prompt_rendering import Renderer, render
+from relserve.prompt_rendering import Renderer, render
 from relserve.prompt_shapes import ANSWER_FIELD, engine_text, label_space
 from relserve.relquery import RelQuery
 
@@ -358,8 +358,8 @@ def test_explain_of_a_call_the_result_cache_answers_names_no_fallback(tmp_path):
 
 def _batch_part(call, scores: list[dict[str, float]], scope) -> list[str]:
     """One relQuery of a 3-label call decided by ``batch``, as a part of ``scope`` (None: alone)."""
-    from relserve.planner.labels.batch import BatchRun
-    from relserve.planner.labels.interface import LabelContext
+    from relserve.labels.batch import BatchRun
+    from relserve.labels.interface import LabelContext
     from relserve.results import RowResult
 
     values = [(f"row {i}",) for i in range(len(scores))]
@@ -374,8 +374,8 @@ def test_a_cascades_remainder_is_decided_with_its_samples_label_means():
     table (here every one is a 'movie' that also looks like a 'product'), so the means moved and 20
     of its 40 rows came out 'product'. Decided with the sample's means, every one is a 'movie',
     as in one relQuery of all the rows (the mean over a balanced table leaves each right)."""
-    from relserve.planner.labels.interface import LabelScope
-    from relserve.planner.labels.pools import forget_means, means_key, pooled_rows
+    from relserve.labels.interface import LabelScope
+    from relserve.labels.pools import forget_means, means_key, pooled_rows
 
     labels = ["movie", "product", "beer"]
     call = make_call("llm_classify", "What is this review about? {r}", labels=labels, method="batch")

@@ -15,9 +15,9 @@ from label_doubles import LabelEngine
 import relserve.polars  # noqa: F401 (registers the .llm namespaces)
 from relserve.errors import LabelWarning
 from relserve.functions import make_call
-from relserve.planner.labels.guesses import AnswerSpread
-from relserve.planner.labels.information import explained_share
-from relserve.planner.labels.memory import forget_all
+from relserve.labels.guesses import AnswerSpread
+from relserve.labels.information import explained_share
+from relserve.labels.memory import forget_all
 from relserve.planner.plan_and_run import analyzed, run_call
 
 LABELS = ["damage", "account", "billing"]
@@ -163,8 +163,8 @@ def test_a_cascades_sample_takes_its_examples_from_the_whole_relquery():
     """A cascade asks the LLM for a random sample of the rows first. Bootstrap's first pass chose
     its examples among that sample's rows, so the LLM's answers moved away from the LLM-only
     run's (15% of a 3-label cascade's); it samples the whole relQuery, as that run does."""
-    from relserve.planner.labels.bootstrap import BootstrapRun
-    from relserve.planner.labels.interface import LabelContext, LabelScope
+    from relserve.labels.bootstrap import BootstrapRun
+    from relserve.labels.interface import LabelContext, LabelScope
 
     call = make_call("llm_classify", TEMPLATE, labels=LABELS, method="bootstrap")
     whole, _ = tickets(90, 0.25)

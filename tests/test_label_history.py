@@ -1,4 +1,4 @@
-"""Label means pooled over a template's relQueries (relserve/planner/labels/pools.py): hand-computed
+"""Label means pooled over a template's relQueries (relserve/labels/pools.py): hand-computed
 picks, and the pool kept apart per prefix-cache namespace (one server tenant cannot move another's
 answers)."""
 
@@ -9,8 +9,8 @@ import math
 from engine_doubles import ScriptedEngine
 
 from relserve.functions import make_call
+from relserve.labels.pools import forget_means, pooled_picks, pooled_rows
 from relserve.planner.executor import CallExecutor
-from relserve.planner.labels.pools import forget_means, pooled_picks, pooled_rows
 from relserve.planner.plan import plan_call
 from relserve.planner.planned_rows import PlannedRows
 from relserve.results import RowResult

@@ -147,7 +147,7 @@ def test_calibration_probes_run_once_per_template_on_content_free_rows():
         relserve.duckdb.sql(con, "SELECT llm_filter('Is {r} fine?', r, llm_options(method := 'bootstrap')) FROM t").fetchall()
         relserve.duckdb.sql(con, "SELECT llm_filter('Is {r} fine?', r, llm_options(method := 'bootstrap')) FROM t WHERE r <> 'a'").fetchall()
     # the default completion shape lays the probes out as its rows: every value in front, named,
-    # and the question names it (relserve/planner/labels/prior.py)
+    # and the question names it (relserve/labels/prior.py)
     assert eng.probes == [["R: N/A\nIs the r above fine?", "R: \nIs the r above fine?", "R: [MASK]\nIs the r above fine?"]]
     # three rows: below batch calibration's minimum, so the content-free prior decides; its
     # probes ran beside the rows (the engine got no prior: the executor picked), and the second

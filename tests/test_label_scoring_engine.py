@@ -11,7 +11,7 @@ from waits import run_within
 from relserve.engine.chat_template import ChatPrompter
 from relserve.engine.label_scoring import pick
 from relserve.functions import make_call
-from relserve.planner.prompt_rendering import render
+from relserve.prompt_rendering import render
 from relserve.relquery import RelQuery
 
 ROWS = [
@@ -144,8 +144,8 @@ def test_default_method_gets_a_small_labelled_set_right(engine):
     from engine_doubles import RecordingEngine
 
     import relserve.duckdb
+    from relserve.labels import adaptive
     from relserve.planner.cache import ResultCache
-    from relserve.planner.labels import adaptive
 
     adaptive.forget()
     rec = RecordingEngine(engine)
@@ -175,8 +175,8 @@ def test_a_two_label_classify_is_scored_after_the_field_the_model_names_its_labe
 
     from engine_doubles import RecordingEngine
 
-    from relserve.planner.labels.answer_fields import CANDIDATES, probe_prompt
-    from relserve.planner.labels.bootstrap import in_examples_shape
+    from relserve.labels.answer_fields import CANDIDATES, probe_prompt
+    from relserve.labels.bootstrap import in_examples_shape
     from relserve.planner.plan_and_run import run_call
 
     rec = RecordingEngine(engine)
@@ -208,8 +208,8 @@ def test_small_filter_and_classify_fall_back_to_calibrated_scores(engine):
     from engine_doubles import RecordingEngine
 
     import relserve.duckdb
+    from relserve.labels.prior import known_priors
     from relserve.planner.cache import ResultCache
-    from relserve.planner.labels.prior import known_priors
 
     rec = RecordingEngine(engine)
     con = duckdb.connect()

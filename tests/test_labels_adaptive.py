@@ -1,4 +1,4 @@
-"""The adaptive label method's pure logic (relserve/planner/labels/): the concept read from a
+"""The adaptive label method's pure logic (relserve/labels/): the concept read from a
 question, the candidate layouts, the two-crowd reading of margins, and whole calls over a
 scripted engine whose scores separate the rows cleanly at 2%, 10%, 25% and 50% prevalence (a
 strong model behind relserve must get every row right). The real engine runs in
@@ -15,13 +15,13 @@ from label_doubles import MarginEngine, strong_engine
 
 from relserve.engine.handle import RelQueryHandle
 from relserve.functions import make_call
-from relserve.planner.labels import adaptive
-from relserve.planner.labels.adaptive import AdaptiveRun, mutual_information
-from relserve.planner.labels.concept import Concept, concept_of, question_of
-from relserve.planner.labels.decide import read
-from relserve.planner.labels.interface import LabelContext
-from relserve.planner.labels.layouts import Layout, LayoutRenderer, layouts_for
-from relserve.planner.labels.mixture import fit_mixture
+from relserve.labels import adaptive
+from relserve.labels.adaptive import AdaptiveRun, mutual_information
+from relserve.labels.concept import Concept, concept_of, question_of
+from relserve.labels.decide import read
+from relserve.labels.interface import LabelContext
+from relserve.labels.layouts import Layout, LayoutRenderer, layouts_for
+from relserve.labels.mixture import fit_mixture
 from relserve.planner.plan_and_run import run_call
 from relserve.relquery import RelQuery
 from relserve.results import RelQueryResult, RowResult
@@ -318,8 +318,8 @@ def test_a_cascades_parts_are_chosen_from_the_whole_and_decided_with_its_samples
     unsure of. Here the proxy answered every "no" row, so the remainder is the true rows only:
     read alone, its margins (all from +1 to +3) are one crowd and half would be "no"; decided
     with the sample's reading, every one is "yes", as in one relQuery of all the rows."""
-    from relserve.planner.labels.bootstrap import sample_indices
-    from relserve.planner.labels.interface import LabelScope
+    from relserve.labels.bootstrap import sample_indices
+    from relserve.labels.interface import LabelScope
 
     rng = random.Random(5)
     truth = [i % 5 == 0 for i in range(300)]

@@ -18,7 +18,7 @@ import relserve.duckdb
 import relserve.polars  # noqa: F401 (registers the .llm namespaces)
 from relserve.errors import ConfigError, LabelWarning
 from relserve.functions import make_call
-from relserve.planner.labels import adaptive
+from relserve.labels import adaptive
 from relserve.planner.plan_and_run import analyzed, run_call
 
 ROWS = [f"sports story {i}" if i % 5 == 0 else f"other story {i}" for i in range(40)]

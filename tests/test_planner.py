@@ -485,7 +485,7 @@ def test_fast_renderer_matches_the_template():
     import datetime
     from decimal import Decimal
 
-    from relserve.planner.prompt_rendering import Renderer, render
+    from relserve.prompt_rendering import Renderer, render
 
     call = make_call("llm_filter", "A {a}, b {b}, a again {a}; {{literal}} {c}")
     rows = [

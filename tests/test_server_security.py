@@ -133,8 +133,8 @@ def test_a_tenants_history_decides_the_layout_of_its_own_small_classify_only(tmp
     relQuery gets that layout only where an earlier one of the same tenant chose the examples.
     Another tenant's small relQuery of the same template is laid out as a first one is, so the
     layout tells bob nothing of alice's work."""
-    from relserve.planner.labels.bootstrap import forget_examples
-    from relserve.planner.labels.pools import forget_means
+    from relserve.labels.bootstrap import forget_examples
+    from relserve.labels.pools import forget_means
 
     forget_examples()
     forget_means()

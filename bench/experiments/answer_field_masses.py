@@ -1,7 +1,7 @@
 """The label mass after each answer-field name, per template (issue 22, twelfth pass).
 
 ``answer_field := 'auto'`` takes the name after which the model gives the labels the most
-probability on the content-free probe (relserve/planner/labels/answer_fields.py). This prints, per
+probability on the content-free probe (relserve/labels/answer_fields.py). This prints, per
 template, that mass after ``Answer`` and after the best names, so the gap can be set beside what
 the chosen name did to accuracy (docs/notebook/quality-passes.md, "Twelfth pass"). It runs the probes relserve
 runs, on the embedded default engine, and writes every mass to bench/out/answer_field_masses.json.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from relserve.backend.registry import default_engine
 from relserve.functions import CallOptions, make_call
-from relserve.planner.labels.answer_fields import CANDIDATES, probe_prompt
+from relserve.labels.answer_fields import CANDIDATES, probe_prompt
 from relserve.prompt_shapes import answer_field_text
 from relserve.relquery import RelQuery
 

@@ -38,7 +38,7 @@ def main() -> None:
 
     from relserve.functions import make_call
     from relserve.model import resolve_model
-    from relserve.planner.prompt_rendering import Renderer
+    from relserve.prompt_rendering import Renderer
 
     path = resolve_model(None).path
     tok = AutoTokenizer.from_pretrained(path)

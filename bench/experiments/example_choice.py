@@ -47,9 +47,9 @@ def _ranked_pick(choose, scores, prompts, per_label, max_chars, rank):
 def main() -> None:
     from relserve import Engine
     from relserve.functions import make_call
-    from relserve.planner.labels.answer_fields import field_for, with_field
-    from relserve.planner.labels.bootstrap import choose, examples_text, sample_indices, sample_rows
-    from relserve.planner.labels.means import batch_picks
+    from relserve.labels.answer_fields import field_for, with_field
+    from relserve.labels.bootstrap import choose, examples_text, sample_indices, sample_rows
+    from relserve.labels.means import batch_picks
     from relserve.planner.plan import plan_call
     from relserve.relquery import RelQuery
 

@@ -1,4 +1,4 @@
-"""Experiment (issue 43): relserve's own reading (relserve/planner/labels/decide.py) with each
+"""Experiment (issue 43): relserve's own reading (relserve/labels/decide.py) with each
 fallback share for one crowd, on dumped scores; the layout chosen as the adaptive method does.
 
     python bench/experiments/label_decide_eval.py bench/out/shapes_probe2_*.json
@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from label_decisions_offline import auc, f1  # noqa: E402
 
-from relserve.planner.labels import decide  # noqa: E402
-from relserve.planner.labels.adaptive import mutual_information  # noqa: E402
+from relserve.labels import decide  # noqa: E402
+from relserve.labels.adaptive import mutual_information  # noqa: E402
 
 SAMPLE = 24
 SHARES = (0.5, 0.3, 0.2, 0.15, 0.11)

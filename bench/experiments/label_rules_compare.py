@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from label_decisions_offline import auc, f1, gmm2, mi  # noqa: E402
 
-from relserve.planner.labels.mixture import fit_mixture  # noqa: E402
+from relserve.labels.mixture import fit_mixture  # noqa: E402
 
 SAMPLE = 24
 

@@ -77,7 +77,7 @@ def main() -> None:
     from prevalence_tasks import balanced_filter_tasks, prevalence_tasks
 
     from relserve.functions import make_call
-    from relserve.planner.prompt_rendering import Renderer
+    from relserve.prompt_rendering import Renderer
 
     tasks = prevalence_tasks(args.rows) + balanced_filter_tasks(args.rows)
     if args.tasks:

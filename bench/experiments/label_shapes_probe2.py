@@ -33,7 +33,7 @@ def main() -> None:
 
     from relserve import Engine
     from relserve.functions import make_call
-    from relserve.planner.prompt_rendering import Renderer
+    from relserve.prompt_rendering import Renderer
     from relserve.relquery import RelQuery
 
     tasks = prevalence_tasks(args.rows) + balanced_filter_tasks(args.rows)

@@ -26,7 +26,7 @@ def smoothed_picks(scores: list[dict[str, float]], sims, k: int, weight: float) 
     """Each row's label after mixing its calibrated scores with its ``k`` nearest rows' mean."""
     import torch
 
-    from relserve.planner.labels.means import calibrated, label_means
+    from relserve.labels.means import calibrated, label_means
 
     means = label_means(scores)
     labels = list(means)

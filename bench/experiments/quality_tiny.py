@@ -22,8 +22,8 @@ import bench_quality  # noqa: E402
 from quality_offline import load_model, score_rows  # noqa: E402
 
 from relserve.functions import make_call  # noqa: E402
-from relserve.planner.labels.prior import content_free_prompts  # noqa: E402
-from relserve.planner.prompt_rendering import Renderer  # noqa: E402
+from relserve.labels.prior import content_free_prompts  # noqa: E402
+from relserve.prompt_rendering import Renderer  # noqa: E402
 from relserve.prompt_shapes import ANSWER_FIELD  # noqa: E402
 
 

@@ -4,7 +4,7 @@ Constrained decoding picks a label token by token and so follows whatever the fi
 prefers; a small model's first-token prior then decides most answers (issue 12: one label for
 every row). Scoring instead reads ``log p(label | prompt)`` for every label and picks the best,
 optionally after dividing out the model's prior over the labels (contextual calibration, Zhao et
-al. 2021; the prior is measured by ``relserve.planner.labels.prior``).
+al. 2021; the prior is measured by ``relserve.labels.prior``).
 
 How it runs on vLLM v1, cheaply: a label's log-probability is the sum over its tokens of
 ``log p(token | prompt + earlier label tokens)``. The labels' token sequences form a trie; every
@@ -120,7 +120,7 @@ class LabelTrie:
     def scores(self, node_logprobs: Mapping[tuple[int, ...], Mapping[int, float]],
                norm: str | None = None) -> tuple[dict[str, float], float]:
         """(``label_logprobs``, the log of the labels' total score before normalising): how likely
-        the model is to answer with one of the labels at all (relserve/planner/labels/answer_fields.py)."""
+        the model is to answer with one of the labels at all (relserve/labels/answer_fields.py)."""
         norm = norm or LABEL_NORM
         raw = []
         for forms in self.read(norm):

@@ -1,8 +1,8 @@
 """What the label path sends to the engine for one relQuery of a filter or classify: the one place
-the estimates read the label package (relserve/planner/labels/). When the label path changes
+the estimates read the label package (relserve/labels/). When the label path changes
 shape, this module follows it; nothing else in relserve/estimate/ knows how labels are chosen.
 
-Today (relserve/planner/executor.py and the label methods of relserve/planner/labels/), in order:
+Today (relserve/planner/executor.py and the label methods of relserve/labels/), in order:
 
 1. ``answer_field := 'auto'`` not chosen yet in the namespace: one one-row probe relQuery per
    candidate name, all at once, waited for (answer_fields.field_for);
@@ -23,14 +23,14 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import relserve.planner.labels.adaptive as adaptive
-import relserve.planner.labels.bootstrap as bootstrap
+import relserve.labels.adaptive as adaptive
+import relserve.labels.bootstrap as bootstrap
 from relserve.estimate.prompt_tokens import Layout, layout_of
 from relserve.functions import SCORING_METHODS, LLMCall
-from relserve.planner.labels.answer_fields import CANDIDATES, known_field, picks_field, probe_prompt, with_field
-from relserve.planner.labels.layouts import LayoutRenderer, layouts_for
-from relserve.planner.labels.methods import method_and_pool, method_of
-from relserve.planner.labels.prior import content_free_prompts, known_prior
+from relserve.labels.answer_fields import CANDIDATES, known_field, picks_field, probe_prompt, with_field
+from relserve.labels.layouts import LayoutRenderer, layouts_for
+from relserve.labels.methods import method_and_pool, method_of
+from relserve.labels.prior import content_free_prompts, known_prior
 from relserve.prompt_shapes import answer_field_text, label_space
 
 #: vLLM's cap on log-probabilities per request (engine.engine._MAX_LOGPROBS)

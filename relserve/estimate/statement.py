@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from relserve.estimate.call_work import ROWS, CallWork, RelQueryWork
 from relserve.estimate.estimate import EngineView
 from relserve.estimate.timing import Chain, SimulationError, replay
-from relserve.planner.labels.bootstrap import sample_indices
+from relserve.labels.bootstrap import sample_indices
 
 
 @dataclass(frozen=True)

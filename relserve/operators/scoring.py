@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from relserve.functions import SCORING_METHODS, LLMCall
+from relserve.labels.keys import namespace_of
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.executor import CallExecutor
-from relserve.planner.labels.keys import namespace_of
 from relserve.planner.plan import plan_call
 from relserve.planner.planned_rows import PlannedRows
 

@@ -24,7 +24,7 @@ import numpy as np
 from relserve.cascade import embedding, proxy, threshold
 from relserve.cascade.policy import CONFIDENCE, CascadePlan
 from relserve.cascade.report import CascadeReport
-from relserve.planner.labels.interface import LabelScope
+from relserve.labels.interface import LabelScope
 from relserve.planner.planned_rows import PlannedRows
 from relserve.results import RowResult
 

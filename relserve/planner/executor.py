@@ -18,10 +18,10 @@ from relserve.backend.protocol import Backend
 from relserve.budget import Allowance
 from relserve.engine.handle import RelQueryHandle
 from relserve.functions import FILTER_CHOICES, SchedulingHints
-from relserve.planner.labels.answer_fields import resolved
-from relserve.planner.labels.interface import LabelContext, LabelRun
-from relserve.planner.labels.means import MIN_BATCH_ROWS
-from relserve.planner.labels.methods import method_and_pool, method_of, start_run
+from relserve.labels.answer_fields import resolved
+from relserve.labels.interface import LabelContext, LabelRun
+from relserve.labels.means import MIN_BATCH_ROWS
+from relserve.labels.methods import method_and_pool, method_of, start_run
 from relserve.planner.planned_rows import PlannedRows
 from relserve.progress import progress_bar
 from relserve.relquery import RelQuery
@@ -59,7 +59,7 @@ class CallExecutor:
         self.handle: RelQueryHandle | None = None
         self.stats: RelQueryStats | None = None
         self._answers: list[tuple[str, str]] = []
-        #: the label method this relQuery runs (relserve/planner/labels/methods.py; ``batch``
+        #: the label method this relQuery runs (relserve/labels/methods.py; ``batch``
         #: falls back to ``prior`` when small and the call has no pooled means yet: decided again
         #: by ``submit``, which knows the engine)
         self.label_method = method_of(self.call, len(rows.prompts))
@@ -132,7 +132,7 @@ class CallExecutor:
 
         A label method that reads the whole relQuery (``LabelRun.holds``: batch means, two
         crowds) has its scored rows held (``[]``) until the relQuery's last row arrives; that
-        call returns every held row with its label (relserve/planner/labels/)."""
+        call returns every held row with its label (relserve/labels/)."""
         if self._engine_index is not None:
             row = replace(row, index=self._engine_index[row.index])
         scored = row.error is None and row.label_logprobs is not None

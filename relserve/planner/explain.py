@@ -9,28 +9,25 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
 
 from relserve.backend.protocol import Backend
 from relserve.cascade.policy import plan as cascade_plan
 from relserve.cascade.report import CascadeReport
+from relserve.estimate.estimate import CallEstimate, estimate_call
 from relserve.functions import FUNCTIONS
+from relserve.labels.adaptive import SAMPLE_ROWS as ADAPTIVE_SAMPLE
+from relserve.labels.adaptive import remembered
+from relserve.labels.answer_fields import as_known, known_field, picks_field
+from relserve.labels.bootstrap import PER_LABEL, sample_rows
+from relserve.labels.keys import namespace_of
+from relserve.labels.layouts import layouts_for
+from relserve.labels.means import MIN_BATCH_ROWS, min_batch_rows
+from relserve.labels.methods import asked, method_and_pool, method_of, pooled_history
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds, expected_output_tokens
 from relserve.planner.hit_rate import predict_hits
-from relserve.planner.labels.adaptive import SAMPLE_ROWS as ADAPTIVE_SAMPLE
-from relserve.planner.labels.adaptive import remembered
-from relserve.planner.labels.answer_fields import as_known, known_field, picks_field
-from relserve.planner.labels.bootstrap import PER_LABEL, sample_rows
-from relserve.planner.labels.keys import namespace_of
-from relserve.planner.labels.layouts import layouts_for
-from relserve.planner.labels.means import MIN_BATCH_ROWS, min_batch_rows
-from relserve.planner.labels.methods import asked, method_and_pool, method_of, pooled_history
 from relserve.planner.plan import CallPlan
 from relserve.planner.tokens import TokenSource
 from relserve.prompt_shapes import AUTO_ANSWER_FIELD, answer_field_text
-
-if TYPE_CHECKING:  # relserve/estimate/ reads the planner: imported when used
-    from relserve.estimate.estimate import CallEstimate
 
 DEFAULT_BLOCK_SIZE = 32  # the engine's default (vLLM's CPU attention needs a multiple of 32)
 
@@ -78,7 +75,7 @@ class Explain:
     shape_chosen: bool = False
     #: the text the label is scored after ("Answer:"); None under "chat" and when decoding
     answer_field: str | None = None
-    #: relserve chose the answer field for this call (relserve/planner/labels/answer_fields.py)
+    #: relserve chose the answer field for this call (relserve/labels/answer_fields.py)
     field_chosen: bool = False
     #: few-shot examples, and their tokens (all in the prefix every prompt shares)
     examples: int = 0
@@ -87,7 +84,7 @@ class Explain:
     cascade: str = "off"
     #: the adaptive method's layouts: the one an earlier relQuery of the call chose (with its
     #: mutual information over the first pass's sample), else every candidate
-    #: (relserve/planner/labels/layouts.py)
+    #: (relserve/labels/layouts.py)
     layout: str | None = None
     layout_information: float | None = None
     layout_candidates: tuple[str, ...] = ()
@@ -318,7 +315,6 @@ def explain_estimate(plan: CallPlan, engine: Backend | None, namespace: str | No
     """Issue 47: the call's estimate as ``run_rows`` would run it (the executor warms the shared
     prefix of two prompts or more). None when no tokenizer can be had (the model not prepared)."""
     from relserve.errors import ConfigError
-    from relserve.estimate.estimate import estimate_call
     from relserve.planner.planned_rows import PlannedRows
 
     rows = PlannedRows.of(plan)  # the prompts to run with their rows' values, in planned order
@@ -378,9 +374,9 @@ def _answer_field(call, model_id: str, namespace: str | None) -> str | None:
 
 def describe_labels(report) -> str | None:
     """One line of EXPLAIN ANALYZE for what the label method found (None: nothing)."""
-    from relserve.planner.labels.adaptive import AdaptiveReport
-    from relserve.planner.labels.decide import WEAK_SHARE
-    from relserve.planner.labels.guesses import AnswerSpread
+    from relserve.labels.adaptive import AdaptiveReport
+    from relserve.labels.decide import WEAK_SHARE
+    from relserve.labels.guesses import AnswerSpread
 
     if isinstance(report, AnswerSpread):
         return describe_spread(report)

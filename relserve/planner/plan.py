@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 from relserve.errors import RowError
 from relserve.functions import LLMCall
+from relserve.labels.bootstrap import shaped_for
 from relserve.planner.cache import ResultCache
 from relserve.planner.ggr import ggr, sort_rows
-from relserve.planner.labels.bootstrap import shaped_for
-from relserve.planner.prompt_rendering import (
+from relserve.prompt_rendering import (
     DistinctRows,
     Renderer,
     distinct_rows,

@@ -15,16 +15,17 @@ from relserve.budget import Allowance
 from relserve.cascade import policy as cascade_policy
 from relserve.cascade.report import CascadeReport
 from relserve.errors import LabelWarning, RowError
+from relserve.estimate.budgeted import call_allowance
 from relserve.functions import LLMCall
+from relserve.labels.keys import namespace_of
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.executor import CallExecutor
 from relserve.planner.explain import Analyzed, Explain, describe_labels, explain_plan
-from relserve.planner.labels.keys import namespace_of
 from relserve.planner.plan import CallPlan, plan_rows, rows_of
 from relserve.planner.planned_rows import PlannedRows
-from relserve.planner.prompt_rendering import Renderer, null_error
 from relserve.planner.tokens import token_source
+from relserve.prompt_rendering import Renderer, null_error
 from relserve.results import RowResult
 
 
@@ -116,8 +117,6 @@ def run_rows(
     fail_fast = call.options.on_error == "raise"
     allowance = None
     if rows.prompts:
-        from relserve.estimate.budgeted import call_allowance  # (relserve/estimate/ reads the planner)
-
         # issue 47: the call's budget, checked against its estimate; every relQuery spends from it
         allowance = call_allowance(plan.call, rows.prompts, ref.get(), plan.model_id,
                                    plan.shared_prefix() if pin_prefix else "", budget, values=rows.values)

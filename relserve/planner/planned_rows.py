@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from relserve.functions import LLMCall
+from relserve.labels.interface import LabelScope
 from relserve.planner.cache import CacheView, ResultCache
-from relserve.planner.labels.interface import LabelScope
 from relserve.planner.plan import CallPlan
 from relserve.results import RowResult
 
@@ -33,7 +33,7 @@ class PlannedRows:
     #: per engine prompt, the request rows that get its answer
     targets: list[list[int]] = field(default_factory=list)
     #: per engine prompt, its row's placeholder values (aligned with the call's template columns):
-    #: a label method lays a row out in layouts of its own (relserve/planner/labels/layouts.py)
+    #: a label method lays a row out in layouts of its own (relserve/labels/layouts.py)
     values: list[tuple] = field(default_factory=list)
     #: the whole relQuery these prompts are a part of, when its rows run as several relQueries (a
     #: cascade's sample and rest): its label method chooses and reads once for all of them

@@ -162,9 +162,9 @@ def prompts_cost(prompts: Iterable[str | None], call: object, max_tokens: int) -
 
 def first_pass_rows(call: object, rows: int) -> int:
     """The prompts a call of ``rows`` prompts scores before its rows: a ``bootstrap`` or an
-    ``adaptive`` call's first pass (relserve/planner/labels/methods.first_pass_requests); 0 for
+    ``adaptive`` call's first pass (relserve/labels/methods.first_pass_requests); 0 for
     every other method."""
-    from relserve.planner.labels.methods import first_pass_requests
+    from relserve.labels.methods import first_pass_requests
 
     if getattr(call, "options", None) is None:
         return 0

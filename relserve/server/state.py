@@ -9,8 +9,8 @@ from typing import TypeVar
 from fastapi import Header, Request
 
 from relserve.backend.protocol import Backend
+from relserve.labels.keys import namespace_of
 from relserve.planner.cache import CacheView, ResultCache
-from relserve.planner.labels.keys import namespace_of
 from relserve.policy.types import Tenancy
 from relserve.server.budget import Cost, DayBudgets, check_request
 from relserve.server.errors import ApiError

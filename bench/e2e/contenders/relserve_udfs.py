@@ -5,7 +5,7 @@ per statement). Token-identical prompts are what make the answers comparable.
 These are the only relserve internals the benchmark uses, and on purpose: the contenders must
 NOT get relserve's planner (no deduplication, no reordering, no result cache, no label scoring),
 only its argument parser (``relserve.duckdb_ext.arguments``), its return types and Arrow
-conversion (``relserve.duckdb_ext.udf``), its prompt text (``relserve.planner.prompt_rendering``) and its
+conversion (``relserve.duckdb_ext.udf``), its prompt text (``relserve.prompt_rendering``) and its
 chat template (``relserve.engine.chat_template``). ``relserve.duckdb.install`` always plans.
 """
 
@@ -79,7 +79,7 @@ class RowUDF:
         from relserve.duckdb_ext.udf import to_arrow
         from relserve.errors import RowError
         from relserve.functions import CallOptions
-        from relserve.planner.prompt_rendering import Renderer, null_error
+        from relserve.prompt_rendering import Renderer, null_error
 
         # these contenders decode every label, so a label call is rendered as relserve renders a
         # decoded one (method 'generate', the chat shape), whatever RELSERVE_LABEL_METHOD says

@@ -41,11 +41,11 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from relserve.planner.labels.answer_fields import as_known
-from relserve.planner.labels.batch import BatchRun
-from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun
-from relserve.planner.labels.keys import call_key, namespace_key
-from relserve.planner.labels.means import (
+from relserve.labels.answer_fields import as_known
+from relserve.labels.batch import BatchRun
+from relserve.labels.interface import LabelContext, LabelRequest, LabelRun
+from relserve.labels.keys import call_key, namespace_key
+from relserve.labels.means import (
     MIN_BATCH_ROWS,
     calibrated,
     label_means,
@@ -200,7 +200,7 @@ def follows_method(call) -> bool:
 
 def in_examples_shape(call):
     """``call`` laid out ``EXAMPLES_SHAPE``, after the answer field the model is likeliest to say
-    its labels after (relserve/planner/labels/answer_fields.py) unless the user named one."""
+    its labels after (relserve/labels/answer_fields.py) unless the user named one."""
     field = call.options.answer_field or AUTO_ANSWER_FIELD
     return replace(call, options=replace(call.options, prompt_shape=EXAMPLES_SHAPE, answer_field=field))
 
@@ -266,7 +266,7 @@ class BootstrapRun(LabelRun):
     holds = True
 
     def __init__(self, ctx: LabelContext) -> None:
-        from relserve.planner.labels.prior import label_options
+        from relserve.labels.prior import label_options
 
         self.ctx = ctx
         self.options = label_options(ctx.call, ctx.model_id, "bootstrap")

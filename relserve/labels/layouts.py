@@ -6,7 +6,7 @@ best for every question: on held-out news rows "Is this news article about sport
 " yes"/" no" had an AUC of 0.36, the article followed by "Topic:" and " sports" one of 0.96; on
 sentiment, "Review: <text>\\nSentiment:" with " positive"/" negative" beat the yes/no question
 (0.87 against 0.68 on rotten_tomatoes at 15% positive; docs/quality.md). So the adaptive method
-(relserve/planner/labels/adaptive.py) scores a sample of the relQuery's rows in the layouts
+(relserve/labels/adaptive.py) scores a sample of the relQuery's rows in the layouts
 here and keeps the one whose answers vary most with the rows.
 
 Two kinds of layout:
@@ -14,7 +14,7 @@ Two kinds of layout:
 * the question, then an answer field: the row's long values first, the question, "Answer:",
   and the call's own labels (a filter's "yes"/"no") - relserve's ``completion`` shape;
 * the row alone, then a field that names what the labels are (``FIELDS``), scored on two words:
-  a filter's concept and its contrast (relserve/planner/labels/concept.py), or a 2-label
+  a filter's concept and its contrast (relserve/labels/concept.py), or a 2-label
   classify's labels.
 
 Every layout starts with the same text, the row's values, so the prefix cache prefills a row
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from relserve.functions import LLMCall
-from relserve.planner.labels.concept import concept_column, concept_of
+from relserve.labels.concept import concept_column, concept_of
 from relserve.prompt_shapes import ShapedRenderer
 from relserve.template import format_value
 

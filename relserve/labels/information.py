@@ -5,8 +5,8 @@ Ground Truth Labels", ACL 2022), read without labels.
 It is the entropy of the mean answer minus the mean entropy of each row's answer (nats): high
 when each row gets a confident answer and the answers differ between rows, 0 when every row
 gets the same distribution over the labels, whatever that distribution is. The adaptive method
-chooses its layout by it (relserve/planner/labels/adaptive.py), and every method's answers are
-checked with it for guesses (relserve/planner/labels/guesses.py).
+chooses its layout by it (relserve/labels/adaptive.py), and every method's answers are
+checked with it for guesses (relserve/labels/guesses.py).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from relserve.planner.labels.guesses import AnswerSpread
-from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun, probabilities
+from relserve.labels.guesses import AnswerSpread
+from relserve.labels.interface import LabelContext, LabelRequest, LabelRun, probabilities
 from relserve.results import RowResult
 
 
@@ -19,7 +19,7 @@ class ScoreRun(LabelRun):
     holds = False
 
     def __init__(self, ctx: LabelContext) -> None:
-        from relserve.planner.labels.prior import label_options
+        from relserve.labels.prior import label_options
 
         self.ctx = ctx
         self.options = label_options(ctx.call, ctx.model_id, "score")

@@ -2,7 +2,7 @@
 Calibration", ICLR 2024).
 
 A small model prefers some labels whatever the row says. The content-free prior
-(``relserve.planner.labels.prior``) estimates that preference from made-up rows ("N/A"), which
+(``relserve.labels.prior``) estimates that preference from made-up rows ("N/A"), which
 are not what the real rows look like. A relQuery has the real rows: every row is scored first
 (one short request per row), then each label's score is corrected by its MEAN over the
 relQuery's scored rows, and only then is each row's label picked::
@@ -21,7 +21,7 @@ on a sample, or look at the margins (``label_logprobs``) of the rows that change
 
 Below ``MIN_BATCH_ROWS`` scored rows a mean is too noisy, and the content-free prior is used
 instead (the relQuery then runs as ``calibrate``; EXPLAIN says so), unless earlier relQueries of
-the same call have pooled at least that many rows' means (relserve/planner/labels/pools.py).
+the same call have pooled at least that many rows' means (relserve/labels/pools.py).
 With three labels or more the prior is so poor (one label for 82% of a 4-label column's rows)
 that a relQuery's own mean is better from ``MIN_BATCH_ROWS_MANY_LABELS`` rows, even over rows
 of one kind; such a relQuery runs as ``batch`` (too few rows to choose examples from). With
@@ -34,7 +34,7 @@ column where one label is 96% of the rows, the rare labels' means sit far below 
 subtracting them moves the majority rows whose other scores are least low into the rare labels
 (a scripted model sure of every row, 4-8 nats, got 110 of 200 rows wrong at 2%, 21 at 10%). When
 the rows explain ``SEPARATES_BY_ITSELF`` of the entropy of the model's own answers
-(``separates_by_itself``; relserve/planner/labels/information.py) its answers are taken as they
+(``separates_by_itself``; relserve/labels/information.py) its answers are taken as they
 are. The 135M default model's own answers reach at most 0.28 of it on the quality tasks, so its
 answers do not change (docs/quality.md, "Answers that are guesses").
 """
@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from relserve.planner.labels.information import explained_share
+from relserve.labels.information import explained_share
 
 #: fewer rows than this in a relQuery: the content-free prior instead of the batch mean
 MIN_BATCH_ROWS = 16

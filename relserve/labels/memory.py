@@ -6,11 +6,11 @@ from __future__ import annotations
 
 def forget_all() -> None:
     """Examples, label means, priors, answer fields and the adaptive method's layout choices."""
-    from relserve.planner.labels import adaptive
-    from relserve.planner.labels.answer_fields import forget_fields
-    from relserve.planner.labels.bootstrap import forget_examples
-    from relserve.planner.labels.pools import forget_means
-    from relserve.planner.labels.prior import forget_priors
+    from relserve.labels import adaptive
+    from relserve.labels.answer_fields import forget_fields
+    from relserve.labels.bootstrap import forget_examples
+    from relserve.labels.pools import forget_means
+    from relserve.labels.prior import forget_priors
 
     for forget in (forget_examples, forget_means, forget_fields, forget_priors, adaptive.forget):
         forget()

@@ -6,7 +6,7 @@ follows how pleasant a row sounds), but names the topic well when asked for the 
 others (AUC 0.96 against 0.36 for the yes/no layouts on held-out news rows; docs/quality.md). So
 a filter's question is read for its concept ("about sports" -> "sports", "Is this movie review
 positive?" -> "positive", "Is this a wheat beer?" -> "wheat") and the concept becomes one more
-candidate layout of the scoring request (relserve/planner/labels/candidates.py), scored against
+candidate layout of the scoring request (relserve/labels/candidates.py), scored against
 its antonym when it has a common one ("positive" against "negative") or against "other".
 
 The reading is deliberately plain (the question's last content word, or what follows "about");

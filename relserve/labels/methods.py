@@ -14,13 +14,13 @@ from __future__ import annotations
 from enum import StrEnum
 
 from relserve.functions import BATCH_METHODS
-from relserve.planner.labels.batch import BatchRun
-from relserve.planner.labels.bootstrap import BootstrapRun, remembered_examples
-from relserve.planner.labels.interface import LabelContext, LabelRun
-from relserve.planner.labels.means import MIN_BATCH_ROWS, min_batch_rows
-from relserve.planner.labels.pools import means_key, pooled_rows
-from relserve.planner.labels.prior import PriorRun
-from relserve.planner.labels.score import ScoreRun
+from relserve.labels.batch import BatchRun
+from relserve.labels.bootstrap import BootstrapRun, remembered_examples
+from relserve.labels.interface import LabelContext, LabelRun
+from relserve.labels.means import MIN_BATCH_ROWS, min_batch_rows
+from relserve.labels.pools import means_key, pooled_rows
+from relserve.labels.prior import PriorRun
+from relserve.labels.score import ScoreRun
 
 
 class LabelMethodName(StrEnum):
@@ -37,7 +37,7 @@ class LabelMethodName(StrEnum):
 def start_run(method: str, ctx: LabelContext) -> LabelRun:
     """The run of ``method`` (the one the relQuery runs, ``method_ran``) for one relQuery;
     ``generate`` has none (it decodes)."""
-    from relserve.planner.labels.adaptive import AdaptiveRun
+    from relserve.labels.adaptive import AdaptiveRun
 
     name = LabelMethodName(method)
     if name is LabelMethodName.SCORE:
@@ -67,11 +67,11 @@ def method_ran(
     """The label method a relQuery of ``rows`` prompts over ``labels`` labels actually runs:
     ``batch`` and ``bootstrap`` fall back to ``prior`` below ``min_batch_rows(labels)``,
     unless the call's earlier relQueries already pooled ``MIN_BATCH_ROWS`` rows' means
-    (``pooled``, relserve/planner/labels/pools.py); between the two thresholds (three labels
+    (``pooled``, relserve/labels/pools.py); between the two thresholds (three labels
     or more) ``bootstrap`` runs as ``batch``, and so does a smaller relQuery of a ``bootstrap``
     call whose earlier small relQueries, run with no examples, pooled ``MIN_BATCH_ROWS`` rows
     (``pooled_plain``); ``bootstrap`` also runs as ``batch`` when the call has the user's own
-    ``examples`` (relserve/planner/labels/bootstrap.py)."""
+    ``examples`` (relserve/labels/bootstrap.py)."""
     if method == "adaptive":
         # layouts are for two labels; with more, or with the user's own examples, the
         # bootstrapped examples and batch means decide as before
@@ -97,11 +97,11 @@ def method_of(call, rows: int, pooled: int = 0, pooled_plain: int = 0) -> str | 
 
 def pooled_history(call, engine, model_id: str) -> int:
     """How many rows' label means earlier relQueries of ``call`` pooled in ``engine``'s namespace,
-    behind the examples this relQuery would get (relserve/planner/labels/pools.py): 0 for a ``bootstrap`` call
+    behind the examples this relQuery would get (relserve/labels/pools.py): 0 for a ``bootstrap`` call
     whose examples are not chosen yet, and for every method but ``batch`` and ``bootstrap``."""
     method = asked(call)
     if method == "adaptive":
-        from relserve.planner.labels.adaptive import pooled_margins
+        from relserve.labels.adaptive import pooled_margins
 
         return pooled_margins(call, engine, model_id)
     if method not in BATCH_METHODS:
@@ -134,9 +134,9 @@ def first_pass_requests(call, rows: int) -> int:
     its rows (a first pass; 0 once an earlier relQuery of the call chose): ``bootstrap`` a spread
     sample of its prompts, ``adaptive`` a spread sample in its layouts, in two stages. For the
     server's tenant limits and the time estimates, which count every request the engine runs."""
-    from relserve.planner.labels.adaptive import FINALISTS, FIRST_STAGE_ROWS, SAMPLE_ROWS
-    from relserve.planner.labels.bootstrap import sample_rows
-    from relserve.planner.labels.layouts import layouts_for
+    from relserve.labels.adaptive import FINALISTS, FIRST_STAGE_ROWS, SAMPLE_ROWS
+    from relserve.labels.bootstrap import sample_rows
+    from relserve.labels.layouts import layouts_for
 
     ran = method_of(call, rows)
     if ran == "bootstrap":

@@ -1,17 +1,17 @@
 """``method := 'batch'``: every row scored, then each label's score corrected by its mean over
-the rows (batch calibration, relserve/planner/labels/means.py), pooled with the call's earlier
-relQueries (relserve/planner/labels/pools.py)."""
+the rows (batch calibration, relserve/labels/means.py), pooled with the call's earlier
+relQueries (relserve/labels/pools.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from relserve.planner.labels.guesses import AnswerSpread
-from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun, probabilities
-from relserve.planner.labels.means import calibrated, no_correction, pick_calibrated, separates_by_itself
-from relserve.planner.labels.pools import means_key, pooled_means, pooled_rows
-from relserve.planner.labels.prior import label_options
+from relserve.labels.guesses import AnswerSpread
+from relserve.labels.interface import LabelContext, LabelRequest, LabelRun, probabilities
+from relserve.labels.means import calibrated, no_correction, pick_calibrated, separates_by_itself
+from relserve.labels.pools import means_key, pooled_means, pooled_rows
+from relserve.labels.prior import label_options
 from relserve.results import RowResult
 
 
@@ -26,7 +26,7 @@ class _SharedMeans:
 
 class BatchRun(LabelRun):
     """``method := 'batch'``: every row scored, then each label's score corrected by its mean
-    over this relQuery's rows and the call's earlier ones (relserve/planner/labels/pools.py).
+    over this relQuery's rows and the call's earlier ones (relserve/labels/pools.py).
     ``examples``: the worked examples in front of every prompt (bootstrap's), whose means pool apart;
     ``method``: the name the relQuery ran under (``bootstrap`` decides its rows here)."""
 

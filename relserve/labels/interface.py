@@ -12,7 +12,7 @@ three steps the executor (relserve/planner/executor.py) drives the same way for 
    confidence). A method that decides each row alone (``holds`` False) is given rows as they
    finish; one that reads the whole relQuery (batch means, two crowds) is given them all at once.
 
-The methods (relserve/planner/labels/methods.py names them and builds them): ``score`` (the
+The methods (relserve/labels/methods.py names them and builds them): ``score`` (the
 best-scored label), ``prior`` (divided by the content-free prior), ``batch`` (minus each label's
 mean over the rows), ``bootstrap`` (worked examples the model labels itself, then batch means),
 ``adaptive`` (the layout chosen per call, rows decided by two crowds of margins). ``generate``

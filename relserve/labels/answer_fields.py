@@ -24,8 +24,8 @@ from dataclasses import replace
 
 from relserve.backend.protocol import Backend
 from relserve.functions import LLMCall
-from relserve.planner.labels.keys import namespace_key, namespace_of
-from relserve.planner.prompt_rendering import Renderer
+from relserve.labels.keys import namespace_key, namespace_of
+from relserve.prompt_rendering import Renderer
 from relserve.prompt_shapes import AUTO_ANSWER_FIELD, answer_field_text
 
 #: the names tried, in order (the first of equal ones wins); generic names of what a label can

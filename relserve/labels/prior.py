@@ -22,10 +22,10 @@ from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import pick
 from relserve.functions import SCORING_METHODS, LLMCall
-from relserve.planner.labels.guesses import AnswerSpread
-from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun, probabilities
-from relserve.planner.labels.keys import template_key
-from relserve.planner.prompt_rendering import Renderer
+from relserve.labels.guesses import AnswerSpread
+from relserve.labels.interface import LabelContext, LabelRequest, LabelRun, probabilities
+from relserve.labels.keys import template_key
+from relserve.prompt_rendering import Renderer
 from relserve.results import RowResult
 
 #: rel_id prefix of the probe relQueries (they are not a user's rows)

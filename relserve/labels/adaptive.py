@@ -3,7 +3,7 @@
 rows decided without assuming balanced labels.
 
 1. **First pass.** A spread sample of the relQuery's rows is scored in the candidate layouts
-   (relserve/planner/labels/layouts.py: the question with "yes"/"no", and the row alone after a
+   (relserve/labels/layouts.py: the question with "yes"/"no", and the row alone after a
    field with the question's concept against its contrast), in two stages: every layout on a
    third of the sample, the two most informative on the rest.
 2. **Choice.** The layout whose answers vary most with the rows wins: the mutual information
@@ -18,7 +18,7 @@ rows decided without assuming balanced labels.
 4. **Every row** is scored behind the examples in the chosen layout: one relQuery. A relQuery of
    at most ``SAMPLE_ROWS`` rows is its own sample, shown no examples: the first pass scored every
    row in the chosen layout already, and those scores are its answers (no second relQuery).
-5. **Decision** (relserve/planner/labels/decide.py): the margins, pooled with the call's earlier
+5. **Decision** (relserve/labels/decide.py): the margins, pooled with the call's earlier
    ones, read as two crowds; the upper crowd's share is the estimated prior, each row's posterior
    its confidence.
 
@@ -37,13 +37,13 @@ from functools import cached_property
 
 from relserve.backend.protocol import Backend
 from relserve.functions import LLMCall
-from relserve.planner.labels.bootstrap import sample_indices
-from relserve.planner.labels.decide import WEAK_SHARE, Reading, posteriors, read
-from relserve.planner.labels.information import categorical_information, mutual_information
-from relserve.planner.labels.interface import LabelContext, LabelRequest, LabelRun
-from relserve.planner.labels.keys import call_key
-from relserve.planner.labels.layouts import QUESTION_FIELD, Layout, LayoutRenderer, column_labels, layouts_for
-from relserve.planner.labels.mixture import Mixture
+from relserve.labels.bootstrap import sample_indices
+from relserve.labels.decide import WEAK_SHARE, Reading, posteriors, read
+from relserve.labels.information import categorical_information, mutual_information
+from relserve.labels.interface import LabelContext, LabelRequest, LabelRun
+from relserve.labels.keys import call_key
+from relserve.labels.layouts import QUESTION_FIELD, Layout, LayoutRenderer, column_labels, layouts_for
+from relserve.labels.mixture import Mixture
 from relserve.results import RowResult
 from relserve.template import format_value
 

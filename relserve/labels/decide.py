@@ -3,7 +3,7 @@ equally often (issue 43).
 
 A row's margin is its first label's score minus its second's (a filter: "yes" over "no", or the
 concept over its contrast). The margins of a relQuery - pooled with its call's earlier ones - are
-read as two crowds (relserve/planner/labels/mixture.py); where the crowds stand clearly apart the
+read as two crowds (relserve/labels/mixture.py); where the crowds stand clearly apart the
 upper crowd's share is the estimated prior of the first label and each row's posterior of
 belonging to it is its confidence: a row is "yes" when that posterior is above one half. This
 gives exactly the true set when the model separates the rows, at 2% as at 50%.
@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from relserve.planner.labels.mixture import Mixture, fit_mixture
+from relserve.labels.mixture import Mixture, fit_mixture
 
 #: the two crowds are read as the labels only when they stand this far apart (the AUC they would
 #: give), explain the margins this much better than one crowd (nats per row), and the smaller

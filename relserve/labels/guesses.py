@@ -1,18 +1,18 @@
 """When a label call's answers are close to guesses, for the methods that decide each row from its
 own label scores (``score``, ``prior``, ``batch``, ``bootstrap``: every ``llm_classify`` of three
 labels or more, and what a user names). ``adaptive`` reads its two crowds of margins instead
-(relserve/planner/labels/adaptive.py) and warns from that reading.
+(relserve/labels/adaptive.py) and warns from that reading.
 
 The check reads no label. Over each row's label probabilities as the method corrected them
 (divided by the prior, minus the batch means), the share of the answers' entropy the rows explain
-(relserve/planner/labels/information.py): a model that tells the rows apart gives each a confident
+(relserve/labels/information.py): a model that tells the rows apart gives each a confident
 answer that differs between rows, whatever the labels' shares; one that does not gives every row
 about the same distribution, and its picks follow small differences no user should trust (a 135M
 model classifying four support tickets answered "damage" for all four). Below ``FEW_ROWS`` rows
 and no earlier rows behind the method's reading, that share is mostly noise (twelve beer reviews
 gave 0.21 nats at 17% right, 60 gave 0.02), so the answers count as guesses unless the model is
 sure of every row, as the adaptive method reads a few rows' margins
-(relserve/planner/labels/decide.py).
+(relserve/labels/decide.py).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from relserve.planner.labels.decide import FEW_ROWS, SURE
-from relserve.planner.labels.information import categorical_information, explained_share
-from relserve.planner.labels.interface import probabilities
+from relserve.labels.decide import FEW_ROWS, SURE
+from relserve.labels.information import categorical_information, explained_share
+from relserve.labels.interface import probabilities
 
 #: below this share of the answers' entropy explained by the rows, the answers hardly depend on
 #: the row. Chosen on the tuning tasks of docs/quality.md ("Answers that are guesses"), checked

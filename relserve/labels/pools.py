@@ -1,7 +1,7 @@
 """Each label's mean score over every row a template has scored, not only this relQuery's
 (issue 22; ``method := 'batch'`` and ``'bootstrap'``).
 
-Batch calibration (relserve/planner/labels/means.py) subtracts each label's mean over the
+Batch calibration (relserve/labels/means.py) subtracts each label's mean over the
 rows it corrects. Over one relQuery that mean is wrong when the relQuery's rows are mostly of one
 label: SQL over a table stored in blocks of one rating, or a ``WHERE`` that selects one kind of
 row, gives the filter rows that are nearly all "yes", and subtracting their own mean answers half
@@ -28,8 +28,8 @@ import threading
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from relserve.planner.labels.keys import call_key
-from relserve.planner.labels.means import label_means, pick_calibrated
+from relserve.labels.keys import call_key
+from relserve.labels.means import label_means, pick_calibrated
 
 #: templates whose means are remembered (the oldest are forgotten past this)
 MAX_REMEMBERED = 256
