@@ -8,19 +8,27 @@ every other statement goes to the planner (``planned_sql.py``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Union
 
 import duckdb
 import pyarrow as pa
 
 from relserve.budget import Budget
 from relserve.duckdb_ext import blocked_join, operator_functions, planned_sql
+from relserve.duckdb_ext.blocked_join import JoinExplain
 from relserve.duckdb_ext.connections import install as install_functions
 from relserve.duckdb_ext.connections import session_of
 from relserve.duckdb_ext.estimates import statement_budget
+from relserve.duckdb_ext.operator_functions import OperatorExplain
+from relserve.duckdb_ext.params import Params
 from relserve.duckdb_ext.routing import Route, route_of
 from relserve.duckdb_ext.statement_explain import SiteExplain, StatementExplain
 from relserve.errors import ConfigError
+
+#: a plain DuckDB connection, or one of ``connect``'s
+AnyConnection = Union["Connection", duckdb.DuckDBPyConnection]
+#: what EXPLAIN says, by the statement's route
+AnyExplain = StatementExplain | OperatorExplain | JoinExplain
 
 __all__ = ["Connection", "SiteExplain", "StatementExplain", "connect", "errors", "explain", "install", "sql"]
 
@@ -31,7 +39,7 @@ def install(con: duckdb.DuckDBPyConnection, **defaults: Any) -> duckdb.DuckDBPyC
     return operator_functions.install(install_functions(con, **defaults))
 
 
-def sql(con: Any, query: str, params: Any = None, *, max_tokens_total: int | None = None,
+def sql(con: AnyConnection, query: str, params: Params = None, *, max_tokens_total: int | None = None,
         max_seconds: float | None = None, on_budget: str = "refuse") -> duckdb.DuckDBPyRelation | None:
     """Run ``query`` with each LLM call site sent as one relQuery over all its rows.
 
@@ -55,7 +63,7 @@ def sql(con: Any, query: str, params: Any = None, *, max_tokens_total: int | Non
         return _run(con, query, params, route)
 
 
-def _run(con: duckdb.DuckDBPyConnection, query: str, params: Any, route: Route) -> duckdb.DuckDBPyRelation | None:
+def _run(con: duckdb.DuckDBPyConnection, query: str, params: Params, route: Route) -> duckdb.DuckDBPyRelation | None:
     if route is Route.OPERATORS:
         return operator_functions.run_sql(con, query, params)
     if route is Route.BLOCKED_JOIN:
@@ -63,7 +71,7 @@ def _run(con: duckdb.DuckDBPyConnection, query: str, params: Any, route: Route) 
     return planned_sql.sql(con, query, params)
 
 
-def explain(con: Any, query: str, params: Any = None, *, analyze: bool = False) -> Any:
+def explain(con: AnyConnection, query: str, params: Params = None, *, analyze: bool = False) -> AnyExplain:
     """What ``sql(con, query)`` would do, without calling the engine (the rows are read once); for
     a statement with ``llm_reduce`` / ``llm_topk``, their groups, levels and estimated prompt
     tokens; for a blocked join, also the pairs the join met and those blocking kept.
@@ -84,7 +92,7 @@ def explain(con: Any, query: str, params: Any = None, *, analyze: bool = False) 
     return planned_sql.explain(con, query, params)
 
 
-def _duckdb_connection(con: Any) -> duckdb.DuckDBPyConnection:
+def _duckdb_connection(con: AnyConnection) -> duckdb.DuckDBPyConnection:
     return con.con if isinstance(con, Connection) else con
 
 
@@ -117,12 +125,12 @@ class Connection:
     def __init__(self, con: duckdb.DuckDBPyConnection, **defaults: Any) -> None:
         self.con = install(con, **defaults)
 
-    def sql(self, query: str, params: Any = None, *, max_tokens_total: int | None = None,
+    def sql(self, query: str, params: Params = None, *, max_tokens_total: int | None = None,
             max_seconds: float | None = None, on_budget: str = "refuse") -> duckdb.DuckDBPyRelation | None:
         return sql(self.con, query, params, max_tokens_total=max_tokens_total, max_seconds=max_seconds,
                    on_budget=on_budget)
 
-    def explain(self, query: str, params: Any = None, *, analyze: bool = False) -> Any:
+    def explain(self, query: str, params: Params = None, *, analyze: bool = False) -> AnyExplain:
         return explain(self.con, query, params, analyze=analyze)
 
     def errors(self) -> duckdb.DuckDBPyRelation:
@@ -134,7 +142,7 @@ class Connection:
     def __enter__(self) -> Connection:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.con.close()
 
 

@@ -19,7 +19,7 @@ is one group.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -238,7 +238,7 @@ def _rows_by_call(size: int, templates: list, specs: list | None, options: list 
     yield from combos.values()
 
 
-def hashable_key(value: Any) -> Any:
+def hashable_key(value: object) -> Hashable:
     """``value`` as a dict key: itself, or its JSON text when it holds a list or a struct (dict)."""
     try:
         hash(value)

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
 from relserve.duckdb_ext import planned_sql
 from relserve.duckdb_ext.connections import session_of
+from relserve.duckdb_ext.params import Params
 from relserve.duckdb_ext.planned import explain_planned, run_planned
 from relserve.duckdb_ext.statement import analyze, quiet_sqlglot, split_statements, within
 from relserve.duckdb_ext.statement_explain import statement_explain
@@ -33,6 +34,13 @@ from relserve.errors import ConfigError
 from relserve.functions import LLMCall
 from relserve.operators.blocking import KeptPairs, keep_met_pairs
 from relserve.planner.plan_and_run import CallOutcome
+
+if TYPE_CHECKING:  # sqlglot is imported where it is used: it is slow to import
+    from sqlglot import exp
+
+    from relserve.duckdb_ext.session import Session
+    from relserve.duckdb_ext.statement import CallSite, Statement
+    from relserve.duckdb_ext.statement_explain import SiteExplain, StatementExplain
 
 WHO = "llm_filter in JOIN ... ON"
 
@@ -118,24 +126,24 @@ def rewrite(text: str) -> tuple[str, list[JoinBlock]]:
     return (tree.sql(dialect="duckdb") if blocks else text), blocks
 
 
-def asks_blocking(tree: Any) -> bool:
+def asks_blocking(tree: exp.Expression) -> bool:
     """Whether a parsed statement has ``block := k`` in an ``llm_options(...)``."""
     return any(_block_arguments(options) for options in _options_calls(tree))
 
 
-def _options_calls(tree: Any) -> list[Any]:
+def _options_calls(tree: exp.Expression) -> list[exp.Anonymous]:
     from sqlglot import exp
 
     return [n for n in tree.find_all(exp.Anonymous) if str(n.name).lower() == "llm_options"]
 
 
-def _block_arguments(options: Any) -> list[Any]:
+def _block_arguments(options: exp.Anonymous) -> list[exp.PropertyEQ]:
     from sqlglot import exp
 
     return [a for a in options.expressions if isinstance(a, exp.PropertyEQ) and a.this.name.lower() == "block"]
 
 
-def _block_k(value: Any) -> int:
+def _block_k(value: exp.Expression) -> int:
     from sqlglot import exp
 
     if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit() and int(value.this) >= 1:
@@ -145,7 +153,7 @@ def _block_k(value: Any) -> int:
     )
 
 
-def _sides(call: Any, join: Any, k: int) -> JoinBlock:
+def _sides(call: exp.Anonymous, join: exp.Join, k: int) -> JoinBlock:
     """Which values come from the joined (right) table and which from the rows before it."""
     from sqlglot import exp
 
@@ -200,7 +208,7 @@ class BlockingSession:
     """The connection's session for one statement, except that a blocked join call asks only
     the pairs blocking keeps (the rest answer FALSE). Everything else is the session's own."""
 
-    def __init__(self, session: Any, blocks: Sequence[JoinBlock]) -> None:
+    def __init__(self, session: Session, blocks: Sequence[JoinBlock]) -> None:
         self._session = session
         self._blocks = {b.template: b for b in blocks}
         self.reports: dict[str, BlockReport] = {b.template: BlockReport(b.sql, b.k) for b in blocks}
@@ -221,7 +229,7 @@ class BlockingSession:
             return self._session.run(call, values, explain_only=explain_only)
         kept = keep_pairs(values, block, self.reports[block.template])
         outcome = self._session.run(call, [values[i] for i in kept], explain_only=explain_only)
-        answers: list[Any] = [False] * len(values)
+        answers: list[object] = [False] * len(values)
         errors: list[str | None] = [None] * len(values)
         for i, value, err in zip(kept, outcome.values, outcome.errors):
             answers[i], errors[i] = value, err
@@ -236,11 +244,11 @@ class JoinExplain:
     """EXPLAIN of a statement with a blocked join: the planner's EXPLAIN (its join site counts
     the pairs blocking kept) plus what blocking did."""
 
-    plan: Any
+    plan: StatementExplain
     blocks: list[BlockReport] = field(default_factory=list)
 
     @property
-    def sites(self) -> Any:
+    def sites(self) -> list[SiteExplain]:
         return self.plan.sites
 
     def to_dict(self) -> dict[str, Any]:
@@ -252,7 +260,7 @@ class JoinExplain:
         return "\n".join([str(self.plan), *(b.line() for b in self.blocks)])
 
 
-def _statement(con: duckdb.DuckDBPyConnection, text: str) -> tuple[Any, Any, list[JoinBlock]]:
+def _statement(con: duckdb.DuckDBPyConnection, text: str) -> tuple[Session, Statement, list[JoinBlock]]:
     rewritten, blocks = rewrite(text)
     statement = analyze(rewritten)
     if blocks and not statement.planned:
@@ -272,14 +280,14 @@ def _statement(con: duckdb.DuckDBPyConnection, text: str) -> tuple[Any, Any, lis
     return session_of(con), statement, blocks
 
 
-def _template_of(site: Any) -> str | None:
+def _template_of(site: CallSite) -> str | None:
     from sqlglot import exp
 
     first = site.node.expressions[0] if site.node.expressions else None
     return first.this if isinstance(first, exp.Literal) and first.is_string else None
 
 
-def run_sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> Any:
+def run_sql(con: duckdb.DuckDBPyConnection, query: str, params: Params = None) -> duckdb.DuckDBPyRelation | None:
     """``relserve.duckdb.sql`` for a script with blocked joins; other statements as usual."""
     texts = split_statements(query)
     if params is not None and len(texts) > 1:
@@ -300,7 +308,7 @@ def run_sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> A
     return result
 
 
-def explain_sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> Any:
+def explain_sql(con: duckdb.DuckDBPyConnection, query: str, params: Params = None) -> StatementExplain | JoinExplain:
     """What ``run_sql`` would do for one statement: the planner's EXPLAIN over the pairs blocking
     keeps, and the pairs met and kept (the embedding runs; the engine does not)."""
     texts = split_statements(query)

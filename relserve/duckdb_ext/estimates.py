@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+
+import duckdb
 
 from relserve.budget import Allowance, Budget, BudgetExceeded, refusal
+from relserve.duckdb_ext.params import Params
 from relserve.duckdb_ext.planned import StatementRun
 from relserve.duckdb_ext.session import LocalRunner, Session
+from relserve.duckdb_ext.statement import Statement
 from relserve.estimate import selectivity
-from relserve.estimate.estimate import engine_view
+from relserve.estimate.estimate import CallEstimate, engine_view
 from relserve.estimate.statement import SiteWork, StatementEstimate, estimate_statement
 from relserve.planner.engine_ref import EngineRef
 
@@ -66,7 +69,7 @@ def statement_estimate(run: StatementRun, session: Session) -> StatementEstimate
 def remote_statement(run: StatementRun, stages: dict[int, int]) -> StatementEstimate:
     """The server's estimate of each site, summed: each stage of sites takes its slowest site
     (behind the server's queue for the first stage, alone after it), plus the passes."""
-    by_stage: dict[int, list[Any]] = {}
+    by_stage: dict[int, list[CallEstimate]] = {}
     for s in run.sites:
         by_stage.setdefault(stages[s.site.index], []).extend(p.estimate for p in s.explains)
     idle = now = 0.0
@@ -87,7 +90,8 @@ def remote_statement(run: StatementRun, stages: dict[int, int]) -> StatementEsti
 
 
 @contextmanager
-def statement_budget(con: Any, query: str, params: Any, budget: Budget, explain: Any) -> Iterator[None]:
+def statement_budget(con: duckdb.DuckDBPyConnection, query: str, params: Params, budget: Budget,
+                     explain: Callable[[duckdb.DuckDBPyConnection, str, Params], object]) -> Iterator[None]:
     """Run a statement under ``budget``: refused first when its estimate exceeds it (``explain``
     reads the rows once, as EXPLAIN does), then held by an ``Allowance`` every call of the
     statement spends from (``Session.budget``)."""
@@ -128,7 +132,8 @@ class Measured:
                 f"answers ({est})")
 
 
-def measured_run(con: Any, session: Session, statement: Any, params: Any) -> tuple[Measured, Any]:
+def measured_run(con: duckdb.DuckDBPyConnection, session: Session, statement: Statement,
+                 params: Params) -> tuple[Measured, StatementRun]:
     """Run the statement as ``sql`` does, counting the engine's tokens of everything it sends
     (an allowance of no limit: relserve/budget.py)."""
     from relserve.duckdb_ext.planned import run_planned

@@ -15,26 +15,35 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Generic, TypeVar
 
 import duckdb
 import pyarrow as pa
 
 from relserve.duckdb_ext import planned_sql
 from relserve.duckdb_ext.arguments import hashable_key
+from relserve.duckdb_ext.params import Params
 from relserve.duckdb_ext.statement import quiet_sqlglot
 from relserve.duckdb_ext.udf import create_function
 from relserve.errors import ConfigError, RelServeError
 from relserve.functions import FUNCTIONS
-from relserve.operators.reduce import ReduceExplain, explain_reduce, reduce_call, run_reduce
-from relserve.operators.topk import run_topk, topk_call
+from relserve.operators.reduce import ReduceCall, ReduceExplain, explain_reduce, reduce_call, run_reduce
+from relserve.operators.topk import TopKCall, run_topk, topk_call
+from relserve.operators.values import Group
 
 OPERATORS = ("llm_reduce", "llm_topk")
 #: the options a reduction or top-k takes from the connection's defaults
 _DEFAULT_KEYS = ("model", "max_tokens", "system", "on_error")
 _MARKER = "__llm_options__"
+
+#: what makes rows share one operator run: template, options (sorted items), and k for top-k
+CallKey = tuple[str | None, tuple[tuple[str, object], ...], object]
+SpecT = TypeVar("SpecT", ReduceCall, TopKCall)  # the operator call the rows share
+ValueT = TypeVar("ValueT")  # one group's answer: a reduce's text, a top-k's list
+#: EXPLAIN of one run: a reduction's, or one top-k group's rounds
+OperatorPlan = ReduceExplain | dict[str, object]
 
 
 def rewrite(query: str) -> str:
@@ -71,7 +80,7 @@ def rewrite(query: str) -> str:
 # -- the functions ------------------------------------------------------------------------------
 
 
-def _column(arr: Any) -> pa.Array:
+def _column(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
 
 
@@ -84,7 +93,7 @@ def _split_options(arrays: list[pa.Array]) -> tuple[list[pa.Array], list[dict | 
     return arrays, None
 
 
-def _group_key(group: Any) -> Any:
+def _group_key(group: Group) -> Hashable:
     """A group (a list of values, or NULL) as a dict key."""
     try:
         return hashable_key(tuple(group) if group is not None else None)
@@ -92,7 +101,7 @@ def _group_key(group: Any) -> Any:
         return json.dumps(group, sort_keys=True, default=str)
 
 
-class _Operator:
+class _Operator(Generic[SpecT, ValueT]):
     """Shared by both functions: the connection's defaults, options per row, and the passes.
 
     DuckDB may hand a function the groups of one GROUP BY in several chunks (one per hash
@@ -116,11 +125,11 @@ class _Operator:
         self.mode = "inline"
         self.lock = threading.Lock()
         #: call key -> (operator call, group key -> group), recorded in the collect pass
-        self.pending: dict[Any, tuple[Any, dict[Any, Any]]] = {}
+        self.pending: dict[CallKey, tuple[SpecT, dict[Hashable, Group]]] = {}
         #: call key -> group key -> (value, error)
-        self.answers: dict[Any, dict[Any, tuple[Any, str | None]]] = {}
+        self.answers: dict[CallKey, dict[Hashable, tuple[ValueT | None, str | None]]] = {}
 
-    def _options(self, row_options: dict | None) -> dict[str, Any]:
+    def _options(self, row_options: dict[str, object] | None) -> dict[str, object]:
         d = self.session.defaults
         base = {k: getattr(d, k) for k in _DEFAULT_KEYS}
         base.update(row_options or {})
@@ -133,9 +142,10 @@ class _Operator:
             raise ConfigError(f"{self.usage}, got {len(values)} arguments")
         return values, options
 
-    def _answers(self, templates: list, options: list | None, groups: list, extra: list | None = None) -> list[Any]:
+    def _answers(self, templates: list[str | None], options: list[dict | None] | None, groups: list[Group],
+                 extra: list[object] | None = None) -> list[ValueT | None]:
         """One value per row: rows that share a call are resolved together, each over its group."""
-        out: list[Any] = [None] * len(templates)
+        out: list[ValueT | None] = [None] * len(templates)
         for key, rows in self._by_call(templates, options, extra).items():
             template, opts, extra_arg = key
             spec = self._spec(template, extra_arg, self._options(dict(opts)), len(rows))
@@ -145,21 +155,22 @@ class _Operator:
                 out[r] = value
         return out
 
-    def _spec(self, template: str | None, extra: Any, options: dict[str, Any], rows: int) -> Any:
+    def _spec(self, template: str | None, extra: object, options: dict[str, object], rows: int) -> SpecT | None:
         """The operator call for ``rows`` rows that share template, options and extra argument,
         or None when those rows get NULL."""
         raise NotImplementedError
 
-    def _by_call(self, templates: list, options: list | None, extra: list | None = None) -> dict:
+    def _by_call(self, templates: list[str | None], options: list[dict | None] | None,
+                 extra: list[object] | None = None) -> dict[CallKey, list[int]]:
         """Rows that share template, options (and k): one operator run per such set."""
-        groups: dict[Any, list[int]] = {}
+        groups: dict[CallKey, list[int]] = {}
         for r, t in enumerate(templates):
             o = options[r] if options is not None else None
             key = (t, tuple(sorted((o or {}).items())), extra[r] if extra is not None else None)
             groups.setdefault(key, []).append(r)
         return groups
 
-    def _resolve(self, key: Any, spec: Any, groups: list[Any]) -> list[tuple[Any, str | None]]:
+    def _resolve(self, key: CallKey, spec: SpecT, groups: list[Group]) -> list[tuple[ValueT | None, str | None]]:
         """(value, error) per group: recorded in the collect pass, else known or run now."""
         keys = [_group_key(g) for g in groups]
         with self.lock:
@@ -185,7 +196,7 @@ class _Operator:
             with self.lock:
                 self.answers.setdefault(key, {}).update(zip(bucket.keys(), results))
 
-    def explain_pending(self) -> list[Any]:
+    def explain_pending(self) -> list[OperatorPlan | list[OperatorPlan]]:
         with self.lock:
             todo, self.pending = self.pending, {}
         return [self._explain(spec, list(bucket.values())) for spec, bucket in todo.values()]
@@ -194,7 +205,7 @@ class _Operator:
         with self.lock:
             self.mode, self.pending, self.answers = "inline", {}, {}
 
-    def _record(self, template: str, errors: Sequence[tuple[Any, str | None]]) -> None:
+    def _record(self, template: str, errors: Sequence[tuple[str, str | None]]) -> None:
         from relserve.duckdb_ext.session import RowFailure
 
         with self.session.lock:
@@ -202,20 +213,20 @@ class _Operator:
                 if err is not None:
                     self.session.failures.append(RowFailure(self.name, template, args, err))
 
-    def _run(self, spec: Any, groups: list[Any]) -> list[tuple[Any, str | None]]:
+    def _run(self, spec: SpecT, groups: list[Group]) -> list[tuple[ValueT | None, str | None]]:
         raise NotImplementedError
 
-    def _explain(self, spec: Any, groups: list[Any]) -> Any:
+    def _explain(self, spec: SpecT, groups: list[Group]) -> OperatorPlan | list[OperatorPlan]:
         raise NotImplementedError
 
 
-def _shown(group: Any) -> str:
+def _shown(group: Group) -> str:
     values = [v for v in (group or []) if v is not None]
     text = json.dumps({"values": len(values), "first": values[0] if values else None}, ensure_ascii=False, default=str)
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-class ReduceFunction(_Operator):
+class ReduceFunction(_Operator[ReduceCall, str]):
     """``llm_reduce(template, list [, llm_options(...)])`` -> VARCHAR, one value per group."""
 
     name = "llm_reduce"
@@ -235,22 +246,22 @@ class ReduceFunction(_Operator):
             )
         return pa.array(self._answers(templates, options, lists.to_pylist()), pa.string())
 
-    def _spec(self, template: str | None, extra: Any, options: dict[str, Any], rows: int) -> Any:
+    def _spec(self, template: str | None, extra: object, options: dict[str, object], rows: int) -> ReduceCall | None:
         if template is None:
             self._record("", [("{}", "llm_reduce: the template is NULL in this row")] * rows)
             return None
         return reduce_call(template, **options)
 
-    def _run(self, rc: Any, groups: list[Any]) -> list[tuple[Any, str | None]]:
+    def _run(self, rc: ReduceCall, groups: list[Group]) -> list[tuple[str | None, str | None]]:
         outcome = run_reduce(rc, groups, engine=self.session.engine, progress=self.session.progress)
         self._record(rc.call.template.source, [(_shown(g), e) for g, e in zip(groups, outcome.errors)])
         return list(zip(outcome.values, outcome.errors))
 
-    def _explain(self, rc: Any, groups: list[Any]) -> Any:
+    def _explain(self, rc: ReduceCall, groups: list[Group]) -> ReduceExplain:
         return explain_reduce(rc, groups, engine=self.session.engine)
 
 
-class TopKFunction(_Operator):
+class TopKFunction(_Operator[TopKCall, list[str]]):
     """``llm_topk(template, list, k [, llm_options(...)])`` -> VARCHAR[], best first."""
 
     name = "llm_topk"
@@ -267,12 +278,12 @@ class TopKFunction(_Operator):
         ks = _column(values[2]).to_pylist()
         return pa.array(self._answers(templates, options, lists, ks), pa.list_(pa.string()))
 
-    def _spec(self, template: str | None, k: Any, options: dict[str, Any], rows: int) -> Any:
+    def _spec(self, template: str | None, k: object, options: dict[str, object], rows: int) -> TopKCall | None:
         if template is None or k is None:
             return None
         return topk_call(template, int(k), **options)
 
-    def _run(self, tc: Any, groups: list[Any]) -> list[tuple[Any, str | None]]:
+    def _run(self, tc: TopKCall, groups: list[Group]) -> list[tuple[list[str] | None, str | None]]:
         results = []
         for group in groups:  # each group's rounds are its own relQueries
             outcome = run_topk(tc, group, engine=self.session.engine, progress=self.session.progress)
@@ -280,7 +291,7 @@ class TopKFunction(_Operator):
             results.append(([v if isinstance(v, str) else str(v) for v in outcome.values], None))
         return results
 
-    def _explain(self, tc: Any, groups: list[Any]) -> Any:
+    def _explain(self, tc: TopKCall, groups: list[Group]) -> list[OperatorPlan]:
         from relserve.operators.topk import explain_topk
 
         return [explain_topk(tc, g) for g in groups]
@@ -302,7 +313,7 @@ def install(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
 
 
 
-def _raising(udf: Any):
+def _raising(udf: Callable[..., pa.Array]) -> Callable[..., pa.Array]:
     """Errors surface as relserve's own (DuckDB wraps them; ``sql`` unwraps via ``last_error``)."""
 
     def call(*arrays: pa.Array) -> pa.Array:
@@ -332,7 +343,7 @@ def ensure_installed(con: duckdb.DuckDBPyConnection) -> tuple[_Operator, ...]:
     return found
 
 
-def run_sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> Any:
+def run_sql(con: duckdb.DuckDBPyConnection, query: str, params: Params = None) -> duckdb.DuckDBPyRelation | None:
     """``relserve.duckdb.sql`` for a statement with an operator: rewritten, then run in two
     passes (collect every group, run each call once over all of them, answer)."""
     functions = ensure_installed(con)
@@ -372,9 +383,9 @@ class OperatorExplain:
     """EXPLAIN of a statement's ``llm_reduce`` / ``llm_topk`` calls (nothing runs on the engine)."""
 
     statement: str
-    items: list[Any]
+    items: list[OperatorPlan]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"statement": self.statement,
                 "operators": [i.to_dict() if isinstance(i, ReduceExplain) else {"llm_topk": i} for i in self.items]}
 
@@ -390,7 +401,7 @@ class OperatorExplain:
         return "\n".join(lines)
 
 
-def explain_sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> OperatorExplain:
+def explain_sql(con: duckdb.DuckDBPyConnection, query: str, params: Params = None) -> OperatorExplain:
     """One collect pass, then the EXPLAIN of each operator call over all its groups."""
     functions = ensure_installed(con)
     text = rewrite(query)
@@ -401,7 +412,7 @@ def explain_sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) 
         rel = con.sql(text, params=params) if params is not None else con.sql(text)
         if rel is not None:
             rel.fetchall()
-        items: list[Any] = []
+        items: list[OperatorPlan] = []
         for f in functions:
             for item in f.explain_pending():
                 items.extend(item if isinstance(item, list) else [item])

@@ -17,14 +17,15 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 import duckdb
 import pyarrow as pa
 
 from relserve.duckdb_ext.arguments import decode_chunk, hashable_key
+from relserve.duckdb_ext.params import Params
 from relserve.duckdb_ext.session import Session
 from relserve.duckdb_ext.statement import CallSite, Statement
 from relserve.duckdb_ext.udf import answer_chunk, create_function, return_type, settle_chunk_errors, to_arrow
@@ -44,8 +45,8 @@ class SiteState:
 
     site: CallSite
     session: Session
-    answers: dict[LLMCall, dict[Any, tuple[Any, str | None]]] = field(default_factory=dict)
-    pending: dict[LLMCall, dict[Any, tuple]] = field(default_factory=dict)
+    answers: dict[LLMCall, dict[Hashable, tuple[object, str | None]]] = field(default_factory=dict)
+    pending: dict[LLMCall, dict[Hashable, tuple]] = field(default_factory=dict)
     #: "collect": unknown rows get a stand-in; "inline": unknown rows run at once, per chunk
     mode: str = "collect"
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -76,7 +77,7 @@ class SiteState:
         if self.mode == "inline":
             return to_arrow(fn, answer_chunk(fn, chunk, self.session, self._answer_or_run))
         settle_chunk_errors(fn, chunk, self.session, f"{self.site.text}: ")
-        out: list[Any] = [None] * chunk.size
+        out: list[object] = [None] * chunk.size
         stand_in = _STAND_IN[fn.kind]
         with self.lock:
             self.rows_seen += chunk.size
@@ -85,7 +86,7 @@ class SiteState:
                     self.arrivals.setdefault(group.call, []).extend(group.values)
                 known = self.answers.setdefault(group.call, {})
                 keys = [hashable_key(v) for v in group.values]
-                unknown: dict[Any, tuple] = {}
+                unknown: dict[Hashable, tuple] = {}
                 for k, values in zip(keys, group.values):
                     if k not in known:
                         unknown.setdefault(k, values)
@@ -187,17 +188,17 @@ class PlannedStatement:
             create_function(self.con, name, state, return_type(state.function))
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         for name in self.names:
             try:
                 self.con.remove_function(name)
             except duckdb.Error:
                 pass
 
-    def collect(self, params: Any = None) -> pa.Table | None:
+    def collect(self, params: Params = None) -> pa.Table | None:
         return self.fetch(self.statement.collection_sql(self.names), params)
 
-    def fetch(self, sql: str, params: Any = None) -> pa.Table | None:
+    def fetch(self, sql: str, params: Params = None) -> pa.Table | None:
         """Run ``sql``; an error a site raised surfaces as itself, not wrapped by DuckDB."""
         try:
             return _fetch(self.con, sql, params)
@@ -214,7 +215,7 @@ class PlannedStatement:
         return ready or [s for s in self.states if s.site.index in pending]
 
 
-def _fetch(con: duckdb.DuckDBPyConnection, sql: str, params: Any) -> pa.Table | None:
+def _fetch(con: duckdb.DuckDBPyConnection, sql: str, params: Params) -> pa.Table | None:
     """Run ``sql``; the rows of a query, None for other statements."""
     relation = con.sql(sql, params=params) if params is not None else con.sql(sql)
     return relation.to_arrow_table() if relation is not None else None
@@ -224,7 +225,7 @@ def run_planned(
     con: duckdb.DuckDBPyConnection,
     session: Session,
     statement: Statement,
-    params: Any = None,
+    params: Params = None,
     *,
     max_passes: int | None = None,
 ) -> tuple[pa.Table | None, StatementRun]:
@@ -274,7 +275,7 @@ def _run_sites(ready: list[SiteState]) -> None:
 
 
 def explain_planned(
-    con: duckdb.DuckDBPyConnection, session: Session, statement: Statement, params: Any = None
+    con: duckdb.DuckDBPyConnection, session: Session, statement: Statement, params: Params = None
 ) -> StatementRun:
     """One collection pass, then an EXPLAIN of each site's relQuery (nothing runs on the engine)."""
     t0 = time.perf_counter()

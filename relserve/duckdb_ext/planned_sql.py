@@ -4,12 +4,11 @@ that take another path (``llm_reduce`` / ``llm_topk``, a blocked join) before th
 
 from __future__ import annotations
 
-from typing import Any
-
 import duckdb
 
 from relserve.duckdb_ext.connections import session_of
 from relserve.duckdb_ext.estimates import measured_run, statement_estimate
+from relserve.duckdb_ext.params import Params
 from relserve.duckdb_ext.planned import explain_planned, run_planned
 from relserve.duckdb_ext.statement import analyze as parse_statement
 from relserve.duckdb_ext.statement import split_statements
@@ -17,7 +16,7 @@ from relserve.duckdb_ext.statement_explain import StatementExplain, statement_ex
 from relserve.errors import ConfigError
 
 
-def sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> duckdb.DuckDBPyRelation | None:
+def sql(con: duckdb.DuckDBPyConnection, query: str, params: Params = None) -> duckdb.DuckDBPyRelation | None:
     """Run ``query`` with each LLM call site sent as one relQuery over all its rows.
 
     Like ``con.sql``: the statement's result as a relation (``.fetchall()``, ``.pl()``,
@@ -44,7 +43,7 @@ def sql(con: duckdb.DuckDBPyConnection, query: str, params: Any = None) -> duckd
     return result
 
 
-def explain(con: duckdb.DuckDBPyConnection, query: str, params: Any = None, *, analyze: bool = False) -> StatementExplain:
+def explain(con: duckdb.DuckDBPyConnection, query: str, params: Params = None, *, analyze: bool = False) -> StatementExplain:
     """What ``sql(con, query)`` would do, without calling the engine (the rows are read once).
 
     With ``analyze`` (EXPLAIN ANALYZE) the statement then runs, as ``sql`` runs it: each site shows

@@ -31,6 +31,7 @@ from relserve.operators.reduce import (
     split_groups,
 )
 from relserve.operators.topk import TopKCall, TopKOutcome, explain_topk, run_topk, topk_call
+from relserve.operators.values import Group, GroupKey, Value
 
 __all__ = [
     "JoinOutcome",
@@ -56,7 +57,7 @@ __all__ = [
 
 def llm_reduce(
     template: str,
-    groups: Mapping[Any, Sequence[Any]] | Sequence[Sequence[Any] | None],
+    groups: Mapping[GroupKey, Sequence[Value]] | Sequence[Group],
     *,
     engine: Backend | None = None,
     context_tokens: int | None = None,
@@ -78,7 +79,7 @@ def llm_reduce(
 
 def llm_reduce_explain(
     template: str,
-    groups: Mapping[Any, Sequence[Any]] | Sequence[Sequence[Any] | None],
+    groups: Mapping[GroupKey, Sequence[Value]] | Sequence[Group],
     *,
     engine: Backend | None = None,
     context_tokens: int | None = None,
@@ -93,7 +94,7 @@ def llm_reduce_explain(
 
 def llm_topk(
     template: str,
-    values: Sequence[Any],
+    values: Sequence[Value],
     k: int,
     *,
     engine: Backend | None = None,
@@ -106,14 +107,14 @@ def llm_topk(
     return run_topk(topk_call(template, k, pool=pool, **options), values, engine=engine, progress=progress)
 
 
-def llm_topk_explain(template: str, values: Sequence[Any], k: int, *, pool: int | None = None, **options: Any) -> dict:
+def llm_topk_explain(template: str, values: Sequence[Value], k: int, *, pool: int | None = None, **options: Any) -> dict:
     return explain_topk(topk_call(template, k, pool=pool, **options), values)
 
 
 def llm_join(
     template: str,
-    left: Sequence[Any],
-    right: Sequence[Any],
+    left: Sequence[Value],
+    right: Sequence[Value],
     *,
     candidates: Sequence[tuple[int, int]] | None = None,
     block: int | None = None,

@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from relserve.errors import ConfigError
+from relserve.operators.values import Value
 from relserve.sentence_encoder import encode
 from relserve.template import format_value
 
@@ -22,7 +22,7 @@ def embed(texts: Sequence[str], batch: int = 64):
     return torch.from_numpy(encode(texts, batch=batch))
 
 
-def block(left: Sequence[Any], right: Sequence[Any], k: int) -> list[tuple[int, int]]:
+def block(left: Sequence[Value], right: Sequence[Value], k: int) -> list[tuple[int, int]]:
     """(left, right) positions of each left row's ``k`` most similar right rows (NULLs: none)."""
     import torch
 

@@ -17,6 +17,8 @@ from relserve.backend.protocol import Backend
 from relserve.errors import RowError
 from relserve.functions import LLM_FILTER, LLMCall, make_call
 from relserve.operators.budget import placeholders
+from relserve.operators.values import Value
+from relserve.planner.cache import ResultCache
 from relserve.planner.plan_and_run import run_call
 
 WHO = "llm_join"
@@ -42,12 +44,12 @@ class JoinOutcome:
 
 def run_join(
     call: LLMCall,
-    left: Sequence[Any],
-    right: Sequence[Any],
+    left: Sequence[Value],
+    right: Sequence[Value],
     *,
     candidates: Sequence[tuple[int, int]] | None = None,
     engine: Backend | None = None,
-    cache: Any = True,
+    cache: ResultCache | bool | None = True,
     progress: bool = False,
 ) -> JoinOutcome:
     """Ask ``call`` of every candidate pair (default: the whole cross product) in one relQuery."""

@@ -14,6 +14,7 @@ the result cache where they can, prompts are ordered for prefix sharing.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -23,6 +24,8 @@ from relserve.errors import ConfigError, RowError
 from relserve.functions import LLM_EXTRACT, LLM_MAP, LLMCall, make_call
 from relserve.operators.budget import TokenCounter, context_of, item_budget, placeholders
 from relserve.operators.packing import TooLong, estimate_levels, fold, pack
+from relserve.operators.values import Group, GroupKey, Value
+from relserve.planner.cache import ResultCache
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.plan_and_run import run_call
@@ -49,7 +52,7 @@ class ReduceCall:
 
 
 def reduce_call(
-    template: str, *, context_tokens: int | None = None, json_schema: Any = None, **options: Any
+    template: str, *, context_tokens: int | None = None, json_schema: object = None, **options: Any
 ) -> ReduceCall:
     """Check a reduction before anything runs: the template names exactly one placeholder (where
     the group's values go), the options are those of ``llm_map``. With ``json_schema`` every
@@ -92,14 +95,14 @@ class ReduceOutcome:
     values: list[str | None]
     errors: list[str | None]
     levels: list[LevelRun] = field(default_factory=list)
-    keys: list[Any] | None = None
+    keys: list[GroupKey] | None = None
 
     @property
-    def failures(self) -> list[tuple[Any, str]]:
+    def failures(self) -> list[tuple[GroupKey, str]]:
         keys = self.keys if self.keys is not None else list(range(len(self.values)))
         return [(k, e) for k, e in zip(keys, self.errors) if e is not None]
 
-    def as_dict(self) -> dict[Any, str | None]:
+    def as_dict(self) -> dict[GroupKey, str | None]:
         keys = self.keys if self.keys is not None else list(range(len(self.values)))
         return dict(zip(keys, self.values))
 
@@ -108,7 +111,7 @@ class ReduceOutcome:
         return sum(1 for lv in self.levels if lv.prompts_run)
 
 
-def _items(group: Sequence[Any] | None) -> list[str]:
+def _items(group: Group) -> list[str]:
     """The group's values as text, NULLs skipped (as SQL aggregates skip them)."""
     if group is None:
         return []
@@ -117,11 +120,11 @@ def _items(group: Sequence[Any] | None) -> list[str]:
     return [v if isinstance(v, str) else format_value(v) for v in group if v is not None]
 
 
-def _group_label(keys: list[Any] | None, g: int) -> str:
+def _group_label(keys: list[GroupKey] | None, g: int) -> str:
     return f"group {keys[g]!r}" if keys is not None else f"group {g}"
 
 
-def split_groups(groups: Mapping[Any, Sequence[Any]] | Sequence[Sequence[Any] | None]) -> tuple[list[Any] | None, list]:
+def split_groups(groups: Mapping[GroupKey, Sequence[Value]] | Sequence[Group]) -> tuple[list[GroupKey] | None, list[Group]]:
     if isinstance(groups, Mapping):
         return list(groups.keys()), list(groups.values())
     if isinstance(groups, (str, bytes)) or not hasattr(groups, "__iter__"):
@@ -158,13 +161,13 @@ def _not_unicode(texts: Sequence[str]) -> str | None:
 
 def run_reduce(
     rc: ReduceCall,
-    groups: Sequence[Sequence[Any] | None],
+    groups: Sequence[Group],
     *,
-    keys: list[Any] | None = None,
+    keys: list[GroupKey] | None = None,
     engine: Backend | None = None,
-    cache: Any = True,
+    cache: ResultCache | bool | None = True,
     progress: bool = False,
-    cancel: Any = None,
+    cancel: threading.Event | None = None,
 ) -> ReduceOutcome:
     """Reduce every group; each level of the tree is one relQuery over all groups' chunks.
 
@@ -311,7 +314,7 @@ class ReduceExplain:
         return "\n".join(lines)
 
 
-def _model_id(running: Any, model: str | None) -> str | None:
+def _model_id(running: Backend | None, model: str | None) -> str | None:
     if running is not None:
         return running.model_id
     try:  # the model's name without loading it (EXPLAIN never starts the engine)
@@ -323,7 +326,7 @@ def _model_id(running: Any, model: str | None) -> str | None:
 
 
 def explain_reduce(
-    rc: ReduceCall, groups: Sequence[Sequence[Any] | None], *, engine: Backend | None = None
+    rc: ReduceCall, groups: Sequence[Group], *, engine: Backend | None = None
 ) -> ReduceExplain:
     """The tree each group would need and what each level costs; never starts the engine."""
     ref = engine if isinstance(engine, EngineRef) else EngineRef(engine, rc.call.options.model)

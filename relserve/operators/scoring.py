@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from relserve.functions import SCORING_METHODS, LLMCall
 from relserve.labels.keys import namespace_of
@@ -18,6 +17,7 @@ from relserve.planner.engine_ref import EngineRef
 from relserve.planner.executor import CallExecutor
 from relserve.planner.plan import plan_call
 from relserve.planner.planned_rows import PlannedRows
+from relserve.results import RelQueryStats
 
 
 @dataclass
@@ -28,7 +28,7 @@ class Scores:
     errors: list[str | None]
     #: prompts the engine ran, and the relQuery's statistics (None when nothing ran)
     ran: int
-    stats: Any
+    stats: RelQueryStats | None
 
 
 def label_scores(call: LLMCall, columns: Sequence[Sequence[object]], ref: EngineRef, *, progress: bool = False) -> Scores:

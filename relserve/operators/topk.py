@@ -24,7 +24,8 @@ from relserve.backend.protocol import Backend
 from relserve.errors import ConfigError, RowError
 from relserve.functions import LLM_CLASSIFY, LLM_FILTER, LLMCall, make_call
 from relserve.operators.budget import placeholders
-from relserve.operators.scoring import label_scores
+from relserve.operators.scoring import Scores, label_scores
+from relserve.operators.values import Value
 from relserve.planner.engine_ref import EngineRef
 from relserve.template import format_value
 
@@ -80,7 +81,7 @@ class Round:
 class TopKOutcome:
     #: positions (in the input) of the top values, best first, and the values themselves
     indices: list[int]
-    values: list[Any]
+    values: list[Value]
     #: per input position: round-1 score (log p(yes) - log p(no)), None for NULL or failed rows
     scores: list[float | None]
     errors: list[str | None]
@@ -91,7 +92,7 @@ class TopKOutcome:
         return sum(r.prompts for r in self.rounds if r.name == "compare")
 
 
-def _record(name: str, prompts: int, result: Any) -> Round:
+def _record(name: str, prompts: int, result: Scores) -> Round:
     r = Round(name, prompts, ran=result.ran)
     if result.stats is not None:
         r.prompt_tokens, r.output_tokens = result.stats.prompt_tokens, result.stats.output_tokens
@@ -99,7 +100,7 @@ def _record(name: str, prompts: int, result: Any) -> Round:
     return r
 
 
-def run_topk(tc: TopKCall, values: Sequence[Any], *, engine: Backend | None = None, progress: bool = False) -> TopKOutcome:
+def run_topk(tc: TopKCall, values: Sequence[Value], *, engine: Backend | None = None, progress: bool = False) -> TopKOutcome:
     ref = engine if isinstance(engine, EngineRef) else EngineRef(engine, tc.score.options.model)
     n = len(values)
     texts = [None if v is None else (v if isinstance(v, str) else format_value(v)) for v in values]
@@ -154,7 +155,7 @@ def run_topk(tc: TopKCall, values: Sequence[Any], *, engine: Backend | None = No
     return out
 
 
-def explain_topk(tc: TopKCall, values: Sequence[Any]) -> dict[str, Any]:
+def explain_topk(tc: TopKCall, values: Sequence[Value]) -> dict[str, Any]:
     """Rounds and prompts a top-k would run (no engine, no tokens)."""
     distinct = len({v if isinstance(v, str) else format_value(v) for v in values if v is not None})
     pool = tc.pool_size(distinct)
