@@ -55,3 +55,21 @@ def test_a_classify_of_three_labels_says_when_a_few_rows_leave_the_model_unsure(
     assert all(label in ("comedy", "horror", "drama") for _, label in got)
     guesses = [n for n in notices if n.startswith("llm_classify") and "close to guesses" in n]
     assert guesses and "no earlier ones of this call" in guesses[0], notices
+
+
+def test_a_classify_answered_from_the_cache_says_again_that_its_answers_are_guesses(server, cluster):
+    # (a template of its own: the module's server keeps one result cache for all its tests)
+    query = CLASSIFY.replace("Which kind of film is this review about?", "What kind of film does this review describe?")
+    said: list[list[str]] = []
+    for _ in range(2):
+        notices: list[str] = []
+        with connect(cluster) as db:
+            db.add_notice_handler(lambda d, notices=notices: notices.append(d.message_primary))
+            db.execute("SET relserve.cache = on")
+            got = db.execute(query).fetchall()
+        assert [i for i, _ in got] == [1, 2, 3, 4, 5, 6]
+        said.append([n for n in notices if n.startswith("llm_classify") and "close to guesses" in n])
+    first, second = said
+    assert len(first) == 1 and "no earlier ones of this call" in first[0], first
+    # the second run's rows all came from the result cache, and the cache kept the warning
+    assert second == [f"{first[0]} (answers from the result cache, which kept this warning with them)"]

@@ -7,6 +7,10 @@ mode lets several processes read while one writes; writers wait (``busy_timeout`
 failing. Answers read or written by this process are also kept in memory (LRU), so a repeated
 query does not go back to SQLite; answers are deterministic, so a copy never disagrees with the
 file, and ``clear()`` drops this process's copies too.
+
+Answers a label method warned about (close to guesses: relserve/labels/guesses.py) are stored
+with that warning, so that a query answered from the cache says it again instead of handing the
+same guesses back silently.
 """
 
 from __future__ import annotations
@@ -29,6 +33,14 @@ CREATE TABLE IF NOT EXISTS results (
     model   TEXT NOT NULL,
     answer  TEXT NOT NULL,
     created REAL NOT NULL
+) WITHOUT ROWID
+"""
+#: the warning a label method gave with an answer (an answer without a row here had none)
+_GUESSES = """
+CREATE TABLE IF NOT EXISTS guesses (
+    key     BLOB PRIMARY KEY,
+    model   TEXT NOT NULL,
+    warning TEXT NOT NULL
 ) WITHOUT ROWID
 """
 # bound parameters per query: SQLite >= 3.32 allows 32766, older builds 999
@@ -94,6 +106,7 @@ class ResultCache:
         self._db.execute("PRAGMA busy_timeout=30000")
         self._db.execute("PRAGMA mmap_size=268435456")
         self._db.execute(_SCHEMA)
+        self._db.execute(_GUESSES)
 
     def get_many(self, model_id: str, settings: Mapping[str, object], prompts: Sequence[str]) -> dict[int, str]:
         """Cached answers by position in ``prompts`` (missing positions are not cached)."""
@@ -119,8 +132,10 @@ class ResultCache:
                     self._remember(key, answer)
         return found
 
-    def put_many(self, model_id: str, settings: Mapping[str, object], items: Iterable[tuple[str, str]]) -> int:
-        """Store (prompt, answer) pairs; returns how many were written."""
+    def put_many(self, model_id: str, settings: Mapping[str, object], items: Iterable[tuple[str, str]],
+                 *, warning: str | None = None) -> int:
+        """Store (prompt, answer) pairs; returns how many were written. ``warning``: the label
+        method's warning about these answers, kept with them (None: they had none)."""
         pairs = [(p, a) for p, a in items if a is not None]
         if not pairs:
             return 0
@@ -131,6 +146,11 @@ class ResultCache:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?)", rows)
+                if warning is not None:
+                    self._db.executemany("INSERT OR REPLACE INTO guesses VALUES (?, ?, ?)",
+                                         [(k, model_id, warning) for k in keys])
+                else:  # an answer stored again without a warning no longer carries the old one
+                    self._db.executemany("DELETE FROM guesses WHERE key = ?", [(k,) for k in keys])
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -138,6 +158,24 @@ class ResultCache:
             for k, _, a, _ in rows:
                 self._remember(k, a)
         return len(rows)
+
+    def warnings_of(self, model_id: str, settings: Mapping[str, object], prompts: Sequence[str]) -> dict[int, str]:
+        """The warnings stored with these prompts' answers, by position in ``prompts`` (prompts
+        whose answers came with none, or are not cached, are left out)."""
+        keys = _keys(model_id, settings, prompts)
+        where: dict[bytes, list[int]] = {}
+        for i, k in enumerate(keys):
+            where.setdefault(k, []).append(i)
+        found: dict[int, str] = {}
+        distinct = sorted(where)
+        with self._lock:
+            for start in range(0, len(distinct), _BATCH):
+                batch = distinct[start : start + _BATCH]
+                marks = ",".join("?" * len(batch))
+                for key, warning in self._db.execute(f"SELECT key, warning FROM guesses WHERE key IN ({marks})", batch):
+                    for i in where[key]:
+                        found[i] = warning
+        return found
 
     def scoped(self, **extra: object) -> ResultCache | CacheView:
         """A view whose keys also hold ``extra`` (entries that are None are left out, so
@@ -155,8 +193,10 @@ class ResultCache:
         with self._lock:
             self._memo.clear()
             if model_id is None:
+                self._db.execute("DELETE FROM guesses")
                 cur = self._db.execute("DELETE FROM results")
             else:
+                self._db.execute("DELETE FROM guesses WHERE model = ?", (model_id,))
                 cur = self._db.execute("DELETE FROM results WHERE model = ?", (model_id,))
             return cur.rowcount
 
@@ -167,6 +207,17 @@ class ResultCache:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def repeated_warning(stored: Mapping[int, str]) -> str | None:
+    """What to say when answers came from the cache and ``stored`` of them were kept with a label
+    method's warning: that warning again (the most frequent, when several). None when none had
+    one. The text names no count, so that the chunks of one DuckDB statement warn once."""
+    if not stored:
+        return None
+    texts = list(stored.values())
+    text = max(set(texts), key=lambda t: (texts.count(t), t))
+    return f"{text} (answers from the result cache, which kept this warning with them)"
 
 
 class CacheView:
@@ -194,8 +245,12 @@ class CacheView:
     def get_many(self, model_id: str, settings: Mapping[str, object], prompts: Sequence[str]) -> dict[int, str]:
         return self.cache.get_many(model_id, self._settings(settings), prompts)
 
-    def put_many(self, model_id: str, settings: Mapping[str, object], items: Iterable[tuple[str, str]]) -> int:
-        return self.cache.put_many(model_id, self._settings(settings), items)
+    def put_many(self, model_id: str, settings: Mapping[str, object], items: Iterable[tuple[str, str]],
+                 *, warning: str | None = None) -> int:
+        return self.cache.put_many(model_id, self._settings(settings), items, warning=warning)
+
+    def warnings_of(self, model_id: str, settings: Mapping[str, object], prompts: Sequence[str]) -> dict[int, str]:
+        return self.cache.warnings_of(model_id, self._settings(settings), prompts)
 
 
 _shared: dict[Path, ResultCache] = {}

@@ -180,6 +180,12 @@ class CallExecutor:
 
     @property
     def warning(self) -> str | None:
+        """Why this call's labels are close to guesses: this relQuery's own, else the one kept
+        with the answers that came from the result cache (None: neither, or nothing says)."""
+        return self.labels_warning or self.rows.cached_warning
+
+    @property
+    def labels_warning(self) -> str | None:
         """Why this relQuery's labels are close to guesses (None: they are not, or nothing says)."""
         if self.labels is None:
             return None
@@ -194,7 +200,8 @@ class CallExecutor:
         """Store the answers of this run (greedy calls only); returns how many were written."""
         if not self.has_cache_writes:
             return 0
-        return self.rows.cache.put_many(self.model_id, self.call.sampling_settings(), self._answers)
+        return self.rows.cache.put_many(self.model_id, self.call.sampling_settings(), self._answers,
+                                        warning=self.labels_warning)
 
     def run(self, engine: Backend, *, progress: bool = False, fail_fast: bool = False) -> list[RowResult]:
         """Synchronously: every row of the relQuery, fanned out (a progress bar while it runs).

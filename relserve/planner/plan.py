@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from relserve.errors import RowError
 from relserve.functions import LLMCall
 from relserve.labels.bootstrap import shaped_for
-from relserve.planner.cache import ResultCache
+from relserve.planner.cache import ResultCache, repeated_warning
 from relserve.planner.ggr import ggr, sort_rows
 from relserve.prompt_rendering import (
     DistinctRows,
@@ -56,6 +56,8 @@ class CallPlan:
     #: the prompt shape was relserve's choice for this relQuery (label_bootstrap.shaped_for),
     #: not the user's nor the default
     shape_chosen: bool = False
+    #: the warning stored with cached answers that were close to guesses (cache.repeated_warning)
+    cached_warning: str | None = None
 
     @property
     def distinct_prompts(self) -> int:
@@ -161,6 +163,12 @@ def plan_rows(
     cached: dict[int, str] = {}
     if cache is not None and call.deterministic and prompts:
         cached = cache.get_many(model_id, call.sampling_settings(), prompts)
+    cached_warning = None
+    if cached:
+        # answers a label method warned about say so again when they come from the cache
+        hits = sorted(cached)
+        stored = cache.warnings_of(model_id, call.sampling_settings(), [prompts[p] for p in hits])
+        cached_warning = repeated_warning(stored)
 
     if fields_reordered:
         seen: set[int] = set()
@@ -194,4 +202,5 @@ def plan_rows(
         planner_s=time.perf_counter() - t0,
         distinct=distinct,
         shape_chosen=call is not asked,
+        cached_warning=cached_warning,
     )

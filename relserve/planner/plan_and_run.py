@@ -18,7 +18,7 @@ from relserve.errors import LabelWarning, RowError
 from relserve.estimate.budgeted import call_allowance
 from relserve.functions import LLMCall
 from relserve.labels.keys import namespace_of
-from relserve.planner.cache import ResultCache, shared_cache
+from relserve.planner.cache import ResultCache, repeated_warning, shared_cache
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.executor import CallExecutor
 from relserve.planner.explain import Analyzed, Explain, describe_labels, explain_plan
@@ -153,6 +153,9 @@ def run_rows(
         stats = executor.stats
         label_report, warning = executor.label_report, executor.warning
 
+    if warning is None:
+        # every row came from the cache (or the relQuery did not warn): the cache's own warning
+        warning = rows.cached_warning
     unanswered = f"{call.function.name}: no answer (cancelled)"
     values = [r.value if r is not None else None for r in done]
     errors = [r.error if r is not None else unanswered for r in done]
@@ -202,5 +205,13 @@ def cached_values(
         return {}
     render = Renderer(call)
     runnable = [i for i, v in enumerate(values) if null_error(call, v) is None]
-    hits = cache.get_many(model_id, call.sampling_settings(), [render(values[i]) for i in runnable])
+    prompts = [render(values[i]) for i in runnable]
+    hits = cache.get_many(model_id, call.sampling_settings(), prompts)
+    if hits:
+        # answers a label method warned about say so again when they come from the cache
+        found = sorted(hits)
+        stored = cache.warnings_of(model_id, call.sampling_settings(), [prompts[j] for j in found])
+        warning = repeated_warning(stored)
+        if warning is not None:
+            warnings.warn(warning, LabelWarning, stacklevel=2)
     return {runnable[j]: call.answer(text) for j, text in hits.items()}

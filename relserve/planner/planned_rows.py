@@ -38,6 +38,8 @@ class PlannedRows:
     #: the whole relQuery these prompts are a part of, when its rows run as several relQueries (a
     #: cascade's sample and rest): its label method chooses and reads once for all of them
     label_scope: LabelScope | None = None
+    #: the warning kept with the answers that came from the result cache (None: they had none)
+    cached_warning: str | None = None
 
     @classmethod
     def of(cls, plan: CallPlan, cache: ResultCache | CacheView | None = None) -> PlannedRows:
@@ -57,6 +59,7 @@ class PlannedRows:
         """``plan``'s rows; ``out_rows[i]`` is its row i's index in the request."""
         for i, message in plan.row_errors.items():
             self.fail(out_rows[i], message)
+        self.cached_warning = self.cached_warning or plan.cached_warning
         rows_of: dict[int, list[int]] = {}
         values_of: dict[int, tuple] = {}
         for i, p in enumerate(plan.row_to_prompt):
