@@ -342,3 +342,23 @@ def test_a_planned_statement_runs_with_the_result_cache_off_or_on(engine, cache,
     assert relserve.duckdb.sql(c, query).fetchall() == [("good film 0",), ("good film 1",), ("good film 2",)]
     # off: both statements reach the engine; on: the second is answered from the cache
     assert [len(p) for p in engine.submitted] == ([3, 3] if cache is False else [3])
+
+
+def test_errors_of_a_connect_connection_lists_its_failures_and_keeps_its_engine(engine):
+    # relserve.duckdb.errors(con) on connect()'s Connection read an empty log, and set up a second
+    # session on the same DuckDB connection whose functions replaced the first's (its engine lost)
+    con = relserve.duckdb.connect(engine=engine, progress=False)
+    con.execute("CREATE TABLE t AS SELECT * FROM (VALUES (1, 'good a'), (2, NULL)) v(id, review)")
+    assert con.sql("SELECT id, llm_map('Echo: {review}', review) FROM t ORDER BY id").fetchall() == [(1, "good a"), (2, None)]
+    expected = [("llm_map", "Echo: {review}", '{"review": null}', "llm_map: placeholder {review} is NULL in this row")]
+    assert relserve.duckdb.errors(con).fetchall() == expected
+    assert con.errors().fetchall() == expected
+    asked = len(engine.relqueries)
+    # DuckDB's own execute runs the functions installed on the connection: still the session's
+    assert con.execute("SELECT llm_map('Again: {review}', review) FROM t WHERE id = 1").fetchall() == [("good a",)]
+    assert len(engine.relqueries) == asked + 1  # the connection's own engine, not the default one
+
+
+def test_a_connection_relserve_does_not_know_is_refused_by_name():
+    with pytest.raises(TypeError, match=r"a DuckDB connection \(duckdb\.connect\(\) or relserve\.duckdb\.connect\(\)\), got 'str'"):
+        relserve.duckdb.errors("my.db")

@@ -33,10 +33,10 @@ AnyExplain = StatementExplain | OperatorExplain | JoinExplain
 __all__ = ["Connection", "SiteExplain", "StatementExplain", "connect", "errors", "explain", "install", "sql"]
 
 
-def install(con: duckdb.DuckDBPyConnection, **defaults: Any) -> duckdb.DuckDBPyConnection:
+def install(con: AnyConnection, **defaults: Any) -> duckdb.DuckDBPyConnection:
     """Register the row-level LLM functions and ``llm_reduce`` / ``llm_topk`` (list form) on
     ``con`` and return it; the defaults are ``relserve.duckdb_ext.connections.install``'s."""
-    return operator_functions.install(install_functions(con, **defaults))
+    return operator_functions.install(install_functions(_duckdb_connection(con), **defaults))
 
 
 def sql(con: AnyConnection, query: str, params: Params = None, *, max_tokens_total: int | None = None,
@@ -93,13 +93,20 @@ def explain(con: AnyConnection, query: str, params: Params = None, *, analyze: b
 
 
 def _duckdb_connection(con: AnyConnection) -> duckdb.DuckDBPyConnection:
-    return con.con if isinstance(con, Connection) else con
+    """The DuckDB connection itself: a session belongs to it, never to ``connect``'s wrapper (a
+    second session there would replace the first's functions on the same connection)."""
+    con = con.con if isinstance(con, Connection) else con
+    if not isinstance(con, duckdb.DuckDBPyConnection):
+        raise TypeError("relserve.duckdb takes a DuckDB connection (duckdb.connect() or relserve.duckdb.connect()), "
+                        f"got {type(con).__name__!r}")
+    return con
 
 
-def errors(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
+def errors(con: AnyConnection) -> duckdb.DuckDBPyRelation:
     """Rows that got NULL because their call failed: since the last ``sql(con, ...)`` statement
     (or, for calls on the plain connection, since then), as a relation with the columns
     function, template, arguments (the placeholder values as JSON) and error."""
+    con = _duckdb_connection(con)
     session = session_of(con)
     with session.lock:
         items = list(session.failures)
