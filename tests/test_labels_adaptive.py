@@ -21,7 +21,7 @@ from relserve.labels.concept import Concept, concept_of, question_of
 from relserve.labels.decide import read
 from relserve.labels.interface import LabelContext
 from relserve.labels.layouts import Layout, LayoutRenderer, layouts_for
-from relserve.labels.mixture import fit_mixture
+from relserve.labels.mixture import Mixture, fit_mixture
 from relserve.planner.plan_and_run import run_call
 from relserve.relquery import RelQuery
 from relserve.results import RelQueryResult, RowResult
@@ -404,3 +404,21 @@ def test_a_join_layout_is_chosen_by_what_its_answer_tells_about_the_rows_not_by_
     # the pairs' own-against-rest margins cannot tell the two apart
     margins = [math.log(0.9 / 0.1)] * 12 + [math.log((0.1 / 3) / (1 - 0.1 / 3))] * 36
     assert mutual_information(margins) > 0.3
+
+
+@pytest.mark.parametrize("mix", [
+    Mixture(0.2, -3.0, 1.0, 4.0, 0.5, 0.0, 0.0),   # a narrow upper crowd: held at its mean, ties above it
+    Mixture(0.2, -1.0, 0.4, 1.5, 1.2, 0.0, 0.0),   # a wide upper crowd
+    Mixture(0.03, -1.0, 2.0, 0.5, 0.3, 0.0, 0.0),  # a crowd of few rows that the other outweighs at its mean
+    Mixture(0.97, -0.5, 0.3, 1.0, 2.0, 0.0, 0.0),
+])
+def test_the_posterior_rises_past_the_crowds_means_without_changing_an_answer(mix):
+    xs = [mix.low_mean - 12 + k * 0.01 for k in range(int((mix.high_mean - mix.low_mean + 24) / 0.01))]
+    ps = [mix.posterior(x) for x in xs]
+    assert all(a <= b for a, b in zip(ps, ps[1:]))  # never falls as the margin rises
+    # each answer as it was with the margin held between the means
+    held = [mix.posterior(min(max(x, mix.low_mean), mix.high_mean)) for x in xs]
+    assert [p > 0.5 for p in ps] == [p > 0.5 for p in held]
+    # past either mean, within a nat of it, no two margins 0.01 apart share a posterior
+    past = [p for x, p in zip(xs, ps) if mix.high_mean < x < mix.high_mean + 1 or mix.low_mean - 1 < x < mix.low_mean]
+    assert len(set(past)) == len(past)

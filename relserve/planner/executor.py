@@ -165,7 +165,8 @@ class CallExecutor:
         if self.call.scores and error is None and row.text in FILTER_CHOICES:
             # llm_score: the probability of "yes" is the answer (and what the result cache keeps)
             sure = row.confidence if row.confidence is not None else 1.0
-            row = replace(row, text=f"{sure if row.text == 'yes' else 1 - sure:.6f}")
+            # (every digit: rows near 0 or 1 differ past the sixth, and ORDER BY ranks them)
+            row = replace(row, text=repr(sure if row.text == 'yes' else 1 - sure))
         if error is None and row.text is not None:
             self._answers.append((self.rows.prompts[row.index], row.text))
             value, error = self.call.answer(row.text)
