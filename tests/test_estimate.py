@@ -240,3 +240,13 @@ async def test_rows_start_in_order_once_their_tokens_fit_and_a_row_that_never_fi
     assert started == ["a0", "b0", "a1"]
     assert day.spent_tokens == 110 and day.spent_prompt == 107 and day.reserved == 0
     assert a.allowance.tokens_message(400).startswith("budget exceeded: the tenant t's max_tokens_per_day 300 is reached (110")
+
+
+@pytest.mark.parametrize("function, options", [("llm_filter", {}), ("llm_classify", {"labels": ["a", "b", "c"]}),
+                                               ("llm_filter", {"method": "prior"})])
+def test_a_call_with_no_prompt_to_run_is_estimated_exactly_at_nothing(function, options):
+    # every row cached (or none can run): no first pass, no probe, and no note that one is guessed
+    from relserve.estimate.call_work import call_work
+
+    work = call_work(make_call(function, "Is {t} a delivery problem?", **options), [], None, model_id="m")
+    assert (work.exact, work.inexact, work.stages) == (True, [], [])

@@ -122,9 +122,9 @@ def call_work(
     ``prefix``: the shared prefix the executor warms before the rows ("" : none; the server's
     jobs warm none)."""
     plan = label_plan(call, prompts, values, engine, model_id, namespace)
+    if not prompts:  # nothing runs (every row cached, or none can run): no first pass nor probe either
+        return CallWork(plan.call, plan.method)
     work = CallWork(plan.call, plan.method, exact=not plan.inexact, inexact=list(plan.inexact))
-    if not prompts:
-        return work
     if prefix:
         warm = _prefix_ids(tokens, prefix, block_size)
         if warm:
