@@ -19,7 +19,7 @@ import psutil
 import pytest
 from conftest import TEST_ENGINE_OPTIONS
 from server_fixtures import running_server
-from waits import BoundedClient, exit_code_within, result_within, wait_until
+from waits import BoundedClient, exit_code_within, lines_within, result_within, wait_until
 
 from relserve import Engine, RelQuery
 from relserve.errors import EngineError
@@ -170,12 +170,11 @@ def test_sigterm_while_streaming_ends_the_stream_with_a_final_event_and_stops_cl
         with httpx.stream("POST", url + "/v1/relqueries", json=body, timeout=120) as r:
             assert r.status_code == 201
             lines = r.iter_lines()
-            events.append(json.loads(next(lines)))
+            events.extend(json.loads(line) for line in lines_within(lines, 120, "the stream's accepted event", count=1))
             assert events[0]["event"] == "accepted"
             proc.send_signal(signal.SIGTERM)
-            for line in lines:
-                if line.strip():
-                    events.append(json.loads(line))
+            rest = lines_within(lines, 120, "the stream of 30 rows to end after SIGTERM (its done event)")
+            events.extend(json.loads(line) for line in rest if line.strip())
         assert exit_code_within(proc, 30, "the server to stop after SIGTERM") == 0
     finally:
         if proc.poll() is None:
@@ -249,7 +248,8 @@ def test_a_stop_between_submit_and_the_first_engine_step_still_ends_the_stream(e
             body = {"template": "Write a long essay about {topic}.", "rows": _long_rows(6), "max_tokens": 64, "stream": "ndjson"}
             with httpx.stream("POST", srv.url + "/v1/relqueries", json=body, timeout=300) as r:
                 assert r.status_code == 201
-                events = [json.loads(line) for line in r.iter_lines() if line.strip()]
+                lines = lines_within(r.iter_lines(), 300, "the stream stopped before its first engine step to end")
+                events = [json.loads(line) for line in lines if line.strip()]
     finally:
         paused.close()
     assert events[0]["event"] == "accepted" and events[-1]["event"] == "done"

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from server_fixtures import running_server
-from waits import BoundedClient, Worker, finish_all, run_within, wait_until
+from waits import BoundedClient, Worker, finish_all, lines_within, returns_within, run_within, wait_until
 
 from relserve import RelQuery
 from relserve.planner.cache import ResultCache
@@ -148,7 +148,8 @@ def test_openai_completions_and_chat_are_the_engines_answers(engine, server):
 
     with httpx.stream("POST", server.url + "/v1/chat/completions", headers=h, timeout=60,
                       json={"messages": msgs, "max_tokens": 8, "temperature": 0, "stream": True}) as resp:
-        lines = [line for line in resp.iter_lines() if line.startswith("data: ")]
+        lines = [line for line in lines_within(resp.iter_lines(), 60, "the streamed chat completion to end")
+                 if line.startswith("data: ")]
     assert lines[-1] == "data: [DONE]"
     chunks = [json.loads(line[len("data: "):]) for line in lines[:-1]]
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == expected_chat
@@ -256,7 +257,7 @@ def test_sse_stream_has_every_row_with_the_engines_answers(engine, server):
     with httpx.stream("POST", server.url + "/v1/relqueries", headers={"Authorization": f"Bearer {KEY}"}, timeout=120,
                       json={"template": TEMPLATE, "rows": rows, "max_tokens": 6, "stream": "sse", "cache": False}) as r:
         assert r.headers["content-type"].startswith("text/event-stream")
-        text = r.read().decode()
+        text = returns_within(lambda: r.read().decode(), 120, "the SSE stream of 2 rows to end")
     events = [block for block in text.split("\n\n") if block.strip()]
     assert [b.split("\n")[0] for b in events] == ["event: accepted", "event: row", "event: row", "event: done"]
     got = sorted((d["index"], d["text"]) for d in (json.loads(b.split("\n")[1][len("data: "):]) for b in events[1:3]))

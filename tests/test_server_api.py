@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 from server_fixtures import FakeEngine, running_server
-from waits import BoundedClient, StillWaiting, wait_until
+from waits import BoundedClient, StillWaiting, lines_within, returns_within, wait_until
 
 from relserve.client import ServerError
 from relserve.errors import ConfigError
@@ -312,7 +312,7 @@ def test_filter_values_are_booleans_and_sse_stream_has_every_row(server):
     with httpx.stream("POST", server.url + "/v1/relqueries", headers={"Authorization": f"Bearer {ALICE}"},
                       json={"template": "Is {x} good?", "rows": [{"x": 1}, {"x": 2}], "function": "filter", "stream": "sse"}) as r:
         assert r.headers["content-type"].startswith("text/event-stream")
-        text = r.read().decode()
+        text = returns_within(lambda: r.read().decode(), 60, "the SSE stream of 2 filter rows to end")
     events = [block for block in text.split("\n\n") if block.strip()]
     names = [b.split("\n")[0] for b in events]
     assert names == ["event: accepted", "event: row", "event: row", "event: done"]
@@ -482,14 +482,14 @@ def test_job_token_and_stream_start_replies_are_exactly_this_json():
         assert BoundedClient(srv.url).status(rid).to_json() == described
         body = {"template": "Say {x}", "rows": rows[:1], "stream": "ndjson"}
         with httpx.stream("POST", srv.url + "/v1/relqueries", json=body, timeout=30) as s:
-            first = next(s.iter_lines())
+            (first,) = lines_within(s.iter_lines(), 30, "the relQuery stream's accepted event", count=1)
         sid = json.loads(first)["id"]
         assert first == json.dumps({"event": "accepted", "id": sid, "rows": 1, "cached_rows": 0, "engine_rows": 1})
         with httpx.stream("GET", srv.url + f"/v1/relqueries/{sid}/stream", timeout=30) as s:
-            assert next(s.iter_lines()) == json.dumps({"event": "accepted", "id": sid, "rows": 1, "engine_rows": 1})
+            assert lines_within(s.iter_lines(), 30, "the re-attached stream's accepted event", count=1)[0] == json.dumps({"event": "accepted", "id": sid, "rows": 1, "engine_rows": 1})
         cells = {"cells": [{"id": "A1", "template": "Say {x}", "args": ["p1"]}], "stream": True}
         with httpx.stream("POST", srv.url + "/v1/cells", json=cells, timeout=30) as s:
-            first, cell = list(s.iter_lines())[:2]
+            first, cell = lines_within(s.iter_lines(), 30, "the cell stream to end")[:2]
         assert first == json.dumps({"event": "batch", "id": json.loads(first)["id"], "cells": 1, "cached": 0, "engine_rows": 1})
         assert cell == json.dumps({"event": "cell", "id": "A1", "value": "echo: Say p1", "text": "echo: Say p1", "error": None,
                                    "cached": False})

@@ -8,15 +8,16 @@ import reprlib
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from relserve.client import Client, RemoteResult
+from relserve.client import Client, RelQueryStream, RemoteResult
 
 if TYPE_CHECKING:
     from relserve.call_fields import CallFields
     from relserve.relquery import RelQuery
-    from relserve.results import RelQueryResult
+    from relserve.replies import CellAnswer, JobDescription, StreamStart
+    from relserve.results import RelQueryResult, RowResult
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -128,6 +129,28 @@ def returns_within(call: Callable[[], T], timeout: float, what: str) -> T:
     return got[0]
 
 
+def lines_within(lines: Iterator[str], timeout: float, what: str, count: int | None = None) -> list[str]:
+    """The next ``count`` lines of a streamed response (``response.iter_lines()``; all of them,
+    until the server ends it, when None) read within ``timeout`` seconds; else fail naming
+    ``what`` and how many lines came (httpx's timeout bounds each read, not the stream)."""
+    got: list[str] = []
+
+    def read() -> None:
+        for line in lines:
+            got.append(line)
+            if count is not None and len(got) >= count:
+                return
+
+    worker = Worker(read, what=what)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        last = f", the last {reprlib.repr(got[-1])}" if got else ""
+        raise StillWaiting(timeout, f"{what} ({len(got)} line(s) came{last})")
+    worker.check_finished(timeout)
+    return got
+
+
 #: how long a test waits for one client call to return: well under pytest's 600 s, so a hang
 #: fails that test naming the relQuery, and its servers are torn down
 CLIENT_CALL_LIMIT_S = 180.0
@@ -153,6 +176,67 @@ class BoundedClient(Client):
         result = super().result
         what = f"relQuery {relquery_id} to finish (Client.result)"
         return returns_within(lambda: result(relquery_id, wait, timeout), self.limit, what)
+
+    def stream(self, template: str | None = None, rows: Sequence[Mapping[str, object]] | None = None,
+               call: CallFields | None = None, **options: object) -> BoundedStream:
+        stream = super().stream
+        what = f"the stream of {_relquery_named(template, rows, options)} (Client.stream)"
+        opened = returns_within(lambda: stream(template, rows, call, **options), self.limit, f"the first event of {what}")
+        return BoundedStream(opened, self.limit, what)
+
+    def stream_cells(self, cells: Sequence[Mapping[str, object]], **options: object) -> BoundedStream:
+        stream_cells = super().stream_cells
+        what = f"the stream of {len(cells)} cell(s) {reprlib.repr([c.get('id') for c in cells])} (Client.stream_cells)"
+        opened = returns_within(lambda: stream_cells(cells, **options), self.limit, f"the first event of {what}")
+        return BoundedStream(opened, self.limit, what)
+
+
+class BoundedStream:
+    """A ``RelQueryStream`` whose every event comes within ``limit`` seconds of the one before;
+    else the test fails naming the stream and how many of its rows came (the stream has no
+    limit of its own: it waits as long as the server keeps the connection open)."""
+
+    def __init__(self, stream: RelQueryStream, limit: float, what: str) -> None:
+        self.stream = stream
+        self.limit = limit
+        self.what = what
+
+    @property
+    def header(self) -> StreamStart:
+        return self.stream.header
+
+    @property
+    def id(self) -> str:
+        return self.stream.id
+
+    @property
+    def total(self) -> int:
+        return self.stream.total
+
+    @property
+    def done(self) -> JobDescription | None:
+        return self.stream.done
+
+    def __iter__(self) -> Iterator[RowResult | CellAnswer]:
+        events = iter(self.stream)
+        came = 0
+        while True:
+            what = (f"event {came + 1} of {self.what}: {came} of {self.total} row(s) came, "
+                    "then neither a row nor the done event")
+            got = returns_within(lambda: next(events, None), self.limit, what)
+            if got is None:  # the done event came: the stream ended
+                return
+            came += 1
+            yield got
+
+    def close(self) -> None:
+        self.stream.close()
+
+    def __enter__(self) -> BoundedStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _relquery_named(template: str | None, rows: Sequence[object] | None, options: Mapping[str, object]) -> str:
