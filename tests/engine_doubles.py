@@ -86,8 +86,8 @@ class _Handle:
     def cancel(self) -> None:
         self.cancelled = True
 
-    def result(self) -> _Result:
-        return self._result
+    def result(self, timeout: float | None = None) -> _Result:
+        return self._result  # answered when submitted: ready within any limit, as a real handle's would be
 
 
 def _scored_row(index: int, answer: str, rq: Any, prompt_tokens: int, cached: int) -> RowResult:
@@ -275,7 +275,8 @@ class _RecordingHandle:
         prior = None
         if self._probes is not None:
             # contextual calibration's prior: each label's probability averaged over the probes
-            probe_rows = self._probes.result().rows
+            # (within the limit the caller gave the rows: a probe that hangs fails that wait too)
+            probe_rows = self._probes.result(*args, **kwargs).rows
             labels = list(probe_rows[0].label_logprobs)
             mean = {lab: sum(math.exp(r.label_logprobs[lab]) for r in probe_rows) for lab in labels}
             prior = {lab: m / sum(mean.values()) for lab, m in mean.items()}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from engine_doubles import ScriptedEngine, TenantAwareEngine
+from waits import result_within
 
 from relserve.functions import make_call
 from relserve.labels.bootstrap import (
@@ -186,7 +187,7 @@ def test_a_tenants_first_pass_runs_in_its_own_prefix_cache_namespace():
     call = make_call("llm_filter", "Is {r} good, as alice?", method="bootstrap")
     plan = plan_call(call, [[f"row {i}" for i in range(20)]], model_id="m", cache=None, optimize=False)
     ex = CallExecutor(PlannedRows.of(plan, None), model_id="m")
-    ex.submit(engine_for_tenant(eng, alice)).result()
+    result_within(ex.submit(engine_for_tenant(eng, alice)), 60, "alice's 20-row filter on the double")
     assert ex.label_method == "bootstrap" and len(eng.first_passes) == 1 and len(eng.submitted) == 1
     assert eng.tenancies == [alice, alice]
 

@@ -12,6 +12,7 @@ import random
 import pytest
 from engine_doubles import ScriptedEngine
 from label_doubles import MarginEngine, strong_engine
+from waits import result_within
 
 from relserve.engine.handle import RelQueryHandle
 from relserve.functions import make_call
@@ -197,7 +198,7 @@ def test_a_run_reports_its_choice_and_reading():
     request = run.request()
     assert len(request.prompts) == 60 and request.answered == {} and request.engine_index is None
     res = eng.submit(RelQuery.from_prompts(request.prompts, **{**call.engine_options(), **request.options}))
-    decided = run.decide(res.result().rows)
+    decided = run.decide(result_within(res, 60, "the 60 rows' relQuery on the double").rows)
     assert [r.text for r in decided] == ["yes" if i % 5 == 0 else "no" for i in range(60)]
     assert all(r.confidence > 0.99 for r in decided)
     rep = run.report
@@ -310,7 +311,7 @@ def _decide_part(eng, call, rows: list[str], part: list[int], scope) -> tuple[li
     run = AdaptiveRun(LabelContext(call, eng, "m", prompts, values, None, call.engine_options(), part, scope))
     request = run.request()
     res = eng.submit(RelQuery.from_prompts(request.prompts, **{**call.engine_options(), **request.options}))
-    return [r.text for r in run.decide(res.result().rows)], run
+    return [r.text for r in run.decide(result_within(res, 60, "a cascade part's relQuery on the double").rows)], run
 
 
 def test_a_cascades_parts_are_chosen_from_the_whole_and_decided_with_its_samples_reading():
@@ -358,11 +359,11 @@ def test_a_small_relquery_whose_first_pass_lost_a_row_is_scored_again_whole():
             if not rq.rel_id.startswith(adaptive.FIRST_PASS_PREFIX):
                 return handle
             rows = [RowResult(r.index, error="engine error") if "story 4" in str(rq.render()[r.index]) else r
-                    for r in handle.result().rows]
+                    for r in result_within(handle, 60, "the first pass on the double").rows]
             out = RelQueryHandle(rq.rel_id, len(rows), rq.on_error, lambda: None)
             for r in rows:
                 out.row_done(r)
-            out.finish(RelQueryResult(rows, handle.result().stats))
+            out.finish(RelQueryResult(rows, result_within(handle, 60, "the first pass on the double").stats))
             return out
 
     eng = OneRowFails(_strong_engine({"sports story"}).margin)
