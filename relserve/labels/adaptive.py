@@ -253,9 +253,6 @@ class AdaptiveRun(LabelRun):
     def report(self) -> AdaptiveReport | None:
         return self._report
 
-    def warning(self, function: str, template: str) -> str | None:
-        return self._report.warning(function, template) if self._report is not None else None
-
     # -- before the relQuery runs ------------------------------------------------------------
 
     def request(self) -> LabelRequest:

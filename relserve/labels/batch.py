@@ -71,6 +71,3 @@ class BatchRun(LabelRun):
     @property
     def report(self) -> AnswerSpread:
         return self.spread
-
-    def warning(self, function: str, template: str) -> str | None:
-        return self.spread.warning(function, template)

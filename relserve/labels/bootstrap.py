@@ -300,6 +300,3 @@ class BootstrapRun(LabelRun):
     @property
     def report(self):
         return self._batch.report if self._batch is not None else None
-
-    def warning(self, function: str, template: str) -> str | None:
-        return self._batch.warning(function, template) if self._batch is not None else None

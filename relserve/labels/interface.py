@@ -24,7 +24,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
@@ -93,6 +93,13 @@ class LabelRequest:
     scored: Mapping[int, RowResult] = field(default_factory=dict)
 
 
+class LabelReport(Protocol):
+    """What a method learned about a relQuery (EXPLAIN ANALYZE), and whether its answers are guesses."""
+
+    def warning(self, function: str, template: str) -> str | None:
+        """Why the answers are close to guesses, naming what to check (None: they are not)."""
+
+
 class LabelRun(ABC):
     """One relQuery's labels under one method, from its request to each row's decision."""
 
@@ -126,14 +133,15 @@ class LabelRun(ABC):
         """
 
     @property
-    def report(self) -> Any:
+    def report(self) -> LabelReport | None:
         """What the method learned about this relQuery, for EXPLAIN ANALYZE (None: nothing)."""
         return None
 
     def warning(self, function: str, template: str) -> str | None:
         """Why this relQuery's answers are close to guesses, naming what to check (None: they
-        are not, or the method cannot tell)."""
-        return None
+        are not, or the method cannot tell): its report's word on it."""
+        report = self.report
+        return report.warning(function, template) if report is not None else None
 
 
 def probabilities(scores: Mapping[str, float]) -> dict[str, float]:

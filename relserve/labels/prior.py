@@ -158,6 +158,3 @@ class PriorRun(LabelRun):
     @property
     def report(self) -> AnswerSpread:
         return self.spread
-
-    def warning(self, function: str, template: str) -> str | None:
-        return self.spread.warning(function, template)

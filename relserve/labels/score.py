@@ -36,6 +36,3 @@ class ScoreRun(LabelRun):
     @property
     def report(self) -> AnswerSpread:
         return self.spread
-
-    def warning(self, function: str, template: str) -> str | None:
-        return self.spread.warning(function, template)

@@ -22,7 +22,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from relserve import paths
@@ -121,16 +121,26 @@ class ResultCache:
                     found[i] = hit
                 else:
                     where.setdefault(k, []).append(i)
-            # sorted keys walk the B-tree in order: about twice as fast as random order
-            distinct = sorted(where)
-            for start in range(0, len(distinct), _BATCH):
-                batch = distinct[start : start + _BATCH]
-                marks = ",".join("?" * len(batch))
-                for key, answer in self._db.execute(f"SELECT key, answer FROM results WHERE key IN ({marks})", batch):
-                    for i in where[key]:
-                        found[i] = answer
-                    self._remember(key, answer)
+            for key, answer in self._select("answer", "results", where):
+                for i in where[key]:
+                    found[i] = answer
+                self._remember(key, answer)
         return found
+
+    def _select(self, column: str, table: str, keys: Iterable[bytes]) -> Iterator[tuple[bytes, str]]:
+        """(key, ``column``) of the rows of ``table`` whose key is among ``keys``, in batches of
+        bound parameters (the caller holds the lock)."""
+        # sorted keys walk the B-tree in order: about twice as fast as random order
+        distinct = sorted(keys)
+        for start in range(0, len(distinct), _BATCH):
+            batch = distinct[start : start + _BATCH]
+            marks = ",".join("?" * len(batch))
+            yield from self._db.execute(f"SELECT key, {column} FROM {table} WHERE key IN ({marks})", batch)
+
+    def _has_guesses(self) -> bool:
+        """Whether any answer is stored with a warning (the caller holds the lock): when none is,
+        as usual, reads and writes skip the guesses table."""
+        return self._db.execute("SELECT 1 FROM guesses LIMIT 1").fetchone() is not None
 
     def put_many(self, model_id: str, settings: Mapping[str, object], items: Iterable[tuple[str, str]],
                  *, warning: str | None = None) -> int:
@@ -149,7 +159,7 @@ class ResultCache:
                 if warning is not None:
                     self._db.executemany("INSERT OR REPLACE INTO guesses VALUES (?, ?, ?)",
                                          [(k, model_id, warning) for k in keys])
-                else:  # an answer stored again without a warning no longer carries the old one
+                elif self._has_guesses():  # an answer stored again without a warning loses the old one
                     self._db.executemany("DELETE FROM guesses WHERE key = ?", [(k,) for k in keys])
                 self._db.execute("COMMIT")
             except BaseException:
@@ -162,20 +172,21 @@ class ResultCache:
     def warnings_of(self, model_id: str, settings: Mapping[str, object], prompts: Sequence[str]) -> dict[int, str]:
         """The warnings stored with these prompts' answers, by position in ``prompts`` (prompts
         whose answers came with none, or are not cached, are left out)."""
-        keys = _keys(model_id, settings, prompts)
-        where: dict[bytes, list[int]] = {}
-        for i, k in enumerate(keys):
-            where.setdefault(k, []).append(i)
         found: dict[int, str] = {}
-        distinct = sorted(where)
         with self._lock:
-            for start in range(0, len(distinct), _BATCH):
-                batch = distinct[start : start + _BATCH]
-                marks = ",".join("?" * len(batch))
-                for key, warning in self._db.execute(f"SELECT key, warning FROM guesses WHERE key IN ({marks})", batch):
-                    for i in where[key]:
-                        found[i] = warning
+            if not self._has_guesses():
+                return found
+            where: dict[bytes, list[int]] = {}
+            for i, k in enumerate(_keys(model_id, settings, prompts)):
+                where.setdefault(k, []).append(i)
+            for key, warning in self._select("warning", "guesses", where):
+                for i in where[key]:
+                    found[i] = warning
         return found
+
+    def cached_warning(self, model_id: str, settings: Mapping[str, object], prompts: Sequence[str]) -> str | None:
+        """What to say of these prompts' cached answers: ``repeated_warning`` of theirs."""
+        return repeated_warning(self.warnings_of(model_id, settings, prompts))
 
     def scoped(self, **extra: object) -> ResultCache | CacheView:
         """A view whose keys also hold ``extra`` (entries that are None are left out, so
@@ -251,6 +262,9 @@ class CacheView:
 
     def warnings_of(self, model_id: str, settings: Mapping[str, object], prompts: Sequence[str]) -> dict[int, str]:
         return self.cache.warnings_of(model_id, self._settings(settings), prompts)
+
+    def cached_warning(self, model_id: str, settings: Mapping[str, object], prompts: Sequence[str]) -> str | None:
+        return self.cache.cached_warning(model_id, self._settings(settings), prompts)
 
 
 _shared: dict[Path, ResultCache] = {}

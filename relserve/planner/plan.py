@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from relserve.errors import RowError
 from relserve.functions import LLMCall
 from relserve.labels.bootstrap import shaped_for
-from relserve.planner.cache import ResultCache, repeated_warning
+from relserve.planner.cache import ResultCache
 from relserve.planner.ggr import ggr, sort_rows
 from relserve.prompt_rendering import (
     DistinctRows,
@@ -166,9 +166,7 @@ def plan_rows(
     cached_warning = None
     if cached:
         # answers a label method warned about say so again when they come from the cache
-        hits = sorted(cached)
-        stored = cache.warnings_of(model_id, call.sampling_settings(), [prompts[p] for p in hits])
-        cached_warning = repeated_warning(stored)
+        cached_warning = cache.cached_warning(model_id, call.sampling_settings(), [prompts[p] for p in cached])
 
     if fields_reordered:
         seen: set[int] = set()

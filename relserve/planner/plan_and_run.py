@@ -18,7 +18,7 @@ from relserve.errors import LabelWarning, RowError
 from relserve.estimate.budgeted import call_allowance
 from relserve.functions import LLMCall
 from relserve.labels.keys import namespace_of
-from relserve.planner.cache import ResultCache, repeated_warning, shared_cache
+from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.executor import CallExecutor
 from relserve.planner.explain import Analyzed, Explain, describe_labels, explain_plan
@@ -209,9 +209,7 @@ def cached_values(
     hits = cache.get_many(model_id, call.sampling_settings(), prompts)
     if hits:
         # answers a label method warned about say so again when they come from the cache
-        found = sorted(hits)
-        stored = cache.warnings_of(model_id, call.sampling_settings(), [prompts[j] for j in found])
-        warning = repeated_warning(stored)
+        warning = cache.cached_warning(model_id, call.sampling_settings(), [prompts[j] for j in hits])
         if warning is not None:
             warnings.warn(warning, LabelWarning, stacklevel=2)
     return {runnable[j]: call.answer(text) for j, text in hits.items()}
