@@ -19,7 +19,7 @@ from relserve.functions import make_call
 from relserve.labels import adaptive
 from relserve.labels.adaptive import AdaptiveRun, mutual_information
 from relserve.labels.concept import Concept, concept_of, question_of
-from relserve.labels.decide import read
+from relserve.labels.decide import FEW_ROWS, read
 from relserve.labels.interface import LabelContext
 from relserve.labels.layouts import Layout, LayoutRenderer, layouts_for
 from relserve.labels.mixture import Mixture, fit_mixture
@@ -249,12 +249,41 @@ def test_a_few_margins_are_read_as_two_crowds_only_across_a_wide_gap():
 
 
 @pytest.mark.parametrize("share", [0.0, 1.0])
-def test_a_strong_model_that_answers_every_row_alike_is_taken_at_its_word(share):
+def test_a_strong_model_that_answers_every_row_alike_is_taken_at_its_word_and_the_user_told(share):
+    """Every row sure of one answer: the answers stand, and the warning says they are all one (a
+    135M model answered "no" for all 100 beer reviews asked "Is this beer a stout?", 7 of which
+    were stouts, and the filter kept none without a word)."""
     rows = [f"story {i}" for i in range(40)]
     eng = strong_engine(lambda text: share == 1.0)
-    out = run_call(make_call("llm_filter", "Is this news article about sports? Article: {a}", method="adaptive"), [rows],
-                   engine=eng, cache=False, progress=False)
-    assert out.values == [share == 1.0] * 40 and out.warning is None
+    template = "Is this news article about sports? Article: {a}"
+    out = run_call(make_call("llm_filter", template, method="adaptive"), [rows], engine=eng, cache=False, progress=False)
+    assert out.values == [share == 1.0] * 40
+    answer = "yes" if share == 1.0 else "no"
+    assert out.warning is not None and out.warning.startswith(
+        f"llm_filter({template!r}): the model answered {answer!r} for every one of the 40 rows it scored for this call, "
+        "sure of each (layout ")
+    assert "rank by llm_score(...)" in out.warning
+
+
+def test_a_classify_whose_rows_all_get_one_label_names_that_label():
+    rows = [f"story {i}" for i in range(20)]
+    call = make_call("llm_classify", "Which kind is it? {a}", labels=["sport", "rest"], method="adaptive")
+    out = run_call(call, [rows], engine=strong_engine(lambda text: False), cache=False, progress=False)
+    assert out.values == ["rest"] * 20
+    assert "the model answered 'rest' for every one of the 20 rows" in out.warning
+
+
+def test_rows_all_alike_are_told_once_the_call_has_read_enough_of_them():
+    """Under ``FEW_ROWS`` rows nothing is said (a few rows alike are no news); a call run a row at a
+    time says it once, with the row that brings its reading to that many, not on every later row."""
+    call = make_call("llm_filter", "Is this news article about sports? Article: {a}", method="adaptive")
+    eng = strong_engine(lambda text: False)
+    few = run_call(call, [[f"story {i}" for i in range(FEW_ROWS - 1)]], engine=eng, cache=False, progress=False)
+    assert few.values == [False] * (FEW_ROWS - 1) and few.warning is None
+    adaptive.forget()
+    warned = [run_call(call, [[f"row {i}"]], engine=eng, cache=False, progress=False).warning is not None
+              for i in range(FEW_ROWS + 4)]
+    assert warned == [False] * (FEW_ROWS - 1) + [True] + [False] * 4
 
 
 def test_a_question_about_a_rows_own_value_scores_every_value_of_it():

@@ -38,7 +38,7 @@ from functools import cached_property
 from relserve.backend.protocol import Backend
 from relserve.functions import LLMCall
 from relserve.labels.bootstrap import sample_indices
-from relserve.labels.decide import WEAK_SHARE, Reading, posteriors, read
+from relserve.labels.decide import FEW_ROWS, WEAK_SHARE, Reading, posteriors, read
 from relserve.labels.information import categorical_information, mutual_information
 from relserve.labels.interface import LabelContext, LabelRequest, LabelRun
 from relserve.labels.keys import call_key
@@ -102,13 +102,28 @@ class AdaptiveReport:
     first_pass: bool
     #: the answer the upper crowd stands for ("yes", or the first word of the layout)
     first: str = "yes"
+    #: the call's own answers, first and second (a filter's "yes" and "no")
+    own: tuple[str, str] = ("yes", "no")
+    #: this relQuery's own rows (the reading may pool the call's earlier ones)
+    rows: int = 0
 
     @property
     def guessing(self) -> bool:
         """Whether the answers are close to guesses: the model does not separate the rows."""
         return not self.reading.separates
 
+    @property
+    def all_alike(self) -> bool:
+        """Whether every row got one answer, read from enough rows to say so once: a relQuery of
+        ``FEW_ROWS`` rows, or the one whose rows first brought the call's reading to that many (so a
+        call run row by row says it once, not on every row)."""
+        reading = self.reading
+        return (reading.rule == "all alike" and reading.rows >= FEW_ROWS
+                and (self.rows >= FEW_ROWS or reading.rows - self.rows < FEW_ROWS))
+
     def warning(self, function: str, template: str) -> str | None:
+        if self.all_alike:
+            return self._all_alike_warning(function, template)
         if not self.guessing:
             return None
         first = self.first
@@ -122,6 +137,17 @@ class AdaptiveReport:
                 f"{self.choice.information:.3f} nats); the answers near that boundary are close to guesses. Check a "
                 "sample of the answers by hand, rank by llm_score(...) and choose your own cut, name what the question "
                 "asks about more plainly (\"Is this review about sports?\"), or use a larger model.")
+
+    def _all_alike_warning(self, function: str, template: str) -> str:
+        # A strong model may rightly answer every row alike, but a small one does it for rows it
+        # cannot tell apart (100 beer reviews, 7 of them stouts: "no" for all, none kept): the
+        # answers stand as the model gave them, and the user is told that they are all one.
+        answer = self.own[0] if self.reading.prior >= 0.5 else self.own[1]
+        return (f"{function}({template!r}): the model answered {answer!r} for every one of the {self.reading.rows} "
+                f"rows it scored for this call, sure of each (layout {self.choice.layout.name!r}, information "
+                f"{self.choice.information:.3f} nats). If some rows should get another answer, check a sample by hand, "
+                "rank by llm_score(...) and choose your own cut, name what the question asks about more plainly, or "
+                "use a larger model.")
 
 
 @dataclass(frozen=True)
@@ -407,7 +433,8 @@ class AdaptiveRun(LabelRun):
         else:
             reading, ps = self._read_with_pool(pool_key, ms)
         self._report = AdaptiveReport(self.choice, reading, self._first_pass,
-                                      own[0] if layout.column is not None else layout.labels[0])
+                                      own[0] if layout.column is not None else layout.labels[0],
+                                      (own[0], own[1]), len(rows))
         out = []
         for r, p in zip(rows, ps):
             first = p > 0.5
