@@ -180,6 +180,19 @@ def test_llm_count_tokens_counts_each_functions_prompt_without_an_engine():
     assert [e[3] for e in errors] == [f"llm_{f}: placeholder {{review}} is NULL in this row" for f in ("map", "filter", "classify")]
 
 
+def test_llm_count_tokens_without_values_names_itself_and_whose_prompt_it_counts():
+    con = duckdb.connect()
+    relserve.duckdb.install(con)
+    con.execute("CREATE TABLE r AS SELECT 'Great film' AS review")
+    with pytest.raises(duckdb.Error) as got:
+        con.sql("SELECT llm_count_tokens('Say {review}') FROM r").fetchall()
+    assert ("TemplateError: llm_count_tokens (counting llm_map's prompt): llm_map got no values for its template's "
+            "placeholders; pass them after the template, e.g. llm_map('Summarize {review}', review)") in str(got.value)
+    with pytest.raises(duckdb.Error, match=r"llm_count_tokens \(counting llm_classify's prompt\): llm_classify\(template, "
+                       r"labels, value, \.\.\.\) needs its labels"):
+        con.sql("SELECT llm_count_tokens('llm_classify', 'Tone: {review}') FROM r").fetchall()
+
+
 def test_a_statements_estimate_replays_a_site_after_the_filter_it_waits_for(monkeypatch):
     from relserve.backend import registry
 

@@ -22,6 +22,7 @@ from relserve.duckdb_ext.arguments import decode_chunk
 from relserve.duckdb_ext.remote import HttpRunner
 from relserve.duckdb_ext.session import LocalRunner, Session
 from relserve.duckdb_ext.udf import settle_chunk_errors
+from relserve.errors import RelServeError
 from relserve.estimate.prompt_tokens import count_row_tokens, prompt_tokenizer
 from relserve.functions import FUNCTIONS, LLM_MAP, LLMCall, LLMFunction
 from relserve.planner.engine_ref import EngineRef
@@ -37,7 +38,11 @@ class CountTokens:
 
     def __call__(self, *arrays: pa.Array) -> pa.Array:
         fn, arrays = _function_of(list(arrays))
-        chunk = decode_chunk(fn, arrays, self.session.defaults)
+        try:
+            chunk = decode_chunk(fn, arrays, self.session.defaults)
+        except RelServeError as e:
+            # the arguments are the counted function's own: say whose prompt was being counted
+            raise type(e)(f"{NAME} (counting {fn.name}'s prompt): {e}") from None
         settle_chunk_errors(fn, chunk, self.session, f"{NAME}: ")
         out: list[int | None] = [None] * chunk.size
         for group in chunk.groups:
