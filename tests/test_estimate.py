@@ -12,12 +12,13 @@ from waits import StillWaiting
 
 import relserve.duckdb
 from relserve import answer_lengths
+from relserve.block_hashes import block_hashes
 from relserve.budget import Allowance, Budget, refusal
 from relserve.engine.queued import QueuedRelQuery, QueuedRequest
 from relserve.errors import ConfigError
 from relserve.estimate import selectivity
 from relserve.estimate.call_work import RelQueryWork
-from relserve.estimate.snapshot import background_of
+from relserve.estimate.snapshot import background_of, resumed
 from relserve.estimate.timing import Chain, Machine, replay
 from relserve.functions import make_call
 from relserve.policy import CostModel, Limits, PolicySettings
@@ -69,6 +70,34 @@ def test_a_running_request_resumes_after_what_it_computed_and_answered():
     # what it answered is part of its context now; 12 expected answer tokens, 5 given: 7 to go
     assert q.prompt_tokens == (105, 40) and q.output_tokens == (7, 12)
     assert b.cached == [q.hashes[0][:6]]  # its 6 full blocks of 16 are in the cache; the waiting one has none
+
+
+def test_a_decoding_request_resumes_from_its_last_whole_block_with_its_answer_cached():
+    prompt = list(range(100))
+    decoding = QueuedRequest(prompt, computed=139, generated=40, running=True)  # all but its newest token
+    length, hashes, cached = resumed(decoding, 0, 16)
+    # 139 tokens computed: 8 whole blocks (6 of the prompt, 2 of prompt tail and answer), cached;
+    # the replay computes one token from there, as the engine's next decode step does
+    assert (length, cached) == (8 * 16 + 1, 8)
+    assert hashes[:6] == block_hashes(prompt, 16) and len(hashes) == 8
+    again, other = resumed(decoding, 0, 16)[1], resumed(decoding, 1, 16)[1]
+    assert again == hashes and set(other[6:]).isdisjoint(hashes[6:])  # the same each time, each request's own
+    # still (re)computing its prompt and answer: the rest of it is computed, after its whole blocks
+    assert resumed(QueuedRequest(prompt, computed=70, generated=40, running=True), 0, 16)[::2] == (140, 4)
+    assert resumed(QueuedRequest(prompt, computed=0, generated=3), 0, 16)[::2] == (103, 0)  # waiting
+
+
+def test_the_replay_computes_one_token_per_decoding_request_before_the_call():
+    running = [QueuedRequest(list(range(5000 + r * 100, 5090 + r * 100)), computed=119, generated=30, running=True)
+               for r in range(16)]
+    queued = [QueuedRelQuery("decoding", 99.0, max_tokens=32, requests=running)]
+    behind = background_of(queued, now=100.0, block_size=16, answer_tokens=lambda q, n: [31] * n)
+    assert behind.relqueries[0].output_tokens == (1,) * 16
+    call = [Chain("c", [[rows_work(4)]])]
+    alone, now = replay(call, MACHINE), replay(call, MACHINE, behind)
+    # the 16 requests answer their last token; nothing of their prompts or answers is computed again
+    assert now.prefill_tokens - now.cached_tokens == alone.prefill_tokens - alone.cached_tokens + 16
+    assert now.chains["c"].seconds < alone.chains["c"].seconds + 0.2
 
 
 def test_an_allowance_holds_every_budget_of_its_chain():
