@@ -16,7 +16,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from relserve.engine.backend_base import BackendBase, finished_result
 from relserve.engine.cpu_libs import preload_for, preloaded
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_scoring import LabelTrie, asks, pick
+from relserve.engine.prefix_lookup import CachedPrefixAsk, CachedPrefixReply
 from relserve.engine.queued import QueuedRelQuery, QueuedRequest
 from relserve.engine.request_meta import RequestMeta
 from relserve.engine.row_gate import RowGate
@@ -355,6 +356,17 @@ class Engine(BackendBase):
             out.append(QueuedRelQuery(rq.rel_id, running.arrival, 1 if rq.score_labels else rq.max_tokens, rq.call_key or "",
                                       running.tenant, rq.priority, rq.score_labels, requests))
         return out
+
+    def cached_prefix_tokens(self, prompts: Sequence[Sequence[int]], salt: str | None = None) -> list[int]:
+        """Per prompt (token ids), how many of its leading tokens vLLM's prefix cache holds now:
+        whole blocks, at most all but its last token, as a request arriving now would find them
+        (in the prefix-cache namespace of ``salt``). One RPC for all of them; zeros without the
+        plug-in (``vllm``) or with prefix caching off (relserve/engine/prefix_lookup.py)."""
+        if not prompts or not self.uses_plugin:
+            return [0] * len(prompts)
+        ask = CachedPrefixAsk(prompts=[list(p) for p in prompts], salt=salt)
+        reply = self._call(self._llm.engine_core.call_utility_async("relserve_rpc", "cached_prefix", ask.model_dump_json()))
+        return CachedPrefixReply.model_validate_json(reply).tokens
 
     def reset_scheduler_stats(self) -> None:
         self._call(self._rpc("reset_stats", {}))

@@ -37,6 +37,7 @@ from vllm.v1.core.sched.request_queue import create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
+from relserve.engine.prefix_lookup import CachedPrefixAsk, cached_prefix_tokens
 from relserve.engine.request_meta import RequestMeta
 from relserve.engine.scheduler_stats import SchedulerStats
 from relserve.engine.step_record import RelQueryCounts, StepRecord
@@ -465,6 +466,10 @@ def _install_rpc() -> None:
         scheduler = self.scheduler
         if not isinstance(scheduler, RelServeScheduler):
             raise RuntimeError("the engine does not run the relserve scheduler")
+        if command == "cached_prefix":
+            # hashed by the engine core's own block hasher, as its requests are
+            ask = CachedPrefixAsk.model_validate_json(payload_json)
+            return cached_prefix_tokens(scheduler.kv_cache_manager, self.request_block_hasher, ask).model_dump_json()
         return json.dumps(scheduler.relserve_rpc(command, json.loads(payload_json or "{}")))
 
     EngineCore.relserve_rpc = relserve_rpc  # type: ignore[attr-defined]

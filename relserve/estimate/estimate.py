@@ -1,5 +1,6 @@
 """A call's estimate before it runs: the engine's prompt tokens, the most answer tokens, and its
-seconds alone on an idle engine and behind what the engine holds now (issue 47).
+seconds alone on an idle engine and behind what the engine holds now (issue 47). Both replays
+start with the prompt blocks the engine's prefix cache holds now (relserve/estimate/prefix_cache.py).
 
     est = estimate_call(call, prompts, engine=engine, model_id=engine.model_id)
     est.prompt_tokens, est.idle_s, est.now_s
@@ -18,6 +19,7 @@ from typing import Any
 
 from relserve import answer_lengths
 from relserve.estimate.call_work import CallWork, call_work
+from relserve.estimate.prefix_cache import PrefixLookup, cached_prompts, prefix_lookup
 from relserve.estimate.prompt_tokens import PromptTokenizer, prompt_tokenizer
 from relserve.estimate.snapshot import Background, QueuedRelQuery, background_of
 from relserve.estimate.timing import Chain, Machine, SimulationError, machine_of, replay
@@ -44,6 +46,8 @@ class CallEstimate:
     idle_s: float | None
     #: seconds behind the work the engine holds now (None: no engine to ask, or it cannot tell)
     now_s: float | None
+    #: of the prompt tokens, those the engine's prefix cache holds now (from earlier work)
+    engine_cached_tokens: int = 0
     #: the engine's work the "now" figure waits behind
     queued_relqueries: int = 0
     queued_requests: int = 0
@@ -80,9 +84,11 @@ class CallEstimate:
         count = "the engine's count" if self.exact else "estimated: " + "; ".join(self.inexact)
         learned = ("labels scored: one answer token per request" if self.scored else
                    "answer lengths learned from its earlier rows" if self.lengths_learned else "answers of max_tokens assumed")
+        held = (f" and the {self.engine_cached_tokens:,} the engine's prefix cache holds now" if self.engine_cached_tokens
+                else "")
         out = [
             f"  engine prompt tokens  {self.prompt_tokens:>10,}   ({count}; {self.computed_prompt_tokens:,} computed after "
-            f"prefix sharing; {self.engine_rows:,} rows in {self.relqueries} relQuer{'y' if self.relqueries == 1 else 'ies'})",
+            f"prefix sharing{held}; {self.engine_rows:,} rows in {self.relqueries} relQuer{'y' if self.relqueries == 1 else 'ies'})",
             f"  most answer tokens    {self.most_answer_tokens:>10,}   (about {self.expected_answer_tokens:,} expected; "
             f"prompt + answer at most: {self.most_tokens:,})",
         ]
@@ -116,13 +122,15 @@ class EngineView:
     background: Background | None
     queued: int = 0
     taken_at: float = 0.0
+    #: how to ask the engine what its prefix cache holds of a call's prompts (None: it cannot tell)
+    prefix_lookup: PrefixLookup | None = None
 
 
 def engine_view(engine, model_id: str) -> EngineView:
     """``engine``'s machine and its queue now (None: an engine not started: nothing queued)."""
     queued_fn = getattr(engine, "queued", None) if engine is not None else None
     if queued_fn is None:
-        return EngineView(machine_of(engine, model_id), None)
+        return EngineView(machine_of(engine, model_id), None, prefix_lookup=prefix_lookup(engine))
     now = time.monotonic()
     queued: list[QueuedRelQuery] = queued_fn()
     machine = machine_of(engine, model_id)  # after the queue: with the gap between steps it measured
@@ -130,7 +138,8 @@ def engine_view(engine, model_id: str) -> EngineView:
     def lengths(q: QueuedRelQuery, n: int) -> list[int] | None:
         return answer_lengths.spread(q.tenant, model_id, q.call_key, n)
 
-    return EngineView(machine, background_of(queued, now, machine.limits.block_size, lengths), len(queued), now)
+    return EngineView(machine, background_of(queued, now, machine.limits.block_size, lengths), len(queued), now,
+                      prefix_lookup(engine))
 
 
 def work_of(call: LLMCall, prompts: Sequence[str], *, engine, model_id: str, values: Sequence[tuple] | None = None,
@@ -170,9 +179,11 @@ def estimate_work(work: CallWork, *, engine, model_id: str, view: EngineView | N
     if not work.stages:
         return CallEstimate(computed_prompt_tokens=0, idle_s=0.0, now_s=None if view.background is None else 0.0, **base)
     chain = Chain("call", work.stages)
+    held = cached_prompts(view.prefix_lookup, work.relqueries, m.limits.block_size)
+    base["engine_cached_tokens"] = held.tokens
     try:
-        alone = replay([chain], m)
-        now = replay([chain], m, view.background) if view.background is not None else None
+        alone = replay([chain], m, cached=held.blocks)
+        now = replay([chain], m, view.background, held.blocks) if view.background is not None else None
     except SimulationError as e:
         return CallEstimate(computed_prompt_tokens=work.prompt_tokens, idle_s=None, now_s=None, problem=str(e), **base)
     stages = tuple((", ".join(w.kind for w in stage), end) for stage, end in zip(work.stages, alone.chains["call"].stage_ends))

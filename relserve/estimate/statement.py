@@ -5,7 +5,8 @@ statement in collection passes: relserve/duckdb_ext/planned.py).
 A site that waits for a filter sees only the rows the filter keeps, which is not known before the
 filter runs: its seconds are replayed over the share of rows the filter kept in its earlier
 relQueries (``selectivity``; half before any), its tokens stay the upper bound EXPLAIN counts
-(every row let through).
+(every row let through). Both replays start with the prompt blocks the engine's prefix cache
+holds now (relserve/estimate/prefix_cache.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from relserve.estimate.call_work import ROWS, CallWork, RelQueryWork
 from relserve.estimate.estimate import EngineView
+from relserve.estimate.prefix_cache import cached_prompts
 from relserve.estimate.timing import Chain, SimulationError, replay
 from relserve.labels.bootstrap import sample_indices
 
@@ -97,9 +99,11 @@ def estimate_statement(sites: Sequence[SiteWork], view: EngineView, pass_s: floa
     base = dict(prompt_tokens=tokens, most_answer_tokens=answers, exact=exact, passes=passes, pass_s=pass_s)
     if not chains:
         return StatementEstimate(idle_s=pass_s, now_s=None, **base)
+    works = [w for chain in chains for stage in chain.stages for w in stage]
+    held = cached_prompts(view.prefix_lookup, works, view.machine.limits.block_size).blocks
     try:
-        alone = replay(chains, view.machine)
-        now = replay(chains, view.machine, view.background) if view.background is not None else None
+        alone = replay(chains, view.machine, cached=held)
+        now = replay(chains, view.machine, view.background, held) if view.background is not None else None
     except SimulationError as e:
         return StatementEstimate(idle_s=None, now_s=None, problem=str(e), **base)
 

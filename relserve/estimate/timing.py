@@ -7,7 +7,8 @@ the host's time between them, ``gaps``), which a replay decided in advance canno
 replay is run again with each next stage arriving when the last replay finished the one before
 (a deterministic replay repeats itself exactly up to there). ``idle`` replays the work alone on
 an empty engine; ``behind`` replays it after the engine's queue of the moment
-(relserve/estimate/snapshot.py), which the same policy interleaves with it.
+(relserve/estimate/snapshot.py), which the same policy interleaves with it. Both start with the
+prompt blocks the engine's prefix cache holds now (``cached``: relserve/estimate/prefix_cache.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from relserve.block_hashes import block_hashes
+from relserve.block_hashes import BlockHash, block_hashes
 from relserve.calibration import load_policy_settings, machine_cost_model
 from relserve.estimate.call_work import RelQueryWork
 from relserve.estimate.snapshot import Background
@@ -136,9 +137,11 @@ def prepared(work: RelQueryWork, rel_id: str, arrival: float, block_size: int) -
     return PreparedRelQuery(rel_id, arrival, work.max_tokens, tuple(lens), tuple(hashes), tuple(outs), work.call_key)
 
 
-def replay(chains: Sequence[Chain], machine: Machine, background: Background | None = None) -> Replay:
-    """When each chain's stages end, replayed on ``machine`` after ``background`` (see the
-    module docstring). Raises SimulationError for work the engine could never hold."""
+def replay(chains: Sequence[Chain], machine: Machine, background: Background | None = None,
+           cached: Sequence[tuple[BlockHash, ...]] = ()) -> Replay:
+    """When each chain's stages end, replayed on ``machine`` after ``background`` with the blocks
+    ``cached`` in the prefix cache (see the module docstring). Raises SimulationError for work
+    the engine could never hold."""
     block = machine.limits.block_size
     index = {chain.name: c for c, chain in enumerate(chains)}
     base: dict[tuple[int, int], list[PreparedRelQuery]] = {}
@@ -154,7 +157,7 @@ def replay(chains: Sequence[Chain], machine: Machine, background: Background | N
         if sim is not None and wanted.keys() == starts.keys() and all(abs(wanted[k] - starts[k]) < 1e-9 for k in wanted):
             break
         starts = wanted
-        sim = _run(machine, background, [q.at(starts[key]) for key in starts for q in base[key]])
+        sim = _run(machine, background, cached, [q.at(starts[key]) for key in starts for q in base[key]])
         finish = {log.id: log.finish for log in sim.logs}
         ends = {key: max((finish[q.id] for q in base[key]), default=start) for key, start in starts.items()}
     times = {chain.name: ChainTimes([ends[(c, s)] for s in range(len(chain.stages))]) for c, chain in enumerate(chains)}
@@ -186,20 +189,23 @@ def _end(chains: Sequence[Chain], ends: dict[tuple[int, int], float], c: int) ->
     return 0.0 if n == 0 else ends.get((c, n - 1))
 
 
-def _run(machine: Machine, background: Background | None, relqueries: list[PreparedRelQuery]) -> EngineSim:
+def _run(machine: Machine, background: Background | None, cached: Sequence[tuple[BlockHash, ...]],
+         relqueries: list[PreparedRelQuery]) -> EngineSim:
     queue = list(background.relqueries) if background is not None else []
     policy = make_policy(machine.policy, machine.policy_cost or machine.cost, machine.settings)
     limits = dataclasses.replace(machine.limits, kv_free_tokens=machine.limits.kv_capacity_tokens)
     sim = EngineSim(policy, machine.cost, limits, queue + relqueries)
-    if background is not None:
-        _warm(sim, background.cached)
+    # the running requests' blocks last (the least recently used go first when the pool is full):
+    # the engine holds those for sure, the finished work's only until it evicts them
+    _warm(sim, [*cached, *(background.cached if background is not None else ())])
     sim.run()
     return sim
 
 
-def _warm(sim: EngineSim, cached: list[tuple[int, ...]]) -> None:
-    """Put the running requests' computed prompt blocks in the replay's prefix cache, so their
-    replay resumes after them instead of computing them again."""
+def _warm(sim: EngineSim, cached: Sequence[tuple[BlockHash, ...]]) -> None:
+    """Put prompt blocks the engine holds now in the replay's prefix cache (the running requests'
+    computed ones, and the call's the prefix cache kept from earlier work), so the replay resumes
+    after them instead of computing them again."""
     pool = sim.pool
     for hashes in cached:
         for h in hashes:
