@@ -20,6 +20,9 @@ pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("engine_home")]
 STORY = ("was reviewed by a reader who wrote at length about the plot, the pacing of the middle chapters, "
          "the careful dialogue and the ending, which some found abrupt and others found exactly right. The same "
          "reader went on to compare it with the author's earlier books, and closed with a recommendation.")
+#: the call's template: a head every row shares (more than a block with the chat template's own)
+TEMPLATE = ("Read the following book review carefully, then say in plain words what the reviewer thought of "
+            "the book as a whole. Review: {review} Summarize that in three words.")
 #: distinct first words: the rows' prompts part where their review starts
 WORDS = ["Apples", "Bridges", "Candles", "Deserts", "Engines", "Forests", "Gardens", "Harbors", "Islands", "Jungles",
          "Kettles", "Lanterns", "Meadows", "Needles", "Oceans", "Pebbles", "Quilts", "Rivers", "Saddles", "Tunnels"]
@@ -27,7 +30,7 @@ WORDS = ["Apples", "Bridges", "Candles", "Deserts", "Engines", "Forests", "Garde
 
 def rows_of(words: list[str]) -> list[tuple[str]]:
     nonce = uuid.uuid4().hex[:12]  # never run before in this engine
-    return [(f"{w} ({nonce}) {STORY}",) for w in words]
+    return [(f"{w} ({nonce}) {STORY} {STORY}",) for w in words]
 
 
 def prompt_ids(engine, call, rows) -> list[list[int]]:
@@ -55,14 +58,14 @@ def run_cached_tokens(engine, call, rows) -> list[int]:
 
 def test_the_engine_says_how_much_of_each_prompt_its_prefix_cache_holds(engine):
     block = engine.block_size
-    call = make_call("llm_map", "{review} Summarize that in three words.", max_tokens=2)
-    # a first row puts every prefix the rows share (the chat template's head) in the cache
+    call = make_call("llm_map", TEMPLATE, max_tokens=2)
+    # a first row puts every prefix the rows share (the template's head) in the cache
     run_cached_tokens(engine, call, rows_of(["Zebras"]))
     rows = rows_of(WORDS[:6])
     ids = prompt_ids(engine, call, rows)
     assert all(len(p) > 4 * block for p in ids)
     before = engine.cached_prefix_tokens(ids)
-    # what vLLM itself found cached when it ran them: the shared head, whole blocks of it
+    # what vLLM itself found cached when it ran them: the shared head's whole blocks
     assert run_cached_tokens(engine, call, rows) == before
     assert all(0 < n < len(p) - block and n % block == 0 for n, p in zip(before, ids))
     # once run, every whole block of each prompt is cached, but for its last token (vLLM computes it
@@ -79,7 +82,7 @@ def test_the_engine_says_how_much_of_each_prompt_its_prefix_cache_holds(engine):
 
 def test_an_estimate_of_prompts_just_run_counts_them_cached(engine):
     block = engine.block_size
-    call = make_call("llm_map", "{review} Summarize that in three words.", max_tokens=4)
+    call = make_call("llm_map", TEMPLATE, max_tokens=4)
     rows = rows_of(WORDS)
     prompts = [render(call, r) for r in rows]
     ids = prompt_ids(engine, call, rows)
