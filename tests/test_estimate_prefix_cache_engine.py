@@ -73,6 +73,8 @@ def test_the_engine_says_how_much_of_each_prompt_its_prefix_cache_holds(engine):
     after = engine.cached_prefix_tokens(ids)
     assert after == [(len(p) - 1) // block * block for p in ids]
     assert run_cached_tokens(engine, call, rows) == after
+    # another tenant's prefix-cache namespace (its salt) holds none of them
+    assert engine.cached_prefix_tokens(ids, salt=uuid.uuid4().hex) == [0] * len(ids)
     # a prompt that shares its first three blocks with one run, then differs; and one never seen
     rng = random.Random(uuid.uuid4().int)
     never = [rng.randrange(1000, 40000) for _ in range(5 * block)]
