@@ -48,6 +48,14 @@ def _fresh_memory():
     ("Review: {r}\nIs the review above about science fiction films?", "science fiction", "other"),
     ("Is {name} a good product?", "good", "bad"),
     ("Does this review mention a defect? {review}", "defect", "other"),
+    # a feeling comes before the object it is about
+    ("Is the customer disappointed with this purchase? {title}. {text}", "disappointed", "satisfied"),
+    ("Is this review title enthusiastic about the product? {title}", "enthusiastic", "unenthusiastic"),
+    ("Is this product review helpful to other shoppers? {text}", "helpful", "unhelpful"),
+    ("Is the guest worried about the price? {review}", "worried", "other"),
+    # a preposition after a word that is no feeling leaves the object as the concept
+    ("Is this beer brewed with fruit? {review}", "fruit", "other"),
+    ("Is this headline about sports? {title}", "sports", "other"),
 ])
 def test_the_concept_is_the_word_the_question_asks_about(template, word, contrast):
     assert concept_of(Template.parse(template)) == Concept(word, contrast)

@@ -9,8 +9,12 @@ positive?" -> "positive", "Is this a wheat beer?" -> "wheat") and the concept be
 candidate layout of the scoring request (relserve/labels/candidates.py), scored against
 its antonym when it has a common one ("positive" against "negative") or against "other".
 
-The reading is deliberately plain (the question's last content word, or what follows "about");
-a question it misreads only adds a candidate that the first pass then does not choose.
+The reading is deliberately plain: a word of feeling or judgement before a preposition
+("disappointed with this purchase" -> "disappointed", "helpful to other shoppers" -> "helpful"),
+else what follows "about", else the question's last content word. A misread concept is not
+harmless: the first pass can choose its layout because the rows differ on it (a filter asking
+whether customers are disappointed with their purchase, read as "purchase", kept reviews by
+product rather than by mood), so the feeling comes before the object it is about.
 """
 
 from __future__ import annotations
@@ -39,6 +43,20 @@ for _a, _b in (("positive", "negative"), ("happy", "unhappy"), ("satisfied", "di
                ("safe", "unsafe"), ("legal", "illegal"), ("formal", "informal"), ("friendly", "hostile"),
                ("polite", "rude"), ("correct", "incorrect"), ("complete", "incomplete"), ("accurate", "inaccurate")):
     ANTONYMS[_a], ANTONYMS[_b] = _b, _a
+#: a common opposite of a feeling that has no antonym of its own in ANTONYMS (one way only)
+for _a, _b in (("disappointed", "satisfied"), ("enthusiastic", "unenthusiastic"), ("angry", "calm")):
+    ANTONYMS.setdefault(_a, _b)
+#: words of feeling or judgement that a preposition's object follows ("worried about the price");
+#: adjectives ending in ATTITUDE_SUFFIXES count too ("enthusiastic about", "helpful to")
+ATTITUDES = frozenset("""
+    happy unhappy sad angry upset glad content afraid scared worried concerned anxious nervous
+    disappointed satisfied dissatisfied pleased displeased impressed annoyed frustrated delighted interested
+    excited bored confused surprised amused thrilled irritated offended embarrassed frightened shocked relieved
+    fond proud keen sorry grateful thankful critical positive negative enthusiastic
+    """.split()) | frozenset(ANTONYMS)
+ATTITUDE_SUFFIXES = ("ful", "less", "ous", "ive", "istic")
+#: prepositions that follow a feeling and name what it is about
+ATTITUDE_PREPOSITIONS = frozenset("with about to of by at toward towards over in for".split())
 #: the word a concept with no antonym is scored against
 OTHER = "other"
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
@@ -104,6 +122,9 @@ def _concept_words(template: Template) -> list[str] | None:
     words = [w.lower() for w in _WORD.findall(re.sub(r"\{[^}]+\}", " PLACEHOLDERVALUE ", body))]
     if not words or words[0] not in AUXILIARIES:
         return None
+    feeling = _attitude_before_preposition(words)
+    if feeling is not None:
+        return [feeling]
     if "about" in words:
         tail = words[len(words) - 1 - words[::-1].index("about") + 1 :]
         tail = [w for w in tail if w not in STOP]
@@ -121,3 +142,15 @@ def _concept_words(template: Template) -> list[str] | None:
         # the concept is a row's value, alone, or none at all
         return ["placeholdervalue"] if picked[-1] == "placeholdervalue" and len(picked) <= 2 else None
     return picked
+
+
+def _attitude_before_preposition(words: list[str]) -> str | None:
+    """The first word of feeling or judgement that a preposition follows ("disappointed" in "is
+    the customer disappointed with this purchase"), or None. The object after the preposition
+    is what the feeling is about, not the concept."""
+    for word, after in zip(words[1:], words[2:]):
+        if after not in ATTITUDE_PREPOSITIONS or word in GENERIC_NOUNS or word in STOP:
+            continue
+        if word in ATTITUDES or word.endswith(ATTITUDE_SUFFIXES):
+            return word
+    return None
