@@ -15,6 +15,11 @@ CHECK
   am_health_10     amazon product names, 10% Health & Household: "Is this product a health product?"
   beer_wheat_8     beer_reviews review text, 8% wheat beers: "Is this a wheat beer?"
   am_negative_20   amazon reviews, 20% rated 1-2: "Is this review negative?"
+  am_disappointed_15  amazon reviews, 15% rated 1-2 (others 3-5): "Is the customer disappointed
+                   with this purchase?" (a feeling and its object; added 28 Nov 2026 with the
+                   concept reader's fix for such questions)
+  am_enthusiastic_15  amazon reviews, 15% rated 5 (others 1-3): "Is the reviewer enthusiastic
+                   about the product?" (the same)
 
 Every task is a seeded sample, so runs compare.
 """
@@ -93,6 +98,11 @@ def prevalence_tasks(rows: int = 200) -> list[PrevalenceTask]:
               _sample(beer, wheat, rows, 0.08), ["review_text"], "wheat"),
         _task("am_negative_20", "check", "Is this review negative? {title}. {text}",
               _sample(am_sent, pl.col("rating") <= 2, rows, 0.20), ["title", "text"], "negative"),
+        _task("am_disappointed_15", "check", "Is the customer disappointed with this purchase? {title}. {text}",
+              _sample(am, pl.col("rating") <= 2, rows, 0.15), ["title", "text"], "disappointed"),
+        _task("am_enthusiastic_15", "check", "Is the reviewer enthusiastic about the product? {title}. {text}",
+              _sample(am.filter(pl.col("rating") != 4), pl.col("rating") == 5, rows, 0.15), ["title", "text"],
+              "enthusiastic"),
     ]
     horror = movies.with_columns(pl.col("genres").str.contains("Horror").alias("_truth")).head(rows)
     out.append(_task("rt_horror", "check", "Is this movie a horror film? Synopsis: {synopsis}", horror,

@@ -49,7 +49,7 @@ def _fresh_memory():
     ("Is {name} a good product?", "good", "bad"),
     ("Does this review mention a defect? {review}", "defect", "other"),
     # a feeling comes before the object it is about
-    ("Is the customer disappointed with this purchase? {title}. {text}", "disappointed", "satisfied"),
+    ("Is the customer disappointed with this purchase? {title}. {text}", "disappointed", "pleased"),
     ("Is this review title enthusiastic about the product? {title}", "enthusiastic", "unenthusiastic"),
     ("Is this product review helpful to other shoppers? {text}", "helpful", "unhelpful"),
     ("Is the guest worried about the price? {review}", "worried", "other"),

@@ -44,7 +44,7 @@ for _a, _b in (("positive", "negative"), ("happy", "unhappy"), ("satisfied", "di
                ("polite", "rude"), ("correct", "incorrect"), ("complete", "incomplete"), ("accurate", "inaccurate")):
     ANTONYMS[_a], ANTONYMS[_b] = _b, _a
 #: a common opposite of a feeling that has no antonym of its own in ANTONYMS (one way only)
-for _a, _b in (("disappointed", "satisfied"), ("enthusiastic", "unenthusiastic"), ("angry", "calm")):
+for _a, _b in (("disappointed", "pleased"), ("enthusiastic", "unenthusiastic"), ("angry", "calm")):
     ANTONYMS.setdefault(_a, _b)
 #: words of feeling or judgement that a preposition's object follows ("worried about the price");
 #: adjectives ending in ATTITUDE_SUFFIXES count too ("enthusiastic about", "helpful to")
