@@ -356,6 +356,27 @@ def test_explain_of_a_call_the_result_cache_answers_names_no_fallback(tmp_path):
     ) in ex
 
 
+def test_explain_of_a_label_call_the_result_cache_answers_names_no_first_pass_of_zero_rows(tmp_path):
+    # every row cached: no first pass runs now, so EXPLAIN names none "over up to 0 rows"
+    from relserve.planner.cache import ResultCache
+
+    rows = [f"review number {i}, long enough to move in front" for i in range(16)]
+    cache = ResultCache(tmp_path / "results.sqlite")
+    for method, text in (
+        ("adaptive", "  label method            adaptive   (the layout chosen on the call's first pass, without labels; "
+                     "rows decided by two crowds of margins, the label prior estimated; "
+                     "no prompt to run: every row comes from the result cache)"),
+        ("bootstrap", "  label method           bootstrap   (1 example per label the model labelled in a first pass of "
+                      "this template's first relQuery, then batch; 16 earlier rows pooled so far; no prompt to run: every row comes from the result cache)"),
+    ):
+        call = make_call("llm_filter", "Is this review positive? Review: {r}", method=method)
+        run_call(call, [rows], engine=ScriptedEngine(), cache=cache, progress=False)
+        ex = str(run_call(call, [rows], engine=ScriptedEngine(), cache=cache, progress=False, explain_only=True).explain)
+        assert "  prompts to run                 0" in ex
+        assert text in ex, ex
+        assert "up to 0 rows" not in ex
+
+
 def _batch_part(call, scores: list[dict[str, float]], scope) -> list[str]:
     """One relQuery of a 3-label call decided by ``batch``, as a part of ``scope`` (None: alone)."""
     from relserve.labels.batch import BatchRun

@@ -125,12 +125,15 @@ class Explain:
                 "generate": "constrained decoding",
                 "score": "label log-probabilities",
                 "prior": "label log-probabilities / content-free prior",
+                # with every row cached nothing runs now: the first pass is the one that ran before
                 "adaptive": ("the layout chosen by the call's first relQuery on a first pass over up to "
-                             f"{min(self.to_run, ADAPTIVE_SAMPLE)} rows, without labels; rows decided by two crowds of "
-                             "margins, the label prior estimated"),
+                             f"{min(self.to_run, ADAPTIVE_SAMPLE)} rows, without labels; " if self.to_run else
+                             "the layout chosen on the call's first pass, without labels; ")
+                            + "rows decided by two crowds of margins, the label prior estimated",
                 "batch": "label scores minus their means over this relQuery's rows and the call's earlier ones",
-                "bootstrap": f"{PER_LABEL} example{'s' if PER_LABEL > 1 else ''} per label the model labelled in a first pass over up to "
-                             f"{sampled} rows of this template's first relQuery, then batch",
+                "bootstrap": f"{PER_LABEL} example{'s' if PER_LABEL > 1 else ''} per label the model labelled in a first pass"
+                             + (f" over up to {sampled} rows of this template's first relQuery" if self.to_run else
+                                " of this template's first relQuery") + ", then batch",
             }[self.label_method]
             if self.label_method in ("batch", "bootstrap") and self.pooled_rows:
                 how += f"; {self.pooled_rows:,} earlier rows pooled so far"
