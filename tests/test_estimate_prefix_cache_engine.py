@@ -99,3 +99,24 @@ def test_an_estimate_of_prompts_just_run_counts_them_cached(engine):
     assert after.computed_prompt_tokens <= len(rows) * block < before.computed_prompt_tokens
     assert after.prompt_tokens == before.prompt_tokens
     assert after.idle_s < before.idle_s and after.now_s < before.now_s
+
+
+def test_an_engine_that_does_not_answer_in_time_leaves_the_estimate_without_its_view(engine):
+    # a job that wants an estimate starts on time behind a held loop (or a long step): the view
+    # it could not get counts nothing cached and every unfinished request as waiting
+    import time
+
+    from relserve.engine.engine import VIEW_WAIT_S
+
+    call = make_call("llm_map", TEMPLATE, max_tokens=4)
+    rows = rows_of(WORDS[:3])
+    run_rows(call, rows, engine=engine, cache=False, progress=False)
+    ids = prompt_ids(engine, call, rows)
+    assert all(n > 0 for n in engine.cached_prefix_tokens(ids))
+    with engine.paused(30):
+        t0 = time.monotonic()
+        held = engine.cached_prefix_tokens(ids)
+        waited = time.monotonic() - t0
+    assert held == [0, 0, 0]
+    assert VIEW_WAIT_S <= waited < VIEW_WAIT_S + 2.0
+    assert all(n > 0 for n in engine.cached_prefix_tokens(ids))  # the engine answers again once free

@@ -8,6 +8,7 @@ returns a ``RelQueryHandle`` that both worlds can wait on.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import gc
@@ -51,6 +52,10 @@ _SCHEDULER_CLS = "relserve.engine.scheduler.RelServeScheduler"
 _start_lock = threading.Lock()
 #: vLLM's default cap on log-probabilities per request (ModelConfig.max_logprobs)
 _MAX_LOGPROBS = 20
+#: how long an estimate waits for the scheduler plug-in's view (its queue, its prefix cache): it
+#: answers between two steps, and a step here takes up to about a second; past that the estimate
+#: goes on without it (a job that wants one starts on time behind a long step or a held loop)
+VIEW_WAIT_S = 1.0
 
 
 def _cpu_threads(setting: str) -> None:
@@ -329,10 +334,12 @@ class Engine(BackendBase):
     def queued(self) -> list[QueuedRelQuery]:
         """Every relQuery in flight with its unfinished requests, as the scheduler sees them now
         (tokens computed and answered): the work a new statement's estimate replays before it
-        (relserve/estimate/). Without the plug-in (``vllm``) unfinished requests count as waiting."""
+        (relserve/estimate/). Without the plug-in (``vllm``), or when it does not answer within
+        ``VIEW_WAIT_S`` (a long step, a held loop), unfinished requests count as waiting."""
         state: dict[str, list] = {}
-        if self.uses_plugin and (self._inflight or self.step_gap_s is None):
-            reply = self._call(self._rpc("queue", {}))
+        reply = self._view("queue", "{}") if self.uses_plugin and (self._inflight or self.step_gap_s is None) else None
+        if reply is not None:
+            reply = json.loads(reply)
             ours = {request_id for running in list(self._inflight.values()) for request_id in running.request_ids}
             state = {_submitted_id(r[0], ours): r for r in reply["requests"]}
             if reply.get("step_gap_s") is not None:
@@ -365,8 +372,21 @@ class Engine(BackendBase):
         if not prompts or not self.uses_plugin:
             return [0] * len(prompts)
         ask = CachedPrefixAsk(prompts=[list(p) for p in prompts], salt=salt)
-        reply = self._call(self._llm.engine_core.call_utility_async("relserve_rpc", "cached_prefix", ask.model_dump_json()))
-        return CachedPrefixReply.model_validate_json(reply).tokens
+        reply = self._view("cached_prefix", ask.model_dump_json())
+        return CachedPrefixReply.model_validate_json(reply).tokens if reply is not None else [0] * len(prompts)
+
+    def _view(self, command: str, payload: str) -> str | None:
+        """The plug-in's answer to a read-only ``command`` for an estimate, or None when it does
+        not come within ``VIEW_WAIT_S`` (the estimate then goes on without it)."""
+        if self._closed:
+            raise EngineError("the engine is closed")
+        future = asyncio.run_coroutine_threadsafe(
+            self._llm.engine_core.call_utility_async("relserve_rpc", command, payload), self._loop)
+        try:
+            return future.result(VIEW_WAIT_S)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return None
 
     def reset_scheduler_stats(self) -> None:
         self._call(self._rpc("reset_stats", {}))
