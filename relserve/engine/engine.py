@@ -274,7 +274,12 @@ class Engine(BackendBase):
     def _call(self, coro, timeout: float | None = None):
         if self._closed:
             raise EngineError("the engine is closed")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()  # not left to run on the loop once it frees
+            raise
 
     def close(self) -> None:
         """Stop the engine and its processes. Unfinished relQueries are cancelled."""
@@ -337,9 +342,8 @@ class Engine(BackendBase):
         (relserve/estimate/). Without the plug-in (``vllm``), or when it does not answer within
         ``VIEW_WAIT_S`` (a long step, a held loop), unfinished requests count as waiting."""
         state: dict[str, list] = {}
-        reply = self._view("queue", "{}") if self.uses_plugin and (self._inflight or self.step_gap_s is None) else None
+        reply = self._view("queue", {}) if self.uses_plugin and (self._inflight or self.step_gap_s is None) else None
         if reply is not None:
-            reply = json.loads(reply)
             ours = {request_id for running in list(self._inflight.values()) for request_id in running.request_ids}
             state = {_submitted_id(r[0], ours): r for r in reply["requests"]}
             if reply.get("step_gap_s") is not None:
@@ -372,20 +376,15 @@ class Engine(BackendBase):
         if not prompts or not self.uses_plugin:
             return [0] * len(prompts)
         ask = CachedPrefixAsk(prompts=[list(p) for p in prompts], salt=salt)
-        reply = self._view("cached_prefix", ask.model_dump_json())
-        return CachedPrefixReply.model_validate_json(reply).tokens if reply is not None else [0] * len(prompts)
+        reply = self._view("cached_prefix", ask.model_dump())
+        return CachedPrefixReply.model_validate(reply).tokens if reply is not None else [0] * len(prompts)
 
-    def _view(self, command: str, payload: str) -> str | None:
+    def _view(self, command: str, payload: dict) -> dict | None:
         """The plug-in's answer to a read-only ``command`` for an estimate, or None when it does
         not come within ``VIEW_WAIT_S`` (the estimate then goes on without it)."""
-        if self._closed:
-            raise EngineError("the engine is closed")
-        future = asyncio.run_coroutine_threadsafe(
-            self._llm.engine_core.call_utility_async("relserve_rpc", command, payload), self._loop)
         try:
-            return future.result(VIEW_WAIT_S)
+            return self._call(self._rpc(command, payload), VIEW_WAIT_S)
         except concurrent.futures.TimeoutError:
-            future.cancel()
             return None
 
     def reset_scheduler_stats(self) -> None:

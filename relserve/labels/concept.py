@@ -49,10 +49,9 @@ for _a, _b in (("disappointed", "pleased"), ("enthusiastic", "unenthusiastic"), 
 #: words of feeling or judgement that a preposition's object follows ("worried about the price");
 #: adjectives ending in ATTITUDE_SUFFIXES count too ("enthusiastic about", "helpful to")
 ATTITUDES = frozenset("""
-    happy unhappy sad angry upset glad content afraid scared worried concerned anxious nervous
-    disappointed satisfied dissatisfied pleased displeased impressed annoyed frustrated delighted interested
-    excited bored confused surprised amused thrilled irritated offended embarrassed frightened shocked relieved
-    fond proud keen sorry grateful thankful critical positive negative enthusiastic
+    sad upset glad content afraid scared worried concerned anxious nervous impressed annoyed frustrated
+    delighted interested excited bored confused surprised amused thrilled irritated offended embarrassed
+    frightened shocked relieved fond proud keen sorry grateful thankful critical
     """.split()) | frozenset(ANTONYMS)
 ATTITUDE_SUFFIXES = ("ful", "less", "ous", "ive", "istic")
 #: prepositions that follow a feeling and name what it is about
