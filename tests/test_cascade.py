@@ -303,17 +303,24 @@ def test_per_row_errors_stay_per_row(rule_embedder):
 # -- PostgreSQL's side (no database: the Python the extension calls) ----------------------------
 
 
-def test_postgres_query_options_carry_the_cascade_and_its_figures_come_back_as_a_notice():
+def test_postgres_settings_and_query_options_carry_the_cascade_and_its_figures_come_back_as_a_notice():
     from relserve.cascade.report import CascadeReport
     from relserve.postgres.calls import notice_cascade
     from relserve.postgres.errors import PgError
-    from relserve.postgres.settings import SETTING_NAMES, Settings, call_request
+    from relserve.postgres.settings import Settings, call_request, settings_from_row
 
     got = call_request("llm_filter_query", Settings(), "filter", None, {"cascade": "0.95"})
     assert got.call.cascade == 0.95 and got.options["cascade"] == 0.95
-    assert "cascade" not in SETTING_NAMES  # not a session setting: the C part defines none yet
-    with pytest.raises(PgError, match="option cascade must be a finite number"):
+    session = settings_from_row({"cascade": "0.9"})
+    assert call_request("llm_filter", session, "filter").options["cascade"] == 0.9
+    # the call's 0 is sent as 0 (off, over the session's and the server's default), not left out
+    assert call_request("llm_filter_query", session, "filter", None, {"cascade": 0}).options["cascade"] == 0.0
+    assert "cascade" not in call_request("llm_filter", Settings(), "filter").options
+    expected = r"must be an agreement target between 0.5 and 0.999 \(0.95: 95% of the rows answered as the LLM would\), or 0 for off"
+    with pytest.raises(PgError, match=rf"^llm_filter_query: option cascade {expected}; got 'high'$"):
         call_request("llm_filter_query", Settings(), "filter", None, {"cascade": "high"})
+    with pytest.raises(PgError, match=rf"^relserve.cascade {expected}; got 0.3$"):
+        settings_from_row({"cascade": "0.3"})
 
     class Plpy:
         def __init__(self):

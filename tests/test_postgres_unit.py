@@ -44,6 +44,10 @@ def test_settings_are_typed_and_unset_ones_absent():
     ("cache", "maybe", r"must be a boolean \(on or off\), got 'maybe'"),
     ("on_error", "sometimes", r"must be 'null' or 'raise', got 'sometimes'"),
     ("examples", "[1,", r"must be JSON"),
+    # relserve's own rule for the cascade (relserve.validation.cascade), its range and its off
+    ("cascade", "0.3", r"^relserve.cascade must be an agreement target between 0.5 and 0.999 .*, or 0 for off; got 0.3$"),
+    ("cascade", "abc", r"^relserve.cascade must be an agreement target between 0.5 and 0.999 .*, or 0 for off; got 'abc'$"),
+    ("cascade", "1", r"^relserve.cascade must be an agreement target .*; got 1.0$"),
 ])
 def test_a_bad_value_names_the_setting_and_the_expected_form(name, value, message):
     with pytest.raises(PgError, match=message):

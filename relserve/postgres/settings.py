@@ -15,8 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from relserve import validation as check
 from relserve.call_fields import CallFields
 from relserve.client import DEFAULT_URL
+from relserve.errors import ConfigError
 from relserve.functions import OPTION_NAMES
 from relserve.postgres.budgets import within_ceilings
 from relserve.postgres.errors import INSUFFICIENT_PRIVILEGE, INVALID_AUTHORIZATION, PgError
@@ -24,18 +26,12 @@ from relserve.validation import ON_ERROR_VALUES
 
 #: options of a call that the server takes besides the call specification
 SERVER_OPTIONS = ("cache", "priority", "deadline_s")
-#: call options a ``*_query`` call may carry in its jsonb that are not session settings: the C
-#: part defines the settings (udfs/relserve/settings.c) and has no ``relserve.cascade`` yet, so a
-#: session's cascade comes from the server's default (``relserve serve --cascade``)
-QUERY_ONLY_OPTIONS = ("cascade",)
 #: every option one call may carry as a setting (``model`` is the server's: a server serves one)
-CALL_OPTIONS: tuple[str, ...] = tuple(n for n in OPTION_NAMES if n not in ("model", *QUERY_ONLY_OPTIONS)) + SERVER_OPTIONS
+CALL_OPTIONS: tuple[str, ...] = tuple(n for n in OPTION_NAMES if n != "model") + SERVER_OPTIONS
 #: what only the database side reads: how long a statement waits, what a server error does, and
 #: whether scalar calls over a query's rows are batched (batch_calls.c), how many rows at a time
 BACKEND_OPTIONS = ("timeout", "on_server_error", "batch_calls", "batch_window")
 SETTING_NAMES: tuple[str, ...] = BACKEND_OPTIONS + CALL_OPTIONS
-#: what one ``*_query`` call's options may name
-QUERY_OPTION_NAMES: tuple[str, ...] = SETTING_NAMES + QUERY_ONLY_OPTIONS
 
 #: names that were settings once and are a superuser's decision now: why, and where they went
 REFUSED_SETTINGS: dict[str, str] = {
@@ -54,7 +50,10 @@ RENAMED = {
 }
 
 _INT = ("max_tokens", "seed", "priority", "batch_window", "max_tokens_total")
-_FLOAT = ("temperature", "top_p", "deadline_s", "timeout", "cascade", "max_seconds")
+_FLOAT = ("temperature", "top_p", "deadline_s", "timeout", "max_seconds")
+#: numbers with a range relserve's validation holds for every surface: checked here with its rule
+#: and its message, so a bad value fails naming the setting before any request is sent
+_CHECKED = {"cascade": check.cascade}
 _BOOL = ("reorder_fields", "cache", "batch_calls")
 _JSON = ("examples",)
 _ON_ERROR = ("on_error", "on_server_error")
@@ -74,6 +73,10 @@ def typed(name: str, value: object, where: str) -> object:
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError
             return int(value)
+        if name in _CHECKED:
+            number = _as_number(value)
+            _CHECKED[name](number)
+            return float(number)  # 0 stays 0 (off, over the server's default), not None (unset)
         if name in _FLOAT:
             number = float(value)
             if number != number or number in (float("inf"), float("-inf")):
@@ -93,8 +96,20 @@ def typed(name: str, value: object, where: str) -> object:
             if text not in ON_ERROR_VALUES:
                 raise ValueError
             return text
+    except ConfigError as e:  # relserve's own message, which starts with the option's name
+        raise PgError(where + str(e).removeprefix(name)) from None
     except (TypeError, ValueError, json.JSONDecodeError):
         raise PgError(f"{where} must be {_expected(name)}, got {value!r}", hint=RENAMED.get((name, str(value)))) from None
+    return value
+
+
+def _as_number(value: object) -> object:
+    """Text that spells a number as that number; anything else as it is, for the rule to refuse."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
     return value
 
 
@@ -135,7 +150,7 @@ class Settings:
         return self.values.get("on_server_error", "raise")
 
     def call_options(self) -> dict[str, object]:
-        return {k: v for k, v in self.values.items() if k in CALL_OPTIONS or k in QUERY_ONLY_OPTIONS}
+        return {k: v for k, v in self.values.items() if k in CALL_OPTIONS}
 
 
 def settings_from_row(row: Mapping[str, object]) -> Settings:
@@ -170,9 +185,9 @@ def call_request(name: str, settings: Settings, function: str, spec: object = No
     a ``*_query`` call's jsonb or a foreign table's options). Unknown names are an error listing
     the known ones."""
     given = dict(given or {})
-    unknown = sorted(set(given) - set(QUERY_OPTION_NAMES))
+    unknown = sorted(set(given) - set(SETTING_NAMES))
     if unknown:
-        raise PgError(f"{name}: unknown option(s) {', '.join(unknown)}; known options: {', '.join(QUERY_OPTION_NAMES)}")
+        raise PgError(f"{name}: unknown option(s) {', '.join(unknown)}; known options: {', '.join(SETTING_NAMES)}")
     chosen = {**settings.values, **{k: typed(k, v, f"{name}: option {k}") for k, v in given.items() if v is not None}}
     merged = Settings(within_ceilings(chosen, settings.ceilings))
     options: dict[str, object] = {"function": function}

@@ -19,9 +19,9 @@
 const char *const rs_setting_names[] = {
 	"timeout", "on_server_error", "batch_calls", "batch_window", "max_tokens", "temperature", "top_p",
 	"seed", "system", "on_error", "reorder_fields", "method", "examples", "prompt_shape", "answer_field",
-	"max_tokens_total", "max_seconds", "on_budget", "cache", "priority", "deadline_s", NULL
+	"cascade", "max_tokens_total", "max_seconds", "on_budget", "cache", "priority", "deadline_s", NULL
 };
-#define RS_NSETTINGS 21
+#define RS_NSETTINGS 22
 static char *rs_setting_values[RS_NSETTINGS];
 
 /* names that were settings once and are a superuser's decision now */
