@@ -287,6 +287,23 @@ def test_a_script_is_routed_by_its_parsed_calls_not_by_its_words():
     assert route_of("SELEC llm_reduce(") is Route.PLANNED  # DuckDB says what is wrong with it
 
 
+def test_an_unknown_llm_options_name_is_named_with_the_nearest_option(con, engine):
+    from relserve.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"llm_options: unknown option 'max_token' \(did you mean max_tokens\?\); known options: model, max_tokens,"):
+        relserve.duckdb.sql(con, "SELECT llm_filter('Good? {review}', review, llm_options(max_token := 3)) FROM reviews")
+    with pytest.raises(ConfigError, match=r"unknown option 'colour'; known options:"):
+        relserve.duckdb.explain(con, "SELECT llm_map('{review}', review, llm_options(colour := 'red')) FROM reviews")
+    assert engine.submitted == []  # refused before anything ran
+    # a known name, and the blocked join's block, pass the check
+    from relserve.duckdb_ext.option_names import check_option_names
+
+    check_option_names("SELECT r.id FROM r JOIN t ON llm_filter('{a} / {b}?', r.a, t.b, llm_options(block := 3))")
+    assert relserve.duckdb.sql(
+        con, "SELECT count(*) FROM reviews WHERE llm_filter('Good? {review}', review, llm_options(max_tokens := 3))"
+    ).fetchall() == [(1667,)]  # the rows with "good" (range % 3 == 0)
+
+
 def test_a_statement_sqlglot_does_not_model_runs_without_its_warning(con, engine, caplog):
     # DuckDB's own EXPLAIN is a statement sqlglot keeps as a raw command (and warns about);
     # relserve leaves it to DuckDB, and the user sees DuckDB's plan, not a sqlglot warning

@@ -20,6 +20,7 @@ from relserve.duckdb_ext.connections import install as install_functions
 from relserve.duckdb_ext.connections import session_of
 from relserve.duckdb_ext.estimates import statement_budget
 from relserve.duckdb_ext.operator_functions import OperatorExplain
+from relserve.duckdb_ext.option_names import check_option_names
 from relserve.duckdb_ext.params import Params
 from relserve.duckdb_ext.routing import Route, route_of
 from relserve.duckdb_ext.statement_explain import SiteExplain, StatementExplain
@@ -53,6 +54,7 @@ def sql(con: AnyConnection, query: str, params: Params = None, *, max_tokens_tot
     (the rows the budget allows; the others NULL with the error 'budget exceeded').
     """
     con = _duckdb_connection(con)
+    check_option_names(query)
     budget = Budget(max_tokens_total, max_seconds, on_budget)
     route = route_of(query)
     if not budget.limited:
@@ -82,6 +84,7 @@ def explain(con: AnyConnection, query: str, params: Params = None, *, analyze: b
     beside its estimate, and the statement its seconds and the engine's tokens beside the
     statement's estimate."""
     con = _duckdb_connection(con)
+    check_option_names(query)
     if analyze:
         return planned_sql.explain(con, query, params, analyze=True)
     route = route_of(query)

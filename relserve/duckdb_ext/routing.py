@@ -28,7 +28,7 @@ def route_of(query: str) -> Route:
     """The path of the whole script: an operator anywhere in it takes it all, as the operators'
     two passes run the script as one; a statement sqlglot cannot parse counts for nothing (DuckDB
     will say what is wrong with it)."""
-    trees = _parsed(query)
+    trees = parsed_statements(query)
     if any(str(call.name).lower() in OPERATORS for tree in trees for call in tree.find_all(exp.Anonymous)):
         return Route.OPERATORS
     if any(asks_blocking(tree) for tree in trees):
@@ -36,7 +36,8 @@ def route_of(query: str) -> Route:
     return Route.PLANNED
 
 
-def _parsed(query: str) -> list[exp.Expression]:
+def parsed_statements(query: str) -> list[exp.Expression]:
+    """The script's statements as sqlglot parses them; one it cannot parse is left out."""
     trees = []
     for text in split_statements(query):
         try:
