@@ -8,7 +8,8 @@ machine), and on random splits of the rows (``--train`` training rows, ``--audit
 the rest scored) the proxy's agreement with the LLM over every scored row and the share of the
 rest rows the cascade's threshold lets it answer at 0.95, exactly as relserve/cascade/ does it.
 
-    .venv/bin/python bench/cascade_features.py --llm-answers bench/out/cascade_llm_sentiment.json --rows 20000 --sample 3000
+    .venv/bin/python bench/cascade_features.py --task topic --llm-answers bench/out/cascade_llm_topic_3000.json \
+        --rows 3000 --sample 3000 --seeds 5
 """
 
 from __future__ import annotations
@@ -89,8 +90,8 @@ def main() -> None:
     ap.add_argument("--task", choices=sorted(TASKS), default="sentiment")
     ap.add_argument("--rows", type=int, default=20_000, help="the table the answers are of")
     ap.add_argument("--sample", type=int, default=3000, help="rows measured (the hidden states cost an LLM row each)")
-    ap.add_argument("--train", type=int, default=800)
-    ap.add_argument("--audit", type=int, default=1200)
+    ap.add_argument("--train", type=int, default=600, help="the policy's training rows at 20,000 rows")
+    ap.add_argument("--audit", type=int, default=800, help="the policy's audit rows at 20,000 rows")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--layers", default="15,30")
     args = ap.parse_args()
