@@ -17,8 +17,8 @@ ALLOWED: tuple[str, ...] = (*OPTION_NAMES, "block")
 
 
 def check_option_names(query: str) -> None:
-    """A ConfigError naming every name an ``llm_options(...)`` of ``query`` gives that is no option
-    (with the nearest option when one is close), and the options there are."""
+    """A ConfigError naming the first name an ``llm_options(...)`` of ``query`` gives that is no
+    option (with the nearest option when one is close), and the options there are."""
     for tree in parsed_statements(query):
         for call in tree.find_all(exp.Anonymous):
             if str(call.name).lower() != "llm_options":
