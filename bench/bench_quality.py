@@ -625,7 +625,13 @@ def main() -> None:
                     help="run each task's rows as K statements of mixed rows, each scored (--cold: each chooses its own examples)")
     ap.add_argument("--cold", action="store_true",
                     help="with --small: forget the first statement's examples and label means first; with --statements: before every statement")
+    ap.add_argument("--sample-seed", type=int, default=None,
+                    help="draw the natural-prevalence tasks' rows with this seed instead of "
+                         "bench/prevalence_tasks.py's SEED: another sample of the same tasks")
     a = ap.parse_args()
+    if a.sample_seed is not None:
+        import prevalence_tasks
+        prevalence_tasks.SEED = a.sample_seed
     global SKEW, CHUNKS, SHUFFLE_CHUNKS, SMALL, SMALL_COLD, STATEMENTS
     SKEW, CHUNKS, SHUFFLE_CHUNKS, SMALL, SMALL_COLD, STATEMENTS = a.skew, a.homogeneous, a.shuffle_chunks, a.small, a.cold, a.statements
     if a.report:

@@ -48,10 +48,13 @@ class PrevalenceTask:
         return sum(self.truth) / len(self.truth)
 
 
-def _sample(df, is_true, rows: int, share: float, seed: int = SEED):
-    """``rows`` rows of ``df``, ``share`` of them where ``is_true`` (a polars expression), shuffled."""
+def _sample(df, is_true, rows: int, share: float, seed: int | None = None):
+    """``rows`` rows of ``df``, ``share`` of them where ``is_true`` (a polars expression), shuffled
+    (``seed``: the module's ``SEED`` unless given, read at call time so that a run can draw
+    another sample of the same tasks)."""
     import polars as pl
 
+    seed = SEED if seed is None else seed
     n_true = max(1, round(rows * share))
     pos = df.filter(is_true).sample(n_true, seed=seed, shuffle=True)
     neg = df.filter(~is_true).sample(rows - n_true, seed=seed, shuffle=True)

@@ -31,8 +31,11 @@ class MarginEngine:
     max_model_len = 2048
     block_size = 16
 
-    def __init__(self, margin: Margin) -> None:
+    def __init__(self, margin: Margin, *, whole_prompt: bool = False) -> None:
         self.margin = margin
+        #: the margin function reads the whole prompt (worked examples in front included), not
+        #: the row's own text
+        self.whole_prompt = whole_prompt
         #: every relQuery submitted (first passes included), in order
         self.relqueries: list[Any] = []
         self._lock = threading.Lock()
@@ -50,7 +53,7 @@ class MarginEngine:
         handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, lambda: None)
         rows = []
         for i, p in enumerate(prompts):
-            m = self.margin(own_text(p), rq)
+            m = self.margin(p if self.whole_prompt else own_text(p), rq)
             a, b = rq.choices
             lps = {a: -math.log1p(math.exp(-m)), b: -math.log1p(math.exp(m))}
             row = RowResult(i, text=a if m > 0 else b, prompt_tokens=len(p.split()), output_tokens=1,

@@ -161,8 +161,8 @@ def test_the_adaptive_method_answers_as_its_definition_computed_outside_relserve
 def test_the_adaptive_answers_are_right_well_above_chance():
     """Floors with a stated margin over chance, from the pinned reference (its own figures print
     when it is made): guessing each of the demo's 24 balanced rows gets 17 or more right with
-    probability 3.2%; keeping a random fifth of the 40 products keeps 2 or more of the 4 car
-    products with probability 17% and all of the kept ones car products almost never."""
+    probability 3.2%; keeping a random eighth (5) of the 40 products keeps 2 or more of the 4 car
+    products with probability 7%, and a random fifth (8) with 17%."""
     demo, products = ADAPTIVE["cases"]
     assert sum(a == t for a, t in zip(demo["answers"], demo["truth"])) >= 17
     kept = [t for a, t in zip(products["answers"], products["truth"]) if a]

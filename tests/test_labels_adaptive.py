@@ -273,6 +273,28 @@ def test_a_strong_model_that_answers_every_row_alike_is_taken_at_its_word_and_th
     assert "rank by llm_score(...)" in out.warning
 
 
+def test_rows_the_worked_examples_alone_make_the_model_sure_of_are_not_taken_at_its_word():
+    """A model that leans on the worked example shown last: without examples the sampled rows'
+    margins rank the rows (true ones +1.5..+2, the rest -1..+1), behind two examples every margin
+    falls 6 nats, each sure of "no". That sureness is the examples' doing, so the rows are read as
+    a ranking and the true ones kept (a 135M model's stout filter did this: 0.0..+1.6 on the
+    sample, -6.6..-2.9 behind the examples, none of 7 stouts kept)."""
+    rows = [f"story {i}" for i in range(40)]
+    truth = [i % 10 == 3 for i in range(40)]
+
+    def margin(prompt: str, rq) -> float:
+        own = prompt.rsplit("\n\n", 1)[-1]
+        i = int(own.split("story ", 1)[1].split()[0].rstrip("\n"))
+        m = 1.5 + (i % 7) / 14 if truth[i] else -1 + (i % 11) / 5.5
+        return m - 6 if "\n\n" in prompt else m
+
+    eng = MarginEngine(margin, whole_prompt=True)
+    out = run_call(make_call("llm_filter", "Is this news article about sports? Article: {a}", method="adaptive"),
+                   [rows], engine=eng, cache=False, progress=False)
+    assert out.values == truth
+    assert out.warning is None or "for every one of the" not in out.warning
+
+
 def test_a_classify_whose_rows_all_get_one_label_names_that_label():
     rows = [f"story {i}" for i in range(20)]
     call = make_call("llm_classify", "Which kind is it? {a}", labels=["sport", "rest"], method="adaptive")

@@ -98,9 +98,9 @@ def test_a_model_that_cannot_separate_the_rows_answers_them_and_warns():
         out = run_call(make_call("llm_filter", SPORTS, method="adaptive"), [ROWS], engine=noise_engine(),
                        cache=False, progress=False)
     assert out.failures == [] and all(isinstance(v, bool) for v in out.values)
-    assert out.warning is not None and "Check a sample of the answers by hand" in out.warning and "for the 20% it scored highest" in out.warning
+    assert out.warning is not None and "Check a sample of the answers by hand" in out.warning and "for the 12.5% it scored highest" in out.warning
     ana = str(analyzed(out.plan.call, out))
-    assert "one crowd of margins: no share can be read, so the top 20% by score" in ana and "warning" in ana
+    assert "one crowd of margins: no share can be read, so the top 12.5% by score" in ana and "warning" in ana
 
 
 def test_no_warning_and_the_estimated_prior_where_the_model_separates_the_rows():

@@ -38,7 +38,7 @@ from functools import cached_property
 from relserve.backend.protocol import Backend
 from relserve.functions import LLMCall
 from relserve.labels.bootstrap import sample_indices
-from relserve.labels.decide import FEW_ROWS, WEAK_SHARE, Reading, posteriors, read
+from relserve.labels.decide import FEW_ROWS, SURE, WEAK_SHARE, Reading, posteriors, read
 from relserve.labels.information import categorical_information, mutual_information
 from relserve.labels.interface import LabelContext, LabelRequest, LabelRun
 from relserve.labels.keys import call_key
@@ -86,10 +86,20 @@ class Choice:
     examples: str
     #: rows the first pass scored
     sampled: int
+    #: whether the sampled rows, scored in the chosen layout without examples, were every one
+    #: sure of one answer (see ``examples_made_it_sure``)
+    sure_without_examples: bool = False
 
     @property
     def information(self) -> float:
         return next(t.information for t in self.trials if t.layout == self.layout)
+
+    def examples_made_it_sure(self, reading: Reading) -> bool:
+        """Whether an "all alike" reading came from the worked examples, not the rows: the
+        model was not sure of the sampled rows without them. Two examples (the row leaning most
+        to each label, the second label's shown last) can pull every row to the label shown
+        last: a stout filter's sampled margins of 0.0..+1.6 went to -6.6..-2.9 behind them."""
+        return reading.rule == "all alike" and bool(self.examples) and not self.sure_without_examples
 
 
 @dataclass(frozen=True)
@@ -132,7 +142,7 @@ class AdaptiveReport:
                    f"rows are {first!r}, and took the model's own answer for each")
         else:
             how = (f"the model's scores do not split these rows into two groups, so relserve cannot tell how many rows "
-                   f"are {first!r}: it answered {first!r} for the {WEAK_SHARE:.0%} it scored highest")
+                   f"are {first!r}: it answered {first!r} for the {WEAK_SHARE:.1%} it scored highest")
         return (f"{function}({template!r}): {how} (layout {self.choice.layout.name!r}, information "
                 f"{self.choice.information:.3f} nats); the answers near that boundary are close to guesses. Check a "
                 "sample of the answers by hand, rank by llm_score(...) and choose your own cut, name what the question "
@@ -360,7 +370,9 @@ class AdaptiveRun(LabelRun):
         best = max(finalists or range(len(layouts)), key=lambda k: (round(informative[k], 9), -k))
         layout = layouts[best]
         shown = self._examples(layout, margins_of[best]) if examples else ""
-        return Choice(layout, tuple(trials), shown, len(sample))
+        sampled = list(margins_of[best].values())
+        return Choice(layout, tuple(trials), shown, len(sample),
+                      bool(sampled) and (min(sampled) >= SURE or max(sampled) <= -SURE))
 
     def _information(self, layout: Layout, margins: Mapping[int, float]) -> float:
         """How much the layout's answers tell the sampled rows apart. A layout of a row's own
@@ -448,6 +460,9 @@ class AdaptiveRun(LabelRun):
             pool = _pools.pop(pool_key, None) or _Pool()
             earlier = list(pool.margins)
         reading, mixture = read(earlier + ms)
+        if self.choice.examples_made_it_sure(reading):
+            # the model's sureness is the examples' doing: read the margins as a ranking instead
+            reading, mixture = read(earlier + ms, all_alike=False)
         ps = posteriors(ms, reading, mixture, earlier + ms)
         if self.scope is not None:
             self.scope.reading = _SharedReading(pool_key, reading, mixture, tuple(earlier + ms))

@@ -20,7 +20,9 @@ and a row is "yes" exactly above one boundary.
 
 Several starts (the upper crowd seeded at several quantiles and at the widest gap between sorted
 margins), the best likelihood kept; each spread has a floor (a share of the column's), so that a
-crowd of two equal outliers cannot win by collapsing to zero width.
+crowd of two equal outliers cannot win by collapsing to zero width, and a ceiling (twice the
+other crowd's, applied after each step of EM), so that a loose crowd cannot take in the long
+tail of a skewed one.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ from dataclasses import dataclass
 SEEDS = (0.5, 0.7, 0.85, 0.95)
 #: a crowd's standard deviation is at least this share of the column's
 MIN_SPREAD = 0.05
+#: and at most this many times the other crowd's: a loose crowd free to widen takes in the other
+#: crowd's long tail (the margins of one label are often skewed, not normal) and overstates its
+#: own share (docs/quality.md, "Crowds of unequal spread")
+MAX_SPREAD_RATIO = 2.0
 MAX_ITER = 300
 
 
@@ -135,6 +141,7 @@ def _em(xs: Sequence[float], r: list[float], floor: float, one: float) -> Mixtur
         m0 = sum((1 - ri) * x for ri, x in zip(r, xs)) / s0
         sd1 = max(math.sqrt(sum(ri * (x - m1) ** 2 for ri, x in zip(r, xs)) / s1), floor)
         sd0 = max(math.sqrt(sum((1 - ri) * (x - m0) ** 2 for ri, x in zip(r, xs)) / s0), floor)
+        sd1, sd0 = min(sd1, MAX_SPREAD_RATIO * sd0), min(sd0, MAX_SPREAD_RATIO * sd1)
         ll = 0.0
         for i, x in enumerate(xs):
             a = math.log(w) + _log_normal(x, m1, sd1)

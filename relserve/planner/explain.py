@@ -396,7 +396,7 @@ def describe_labels(report) -> str | None:
     elif reading.rule == "all alike":
         prior = f"every row's margin sure of one answer: the model's own answers ({reading.prior:.0%} {report.first!r})"
     else:
-        prior = (f"one crowd of margins: no share can be read, so the top {WEAK_SHARE:.0%} by score were answered "
+        prior = (f"one crowd of margins: no share can be read, so the top {WEAK_SHARE:.1%} by score were answered "
                  f"{report.first!r}")
     return (f"layout {choice.layout.name!r} chosen {how} (mutual information {choice.information:.3f} nats); "
             f"{prior}; over {reading.rows} margins")

@@ -22,17 +22,19 @@ The definition, step by step, as computed below:
    layout, then the one with the smallest, each "<row>\\n<Field>: <word>\\n\\n", in front of
    every row; 24 rows or fewer: no examples, the rows scored again as in the first pass;
 5. the reading, in this order:
-   - every margin at least 2 nats on one side of 0: every row that answer ("all alike");
+   - every margin at least 2 nats on one side of 0: every row that answer ("all alike"), unless
+     the rows were shown examples and the chosen layout's sampled margins (without examples)
+     were not every one 2 nats on one side: then this rule is skipped;
    - the widest gap between sorted margins at least 2 nats and at least 4 times the two sides'
      pooled spread: the rows above it are the first label ("two crowds");
    - from 16 margins, a two-component normal mixture with a spread each (floor: 5% of the
-     column's), fitted by EM from starts at the 0.5/0.7/0.85/0.95 quantiles and at the widest
+     column's; each at most twice the other's, clipped after every step), fitted by EM from starts at the 0.5/0.7/0.85/0.95 quantiles and at the widest
      gap, the best likelihood kept; two crowds when the AUC they imply is at least 0.85, they
      explain the margins at least 0.05 nats per row better than one normal, and the smaller
      holds at least 3 rows and 2%: a row is the first label when its posterior of the upper
      crowd, read with the margin held between the two crowds' means, is above one half;
    - under 16 margins (and no such gap): each row the model's own answer (its margin's sign);
-   - otherwise one crowd: the 20% of rows with the largest margins are the first label (the
+   - otherwise one crowd: the 12.5% of rows with the largest margins are the first label (the
      boundary halfway between the margins either side of it).
 
     .venv/bin/python tests/golden/make_adaptive_golden.py           # write adaptive.json
@@ -60,7 +62,9 @@ FIELDS = ("Sentiment", "Topic", "Category", "Answer")
 SAMPLE = 24
 FIRST_STAGE = 8
 FINALISTS = 2
-MIN_SEPARATION, MIN_GAIN, SPREAD_FLOOR = 0.85, 0.05, 0.05
+MIN_SEPARATION, MIN_GAIN, SPREAD_FLOOR, SPREAD_RATIO = 0.85, 0.05, 0.05, 2.0
+#: step 5's share of rows answered with the first label when the margins form one crowd
+ONE_CROWD_SHARE = 0.125
 
 #: product names written for this file (not from any dataset): 4 of 40 for cars
 PRODUCTS = [
@@ -164,6 +168,7 @@ def mixture(xs: np.ndarray):
             m0 = ((1 - r) * xs).sum() / max((1 - r).sum(), 1e-12)
             s1 = max(math.sqrt((r * (xs - m1) ** 2).sum() / max(r.sum(), 1e-12)), floor)
             s0 = max(math.sqrt(((1 - r) * (xs - m0) ** 2).sum() / max((1 - r).sum(), 1e-12)), floor)
+            s1, s0 = min(s1, SPREAD_RATIO * s0), min(s0, SPREAD_RATIO * s1)
             a = math.log(w) + log_normal(xs, m1, s1)
             b = math.log1p(-w) + log_normal(xs, m0, s0)
             top = np.maximum(a, b)
@@ -185,11 +190,12 @@ def mixture(xs: np.ndarray):
     return w, auc, ll - one, post
 
 
-def reading(ms: list[float]) -> tuple[str, float, list[bool]]:
-    """Step 5: (rule, share of the first label, each row's answer)."""
+def reading(ms: list[float], alike: bool = True) -> tuple[str, float, list[bool]]:
+    """Step 5: (rule, share of the first label, each row's answer; ``alike`` False: the first
+    rule is skipped)."""
     xs = np.asarray(ms)
     n = len(xs)
-    if xs.min() >= 2.0 or xs.max() <= -2.0:
+    if alike and (xs.min() >= 2.0 or xs.max() <= -2.0):
         return "all alike", float(xs.min() >= 2.0), [bool(xs.min() >= 2.0)] * n
     ordered = np.sort(xs)
     i = int(np.argmax(np.diff(ordered))) + 1
@@ -204,9 +210,9 @@ def reading(ms: list[float]) -> tuple[str, float, list[bool]]:
         w, auc, gain, post = mixture(xs)
         if auc >= MIN_SEPARATION and gain >= MIN_GAIN and min(w, 1 - w) * n >= max(3, 0.02 * n):
             return "two crowds", float(w), [bool(p > 0.5) for p in post]
-    k = min(n - 1, max(1, round(0.8 * n)))
+    k = min(n - 1, max(1, round((1 - ONE_CROWD_SHARE) * n)))
     boundary = (ordered[k - 1] + ordered[k]) / 2
-    return "one crowd", 0.2, [bool(x > boundary) for x in xs]
+    return "one crowd", ONE_CROWD_SHARE, [bool(x > boundary) for x in xs]
 
 
 def run_case(tok, model, case: str, rows: list[tuple], truth: list[bool]) -> dict:
@@ -241,7 +247,8 @@ def run_case(tok, model, case: str, rows: list[tuple], truth: list[bool]) -> dic
                            for i, word in ((top, chosen["labels"][0]), (bottom, chosen["labels"][1])))
     ms = margins(tok, model, [examples + text(case, chosen["question"], v) for v in rows], chosen["field"],
                  tuple(chosen["labels"]))
-    rule, share, first = reading(ms)
+    sampled = chosen["sample_margins"]
+    rule, share, first = reading(ms, alike=not examples or min(sampled) >= 2.0 or max(sampled) <= -2.0)
     return {"case": case, "rows": [list(v) for v in rows], "truth": truth, "sample": sample, "trials": trials,
             "chosen": best, "examples": examples, "margins": ms, "rule": rule, "prior": share, "answers": first}
 
