@@ -25,7 +25,7 @@ from relserve.labels.layouts import Layout, LayoutRenderer, layouts_for
 from relserve.labels.mixture import Mixture, fit_mixture
 from relserve.planner.plan_and_run import run_call
 from relserve.relquery import RelQuery
-from relserve.results import RelQueryResult, RowResult
+from relserve.results import RelQueryResult, RelQueryStats, RowResult
 from relserve.template import Template
 
 
@@ -293,6 +293,44 @@ def test_rows_the_worked_examples_alone_make_the_model_sure_of_are_not_taken_at_
                    [rows], engine=eng, cache=False, progress=False)
     assert out.values == truth
     assert out.warning is None or "for every one of the" not in out.warning
+
+
+def test_a_join_the_model_cannot_split_keeps_one_pair_in_k_per_left_row_on_average():
+    """A join's question about a row's own value asks which of k values a left row is: where the
+    chosen layout's margins form one crowd, one pair in k is kept (not the eighth of a filter),
+    and the warning says so."""
+    topics = ["sports", "business", "science", "politics"]
+    heads = [f"headline {i}" for i in range(40)]
+    rng = random.Random(7)
+    noise = {(h, t): rng.gauss(0, 0.3) for h in heads for t in topics}
+
+    def submit(rq, tenancy=None):
+        eng.relqueries.append(rq)
+        prompts = [str(p) for p in rq.render()]
+        handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, lambda: None)
+        rows = []
+        for i, p in enumerate(prompts):
+            own = p.rsplit("\n\n", 1)[-1]
+            head = next(h for h in heads if f"{h}\"" in own or own.startswith(f"Title: {h}\n") or own.endswith(h))
+            if sorted(rq.choices) == sorted(topics):
+                lps = {c: noise[(head, c)] for c in rq.choices}
+                z = math.log(sum(math.exp(v) for v in lps.values()))
+                lps = {c: v - z for c, v in lps.items()}
+            else:  # the question layout: "yes" and "no" alike for every pair
+                lps = {c: math.log(1 / len(rq.choices)) for c in rq.choices}
+            rows.append(RowResult(i, text=max(lps, key=lps.get), finish_reason="scored", label_logprobs=lps))
+            handle.row_done(rows[-1])
+        handle.finish(RelQueryResult(rows, RelQueryStats(rq.rel_id, len(rows))))
+        return handle
+
+    eng = MarginEngine(lambda text, rq: 0.0)
+    eng.submit = submit  # type: ignore[method-assign]
+    call = make_call("llm_filter", 'Is the headline "{title}" about {topic}?', method="adaptive")
+    pairs = [(h, t) for h in heads for t in topics]
+    out = run_call(call, [[h for h, _ in pairs], [t for _, t in pairs]], engine=eng, cache=False, progress=False)
+    assert out.labels.choice.layout.column == "topic" and out.labels.reading.rule == "one crowd"
+    assert sum(out.values) == 40 and out.labels.reading.prior == 0.25
+    assert "it answered 'yes' for the 25.0% it scored highest" in out.warning
 
 
 def test_a_classify_whose_rows_all_get_one_label_names_that_label():

@@ -142,7 +142,7 @@ class AdaptiveReport:
                    f"rows are {first!r}, and took the model's own answer for each")
         else:
             how = (f"the model's scores do not split these rows into two groups, so relserve cannot tell how many rows "
-                   f"are {first!r}: it answered {first!r} for the {WEAK_SHARE:.1%} it scored highest")
+                   f"are {first!r}: it answered {first!r} for the {self.reading.prior:.1%} it scored highest")
         return (f"{function}({template!r}): {how} (layout {self.choice.layout.name!r}, information "
                 f"{self.choice.information:.3f} nats); the answers near that boundary are close to guesses. Check a "
                 "sample of the answers by hand, rank by llm_score(...) and choose your own cut, name what the question "
@@ -453,16 +453,24 @@ class AdaptiveRun(LabelRun):
             out.append(replace(r, text=own[0] if first else own[1], confidence=p if first else 1 - p))
         return out
 
+    def _one_crowd_share(self) -> float:
+        """The share of rows answered with the first label where the margins form one crowd:
+        ``WEAK_SHARE``, or under a layout of a row's own value (a join's "which of these k
+        values is it?") one in k, each row's one answer among its k pairs."""
+        labels = self.layout.labels
+        return 1 / len(labels) if self.layout.column is not None and len(labels) >= 2 else WEAK_SHARE
+
     def _read_with_pool(self, pool_key: tuple, ms: list[float]) -> tuple[Reading, list[float]]:
         """Read this relQuery's margins pooled with the call's earlier ones (and keep them for
         the later ones, and for a cascade's later parts); each row's posterior."""
         with _lock:
             pool = _pools.pop(pool_key, None) or _Pool()
             earlier = list(pool.margins)
-        reading, mixture = read(earlier + ms)
+        share = self._one_crowd_share()
+        reading, mixture = read(earlier + ms, one_crowd_share=share)
         if self.choice.examples_made_it_sure(reading):
             # the model's sureness is the examples' doing: read the margins as a ranking instead
-            reading, mixture = read(earlier + ms, all_alike=False)
+            reading, mixture = read(earlier + ms, all_alike=False, one_crowd_share=share)
         ps = posteriors(ms, reading, mixture, earlier + ms)
         if self.scope is not None:
             self.scope.reading = _SharedReading(pool_key, reading, mixture, tuple(earlier + ms))

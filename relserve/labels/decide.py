@@ -73,17 +73,19 @@ class Reading:
         return self.rule in ("two crowds", "all alike")
 
 
-def read(margins: Sequence[float], *, all_alike: bool = True) -> tuple[Reading, Mixture | None]:
+def read(margins: Sequence[float], *, all_alike: bool = True,
+         one_crowd_share: float = WEAK_SHARE) -> tuple[Reading, Mixture | None]:
     """How to decide rows of these margins (``margins``: this relQuery's and pooled ones;
     ``all_alike`` False: margins sure of one answer are not taken at their word, but read as the
-    others are)."""
+    others are; ``one_crowd_share``: the share answered with the first label where the margins
+    form one crowd)."""
     xs = [m for m in margins if math.isfinite(m)]
     if not xs:
-        return Reading("one crowd", WEAK_SHARE, 0.5, 0), None
+        return Reading("one crowd", one_crowd_share, 0.5, 0), None
     if all_alike and (min(xs) >= SURE or max(xs) <= -SURE):
         return Reading("all alike", 1.0 if min(xs) >= SURE else 0.0, 0.5, len(xs)), None
     if max(xs) - min(xs) <= 1e-9:
-        return Reading("one crowd", WEAK_SHARE, 0.5, len(xs)), None
+        return Reading("one crowd", one_crowd_share, 0.5, len(xs)), None
     # a model that separates the rows leaves a wide gap between its two crowds: read across it
     # (a mixture fitted to crowds that are not normal can prefer a tight lump and a loose rest)
     gap = _across_the_widest_gap(xs)
@@ -97,7 +99,7 @@ def read(margins: Sequence[float], *, all_alike: bool = True) -> tuple[Reading, 
     if (mix.separation >= MIN_SEPARATION and mix.gain >= MIN_GAIN
             and smaller >= max(MIN_CROWD_ROWS, MIN_CROWD * len(xs))):
         return Reading("two crowds", mix.weight, mix.separation, len(xs)), mix
-    return Reading("one crowd", WEAK_SHARE, mix.separation, len(xs)), None
+    return Reading("one crowd", one_crowd_share, mix.separation, len(xs)), None
 
 
 def _across_the_widest_gap(xs: Sequence[float]) -> Mixture | None:

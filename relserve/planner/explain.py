@@ -378,7 +378,6 @@ def _answer_field(call, model_id: str, namespace: str | None) -> str | None:
 def describe_labels(report) -> str | None:
     """One line of EXPLAIN ANALYZE for what the label method found (None: nothing)."""
     from relserve.labels.adaptive import AdaptiveReport
-    from relserve.labels.decide import WEAK_SHARE
     from relserve.labels.guesses import AnswerSpread
 
     if isinstance(report, AnswerSpread):
@@ -396,7 +395,7 @@ def describe_labels(report) -> str | None:
     elif reading.rule == "all alike":
         prior = f"every row's margin sure of one answer: the model's own answers ({reading.prior:.0%} {report.first!r})"
     else:
-        prior = (f"one crowd of margins: no share can be read, so the top {WEAK_SHARE:.1%} by score were answered "
+        prior = (f"one crowd of margins: no share can be read, so the top {reading.prior:.1%} by score were answered "
                  f"{report.first!r}")
     return (f"layout {choice.layout.name!r} chosen {how} (mutual information {choice.information:.3f} nats); "
             f"{prior}; over {reading.rows} margins")
