@@ -14,8 +14,9 @@ model scores highest are answered with the first label, ``WEAK_SHARE`` of them -
 the filters users write mostly keep 5-25% of the rows: an eighth keeps between half and twice
 the true rows of every filter from 6.25% to 25% (no one share covers 5% to 25%: twice 5% is below
 half of 25%). On the tuning tasks (three samples each) an eighth gave the best mean F1 of the
-shares tried (0.10-0.20); docs/quality.md. A balanced filter read as one crowd is answered
-worse than with a larger share, and that is the case users meet least. The surfaces then warn
+shares tried (0.10-0.20); docs/quality.md. A balanced filter read as one crowd keeps far fewer
+rows than are true (an eighth against a half): the case users meet least. (A join's layout of a
+row's own value keeps one pair in k instead: ``AdaptiveRun._one_crowd_share``.) The surfaces then warn
 that the answers near the boundary are uncertain and how many rows were kept by that
 assumption.
 """
