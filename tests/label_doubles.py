@@ -53,16 +53,34 @@ class MarginEngine:
         handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, lambda: None)
         rows = []
         for i, p in enumerate(prompts):
-            m = self.margin(p if self.whole_prompt else own_text(p), rq)
-            a, b = rq.choices
-            lps = {a: -math.log1p(math.exp(-m)), b: -math.log1p(math.exp(m))}
-            row = RowResult(i, text=a if m > 0 else b, prompt_tokens=len(p.split()), output_tokens=1,
+            text, lps = self.score(p if self.whole_prompt else own_text(p), rq)
+            row = RowResult(i, text=text, prompt_tokens=len(p.split()), output_tokens=1,
                             finish_reason="scored", label_logprobs=lps)
             rows.append(row)
             handle.row_done(row)
         stats = RelQueryStats(rq.rel_id, len(rows), policy=self.policy)
         handle.finish(RelQueryResult(rows, stats))
         return handle
+
+    def score(self, text: str, rq: Any) -> tuple[str, dict[str, float]]:
+        """A row's answer and label log-probabilities, from its margin over the two labels."""
+        m = self.margin(text, rq)
+        a, b = rq.choices
+        return a if m > 0 else b, {a: -math.log1p(math.exp(-m)), b: -math.log1p(math.exp(m))}
+
+
+class ChoiceScoresEngine(MarginEngine):
+    """Scores every row of a ``score_labels`` relQuery by ``scores(own text, relQuery)``: a log-
+    probability per choice, for any number of choices (a join's layout of a row's own value);
+    the answer is the best-scored choice."""
+
+    def __init__(self, scores: Callable[[str, Any], dict[str, float]]) -> None:
+        super().__init__(lambda text, rq: 0.0)
+        self.scores = scores
+
+    def score(self, text: str, rq: Any) -> tuple[str, dict[str, float]]:
+        lps = self.scores(text, rq)
+        return max(lps, key=lps.get), lps
 
 
 def strong_engine(is_true: Callable[[str], bool]) -> MarginEngine:

@@ -11,7 +11,7 @@ import random
 
 import pytest
 from engine_doubles import ScriptedEngine
-from label_doubles import MarginEngine, strong_engine
+from label_doubles import ChoiceScoresEngine, MarginEngine, strong_engine
 from waits import result_within
 
 from relserve.engine.handle import RelQueryHandle
@@ -25,7 +25,7 @@ from relserve.labels.layouts import Layout, LayoutRenderer, layouts_for
 from relserve.labels.mixture import Mixture, fit_mixture
 from relserve.planner.plan_and_run import run_call
 from relserve.relquery import RelQuery
-from relserve.results import RelQueryResult, RelQueryStats, RowResult
+from relserve.results import RelQueryResult, RowResult
 from relserve.template import Template
 
 
@@ -304,27 +304,14 @@ def test_a_join_the_model_cannot_split_keeps_one_pair_in_k_per_left_row_on_avera
     rng = random.Random(7)
     noise = {(h, t): rng.gauss(0, 0.3) for h in heads for t in topics}
 
-    def submit(rq, tenancy=None):
-        eng.relqueries.append(rq)
-        prompts = [str(p) for p in rq.render()]
-        handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, lambda: None)
-        rows = []
-        for i, p in enumerate(prompts):
-            own = p.rsplit("\n\n", 1)[-1]
-            head = next(h for h in heads if f"{h}\"" in own or own.startswith(f"Title: {h}\n") or own.endswith(h))
-            if sorted(rq.choices) == sorted(topics):
-                lps = {c: noise[(head, c)] for c in rq.choices}
-                z = math.log(sum(math.exp(v) for v in lps.values()))
-                lps = {c: v - z for c, v in lps.items()}
-            else:  # the question layout: "yes" and "no" alike for every pair
-                lps = {c: math.log(1 / len(rq.choices)) for c in rq.choices}
-            rows.append(RowResult(i, text=max(lps, key=lps.get), finish_reason="scored", label_logprobs=lps))
-            handle.row_done(rows[-1])
-        handle.finish(RelQueryResult(rows, RelQueryStats(rq.rel_id, len(rows))))
-        return handle
+    def scores(own, rq):
+        head = next(h for h in heads if f"{h}\"" in own or own.startswith(f"Title: {h}\n") or own.endswith(h))
+        if sorted(rq.choices) != sorted(topics):  # the question layout: "yes" and "no" alike for every pair
+            return {c: math.log(1 / len(rq.choices)) for c in rq.choices}
+        z = math.log(sum(math.exp(noise[(head, c)]) for c in rq.choices))
+        return {c: noise[(head, c)] - z for c in rq.choices}
 
-    eng = MarginEngine(lambda text, rq: 0.0)
-    eng.submit = submit  # type: ignore[method-assign]
+    eng = ChoiceScoresEngine(scores)
     call = make_call("llm_filter", 'Is the headline "{title}" about {topic}?', method="adaptive")
     pairs = [(h, t) for h in heads for t in topics]
     out = run_call(call, [[h for h, _ in pairs], [t for _, t in pairs]], engine=eng, cache=False, progress=False)
@@ -361,32 +348,14 @@ def test_a_question_about_a_rows_own_value_scores_every_value_of_it():
     topics = ["sports", "business", "science", "politics"]
     heads = [f"{t} headline {i}" for i in range(10) for t in topics]
 
-    def margin(text, rq):
-        return 0.0  # unused: the engine below scores by label
+    def scores(own, rq):
+        if rq.answer_field == "Topic:" and sorted(rq.choices) == sorted(topics):
+            # the headline's own topic gets 90% of the probability
+            return {c: math.log(0.9 if own.startswith(f"Title: {c} ") else 0.1 / 3) for c in rq.choices}
+        # every other layout tells the pairs apart no better than a coin
+        return {c: math.log(1 / len(rq.choices)) for c in rq.choices}
 
-    eng = MarginEngine(margin)
-
-    def submit(rq, tenancy=None):
-        from relserve.engine.handle import RelQueryHandle
-        from relserve.results import RelQueryResult, RelQueryStats
-
-        eng.relqueries.append(rq)
-        prompts = [str(p) for p in rq.render()]
-        handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, lambda: None)
-        rows = []
-        for i, p in enumerate(prompts):
-            own = p.rsplit("\n\n", 1)[-1]
-            if rq.answer_field == "Topic:" and sorted(rq.choices) == sorted(topics):
-                # the headline's own topic gets 90% of the probability
-                lps = {c: math.log(0.9 if own.startswith(f"Title: {c} ") else 0.1 / 3) for c in rq.choices}
-            else:  # every other layout tells the pairs apart no better than a coin
-                lps = {c: math.log(1 / len(rq.choices)) for c in rq.choices}
-            rows.append(RowResult(i, text=max(lps, key=lps.get), finish_reason="scored", label_logprobs=lps))
-            handle.row_done(rows[-1])
-        handle.finish(RelQueryResult(rows, RelQueryStats(rq.rel_id, len(rows))))
-        return handle
-
-    eng.submit = submit  # type: ignore[method-assign]
+    eng = ChoiceScoresEngine(scores)
     call = make_call("llm_filter", 'Is the headline "{title}" about {topic}?', method="adaptive")
     pairs = [(h, t) for h in heads for t in topics]
     out = run_call(call, [[h for h, _ in pairs], [t for _, t in pairs]], engine=eng, cache=False, progress=False)

@@ -87,19 +87,21 @@ class Choice:
     #: rows the first pass scored
     sampled: int
     #: whether the sampled rows, scored in the chosen layout without examples, were every one
-    #: sure of one answer (see ``examples_made_it_sure``)
+    #: sure of one answer (see ``sureness_is_the_rows``)
     sure_without_examples: bool = False
 
     @property
     def information(self) -> float:
         return next(t.information for t in self.trials if t.layout == self.layout)
 
-    def examples_made_it_sure(self, reading: Reading) -> bool:
-        """Whether an "all alike" reading came from the worked examples, not the rows: the
-        model was not sure of the sampled rows without them. Two examples (the row leaning most
-        to each label, the second label's shown last) can pull every row to the label shown
-        last: a stout filter's sampled margins of 0.0..+1.6 went to -6.6..-2.9 behind them."""
-        return reading.rule == "all alike" and bool(self.examples) and not self.sure_without_examples
+    @property
+    def sureness_is_the_rows(self) -> bool:
+        """Whether margins every one sure of one answer can be taken at the model's word: the
+        rows were shown no examples, or the model was sure of the sampled rows without them.
+        Two examples (the row leaning most to each label, the second label's shown last) can pull
+        every row to the label shown last: a stout filter's sampled margins of 0.0..+1.6 went to
+        -6.6..-2.9 behind them."""
+        return not self.examples or self.sure_without_examples
 
 
 @dataclass(frozen=True)
@@ -466,11 +468,9 @@ class AdaptiveRun(LabelRun):
         with _lock:
             pool = _pools.pop(pool_key, None) or _Pool()
             earlier = list(pool.margins)
-        share = self._one_crowd_share()
-        reading, mixture = read(earlier + ms, one_crowd_share=share)
-        if self.choice.examples_made_it_sure(reading):
-            # the model's sureness is the examples' doing: read the margins as a ranking instead
-            reading, mixture = read(earlier + ms, all_alike=False, one_crowd_share=share)
+        # sureness the examples alone gave is read as a ranking, like any other margins
+        reading, mixture = read(earlier + ms, all_alike=self.choice.sureness_is_the_rows,
+                                one_crowd_share=self._one_crowd_share())
         ps = posteriors(ms, reading, mixture, earlier + ms)
         if self.scope is not None:
             self.scope.reading = _SharedReading(pool_key, reading, mixture, tuple(earlier + ms))
