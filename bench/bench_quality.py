@@ -342,10 +342,12 @@ def label_scoring_as(norm: str):
 def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scoring) -> dict:
     import relserve.duckdb
     from relserve.functions import make_call
-    from relserve.labels.adaptive import forget as forget_adaptive
-    from relserve.labels.answer_fields import forget_fields
-    from relserve.labels.bootstrap import follows_method, forget_examples, in_examples_shape
-    from relserve.labels.pools import forget_means
+    from relserve.labels.bootstrap import follows_method, in_examples_shape
+    from relserve.labels.memory import LabelMemory, use_memory
+
+    def forget() -> None:
+        # a label memory of the statement's own: every statement makes its call's plan
+        use_memory(LabelMemory())
     from relserve.planner.cache import ResultCache
     from relserve.prompt_rendering import Renderer
 
@@ -366,10 +368,7 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
         engine.reset_prefix_cache()
         # every statement chooses its own bootstrapped examples (the first pass is measured); the
         # chunks of one --homogeneous task are one template's relQueries, so they share them
-        forget_examples()
-        forget_means()
-        forget_fields()
-        forget_adaptive()
+        forget()
         tap.scores.clear()
         n_rows = len(task["table"])
         parts = CHUNKS or STATEMENTS
@@ -382,19 +381,13 @@ def _run_one(engine, task, config, tap, con, sql, method, shape, examples, scori
             half = n_rows // 2
             relserve.duckdb.sql(con, sql + f" WHERE rid <= {half}").fetchall()
             if SMALL_COLD:
-                forget_examples()
-                forget_means()
-                forget_fields()
-                forget_adaptive()
+                forget()
             ranges = [f" WHERE rid > {lo} AND rid <= {min(lo + SMALL, n_rows)}" for lo in range(half, n_rows, SMALL)]
             t0 = time.monotonic()
         per_statement = []
         for where in ranges:
             if STATEMENTS and SMALL_COLD:
-                forget_examples()
-                forget_means()
-                forget_fields()
-                forget_adaptive()
+                forget()
             got = relserve.duckdb.sql(con, sql + where).fetchall()
             per_statement.append(sum(task["answer"](v) == str(t) for t, v in got) / max(len(got), 1))
             out += got

@@ -62,6 +62,16 @@ def _sample(df, is_true, rows: int, share: float, seed: int | None = None):
     return both.sample(fraction=1.0, seed=seed, shuffle=True)
 
 
+def _natural(df, is_true, rows: int, seed: int | None = None):
+    """``rows`` rows of ``df`` (all of them if fewer) with their truth, at the share the data has
+    (questions about what a row *is*: the table sets the prevalence, not the question)."""
+    import polars as pl
+
+    seed = SEED if seed is None else seed
+    picked = df.sample(min(rows, df.height), seed=seed, shuffle=True)
+    return picked.with_columns(is_true.alias("_truth"))
+
+
 def _task(name, group, template, df, columns, concept) -> PrevalenceTask:
     return PrevalenceTask(name, group, template, [tuple(r[c] for c in columns) for r in df.iter_rows(named=True)],
                           df["_truth"].to_list(), concept)
@@ -84,21 +94,44 @@ def prevalence_tasks(rows: int = 200) -> list[PrevalenceTask]:
     stout = pl.col("_style").str.contains("stout|porter")
     wheat = pl.col("_style").str.contains("wheat|weiss|witbier|weizen")
 
+    drama, comedy, action = (pl.col("genres").str.contains(g) for g in ("Drama", "Comedy", "Action"))
+    fresh = pl.col("review_type") == "fresh"
+    lager = pl.col("_style").str.contains("lager|pils|helles|bock|dunkel|rzen|oktoberfest|schwarzbier|zwickel|malt liquor")
+    ale = pl.col("_style").str.contains("ale|bitter|ipa|stout|porter|saison|wheat|weiss|witbier|tripel|dubbel|quadrupel")
+    positive = "Is this movie review positive? Review: {review}"
     out = [
-        _task("rt_positive_15", "tuning", "Is this movie review positive? Review: {review}",
-              _sample(rt, pl.col("review_type") == "fresh", rows, 0.15), ["review_content"], "positive"),
+        _task("rt_positive_15", "tuning", positive, _sample(rt, fresh, rows, 0.15), ["review_content"], "positive"),
+        *(_task(f"rt_positive_{p}", "tuning", positive, _sample(rt, fresh, rows, p / 100), ["review_content"],
+                "positive") for p in (2, 25, 75, 90)),
         _task("beer_stout_10", "tuning", "Is this beer a stout? Review: {review}",
               _sample(beer, stout, rows, 0.10), ["review_text"], "stout"),
         _task("am_automotive_10", "tuning", "Is this product an automotive product? Product: {name}",
               _sample(products, top == "Automotive", rows, 0.10), ["name"], "automotive"),
         _task("am_unhappy_10", "tuning", "Is the customer unhappy? Review: {text}",
               _sample(am_sent, pl.col("rating") <= 2, rows, 0.10), ["text"], "unhappy"),
+        _task("mv_comedy", "tuning", "Is this movie a comedy? Synopsis: {synopsis}",
+              _natural(movies, comedy, rows), ["movie_info"], "comedy"),
+        _task("beer_lager", "tuning", "Is this beer a lager? Review: {review}",
+              _natural(beer, lager & ~ale, rows), ["review_text"], "lager"),
         _task("am_satisfied_15", "check", "Is the reviewer satisfied? Title: {title}. Review: {text}",
               _sample(am_sent, pl.col("rating") >= 4, rows, 0.15), ["title", "text"], "satisfied"),
+        *(_task(f"am_satisfied_{p}", "check", "Is the reviewer satisfied? Title: {title}. Review: {text}",
+                _sample(am_sent, pl.col("rating") >= 4, rows, p / 100), ["title", "text"], "satisfied")
+          for p in (2, 80)),
+        *(_task(f"rt_likes_{p}", "check", "Does the critic like the film? {review}",
+                _sample(rt, fresh, rows, p / 100, seed=SEED + 100), ["review_content"], "like")
+          for p in (5, 50, 90)),
         _task("am_health_10", "check", "Is this product a health product? Product: {name}",
               _sample(products, top == "Health & Household", rows, 0.10), ["name"], "health"),
+        _task("am_office", "check", "Is this an office product? {name}",
+              _natural(products, top.str.starts_with("Office"), rows), ["name"], "office"),
+        _task("am_arts_70", "check", "Is this product for arts and crafts? {name}",
+              _sample(products.filter(top.str.starts_with("Arts") | (top == "Automotive")),
+                      top.str.starts_with("Arts"), rows, 0.70), ["name"], "arts and crafts"),
         _task("beer_wheat_8", "check", "Is this a wheat beer? Review: {review}",
               _sample(beer, wheat, rows, 0.08), ["review_text"], "wheat"),
+        _task("beer_ale", "check", "Is this beer an ale? {review}",
+              _natural(beer.filter(ale | lager), ale & ~lager, rows), ["review_text"], "ale"),
         _task("am_negative_20", "check", "Is this review negative? {title}. {text}",
               _sample(am_sent, pl.col("rating") <= 2, rows, 0.20), ["title", "text"], "negative"),
         _task("am_disappointed_15", "check", "Is the customer disappointed with this purchase? {title}. {text}",
@@ -106,10 +139,11 @@ def prevalence_tasks(rows: int = 200) -> list[PrevalenceTask]:
         _task("am_enthusiastic_15", "check", "Is the reviewer enthusiastic about the product? {title}. {text}",
               _sample(am.filter(pl.col("rating") != 4), pl.col("rating") == 5, rows, 0.15), ["title", "text"],
               "enthusiastic"),
+        _task("mv_drama", "check", "Is this film a drama? {synopsis}", _natural(movies, drama, rows),
+              ["movie_info"], "drama"),
+        _task("mv_action", "check", "Is this an action movie? Plot: {synopsis}", _natural(movies, action, rows),
+              ["movie_info"], "action"),
     ]
-    horror = movies.with_columns(pl.col("genres").str.contains("Horror").alias("_truth")).head(rows)
-    out.append(_task("rt_horror", "check", "Is this movie a horror film? Synopsis: {synopsis}", horror,
-                     ["movie_info"], "horror"))
     return out
 
 

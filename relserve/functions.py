@@ -19,7 +19,6 @@ function         answer constrained to       returned value
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -27,40 +26,20 @@ from typing import Any
 from relserve import validation as check
 from relserve.call_key import call_key_of
 from relserve.errors import ConfigError, RowError, TemplateError
+from relserve.labels.names import (
+    DEFAULT_LABEL_METHOD,
+    LABEL_METHOD_ALIASES,
+    LABEL_METHODS,
+    PLAN_ACTIONS,
+    LabelMethodName,
+)
 from relserve.template import Template
 from relserve.validation import OnError
 
-#: How llm_filter and llm_classify choose a label (llm_map and llm_extract ignore it):
-#: "generate"  constrained decoding, token by token (what vLLM does with ``choice=``);
-#: "score"     every label scored by the model's log-probability of it (read up to where it parts
-#:             from the other labels; relserve/engine/label_scoring.py);
-#: "prior"     "score" with the model's prior over the labels divided out, measured once per
-#:             template on content-free rows (Zhao et al. 2021; "calibrate" before, a name now
-#:             kept for the step-time model of ``relserve calibrate``, still accepted here).
-#:             Issue 12's default: it removes the label bias that made a small model answer
-#:             one label for every row;
-#: "batch"     "score" with each label's mean score over the relQuery's own rows subtracted
-#:             (batch calibration, Zhou et al. 2024; relserve/labels/means.py), the
-#:             content-free prior below a minimum row count.
-#: "bootstrap" "batch" behind examples the model labelled itself: a first pass over a sample of
-#:             the relQuery's rows, the surest rows of each label shown in front of every row
-#:             (relserve/labels/bootstrap.py). The default of three labels or more.
-#: "adaptive"  for a filter and a 2-label classify: the request's layout chosen per call on a
-#:             first pass without labels (the question with yes/no, or the row alone after a
-#:             field with the concept the question names), rows decided by two crowds of
-#:             margins instead of assuming balanced labels (relserve/labels/adaptive.py).
-LABEL_METHODS = ("generate", "score", "prior", "batch", "bootstrap", "adaptive")
-#: old names of label methods, still accepted
-LABEL_METHOD_ALIASES = {"calibrate": "prior"}
-#: the method of a call that names none; the environment variable is for the benchmark (it
-#: measures the default against another end to end, docs/benchmarks.md), not for users
-DEFAULT_LABEL_METHOD = os.environ.get("RELSERVE_LABEL_METHOD", "adaptive")
-if DEFAULT_LABEL_METHOD not in LABEL_METHODS:
-    raise ValueError(f"RELSERVE_LABEL_METHOD must be one of {', '.join(LABEL_METHODS)}, got {DEFAULT_LABEL_METHOD!r}")
+#: How llm_filter and llm_classify choose a label (llm_map and llm_extract ignore it): the label
+#: methods, named and described in relserve/labels/names.py and implemented beside it.
 #: the methods that score labels instead of decoding one
-SCORING_METHODS = tuple(m for m in LABEL_METHODS if m != "generate")
-#: the methods that pick every label after the relQuery's last row is scored
-BATCH_METHODS = ("batch", "bootstrap")
+SCORING_METHODS = tuple(m for m in LABEL_METHODS if m != LabelMethodName.GENERATE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +86,10 @@ class CallOptions:
     #: "refuse": refuse before starting when the estimate exceeds the budget; "partial": run until
     #: the budget is reached, the rows not answered NULL with the error 'budget exceeded'
     on_budget: str = "refuse"
+    #: llm_filter / llm_classify: what the call does with its label plan (relserve/labels/plan.py):
+    #: "auto" uses the kept plan or makes one; "refresh" makes a new one from these rows; "pin" and
+    #: "unpin" as "auto", then pin or unpin it. Never changes an answer by itself: a new plan does
+    label_plan: str = "auto"
 
     def __post_init__(self) -> None:
         if self.model is not None and (not isinstance(self.model, str) or not self.model):
@@ -130,6 +113,7 @@ class CallOptions:
         check.max_tokens_total(self.max_tokens_total)
         object.__setattr__(self, "max_seconds", check.max_seconds(self.max_seconds))
         check.on_budget(self.on_budget)
+        object.__setattr__(self, "label_plan", _check_plan_action(self.label_plan))
         check.text_or_none("system", self.system)
         object.__setattr__(self, "temperature", check.temperature(self.temperature))
         object.__setattr__(self, "top_p", check.top_p(self.top_p))
@@ -165,6 +149,14 @@ class SchedulingHints:
 
 
 HINT_NAMES: tuple[str, ...] = tuple(f.name for f in fields(SchedulingHints))
+
+
+def _check_plan_action(value: object) -> str:
+    if value is None:
+        return PLAN_ACTIONS[0]
+    if value not in PLAN_ACTIONS:
+        raise ConfigError(f"label_plan must be one of {', '.join(PLAN_ACTIONS)}, got {value!r}")
+    return str(value)
 
 
 def _freeze_examples(examples: object) -> tuple[tuple[tuple[str, object], ...], ...] | None:
@@ -246,6 +238,10 @@ class LLMCall:
     #: canonical JSON text of the schema (hashable); see ``json_schema`` for the object
     schema_json: str | None = None
     options: CallOptions = field(default_factory=CallOptions)
+    #: the id of the label plan its rows are decided with, once the planner knows it
+    #: (relserve/labels/plan.py; None: none yet, or no labels): in the result cache's key, so that
+    #: a refreshed plan's answers are not an old plan's
+    plan_id: str | None = None
 
     @property
     def max_tokens(self) -> int:
@@ -268,7 +264,7 @@ class LLMCall:
         if self.choices is None:
             return None
         if self.options.temperature > 0:
-            return "generate"
+            return LabelMethodName.GENERATE.value
         return self.options.method or DEFAULT_LABEL_METHOD
 
     @property
@@ -276,7 +272,7 @@ class LLMCall:
         """How the engine lays out a scoring request ("chat" when the label is decoded)."""
         from relserve.prompt_shapes import DEFAULT_PROMPT_SHAPE
 
-        if self.label_method in (None, "generate"):
+        if self.label_method in (None, LabelMethodName.GENERATE):
             return "chat"
         return self.options.prompt_shape or DEFAULT_PROMPT_SHAPE
 
@@ -374,7 +370,7 @@ class LLMCall:
 
     def _label_settings(self) -> dict[str, object]:
         method = self.label_method
-        if method is None or method == "generate":
+        if method is None or method == LabelMethodName.GENERATE:
             return {}  # keys as before: answers cached by earlier versions stay valid
         out: dict[str, object] = {"method": method}
         if self.prompt_shape != "chat":
@@ -387,6 +383,8 @@ class LLMCall:
             # rows of the relQuery (and, below the minimum row count, on that prior)
             out["template"] = self.template.source
             out["examples"] = self.examples_prefix or None
+            if self.plan_id is not None:
+                out["label_plan"] = self.plan_id
         return out
 
     def answer(self, text: str) -> tuple[Any, str | None]:
@@ -471,7 +469,7 @@ def make_call(
     elif json_schema is not None:
         raise ConfigError(f"{fn.name} takes no JSON schema")
     call = LLMCall(fn, parsed, checked_labels, schema_json, opts)
-    if call.scores and call.label_method == "generate":
+    if call.scores and call.label_method == LabelMethodName.GENERATE:
         raise ConfigError("llm_score reads the model's probability of each answer, which decoding does not give: "
                           "use a scoring method (the default) and temperature 0")
     if opts.examples:

@@ -27,24 +27,20 @@ TEST_ENGINE_OPTIONS = dict(policy="relserve", max_num_seqs=16, max_num_batched_t
 
 
 @pytest.fixture(autouse=True)
-def _fresh_template_memory():
-    """Each test chooses its own bootstrapped examples and answer fields, measures its own priors
-    and pools its own label means (all are remembered per template for the process): a test that counts first passes or
-    probes, or checks picks, does not see another's."""
+def label_memory():
+    """Each test gets a label memory of its own (relserve/labels/memory.py: the calls' label plans
+    and chosen answer fields), empty, in the process only: a test that counts first passes or
+    probes, or checks picks, does not see another's plans, nor any left in relserve's home."""
     from relserve import answer_lengths
     from relserve.estimate import selectivity
-    from relserve.labels.answer_fields import forget_fields
-    from relserve.labels.bootstrap import forget_examples
-    from relserve.labels.pools import forget_means
-    from relserve.labels.prior import forget_priors
+    from relserve.labels.memory import LabelMemory, use_memory
 
-    forget_examples()
-    forget_means()
-    forget_fields()
-    forget_priors()
+    memory = LabelMemory()
+    use_memory(memory)
     answer_lengths.forget()
     selectivity.forget()
-    yield
+    yield memory
+    use_memory(None)
 
 
 @pytest.fixture(scope="session")

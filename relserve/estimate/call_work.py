@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from relserve import answer_lengths
-from relserve.estimate.label_work import Scored, label_plan, scoring_asks, typical_answer_tokens
+from relserve.estimate.label_work import Scored, label_work, scoring_asks, typical_answer_tokens
 from relserve.estimate.prompt_tokens import PromptTokenizer, layout_of
 from relserve.functions import LLMCall
+from relserve.labels.methods import LabelResolution
 
 #: what each kind of relQuery is, as EXPLAIN names it
 ROWS, PREFIX = "rows", "prefix warm-up"
@@ -70,6 +71,8 @@ class CallWork:
     call: LLMCall
     #: the label method the relQuery runs (None: map and extract)
     method: str | None
+    #: whether its rows' labels are scored (every label method but generate)
+    scoring: bool = False
     stages: list[list[RelQueryWork]] = field(default_factory=list)
     #: the prompt tokens are the engine's exactly (False: see ``inexact``)
     exact: bool = True
@@ -116,15 +119,16 @@ def call_work(
     tenant: str = "",
     prefix: str = "",
     block_size: int = 32,
+    labels: LabelResolution | None = None,
 ) -> CallWork:
     """The relQueries ``call`` sends for ``prompts`` (its distinct prompts to run, in planned
     order; ``values``: each one's placeholder values) on ``engine`` (None: one not started yet).
     ``prefix``: the shared prefix the executor warms before the rows ("" : none; the server's
-    jobs warm none)."""
-    plan = label_plan(call, prompts, values, engine, model_id, namespace)
+    jobs warm none; ``labels``: the label method and plan the planner resolved, when it did)."""
+    plan = label_work(call, prompts, values, engine, model_id, namespace, labels)
     if not prompts:  # nothing runs (every row cached, or none can run): no first pass nor probe either
-        return CallWork(plan.call, plan.method)
-    work = CallWork(plan.call, plan.method, exact=not plan.inexact, inexact=list(plan.inexact))
+        return CallWork(plan.call, plan.method, plan.scoring)
+    work = CallWork(plan.call, plan.method, plan.scoring, exact=not plan.inexact, inexact=list(plan.inexact))
     if prefix:
         warm = _prefix_ids(tokens, prefix, block_size)
         if warm:
@@ -153,8 +157,8 @@ def call_work(
             typical = typical_answer_tokens(plan.call, tokens.tokenizer) if plan.call.choices else plan.call.max_tokens
             lengths = [max(1, round(typical))] * len(ids)
         rows_stage = [RelQueryWork(ROWS, ids, [()], lengths, plan.call.max_tokens, call_key=key)]
-    if rows_stage or plan.beside:
-        work.stages.append(rows_stage + [scored(q) for q in plan.beside])
+    if rows_stage:
+        work.stages.append(rows_stage)
     return work
 
 

@@ -23,7 +23,8 @@ from relserve.estimate.prefix_cache import PrefixLookup, cached_prompts, prefix_
 from relserve.estimate.prompt_tokens import PromptTokenizer, prompt_tokenizer
 from relserve.estimate.snapshot import Background, QueuedRelQuery, background_of
 from relserve.estimate.timing import Chain, Machine, SimulationError, machine_of, replay
-from relserve.functions import SCORING_METHODS, LLMCall
+from relserve.functions import LLMCall
+from relserve.labels.methods import LabelResolution
 from relserve.relquery import encodable
 
 
@@ -144,17 +145,18 @@ def engine_view(engine, model_id: str) -> EngineView:
 
 def work_of(call: LLMCall, prompts: Sequence[str], *, engine, model_id: str, values: Sequence[tuple] | None = None,
             namespace: str | None = None, tenant: str = "", prefix: str = "",
-            tokens: PromptTokenizer | None = None) -> CallWork:
-    """The relQueries ``call`` sends for ``prompts`` (relserve/estimate/call_work.py)."""
+            tokens: PromptTokenizer | None = None, labels: LabelResolution | None = None) -> CallWork:
+    """The relQueries ``call`` sends for ``prompts`` (relserve/estimate/call_work.py; ``labels``:
+    the label method and plan the planner resolved, when it did)."""
     tokens = tokens or prompt_tokenizer(engine, call.options.model)
     block = getattr(engine, "block_size", None) or 32
     return call_work(call, prompts, tokens, values=values, engine=engine, model_id=model_id, namespace=namespace,
-                     tenant=tenant, prefix=prefix, block_size=block)
+                     tenant=tenant, prefix=prefix, block_size=block, labels=labels)
 
 
 def estimate_call(call: LLMCall, prompts: Sequence[str], *, engine, model_id: str, values: Sequence[tuple] | None = None,
                   namespace: str | None = None, tenant: str = "", prefix: str = "", view: EngineView | None = None,
-                  tokens: PromptTokenizer | None = None) -> CallEstimate:
+                  tokens: PromptTokenizer | None = None, labels: LabelResolution | None = None) -> CallEstimate:
     """The estimate of ``call`` over ``prompts`` (its distinct prompts to run, in planned order;
     ``values``: each one's placeholder values, which a label method may lay out anew)."""
     # a prompt that is not valid text fails at the engine's door (RelQuery.render): it costs nothing
@@ -162,7 +164,7 @@ def estimate_call(call: LLMCall, prompts: Sequence[str], *, engine, model_id: st
     runnable = [prompts[i] for i in keep]
     rows = [values[i] for i in keep] if values is not None and len(values) == len(prompts) else None
     work = work_of(call, runnable, engine=engine, model_id=model_id, values=rows, namespace=namespace, tenant=tenant,
-                   prefix=prefix, tokens=tokens)
+                   prefix=prefix, tokens=tokens, labels=labels)
     return estimate_work(work, engine=engine, model_id=model_id, view=view)
 
 
@@ -174,7 +176,7 @@ def estimate_work(work: CallWork, *, engine, model_id: str, view: EngineView | N
         expected_answer_tokens=work.expected_answer_tokens, engine_rows=work.engine_rows,
         relqueries=sum(1 for w in work.relqueries if w.counted), exact=work.exact, inexact=tuple(work.inexact),
         lengths_learned=work.lengths_learned, cost_model=m.cost_source, policy=m.policy, work=work,
-        scored=work.method in SCORING_METHODS,
+        scored=work.scoring,
     )
     if not work.stages:
         return CallEstimate(computed_prompt_tokens=0, idle_s=0.0, now_s=None if view.background is None else 0.0, **base)

@@ -2,19 +2,18 @@
 the estimates read the label package (relserve/labels/). When the label path changes
 shape, this module follows it; nothing else in relserve/estimate/ knows how labels are chosen.
 
-Today (relserve/planner/executor.py and the label methods of relserve/labels/), in order:
+The relQuery's ``LabelResolution`` (relserve/labels/methods.py: the method it runs and the call's
+kept label plan) says what runs, in order:
 
 1. ``answer_field := 'auto'`` not chosen yet in the namespace: one one-row probe relQuery per
    candidate name, all at once, waited for (answer_fields.field_for);
-2. a first pass, waited for, unless an earlier relQuery of the call chose already:
-   ``adaptive`` scores a spread sample of the rows in every candidate layout (one relQuery per
-   layout), ``bootstrap`` a spread sample of the prompts; the rows are then laid out as chosen,
-   behind the worked examples chosen (which rows, and for ``adaptive`` which layout, only the
-   first pass tells: counted as one example per label of the sample's median length, in the
-   first layout);
-3. ``prior`` whose prior is not known yet: three content-free probes beside the rows;
-4. the rows, each scored by one one-token request per label-trie node its norm reads
-   (engine/label_scoring.asks), all on the row's prompt.
+2. no plan kept: the plan's first pass, waited for: ``adaptive`` scores a spread sample of the
+   rows in every candidate layout, then the finalists on the rest, with their content-free
+   probes; ``bootstrap`` a spread sample, then the sample behind the examples it chose; ``batch``
+   a spread sample; ``prior`` three content-free probes. Which layout and examples win only the
+   first pass tells (counted: the first layout, two examples of the sampled rows' median length);
+3. the rows, laid out as the plan says, each scored by one one-token request per label-trie node
+   its norm reads (engine/label_scoring.asks), all on the row's prompt.
 """
 
 from __future__ import annotations
@@ -23,14 +22,15 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import relserve.labels.adaptive as adaptive
-import relserve.labels.bootstrap as bootstrap
 from relserve.estimate.prompt_tokens import Layout, layout_of
-from relserve.functions import SCORING_METHODS, LLMCall
+from relserve.functions import LLMCall
+from relserve.labels import adaptive, batch, bootstrap
 from relserve.labels.answer_fields import CANDIDATES, known_field, picks_field, probe_prompt, with_field
 from relserve.labels.layouts import LayoutRenderer, layouts_for
-from relserve.labels.methods import method_and_pool, method_of
-from relserve.labels.prior import content_free_prompts, known_prior
+from relserve.labels.memory import process_memory
+from relserve.labels.methods import LabelResolution, resolve
+from relserve.labels.names import LabelMethodName
+from relserve.labels.prior import CONTENT_FREE, content_free_prompts
 from relserve.prompt_shapes import answer_field_text, label_space
 
 #: vLLM's cap on log-probabilities per request (engine.engine._MAX_LOGPROBS)
@@ -49,119 +49,119 @@ class Scored:
 
 
 @dataclass
-class LabelPlan:
+class LabelWork:
     """How the label path will run a relQuery of a filter or classify."""
 
-    #: the label method the relQuery runs (labels/methods.method_ran); None: not a label call
-    method: str | None
+    #: what the planner resolved (None when the call has no labels)
+    labels: LabelResolution
     #: the call as it is scored (its answer field chosen earlier in the namespace named)
     call: LLMCall
     #: relQueries waited for before the rows, stage by stage (field probes, a first pass)
     before: list[list[Scored]] = field(default_factory=list)
-    #: relQueries that run beside the rows (the prior's probes)
-    beside: list[Scored] = field(default_factory=list)
     #: the rows' own scoring relQuery (None: the rows are decoded)
     rows: Scored | None = None
     #: why the token count is an estimate (empty: the engine's exactly)
     inexact: list[str] = field(default_factory=list)
 
     @property
+    def method(self) -> str | None:
+        return self.labels.method.value if self.labels.method is not None else None
+
+    @property
     def scoring(self) -> bool:
-        return self.method in SCORING_METHODS
+        return self.labels.scoring
 
 
-def label_plan(call: LLMCall, prompts: Sequence[str], values: Sequence[tuple] | None, engine, model_id: str,
-               namespace: str | None) -> LabelPlan:
+def label_work(call: LLMCall, prompts: Sequence[str], values: Sequence[tuple] | None, engine, model_id: str,
+               namespace: str | None, labels: LabelResolution | None = None) -> LabelWork:
     """How ``call``'s relQuery of ``prompts`` (its distinct prompts to run, in order; ``values``:
-    each one's placeholder values) will run on ``engine`` (None: an engine not started yet, with
-    no memory of earlier relQueries)."""
-    if call.choices is None:
-        return LabelPlan(None, call)
-    n = len(prompts)
-    chosen = known_field(call, model_id, namespace)
+    each one's placeholder values) will run (``labels``: what the planner resolved; None: resolved
+    here against the process's label memory)."""
+    memory = labels.memory if labels is not None and labels.memory is not None else process_memory()
+    chosen = known_field(call, model_id, namespace, memory)
     keyed = with_field(call, chosen) if chosen else call
-    method = method_of(keyed, n) if engine is None else method_and_pool(keyed, engine, model_id, n)[0]
-    plan = LabelPlan(method, keyed)
-    if method not in SCORING_METHODS:
-        return plan
-    layout = layout_of(keyed, method)
+    if labels is None:
+        labels = resolve(keyed, len(prompts), memory=memory, namespace=namespace, model_id=model_id)
+    work = LabelWork(labels, keyed)
+    if not labels.scoring:
+        return work
+    layout = layout_of(keyed, work.method)
     if picks_field(keyed):  # answer_fields.resolved: named by probes before anything else
         # one probe per candidate name, then the rows after the name chosen ("Answer:" stands in)
-        plan.before.append([Scored("answer-field probes", [probe_prompt(keyed)],
+        work.before.append([Scored("answer-field probes", [probe_prompt(keyed)],
                                    Layout(layout.shape, layout.system, answer_field_text(name)), tuple(keyed.choices))
                             for name in CANDIDATES])
-        plan.inexact.append("the answer field is chosen when the call first runs ('Answer:' counted)")
-    if method == "adaptive":
-        _adaptive(plan, prompts, values, engine, model_id, layout.system)
-    elif method == "bootstrap":
-        _bootstrap(plan, prompts, engine, model_id, layout)
+        work.inexact.append("the answer field is chosen when the call first runs ('Answer:' counted)")
+    method = labels.method
+    if method is LabelMethodName.ADAPTIVE:
+        _adaptive(work, prompts, values, layout.system)
+    elif method is LabelMethodName.BOOTSTRAP:
+        _bootstrap(work, prompts, layout)
     else:
-        plan.rows = Scored("rows", list(prompts), layout, tuple(keyed.choices))
-        if method == "prior" and known_prior(keyed, model_id) is None:
-            plan.beside.append(Scored("prior probes", content_free_prompts(keyed), layout, tuple(keyed.choices)))
-    return plan
+        work.rows = Scored("rows", list(prompts), layout, tuple(keyed.choices))
+        if labels.makes_plan and method is LabelMethodName.BATCH:
+            sample = bootstrap.sample_indices(len(prompts), batch.SAMPLE_ROWS)
+            work.before.append([Scored("plan's sample", [prompts[i] for i in sample], layout, tuple(keyed.choices))])
+        elif labels.makes_plan and method is LabelMethodName.PRIOR:
+            work.before.append([Scored("prior probes", content_free_prompts(keyed), layout, tuple(keyed.choices))])
+    return work
 
 
-def _adaptive(plan: LabelPlan, prompts: Sequence[str], values: Sequence[tuple] | None, engine, model_id: str,
-              system: str | None) -> None:
-    call = plan.call
+def _adaptive(work: LabelWork, prompts: Sequence[str], values: Sequence[tuple] | None, system: str | None) -> None:
+    call = work.call
     if values is None or len(values) != len(prompts):  # (the planner always has them)
         values = [(p,) for p in prompts]
-        plan.inexact.append("the rows' values were not given: their prompts stand in")
+        work.inexact.append("the rows' values were not given: their prompts stand in")
     render = LayoutRenderer(call)
 
     def shaped(layout) -> Layout:
         return Layout("completion", system, layout.answer_field)
 
-    choice = adaptive.remembered(call, engine, model_id) if engine is not None else None
-    if choice is not None:
-        texts = [choice.examples + t for t in render.many(choice.layout, values)]
-        plan.rows = Scored("rows", texts, shaped(choice.layout), choice.layout.labels)
+    plan = work.labels.plan
+    if plan is not None and plan.layout is not None:
+        texts = [plan.examples + t for t in render.many(plan.layout, values)]
+        work.rows = Scored("rows", texts, shaped(plan.layout), plan.layout.labels)
         return
     layouts = layouts_for(call)
     sample = adaptive.sample_indices(len(values), adaptive.SAMPLE_ROWS)
-    # its two stages (adaptive.first_pass): every layout on a few sampled rows, then the finalists
-    # (estimated: the first ones) on the rest of the sample
+    # its two stages (adaptive.make_plan): every layout on a few sampled rows, then the finalists
+    # (estimated: the first ones) on the rest of the sample, beside their content-free probes
     first_stage, second_stage = adaptive.first_pass_stages(sample)
-    for rows, stage in ((first_stage, layouts), (second_stage, layouts[: adaptive.FINALISTS])):
-        if rows:
-            plan.before.append([Scored("first pass", [render(layout, values[i]) for i in rows], shaped(layout),
-                                       layout.labels) for layout in stage])
-    # which layout wins and which rows become examples only the first pass tells
+    finalists = layouts[: adaptive.FINALISTS]
+    n = len(call.template.columns)
+    work.before.append([Scored("first pass", [render(layout, values[i]) for i in first_stage], shaped(layout),
+                               layout.labels) for layout in layouts])
+    work.before.append([Scored("first pass", [render(layout, values[i]) for i in second_stage], shaped(layout),
+                               layout.labels) for layout in finalists]
+                       + [Scored("content-free probes", [render(layout, (v,) * n) for v in CONTENT_FREE],
+                                 shaped(layout), layout.labels) for layout in finalists])
     first = layouts[0]
     if len(values) <= adaptive.SAMPLE_ROWS:
         # its own sample: the first pass's scores answer every row (AdaptiveRun.request)
-        plan.rows = Scored("rows", [], shaped(first), first.labels)
+        work.rows = Scored("rows", [], shaped(first), first.labels)
     else:
-        typical = _median([render(first, values[i]) for i in sample])
-        examples = "".join(f"{typical}\n{first.answer_field} {word}\n\n" for word in first.labels)
-        plan.rows = Scored("rows", [examples + t for t in render.many(first, values)], shaped(first), first.labels)
-    plan.inexact.append(f"the layout and examples a first pass over {len(sample)} rows in {len(layouts)} layouts "
-                        "chooses are estimated (the first layout, two examples of the sampled rows' median length)")
+        work.rows = Scored("rows", render.many(first, values), shaped(first), first.labels)
+    work.inexact.append(f"the layout a first pass over {len(sample)} rows in {len(layouts)} layouts chooses is "
+                        "estimated (the first layout)")
 
 
-def _bootstrap(plan: LabelPlan, prompts: Sequence[str], engine, model_id: str, layout: Layout) -> None:
-    call = plan.call
+def _bootstrap(work: LabelWork, prompts: Sequence[str], layout: Layout) -> None:
+    call = work.call
     labels = tuple(call.choices or ())
-    if not call.options.examples and engine is not None:
-        known = bootstrap.remembered_examples(call, engine, model_id)
-    else:
-        known = "" if call.options.examples else None
-    if known is not None:
-        plan.rows = Scored("rows", [known + p for p in prompts], layout, labels)
+    plan = work.labels.plan
+    if plan is not None:
+        work.rows = Scored("rows", [plan.examples + p for p in prompts], layout, labels)
         return
     n = len(prompts)
     sample = bootstrap.sample_indices(n, bootstrap.sample_rows(call.function.kind, n))
-    plan.before.append([Scored("first pass", [prompts[i] for i in sample], layout, labels)])
     typical = _median([prompts[i] for i in sample])
     picked = [(0, labels[k % len(labels)]) for k in range(len(labels) * bootstrap.PER_LABEL)]
     examples = bootstrap.examples_text([typical], picked, layout.answer_field)
-    rows = list(prompts)
-    if call.function.kind in bootstrap.ANSWERS_FROM_EXAMPLES:  # a classify's example rows are not scored again
-        answered = set(sample[: min(len(picked), max(n - 1, 0))])
-        rows = [p for i, p in enumerate(rows) if i not in answered]
-    plan.rows = Scored("rows", [examples + p for p in rows], layout, labels)
-    plan.inexact.append(f"the examples a first pass over {len(sample)} rows chooses are estimated "
+    work.before.append([Scored("first pass", [prompts[i] for i in sample], layout, labels)])
+    work.before.append([Scored("plan's sample behind the examples", [examples + prompts[i] for i in sample], layout,
+                               labels)])
+    work.rows = Scored("rows", [examples + p for p in prompts], layout, labels)
+    work.inexact.append(f"the examples a first pass over {len(sample)} rows chooses are estimated "
                         "(one per label, of the sampled rows' median length)")
 
 
@@ -197,4 +197,4 @@ def typical_answer_tokens(call: LLMCall, tokenizer) -> float:
     return min(float(call.max_tokens), statistics.fmean(lengths))
 
 
-__all__ = ["LabelPlan", "Scored", "label_plan", "scoring_asks", "typical_answer_tokens"]
+__all__ = ["LabelWork", "Scored", "label_work", "scoring_asks", "typical_answer_tokens"]

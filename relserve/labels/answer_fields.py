@@ -10,21 +10,25 @@ most probability (``RowResult.label_mass``). The names are generic ones of what 
 about, fixed before any was measured; "Answer" is one of them and wins ties.
 
 It costs one short scoring request per candidate, once per model and template in a prefix-cache
-namespace (remembered for the life of the process, like bootstrap's examples). No row's content
-enters the probes; the choice is kept per namespace (a server tenant) all the same, so that
-whether a template was run before tells a tenant nothing of another's work.
+namespace: the choice is kept in the label memory beside the call's label plan
+(relserve/labels/memory.py). No row's content enters the probes; the choice is kept per namespace
+(a server tenant) all the same, so that whether a template was run before tells a tenant nothing
+of another's work.
 """
 
 from __future__ import annotations
 
+import json
 import math
-import threading
 import uuid
 from dataclasses import replace
 
 from relserve.backend.protocol import Backend
 from relserve.functions import LLMCall
-from relserve.labels.keys import namespace_key, namespace_of
+from relserve.labels.keys import namespace_of, template_key
+from relserve.labels.memory import LabelMemory
+from relserve.labels.names import LabelMethodName
+from relserve.labels.plan import PlanKey
 from relserve.prompt_rendering import Renderer
 from relserve.prompt_shapes import AUTO_ANSWER_FIELD, answer_field_text
 
@@ -39,8 +43,11 @@ CONTENT_FREE = "N/A"
 #: rel_id prefix of the probes (they are not a user's rows)
 FIELD_PROBE_PREFIX = "answer-field-"
 
-_chosen: dict[tuple, str] = {}
-_lock = threading.Lock()
+
+
+def field_key(call: LLMCall, namespace: str | None, model_id: str) -> PlanKey:
+    """Whose answer field: the call's template and settings in ``namespace``."""
+    return PlanKey(namespace, model_id, json.dumps(["answer field", *template_key(call, model_id)], default=str))
 
 
 def picks_field(call: LLMCall) -> bool:
@@ -53,19 +60,19 @@ def with_field(call: LLMCall, name: str | None) -> LLMCall:
     return replace(call, options=replace(call.options, answer_field=name))
 
 
-def known_field(call: LLMCall, model_id: str, namespace: str | None = None) -> str | None:
+def known_field(call: LLMCall, model_id: str, namespace: str | None = None,
+                memory: LabelMemory | None = None) -> str | None:
     """The name chosen for ``call`` earlier in this process, in ``namespace`` (None: not yet, or
     not relserve's)."""
     if not picks_field(call):
         return None
-    with _lock:
-        return _chosen.get(namespace_key(call, namespace, model_id))
+    return memory.field(field_key(call, namespace, model_id)) if memory is not None else None
 
 
-def as_known(call: LLMCall, model_id: str, namespace: str | None = None) -> LLMCall:
-    """``call`` with the name chosen for it in ``namespace``, once known (its per-template memory,
-    such as bootstrap's examples, is kept under that name); else as it is."""
-    name = known_field(call, model_id, namespace)
+def as_known(call: LLMCall, model_id: str, namespace: str | None = None, memory: LabelMemory | None = None) -> LLMCall:
+    """``call`` with the name chosen for it in ``namespace``, once known (its label plan is kept
+    under that name); else as it is."""
+    name = known_field(call, model_id, namespace, memory)
     return with_field(call, name) if name else call
 
 
@@ -80,14 +87,14 @@ def choose(masses: dict[str, float]) -> str:
     return max(masses, key=lambda name: (round(masses[name], 9), -CANDIDATES.index(name)))
 
 
-def field_for(call: LLMCall, engine: Backend, model_id: str) -> str:
-    """The answer field's name for ``call`` (``picks_field``): remembered in ``engine``'s
-    namespace, or chosen now by one probe per candidate on ``engine``, all submitted at once."""
+def field_for(call: LLMCall, engine: Backend, model_id: str, memory: LabelMemory | None = None) -> str:
+    """The answer field's name for ``call`` (``picks_field``): kept in ``memory`` for
+    ``engine``'s namespace, or chosen now by one probe per candidate on ``engine``, all submitted
+    at once."""
     from relserve.relquery import RelQuery
 
-    key = namespace_key(call, namespace_of(engine), model_id)
-    with _lock:
-        got = _chosen.get(key)
+    key = field_key(call, namespace_of(engine), model_id)
+    got = memory.field(key) if memory is not None else None
     if got is not None:
         return got
     prompt = probe_prompt(call)
@@ -111,21 +118,14 @@ def field_for(call: LLMCall, engine: Backend, model_id: str) -> str:
         # an engine that reports no mass (a double) leaves every name tied: "Answer"
         masses[name] = row.label_mass if ok and row.label_mass is not None else -math.inf
     name = choose(masses)
-    if not failed:  # a choice made with names missing is not kept: the next relQuery tries again
-        with _lock:
-            _chosen[key] = name
+    if not failed and memory is not None:  # a choice made with names missing is not kept
+        name = memory.keep_field(key, name)
     return name
 
 
-def resolved(call: LLMCall, engine: Backend, model_id: str) -> LLMCall:
+def resolved(call: LLMCall, engine: Backend, model_id: str, memory: LabelMemory | None = None) -> LLMCall:
     """``call`` with ``answer_field := 'auto'`` replaced by the name chosen for it; other calls as
     they are."""
-    if not picks_field(call) or call.label_method in (None, "generate"):
+    if not picks_field(call) or call.label_method in (None, LabelMethodName.GENERATE):
         return call
-    return with_field(call, field_for(call, engine, model_id))
-
-
-def forget_fields() -> None:
-    """Forget every choice (tests, and the benchmark between configurations)."""
-    with _lock:
-        _chosen.clear()
+    return with_field(call, field_for(call, engine, model_id, memory))

@@ -1,73 +1,94 @@
-"""``method := 'batch'``: every row scored, then each label's score corrected by its mean over
-the rows (batch calibration, relserve/labels/means.py), pooled with the call's earlier
-relQueries (relserve/labels/pools.py)."""
+"""``method := 'batch'``: each label's score corrected by its mean over a sample of the call's rows
+(batch calibration, relserve/labels/means.py), the means kept in the call's label plan.
+
+The call's first relQuery scores a spread sample of its prompts (``SAMPLE_ROWS``), reads each
+label's mean over them (none where the model separates the rows by itself) and keeps them as the
+plan; every row of every relQuery is then decided alone by its scores minus those means.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from relserve.labels.guesses import AnswerSpread
-from relserve.labels.interface import LabelContext, LabelRequest, LabelRun, probabilities
-from relserve.labels.means import calibrated, no_correction, pick_calibrated, separates_by_itself
-from relserve.labels.pools import means_key, pooled_means, pooled_rows
+from relserve.labels.interface import LabelContext, LabelRequest, LabelRun
+from relserve.labels.means import label_means, no_correction, separates_by_itself
+from relserve.labels.plan import LabelPlan, PlanRule
 from relserve.labels.prior import label_options
 from relserve.results import RowResult
 
+#: prompts a plan's sample scores at most (a spread sample of the first relQuery's)
+SAMPLE_ROWS = 32
+#: rel_id prefix of a plan's sample
+SAMPLE_PREFIX = "batch-"
 
-@dataclass(frozen=True)
-class _SharedMeans:
-    """The label means a cascade's first part was decided with, for its later parts
-    (``LabelScope.reading``)."""
 
-    means_key: tuple
-    means: Mapping[str, float]
+def means_plan(method: str, labels: Sequence[str], scores: Sequence[Mapping[str, float]], examples: str = "") -> LabelPlan:
+    """A plan that subtracts each label's mean over ``scores`` (none when the model separates
+    these rows by itself)."""
+    means = no_correction(scores) if separates_by_itself(scores) else label_means(scores)
+    return LabelPlan(method, PlanRule.LABEL_MEANS, tuple(labels), examples=examples,
+                     offsets=tuple(means.items()), sample=len(scores))
+
+
+def score_sample(ctx: LabelContext, prompts: Sequence[str], options: Mapping[str, object], size: int,
+                 rel_id: str) -> dict[int, RowResult]:
+    """A spread sample of at most ``size`` of ``prompts`` scored on ``ctx.engine`` (prompt index ->
+    its scored row; failed rows left out)."""
+    from relserve.labels.bootstrap import sample_indices
+    from relserve.relquery import RelQuery
+
+    sample = sample_indices(len(prompts), size)
+    rq = RelQuery.from_prompts([prompts[i] for i in sample], **{**ctx.engine_options, **options}, rel_id=rel_id)
+    rows = ctx.engine.submit(rq).result().rows
+    return {sample[r.index]: replace(r, index=sample[r.index]) for r in rows
+            if r.error is None and r.label_logprobs is not None}
 
 
 class BatchRun(LabelRun):
-    """``method := 'batch'``: every row scored, then each label's score corrected by its mean
-    over this relQuery's rows and the call's earlier ones (relserve/labels/pools.py).
-    ``examples``: the worked examples in front of every prompt (bootstrap's), whose means pool apart;
-    ``method``: the name the relQuery ran under (``bootstrap`` decides its rows here)."""
+    """``method := 'batch'``: each row's scores minus the plan's label means."""
 
-    holds = True
-
-    def __init__(self, ctx: LabelContext, examples: str = "", method: str = "batch") -> None:
+    def __init__(self, ctx: LabelContext, method: str = "batch") -> None:
         self.ctx = ctx
+        self.method = method
         self.spread = AnswerSpread(method)
-        self.examples = examples
-        self.means_key = means_key(ctx.call, ctx.engine, ctx.model_id, examples)
         self.options = label_options(ctx.call, ctx.model_id, "batch")
 
     def request(self) -> LabelRequest:
-        return LabelRequest([self.examples + p for p in self.ctx.prompts], self.options)
+        ctx = self.ctx
+        prompts = list(ctx.prompts)
+        self.plan, self.plan_kept = ctx.given_plan()
+        scored: dict[int, RowResult] = {}
+        made = self.plan is None
+        if made:
+            whole = list(ctx.scope.prompts) if ctx.scope is not None and ctx.scope.prompts else prompts
+            got = score_sample(ctx, whole, self.options, SAMPLE_ROWS, SAMPLE_PREFIX + (ctx.rel_id or "x"))
+            plan = means_plan(self.method, tuple(ctx.call.choices or ()), [r.label_logprobs for r in got.values()])
+            self.plan, self.plan_kept = ctx.offer_plan(plan, len(whole))
+            if whole is prompts and len(got) == len(prompts) and self.plan is plan:
+                scored = got  # the sample was every row: its scores are the answers
+        # the rows behind a kept plan's reading tell the guess check this relQuery is not all
+        self.spread.earlier = 0 if made else self.plan.sample
+        return LabelRequest(prompts, self.options, scored=scored)
 
     def decide(self, rows: Sequence[RowResult]) -> list[RowResult]:
-        scope = self.ctx.scope
-        shared = scope.reading if scope is not None else None
-        if isinstance(shared, _SharedMeans) and shared.means_key == self.means_key:
-            # a later part of a cascade (the rows its proxy was unsure of): no sample of the
-            # call's rows, so its scores would move the means; decided with the first part's
-            means = shared.means
-            # the first part's rows are behind those means: a remainder of few rows is no guess
-            self.spread.earlier = pooled_rows(self.means_key)
-        else:
-            self.spread.earlier = pooled_rows(self.means_key)
-            scores = [r.label_logprobs for r in rows]
-            means = pooled_means(self.means_key, scores)
-            if separates_by_itself(scores):
-                # the model tells these rows apart by itself: a mean would only move its answers
-                means = no_correction(scores)
-            if scope is not None:
-                scope.reading = _SharedMeans(self.means_key, means)
         out = []
+        offsets = dict(self.plan.offsets)
         for r in rows:
-            label = pick_calibrated(r.label_logprobs, means)
-            corrected = calibrated(r.label_logprobs, means)
-            self.spread.add(corrected, label)
-            out.append(replace(r, text=label, confidence=probabilities(corrected)[label]))
+            label, confidence = self.plan.decide(r.label_logprobs)
+            self.spread.add({k: v - offsets.get(k, 0.0) for k, v in r.label_logprobs.items()}, label)
+            out.append(replace(r, text=label, confidence=confidence))
         return out
 
     @property
     def report(self) -> AnswerSpread:
         return self.spread
+
+
+def describe_work(call, rows: int, plan) -> str:
+    return "label scores minus their means over a sample of the call's rows (the plan)"
+
+
+def describe_first_pass(call) -> str:
+    return f"a spread sample of up to {SAMPLE_ROWS} of this relQuery's rows is scored first for the label means"

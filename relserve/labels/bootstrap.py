@@ -36,15 +36,13 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from relserve.labels.answer_fields import as_known
 from relserve.labels.batch import BatchRun
 from relserve.labels.interface import LabelContext, LabelRequest, LabelRun
-from relserve.labels.keys import call_key, namespace_key
 from relserve.labels.means import (
     MIN_BATCH_ROWS,
     calibrated,
@@ -53,6 +51,7 @@ from relserve.labels.means import (
     pick_calibrated,
     separates_by_itself,
 )
+from relserve.labels.names import LabelMethodName
 from relserve.prompt_shapes import ANSWER_FIELD, AUTO_ANSWER_FIELD
 from relserve.results import RowResult
 
@@ -93,10 +92,6 @@ MAX_REMEMBERED = 256
 #: examples, when the user sets none (docs/quality.md, "Tenth pass": 200 balanced rows, tuning
 #: 57% -> 76% and 58.5% -> 83.5%, check 66% -> 78.5%); filters and 3+ labels lost with it
 EXAMPLES_SHAPE = "question_first"
-
-_chosen: dict[tuple, str] = {}
-_lock = threading.Lock()
-
 
 def sample_rows(kind: str, rows: int | None = None) -> int:
     """How many prompts the first pass of an ``llm_<kind>`` call scores at most; of a relQuery
@@ -160,42 +155,22 @@ def examples_text(prompts: Sequence[str], picked: Sequence[tuple[int, str]], ans
     return "".join(f"{prompts[i]}\n{answer_field} {label}\n\n" for i, label in picked)
 
 
-@dataclass(frozen=True)
-class Examples:
-    """The worked examples a relQuery's prompts get in front of them."""
+def first_pass(ctx, prompts: Sequence[str], options: Mapping[str, object], size: int) -> str:
+    """Score a spread sample of at most ``size`` of ``prompts`` and choose the examples to put in
+    front of every prompt (``""``: none, every sampled row failed)."""
+    from relserve.labels.batch import score_sample
 
-    #: the examples as text (``examples_text``; "" for none)
-    text: str
-    #: prompt index -> label: the relQuery's own rows that its first pass made examples. Their
-    #: answer is that label (every other row is shown it as the answer), so they are not scored
-    #: again behind the examples (empty when the examples were remembered)
-    answered: Mapping[int, str] = field(default_factory=dict)
-
-
-def first_pass(engine, prompts: Sequence[str], relquery_options: Mapping[str, object], rel_id: str | None,
-               size: int) -> Examples:
-    """Score a spread sample of at most ``size`` of ``prompts`` on ``engine`` (``relquery_options``: the call's
-    engine and scoring options, as the relQuery itself gets them) and choose the examples, to put
-    in front of every prompt.
-    Rows that fail in the first pass are left out of the choice; they run again in the second."""
-    from relserve.relquery import RelQuery
-
-    sample = sample_indices(len(prompts), size)
-    rel_id = FIRST_PASS_PREFIX + (rel_id or uuid.uuid4().hex[:8])
-    rq = RelQuery.from_prompts([prompts[i] for i in sample], **relquery_options, rel_id=rel_id)
-    rows = engine.submit(rq).result().rows
-    scores = [(sample[r.index], r.label_logprobs) for r in rows if r.error is None and r.label_logprobs is not None]
-    picked = choose(scores, prompts)
-    text = examples_text(prompts, picked, str(relquery_options.get("answer_field", ANSWER_FIELD)))
-    return Examples(text, dict(picked))
+    got = score_sample(ctx, prompts, options, size, FIRST_PASS_PREFIX + (ctx.rel_id or uuid.uuid4().hex[:8]))
+    picked = choose([(i, r.label_logprobs) for i, r in sorted(got.items())], prompts)
+    return examples_text(prompts, picked, str(options.get("answer_field", ANSWER_FIELD)))
 
 
 def follows_method(call) -> bool:
     """Whether relserve picks ``call``'s prompt shape per relQuery (``shaped_for``): a 2-label
     ``llm_classify`` under ``bootstrap``, with neither a shape nor examples of the user's."""
     o = call.options
-    return (call.function.kind == "classify" and len(call.choices or ()) == 2 and call.label_method == "bootstrap"
-            and o.prompt_shape is None and not o.examples)
+    return (call.function.kind == "classify" and len(call.choices or ()) == 2
+            and call.label_method == LabelMethodName.BOOTSTRAP and o.prompt_shape is None and not o.examples)
 
 
 def in_examples_shape(call):
@@ -205,98 +180,78 @@ def in_examples_shape(call):
     return replace(call, options=replace(call.options, prompt_shape=EXAMPLES_SHAPE, answer_field=field))
 
 
-def shaped_for(call, prompts: int, model_id: str, namespace: str | None = None):
+def shaped_for(call, prompts: int, model_id: str, namespace: str | None = None, memory=None):
     """``call`` as a relQuery of ``prompts`` distinct prompts runs it: laid out ``EXAMPLES_SHAPE``
     when its labels will be picked behind bootstrapped examples (``follows_method``, and 16
-    prompts or more, or examples an earlier relQuery of that layout chose in ``namespace``),
-    else unchanged: below 16 prompts the content-free prior decides, and under
-    ``question_first`` it gives one label to 90-99% of the rows (docs/quality.md, "Fourth pass").
+    prompts or more, or a plan kept for that layout in ``namespace``), else unchanged: below 16
+    prompts the content-free prior decides, and under ``question_first`` it gives one label to
+    90-99% of the rows (docs/quality.md, "Fourth pass").
 
     The planner calls it before rendering, so the result cache, deduplication and EXPLAIN see
-    the layout that runs. It counts distinct prompts before the result cache: a relQuery left
-    under 16 prompts by cache hits, in a process that did not choose the examples, is scored
-    under the prior in this layout."""
+    the layout that runs."""
     if not follows_method(call):
         return call
     shaped = in_examples_shape(call)
-    if prompts >= MIN_BATCH_ROWS:
-        return shaped
-    with _lock:
-        chosen = namespace_key(as_known(shaped, model_id, namespace), namespace, model_id) in _chosen
-    return shaped if chosen else call
+    if prompts >= MIN_BATCH_ROWS or memory is None:
+        return shaped if prompts >= MIN_BATCH_ROWS else call
+    from relserve.labels.methods import plan_key
 
-
-def remembered_examples(call, engine, model_id: str) -> str | None:
-    """The examples an earlier relQuery of ``call`` chose in ``engine``'s namespace (None: none yet)."""
-    with _lock:
-        return _chosen.get(call_key(call, engine, model_id))
-
-
-
-def examples_for(call, engine, prompts: Sequence[str], relquery_options: Mapping[str, object], model_id: str,
-                 rel_id: str | None = None) -> Examples:
-    """The examples to put in front of ``call``'s prompts: those an earlier relQuery of the same
-    call chose in the same prefix-cache namespace, else a first pass over ``prompts``
-    (``first_pass``), remembered for the next relQuery."""
-    key = call_key(call, engine, model_id)
-    with _lock:
-        got = _chosen.get(key)
-    if got is not None:
-        return Examples(got)
-    kind = call.function.kind
-    chosen = first_pass(engine, prompts, relquery_options, rel_id, sample_rows(kind, len(prompts)))
-    if chosen.text:  # no examples (every sampled row failed): try again next time
-        with _lock:
-            if len(_chosen) >= MAX_REMEMBERED:
-                _chosen.pop(next(iter(_chosen)))
-            _chosen[key] = chosen.text
-    return chosen if kind in ANSWERS_FROM_EXAMPLES else Examples(chosen.text)
-
-
-def forget_examples() -> None:
-    """Forget every remembered choice (tests, and the benchmark between configurations)."""
-    with _lock:
-        _chosen.clear()
+    known = as_known(shaped, model_id, namespace, memory)
+    return shaped if memory.plan(plan_key(known, namespace, model_id)) is not None else call
 
 
 class BootstrapRun(LabelRun):
-    """``method := 'bootstrap'``: worked examples the model labelled itself in front of every
-    row (a first pass, or those an earlier relQuery of the call chose), then batch means."""
-
-    holds = True
+    """``method := 'bootstrap'``: worked examples the model labelled itself in front of every row,
+    then each label's score minus its mean over the sample behind them. The call's first relQuery
+    makes the plan: a first pass over a spread sample chooses the examples, the same sample scored
+    behind them gives the means."""
 
     def __init__(self, ctx: LabelContext) -> None:
         from relserve.labels.prior import label_options
 
         self.ctx = ctx
         self.options = label_options(ctx.call, ctx.model_id, "bootstrap")
-        self._batch: BatchRun | None = None
+        self._batch = BatchRun(ctx, method="bootstrap")
 
     def request(self) -> LabelRequest:
+        from relserve.labels.batch import means_plan, score_sample
+
         ctx = self.ctx
         prompts = list(ctx.prompts)
-        # a part of a larger relQuery (a cascade's sample) takes its examples from the whole, as
-        # the relQuery of all the rows would: examples from the part's own rows moved 15% of a
-        # 3-label cascade's LLM answers away from the LLM-only run's
-        whole = list(ctx.scope.prompts) if ctx.scope is not None and ctx.scope.prompts else prompts
-        chosen = examples_for(ctx.call, ctx.engine, whole, {**ctx.engine_options, **self.options}, ctx.model_id,
-                              ctx.rel_id)
-        if whole is not prompts:
-            # the examples answered among the whole's rows, as this part's prompt indices
-            position = {p: i for i, p in enumerate(prompts)}
-            chosen = Examples(chosen.text, {position[whole[j]]: label for j, label in chosen.answered.items()
-                                            if whole[j] in position})
-        self._batch = BatchRun(ctx, chosen.text, method="bootstrap")
-        # the rows that are examples already have their answer: the engine scores the others
-        # (all of them, should every row be an example)
-        if chosen.answered and len(chosen.answered) < len(prompts):
-            index = [i for i in range(len(prompts)) if i not in chosen.answered]
-            return LabelRequest([chosen.text + prompts[i] for i in index], self.options, dict(chosen.answered), index)
-        return LabelRequest([chosen.text + p for p in prompts], self.options)
+        plan, self.plan_kept = ctx.given_plan()
+        scored: dict[int, RowResult] = {}
+        if plan is None:
+            # a part of a larger relQuery (a cascade's sample) takes its examples from the whole,
+            # as the relQuery of all the rows would
+            whole = list(ctx.scope.prompts) if ctx.scope is not None and ctx.scope.prompts else prompts
+            options = {**ctx.engine_options, **self.options}
+            size = sample_rows(ctx.call.function.kind, len(whole))
+            examples = first_pass(ctx, whole, options, size)
+            behind = [examples + p for p in whole]
+            got = score_sample(ctx, behind, self.options, size, FIRST_PASS_PREFIX + "b-" + (ctx.rel_id or "x"))
+            made = means_plan("bootstrap", tuple(ctx.call.choices or ()), [r.label_logprobs for r in got.values()],
+                              examples)
+            plan, self.plan_kept = ctx.offer_plan(made, len(whole))
+            if whole is prompts and len(got) == len(prompts) and plan is made:
+                scored = got  # the sample was every row, scored behind the examples: the answers
+        self.plan = self._batch.plan = plan
+        self._batch.spread.earlier = 0 if scored else plan.sample
+        return LabelRequest([plan.examples + p for p in prompts], self.options, scored=scored)
 
     def decide(self, rows: Sequence[RowResult]) -> list[RowResult]:
         return self._batch.decide(rows)
 
     @property
     def report(self):
-        return self._batch.report if self._batch is not None else None
+        return self._batch.report
+
+
+def describe_work(call, rows: int, plan) -> str:
+    return (f"{PER_LABEL} worked example{'s' if PER_LABEL > 1 else ''} per label the model labelled itself in front of "
+            "every row, then label scores minus their means behind them (the plan)")
+
+
+def describe_first_pass(call) -> str:
+    size = sample_rows(call.function.kind)
+    return (f"a first pass over a spread sample of up to {size} rows chooses the worked examples, and the same sample "
+            "behind them gives the label means")

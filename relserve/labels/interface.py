@@ -1,16 +1,15 @@
-"""The one interface of the label methods of ``llm_filter`` / ``llm_classify`` (issue 43).
+"""The one interface of the label methods of ``llm_filter`` / ``llm_classify`` (issues 43, 62).
 
 A label method takes one relQuery of a closed question from its prompts to each row's label, in
 three steps the executor (relserve/planner/executor.py) drives the same way for every method:
 
 1. ``request``: what the engine gets - the prompts (perhaps rewritten: worked examples in front,
-   another layout), the scoring settings, and the rows already answered without the engine.
-   Anything the method must learn first (a first pass over a sample, the content-free prior's
-   probes) runs here or beside the rows (``submitted``).
+   another layout) and the scoring settings. A relQuery whose call has no label plan yet makes
+   one here (a first pass over a sample of its rows, or content-free probes) and offers it to
+   the label memory (relserve/labels/plan.py, memory.py).
 2. the engine scores every label of every row (relserve/engine/label_scoring.py);
-3. ``decide``: the scored rows with their label (and, where the method knows it, its
-   confidence). A method that decides each row alone (``holds`` False) is given rows as they
-   finish; one that reads the whole relQuery (batch means, two crowds) is given them all at once.
+3. ``decide``: each scored row with its label (and its confidence), from the row's own scores and
+   the plan alone, as the row finishes.
 
 The methods (relserve/labels/methods.py names them and builds them): ``score`` (the
 best-scored label), ``prior`` (divided by the content-free prior), ``batch`` (minus each label's
@@ -29,16 +28,16 @@ from typing import Any, Protocol
 from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
 from relserve.functions import LLMCall
+from relserve.labels.methods import LabelResolution
+from relserve.labels.plan import LabelPlan
 from relserve.results import RowResult
 
 
 @dataclass
 class LabelScope:
     """The whole relQuery when its rows run as several relQueries (a cascade: a random sample,
-    then the rows its proxy is unsure of). The label method chooses for the whole, as one
-    relQuery of these rows would, and decides every part with the reading of the first part it
-    decides: that part is a random sample of the rows; a later one (the rows a proxy could not
-    answer) is not, and read alone would move the boundary between the labels."""
+    then the rows its proxy is unsure of). A plan the first part makes is made from the whole's
+    rows, as one relQuery of all of them would make it; every part is decided with it."""
 
     #: per prompt of the whole relQuery, its row's placeholder values, in planned order
     values: Sequence[tuple]
@@ -47,9 +46,9 @@ class LabelScope:
     #: the whole relQuery's prompts, in planned order (bootstrap's first pass samples them, as
     #: the relQuery of all the rows would; None: not known, each part samples its own)
     prompts: Sequence[str] | None = None
-    #: what the first part decided left for the later parts (the label method's own type;
-    #: None until then)
-    reading: object | None = None
+    #: the plan the first part was decided with, for the later parts (None until then)
+    plan: LabelPlan | None = None
+    plan_kept: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,6 +72,27 @@ class LabelContext:
     first_rows: Sequence[int] | None = None
     #: the whole relQuery this one is a part of (None: it is the whole)
     scope: LabelScope | None = None
+    #: the method, plan key and kept plan the planner resolved for this relQuery
+    #: (relserve/labels/methods.resolve; None: a method run without a memory, the plan made here)
+    resolution: LabelResolution | None = None
+
+    def given_plan(self) -> tuple[LabelPlan | None, bool]:
+        """The plan this relQuery's rows are decided with when it needs not make one (an earlier
+        part of its scope's, or the call's kept one), and whether it is kept."""
+        if self.scope is not None and self.scope.plan is not None:
+            return self.scope.plan, self.scope.plan_kept
+        if self.resolution is not None and self.resolution.plan is not None:
+            return self.resolution.plan, True
+        return None, False
+
+    def offer_plan(self, plan: LabelPlan, rows: int) -> tuple[LabelPlan, bool]:
+        """Offer a plan made from ``rows`` rows to the call's memory (relserve/labels/methods.py,
+        ``LabelResolution.keep``) and to the later parts of the scope; the plan the rows are
+        decided with, and whether it is kept."""
+        out = self.resolution.keep(plan, rows=rows) if self.resolution is not None else (plan, False)
+        if self.scope is not None:
+            self.scope.plan, self.scope.plan_kept = out
+        return out
 
 
 @dataclass(frozen=True)
@@ -103,9 +123,13 @@ class LabelReport(Protocol):
 class LabelRun(ABC):
     """One relQuery's labels under one method, from its request to each row's decision."""
 
-    #: True: ``decide`` gets every scored row at once, after the last (the decision reads the
-    #: whole relQuery); False: each row as it finishes
-    holds: bool = True
+    #: every method decides each row alone, from its scores and the call's plan: ``decide`` gets
+    #: each row as it finishes
+    holds: bool = False
+    #: the plan the rows are decided with (None until ``request``, and for ``score``)
+    plan: LabelPlan | None = None
+    #: whether that plan is the call's kept one (False: made for this relQuery alone)
+    plan_kept: bool = False
 
     @abstractmethod
     def request(self) -> LabelRequest:

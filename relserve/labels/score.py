@@ -36,3 +36,7 @@ class ScoreRun(LabelRun):
     @property
     def report(self) -> AnswerSpread:
         return self.spread
+
+
+def describe_work(call, rows: int, plan) -> str:
+    return "label log-probabilities, the best one the answer"

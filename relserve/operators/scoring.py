@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from relserve.functions import SCORING_METHODS, LLMCall
 from relserve.labels.keys import namespace_of
+from relserve.labels.memory import process_memory
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.executor import CallExecutor
 from relserve.planner.plan import plan_call
@@ -34,7 +35,8 @@ class Scores:
 def label_scores(call: LLMCall, columns: Sequence[Sequence[object]], ref: EngineRef, *, progress: bool = False) -> Scores:
     """Run ``call`` (filter/classify with a scoring method) over the rows; return label scores."""
     assert call.label_method in SCORING_METHODS, call.label_method
-    plan = plan_call(call, columns, model_id=ref.model_id, cache=None, optimize=True, namespace=namespace_of(ref.peek()))
+    plan = plan_call(call, columns, model_id=ref.model_id, cache=None, optimize=True, namespace=namespace_of(ref.peek()),
+                     memory=process_memory())
     rows = PlannedRows.of(plan, None)
     logprobs: list[dict[str, float] | None] = [None] * plan.rows
     errors: list[str | None] = [None] * plan.rows

@@ -52,7 +52,7 @@ def subset(rows: PlannedRows, prompts: list[int], scope: LabelScope | None = Non
     its labels chosen and read for ``scope``."""
     return PlannedRows(rows.call, rows.total, rows.cache, [], [rows.prompts[p] for p in prompts],
                        [rows.targets[p] for p in prompts], [rows.values[p] for p in prompts] if rows.values else [],
-                       scope)
+                       scope, labels=rows.labels)
 
 
 @dataclass

@@ -20,8 +20,7 @@ from relserve.engine.handle import RelQueryHandle
 from relserve.functions import FILTER_CHOICES, SchedulingHints
 from relserve.labels.answer_fields import resolved
 from relserve.labels.interface import LabelContext, LabelRun
-from relserve.labels.means import MIN_BATCH_ROWS
-from relserve.labels.methods import method_and_pool, method_of, start_run
+from relserve.labels.methods import LabelResolution, start_run
 from relserve.planner.planned_rows import PlannedRows
 from relserve.progress import progress_bar
 from relserve.relquery import RelQuery
@@ -59,17 +58,10 @@ class CallExecutor:
         self.handle: RelQueryHandle | None = None
         self.stats: RelQueryStats | None = None
         self._answers: list[tuple[str, str]] = []
-        #: the label method this relQuery runs (relserve/labels/methods.py; ``batch``
-        #: falls back to ``prior`` when small and the call has no pooled means yet: decided again
-        #: by ``submit``, which knows the engine)
-        self.label_method = method_of(self.call, len(rows.prompts))
+        #: the label method and plan the planner resolved for these rows (relserve/labels/methods.py)
+        self.resolution: LabelResolution = rows.labels or LabelResolution(None)
         #: the label method's run of this relQuery (None: the call decodes its answers)
         self.labels: LabelRun | None = None
-        #: rows the label method holds until every row is scored
-        self._held: list[RowResult] = []
-        self._seen = 0
-        #: rows answered without the engine (bootstrap's examples taken from this relQuery's rows)
-        self._answered: list[RowResult] = []
         #: the engine's row index -> the relQuery's prompt index (None: the same)
         self._engine_index: list[int] | None = None
 
@@ -84,31 +76,26 @@ class CallExecutor:
             engine.warm_prefix(self.prefix)
         # the call as the engine scores it: ``answer_field := 'auto'`` named (answer_fields.py);
         # the result cache keeps the call as planned, whose key says "auto"
-        call = resolved(self.call, engine, self.model_id)
-        if len(self.rows.prompts) < MIN_BATCH_ROWS:
-            # too few rows for a mean of their own: the call's earlier relQueries may have enough
-            self.label_method, _ = method_and_pool(call, engine, self.model_id, len(self.rows.prompts))
+        call = resolved(self.call, engine, self.model_id, self.resolution.memory)
         # on_error "null": each row's error comes back to the caller, who decides
         options = dict(**call.engine_options(), on_error="null", priority=self.hints.priority)
         if self.budget is not None:  # every relQuery of the call spends from it, a first pass too
             options["budget"] = self.budget
         prompts = self.rows.prompts
-        if self.label_method not in (None, "generate"):
-            self.labels = start_run(self.label_method, LabelContext(
+        if self.resolution.scoring:
+            self.resolution.apply_action()
+            self.labels = start_run(self.resolution, LabelContext(
                 call, engine, self.model_id, self.rows.prompts, self.rows.values, self.rel_id, options,
-                [min(t) for t in self.rows.targets], self.rows.label_scope))
+                [min(t) for t in self.rows.targets], self.rows.label_scope, self.resolution))
             started = time.monotonic()
-            request = self.labels.request()
+            request = self.labels.request()  # makes the call's label plan first when it has none
             prompts = request.prompts
             options.update(request.options)
             self._engine_index = request.engine_index
-            self._answered = [RowResult(i, text=label) for i, label in sorted(request.answered.items())]
-            if self._engine_index is None and prompts and len(request.scored) == len(prompts):
-                # (a small relQuery's first pass scored every row as this relQuery would: sent
-                # again, the prefix cache would save all but each row's last KV block)
-                rows = [request.scored[i] for i in range(len(prompts))]
-                self.handle = RelQueryHandle.answered(self.rel_id or uuid.uuid4().hex[:8], rows, time.monotonic() - started)
-                return self.handle
+            if self._engine_index is None and request.scored:
+                # rows the plan's sample scored as this relQuery would (same layout, examples and
+                # labels): their scores are the rows'; the engine scores the others
+                return self._submit_rest(engine, prompts, options, request.scored, time.monotonic() - started)
         rq = RelQuery.from_prompts(prompts, **options, rel_id=self.rel_id, deadline_s=self._deadline_left())
         self.handle = engine.submit(rq)
         if self.labels is not None:
@@ -119,6 +106,19 @@ class CallExecutor:
                 raise
         return self.handle
 
+    def _submit_rest(self, engine: Backend, prompts: list[str], options: dict, scored: dict[int, RowResult],
+                     seconds: float) -> RelQueryHandle:
+        rel_id = self.rel_id or uuid.uuid4().hex[:8]
+        ready = [replace(r, index=i) for i, r in sorted(scored.items())]
+        rest = [i for i in range(len(prompts)) if i not in scored]
+        if not rest:
+            self.handle = RelQueryHandle.answered(rel_id, ready, seconds)
+            return self.handle
+        rq = RelQuery.from_prompts([prompts[i] for i in rest], **options, rel_id=self.rel_id,
+                                   deadline_s=self._deadline_left())
+        self.handle = RelQueryHandle.joined(rel_id, ready, engine.submit(rq), rest, seconds)
+        return self.handle
+
     def _deadline_left(self) -> float | None:
         # the engine counts from its own submission: take off the time spent before it
         # (planning, a server's queue, the label prior's probes)
@@ -127,38 +127,27 @@ class CallExecutor:
         return max(self.hints.deadline_s - (time.monotonic() - self.received), 1e-3)
 
     def answer(self, row: RowResult) -> list[RowResult]:
-        """One engine row as the call's rows that get it: the value in the call's type, the error
-        (an engine error, or an answer that does not fit the type) named.
-
-        A label method that reads the whole relQuery (``LabelRun.holds``: batch means, two
-        crowds) has its scored rows held (``[]``) until the relQuery's last row arrives; that
-        call returns every held row with its label (relserve/labels/)."""
+        """One engine row as the call's rows that get it: its label decided from its scores and
+        the call's plan (relserve/labels/), the value in the call's type, the error (an engine
+        error, or an answer that does not fit the type) named."""
         if self._engine_index is not None:
             row = replace(row, index=self._engine_index[row.index])
-        scored = row.error is None and row.label_logprobs is not None
-        if self.labels is None or not self.labels.holds:
-            if self.labels is not None and scored:
-                row = self.labels.decide([row])[0]
-            return self._answer_one(row)
-        self._seen += 1
-        last = self._seen >= self.engine_rows
-        if scored:
-            self._held.append(row)
-            return self._release() if last else []
-        return self._answer_one(row) + (self._release() if last else [])
+        if self.labels is not None and row.error is None and row.label_logprobs is not None:
+            row = self.labels.decide([row])[0]
+        return self._answer_one(row)
 
     @property
     def engine_rows(self) -> int:
         """How many rows the engine scores or generates for this relQuery."""
         return len(self.rows.prompts) if self._engine_index is None else len(self._engine_index)
 
-    def _release(self) -> list[RowResult]:
-        held, self._held = self._held, []
-        answered, self._answered = self._answered, []
-        out = [o for r in answered for o in self._answer_one(r)]
-        if held:
-            out += [o for r in self.labels.decide(held) for o in self._answer_one(r)]
-        return out
+    @property
+    def plan_id(self) -> str | None:
+        """The id of the label plan the rows were decided with, once known (the result cache keys
+        their answers by it)."""
+        if self.labels is not None and self.labels.plan is not None:
+            return self.labels.plan.id if self.labels.plan_kept else None
+        return self.resolution.plan_id
 
     def _answer_one(self, row: RowResult) -> list[RowResult]:
         value, error = None, row.error
@@ -201,7 +190,8 @@ class CallExecutor:
         """Store the answers of this run (greedy calls only); returns how many were written."""
         if not self.has_cache_writes:
             return 0
-        return self.rows.cache.put_many(self.model_id, self.call.sampling_settings(), self._answers,
+        call = replace(self.call, plan_id=self.plan_id) if self.resolution.key is not None else self.call
+        return self.rows.cache.put_many(self.model_id, call.sampling_settings(), self._answers,
                                         warning=self.labels_warning)
 
     def run(self, engine: Backend, *, progress: bool = False, fail_fast: bool = False) -> list[RowResult]:

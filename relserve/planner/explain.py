@@ -14,15 +14,8 @@ from relserve.backend.protocol import Backend
 from relserve.cascade.policy import plan as cascade_plan
 from relserve.cascade.report import CascadeReport
 from relserve.estimate.estimate import CallEstimate, estimate_call
-from relserve.functions import FUNCTIONS
-from relserve.labels.adaptive import SAMPLE_ROWS as ADAPTIVE_SAMPLE
-from relserve.labels.adaptive import remembered
-from relserve.labels.answer_fields import as_known, known_field, picks_field
-from relserve.labels.bootstrap import PER_LABEL, sample_rows
+from relserve.labels.answer_fields import known_field, picks_field
 from relserve.labels.keys import namespace_of
-from relserve.labels.layouts import layouts_for
-from relserve.labels.means import MIN_BATCH_ROWS, min_batch_rows
-from relserve.labels.methods import asked, method_and_pool, method_of, pooled_history
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds, expected_output_tokens
 from relserve.planner.hit_rate import predict_hits
 from relserve.planner.plan import CallPlan
@@ -65,10 +58,10 @@ class Explain:
     label_method: str | None = None
     #: the method asked for when it differs from the one that runs (batch below its minimum rows)
     label_method_asked: str | None = None
-    #: rows of the call's earlier relQueries its label means pool with (batch, bootstrap)
-    pooled_rows: int = 0
-    #: the fewest prompts whose own label means this call uses (label_calibration.min_batch_rows)
-    min_batch_rows: int = MIN_BATCH_ROWS
+    #: what the method does for this relQuery, in its own words (relserve/labels/methods.py)
+    label_work: str | None = None
+    #: the call's label plan: the kept one, or what this relQuery's first pass will choose from
+    label_plan: str | None = None
     #: how the scoring request is laid out (relserve/prompt_shapes.py); None when decoding
     prompt_shape: str | None = None
     #: relserve chose the shape for this relQuery (a 2-label classify behind bootstrapped examples)
@@ -91,6 +84,9 @@ class Explain:
     #: issue 47: the engine's prompt tokens, the most answer tokens and the seconds alone and
     #: behind the engine's queue now (relserve/estimate/); None when it could not be made
     estimate: CallEstimate | None = None
+
+    #: the label method lays the request out itself (a layout in its plan)
+    label_plan_has_layout: bool = False
 
     def to_dict(self) -> dict[str, object]:
         d = asdict(self)
@@ -120,43 +116,16 @@ class Explain:
             f"  planner time          {self.planner_s * 1000:>9.1f} ms",
         ]
         if self.label_method is not None:
-            sampled = sample_rows(FUNCTIONS[self.function].kind if self.function in FUNCTIONS else "", self.to_run)
-            how = {
-                "generate": "constrained decoding",
-                "score": "label log-probabilities",
-                "prior": "label log-probabilities / content-free prior",
-                # with every row cached nothing runs now: the first pass is the one that ran before
-                "adaptive": ("the layout chosen by the call's first relQuery on a first pass over up to "
-                             f"{min(self.to_run, ADAPTIVE_SAMPLE)} rows, without labels; " if self.to_run else
-                             "the layout chosen on the call's first pass, without labels; ")
-                            + "rows decided by two crowds of margins, the label prior estimated",
-                "batch": "label scores minus their means over this relQuery's rows and the call's earlier ones",
-                "bootstrap": f"{PER_LABEL} example{'s' if PER_LABEL > 1 else ''} per label the model labelled in a first pass"
-                             + (f" over up to {sampled} rows of this template's first relQuery" if self.to_run else
-                                " of this template's first relQuery") + ", then batch",
-            }[self.label_method]
-            if self.label_method in ("batch", "bootstrap") and self.pooled_rows:
-                how += f"; {self.pooled_rows:,} earlier rows pooled so far"
-            if self.label_method_asked == "bootstrap" and self.label_method == "batch" and self.examples:
-                how += "; asked for bootstrap, which the call's own examples replace"
-            elif self.to_run == 0:
-                how += "; no prompt to run: every row comes from the result cache"
-            elif self.label_method_asked and self.label_method == "prior":
-                how += f"; asked for {self.label_method_asked}, which needs at least {self.min_batch_rows} prompts to run"
-            elif self.label_method_asked:
-                # three labels or more, between the two thresholds (label_calibration.py)
-                how += (f"; asked for {self.label_method_asked}, whose examples need at least {MIN_BATCH_ROWS}"
-                        " prompts to choose from")
+            how = self.label_work or ""
+            if self.label_method_asked:
+                how += f"; asked for {self.label_method_asked}"
             lines.append(f"  label method          {self.label_method:>10}   ({how})")
-            if self.layout is not None:
-                lines.append(f"  layout                {self.layout}   (chosen by an earlier relQuery of the call: "
-                             f"mutual information {self.layout_information:.3f} nats over its first pass)")
-            elif self.layout_candidates:
-                lines.append("  layouts tried         " + "; ".join(self.layout_candidates))
-            if self.prompt_shape is not None and self.label_method != "adaptive":
+            if self.label_plan is not None:
+                lines.append(f"  label plan            {self.label_plan}")
+            if self.prompt_shape is not None and not self.label_plan_has_layout:
                 why = "; chosen for a 2-label classify behind bootstrapped examples" if self.shape_chosen else ""
                 lines.append(f"  prompt shape          {self.prompt_shape:>10}   (how the scoring request is laid out{why})")
-            if self.answer_field is not None and self.label_method != "adaptive":
+            if self.answer_field is not None and not self.label_plan_has_layout:
                 if not self.field_chosen:
                     why = ""
                 elif self.answer_field == AUTO_ANSWER_FIELD:
@@ -235,17 +204,8 @@ def explain_plan(
     cost = cost_model_of(engine, plan.model_id)
     seqs, budget = engine_limits(engine)
     call = plan.call
-    # the per-template memory of an ``answer_field := 'auto'`` call is kept under the name chosen
     namespace = namespace_of(engine)
-    keyed = as_known(call, plan.model_id, namespace)
-    # nothing to run (every row cached): no fallback to name, the call's method stands
-    # rows the call's earlier relQueries pooled label means over (label_history.py)
-    if not plan.run_order:
-        ran, pooled = call.label_method, pooled_history(keyed, engine, plan.model_id) if engine is not None else 0
-    elif engine is None:
-        ran, pooled = method_of(call, len(plan.run_order)), 0
-    else:
-        ran, pooled = method_and_pool(keyed, engine, plan.model_id, len(plan.run_order))
+    labels = plan.labels
     out_tokens = expected_output_tokens(call.max_tokens, call.choices is not None)
 
     baseline_texts = plan.baseline_prompts()
@@ -288,30 +248,20 @@ def explain_plan(
         cost_model=getattr(cost, "source", "default"),
         sample_prompt=plan.run_prompts[0] if plan.run_order else None,
         explain_s=time.perf_counter() - t0,
-        label_method=ran,
-        label_method_asked=asked(call) if ran != asked(call) else None,
-        pooled_rows=pooled,
-        min_batch_rows=min_batch_rows(len(call.choices or ())),
-        prompt_shape=call.prompt_shape if call.label_method not in (None, "generate") else None,
+        label_method=labels.method.value if labels.method is not None else None,
+        label_method_asked=labels.asked.value if labels.asked is not None else None,
+        label_work=labels.explain_work(call, len(plan.run_order)),
+        label_plan=labels.explain_plan(call),
+        label_plan_has_layout=labels.lays_out,
+        prompt_shape=call.prompt_shape if labels.scoring else None,
         shape_chosen=plan.shape_chosen,
-        answer_field=_answer_field(call, plan.model_id, namespace),
+        answer_field=_answer_field(call, plan.model_id, namespace, labels),
         field_chosen=picks_field(call),
         examples=len(call.options.examples or ()),
         examples_tokens=len(tokens.many([call.examples_prefix])[0]) if call.options.examples else 0,
         cascade=cascade_plan(call, len(plan.run_order)).describe(),
-        **_layouts(call, ran, engine, plan.model_id),
         estimate=explain_estimate(plan, engine, namespace),
     )
-
-
-def _layouts(call, method: str | None, engine, model_id: str) -> dict[str, object]:
-    """The adaptive method's layout for EXPLAIN: remembered, or the candidates."""
-    if method != "adaptive":
-        return {}
-    choice = remembered(call, engine, model_id)
-    if choice is not None:
-        return {"layout": choice.layout.name, "layout_information": choice.information}
-    return {"layout_candidates": tuple(layout.name for layout in layouts_for(call))}
 
 
 def explain_estimate(plan: CallPlan, engine: Backend | None, namespace: str | None) -> CallEstimate | None:
@@ -323,7 +273,8 @@ def explain_estimate(plan: CallPlan, engine: Backend | None, namespace: str | No
     rows = PlannedRows.of(plan)  # the prompts to run with their rows' values, in planned order
     try:
         return estimate_call(plan.call, rows.prompts, engine=engine, model_id=plan.model_id, namespace=namespace,
-                             values=rows.values, prefix=plan.shared_prefix() if len(rows.prompts) > 1 else "")
+                             values=rows.values, prefix=plan.shared_prefix() if len(rows.prompts) > 1 else "",
+                             labels=plan.labels)
     except ConfigError:
         return None
 
@@ -364,13 +315,13 @@ def kv_capacity_blocks(engine: Backend | None) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-def _answer_field(call, model_id: str, namespace: str | None) -> str | None:
+def _answer_field(call, model_id: str, namespace: str | None, labels) -> str | None:
     """The answer field EXPLAIN shows: None when there is none (decoding, the chat shape); the
     name chosen for an ``auto`` call in ``namespace`` once known, else "auto"."""
-    if call.label_method in (None, "generate") or call.prompt_shape == "chat":
+    if not labels.scoring or call.prompt_shape == "chat":
         return None
     if picks_field(call):
-        name = known_field(call, model_id, namespace)
+        name = known_field(call, model_id, namespace, labels.memory)
         return answer_field_text(name) if name else AUTO_ANSWER_FIELD
     return call.answer_field
 
@@ -384,21 +335,9 @@ def describe_labels(report) -> str | None:
         return describe_spread(report)
     if not isinstance(report, AdaptiveReport):
         return None
-    choice, reading = report.choice, report.reading
-    how = (f"by this relQuery's first pass over {choice.sampled} rows" if report.first_pass
-           else "by an earlier relQuery of the call")
-    if reading.rule == "two crowds":
-        prior = (f"estimated share of {report.first!r} {reading.prior:.1%} from two crowds of margins "
-                 f"(AUC {reading.separation:.2f})")
-    elif reading.rule == "few rows":
-        prior = f"too few margins to read a share: the model's own answers ({reading.prior:.0%} {report.first!r})"
-    elif reading.rule == "all alike":
-        prior = f"every row's margin sure of one answer: the model's own answers ({reading.prior:.0%} {report.first!r})"
-    else:
-        prior = (f"one crowd of margins: no share can be read, so the top {reading.prior:.1%} by score were answered "
-                 f"{report.first!r}")
-    return (f"layout {choice.layout.name!r} chosen {how} (mutual information {choice.information:.3f} nats); "
-            f"{prior}; over {reading.rows} margins")
+    how = (f"made by this relQuery's first pass over {report.plan.sample} rows" if report.first_pass
+           else "the call's kept plan")
+    return f"plan ({how}): {report.plan.describe()}"
 
 
 def describe_spread(spread) -> str | None:

@@ -14,11 +14,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from relserve.errors import RowError
 from relserve.functions import LLMCall
+from relserve.labels.answer_fields import as_known
 from relserve.labels.bootstrap import shaped_for
+from relserve.labels.memory import LabelMemory
+from relserve.labels.methods import LabelResolution, resolve
 from relserve.planner.cache import ResultCache
 from relserve.planner.ggr import ggr, sort_rows
 from relserve.prompt_rendering import (
@@ -58,6 +61,8 @@ class CallPlan:
     shape_chosen: bool = False
     #: the warning stored with cached answers that were close to guesses (cache.repeated_warning)
     cached_warning: str | None = None
+    #: the label method and plan of a closed question, resolved once (relserve/labels/methods.py)
+    labels: LabelResolution = field(default_factory=lambda: LabelResolution(None))
 
     @property
     def distinct_prompts(self) -> int:
@@ -106,9 +111,11 @@ def plan_call(
     cache: ResultCache | None = None,
     optimize: bool = True,
     namespace: str | None = None,
+    memory: LabelMemory | None = None,
 ) -> CallPlan:
     """Plan ``call`` over rows given as columns aligned with ``call.template.columns``."""
-    return plan_rows(call, rows_of(call, columns), model_id=model_id, cache=cache, optimize=optimize, namespace=namespace)
+    return plan_rows(call, rows_of(call, columns), model_id=model_id, cache=cache, optimize=optimize,
+                     namespace=namespace, memory=memory)
 
 
 def plan_rows(
@@ -119,12 +126,14 @@ def plan_rows(
     cache: ResultCache | None = None,
     optimize: bool = True,
     namespace: str | None = None,
+    memory: LabelMemory | None = None,
 ) -> CallPlan:
     """Plan ``call`` over row tuples aligned with ``call.template.columns`` (DuckDB's chunks and
     spreadsheet cells arrive as rows: they go straight in). ``namespace``: the prefix-cache
-    namespace the rows will run in (a server tenant's; None: the process's own), whose
-    per-template memory may decide the prompt shape (label_bootstrap.shaped_for); the plan's
-    ``call`` carries the shape chosen."""
+    namespace the rows will run in (a server tenant's; None: the process's own); ``memory``: the
+    label memory whose plans decide a closed question's rows (relserve/labels/memory.py; None: no
+    plan is kept). The plan's ``call`` carries the prompt shape chosen and the id of the label
+    plan kept for it."""
     t0 = time.perf_counter()
     n = len(rows)
     distinct = distinct_rows(rows)
@@ -136,7 +145,11 @@ def plan_rows(
             bad[d] = err
     good = [d for d in range(len(distinct.values)) if d not in bad]
     asked = call
-    call = shaped_for(call, len(good), model_id, namespace)
+    call = shaped_for(call, len(good), model_id, namespace, memory)
+    labels = resolve(as_known(call, model_id, namespace, memory), len(good), memory=memory, namespace=namespace,
+                     model_id=model_id)
+    if labels.key is not None:
+        call = replace(call, plan_id=labels.plan_id)
 
     fields_reordered = call.options.reorder_fields and optimize and len(good) > 1
     if fields_reordered:
@@ -199,6 +212,7 @@ def plan_rows(
         reorder=reorder,
         planner_s=time.perf_counter() - t0,
         distinct=distinct,
-        shape_chosen=call is not asked,
+        shape_chosen=call.options is not asked.options,
         cached_warning=cached_warning,
+        labels=labels,
     )

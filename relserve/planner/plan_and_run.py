@@ -18,6 +18,7 @@ from relserve.errors import LabelWarning, RowError
 from relserve.estimate.budgeted import call_allowance
 from relserve.functions import LLMCall
 from relserve.labels.keys import namespace_of
+from relserve.labels.memory import process_memory
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.executor import CallExecutor
@@ -98,7 +99,8 @@ def run_rows(
     ref = engine if isinstance(engine, EngineRef) else EngineRef(engine, call.options.model)
     # (not `cache or None`: an empty ResultCache has len 0, and would never be written)
     store = shared_cache() if cache is True else (None if cache is None or cache is False else cache)
-    plan = plan_rows(call, rows, model_id=ref.model_id, cache=store, optimize=optimize, namespace=namespace_of(ref.peek()))
+    plan = plan_rows(call, rows, model_id=ref.model_id, cache=store, optimize=optimize, namespace=namespace_of(ref.peek()),
+                     memory=process_memory())
 
     if explain_only:
         running = ref.peek()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from relserve.functions import LLMCall
 from relserve.labels.interface import LabelScope
+from relserve.labels.methods import LabelResolution
 from relserve.planner.cache import CacheView, ResultCache
 from relserve.planner.plan import CallPlan
 from relserve.results import RowResult
@@ -40,6 +41,8 @@ class PlannedRows:
     label_scope: LabelScope | None = None
     #: the warning kept with the answers that came from the result cache (None: they had none)
     cached_warning: str | None = None
+    #: the label method and plan the planner resolved for these prompts (the first plan's)
+    labels: LabelResolution | None = None
 
     @classmethod
     def of(cls, plan: CallPlan, cache: ResultCache | CacheView | None = None) -> PlannedRows:
@@ -60,6 +63,7 @@ class PlannedRows:
         for i, message in plan.row_errors.items():
             self.fail(out_rows[i], message)
         self.cached_warning = self.cached_warning or plan.cached_warning
+        self.labels = self.labels or plan.labels
         rows_of: dict[int, list[int]] = {}
         values_of: dict[int, tuple] = {}
         for i, p in enumerate(plan.row_to_prompt):

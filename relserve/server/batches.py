@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from relserve.binding import Binding
 from relserve.errors import RowError, TemplateError
 from relserve.functions import LLMCall
+from relserve.labels.memory import process_memory
 from relserve.planner.cache import CacheView, ResultCache
 from relserve.planner.plan import plan_rows
 from relserve.planner.planned_rows import PlannedRows
@@ -36,7 +37,8 @@ class _Builder:
 
     def add(self, call: LLMCall, rows: Sequence[tuple], out_rows: Sequence[int]) -> None:
         """Plan ``call`` over row tuples; ``out_rows[i]`` is row i's index in the request."""
-        plan = plan_rows(call, rows, model_id=self.model_id, cache=self.cache, optimize=True, namespace=self.namespace)
+        plan = plan_rows(call, rows, model_id=self.model_id, cache=self.cache, optimize=True, namespace=self.namespace,
+                         memory=process_memory())
         if not self._added:  # the first part's call runs the relQuery (cells: the first template)
             # the planned call: the prompt shape its rows were rendered in
             self.batch.call, self._added = plan.call, True

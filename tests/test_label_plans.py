@@ -1,0 +1,204 @@
+"""A call's label plan (relserve/labels/plan.py) and the label memory that keeps it
+(relserve/labels/memory.py): made once from a sample of the first rows the call sees, kept per
+model and namespace across processes, refreshed or pinned by the user, and the only thing
+besides a row's own scores that its answer depends on. Fast: scripted engines
+(tests/label_doubles.py), a memory in a temporary folder."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import stat
+
+import pytest
+from label_doubles import MarginEngine, strong_engine
+
+from relserve.errors import ConfigError
+from relserve.functions import make_call
+from relserve.labels.layouts import Layout
+from relserve.labels.memory import LabelMemory, PlanPinned, use_memory
+from relserve.labels.methods import plan_key, resolve
+from relserve.labels.mixture import Mixture
+from relserve.labels.plan import Calibration, LabelPlan, LayoutTrial, Orientation, PlanRule
+from relserve.planner.plan_and_run import run_call
+
+FILTER = "Is this news article about athletics? Article: {a}"
+
+
+def overlapping_engine(seed: int = 5) -> MarginEngine:
+    """A small model's margins: one crowd, true rows only a little higher (AUC about 0.8), each
+    row's margin fixed by its text (the same row scores the same in any relQuery)."""
+
+    def margin(text: str, rq) -> float:
+        rng = random.Random(f"{seed}:{text}:{rq.answer_field}:{rq.choices}")
+        return rng.gauss(1.0 if "sports" in text else 0.0, 1.0)
+
+    return MarginEngine(margin)
+
+
+def table(n: int, share: float, seed: int, start: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [f"sports story {start + i}" if rng.random() < share else f"other story {start + i}" for i in range(n)]
+
+
+def plan_of(memory: LabelMemory, call) -> LabelPlan:
+    (stored,) = [s for s in memory.plans() if s.key.template == call.template.source]
+    return stored.plan
+
+
+def test_a_plan_is_the_same_plan_after_json_and_its_id_names_what_decides_a_row():
+    plan = LabelPlan(
+        "adaptive", PlanRule.TWO_CROWDS, ("yes", "no"), layout=Layout(False, "Topic", ("sports", "other")),
+        examples="ex\n\n", boundary=0.125, spread=0.5, mixture=Mixture(0.2, -3.0, 1.0, 3.0, 1.5, -1.0, -1.2),
+        calibration=None, share=0.2, sample=64,
+        trials=(LayoutTrial(Layout(True, "Answer", ("yes", "no")), 0.01, 8, 0.3),),
+        orientation=Orientation(0.4, -0.1))
+    again = LabelPlan.from_json(plan.to_json())
+    assert again == plan and again.id == plan.id
+    assert LabelPlan.from_json(plan.to_json()).id != LabelPlan.from_json(
+        plan.to_json().replace('"boundary":0.125', '"boundary":0.25')).id
+
+
+@pytest.mark.parametrize(("margin", "answer"), [(0.126, "yes"), (0.125, "no"), (-9.0, "no"), (math.nan, "no")])
+def test_a_row_is_the_first_label_exactly_above_the_boundary(margin, answer):
+    plan = LabelPlan("adaptive", PlanRule.CALIBRATED, ("yes", "no"), layout=Layout(False, "Topic", ("sports", "other")),
+                     boundary=0.125, calibration=Calibration.CONTENT_FREE)
+    a = -math.log1p(math.exp(-margin)) if math.isfinite(margin) else -0.5
+    b = -math.log1p(math.exp(margin)) if math.isfinite(margin) else math.nan
+    label, confidence = plan.decide({"sports": a, "other": b})
+    assert label == answer and 0.5 <= confidence <= 1.0
+
+
+def test_the_first_plan_kept_wins_a_refresh_replaces_it_and_a_pinned_one_stays(tmp_path):
+    memory = LabelMemory(tmp_path / "plans.sqlite")
+    key = plan_key(make_call("llm_filter", FILTER), None, "m")
+    one = LabelPlan("adaptive", PlanRule.CALIBRATED, ("yes", "no"), boundary=1.0)
+    two = LabelPlan("adaptive", PlanRule.CALIBRATED, ("yes", "no"), boundary=2.0)
+    assert memory.keep(key, one).plan == one
+    assert memory.keep(key, two).plan == one, "a second process's plan does not replace the first"
+    assert memory.keep(key, two, replace=True).plan == two
+    memory.pin(key)
+    with pytest.raises(PlanPinned, match=r"pinned: unpin it \(label_plan := 'unpin'\) before refreshing it"):
+        memory.keep(key, one, replace=True)
+    assert memory.forget(namespace=None) == 0 and memory.plan(key).plan == two, "forgetting all keeps pinned plans"
+    assert memory.forget(key, pinned=True) == 1 and memory.plan(key) is None
+
+
+def test_plans_last_across_processes_in_a_file_only_their_owner_reads_and_namespaces_stay_apart(tmp_path):
+    path = tmp_path / "plans.sqlite"
+    call = make_call("llm_filter", FILTER)
+    plan = LabelPlan("adaptive", PlanRule.CALIBRATED, ("yes", "no"), boundary=0.5)
+    LabelMemory(path).keep(plan_key(call, "tenant-a", "m"), plan)
+    other = LabelMemory(path)  # another process opening the same home
+    assert other.plan(plan_key(call, "tenant-a", "m")).plan == plan
+    assert other.plan(plan_key(call, "tenant-b", "m")) is None
+    assert other.plan(plan_key(call, "tenant-a", "another-model")) is None
+    assert [s.key.template for s in other.plans("tenant-a")] == [FILTER] and other.plans("tenant-b") == []
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_a_call_makes_its_plan_once_and_later_statements_run_no_first_pass():
+    eng = strong_engine(lambda text: "sports" in text)
+    call = make_call("llm_filter", FILTER)
+    rows = table(100, 0.2, 1)
+    out = run_call(call, [rows], engine=eng, cache=False, progress=False)
+    assert out.values == ["sports" in r for r in rows]
+    first = len(eng.relqueries)
+    assert first > 2, "the first statement scored a first pass before its rows"
+    again = run_call(call, [table(30, 0.5, 2, start=1000)], engine=eng, cache=False, progress=False)
+    assert len(eng.relqueries) == first + 1, "a kept plan: only the rows' relQuery"
+    assert again.values == ["sports" in r for r in table(30, 0.5, 2, start=1000)]
+
+
+def test_a_rows_answer_is_the_same_whatever_else_is_in_its_table_and_whatever_ran_before(label_memory):
+    """Before plans, margins were pooled with every earlier relQuery's and the one-crowd share
+    was read from the table at hand: the same rows changed answers with what ran before."""
+    eng = overlapping_engine()
+    call = make_call("llm_filter", FILTER)
+    run_call(call, [table(200, 0.25, 3)], engine=eng, cache=False, progress=False)  # makes the plan
+    shared = table(80, 0.25, 4, start=5000)
+    alone = run_call(call, [shared], engine=eng, cache=False, progress=False).values
+    # the shared rows again, among many more rows that match (a table of another make-up), after
+    # other statements ran
+    for seed in range(3):
+        run_call(call, [table(150, 0.9, 10 + seed, start=9000 + 200 * seed)], engine=eng, cache=False, progress=False)
+    mixed = table(120, 0.9, 20, start=20000) + shared
+    random.Random(1).shuffle(mixed)
+    together = dict(zip(mixed, run_call(call, [mixed], engine=eng, cache=False, progress=False).values))
+    assert [together[r] for r in shared] == alone
+
+
+def test_a_rows_answer_is_the_same_in_another_process_that_reads_the_kept_plan(tmp_path):
+    eng = overlapping_engine()
+    call = make_call("llm_filter", FILTER)
+    use_memory(LabelMemory(tmp_path / "plans.sqlite"))
+    run_call(call, [table(200, 0.25, 3)], engine=eng, cache=False, progress=False)
+    rows = table(60, 0.5, 7, start=700)
+    here = run_call(call, [rows], engine=eng, cache=False, progress=False).values
+    use_memory(LabelMemory(tmp_path / "plans.sqlite"))  # a fresh process over the same home
+    n = len(eng.relqueries)
+    there = run_call(call, [rows], engine=eng, cache=False, progress=False).values
+    assert there == here and len(eng.relqueries) == n + 1
+
+
+def test_refresh_makes_a_new_plan_from_this_statements_rows_and_pin_holds_it(label_memory):
+    eng = overlapping_engine()
+    call = make_call("llm_filter", FILTER)
+    run_call(call, [table(100, 0.1, 1)], engine=eng, cache=False, progress=False)
+    before = plan_of(label_memory, call)
+    n = len(eng.relqueries)
+    refreshed = make_call("llm_filter", FILTER, label_plan="refresh")
+    run_call(refreshed, [table(100, 0.9, 2, start=500)], engine=eng, cache=False, progress=False)
+    assert len(eng.relqueries) > n + 1, "a refresh runs a first pass"
+    after = plan_of(label_memory, call)
+    assert after != before and after.sample == 64
+    run_call(make_call("llm_filter", FILTER, label_plan="pin"), [table(20, 0.5, 3)], engine=eng, cache=False,
+             progress=False)
+    assert label_memory.plans()[0].pinned
+    with pytest.raises(ConfigError, match="is pinned"):
+        run_call(refreshed, [table(50, 0.5, 4)], engine=eng, cache=False, progress=False)
+    run_call(make_call("llm_filter", FILTER, label_plan="unpin"), [table(20, 0.5, 3)], engine=eng, cache=False,
+             progress=False)
+    assert not label_memory.plans()[0].pinned
+
+
+def test_a_bad_label_plan_option_is_refused_naming_it():
+    with pytest.raises(ConfigError, match=r"^label_plan must be one of auto, refresh, pin, unpin, got 'sometimes'$"):
+        make_call("llm_filter", FILTER, label_plan="sometimes")
+
+
+def test_a_statement_of_a_few_rows_keeps_no_plan_and_decides_from_its_own(label_memory):
+    eng = strong_engine(lambda text: "sports" in text)
+    call = make_call("llm_filter", FILTER)
+    rows = table(10, 0.3, 5)
+    assert run_call(call, [rows], engine=eng, cache=False, progress=False).values == ["sports" in r for r in rows]
+    assert label_memory.plans() == []
+
+
+def test_the_result_cache_keys_answers_by_the_plan_they_were_decided_with(tmp_path, label_memory):
+    from relserve.planner.cache import ResultCache
+
+    eng = overlapping_engine()
+    cache = ResultCache(tmp_path / "results.sqlite")
+    call = make_call("llm_filter", FILTER)
+    rows = table(100, 0.3, 8)
+    run_call(call, [rows], engine=eng, cache=cache, progress=False)
+    n = len(eng.relqueries)
+    run_call(call, [rows], engine=eng, cache=cache, progress=False)
+    assert len(eng.relqueries) == n, "the kept plan's answers come from the cache"
+    run_call(make_call("llm_filter", FILTER, label_plan="refresh"), [rows], engine=eng, cache=cache, progress=False)
+    assert len(eng.relqueries) > n + 1, "a refreshed plan's rows are answered anew"
+
+
+def test_the_planner_resolves_the_method_once_and_the_plan_is_read_from_the_memory(label_memory):
+    call = make_call("llm_filter", FILTER)
+    none = resolve(call, 100, memory=label_memory, namespace=None, model_id="m")
+    assert none.method.value == "adaptive" and none.makes_plan and none.plan is None
+    label_memory.keep(none.key, LabelPlan("adaptive", PlanRule.CALIBRATED, ("yes", "no"), boundary=0.3))
+    kept = resolve(call, 5, memory=label_memory, namespace=None, model_id="m")
+    assert not kept.makes_plan and kept.plan.boundary == 0.3 and kept.first_pass_requests(call, 5) == 0
+    assert resolve(call, 5, memory=label_memory, namespace="tenant", model_id="m").makes_plan
+    three = make_call("llm_classify", "Which kind? {a}", labels=["x", "y", "z"])
+    assert resolve(three, 100, memory=label_memory, namespace=None, model_id="m").method.value == "bootstrap"
+    assert resolve(three, 5, memory=label_memory, namespace=None, model_id="m").method.value == "prior"
