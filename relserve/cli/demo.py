@@ -36,9 +36,9 @@ def demo_accuracy_line(rows: list[dict], values: list, method: str) -> str:
 def method_label(call, labels=None) -> str:
     """'adaptive, layout row, Sentiment: happy/unhappy' or 'bootstrap, prompt shape completion':
     how the demo's answers were chosen (``labels``: what the label method reported)."""
-    if call.label_method == "generate":
-        return "generate"
-    layout = getattr(getattr(labels, "choice", None), "layout", None)
+    if labels is None:
+        return str(call.label_method)
+    layout = getattr(getattr(labels, "plan", None), "layout", None)
     if layout is not None:
         return f"{call.label_method}, layout {layout.name}"
     return f"{call.label_method}, prompt shape {call.prompt_shape}"

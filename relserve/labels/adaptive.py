@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from relserve.functions import LLMCall
@@ -74,6 +74,8 @@ class AdaptiveReport:
     own: tuple[str, str] = ("yes", "no")
     #: this relQuery's rows
     rows: int = 0
+    #: the answers this relQuery's rows got so far (first label, second)
+    answered: list[int] = field(default_factory=lambda: [0, 0])
 
     @property
     def guessing(self) -> bool:
@@ -87,7 +89,8 @@ class AdaptiveReport:
         info = f", information {trial.information:.3f} nats" if trial is not None else ""
         backwards = plan.orientation.disagrees if plan.orientation is not None else None
         if plan.rule is PlanRule.ALL_ALIKE:
-            if not self.first_pass or self.rows < 16:
+            # said by the statement that made the plan, when its own rows are all alike too
+            if not self.first_pass or self.rows < 16 or min(self.answered) > 0:
                 return None
             answer = self.own[0] if plan.share >= 0.5 else self.own[1]
             return (f"{function}({template!r}): the model answered {answer!r} for every one of the {plan.sample} "
@@ -279,12 +282,18 @@ class AdaptiveRun(LabelRun):
             # highest) is each left row's one partner, nothing assumed about how many match
             boundary = replace(boundary, value=0.0, calibration=None, rule=PlanRule.CALIBRATED)
         own = tuple(self.call.choices or ())
-        return LabelPlan(
+        plan = LabelPlan(
             method="adaptive", rule=boundary.rule, labels=(own[0], own[1]), layout=layout, examples=examples,
             boundary=boundary.value, spread=boundary.spread, mixture=boundary.mixture,
             calibration=boundary.calibration, share=boundary.share, sample=boundary.rows, trials=trials,
             orientation=orientation,
         )
+        if layout.column is not None and self._plan_rows:
+            # (a row's own value: its share is of the sampled pairs whose value the model put first)
+            firsts = [plan.decide(r.label_logprobs, self._own_of(layout, whole.values[i]))[0] == own[0]
+                      for i, r in self._plan_rows.items()]
+            plan = replace(plan, share=sum(firsts) / len(firsts))
+        return plan
 
     def _examples(self, layout: Layout, margins: Mapping[int, float]) -> str:
         """The sampled row furthest towards each label, as "<row>\n<field>: <word>" blocks (none
@@ -416,7 +425,10 @@ class AdaptiveRun(LabelRun):
         out = []
         for r in rows:
             label, confidence = self.plan.decide(r.label_logprobs, self._own(self.values[r.index]))
-            out.append(replace(r, text=own[0] if label == own[0] else own[1], confidence=confidence))
+            first = label == own[0]
+            if self._report is not None:
+                self._report.answered[0 if first else 1] += 1
+            out.append(replace(r, text=own[0] if first else own[1], confidence=confidence))
         return out
 
 

@@ -4,13 +4,17 @@ A small model answers a closed question much better with a few worked examples i
 row (docs/quality.md); a user seldom writes them. A relQuery has rows to take them from, and the
 model can label them itself:
 
+The call's label plan (relserve/labels/plan.py) is made by its first relQuery:
+
 1. a first pass scores a spread sample of the relQuery's prompts (``sample_rows``: half of a
-   small classify's) and picks their labels by batch calibration (label_calibration.py);
+   small classify's) and picks their labels by batch calibration (relserve/labels/means.py);
 2. per label, the ``PER_LABEL`` sampled rows the model is surest of (largest calibrated margin
    over the next label) become examples: their prompt, then ``Answer: <label>``;
-3. every other prompt of the relQuery is scored behind those examples (one shared prefix, so the
-   prefix cache prefills it once) and picked by batch calibration again; a classify's example
-   rows are answered by their example's label, which every other row is shown as their answer.
+3. the same sample is scored behind those examples, and each label's mean there is the plan's
+   correction.
+
+Every row of every relQuery of the call is then scored behind the examples (one shared prefix,
+so the prefix cache prefills it once) and decided alone: its scores minus the plan's means.
 
 A wrong example label costs less than it seems: what a small model takes from examples is mostly
 the rows' look, the label words and the answer format (Min et al., "Rethinking the Role of
@@ -18,24 +22,17 @@ Demonstrations", EMNLP 2022); the margin choice keeps the labels mostly right an
 idea picks few-shot examples from a program's own confident outputs in DSPy
 (``BootstrapFewShot``).
 
-Below ``MIN_BATCH_ROWS`` prompts the relQuery runs as ``calibrate`` (as ``batch`` does; with three
-labels or more as ``batch`` from 8 prompts, too few to choose examples from), unless an earlier
-relQuery of the call chose the examples and pooled that many rows' label means behind them
-(``pooled_history``); with the user's own ``examples`` it runs as ``batch`` (given examples beat
-guessed ones). See label_calibration.method_ran.
-
-The examples are chosen once per template, like the content-free prior: a later relQuery of the
-same call (template, labels, shape, system message) reuses them and runs no first pass
-(``examples_for``). On the third end-to-end workload the first pass and its wait doubled the
-mean statement latency (docs/benchmarks.md). The examples hold rows of the relQuery that chose
-them, so they are reused only within one prefix-cache namespace: one tenant of the server (or
-one ``cache_group``), or the library user's own process.
+Below ``MIN_BATCH_ROWS`` prompts a call with no plan runs as ``prior`` (as ``batch`` does; with
+three labels or more as ``batch`` from 8 prompts, too few to choose examples from); with the
+user's own ``examples`` it runs as ``batch`` (given examples beat guessed ones); see
+relserve/labels/methods.method_ran. The plan holds rows of the relQuery that made it, so it is
+kept per prefix-cache namespace: one tenant of the server (or one ``cache_group``), or the
+library user's own home.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -56,42 +53,23 @@ from relserve.prompt_shapes import ANSWER_FIELD, AUTO_ANSWER_FIELD
 from relserve.results import RowResult
 
 #: prompts scored by the first pass (a spread sample of the relQuery's prompts), per function
-#: kind. On 1,000 fresh rows per task as five cold 200-row statements (docs/quality.md,
-#: "Thirteenth pass"), 16 against 32 left llm_classify's tuning tasks level (65.0% against 64.9%
-#: mean; check tasks 86.9 / 69.2% against 86.9 / 70.0%) at 1.1x the rows/s of a 2-label
-#: classify's first statement, and cost llm_filter's tuning task 0.9 points and 0.08 of AUC (its
-#: check task 7 points): a filter keeps 32. The environment variable (both kinds) is there for
-#: the benchmark, not for users.
+#: kind: a filter's 32, a classify's 16 (the notebook, docs/notebook/quality-passes.md, has the
+#: measurements that chose them)
 SAMPLE_ROWS: dict[str, int] = {"classify": 16, "filter": 32}
-if os.environ.get("RELSERVE_BOOTSTRAP_SAMPLE"):
-    SAMPLE_ROWS = dict.fromkeys(SAMPLE_ROWS, int(os.environ["RELSERVE_BOOTSTRAP_SAMPLE"]))
-#: the share of a relQuery's prompts its first pass scores at most, per function kind, and the
-#: fewest it scores: a template's first small classify (20 rows) scored 16 of its rows twice.
-#: On twenty-row cold statements (docs/quality.md, "Fourteenth pass") half the rows, with the
-#: examples' rows answered by their label (``ANSWERS_FROM_EXAMPLES``), left llm_classify's
-#: tuning tasks level or better (76.0 / 33.5% -> 77.0 / 36.5%) and its check tasks too; the
-#: filter's tuning task lost 1.5 points and the demo (a filter) 4 rows of 24, so a filter keeps
-#: its whole sample
+#: the share of a relQuery's prompts its first pass scores at most, per function kind (half a
+#: small classify's: it scored most of its rows twice), and the fewest it scores
 SAMPLE_SHARE: dict[str, float] = {"classify": 0.5, "filter": 1.0}
-if os.environ.get("RELSERVE_BOOTSTRAP_SHARE"):
-    SAMPLE_SHARE = dict.fromkeys(SAMPLE_SHARE, float(os.environ["RELSERVE_BOOTSTRAP_SHARE"]))
 MIN_SAMPLE = 8
-#: the kinds whose example rows are answered by their example's label, not scored again behind
-#: the examples (``Examples.answered``): one engine row saved per label. A filter's are scored
-#: again: leaving them out of its batch means moved the demo from 23 to 21 of 24 right
-ANSWERS_FROM_EXAMPLES = frozenset({"classify"})
-#: examples per label (1 against 2 on the tuning tasks: 58.3% against 56.7% mean; docs/quality.md)
-PER_LABEL = int(os.environ.get("RELSERVE_BOOTSTRAP_PER_LABEL", "1"))
-#: rel_id prefix of a first pass (its rows are a sample of the relQuery's, answered again after it)
+#: examples per label (one against two was measured: docs/notebook/quality-passes.md)
+PER_LABEL = 1
+#: rel_id prefix of a first pass (its rows are a sample of the relQuery's)
 FIRST_PASS_PREFIX = "bootstrap-"
 #: a longer prompt is not used as an example (it would crowd the context of every row)
 MAX_EXAMPLE_CHARS = 1000
-#: calls whose examples are remembered (the oldest are forgotten past this)
-MAX_REMEMBERED = 256
 #: the prompt shape of a 2-label ``llm_classify`` whose labels are picked behind bootstrapped
-#: examples, when the user sets none (docs/quality.md, "Tenth pass": 200 balanced rows, tuning
-#: 57% -> 76% and 58.5% -> 83.5%, check 66% -> 78.5%); filters and 3+ labels lost with it
+#: examples, when the user sets none (filters and 3+ labels lost with it: the notebook)
 EXAMPLES_SHAPE = "question_first"
+
 
 def sample_rows(kind: str, rows: int | None = None) -> int:
     """How many prompts the first pass of an ``llm_<kind>`` call scores at most; of a relQuery

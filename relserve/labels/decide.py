@@ -2,23 +2,23 @@
 labels and without assuming a share of either label (issues 43, 62).
 
 A row's margin is its first label's score minus its second's (a filter: "yes" over "no", or the
-question's concept over its contrast). The sample's margins are read in this order:
+question's concept over its contrast), scored as every row is: in the plan's layout, behind its
+worked examples. The sample's margins are read in this order:
 
 1. **all alike**: every margin sure of one answer (``SURE`` nats), and that sureness is the
    rows' (not only the worked examples'): the model's own answer decides each row;
-2. **two crowds**: a wide gap between the sorted margins (``FEW_GAP_NATS`` and ``FEW_GAP_SPREADS``
-   the crowds' own spread), or, from ``FEW_ROWS`` margins, a two-crowd mixture whose crowds stand
-   ``MIN_SEPARATION`` apart and explain the margins ``MIN_GAIN`` better than one crowd
-   (relserve/labels/mixture.py): the boundary lies between them;
-3. **calibrated**: otherwise no share can be read from the margins (a small model's margins are
-   often one skewed lump, whether 10% or 90% of the rows are "yes"), so each row is decided by
-   the model's own score against the one it gives content-free rows ("N/A", "", "[MASK]" in the
-   same layout, behind the same examples; Zhao et al., "Calibrate Before Use", 2021): "yes"
-   exactly where a row leans further to the first label than a row with no content does.
-   Nothing is assumed about how many rows match; the surfaces warn that the answers near the
-   boundary are close to guesses.
+2. **two crowds**: a wide gap between the sorted margins (``FEW_GAP_NATS``, and
+   ``FEW_GAP_SPREADS`` times the crowds' own spread): the boundary is the middle of the gap;
+3. **calibrated**: otherwise the margins are one lump, from which no share of "yes" can be read
+   (on the check tasks a mixture fitted to them read shares anywhere from 1% to 99%), so each
+   row is decided by the model's own score against the score it gives content-free rows ("N/A",
+   "", "[MASK]" in the same layout behind the same examples: contextual calibration, Zhao et al.,
+   "Calibrate Before Use", 2021): "yes" exactly where a row leans further to the first label than
+   a row with no content does. Nothing is assumed about how many rows match; the surfaces warn
+   that the answers near the boundary are close to guesses.
 
 The boundary is a number in the margin's units; a row's answer is ``margin > boundary``.
+docs/quality.md gives the measurements behind the rules.
 """
 
 from __future__ import annotations
@@ -27,21 +27,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from relserve.labels.mixture import Mixture, fit_mixture
+from relserve.labels.mixture import Mixture
 from relserve.labels.plan import Calibration, PlanRule
 
-#: the two crowds are read as the labels only when they stand this far apart (the AUC they would
-#: give), explain the margins this much better than one crowd (nats per row), and the smaller
-#: holds at least ``MIN_CROWD`` of the rows and ``MIN_CROWD_ROWS`` rows (else it is a few outliers)
-MIN_SEPARATION = 0.85
-MIN_GAIN = 0.05
-MIN_CROWD = 0.02
-MIN_CROWD_ROWS = 3
 #: a wide gap: at least ``FEW_GAP_NATS`` of log-odds and ``FEW_GAP_SPREADS`` times the crowds'
 #: own spread (one in twenty sets of 4-15 normal margins passes the second alone; a model that
-#: separates the rows passes both: log-odds +4..+8 against -4..-8). A mixture needs ``FEW_ROWS``
-#: margins: below that it fits noise as two tight crowds half the time
-FEW_ROWS = 16
+#: separates the rows passes both: log-odds +4..+8 against -4..-8)
 FEW_GAP_NATS = 2.0
 FEW_GAP_SPREADS = 4.0
 #: every margin at least this sure of one label (log-odds): the model answers every row alike
@@ -61,7 +52,7 @@ class Boundary:
     calibration: Calibration | None
     #: the share of the sample's margins above the boundary
     share: float
-    #: the AUC the two crowds would give (0.5: one crowd)
+    #: the AUC two crowds across the gap would give (0.5: one crowd)
     separation: float
     #: margins it was read from
     rows: int
@@ -78,16 +69,9 @@ def read_boundary(margins: Sequence[float], content_free: Sequence[float] = (), 
         return Boundary(PlanRule.ALL_ALIKE, 0.0, 1.0, None, Calibration.OWN_ANSWER, _share(xs, 0.0), 0.5, len(xs))
     if len(xs) >= 2 and max(xs) - min(xs) > 1e-9:
         gap = _across_the_widest_gap(xs)
-        mix = gap
-        if mix is None and len(xs) >= FEW_ROWS:
-            fit = fit_mixture(xs)
-            smaller = min(fit.weight, 1 - fit.weight) * len(xs)
-            if (fit.separation >= MIN_SEPARATION and fit.gain >= MIN_GAIN
-                    and smaller >= max(MIN_CROWD_ROWS, MIN_CROWD * len(xs))):
-                mix = fit
-        if mix is not None:
-            value = _half_point(mix, xs) if gap is None else _gap_middle(xs)
-            return Boundary(PlanRule.TWO_CROWDS, value, spread, mix, None, _share(xs, value), mix.separation, len(xs))
+        if gap is not None:
+            value = _gap_middle(xs)
+            return Boundary(PlanRule.TWO_CROWDS, value, spread, gap, None, _share(xs, value), gap.separation, len(xs))
     free = [m for m in content_free if math.isfinite(m)]
     if free:
         value = sum(free) / len(free)
@@ -111,23 +95,8 @@ def _gap_middle(xs: Sequence[float]) -> float:
     return (ordered[i] + ordered[i - 1]) / 2
 
 
-def _half_point(mixture: Mixture, xs: Sequence[float]) -> float:
-    """Where the mixture's posterior crosses one half between the crowds' means (bisection: the
-    posterior rises with the margin there)."""
-    lo, hi = mixture.low_mean, mixture.high_mean
-    if mixture.posterior(lo) > 0.5 or mixture.posterior(hi) <= 0.5:
-        return (lo + hi) / 2
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        if mixture.posterior(mid) > 0.5:
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
 def _across_the_widest_gap(xs: Sequence[float]) -> Mixture | None:
-    """Two crowds split at the widest gap of the margins, if it is wide (see ``FEW_ROWS``)."""
+    """Two crowds split at the widest gap of the margins, if it is wide (``FEW_GAP_NATS``, ``FEW_GAP_SPREADS``)."""
     ordered = sorted(xs)
     n = len(ordered)
     i = max(range(1, n), key=lambda k: ordered[k] - ordered[k - 1])

@@ -23,10 +23,12 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from relserve.labels.decide import FEW_ROWS, SURE
+from relserve.labels.decide import SURE
 from relserve.labels.information import categorical_information, explained_share
 from relserve.labels.interface import probabilities
 
+#: fewer rows than this behind a reading (a relQuery's and its plan's sample): its share is noise
+FEW_ROWS = 16
 #: below this share of the answers' entropy explained by the rows, the answers hardly depend on
 #: the row. Chosen on the tuning tasks of docs/quality.md ("Answers that are guesses"), checked
 #: on the check tasks there

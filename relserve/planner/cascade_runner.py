@@ -77,11 +77,9 @@ class Cascade:
         self._rest_labels: list[str] = []
         self._rest_confidence = np.zeros(0)
         self.choice: threshold.ThresholdChoice | None = None
-        #: the LLM's relQueries (the sample, the remainder) are parts of one: the label method
-        #: chooses its layout from the whole table, as the LLM-only run does, and decides the
-        #: remainder with the sample's reading (the remainder, the rows the proxy is unsure of,
-        #: is no sample of the table: read alone it moved the boundary, and the LLM's answers
-        #: agreed with the LLM-only run's on 86% of 5,000 rows)
+        #: the LLM's relQueries (the sample, the remainder) are parts of one: a label plan the
+        #: sample makes is made from the whole table's rows, as the LLM-only run makes it, and
+        #: decides the remainder too (the rows the proxy is unsure of are no sample of the table)
         self.label_scope = (LabelScope(self.rows.values, [min(t) for t in self.rows.targets], self.rows.prompts)
                             if self.rows.values else None)
         self.report = CascadeReport(self.plan.target or 0.0, len(self.rows.prompts), len(self.parts.train),
