@@ -16,8 +16,7 @@ from engine_doubles import ScriptedEngine
 from relserve.cascade import binomial, embedding, policy, proxy, threshold
 from relserve.errors import ConfigError
 from relserve.functions import make_call
-from relserve.labels.bootstrap import forget_examples
-from relserve.labels.pools import forget_means
+from relserve.labels.memory import forget_all
 from relserve.planner.cascade_runner import PROXY, split
 from relserve.planner.plan_and_run import run_call
 
@@ -256,8 +255,7 @@ def test_small_relqueries_run_exactly_as_without_the_option(rule_embedder):
     rows = reviews(policy.MIN_ROWS - 1)
     plain, on = ScriptedEngine(answer=good_rule), ScriptedEngine(answer=good_rule)
     a = run_call(make_call("llm_filter", "Is it worth it? Review: {r}"), [rows], engine=plain, progress=False, cache=False)
-    forget_examples()  # the second call chooses its own examples, as the first did
-    forget_means()
+    forget_all()  # the second call chooses its own examples, as the first did
     b = run_call(make_call("llm_filter", "Is it worth it? Review: {r}", cascade=0.95), [rows], engine=on, progress=False, cache=False)
     assert b.cascade is None and b.details is None and rule_embedder.calls == []
     assert plain.submitted == on.submitted and plain.first_passes == on.first_passes

@@ -15,6 +15,7 @@ import pytest
 from waits import result_within, run_within
 
 from relserve import RelQuery
+from relserve.labels.memory import forget_all
 from relserve.model import resolve_model
 
 pytestmark = pytest.mark.engine
@@ -125,7 +126,7 @@ def test_the_adaptive_method_answers_as_its_definition_computed_outside_relserve
     from relserve.labels.layouts import LayoutRenderer, layouts_for
     from relserve.planner.plan_and_run import run_call
 
-    adaptive.forget()
+    forget_all()
     call = make_call("llm_filter", ADAPTIVE["templates"][case["case"]])
     rec = RecordingEngine(engine)
     out = run_call(call, [list(col) for col in zip(*case["rows"])], engine=rec, cache=False, progress=False)

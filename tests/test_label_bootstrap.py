@@ -14,12 +14,11 @@ from relserve.labels.bootstrap import (
     PER_LABEL,
     choose,
     examples_text,
-    forget_examples,
     sample_indices,
     sample_rows,
 )
+from relserve.labels.memory import forget_all
 from relserve.labels.methods import method_ran
-from relserve.labels.pools import forget_means
 from relserve.planner.plan_and_run import run_call
 
 
@@ -77,7 +76,7 @@ def test_method_ran_for_bootstrap():
     assert method_ran("batch", 40, examples=True) == "batch"
 
 
-def test_the_executor_scores_a_sample_first_then_every_row_behind_the_examples():
+def test_the_executor_scores_a_sample_first_then_every_row_behind_the_examples(label_memory):
     rows = [f"review {i} {'great' if i % 3 == 0 else 'bad'}" for i in range(40)]
 
     def answer(prompt, rq):
@@ -85,41 +84,39 @@ def test_the_executor_scores_a_sample_first_then_every_row_behind_the_examples()
         return "yes" if "great" in prompt.rsplit("\n", 1)[-1] else "no"
 
     eng = ScriptedEngine(answer=answer)
-    call = make_call("llm_filter", "Is {r} good, bootstrapped?", method="bootstrap")  # the default method
+    call = make_call("llm_filter", "Is {r} good, bootstrapped?", method="bootstrap")
     out = run_call(call, [rows], engine=eng, cache=False, progress=False)
     assert out.values == ["great" in r for r in rows]
-    (first,) = eng.first_passes
-    (second,) = eng.submitted
+    first, behind = eng.first_passes
+    (rest,) = eng.submitted
     # the first pass: 32 prompts spread over the 40, no examples in front
     assert len(first) == 32 and all(p.startswith("Is review") for p in first)
-    # the second: every prompt, each behind the same examples
-    assert len(second) == 40
     # the scripted scores tie within a label, so the surest are the sample's first prompts of
     # each label, PER_LABEL of them, interleaved yes, no, yes, no ...
     yes = [p for p in first if "great" in p]
     no = [p for p in first if "great" not in p]
     prefix = "".join(f"{yes[k]}\nAnswer: yes\n\n{no[k]}\nAnswer: no\n\n" for k in range(PER_LABEL))
     assert prefix.count("\nAnswer: ") == 2 * PER_LABEL
-    assert all(p.startswith(prefix) for p in second)
-    assert sorted(p[len(prefix):] for p in second) == sorted(f"Is {r} good, bootstrapped?" for r in rows)
-    # below the minimum row count, once the call has chosen its examples and pooled 40 rows'
-    # means: behind the same examples, no first pass, no content-free probes
+    # the plan's means: the same sample behind the examples; then the other 8 rows behind them
+    assert behind == [prefix + p for p in first]
+    assert len(rest) == 8 and all(p.startswith(prefix) for p in rest)
+    assert sorted(p[len(prefix):] for p in behind + rest) == sorted(f"Is {r} good, bootstrapped?" for r in rows)
+    # below the minimum row count, once the call has its plan: behind the same examples, no first
+    # pass, no content-free probes
     eng.submitted.clear()
     out = run_call(call, [rows[:10]], engine=eng, cache=False, progress=False)
     assert out.values == ["great" in r for r in rows[:10]]
-    assert len(eng.first_passes) == 1 and eng.probes == [] and all(p.startswith(prefix) for p in eng.submitted[0])
-    # with no history it runs as calibrate: one pass, content-free probes
-    forget_examples()
-    forget_means()
+    assert len(eng.first_passes) == 2 and eng.probes == [] and all(p.startswith(prefix) for p in eng.submitted[0])
+    # with no plan it runs as prior: content-free probes, then the rows
+    forget_all()
     eng2 = ScriptedEngine(answer=answer)
     run_call(call, [rows[:10]], engine=eng2, cache=False, progress=False)
     assert len(eng2.submitted) == 1 and len(eng2.probes) == 1 and eng2.first_passes == []
 
 
-def test_a_classify_answers_its_example_rows_by_their_label_and_scores_the_others_behind_them():
-    """A classify's first pass scores half of a small relQuery; the rows it makes examples are
-    answered by their example's label (every other row is shown that answer) and are not sent to
-    the engine again. A filter sends every row (the test above)."""
+def test_a_classify_scores_half_of_a_small_relquery_first_and_the_rest_behind_the_examples():
+    """A classify's first pass scores half of a small relQuery; the same half is scored behind the
+    examples (the plan's means, and those rows' answers), then the other half."""
     rows = [f"review {i} {'great' if i % 3 == 0 else 'bad'}" for i in range(20)]
 
     def answer(prompt, rq):
@@ -129,30 +126,28 @@ def test_a_classify_answers_its_example_rows_by_their_label_and_scores_the_other
     call = make_call("llm_classify", "Is {r} good, as a label?", labels=["yes", "no"], prompt_shape="completion", method="bootstrap")
     out = run_call(call, [rows], engine=eng, cache=False, progress=False)
     assert out.values == ["yes" if "great" in r else "no" for r in rows]
-    (first,) = eng.first_passes
-    (second,) = eng.submitted
-    # the first pass: 10 prompts of the 20 (spread over them in the planner's order)
+    first, behind = eng.first_passes
+    (rest,) = eng.submitted
     assert len(first) == 10 and set(first) <= {f"Is {r} good, as a label?" for r in rows}
-    examples = {p.split("\n")[0] for p in second[0].split("\n\n")[:-1]}
-    assert len(examples) == 2 * PER_LABEL
-    # the second: the 20 prompts but the examples' own, each behind the examples
-    assert len(second) == 20 - 2 * PER_LABEL
-    assert {p.rsplit("\n\n", 1)[-1] for p in second} == {f"Is {r} good, as a label?" for r in rows} - examples
+    examples = behind[0][: behind[0].rindex("\n\n") + 2]
+    assert examples.count("\nAnswer: ") == 2 * PER_LABEL
+    assert len(behind) == 10 and len(rest) == 10
+    assert {p[len(examples):] for p in behind + rest} == {f"Is {r} good, as a label?" for r in rows}
 
 
 def test_explain_names_bootstrap_and_when_the_users_examples_replace_it():
     call = make_call("llm_filter", "Is this review positive? Review: {r}", method="bootstrap")
     rows = [f"review number {i}, long enough to move in front" for i in range(16)]
     ex = str(run_call(call, [rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
-    assert (
-        "  label method           bootstrap   (1 example per label the model labelled in a first pass over up to "
-        "16 rows of this template's first relQuery, then batch)"
-    ) in ex
+    assert ("  label method           bootstrap   (1 worked example per label the model labelled itself in front of "
+            "every row, then label scores minus their means behind them (the plan))") in ex
+    assert ("  label plan            none kept yet: a first pass over a spread sample of up to 32 rows chooses the "
+            "worked examples, and the same sample behind them gives the label means") in ex
     given = make_call("llm_filter", "Is this review positive? Review: {r}", method="bootstrap",
                       examples=[{"r": "great", "answer": "yes"}, {"r": "awful", "answer": "no"}])
     ex = str(run_call(given, [rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
-    assert "label method               batch   (label scores minus their means over this relQuery's rows and the call's earlier ones; " \
-           "asked for bootstrap, which the call's own examples replace)" in ex
+    assert ("label method               batch   (label scores minus their means over a sample of the call's rows "
+            "(the plan); asked for bootstrap)") in ex
 
 
 def test_the_result_cache_keys_on_bootstrap():
@@ -188,7 +183,8 @@ def test_a_tenants_first_pass_runs_in_its_own_prefix_cache_namespace():
     plan = plan_call(call, [[f"row {i}" for i in range(20)]], model_id="m", cache=None, optimize=False)
     ex = CallExecutor(PlannedRows.of(plan, None), model_id="m")
     result_within(ex.submit(engine_for_tenant(eng, alice)), 60, "alice's 20-row filter on the double")
-    assert ex.label_method == "bootstrap" and len(eng.first_passes) == 1 and len(eng.submitted) == 1
+    # the first pass, its sample behind the examples (which answers every row of so small a relQuery)
+    assert ex.resolution.method == "bootstrap" and len(eng.first_passes) == 2 and eng.submitted == []
     assert eng.tenancies == [alice, alice]
 
 
@@ -210,18 +206,18 @@ def test_a_later_relquery_of_the_template_reuses_the_examples_within_its_namespa
     alice_again = engine_for_tenant(eng, Tenancy("alice", cache_salt="salt-a"))
     bob = engine_for_tenant(eng, Tenancy("bob", cache_salt="salt-b"))
     run_call(call, [alice_rows], engine=alice, cache=False, progress=False)
+    first_examples = eng.first_passes[1][0][: eng.first_passes[1][0].rindex("\n\n") + 2]
     run_call(call, [alice_rows[::-1]], engine=alice_again, cache=False, progress=False)
-    assert len(eng.first_passes) == 1 and len(eng.submitted) == 2
-    first_examples = eng.submitted[0][0][: eng.submitted[0][0].rindex("\n\n") + 2]
-    assert first_examples and all(p.startswith(first_examples) for p in eng.submitted[1])
+    assert len(eng.first_passes) == 2 and len(eng.submitted) == 1
+    assert first_examples and all(p.startswith(first_examples) for p in eng.submitted[0])
     run_call(call, [bob_rows], engine=bob, cache=False, progress=False)
-    assert len(eng.first_passes) == 2
+    assert len(eng.first_passes) == 4
     # bob's prompts carry examples from bob's rows only
-    bob_examples = eng.submitted[2][0][: eng.submitted[2][0].rindex("\n\n") + 2]
+    bob_examples = eng.first_passes[3][0][: eng.first_passes[3][0].rindex("\n\n") + 2]
     assert "alice" not in bob_examples and bob_examples.count("bob review") == 2
     # another call (other labels' question) chooses its own
     run_call(make_call("llm_filter", "Is {r} bad, again?", method="bootstrap"), [alice_rows], engine=alice, cache=False, progress=False)
-    assert len(eng.first_passes) == 3
+    assert len(eng.first_passes) == 6
 
 
 def test_a_two_label_classify_is_laid_out_question_first_when_examples_pick_its_labels():
@@ -237,8 +233,7 @@ def test_a_two_label_classify_is_laid_out_question_first_when_examples_pick_its_
     def answer(prompt, rq):
         return "positive" if "great" in prompt else "negative"
 
-    forget_examples()
-    forget_means()
+    forget_all()
     rows = [f"a review that runs long enough to move out, number {i}: {'great' if i % 2 else 'awful'}" for i in range(20)]
     call = make_call("llm_classify", "Is this review positive or negative? Review: {r}", labels=["positive", "negative"], method="bootstrap")
     # planned alone: the layout is in the plan's call, its prompts, and its result-cache key
@@ -264,13 +259,13 @@ def test_a_two_label_classify_is_laid_out_question_first_when_examples_pick_its_
     alice = engine_for_tenant(eng, Tenancy("alice", cache_salt="salt-a"))
     out = run_call(call, [rows], engine=alice, cache=False, progress=False)
     assert out.values == ["positive" if i % 2 else "negative" for i in range(20)]
-    (first,) = eng.first_passes
+    first, behind = eng.first_passes
     assert all(p.startswith("Question: ") for p in first)
-    assert all(p.rsplit("\n\n", 1)[-1].startswith("Question: ") for p in eng.submitted[0])
-    # alice's next 6-row statement: her examples, question first, no probes
+    assert all(p.rsplit("\n\n", 1)[-1].startswith("Question: ") for p in behind + eng.submitted[0])
+    # alice's next 6-row statement: her plan's examples, question first, no probes
     run_call(call, [rows[:6]], engine=engine_for_tenant(eng, Tenancy("alice", cache_salt="salt-a")), cache=False, progress=False)
     assert eng.probes == [] and all(p.rsplit("\n\n", 1)[-1].startswith("Question: ") for p in eng.submitted[1])
     assert eng.submitted[1][0].count("\nAnswer: ") == 2
-    # bob's first 6-row statement of the same template: alice's history decides nothing for him
+    # bob's first 6-row statement of the same template: alice's plan decides nothing for him
     run_call(call, [rows[:6]], engine=engine_for_tenant(eng, Tenancy("bob", cache_salt="salt-b")), cache=False, progress=False)
     assert len(eng.probes) == 1 and all(p.startswith("Review: ") for p in eng.submitted[2])

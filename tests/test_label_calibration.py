@@ -64,17 +64,13 @@ def test_batch_falls_back_to_the_content_free_prior_below_the_minimum_rows():
     assert MIN_BATCH_ROWS == 16
     assert method_ran("batch", 15) == "prior"
     assert method_ran("batch", 16) == "batch"
-    # earlier relQueries of the call pooled enough rows' means: the small one uses them
-    assert method_ran("batch", 5, pooled=16) == "batch"
-    assert method_ran("bootstrap", 5, pooled=16) == "bootstrap"
-    assert method_ran("batch", 5, pooled=15) == "prior"
     assert method_ran("score", 2) == "score"
     assert method_ran(None, 100) is None
 
 
 def test_three_labels_or_more_use_their_own_means_from_fewer_rows():
     # the content-free prior of a 4-label call gave one label to 82% of the rows; its own
-    # means are better from 8 rows, even over rows of one kind (docs/quality.md, "Ninth pass")
+    # means are better from 8 rows, even over rows of one kind (docs/notebook, "Ninth pass")
     assert MIN_BATCH_ROWS_MANY_LABELS == 8
     assert method_ran("batch", 7, labels=4) == "prior"
     assert method_ran("batch", 8, labels=4) == "batch"
@@ -87,13 +83,9 @@ def test_three_labels_or_more_use_their_own_means_from_fewer_rows():
     assert method_ran("batch", 15, labels=2) == "prior"
     assert method_ran("bootstrap", 15, labels=2) == "prior"
     assert method_ran("score", 3, labels=4) == "score"
-    # a bootstrap call's earlier small relQueries ran with no examples and pooled 16 rows: a
-    # smaller one pools with them instead of using the prior
-    assert method_ran("bootstrap", 5, labels=4, pooled_plain=16) == "batch"
-    assert method_ran("bootstrap", 5, labels=4, pooled_plain=15) == "prior"
 
 
-def test_a_small_four_label_relquery_is_corrected_by_its_own_means_without_probes():
+def test_a_small_four_label_relquery_is_corrected_by_its_own_means_without_probes(label_memory):
     from relserve.planner.executor import CallExecutor
     from relserve.planner.plan import plan_call
     from relserve.planner.planned_rows import PlannedRows
@@ -102,8 +94,9 @@ def test_a_small_four_label_relquery_is_corrected_by_its_own_means_without_probe
     labels = ["sports", "business", "world", "tech"]
     rows = [f"story {i} about {'money' if i % 2 else 'a match'}" for i in range(8)]
     call = make_call("llm_classify", "Topic of {r}, for the own-means test?", labels=labels)
-    ex = CallExecutor(PlannedRows.of(plan_call(call, [rows], model_id="m", cache=None, optimize=False), None), model_id="m")
-    assert ex.label_method == "batch"
+    planned = plan_call(call, [rows], model_id="m", cache=None, optimize=False, memory=label_memory)
+    ex = CallExecutor(PlannedRows.of(planned, None), model_id="m")
+    assert ex.resolution.method == "batch" and ex.resolution.asked == "bootstrap"
     # every row prefers "sports" in the raw scores; the money rows less so, and give "business"
     # more: after each label's mean over the 8 rows is subtracted they move to "business"
     match = {"sports": math.log(0.7), "business": math.log(0.1), "world": math.log(0.1), "tech": math.log(0.1)}
@@ -112,8 +105,8 @@ def test_a_small_four_label_relquery_is_corrected_by_its_own_means_without_probe
 
     class Scores(ScriptedEngine):
         def submit(self, rq, tenancy=None):
-            return _Handle(_Result([RowResult(i, text="sports", label_logprobs=money if ex.rows.targets[i][0] % 2 else match,
-                                              finish_reason="scored") for i in range(len(rq.prompts))],
+            return _Handle(_Result([RowResult(i, text="sports", label_logprobs=money if "money" in p else match,
+                                              finish_reason="scored") for i, p in enumerate(rq.prompts)],
                                    _Stats(rq.rel_id, len(rq.prompts))))
 
     out = [r for row in ex.submit(Scores()) for r in ex.answer(row)]
@@ -122,28 +115,17 @@ def test_a_small_four_label_relquery_is_corrected_by_its_own_means_without_probe
     eng = ScriptedEngine(answer=lambda prompt, rq: "business" if "money" in prompt else "sports")
     out = run_call(call, [rows], engine=eng, cache=False, progress=False)
     assert out.values == ["business" if i % 2 else "sports" for i in range(8)]
-    # no content-free probes, no bootstrap first pass: one relQuery of raw scores
+    # no content-free probes, no bootstrap first pass: one relQuery of raw scores, which is the
+    # plan's sample and answers every row
     assert eng.probes == [] and eng.first_passes == []
     [rq] = eng.relqueries
     assert rq.score_labels and rq.label_prior is None
     ex = str(run_call(call, [rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
-    assert "asked for bootstrap, whose examples need at least 16 prompts to choose from)" in ex
+    assert "label scores minus their means over a sample of the call's rows (the plan); asked for bootstrap)" in ex
     seven = str(run_call(call, [rows[:7]], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
-    assert "label log-probabilities / content-free prior; asked for bootstrap, which needs at least 8 prompts to run)" in seven
-    # the next small relQuery pools with the first (both ran with no examples in front)
-    more = str(run_call(call, [[r + " again" for r in rows]], engine=eng, cache=False, progress=False, explain_only=True).explain)
-    assert "the call's earlier ones; 8 earlier rows pooled so far; asked for bootstrap, whose examples need" in more
-    # two more small relQueries: 16 rows pooled without examples, so a 5-row one pools with them
-    # where it would have used the content-free prior
-    run_call(call, [[r + " again" for r in rows]], engine=eng, cache=False, progress=False)
-    five = [f"story {i} about money, five" for i in range(5)]
-    fresh = make_call("llm_classify", "Topic of {r}, with no small relQueries before?", labels=labels)
-    before = str(run_call(fresh, [five], engine=eng, cache=False, progress=False, explain_only=True).explain)
-    assert "  label method               prior" in before
-    after = str(run_call(call, [five], engine=eng, cache=False, progress=False, explain_only=True).explain)
-    assert "  label method               batch" in after and "; 16 earlier rows pooled so far;" in after
-    out = run_call(call, [five], engine=eng, cache=False, progress=False)
-    assert out.values == ["business"] * 5 and eng.probes == [] and eng.first_passes == []
+    assert "divided by the model's answer on content-free rows (the plan); asked for bootstrap)" in seven
+    # a plan from 8 rows is no sample: none is kept, and the next relQuery makes its own
+    assert label_memory.plans() == []
 
 
 def test_method_and_prompt_shape_options_are_checked():
@@ -256,28 +238,28 @@ def test_executor_picks_every_row_after_subtracting_the_batch_means():
         return "yes" if "great" in prompt else "no"
 
     eng = ScriptedEngine(answer=answer)
-    # a template no other test uses: content-free priors are remembered per process and template
     call = make_call("llm_filter", "Is {r} good, after the batch means?", method="batch")
     out = run_call(call, [rows], engine=eng, cache=False, progress=False)
     assert out.values == ["great" in r for r in rows]
     rq = eng.relqueries[0]
-    # 20 rows: batch needs no content-free probes and asks the engine for raw scores
+    # 20 rows: batch needs no content-free probes and asks the engine for raw scores; its plan's
+    # sample is every row, and answers them
     assert rq.score_labels and rq.label_prior is None and rq.prompt_shape == "completion"
-    assert eng.probes == []
-    # a small relQuery of a call with no history falls back to the content-free prior (three probes)
+    assert eng.probes == [] and len(eng.relqueries) == 1
+    # a small relQuery of a call with no plan: the content-free prior (three probes, before the rows)
     fresh = make_call("llm_filter", "Is {r} good, with no history?", method="batch")
     out = run_call(fresh, [rows[:5]], engine=eng, cache=False, progress=False)
-    # the probes run beside the rows (issue 28), so the engine gets no prior and the executor picks
-    assert len(eng.probes) == 1 and eng.relqueries[1].label_prior is None and eng.relqueries[1].score_labels
+    assert len(eng.probes) == 1 and eng.relqueries[-1].score_labels
     assert out.values == ["great" in r for r in rows[:5]]
-    # the call's next small relQuery: the prior is known, the engine picks with it, no new probes
+    # the call's next small relQuery: its plan (the prior) is kept, no new probes
     out = run_call(fresh, [rows[5:10]], engine=eng, cache=False, progress=False)
-    assert len(eng.probes) == 1 and set(eng.relqueries[2].label_prior) == {"yes", "no"}
+    assert len(eng.probes) == 1
     assert out.values == ["great" in r for r in rows[5:10]]
-    # after the 20-row relQuery, a small one of that call is corrected by the pooled means:
-    # no probes, raw scores, picked by the executor
+    # after the 20-row relQuery, a small one of that call is decided with its kept plan (the
+    # means): no probes, one relQuery of raw scores
+    n = len(eng.relqueries)
     out = run_call(call, [rows[:5]], engine=eng, cache=False, progress=False)
-    assert len(eng.probes) == 1 and eng.relqueries[3].label_prior is None and eng.relqueries[3].score_labels
+    assert len(eng.probes) == 1 and len(eng.relqueries) == n + 1
     assert out.values == ["great" in r for r in rows[:5]]
 
 
@@ -293,26 +275,22 @@ def test_executor_batch_correction_flips_the_rows_the_bias_decided():
     call = make_call("llm_filter", "Is {r} good?", method="batch")
     plan = plan_call(call, [rows], model_id="m", cache=None, optimize=False)
     ex = CallExecutor(PlannedRows.of(plan, None), model_id="m")
-    assert ex.label_method == "batch"
+    assert ex.resolution.method == "batch"
     # every row prefers "no" in the raw scores; rows 0-3 less so than the others
-    lps = [{"yes": math.log(0.4), "no": math.log(0.6)}] * 4 + [{"yes": math.log(0.1), "no": math.log(0.9)}] * 12
+    lps = {f"r{i}": [{"yes": math.log(0.4), "no": math.log(0.6)}] * 4 + [{"yes": math.log(0.1), "no": math.log(0.9)}] * 12
+           for i in range(1)}["r0"]
 
     class Scores(ScriptedEngine):
         def submit(self, rq, tenancy=None):
-            return _Handle(_Result([RowResult(i, text="no", label_logprobs=lps[i], finish_reason="scored")
-                                    for i in range(len(rq.prompts))], _Stats(rq.rel_id, len(rq.prompts))))
+            return _Handle(_Result([RowResult(i, text="no", label_logprobs=lps[int(p.split("r", 1)[1].split()[0])],
+                                              finish_reason="scored") for i, p in enumerate(rq.prompts)],
+                                   _Stats(rq.rel_id, len(rq.prompts))))
 
-    handle = ex.submit(Scores())
-    out = []
-    for i, row in enumerate(handle):
-        got = ex.answer(row)
-        assert got == [] or i == 15  # held until the last row
-        out += got
+    out = [r for row in ex.submit(Scores()) for r in ex.answer(row)]
     # means: yes (4 log .4 + 12 log .1) / 16 = log .1 + log(4) / 4, no (4 log .6 + 12 log .9) / 16;
-    # prompts 0-3: yes log 4 - log(4)/4 = +1.04 above its mean, no log(.6/.9) * 3/4 = -0.30: yes;
+    # rows 0-3: yes log 4 - log(4)/4 = +1.04 above its mean, no log(.6/.9) * 3/4 = -0.30: yes;
     # the others: yes -0.35, no +0.10: no
-    expected = {t: i < 4 for i in range(16) for t in ex.rows.targets[i]}
-    assert {r.index: r.value for r in out} == expected
+    assert {r.index: r.value for r in out} == {i: i < 4 for i in range(16)}
     assert [r.text for r in out].count("yes") == 4
 
 
@@ -320,98 +298,95 @@ def test_explain_says_which_method_runs_and_the_prompt_shape():
     call = make_call("llm_filter", "Is this review positive? Review: {r}", method="batch")
     long_rows = [f"review number {i}, long enough to move in front" for i in range(16)]
     ex = str(run_call(call, [long_rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
-    assert "  label method               batch   (label scores minus their means over this relQuery's rows and the call's earlier ones)" in ex
+    assert "  label method               batch   (label scores minus their means over a sample of the call's rows (the plan))" in ex
+    assert ("  label plan            none kept yet: a spread sample of up to 32 of this relQuery's rows is scored first "
+            "for the label means") in ex
     assert "  prompt shape          completion   (how the scoring request is laid out)" in ex
     small = str(run_call(call, [long_rows[:15]], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
-    assert (
-        "  label method               prior   (label log-probabilities / content-free prior; "
-        "asked for batch, which needs at least 16 prompts to run)"
-    ) in small
-    # once a relQuery of the call has run, a small one is corrected by the pooled means
+    assert ("  label method               prior   (label log-probabilities divided by the model's answer on "
+            "content-free rows (the plan); asked for batch)") in small
+    # once a relQuery of the call has made its plan, a small one is decided with it
     eng = ScriptedEngine()
     run_call(call, [long_rows], engine=eng, cache=False, progress=False)
     small = str(run_call(call, [long_rows[:15]], engine=eng, cache=False, progress=False, explain_only=True).explain)
-    assert (
-        "  label method               batch   (label scores minus their means over this relQuery's rows and the call's earlier ones; "
-        "16 earlier rows pooled so far)"
-    ) in small
+    assert "  label method               batch   (label scores minus their means over a sample" in small
+    assert "  label plan            kept: method batch, label means over 16 sampled rows (label_plan := 'refresh'" in small
     gen = make_call("llm_filter", "Is this review positive? Review: {r}", method="generate")
     out = str(run_call(gen, [long_rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert "  label method            generate   (constrained decoding)" in out and "prompt shape" not in out
 
 
-def test_explain_of_a_call_the_result_cache_answers_names_no_fallback(tmp_path):
-    # every row cached: nothing runs, so there is no "needs at least 16 prompts" fallback to name
-    from relserve.planner.cache import ResultCache
-
-    call = make_call("llm_filter", "Is this review positive? Review: {r}", method="batch")
-    long_rows = [f"review number {i}, long enough to move in front" for i in range(16)]
-    cache = ResultCache(tmp_path / "results.sqlite")
-    run_call(call, [long_rows], engine=ScriptedEngine(), cache=cache, progress=False)
-    ex = str(run_call(call, [long_rows], engine=ScriptedEngine(), cache=cache, progress=False, explain_only=True).explain)
-    assert "  prompts to run                 0" in ex
-    assert (
-        "  label method               batch   (label scores minus their means over this relQuery's rows and the call's earlier ones; "
-        "16 earlier rows pooled so far; no prompt to run: every row comes from the result cache)"
-    ) in ex
-
-
-def test_explain_of_a_label_call_the_result_cache_answers_names_no_first_pass_of_zero_rows(tmp_path):
-    # every row cached: no first pass runs now, so EXPLAIN names none "over up to 0 rows"
+def test_explain_of_a_label_call_the_result_cache_answers_shows_the_kept_plan(tmp_path):
+    # every row cached: nothing runs now; EXPLAIN shows the plan their answers were decided with
     from relserve.planner.cache import ResultCache
 
     rows = [f"review number {i}, long enough to move in front" for i in range(16)]
     cache = ResultCache(tmp_path / "results.sqlite")
-    for method, text in (
-        ("adaptive", "  label method            adaptive   (the layout chosen on the call's first pass, without labels; "
-                     "rows decided by two crowds of margins, the label prior estimated; "
-                     "no prompt to run: every row comes from the result cache)"),
-        ("bootstrap", "  label method           bootstrap   (1 example per label the model labelled in a first pass of "
-                      "this template's first relQuery, then batch; 16 earlier rows pooled so far; no prompt to run: every row comes from the result cache)"),
-    ):
+    for method in ("adaptive", "bootstrap", "batch"):
         call = make_call("llm_filter", "Is this review positive? Review: {r}", method=method)
         run_call(call, [rows], engine=ScriptedEngine(), cache=cache, progress=False)
         ex = str(run_call(call, [rows], engine=ScriptedEngine(), cache=cache, progress=False, explain_only=True).explain)
         assert "  prompts to run                 0" in ex
-        assert text in ex, ex
-        assert "up to 0 rows" not in ex
+        assert f"  label plan            kept: method {method}," in ex, ex
 
 
-def _batch_part(call, scores: list[dict[str, float]], scope) -> list[str]:
-    """One relQuery of a 3-label call decided by ``batch``, as a part of ``scope`` (None: alone)."""
+class _ScoresByRow(ScriptedEngine):
+    """Each row's label scores given by its text ("row <i>": ``scores[i]``)."""
+
+    def __init__(self, scores):
+        super().__init__()
+        self.scores = scores
+
+    def submit(self, rq, tenancy=None):
+        from engine_doubles import _Handle, _Result, _Stats
+
+        from relserve.results import RowResult
+
+        self.relqueries.append(rq)
+        rows = [RowResult(i, text="movie", label_logprobs=self.scores[int(p.rsplit("row ", 1)[1].split()[0])],
+                          finish_reason="scored") for i, p in enumerate(rq.prompts)]
+        return _Handle(_Result(rows, _Stats(rq.rel_id, len(rows))))
+
+
+def _batch_part(call, eng, rows: list[int], scope) -> list[str]:
+    """One relQuery of a 3-label call's ``rows`` decided by ``batch``, as a part of ``scope``
+    (None: alone)."""
     from relserve.labels.batch import BatchRun
     from relserve.labels.interface import LabelContext
-    from relserve.results import RowResult
+    from relserve.relquery import RelQuery
 
-    values = [(f"row {i}",) for i in range(len(scores))]
-    run = BatchRun(LabelContext(call, None, "m", [v[0] for v in values], values, None, call.engine_options(),
+    values = [(f"row {i}",) for i in rows]
+    run = BatchRun(LabelContext(call, eng, "m", [v[0] for v in values], values, None, call.engine_options(),
                                 None, scope))
-    return [r.text for r in run.decide([RowResult(i, label_logprobs=s) for i, s in enumerate(scores)])]
+    request = run.request()
+    scored = dict(request.scored)
+    if len(scored) < len(rows):
+        res = eng.submit(RelQuery.from_prompts(request.prompts, **{**call.engine_options(), **request.options}))
+        scored = {r.index: r for r in res.result().rows}
+    return [r.text for r in run.decide([scored[i] for i in range(len(rows))])]
 
 
-def test_a_cascades_remainder_is_decided_with_its_samples_label_means():
-    """A cascade's LLM rows come as a random sample, then the rows its proxy was unsure of. Batch
-    calibration pooled the remainder's scores into the label means: its rows are no sample of the
-    table (here every one is a 'movie' that also looks like a 'product'), so the means moved and 20
-    of its 40 rows came out 'product'. Decided with the sample's means, every one is a 'movie',
-    as in one relQuery of all the rows (the mean over a balanced table leaves each right)."""
+def test_a_cascades_parts_are_decided_as_one_relquery_of_all_their_rows_would_be():
+    """A cascade's LLM rows come as a random sample, then the rows its proxy was unsure of. The
+    plan is made from the whole table's rows, as one relQuery of every row makes it, and decides
+    the remainder too: its rows are no sample of the table (here every one is a 'movie' that also
+    looks like a 'product'), and means read from the remainder alone moved 20 of its 40 rows."""
     from relserve.labels.interface import LabelScope
-    from relserve.labels.pools import forget_means, means_key, pooled_rows
 
     labels = ["movie", "product", "beer"]
     call = make_call("llm_classify", "What is this review about? {r}", labels=labels, method="batch")
-    sample = [{lab: (0.0 if lab == truth else -1.0) for lab in labels} for truth in labels for _ in range(10)]
+    sample = [{lab: (0.0 if lab == truth else -1.0) for lab in labels} for _ in range(50) for truth in labels]
     clear = {"movie": -0.5, "product": -1.0, "beer": -2.0}
     close = {"movie": -0.95, "product": -1.0, "beer": -2.0}
     remainder = [clear] * 20 + [close] * 20
+    scores = sample + remainder
 
-    forget_means()
-    scope = LabelScope([(f"row {i}",) for i in range(70)])
-    assert _batch_part(call, sample, scope) == [t for t in labels for _ in range(10)]
-    assert _batch_part(call, remainder, scope) == ["movie"] * 40
-    # and the remainder is not pooled for the call's later statements either
-    assert pooled_rows(means_key(call, None, "m")) == 30
-
-    forget_means()  # the same two relQueries with no cascade around them: the remainder pools in
-    assert _batch_part(call, sample, None) == [t for t in labels for _ in range(10)]
-    assert _batch_part(call, remainder, None) == ["movie"] * 20 + ["product"] * 20
+    whole = _batch_part(call, _ScoresByRow(scores), list(range(190)), None)
+    eng = _ScoresByRow(scores)
+    scope = LabelScope([(f"row {i}",) for i in range(190)], prompts=[f"row {i}" for i in range(190)])
+    parts = _batch_part(call, eng, list(range(150)), scope) + _batch_part(call, eng, list(range(150, 190)), scope)
+    assert parts == whole
+    assert whole == [t for _ in range(50) for t in labels] + ["movie"] * 40
+    # the remainder on its own, with no plan: its own means split it
+    alone = _batch_part(call, _ScoresByRow(scores), list(range(150, 190)), None)
+    assert alone == ["movie"] * 20 + ["product"] * 20

@@ -11,6 +11,7 @@ from waits import run_within
 from relserve.engine.chat_template import ChatPrompter
 from relserve.engine.label_scoring import pick
 from relserve.functions import make_call
+from relserve.labels.memory import forget_all
 from relserve.prompt_rendering import render
 from relserve.relquery import RelQuery
 
@@ -144,10 +145,9 @@ def test_default_method_gets_a_small_labelled_set_right(engine):
     from engine_doubles import RecordingEngine
 
     import relserve.duckdb
-    from relserve.labels import adaptive
     from relserve.planner.cache import ResultCache
 
-    adaptive.forget()
+    forget_all()
     rec = RecordingEngine(engine)
     con = duckdb.connect()
     with tempfile.TemporaryDirectory() as tmp:

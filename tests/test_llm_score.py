@@ -18,7 +18,7 @@ import relserve.duckdb
 import relserve.polars  # noqa: F401 (registers the .llm namespaces)
 from relserve.errors import ConfigError, LabelWarning
 from relserve.functions import make_call
-from relserve.labels import adaptive
+from relserve.labels.memory import forget_all
 from relserve.planner.plan_and_run import analyzed, run_call
 
 ROWS = [f"sports story {i}" if i % 5 == 0 else f"other story {i}" for i in range(40)]
@@ -27,9 +27,9 @@ SPORTS = "Is this news article about sports? Article: {a}"
 
 @pytest.fixture(autouse=True)
 def _fresh_memory():
-    adaptive.forget()
+    forget_all()
     yield
-    adaptive.forget()
+    forget_all()
 
 
 
@@ -37,7 +37,7 @@ def _fresh_memory():
 def test_llm_score_is_the_probability_of_yes_and_agrees_with_llm_filter():
     eng = strong_engine(lambda text: "sports story" in text)
     score = run_call(make_call("llm_score", SPORTS, method="adaptive"), [ROWS], engine=eng, cache=False, progress=False)
-    adaptive.forget()
+    forget_all()
     keep = run_call(make_call("llm_filter", SPORTS, method="adaptive"), [ROWS], engine=eng, cache=False, progress=False)
     assert all(isinstance(p, float) and 0.0 <= p <= 1.0 for p in score.values)
     assert [p > 0.5 for p in score.values] == keep.values == [r.startswith("sports") for r in ROWS]

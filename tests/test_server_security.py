@@ -11,6 +11,7 @@ import pytest
 from server_fixtures import FakeEngine, running_server
 from waits import BoundedClient
 
+from relserve.labels.memory import forget_all
 from relserve.planner.cache import ResultCache
 from relserve.server import hash_key
 
@@ -133,11 +134,8 @@ def test_a_tenants_history_decides_the_layout_of_its_own_small_classify_only(tmp
     relQuery gets that layout only where an earlier one of the same tenant chose the examples.
     Another tenant's small relQuery of the same template is laid out as a first one is, so the
     layout tells bob nothing of alice's work."""
-    from relserve.labels.bootstrap import forget_examples
-    from relserve.labels.pools import forget_means
 
-    forget_examples()
-    forget_means()
+    forget_all()
     engine = TenantAwareFakeEngine()
     rows = [{"r": f"a review long enough to move out of the question, number {i}"} for i in range(20)]
     body = dict(function="classify", labels=["positive", "negative"], method="bootstrap", cache=False)

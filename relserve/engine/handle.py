@@ -62,28 +62,30 @@ class RelQueryHandle:
         """One relQuery whose ``ready`` rows were answered before it reached the engine (a label
         plan's sample, scored as the rows would be) and whose other rows ``rest`` answers: its row
         ``i`` is this relQuery's row ``rest_index[i]``. Cancelling it cancels ``rest``."""
-        handle = cls(rel_id, len(ready) + rest.total, rest._on_error, rest.cancel)
+        handle = cls(rel_id, len(ready) + len(rest_index), "null", rest.cancel)
         for row in ready:
             handle.row_done(row)
 
         def forward() -> None:
             from dataclasses import replace
 
-            for row in rest:
-                handle.row_done(replace(row, index=rest_index[row.index]))
             try:
-                result = rest._future.result()
-            except BaseException as e:  # the engine's failure is this relQuery's
+                for row in rest:
+                    handle.row_done(replace(row, index=rest_index[row.index]))
+                result = rest.result()
+                rows = handle.rows_in_order()
+                t = TokenCounts.total(ready)
+                s = result.stats
+                stats = RelQueryStats(
+                    rel_id, len(rows), sum(r.error is not None for r in rows),
+                    waiting_s=getattr(s, "waiting_s", 0.0), core_s=getattr(s, "core_s", 0.0) + seconds,
+                    tail_s=getattr(s, "tail_s", 0.0), latency_s=getattr(s, "latency_s", 0.0) + seconds,
+                    policy=getattr(s, "policy", ""), prompt_tokens=getattr(s, "prompt_tokens", 0) + t.prompt_tokens,
+                    output_tokens=getattr(s, "output_tokens", 0) + t.output_tokens,
+                    cached_tokens=getattr(s, "cached_tokens", 0) + t.cached_tokens)
+                handle.finish(RelQueryResult(rows, stats, cancelled=getattr(result, "cancelled", False)))
+            except BaseException as e:  # the engine's failure is this relQuery's (never a hang)
                 handle.finish(e)
-                return
-            rows = handle.rows_in_order()
-            t = TokenCounts.total(ready)
-            s = result.stats
-            stats = replace(s, rel_id=rel_id, num_rows=len(rows), num_errors=sum(r.error is not None for r in rows),
-                            core_s=s.core_s + seconds, latency_s=s.latency_s + seconds,
-                            prompt_tokens=s.prompt_tokens + t.prompt_tokens, output_tokens=s.output_tokens + t.output_tokens,
-                            cached_tokens=s.cached_tokens + t.cached_tokens)
-            handle.finish(RelQueryResult(rows, stats, cancelled=result.cancelled))
 
         threading.Thread(target=forward, name=f"relquery-{rel_id}-join", daemon=True).start()
         return handle

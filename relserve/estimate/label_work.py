@@ -81,7 +81,7 @@ def label_work(call: LLMCall, prompts: Sequence[str], values: Sequence[tuple] | 
     chosen = known_field(call, model_id, namespace, memory)
     keyed = with_field(call, chosen) if chosen else call
     if labels is None:
-        labels = resolve(keyed, len(prompts), memory=memory, namespace=namespace, model_id=model_id)
+        labels = resolve(call, len(prompts), memory=memory, namespace=namespace, model_id=model_id)
     work = LabelWork(labels, keyed)
     if not labels.scoring:
         return work

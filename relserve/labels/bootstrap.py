@@ -37,7 +37,6 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from relserve.labels.answer_fields import as_known
 from relserve.labels.batch import BatchRun
 from relserve.labels.interface import LabelContext, LabelRequest, LabelRun
 from relserve.labels.means import (
@@ -174,8 +173,8 @@ def shaped_for(call, prompts: int, model_id: str, namespace: str | None = None, 
         return shaped if prompts >= MIN_BATCH_ROWS else call
     from relserve.labels.methods import plan_key
 
-    known = as_known(shaped, model_id, namespace, memory)
-    return shaped if memory.plan(plan_key(known, namespace, model_id)) is not None else call
+    # (a plan is kept under the call as planned: its answer field "auto", not the name chosen)
+    return shaped if memory.plan(plan_key(shaped, namespace, model_id)) is not None else call
 
 
 class BootstrapRun(LabelRun):
@@ -210,8 +209,8 @@ class BootstrapRun(LabelRun):
             made = means_plan("bootstrap", tuple(ctx.call.choices or ()), [r.label_logprobs for r in got.values()],
                               examples)
             plan, self.plan_kept = ctx.offer_plan(made, len(whole))
-            if whole is prompts and len(got) == len(prompts) and plan is made:
-                scored = got  # the sample was every row, scored behind the examples: the answers
+            if whole is prompts and plan is made:
+                scored = got  # the sample's rows, scored behind the examples as every row is: their answers
         self.plan = self._batch.plan = plan
         self._batch.spread.earlier = 0 if scored else plan.sample
         return LabelRequest([plan.examples + p for p in prompts], self.options, scored=scored)

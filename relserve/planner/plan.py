@@ -18,7 +18,6 @@ from dataclasses import dataclass, field, replace
 
 from relserve.errors import RowError
 from relserve.functions import LLMCall
-from relserve.labels.answer_fields import as_known
 from relserve.labels.bootstrap import shaped_for
 from relserve.labels.memory import LabelMemory
 from relserve.labels.methods import LabelResolution, resolve
@@ -146,8 +145,7 @@ def plan_rows(
     good = [d for d in range(len(distinct.values)) if d not in bad]
     asked = call
     call = shaped_for(call, len(good), model_id, namespace, memory)
-    labels = resolve(as_known(call, model_id, namespace, memory), len(good), memory=memory, namespace=namespace,
-                     model_id=model_id)
+    labels = resolve(call, len(good), memory=memory, namespace=namespace, model_id=model_id)
     if labels.key is not None:
         call = replace(call, plan_id=labels.plan_id)
 
