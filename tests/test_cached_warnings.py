@@ -17,18 +17,16 @@ import relserve.duckdb
 import relserve.polars  # noqa: F401 (registers the .llm namespaces)
 from relserve.errors import LabelWarning
 from relserve.functions import make_call
-from relserve.labels.memory import forget_all
+from relserve.labels.memory import LabelMemory, use_memory
 from relserve.planner.cache import ResultCache, repeated_warning
 from relserve.planner.plan_and_run import run_call
 
 SUFFIX = "(answers from the result cache, which kept this warning with them)"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_memory():
-    forget_all()
-    yield
-    forget_all()
+def new_session(tmp_path) -> None:
+    """A new process over the same relserve home: the label plans kept there, nothing else."""
+    use_memory(LabelMemory(tmp_path / "plans.sqlite"))
 
 
 def test_the_cache_keeps_a_warning_with_its_answers_until_they_are_stored_again_without(tmp_path):
@@ -61,10 +59,11 @@ def test_a_blind_models_answers_warn_again_when_the_cache_answers_every_row(tmp_
     rows, _ = tickets(60, 0.25)
     call = make_call("llm_classify", TEMPLATE, labels=LABELS)
     engine, cache = LabelEngine(blind), ResultCache(tmp_path / "cache.db")
+    new_session(tmp_path)
     with pytest.warns(LabelWarning) as first:
         fresh = run_call(call, [rows], engine=engine, cache=cache, progress=False)
     asked = len(engine.relqueries)
-    forget_all()  # a new session: nothing remembered of the call but the cache
+    new_session(tmp_path)  # a new process: the call's plan and the cache remembered
     with pytest.warns(LabelWarning) as second:
         again = run_call(call, [rows], engine=engine, cache=cache, progress=False)
     assert len(engine.relqueries) == asked  # no relQuery: every row came from the cache
@@ -101,10 +100,11 @@ def test_a_duckdb_statement_answered_from_the_cache_warns_once(tmp_path, monkeyp
             out = con.sql(query).fetchall()
         return out, [str(w.message) for w in seen if issubclass(w.category, LabelWarning)]
 
+    new_session(tmp_path)
     fresh, said = run()
     assert len(said) == 1 and "close to guesses" in said[0]
     asked = len(engine.relqueries)
-    forget_all()
+    new_session(tmp_path)
     again, said_again = run()
     assert len(engine.relqueries) == asked and sorted(again) == sorted(fresh)
     assert said_again == [f"{said[0]} {SUFFIX}"]
@@ -120,7 +120,7 @@ def test_polars_warns_again_when_the_real_models_guesses_come_from_the_cache(eng
 
     with pytest.warns(LabelWarning, match=r"with 4 rows and no earlier ones of this call.*close to guesses") as first:
         out = classify()
-    forget_all()
+    use_memory(LabelMemory())
     with pytest.warns(LabelWarning) as second:
         again = classify()
     assert again["kind"].to_list() == out["kind"].to_list()

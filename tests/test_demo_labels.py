@@ -27,11 +27,12 @@ def test_the_demo_runs_relserves_defaults_and_names_them():
     call = make_call("llm_filter", QUESTION)
     # the default: adaptive, whose layout is chosen when it runs (named once it has)
     assert method_label(call) == "adaptive, prompt shape completion"
-    from relserve.labels.adaptive import AdaptiveReport, Choice
-    from relserve.labels.decide import Reading
+    from relserve.labels.adaptive import AdaptiveReport
     from relserve.labels.layouts import Layout
+    from relserve.labels.plan import LabelPlan, PlanRule
 
-    ran = AdaptiveReport(Choice(Layout(False, "Sentiment", ("happy", "unhappy")), (), "", 24), Reading("two crowds", 0.5, 0.99, 24), True)
+    plan = LabelPlan("adaptive", PlanRule.TWO_CROWDS, ("yes", "no"), layout=Layout(False, "Sentiment", ("happy", "unhappy")))
+    ran = AdaptiveReport(plan, True)
     assert method_label(call, ran) == "adaptive, layout row, Sentiment: happy/unhappy"
     assert method_label(make_call("llm_filter", QUESTION, method="generate")) == "generate"
     assert method_label(make_call("llm_filter", QUESTION, method="score", prompt_shape="chat")) == "score, prompt shape chat"

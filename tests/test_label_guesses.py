@@ -79,15 +79,14 @@ def test_a_model_that_separates_the_rows_gets_every_row_right_at_any_prevalence(
 def test_a_model_blind_to_the_rows_answers_every_row_and_warns():
     rows, _ = tickets(60, 0.25)
     with pytest.warns(LabelWarning, match=r"llm_classify\('What is this ticket about\? \{t\}'\): the model gives the "
-                                          r"58 rows it scored about the same scores.*close to guesses"):
+                                          r"60 rows it scored about the same scores.*close to guesses"):
         out = run_call(make_call("llm_classify", TEMPLATE, labels=LABELS), [rows], engine=LabelEngine(blind),
                        cache=False, progress=False)
-    # 60 rows: two became worked examples, answered by the first pass, and 58 were scored
     assert out.failures == [] and len(out.values) == 60 and all(v in LABELS for v in out.values)
     assert "method 'bootstrap'" in out.warning and "Check a sample of the answers by hand" in out.warning
     ana = str(analyzed(out.plan.call, out))
     assert "method 'bootstrap': mutual information between rows and answers" in ana
-    assert "(close to guesses) over 58 rows" in ana
+    assert "(close to guesses) over 60 rows" in ana
 
 
 def test_few_rows_are_guesses_unless_the_model_is_sure_of_each():
@@ -109,8 +108,10 @@ def test_few_rows_are_guesses_unless_the_model_is_sure_of_each():
     assert one.explained == 0.0 and not one.guessing
 
 
-def test_a_call_run_row_by_row_under_the_prior_warns_until_it_has_had_sixteen_rows():
-    """PostgreSQL's scalar calls (``relserve.batch_calls = off``) send one relQuery per row."""
+def test_a_call_run_row_by_row_under_the_prior_is_told_once_by_the_row_that_made_its_plan():
+    """PostgreSQL's scalar calls (``relserve.batch_calls = off``) send one relQuery per row: the
+    first makes the call's plan (the content-free prior) and is told its answers are guesses of
+    few rows; the rows after it, decided by that plan, are not told again."""
     eng = LabelEngine(blind)
     call = make_call("llm_classify", TEMPLATE, labels=LABELS)
     warned = []
@@ -119,7 +120,7 @@ def test_a_call_run_row_by_row_under_the_prior_warns_until_it_has_had_sixteen_ro
             warnings.simplefilter("always")
             run_call(call, [[f"ticket {i} about billing"]], engine=eng, cache=False, progress=False)
         warned.append(any(issubclass(w.category, LabelWarning) for w in got))
-    assert warned == [True] * 15 + [False] * 5
+    assert warned == [True] + [False] * 19
 
 
 def test_many_rows_of_a_separating_model_at_two_percent_are_no_guesses():
@@ -182,7 +183,7 @@ def test_a_cascades_sample_takes_its_examples_from_the_whole_relquery():
     scoped, request = first_pass_of(part, LabelScope(values, None, whole))
     assert scoped == alone and len(alone) == 16
     assert not set(alone) <= set(part)  # the part's own rows would have given other examples
-    # the examples that are rows of this part are answered by their label, the others scored
-    answered = request.answered
-    assert sorted((part[i], label) for i, label in answered.items()) == [(whole[39], "billing"), (whole[45], "account")]
-    assert len(request.prompts) == len(part) - len(answered)
+    # every row of the part is scored behind the examples chosen from the whole
+    examples = request.prompts[0][: request.prompts[0].rindex("\n\n") + 2]
+    assert len(request.prompts) == len(part) and all(p == examples + q for p, q in zip(request.prompts, part))
+    assert whole[39] in examples and whole[45] in examples

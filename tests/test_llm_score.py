@@ -98,9 +98,11 @@ def test_a_model_that_cannot_separate_the_rows_answers_them_and_warns():
         out = run_call(make_call("llm_filter", SPORTS, method="adaptive"), [ROWS], engine=noise_engine(),
                        cache=False, progress=False)
     assert out.failures == [] and all(isinstance(v, bool) for v in out.values)
-    assert out.warning is not None and "Check a sample of the answers by hand" in out.warning and "for the 12.5% it scored highest" in out.warning
+    assert out.warning is not None and "Check a sample of the answers by hand" in out.warning
+    assert "answered by the model's own score against its score on content-free rows" in out.warning
+    assert "not by a share picked in advance" in out.warning
     ana = str(analyzed(out.plan.call, out))
-    assert "one crowd of margins: no share can be read, so the top 12.5% by score" in ana and "warning" in ana
+    assert "(calibrated against content-free rows)" in ana and "warning" in ana
 
 
 def test_no_warning_and_the_estimated_prior_where_the_model_separates_the_rows():
@@ -110,8 +112,8 @@ def test_no_warning_and_the_estimated_prior_where_the_model_separates_the_rows()
         out = run_call(make_call("llm_filter", SPORTS, method="adaptive"), [ROWS], engine=eng, cache=False, progress=False)
     assert out.warning is None
     ana = str(analyzed(out.plan.call, out))
-    assert "estimated share of 'yes' 20.0% from two crowds of margins" in ana
-    assert "chosen by this relQuery's first pass over 24 rows" in ana
+    assert "'yes' above a margin of" in ana and "(two crowds), 20.0% of the 40 sampled rows 'yes'" in ana
+    assert "plan (made by this relQuery's first pass over 40 rows)" in ana
 
 
 def test_the_server_answers_llm_score_and_reports_the_labels_and_the_warning():
@@ -121,4 +123,4 @@ def test_the_server_answers_llm_score_and_reports_the_labels_and_the_warning():
     assert len(res.rows) == len(ROWS) and all(0.0 <= r.value <= 1.0 for r in res.rows)
     assert all(r.confidence is not None for r in res.rows)
     assert "close to guesses" in res.stats["warning"]
-    assert res.stats["labels"].startswith("layout ")
+    assert res.stats["labels"].startswith("plan (made by this relQuery's first pass over 40 rows): method adaptive, layout ")

@@ -36,7 +36,9 @@ def demo_accuracy_line(rows: list[dict], values: list, method: str) -> str:
 def method_label(call, labels=None) -> str:
     """'adaptive, layout row, Sentiment: happy/unhappy' or 'bootstrap, prompt shape completion':
     how the demo's answers were chosen (``labels``: what the label method reported)."""
-    if labels is None:
+    from relserve.labels.names import LabelMethodName
+
+    if call.label_method == LabelMethodName.GENERATE:
         return str(call.label_method)
     layout = getattr(getattr(labels, "plan", None), "layout", None)
     if layout is not None:

@@ -20,7 +20,7 @@ from typing import Any
 from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
 from relserve.functions import SCORING_METHODS, LLMCall
-from relserve.labels.guesses import AnswerSpread
+from relserve.labels.guesses import FEW_ROWS, AnswerSpread
 from relserve.labels.interface import LabelContext, LabelRequest, LabelRun
 from relserve.labels.methods import MIN_PLAN_ROWS
 from relserve.labels.plan import LabelPlan, PlanRule
@@ -93,7 +93,11 @@ class PriorRun(LabelRun):
 
     def request(self) -> LabelRequest:
         self.plan, self.plan_kept = self.ctx.given_plan()
-        if self.plan is None:
+        if self.plan is not None:
+            # a kept plan: the call ran before, and its first statement was the one told whether
+            # its answers were guesses of few rows (a call run a row at a time is told once)
+            self.spread.earlier = FEW_ROWS
+        else:
             made = prior_plan(self.ctx.call, prior_from(self.ctx.call, submit_probes(self.ctx.call, self.ctx.engine)))
             # (probes hold no row: a plan from them is kept whatever the relQuery's size)
             self.plan, self.plan_kept = self.ctx.offer_plan(made, MIN_PLAN_ROWS)

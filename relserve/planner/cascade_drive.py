@@ -67,7 +67,7 @@ def write_proxy_answers(cascade: Cascade, executor: CallExecutor) -> int:
     entries = cascade.proxy_cache_entries()
     if rows.cache is None or not rows.call.deterministic or not entries:
         return 0
-    return rows.cache.put_many(executor.model_id, rows.call.sampling_settings(), entries)
+    return rows.cache.put_many(executor.model_id, executor.cache_settings(), entries)
 
 
 def merged_stats(parts: list[RelQueryStats | None]) -> RelQueryStats | None:

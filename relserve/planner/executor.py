@@ -190,9 +190,14 @@ class CallExecutor:
         """Store the answers of this run (greedy calls only); returns how many were written."""
         if not self.has_cache_writes:
             return 0
-        call = replace(self.call, plan_id=self.plan_id) if self.resolution.key is not None else self.call
-        return self.rows.cache.put_many(self.model_id, call.sampling_settings(), self._answers,
+        return self.rows.cache.put_many(self.model_id, self.cache_settings(), self._answers,
                                         warning=self.labels_warning)
+
+    def cache_settings(self) -> dict[str, object]:
+        """The result-cache key of this relQuery's answers: the call's settings with the label plan
+        they were decided with."""
+        call = replace(self.call, plan_id=self.plan_id) if self.resolution.key is not None else self.call
+        return call.sampling_settings()
 
     def run(self, engine: Backend, *, progress: bool = False, fail_fast: bool = False) -> list[RowResult]:
         """Synchronously: every row of the relQuery, fanned out (a progress bar while it runs).
