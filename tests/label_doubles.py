@@ -63,7 +63,10 @@ class MarginEngine:
         return handle
 
     def score(self, text: str, rq: Any) -> tuple[str, dict[str, float]]:
-        """A row's answer and label log-probabilities, from its margin over the two labels."""
+        """A row's answer and label log-probabilities, from its margin over the two labels (any
+        other number of labels: no opinion, every label alike)."""
+        if len(rq.choices) != 2:
+            return rq.choices[0], dict.fromkeys(rq.choices, -math.log(len(rq.choices)))
         m = self.margin(text, rq)
         a, b = rq.choices
         return a if m > 0 else b, {a: -math.log1p(math.exp(-m)), b: -math.log1p(math.exp(m))}

@@ -81,6 +81,34 @@ def test_a_filter_gets_the_question_and_four_row_alone_layouts_a_classify_its_ow
     assert layouts_for(make_call("llm_filter", "Keep {x}?")) == [Layout(True, "Answer", ("yes", "no"))]
 
 
+def test_a_judgement_the_model_reads_in_the_question_is_tried_beside_the_lexicons_word():
+    """The lexicon reads "like" in "Does the critic like the film?" and scores it against "other";
+    the model, asked what a yes means, says "positive": positive/negative is tried too, and the
+    first pass's criterion chooses among all of them. A question the lexicon cannot read at all
+    (another language) gets the model's word; one whose judgement the lexicon reads with its own
+    opposite gets nothing more."""
+    from relserve.labels.concept import proposal_words, proposed_concept
+
+    like = make_call("llm_filter", "Does the critic like the film? {review}")
+    words = proposal_words(like.template)
+    assert words == ["critic", "like", "positive", "negative"]
+    scores = {"critic": -5.1, "like": -5.1, "positive": -0.5, "negative": -3.0}
+    proposed = proposed_concept(scores, concept_of(like.template))
+    assert proposed == Concept("positive", "negative")
+    names = [x.name for x in layouts_for(like, proposed=proposed)]
+    assert names[-2:] == ["row, Sentiment: positive/negative", "row, Category: positive/negative"]
+    assert "row, Topic: like/other" in names
+    german = make_call("llm_filter", "Ist dieser Film eine Komödie? {plot}")
+    assert concept_of(german.template) is None
+    proposed = proposed_concept({w: (-0.1 if w == "komödie" else -3.0) for w in proposal_words(german.template)}, None)
+    assert proposed == Concept("komödie", "other")
+    assert [x.name for x in layouts_for(german, proposed=proposed)][1] == "row, Sentiment: komödie/other"
+    sad = make_call("llm_filter", "Is the customer disappointed with this purchase? {t}")
+    assert proposed_concept({"positive": -0.2, "disappointed": -3.0}, concept_of(sad.template)) is None
+    # every word alike: the model proposes nothing
+    assert proposed_concept({"positive": -1.0, "critic": -1.0}, concept_of(like.template)) is None
+
+
 def test_a_row_alone_is_its_values_and_the_question_layout_keeps_the_question():
     call = make_call("llm_filter", "Is this product an automotive product? Product: {name}")
     render = LayoutRenderer(call)
@@ -187,16 +215,18 @@ def test_the_layout_whose_answers_vary_with_the_rows_is_chosen_and_kept():
     first = run_call(call, [rows], engine=eng, cache=False, progress=False)
     assert first.values == [r.startswith("sports") for r in rows]
     fields = [rq.answer_field for rq in eng.relqueries]
-    # five layouts tried on 8 sampled rows, the two most informative (the question wins the tie
-    # at 0 nats) on the other 16; then, in the chosen layout behind its examples, the content-free
-    # rows and the boundary's sample of 64 rows, and the other 36 rows
-    assert fields == ["Answer:", "Sentiment:", "Topic:", "Category:", "Answer:", "Answer:", "Topic:"] + ["Topic:"] * 3
-    assert [len(rq.prompts) for rq in eng.relqueries] == [8] * 5 + [16] * 2 + [3, 64, 36]
+    # the model asked what a "yes" means (it proposes nothing: every word alike); five layouts
+    # tried on 8 sampled rows, the two most informative (the question wins the tie at 0 nats) on
+    # the other 16; then, in the chosen layout behind its examples, the content-free rows and the
+    # boundary's sample of 64 rows, and the other 36 rows
+    assert fields == ["Meaning:", "Answer:", "Sentiment:", "Topic:", "Category:", "Answer:", "Answer:", "Topic:"] + \
+        ["Topic:"] * 3
+    assert [len(rq.prompts) for rq in eng.relqueries] == [1] + [8] * 5 + [16] * 2 + [3, 64, 36]
     # the examples in front: the sample's surest row of each word
     assert eng.relqueries[-1].prompts[0].startswith("Article: sports story 0\nTopic: sports\n\nArticle: other story")
     assert first.labels.plan.rule is PlanRule.TWO_CROWDS and first.labels.first_pass
     run_call(call, [rows[:20]], engine=eng, cache=False, progress=False)
-    assert [rq.answer_field for rq in eng.relqueries[10:]] == ["Topic:"], "the plan is kept: no first pass"
+    assert [rq.answer_field for rq in eng.relqueries[11:]] == ["Topic:"], "the plan is kept: no first pass"
 
 
 def test_a_run_reports_its_plan():
@@ -233,7 +263,7 @@ def test_a_relquery_of_a_few_rows_is_answered_by_its_own_plans_sample_and_keeps_
     small = [f"sports story {i}" if i % 3 == 0 else f"other story {i}" for i in range(10)]
     out = run_call(call, [small], engine=eng, cache=False, progress=False)
     assert out.values == [i % 3 == 0 for i in range(10)]
-    assert [len(rq.prompts) for rq in eng.relqueries] == [8] * 5 + [2] * 2 + [3, 10]
+    assert [len(rq.prompts) for rq in eng.relqueries] == [1] + [8] * 5 + [2] * 2 + [3, 10]
     assert all(rq.rel_id.startswith(adaptive.FIRST_PASS_PREFIX) for rq in eng.relqueries)
     # the relQuery's stats are the rows' own (scored once, by the plan's sample)
     assert out.engine_stats.num_rows == 10 and out.engine_stats.prompt_tokens > 0
@@ -388,7 +418,7 @@ def test_a_cascades_parts_are_decided_with_one_plan_made_from_the_whole():
     scope = LabelScope([(r,) for r in rows], list(range(300)))
     got, first = _decide_part(eng, call, rows, sample, scope)
     # the first pass and the plan's sample came from the whole table, as one relQuery would draw them
-    sampled = {int(p.split("story ")[1].split()[0]) for rq in eng.relqueries[:7] for p in rq.prompts}
+    sampled = {int(p.split("story ")[1].split()[0]) for rq in eng.relqueries[1:8] for p in rq.prompts}
     assert sampled == set(sample_indices(300, adaptive.SAMPLE_ROWS)) and not sampled <= set(sample)
     got_rest, later = _decide_part(eng, call, rows, rest, scope)
     assert later.report.plan == first.report.plan and not later.report.first_pass
@@ -421,7 +451,7 @@ def test_a_row_the_plans_sample_could_not_score_is_scored_with_the_rest():
     small = [f"sports story {i}" if i % 3 == 0 else f"other story {i}" for i in range(10)]
     out = run_call(call, [small], engine=eng, cache=False, progress=False)
     assert out.values == [i % 3 == 0 for i in range(10)] and out.errors == [None] * 10
-    assert [len(rq.prompts) for rq in eng.relqueries] == [8] * 5 + [2] * 2 + [3, 10, 1]
+    assert [len(rq.prompts) for rq in eng.relqueries] == [1] + [8] * 5 + [2] * 2 + [3, 10, 1]
     assert not eng.relqueries[-1].rel_id.startswith(adaptive.FIRST_PASS_PREFIX)
 
 

@@ -21,7 +21,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from relserve.labels.information import mutual_information  # noqa: E402
-from relserve.labels.mixture import fit_mixture  # noqa: E402
 
 
 def auc(scores, truth) -> float:
@@ -108,16 +107,14 @@ def main() -> None:
 
 def boundary_of(rule: str, m_sample: np.ndarray, cf: np.ndarray, dc: np.ndarray | None) -> tuple[float, str]:
     """The boundary in margin units a rule reads from the sample (and the probes)."""
-    from relserve.labels.decide import read
+    from relserve.labels.decide import read_boundary
 
     s = [x for x in m_sample if np.isfinite(x)]
     base, _, fallback = rule.partition("|")
     if base == "mix":
-        reading, mixture = read(s, all_alike=True)
-        if reading.rule == "two crowds":
-            return _posterior_half(mixture, s), "two crowds"
-        if reading.rule == "all alike":
-            return 0.0, "all alike"
+        b = read_boundary(s)
+        if b.rule.value in ("two crowds", "all alike"):
+            return b.value, b.rule.value
         base = fallback
     if base == "eighth":
         ref = sorted(s)
@@ -132,14 +129,6 @@ def boundary_of(rule: str, m_sample: np.ndarray, cf: np.ndarray, dc: np.ndarray 
     if base == "median":
         return float(np.median(s)), "median"
     raise SystemExit(f"unknown rule {rule}")
-
-
-def _posterior_half(mixture, s) -> float:
-    lo, hi = min(s), max(s)
-    xs = np.linspace(lo, hi, 2001)
-    ps = np.array([mixture.posterior(x) for x in xs])
-    k = int(np.argmin(np.abs(ps - 0.5)))
-    return float(xs[k])
 
 
 def evaluate(data: dict, rules: list[str], sample: int, only: str = "", show: bool = True) -> dict:

@@ -25,7 +25,16 @@ from dataclasses import dataclass, field
 from relserve.estimate.prompt_tokens import Layout, layout_of
 from relserve.functions import LLMCall
 from relserve.labels import adaptive, batch, bootstrap
-from relserve.labels.answer_fields import CANDIDATES, known_field, picks_field, probe_prompt, with_field
+from relserve.labels.answer_fields import CANDIDATES
+from relserve.labels.concept import (
+    PROPOSAL_FIELD,
+    known_field,
+    picks_field,
+    probe_prompt,
+    proposal_prompt,
+    proposal_words,
+    with_field,
+)
 from relserve.labels.layouts import LayoutRenderer, layouts_for
 from relserve.labels.memory import process_memory
 from relserve.labels.methods import LabelResolution, resolve
@@ -129,6 +138,11 @@ def _adaptive(work: LabelWork, prompts: Sequence[str], values: Sequence[tuple] |
     first_stage, second_stage = adaptive.first_pass_stages(sample)
     finalists = layouts[: adaptive.FINALISTS]
     n = len(call.template.columns)
+    proposal = proposal_prompt(call.template)
+    if call.function.kind == "filter" and proposal is not None:
+        # the model asked what a yes means (its concept, beside the lexicon's)
+        work.before.append([Scored("concept proposal", [proposal], Layout("completion", system, f"{PROPOSAL_FIELD}:"),
+                                   tuple(proposal_words(call.template)))])
     work.before.append([Scored("first pass", [render(layout, values[i]) for i in first_stage], shaped(layout),
                                layout.labels) for layout in layouts])
     work.before.append([Scored("first pass", [render(layout, values[i]) for i in second_stage], shaped(layout),

@@ -30,6 +30,15 @@ from functools import cached_property
 
 from relserve.functions import LLMCall
 from relserve.labels.bootstrap import sample_indices
+from relserve.labels.concept import (
+    PROPOSAL_FIELD,
+    Concept,
+    concept_column,
+    concept_of,
+    proposal_prompt,
+    proposal_words,
+    proposed_concept,
+)
 from relserve.labels.decide import SURE, read_boundary
 from relserve.labels.information import categorical_information, mutual_information
 from relserve.labels.interface import LabelContext, LabelRequest, LabelRun
@@ -60,7 +69,8 @@ def first_pass_size(call: LLMCall, rows: int) -> int:
     rows (the boundary's sample is rows of the relQuery, scored once)."""
     layouts, sampled = len(layouts_for(call)), min(rows, SAMPLE_ROWS)
     first = min(sampled, FIRST_STAGE_ROWS)
-    return first * layouts + (sampled - first) * min(layouts, FINALISTS) + len(CONTENT_FREE)
+    proposal = 1 if call.function.kind == "filter" and proposal_prompt(call.template) is not None else 0
+    return proposal + first * layouts + (sampled - first) * min(layouts, FINALISTS) + len(CONTENT_FREE)
 
 
 @dataclass(frozen=True)
@@ -247,7 +257,7 @@ class AdaptiveRun(LabelRun):
     def make_plan(self) -> LabelPlan:
         """Score a spread sample in the candidate layouts, choose one, read its boundary."""
         whole = self.whole
-        layouts = layouts_for(self.call, whole.values)
+        layouts = layouts_for(self.call, whole.values, self._proposed_concept())
         sample = [whole.order[k] for k in sample_indices(len(whole.values), SAMPLE_ROWS)]
         first, second = first_pass_stages(sample)
         margins_of = self._score_layouts(layouts, first, "")
@@ -315,6 +325,22 @@ class AdaptiveRun(LabelRun):
                             f"{FIRST_PASS_PREFIX}{self.rel_id}-plan")
         return {rows[r.index]: r for r in self.ctx.engine.submit(rq).result().rows
                 if r.error is None and r.label_logprobs is not None}
+
+    def _proposed_concept(self) -> Concept | None:
+        """What the model reads a "yes" to the filter's question as, when it adds a concept to the
+        lexicon's (one short scoring request; relserve/labels/concept.py)."""
+        template = self.call.template
+        prompt = proposal_prompt(template)
+        if self.call.function.kind != "filter" or prompt is None or concept_column(template) is not None:
+            return None
+        from relserve.relquery import RelQuery
+
+        words = proposal_words(template)
+        rq = RelQuery.from_prompts([prompt], **{**self.engine_options, "choices": words, "score_labels": True,
+                                                "prompt_shape": "completion", "answer_field": PROPOSAL_FIELD},
+                                   rel_id=f"{FIRST_PASS_PREFIX}{self.rel_id}-concept")
+        rows = [r for r in self.ctx.engine.submit(rq).result().rows if r.error is None and r.label_logprobs]
+        return proposed_concept(dict(rows[0].label_logprobs), concept_of(template)) if rows else None
 
     def _choose(self, finalists: Sequence[int], informative: Sequence[float], agreement: Sequence[float | None]) -> int:
         """The most informative finalist whose ranking does not run against the other layouts'

@@ -153,3 +153,48 @@ def _attitude_before_preposition(words: list[str]) -> str | None:
         if word in ATTITUDES or word.endswith(ATTITUDE_SUFFIXES):
             return word
     return None
+
+
+#: the judgement the model may read in a question that the lexicon reads no judgement in ("Does
+#: the critic like the film?": the lexicon reads "like", scored against "other"; the model says a
+#: yes there means "positive")
+POLAR = ("positive", "negative")
+#: the answer field the model proposes a concept after ("Question: <q>\nAnswer: yes\nMeaning:")
+PROPOSAL_FIELD = "Meaning"
+
+
+def proposal_prompt(template: Template) -> str | None:
+    """The text after which the model names what a "yes" to the question means (None: the
+    template asks no question)."""
+    q = question_of(template)
+    return f"Question: {q}\nAnswer: yes" if q is not None else None
+
+
+def proposal_words(template: Template) -> list[str]:
+    """The words the model chooses among: the question's own words (any language: no lexicon
+    reads them) and the two words of a judgement."""
+    q = re.sub(r"\{[^}]+\}", " ", question_of(template) or "")
+    words = [w.lower() for w in re.findall(r"[^\W\d_][^\W_'-]*", q)]
+    seen = dict.fromkeys(w for w in words if w not in STOP and w not in AUXILIARIES and w not in GENERIC_NOUNS
+                         and len(w) > 2)
+    return [*seen, *(p for p in POLAR if p not in seen)]
+
+
+def proposed_concept(scores: dict[str, float], lexicon: Concept | None) -> Concept | None:
+    """The concept the model proposes from its scores of ``proposal_words`` after the proposal
+    prompt, when it adds one to the lexicon's (None: it does not). A judgement ("positive") is
+    taken when the lexicon read none; a word of the question only when the lexicon read no
+    concept at all (a question it cannot parse, in another language for one)."""
+    if not scores:
+        return None
+    ranked = sorted(scores, key=lambda w: -scores[w])
+    top = ranked[0]
+    if len(ranked) > 1 and scores[ranked[1]] >= scores[top] - 1e-9:
+        return None  # the model prefers no word: it proposes nothing
+    if top in POLAR:
+        if lexicon is not None and (lexicon.word in POLAR or lexicon.contrast != OTHER):
+            return None  # the lexicon read a judgement with its own opposite already
+        return Concept(top, POLAR[1] if top == POLAR[0] else POLAR[0])
+    if lexicon is None:
+        return Concept(top, ANTONYMS.get(top, OTHER))
+    return None

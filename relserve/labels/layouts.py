@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from relserve.functions import LLMCall
-from relserve.labels.concept import concept_column, concept_of
+from relserve.labels.concept import Concept, concept_column, concept_of
 from relserve.prompt_shapes import ShapedRenderer
 from relserve.template import format_value
 
@@ -70,26 +70,34 @@ class Layout:
         return self.field + ":"
 
 
-def layouts_for(call: LLMCall, values: Sequence[tuple] | None = None) -> list[Layout]:
+#: the fields a concept the model proposes beside the lexicon's is tried after (the two the
+#: first pass chose most on the tuning tasks)
+PROPOSED_FIELDS: tuple[str, ...] = ("Sentiment", "Category")
+
+
+def layouts_for(call: LLMCall, values: Sequence[tuple] | None = None, proposed: Concept | None = None) -> list[Layout]:
     """The candidate layouts of a filter or a 2-label classify, the question layout first (it
     wins ties: it is what the user wrote). ``values``: the relQuery's rows, which a question
-    about a row's own value takes its labels from (without them, no such layout)."""
+    about a row's own value takes its labels from (without them, no such layout); ``proposed``:
+    the concept the model read in the question (relserve/labels/concept.proposed_concept), tried
+    beside the lexicon's."""
     own = tuple(call.choices or ())
     if len(own) != 2:
         raise ValueError(f"layouts are for calls of two labels, not {len(own)}")
     out = [Layout(True, QUESTION_FIELD, own)]
-    if call.function.kind == "filter":
-        concept = concept_of(call.template)
-        if concept is None:
-            labels = column_labels(call, values) if values is not None else None
-            if labels is None:
-                return out
+    if call.function.kind != "filter":
+        return out + [Layout(False, f, own) for f in FIELDS]
+    concept = concept_of(call.template)
+    if concept is None:
+        labels = column_labels(call, values) if values is not None else None
+        if labels is not None:
             column = concept_column(call.template)
             return out + [Layout(False, f, labels, column) for f in FIELDS]
-        words = concept.labels
-    else:
-        words = own
-    out += [Layout(False, f, words) for f in FIELDS]
+        # a question the lexicon cannot read: the model's concept, if it proposed one
+        return out + ([Layout(False, f, proposed.labels) for f in FIELDS] if proposed is not None else [])
+    out += [Layout(False, f, concept.labels) for f in FIELDS]
+    if proposed is not None and proposed.labels != concept.labels:
+        out += [Layout(False, f, proposed.labels) for f in PROPOSED_FIELDS]
     return out
 
 
