@@ -25,16 +25,8 @@ from dataclasses import dataclass, field
 from relserve.estimate.prompt_tokens import Layout, layout_of
 from relserve.functions import LLMCall
 from relserve.labels import adaptive, batch, bootstrap
-from relserve.labels.answer_fields import CANDIDATES
-from relserve.labels.concept import (
-    PROPOSAL_FIELD,
-    known_field,
-    picks_field,
-    probe_prompt,
-    proposal_prompt,
-    proposal_words,
-    with_field,
-)
+from relserve.labels.answer_fields import CANDIDATES, known_field, picks_field, probe_prompt, with_field
+from relserve.labels.concept import PROPOSAL_FIELD, proposal_prompt, proposal_words
 from relserve.labels.layouts import LayoutRenderer, layouts_for
 from relserve.labels.memory import process_memory
 from relserve.labels.methods import LabelResolution, resolve
