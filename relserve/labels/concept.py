@@ -167,7 +167,10 @@ def proposal_prompt(template: Template) -> str | None:
     """The text after which the model names what a "yes" to the question means (None: the
     template asks no question)."""
     q = question_of(template)
-    return f"Question: {q}\nAnswer: yes" if q is not None else None
+    if q is None:
+        return None
+    # a placeholder reads as what it names ("happy with their product?")
+    return "Question: " + re.sub(r"\{([^}]+)\}", lambda m: m.group(1).replace("_", " "), q) + "\nAnswer: yes"
 
 
 def proposal_words(template: Template) -> list[str]:

@@ -1,13 +1,16 @@
-"""Regenerate ``adaptive.json``: what the adaptive label method (docs/quality.md, "How a label is
-decided") answers on two multi-row relQueries, computed here with transformers on the saved
-weights from the documented definition - not with relserve's code - so that the real engine and
-relserve's implementation are checked against something outside them (tests/test_golden.py).
+"""Regenerate ``adaptive.json``: the label plan the adaptive method (docs/quality.md, "How a label
+is decided") makes on two multi-row relQueries and the answers it gives, computed here with
+transformers on the saved weights from the documented definition - not with relserve's code - so
+that the real engine and relserve's implementation are checked against something outside them
+(tests/test_golden.py).
 
 The definition, step by step, as computed below:
 
-1. layouts: the question ("<long values as Name: value lines>\\n<question>\\nAnswer:", labels
-   yes/no) and the row alone ("<every value as a Name: value line>\\n<Field>:" for Field in
-   Sentiment, Topic, Category, Answer, labels: the question's concept and its contrast);
+1. layouts: the question ("<long values as Name: value lines>\n<question>\nAnswer:", labels
+   yes/no) and the row alone ("<every value as a Name: value line>\n<Field>:" for Field in
+   Sentiment, Topic, Category, Answer, labels: the question's concept and its contrast); for
+   these two templates the model proposes no concept beside the lexicon's (the test checks the
+   layouts tried);
 2. a row's label scores: each label's spellings (as written, capitalised) read up to the token
    where they part from every other label's (here the first), log-sum-exp over spellings,
    log-softmax over the two labels; its margin: first label minus second;
@@ -18,24 +21,18 @@ The definition, step by step, as computed below:
    was scored on (entropy of the mean probability of the first label minus the mean entropy, the
    probabilities the logistic of the margins); of the two finalists the larger wins, the earlier
    layout on a tie;
-4. examples (more than 24 rows only): the sampled row with the largest margin in the chosen
-   layout, then the one with the smallest, each "<row>\\n<Field>: <word>\\n\\n", in front of
-   every row; 24 rows or fewer: no examples, the rows scored again as in the first pass;
-5. the reading, in this order:
-   - every margin at least 2 nats on one side of 0: every row that answer ("all alike"), unless
-     the rows were shown examples and the chosen layout's sampled margins (without examples)
-     were not every one 2 nats on one side: then this rule is skipped;
+4. examples: the sampled row with the largest margin in the chosen layout, then the one with the
+   smallest, each "<row>\n<Field>: <word>\n\n", in front of every row;
+5. the plan's sample: a spread sample of at most 64 rows (every row here), scored behind the
+   examples, and the content-free rows (every value "N/A", "", "[MASK]") behind the examples;
+6. the boundary, in this order:
+   - every sampled margin at least 2 nats on one side of 0: the model's own answer, a boundary of
+     0 ("all alike"), unless the chosen layout's first-pass margins (without examples) were not
+     every one 2 nats on one side: then this rule is skipped;
    - the widest gap between sorted margins at least 2 nats and at least 4 times the two sides'
-     pooled spread: the rows above it are the first label ("two crowds");
-   - from 16 margins, a two-component normal mixture with a spread each (floor: 5% of the
-     column's; each at most twice the other's, clipped after every step), fitted by EM from starts at the 0.5/0.7/0.85/0.95 quantiles and at the widest
-     gap, the best likelihood kept; two crowds when the AUC they imply is at least 0.85, they
-     explain the margins at least 0.05 nats per row better than one normal, and the smaller
-     holds at least 3 rows and 2%: a row is the first label when its posterior of the upper
-     crowd, read with the margin held between the two crowds' means, is above one half;
-   - under 16 margins (and no such gap): each row the model's own answer (its margin's sign);
-   - otherwise one crowd: the 12.5% of rows with the largest margins are the first label (the
-     boundary halfway between the margins either side of it).
+     pooled spread: the middle of the gap ("two crowds");
+   - otherwise the mean margin of the content-free rows ("calibrated");
+7. every row: the first label exactly when its margin (behind the examples) is above the boundary.
 
     .venv/bin/python tests/golden/make_adaptive_golden.py           # write adaptive.json
     .venv/bin/python tests/golden/make_adaptive_golden.py --check   # recompute and compare
@@ -60,11 +57,10 @@ from make_golden import load, weights_sha256  # noqa: E402
 
 FIELDS = ("Sentiment", "Topic", "Category", "Answer")
 SAMPLE = 24
+PLAN_SAMPLE = 64
 FIRST_STAGE = 8
 FINALISTS = 2
-MIN_SEPARATION, MIN_GAIN, SPREAD_FLOOR, SPREAD_RATIO = 0.85, 0.05, 0.05, 2.0
-#: step 5's share of rows answered with the first label when the margins form one crowd
-ONE_CROWD_SHARE = 0.125
+CONTENT_FREE = ("N/A", "", "[MASK]")
 
 #: product names written for this file (not from any dataset): 4 of 40 for cars
 PRODUCTS = [
@@ -144,75 +140,20 @@ def information(ms: list[float]) -> float:
     return max(0.0, float(h(p.mean()) - h(p).mean()))
 
 
-def mixture(xs: np.ndarray):
-    """Step 5's mixture: (weight of the upper crowd, implied AUC, gain, posterior per value)."""
-    n, mean, sd = len(xs), xs.mean(), xs.std()
-    floor = SPREAD_FLOOR * sd
-    one = float(np.mean(-0.5 * np.log(2 * np.pi * sd**2) - (xs - mean) ** 2 / (2 * sd**2)))
-    ordered = np.sort(xs)
-    gap = int(np.argmax(np.diff(ordered))) + 1
-    cuts = [ordered[min(n - 1, int(q * n))] for q in (0.5, 0.7, 0.85, 0.95)] + [ordered[gap]]
-
-    def log_normal(x, m, s):
-        return -0.5 * np.log(2 * np.pi * s * s) - (x - m) ** 2 / (2 * s * s)
-
-    best = None
-    for cut in cuts:
-        r = (xs >= cut).astype(float)
-        if r.all() or not r.any():
-            continue
-        ll_old = -np.inf
-        for _ in range(300):
-            w = min(max(r.mean(), 1 / n), 1 - 1 / n)
-            m1 = (r * xs).sum() / max(r.sum(), 1e-12)
-            m0 = ((1 - r) * xs).sum() / max((1 - r).sum(), 1e-12)
-            s1 = max(math.sqrt((r * (xs - m1) ** 2).sum() / max(r.sum(), 1e-12)), floor)
-            s0 = max(math.sqrt(((1 - r) * (xs - m0) ** 2).sum() / max((1 - r).sum(), 1e-12)), floor)
-            s1, s0 = min(s1, SPREAD_RATIO * s0), min(s0, SPREAD_RATIO * s1)
-            a = math.log(w) + log_normal(xs, m1, s1)
-            b = math.log1p(-w) + log_normal(xs, m0, s0)
-            top = np.maximum(a, b)
-            ll = float((top + np.log(np.exp(a - top) + np.exp(b - top))).sum())
-            r = np.exp(a - top) / (np.exp(a - top) + np.exp(b - top))
-            if ll - ll_old < 1e-10 * n:
-                break
-            ll_old = ll
-        if m1 < m0:
-            w, m0, m1, s0, s1 = 1 - w, m1, m0, s1, s0
-        if best is None or ll / n > best[0] + 1e-12:
-            best = (ll / n, w, m0, s0, m1, s1)
-    ll, w, m0, s0, m1, s1 = best
-    auc = 0.5 * (1 + math.erf((m1 - m0) / math.sqrt(2 * (s0 * s0 + s1 * s1))))
-    held = np.clip(xs, m0, m1)
-    a = math.log(w) + log_normal(held, m1, s1)
-    b = math.log1p(-w) + log_normal(held, m0, s0)
-    post = 1 / (1 + np.exp(b - a))
-    return w, auc, ll - one, post
-
-
-def reading(ms: list[float], alike: bool = True) -> tuple[str, float, list[bool]]:
-    """Step 5: (rule, share of the first label, each row's answer; ``alike`` False: the first
-    rule is skipped)."""
+def boundary(ms: list[float], free: list[float], alike: bool = True) -> tuple[str, float]:
+    """Step 6: (rule, boundary); ``alike`` False: the first rule is skipped."""
     xs = np.asarray(ms)
     n = len(xs)
     if alike and (xs.min() >= 2.0 or xs.max() <= -2.0):
-        return "all alike", float(xs.min() >= 2.0), [bool(xs.min() >= 2.0)] * n
+        return "all alike", 0.0
     ordered = np.sort(xs)
     i = int(np.argmax(np.diff(ordered))) + 1
     gap = ordered[i] - ordered[i - 1]
     low, high = ordered[:i], ordered[i:]
     spread = math.sqrt((((low - low.mean()) ** 2).sum() + ((high - high.mean()) ** 2).sum()) / max(n - 2, 1))
     if gap >= 2.0 and gap >= 4.0 * spread:
-        return "two crowds", len(high) / n, [bool(x >= ordered[i]) for x in xs]
-    if n < 16:
-        return "few rows", float((xs > 0).mean()), [bool(x > 0) for x in xs]
-    if n >= 16:
-        w, auc, gain, post = mixture(xs)
-        if auc >= MIN_SEPARATION and gain >= MIN_GAIN and min(w, 1 - w) * n >= max(3, 0.02 * n):
-            return "two crowds", float(w), [bool(p > 0.5) for p in post]
-    k = min(n - 1, max(1, round((1 - ONE_CROWD_SHARE) * n)))
-    boundary = (ordered[k - 1] + ordered[k]) / 2
-    return "one crowd", ONE_CROWD_SHARE, [bool(x > boundary) for x in xs]
+        return "two crowds", float((ordered[i] + ordered[i - 1]) / 2)
+    return "calibrated", float(np.mean(free))
 
 
 def run_case(tok, model, case: str, rows: list[tuple], truth: list[bool]) -> dict:
@@ -237,20 +178,23 @@ def run_case(tok, model, case: str, rows: list[tuple], truth: list[bool]) -> dic
             t["sample_margins"] = [t["sample_margins"][j] for j in first]
     best = max(finalists, key=lambda k: (round(trials[k]["information"], 9), -k))
     chosen = trials[best]
-    examples = ""
-    if n > SAMPLE:
-        fit = {i: m for i, m in zip(sample, chosen["sample_margins"])
-               if len(text(case, chosen["question"], rows[i])) <= 1000}
-        top = max(fit, key=lambda i: (fit[i], -i))
-        bottom = min(fit, key=lambda i: (fit[i], i))
-        examples = "".join(f"{text(case, chosen['question'], rows[i])}\n{chosen['field']}: {word}\n\n"
-                           for i, word in ((top, chosen["labels"][0]), (bottom, chosen["labels"][1])))
+    fit = {i: m for i, m in zip(sample, chosen["sample_margins"]) if len(text(case, chosen["question"], rows[i])) <= 1000}
+    top = max(fit, key=lambda i: (fit[i], -i))
+    bottom = min(fit, key=lambda i: (fit[i], i))
+    examples = "".join(f"{text(case, chosen['question'], rows[i])}\n{chosen['field']}: {word}\n\n"
+                       for i, word in ((top, chosen["labels"][0]), (bottom, chosen["labels"][1])))
     ms = margins(tok, model, [examples + text(case, chosen["question"], v) for v in rows], chosen["field"],
                  tuple(chosen["labels"]))
+    plan_sample = list(range(n)) if n <= PLAN_SAMPLE else [i * n // PLAN_SAMPLE for i in range(PLAN_SAMPLE)]
+    width = len(rows[0])
+    free = margins(tok, model, [examples + text(case, chosen["question"], (v,) * width) for v in CONTENT_FREE],
+                   chosen["field"], tuple(chosen["labels"]))
     sampled = chosen["sample_margins"]
-    rule, share, first = reading(ms, alike=not examples or min(sampled) >= 2.0 or max(sampled) <= -2.0)
+    rule, value = boundary([ms[i] for i in plan_sample], free,
+                           alike=min(sampled) >= 2.0 or max(sampled) <= -2.0)
     return {"case": case, "rows": [list(v) for v in rows], "truth": truth, "sample": sample, "trials": trials,
-            "chosen": best, "examples": examples, "margins": ms, "rule": rule, "prior": share, "answers": first}
+            "chosen": best, "examples": examples, "margins": ms, "content_free": free, "rule": rule,
+            "boundary": value, "answers": [bool(m > value) for m in ms]}
 
 
 def main() -> int:
@@ -272,8 +216,8 @@ def main() -> int:
                               [i in AUTOMOTIVE for i in range(len(PRODUCTS))])]}
     for c in doc["cases"]:
         right = sum(a == t for a, t in zip(c["answers"], c["truth"]))
-        print(f"{c['case']}: layout {c['chosen']} ({c['trials'][c['chosen']]['field']}), {c['rule']}, share {c['prior']:.2f}, "
-              f"{right} of {len(c['truth'])} right")
+        print(f"{c['case']}: layout {c['chosen']} ({c['trials'][c['chosen']]['field']}), {c['rule']}, boundary "
+              f"{c['boundary']:+.3f}, {right} of {len(c['truth'])} right, {sum(c['answers'])} kept")
     path = HERE / "adaptive.json"
     if args.check:
         pinned = json.loads(path.read_text())
