@@ -8,9 +8,12 @@ worked examples. The sample's margins are read in this order:
 1. **all alike**: every margin sure of one answer (``SURE`` nats), and that sureness is the
    rows' (not only the worked examples'): the model's own answer decides each row;
 2. **two crowds**: a wide gap between the sorted margins (``FEW_GAP_NATS``, and
-   ``FEW_GAP_SPREADS`` times the crowds' own spread): the boundary is the middle of the gap;
+   ``FEW_GAP_SPREADS`` times the crowds' own spread): the boundary is the middle of the gap; or,
+   from ``FEW_ROWS`` margins, a two-crowd mixture (relserve/labels/mixture.py) whose crowds stand
+   ``MIN_SEPARATION`` apart and explain the margins ``MIN_GAIN`` nats per row better than one
+   crowd: the boundary is where a row's posterior crosses one half;
 3. **calibrated**: otherwise the margins are one lump, from which no share of "yes" can be read
-   (on the check tasks a mixture fitted to them read shares anywhere from 1% to 99%), so each
+   (a mixture fitted to such lumps read shares anywhere from 1% to 99%), so each
    row is decided by the model's own score against the score it gives content-free rows ("N/A",
    "", "[MASK]" in the same layout behind the same examples: contextual calibration, Zhao et al.,
    "Calibrate Before Use", 2021): "yes" exactly where a row leans further to the first label than
@@ -27,13 +30,23 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from relserve.labels.mixture import Mixture
+from relserve.labels.mixture import Mixture, fit_mixture
 from relserve.labels.plan import Calibration, PlanRule
 
 #: a wide gap: at least ``FEW_GAP_NATS`` of log-odds and ``FEW_GAP_SPREADS`` times the crowds'
 #: own spread (one in twenty sets of 4-15 normal margins passes the second alone; a model that
 #: separates the rows passes both: log-odds +4..+8 against -4..-8)
 FEW_GAP_NATS = 2.0
+#: a mixture needs this many margins (below, it fits noise as two tight crowds half the time),
+#: crowds this far apart (the AUC they would give) that explain the margins this much better
+#: than one crowd (nats per margin), the smaller at least ``MIN_CROWD`` of them and
+#: ``MIN_CROWD_ROWS`` (else a few outliers); stricter than the two-crowd reading of a whole
+#: relQuery before plans (0.85, 0.05), since a plan reads 64 margins, not every row
+FEW_ROWS = 16
+MIN_SEPARATION = 0.9
+MIN_GAIN = 0.1
+MIN_CROWD = 0.02
+MIN_CROWD_ROWS = 3
 FEW_GAP_SPREADS = 4.0
 #: every margin at least this sure of one label (log-odds): the model answers every row alike
 SURE = 2.0
@@ -72,6 +85,14 @@ def read_boundary(margins: Sequence[float], content_free: Sequence[float] = (), 
         if gap is not None:
             value = _gap_middle(xs)
             return Boundary(PlanRule.TWO_CROWDS, value, spread, gap, None, _share(xs, value), gap.separation, len(xs))
+        if len(xs) >= FEW_ROWS:
+            mix = fit_mixture(xs)
+            smaller = min(mix.weight, 1 - mix.weight) * len(xs)
+            if (mix.separation >= MIN_SEPARATION and mix.gain >= MIN_GAIN
+                    and smaller >= max(MIN_CROWD_ROWS, MIN_CROWD * len(xs))):
+                value = _half_point(mix)
+                return Boundary(PlanRule.TWO_CROWDS, value, spread, mix, None, _share(xs, value), mix.separation,
+                                len(xs))
     free = [m for m in content_free if math.isfinite(m)]
     if free:
         value = sum(free) / len(free)
@@ -93,6 +114,21 @@ def _gap_middle(xs: Sequence[float]) -> float:
     ordered = sorted(xs)
     i = max(range(1, len(ordered)), key=lambda k: ordered[k] - ordered[k - 1])
     return (ordered[i] + ordered[i - 1]) / 2
+
+
+def _half_point(mixture: Mixture) -> float:
+    """Where the mixture's posterior crosses one half between the crowds' means (bisection: it
+    rises with the margin there)."""
+    lo, hi = mixture.low_mean, mixture.high_mean
+    if mixture.posterior(lo) > 0.5 or mixture.posterior(hi) <= 0.5:
+        return (lo + hi) / 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if mixture.posterior(mid) > 0.5:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def _across_the_widest_gap(xs: Sequence[float]) -> Mixture | None:

@@ -1,6 +1,12 @@
-"""Two crowds of label margins (``Mixture``): two normal crowds and the share in the upper one,
-as a plan reads them across a wide gap between a sample's margins (relserve/labels/decide.py),
-and each row's confidence: the posterior of belonging to the upper crowd.
+"""Two crowds of label margins (``Mixture``): two normal crowds and the share in the upper one, as
+a plan reads them from a sample's margins (relserve/labels/decide.py: across a wide gap, or a
+mixture fitted by EM, ``fit_mixture``), and each row's confidence: the posterior of belonging to
+the upper crowd.
+
+Each crowd has its own spread, with a floor (a share of the column's: a crowd of two equal
+outliers cannot win by collapsing) and a ceiling (twice the other's: a loose crowd cannot take in
+the long tail of a skewed one). Several starts (quantiles and the widest gap), the best
+likelihood kept.
 
 The posterior is read with the margin held between the two crowds' means, so it rises with the
 margin and a row is "yes" exactly above one boundary; past either mean it goes on rising as a
@@ -10,10 +16,17 @@ logistic would, so ``ORDER BY llm_score(...)`` ranks the rows there too instead 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-#: a crowd's spread is never read as narrower than this share of the crowds' distance
+#: quantiles at which the upper crowd is seeded (rare "yes" to common "yes")
+SEEDS = (0.5, 0.7, 0.85, 0.95)
+#: a crowd's standard deviation is at least this share of the column's
 MIN_SPREAD = 0.05
+#: and at most this many times the other crowd's (see above)
+MAX_SPREAD_RATIO = 2.0
+#: EM steps at most (it settles in far fewer on these columns)
+MAX_ITER = 300
 
 
 @dataclass(frozen=True)
@@ -74,3 +87,58 @@ class Mixture:
 
 def _log_normal(x: float, mean: float, sd: float) -> float:
     return -0.5 * math.log(2 * math.pi * sd * sd) - (x - mean) ** 2 / (2 * sd * sd)
+
+
+def fit_mixture(xs: Sequence[float]) -> Mixture:
+    """The two-crowd mixture of ``xs`` with the best likelihood over the starts (at least two
+    values, not all equal)."""
+    n = len(xs)
+    if n < 2:
+        raise ValueError("a mixture needs at least two values")
+    mean = sum(xs) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / n)
+    if sd == 0:
+        raise ValueError("all values are equal")
+    floor = MIN_SPREAD * sd
+    one = sum(_log_normal(x, mean, sd) for x in xs) / n
+    ordered = sorted(xs)
+    gap = max(range(1, n), key=lambda i: ordered[i] - ordered[i - 1])
+    cuts = [ordered[min(n - 1, int(q * n))] for q in SEEDS] + [ordered[gap]]
+    best: Mixture | None = None
+    for cut in cuts:
+        r = [1.0 if x >= cut else 0.0 for x in xs]
+        if all(r) or not any(r):
+            continue
+        fit = _em(xs, r, floor, one)
+        if best is None or fit.loglik > best.loglik + 1e-12:
+            best = fit
+    if best is None:  # every seed put every value on one side: two values only
+        best = _em(xs, [1.0 if x > mean else 0.0 for x in xs], floor, one)
+    return best
+
+
+def _em(xs: Sequence[float], r: list[float], floor: float, one: float) -> Mixture:
+    n = len(xs)
+    ll_old = -math.inf
+    for _ in range(MAX_ITER):
+        w = min(max(sum(r) / n, 1 / n), 1 - 1 / n)
+        s1 = max(sum(r), 1e-12)
+        s0 = max(n - sum(r), 1e-12)
+        m1 = sum(ri * x for ri, x in zip(r, xs)) / s1
+        m0 = sum((1 - ri) * x for ri, x in zip(r, xs)) / s0
+        sd1 = max(math.sqrt(sum(ri * (x - m1) ** 2 for ri, x in zip(r, xs)) / s1), floor)
+        sd0 = max(math.sqrt(sum((1 - ri) * (x - m0) ** 2 for ri, x in zip(r, xs)) / s0), floor)
+        sd1, sd0 = min(sd1, MAX_SPREAD_RATIO * sd0), min(sd0, MAX_SPREAD_RATIO * sd1)
+        ll = 0.0
+        for i, x in enumerate(xs):
+            a = math.log(w) + _log_normal(x, m1, sd1)
+            b = math.log1p(-w) + _log_normal(x, m0, sd0)
+            m = max(a, b)
+            ll += m + math.log(math.exp(a - m) + math.exp(b - m))
+            r[i] = math.exp(a - m) / (math.exp(a - m) + math.exp(b - m))
+        if ll - ll_old < 1e-10 * n:
+            break
+        ll_old = ll
+    if m1 < m0:  # the upper crowd is the one with the larger mean
+        w, m0, m1, sd0, sd1 = 1 - w, m1, m0, sd1, sd0
+    return Mixture(w, m0, sd0, m1, sd1, ll / n, one)
