@@ -8,8 +8,6 @@ import json
 
 from relserve.postgres.errors import PgError
 
-#: SQLSTATE null_value_not_allowed
-NULL_VALUE_NOT_ALLOWED = "22004"
 #: the functions ``options`` may name for llm_count_tokens and llm_estimate_query
 FUNCTIONS = ("map", "filter", "classify", "extract", "score")
 
@@ -18,7 +16,7 @@ def required(name: str, **arguments: object) -> None:
     """A PgError naming the first of ``arguments`` that is NULL."""
     for what, value in arguments.items():
         if value is None:
-            raise PgError(f"{name}: the {what.replace('_', ' ')} is NULL", NULL_VALUE_NOT_ALLOWED)
+            raise PgError(f"{name}: the {what.replace('_', ' ')} is NULL")
 
 
 def options_object(name: str, options: object, example: str = '{"max_tokens": 8}') -> dict[str, object]:

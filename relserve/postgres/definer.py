@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping
 #: and the settings another role chose (NULL with a library that does not know)
 CONTEXT_COLUMNS = (
     "pg_catalog.current_setting('relserve.chosen_by_others', true) AS chosen_by_others",
-    "(pg_catalog.current_user::pg_catalog.text OPERATOR(pg_catalog.<>) CASE "
-    "WHEN pg_catalog.current_setting('role') OPERATOR(pg_catalog.=) 'none' THEN pg_catalog.session_user::pg_catalog.text "
+    "(current_user::pg_catalog.text OPERATOR(pg_catalog.<>) CASE "
+    "WHEN pg_catalog.current_setting('role') OPERATOR(pg_catalog.=) 'none' THEN session_user::pg_catalog.text "
     "ELSE pg_catalog.current_setting('role') END) AS in_definer",
 )
 
@@ -38,7 +38,7 @@ DEFAULTS_SQL = """
 SELECT s.setrole OPERATOR(pg_catalog.<>) 0 AS for_role, s.setdatabase OPERATOR(pg_catalog.<>) 0 AS for_database, c.setting
 FROM pg_catalog.pg_db_role_setting s, pg_catalog.unnest(s.setconfig) AS c(setting)
 WHERE s.setrole OPERATOR(pg_catalog.=) ANY (ARRAY[0::pg_catalog.oid,
-        (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) pg_catalog.current_user)])
+        (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) current_user)])
   AND s.setdatabase OPERATOR(pg_catalog.=) ANY (ARRAY[0::pg_catalog.oid,
         (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())])
   AND c.setting OPERATOR(pg_catalog.~~) 'relserve.%'
