@@ -28,9 +28,27 @@ MALLORY_KEY = "mallory-tenant-key"
 SUMMARY = "Summarize these reviews:\\n{review}"
 
 
+class TenantsEngine(FakeEngine):
+    """The stand-in engine, with the tenancy each relQuery came with (``tenancies``, beside
+    ``submitted``)."""
+
+    supports_tenancy = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tenancies: list = []
+
+    def warm_prefix(self, text: str = "", system: str | None = None, tenancy=None) -> int:
+        return 0
+
+    def submit(self, rq, tenancy=None):
+        self.tenancies.append(tenancy)
+        return super().submit(rq)
+
+
 @pytest.fixture(scope="module")
 def fake():
-    return FakeEngine()
+    return TenantsEngine()
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +211,54 @@ def test_a_role_row_that_sets_only_seconds_keeps_the_token_ceiling_of_every_role
         db.execute("SELECT * FROM llm_map_query('Is {review} good?', 'SELECT review FROM reviews')").fetchall()
         (rq,) = fake.submitted[before:]
         assert budget_of(rq) == (300, 20.0)
+
+
+# ---------------------------------------------------------------- 6. a policy's calls stay out of the reader's caches
+
+
+HIDDEN = "HIDDEN: the merger closes in March"
+# the stand-in engine echoes its prompt: the policy keeps the rows whose answer does not say HIDDEN
+POLICY = "llm_map('Say ok to {b}', body) NOT LIKE '%HIDDEN%'"
+
+
+@pytest.fixture
+def notes(roles):
+    with connect(roles) as admin:
+        admin.execute("CREATE TABLE notes (id int, body text)")
+        admin.execute("INSERT INTO notes VALUES (1, 'lunch at noon'), (2, %s), (3, 'the printer is fixed')", [HIDDEN])
+        admin.execute("ALTER TABLE notes ENABLE ROW LEVEL SECURITY")
+        admin.execute(f"CREATE POLICY readable ON notes USING ({POLICY})")
+        admin.execute("GRANT SELECT ON notes TO mallory")
+    yield
+    with connect(roles) as admin:
+        admin.execute("DROP TABLE notes")
+
+
+def probe(db, text: str) -> int:
+    """What mallory's own estimate of the policy's prompt over ``text`` says the result cache holds."""
+    plan = db.execute("SELECT llm_estimate_query('Say ok to {b}', 'SELECT ' || quote_literal(%s) || '::text AS b')",
+                      [text]).fetchone()[0]
+    return plan["cached_rows"]
+
+
+@pytest.mark.parametrize("batching", ["on", "off"])
+def test_a_policys_calls_over_hidden_rows_stay_out_of_the_readers_caches(notes, roles, fake, batching):
+    with connect(roles, "mallory") as db:
+        db.execute(f"SET relserve.batch_calls = {batching}")
+        before = len(fake.submitted)
+        assert db.execute("SELECT id FROM notes ORDER BY id").fetchall() == [(1,), (3,)]
+        # the policy's relQuery carried every row, in a namespace of its own (not mallory's)
+        (rq,) = fake.submitted[before:]
+        assert any(HIDDEN in p for p in rq.render())
+        salt = fake.tenancies[before].cache_salt
+        assert salt.startswith("tenant:mallory:isolated:") and fake.tenancies[before].tenant == "mallory"
+        # mallory's guess of the hidden text finds nothing in her result cache (nor does a right
+        # guess of a row she may read: the policy's answers are nobody's)
+        assert probe(db, HIDDEN) == probe(db, "HIDDEN: the merger closes in April") == probe(db, "lunch at noon") == 0
+        # the next statement's policy calls get a namespace of their own again
+        db.execute("SELECT id FROM notes").fetchall()
+        assert fake.tenancies[-1].cache_salt.startswith("tenant:mallory:isolated:") and fake.tenancies[-1].cache_salt != salt
+        # her own calls keep her caches: the same prompt twice is answered from her result cache
+        own = f"a note of her own, batching {batching}"
+        db.execute("SELECT llm_map('Say ok to {b}', %s)", [own])
+        assert probe(db, own) == 1

@@ -90,6 +90,7 @@ async def submit(
     state: ServerState = Depends(get_state),
 ):
     body = state.with_defaults(body)
+    tenant = tenant.isolated_view() if body.isolated else tenant
     # sizes are summed off the event loop (linear in the body); the booking is on it
     cost = await run_in_threadpool(request_cost, body, tenant, state)
     job, batch = await start_job(state, tenant, cost, partial(plan_relquery, body), "relquery", body.hints(), body.estimate)
@@ -106,6 +107,7 @@ async def plan(body: RelQueryRequest, tenant: Tenant = Depends(current_tenant), 
     # EXPLAIN of the PostgreSQL foreign tables: rows, distinct prompts and cached answers, no engine.
     # Planning renders every row: it counts against the tenant's limits while it runs, as a job does
     body = state.with_defaults(body)
+    tenant = tenant.isolated_view() if body.isolated else tenant
     # sizes are summed off the event loop (linear in the body); the booking is on it
     reservation = state.reserve(await run_in_threadpool(request_cost, body, tenant, state), tenant)
     try:

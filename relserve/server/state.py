@@ -52,13 +52,17 @@ class ServerState:
         return body
 
     def cache_for(self, tenant: Tenant) -> ResultCache | CacheView | None:
-        """The result cache as ``tenant`` may see it: its own answers, or its cache group's."""
-        return self.cache.scoped(scope=tenant.cache_scope) if self.cache is not None else None
+        """The result cache as ``tenant`` may see it: its own answers, or its cache group's; none
+        for a request sent isolated."""
+        if self.cache is None or tenant.isolated:
+            return None
+        return self.cache.scoped(scope=tenant.cache_scope)
 
     def tenancy(self, tenant: Tenant) -> Tenancy | None:
         """How the engine sees the tenant's work: its prefix-cache namespace and its share.
-        None in open mode (one tenant: the engine runs as it does for a library user)."""
-        if tenant.open_mode:
+        None in open mode (one tenant: the engine runs as it does for a library user), unless
+        the request is isolated."""
+        if tenant.open_mode and not tenant.isolated:
             return None
         return Tenancy(tenant.name, tenant.prefix_cache_salt, tenant.limits.weight, tenant.limits.max_running_shared)
 

@@ -95,7 +95,7 @@ rs_planner(Query *parse, const char *query_string, int cursorOptions, ParamListI
 	PlannedStmt *stmt;
 	ListCell   *lc;
 
-	batching = parse->commandType == CMD_SELECT && IsTransactionState() && rs_batching_on() &&
+	batching = parse->commandType == CMD_SELECT && IsTransactionState() &&
 		OidIsValid(planning.extension = get_extension_oid("relserve", true));
 	/* the quals' security levels are noted while the statement is planned (rs_set_rel_pathlist) */
 	rs_planning = batching ? &planning : NULL;
@@ -110,7 +110,12 @@ rs_planner(Query *parse, const char *query_string, int cursorOptions, ParamListI
 		rs_planning = outer;
 	}
 	PG_END_TRY();
-	if (!batching || stmt->commandType != CMD_SELECT)
+	/*
+	 * relserve.batch_calls = off is the reader's choice for its own calls, not for a policy's or a
+	 * security_barrier view's: a statement with security quals is batched all the same, so that
+	 * their calls go out isolated (issue 63)
+	 */
+	if (!batching || stmt->commandType != CMD_SELECT || (planning.max_security_level == 0 && !rs_batching_on()))
 		return stmt;
 	stmt->planTree = rs_walk_plan(stmt->planTree, &planning, stmt->rtable);
 	foreach(lc, stmt->subplans)

@@ -192,6 +192,14 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 		RsSite	   *site = lfirst(lc);
 
 		site->batch = site->qual >= 0 ? (quals[site->qual].slot + 1) / 2 : nbatches + 1;
+		/*
+		 * a call in a qual below the statement's own security level (a row-level security policy's,
+		 * a security_barrier view's; one whose level is not known, when there are such quals) runs
+		 * over rows the reader may not see: it goes out isolated (issue 63)
+		 */
+		site->isolated = site->qual >= 0 && planning->max_security_level > 0 &&
+			(quals[site->qual].level == RS_LEVEL_UNKNOWN ||
+			 quals[site->qual].level < (int) planning->max_security_level);
 	}
 	/* the answers in batch order */
 	for (k = 1; k <= nbatches + 1; k++)
@@ -255,6 +263,7 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 		priv = lappend(priv, makeString(pstrdup(site->form)));
 		priv = lappend(priv, makeInteger(site->batch));
 		priv = lappend(priv, makeBoolean(site->qual >= 0));
+		priv = lappend(priv, makeBoolean(site->isolated));
 	}
 	cscan->custom_scan_tlist = scan_tlist;
 	cscan->custom_private = priv;
