@@ -16,7 +16,8 @@ def required(name: str, **arguments: object) -> None:
     """A PgError naming the first of ``arguments`` that is NULL."""
     for what, value in arguments.items():
         if value is None:
-            raise PgError(f"{name}: the {what.replace('_', ' ')} is NULL")
+            what = what.replace("_", " ")
+            raise PgError(f"{name}: the {what} {'are' if what.endswith('s') else 'is'} NULL")
 
 
 def options_object(name: str, options: object, example: str = '{"max_tokens": 8}') -> dict[str, object]:

@@ -10,14 +10,14 @@ prefix, so a misspelt ``SET relserve.max_token`` is an error naming the prefix.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from relserve.call_fields import CallFields
 from relserve.client import DEFAULT_URL
-from relserve.functions import OPTION_NAMES
+from relserve.errors import ConfigError
+from relserve.functions import OPTION_NAMES, validate_labels, validate_schema
 from relserve.postgres.budgets import within_ceilings
 from relserve.postgres.errors import INSUFFICIENT_PRIVILEGE, INVALID_AUTHORIZATION, PgError
 from relserve.postgres.setting_values import typed
@@ -111,15 +111,18 @@ def call_request(name: str, settings: Settings, function: str, spec: object = No
     chosen = {**settings.values, **{k: typed(k, v, f"{name}: option {k}") for k, v in given.items() if v is not None}}
     merged = Settings(within_ceilings(chosen, settings.ceilings))
     options: dict[str, object] = {"function": function}
-    if function == "classify":
-        if spec is not None and not isinstance(spec, (list, tuple)):
-            raise PgError(f"{name}: the labels must be an array of text, e.g. ARRAY['positive', 'negative'], got {type(spec).__name__}")
-        options["labels"] = list(spec) if spec is not None else None
-    elif function == "extract":
-        try:
-            options["json_schema"] = json.loads(spec) if isinstance(spec, str) else spec
-        except json.JSONDecodeError as e:
-            raise PgError(f"{name}: the JSON schema is not valid JSON: {e}") from None
+    # the labels and the schema are checked here, by relserve's rules, so that a bad one names
+    # itself before anything is sent
+    try:
+        if function == "classify" and spec is not None:
+            if not isinstance(spec, (list, tuple)):
+                raise PgError(f"{name}: the labels must be an array of text, e.g. ARRAY['positive', 'negative'], "
+                              f"got {type(spec).__name__}")
+            options["labels"] = list(validate_labels(spec, name))
+        elif function == "extract" and spec is not None:
+            options["json_schema"] = validate_schema(spec, name)
+    except ConfigError as e:
+        raise PgError(str(e)) from None
     options.update(merged.call_options())
     # row errors come back per row; what a failed row does is applied here
     options["on_error"] = "null"

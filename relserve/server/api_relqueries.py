@@ -153,7 +153,7 @@ async def result(
     job_id: str,
     request: Request,
     wait: bool = Query(True, description="wait for the relQuery to finish"),
-    timeout: float = Query(600.0, gt=0, description="seconds to wait at most"),
+    timeout: float = Query(600.0, gt=0, allow_inf_nan=False, description="seconds to wait at most"),
     tenant: Tenant = Depends(current_tenant),
     state: ServerState = Depends(get_state),
 ):
