@@ -109,8 +109,9 @@ def typed(name: str, value: object, where: str) -> object:
         return converted
     try:
         checked = rule(converted)
-    except ConfigError as e:  # relserve's own message, which starts with the option's name
-        raise PgError(where + str(e).removeprefix(name)) from None
+    except ConfigError as e:  # relserve's own message, which starts with the option's name (or says which part)
+        text = str(e)
+        raise PgError(where + text.removeprefix(name) if text.startswith(name) else f"{where}: {text}") from None
     return converted if name != "cascade" else checked
 
 
