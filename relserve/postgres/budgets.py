@@ -5,9 +5,9 @@
 * A superuser sets each role's ceiling in ``relserve.budget_limits`` (a row per role, or ``'*'``
   for every role, field by field where the role's own row leaves a field NULL), which only
   superusers write and each role reads only its own row of (the view ``relserve.my_budget_limit``).
-  A call's budget is the smaller of the two:
-  a role can lower its budget, never raise it past its ceiling, whatever its settings or options.
-  Without a setting the ceiling is the budget; what happens at it is the role's ``on_budget``.
+  A call's budget is the smaller of the two: a role can lower its budget, never raise it past its
+  ceiling, whatever its settings or options (the operators' included). Without a setting the
+  ceiling is the budget; what happens at it is the role's ``on_budget``.
 * The server's tenant a role's key names may have its own ``max_tokens_per_day`` (the tenants
   file of ``relserve serve``), which the server holds whatever the database sends.
 """

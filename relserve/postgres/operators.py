@@ -29,7 +29,7 @@ from relserve.postgres.settings import CALL_OPTIONS, SETTING_NAMES, Settings, ty
 from relserve.postgres.source import read_rows
 
 WAIT_SLICE_S = 0.1
-#: a call's budget (issue 47): every operator takes it, and the role's ceilings bound it
+#: a call's budget (issue 63): every operator takes it, and the role's ceilings bound it
 BUDGET_OPTIONS = ("max_tokens_total", "max_seconds", "on_budget")
 #: the settings an operator takes (the rest of llm_map's vocabulary does not apply to it)
 REDUCE_OPTIONS = ("max_tokens", "system", "temperature", "on_error", *BUDGET_OPTIONS)
