@@ -62,6 +62,7 @@ typedef struct RsPlanning
 	Oid			extension;		/* relserve's: only its llm_* functions are batched */
 	List	   *known;			/* RsKnownQual *, of every relation planned */
 	Index		max_security_level; /* the highest qual_security_level seen: 0 without security quals */
+	bool		security_only;	/* relserve.batch_calls is off: only nodes with a security qual's call */
 } RsPlanning;
 
 typedef struct RsQual

@@ -132,6 +132,7 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 	int			nquals = list_length(plan->qual);
 	int			nbatches = 0;
 	bool		levels_known = true,
+				any_isolated = false,
 				waits;
 	List	   *input_qual = NIL,
 			   *stages = NIL,
@@ -144,6 +145,8 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 
 	if (!rs_wrappable(plan))
 	{
+		if (planning->security_only)
+			return plan;
 		/* an aggregate's argument, a window function's, a join's: evaluated by this node, per row */
 		rs_find_walker((Node *) plan->targetlist, &f);
 		rs_find_walker((Node *) plan->qual, &f);
@@ -167,7 +170,7 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 		i++;
 	}
 	if (f.refused)
-		return rs_per_row_plan(plan, f.refused);
+		return planning->security_only ? plan : rs_per_row_plan(plan, f.refused);
 	if (f.sites == NIL)
 		return plan;
 
@@ -200,7 +203,10 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 		site->isolated = site->qual >= 0 && planning->max_security_level > 0 &&
 			(quals[site->qual].level == RS_LEVEL_UNKNOWN ||
 			 quals[site->qual].level < (int) planning->max_security_level);
+		any_isolated = any_isolated || site->isolated;
 	}
+	if (planning->security_only && !any_isolated)
+		return plan;			/* batching is off and no call here is a security qual's */
 	/* the answers in batch order */
 	for (k = 1; k <= nbatches + 1; k++)
 		foreach(lc, f.sites)
