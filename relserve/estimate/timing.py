@@ -13,9 +13,9 @@ prompt blocks the engine's prefix cache holds now (``cached``: relserve/estimate
 What an estimate costs is bounded whatever the queue (issue 63): the replay holds at most
 ``snapshot.MAX_REPLAYED_REQUESTS`` queued requests (a sample; the rest summed up as tokens and
 added as seconds at the engine's full throughput, in the share of the sampled waiting requests
-the policy admitted before the call's own), and it stops once the call's last relQuery has finished. The call's
-prompts are hashed in the caller's prefix-cache namespace (``salt``), the queue's each in its
-own, so a replay finds another tenant's blocks no more than the engine does.
+the policy admitted before the call's own), and it stops once the call's last relQuery has
+finished. The call's prompts are hashed in the caller's prefix-cache namespace (``salt``), the
+queue's each in its own, so a replay finds another tenant's blocks no more than the engine does.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from relserve.calibration import load_policy_settings, machine_cost_model
 from relserve.estimate.call_work import RelQueryWork
 from relserve.estimate.snapshot import Background, Unreplayed
 from relserve.policy import CostModel, Limits, PolicySettings, make_policy
-from relserve.sim.engine import EngineSim, SimulationError
+from relserve.sim.engine import EngineSim, SimulationError, relquery_of
 from relserve.sim.prepared_trace import PreparedRelQuery
 
 #: bytes of KV cache per token of SmolLM2-135M (30 layers x K and V x 3 heads x 64 x float32), to
@@ -175,7 +175,7 @@ def ahead_share(sim: EngineSim, background: Background, call: set[str]) -> float
     policy puts a small call first)."""
     if not background.sampled_waiting:
         return 0.0
-    times = [t for t, rid in sim.admissions if rid.rpartition("#")[0] in call]
+    times = [t for t, rid in sim.admissions if relquery_of(rid) in call]
     if not times:
         return 0.0
     last = max(times)

@@ -450,5 +450,10 @@ def request_id(rel_id: str, index: int) -> str:
     return f"{rel_id}#{index}"
 
 
+def relquery_of(req_id: str) -> str:
+    """The relQuery of a request id ``request_id`` made."""
+    return req_id.rpartition("#")[0]
+
+
 def _arrival_order(req: Req) -> int:
     return req.handle.order
