@@ -53,6 +53,9 @@ class CallFields:
     cache: bool | None = None
     #: the server estimates the relQuery when it starts and reports it in its stats (issue 47)
     estimate: bool | None = None
+    #: run out of the tenant's caches (issue 63): a PostgreSQL policy's call over rows its
+    #: reader may not see
+    isolated: bool | None = None
 
     @classmethod
     def of_call(cls, call: LLMCall, *, on_error: str | None = None, cache: bool | None = None) -> CallFields:

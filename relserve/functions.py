@@ -527,6 +527,9 @@ def validate_labels(labels: object, who: str = "llm_classify") -> tuple[str, ...
     items = list(labels)
     if not items:
         raise ConfigError(f"{who} labels must be a non-empty list of strings, got an empty list")
+    if len(items) > check.MAX_LABELS:
+        raise ConfigError(f"{who} labels: at most {check.MAX_LABELS:,} labels, got {len(items):,} (every row's answer "
+                          "is scored against every label); group them, or ask llm_map for a free answer")
     bad = [x for x in items if not isinstance(x, str) or not x.strip()]
     if bad:
         raise ConfigError(f"{who} labels must be non-empty strings; bad label(s): {bad!r}")

@@ -32,6 +32,10 @@ ON_ERROR_VALUES: tuple[str, ...] = tuple(m.value for m in OnError)
 MAX_TOKENS_LIMIT = 32768
 TEMPERATURE_LIMIT = 10.0
 PRIORITY_LIMIT = 1000
+#: the most labels a closed question takes (issue 63): scoring a row reads every label (an engine
+#: request per node of the labels' token trie: 10,000 numbered labels are about 11,000 requests a
+#: row), and a decoded answer lists them all in its prompt
+MAX_LABELS = 1000
 #: the agreement targets a model cascade may be asked for (relserve/cascade/)
 CASCADE_MIN, CASCADE_MAX = 0.5, 0.999
 

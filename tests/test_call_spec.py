@@ -63,7 +63,7 @@ def test_the_system_message_key_is_the_one_the_server_used_before():
 def test_the_server_body_maps_onto_the_specification_field_by_field():
     body_fields = set(CallBody.model_fields) | set(RelQueryRequest.model_fields)
     spec_arguments = {"function", "labels", "json_schema"}
-    transport = {"template", "rows", "prompts", "cache", "stream", "estimate"}
+    transport = {"template", "rows", "prompts", "cache", "stream", "estimate", "isolated"}
     # every body field is a specification field, a hint, or how the rows travel
     assert body_fields - spec_arguments - transport == (set(OPTION_NAMES) - {"model"}) | set(HINT_NAMES)
     body = RelQueryRequest(

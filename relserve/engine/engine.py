@@ -364,8 +364,9 @@ class Engine(BackendBase):
                     continue
                 for _, is_running, _, computed, generated, _ in seen:
                     requests.append(QueuedRequest(ids, computed, generated, bool(is_running)))
+            salt = running.tenancy.cache_salt if running.tenancy is not None else None
             out.append(QueuedRelQuery(rq.rel_id, running.arrival, 1 if rq.score_labels else rq.max_tokens, rq.call_key or "",
-                                      running.tenant, rq.priority, rq.score_labels, requests))
+                                      running.tenant, rq.priority, rq.score_labels, requests, salt))
         return out
 
     def cached_prefix_tokens(self, prompts: Sequence[Sequence[int]], salt: str | None = None) -> list[int]:

@@ -31,3 +31,6 @@ class QueuedRelQuery:
     #: its rows are scored (one answer token per request)
     scored: bool = False
     requests: list[QueuedRequest] = field(default_factory=list)
+    #: the prefix-cache namespace its prompts were sent in (a server tenant's ``cache_salt``;
+    #: None: the shared one): the estimates hash its blocks in it (issue 63)
+    cache_salt: str | None = None

@@ -125,13 +125,17 @@ class EngineView:
     taken_at: float = 0.0
     #: how to ask the engine what its prefix cache holds of a call's prompts (None: it cannot tell)
     prefix_lookup: PrefixLookup | None = None
+    #: the prefix-cache namespace the call's prompts run in (a server tenant's ``cache_salt``;
+    #: None: the shared one): its prompts find only the blocks of that namespace in the replay
+    salt: str | None = None
 
 
 def engine_view(engine, model_id: str) -> EngineView:
     """``engine``'s machine and its queue now (None: an engine not started: nothing queued)."""
     queued_fn = getattr(engine, "queued", None) if engine is not None else None
+    salt = getattr(engine, "prefix_cache_namespace", None) if engine is not None else None
     if queued_fn is None:
-        return EngineView(machine_of(engine, model_id), None, prefix_lookup=prefix_lookup(engine))
+        return EngineView(machine_of(engine, model_id), None, prefix_lookup=prefix_lookup(engine), salt=salt)
     now = time.monotonic()
     queued: list[QueuedRelQuery] = queued_fn()
     machine = machine_of(engine, model_id)  # after the queue: with the gap between steps it measured
@@ -140,7 +144,7 @@ def engine_view(engine, model_id: str) -> EngineView:
         return answer_lengths.spread(q.tenant, model_id, q.call_key, n)
 
     return EngineView(machine, background_of(queued, now, machine.limits.block_size, lengths), len(queued), now,
-                      prefix_lookup(engine))
+                      prefix_lookup(engine), salt)
 
 
 def work_of(call: LLMCall, prompts: Sequence[str], *, engine, model_id: str, values: Sequence[tuple] | None = None,
@@ -181,11 +185,11 @@ def estimate_work(work: CallWork, *, engine, model_id: str, view: EngineView | N
     if not work.stages:
         return CallEstimate(computed_prompt_tokens=0, idle_s=0.0, now_s=None if view.background is None else 0.0, **base)
     chain = Chain("call", work.stages)
-    held = cached_prompts(view.prefix_lookup, work.relqueries, m.limits.block_size)
+    held = cached_prompts(view.prefix_lookup, work.relqueries, m.limits.block_size, view.salt)
     base["engine_cached_tokens"] = held.tokens
     try:
-        alone = replay([chain], m, cached=held.blocks)
-        now = replay([chain], m, view.background, held.blocks) if view.background is not None else None
+        alone = replay([chain], m, cached=held.blocks, salt=view.salt)
+        now = replay([chain], m, view.background, held.blocks, view.salt) if view.background is not None else None
     except SimulationError as e:
         return CallEstimate(computed_prompt_tokens=work.prompt_tokens, idle_s=None, now_s=None, problem=str(e), **base)
     stages = tuple((", ".join(w.kind for w in stage), end) for stage, end in zip(work.stages, alone.chains["call"].stage_ends))

@@ -41,9 +41,11 @@ def prefix_lookup(engine) -> PrefixLookup | None:
     return lambda prompts: ask(prompts, salt)
 
 
-def cached_prompts(lookup: PrefixLookup | None, relqueries: Iterable[RelQueryWork], block_size: int) -> CachedPrompts:
+def cached_prompts(lookup: PrefixLookup | None, relqueries: Iterable[RelQueryWork], block_size: int,
+                   salt: str | None = None) -> CachedPrompts:
     """The blocks of ``relqueries``' requests (each row's prompt with each of its suffixes) that
-    the engine's prefix cache holds now, found by ``lookup`` (one call for all of them)."""
+    the engine's prefix cache holds now, found by ``lookup`` (one call for all of them), hashed
+    in the namespace of ``salt`` as the replay hashes the call's prompts."""
     if lookup is None:
         return CachedPrompts()
     works = list(relqueries)
@@ -58,7 +60,7 @@ def cached_prompts(lookup: PrefixLookup | None, relqueries: Iterable[RelQueryWor
     held = lookup([list(p) for p in prompts])
     if len(held) != len(prompts):
         raise ValueError(f"the engine answered {len(held)} cached prefixes for {len(prompts)} prompts")
-    blocks = [block_hashes(p, block_size)[: n // block_size] for p, n in zip(prompts, held) if n >= block_size]
+    blocks = [block_hashes(p, block_size, salt)[: n // block_size] for p, n in zip(prompts, held) if n >= block_size]
     tokens = 0
     for w in works:
         if not w.counted:

@@ -100,10 +100,10 @@ def estimate_statement(sites: Sequence[SiteWork], view: EngineView, pass_s: floa
     if not chains:
         return StatementEstimate(idle_s=pass_s, now_s=None, **base)
     works = [w for chain in chains for stage in chain.stages for w in stage]
-    held = cached_prompts(view.prefix_lookup, works, view.machine.limits.block_size).blocks
+    held = cached_prompts(view.prefix_lookup, works, view.machine.limits.block_size, view.salt).blocks
     try:
-        alone = replay(chains, view.machine, cached=held)
-        now = replay(chains, view.machine, view.background, held) if view.background is not None else None
+        alone = replay(chains, view.machine, cached=held, salt=view.salt)
+        now = replay(chains, view.machine, view.background, held, view.salt) if view.background is not None else None
     except SimulationError as e:
         return StatementEstimate(idle_s=None, now_s=None, problem=str(e), **base)
 

@@ -9,6 +9,13 @@ replay is run again with each next stage arriving when the last replay finished 
 an empty engine; ``behind`` replays it after the engine's queue of the moment
 (relserve/estimate/snapshot.py), which the same policy interleaves with it. Both start with the
 prompt blocks the engine's prefix cache holds now (``cached``: relserve/estimate/prefix_cache.py).
+
+What an estimate costs is bounded whatever the queue (issue 63): the replay holds at most
+``snapshot.MAX_REPLAYED_REQUESTS`` queued requests (a sample; the rest summed up as tokens and
+added as seconds at the engine's full throughput, in the share of the sampled waiting requests
+the policy admitted before the call's own), and it stops once the call's last relQuery has
+finished. The call's prompts are hashed in the caller's prefix-cache namespace (``salt``), the
+queue's each in its own, so a replay finds another tenant's blocks no more than the engine does.
 """
 
 from __future__ import annotations
@@ -20,9 +27,9 @@ from dataclasses import dataclass, field
 from relserve.block_hashes import BlockHash, block_hashes
 from relserve.calibration import load_policy_settings, machine_cost_model
 from relserve.estimate.call_work import RelQueryWork
-from relserve.estimate.snapshot import Background
+from relserve.estimate.snapshot import Background, Unreplayed
 from relserve.policy import CostModel, Limits, PolicySettings, make_policy
-from relserve.sim.engine import EngineSim, SimulationError
+from relserve.sim.engine import EngineSim, SimulationError, relquery_of
 from relserve.sim.prepared_trace import PreparedRelQuery
 
 #: bytes of KV cache per token of SmolLM2-135M (30 layers x K and V x 3 heads x 64 x float32), to
@@ -122,32 +129,71 @@ class Replay:
     prefill_tokens: int = 0
     cached_tokens: int = 0
     steps: int = 0
+    #: seconds added to every end for the queued work the replay left out (``Unreplayed``)
+    unreplayed_s: float = 0.0
 
 
-def prepared(work: RelQueryWork, rel_id: str, arrival: float, block_size: int) -> PreparedRelQuery:
+def prepared(work: RelQueryWork, rel_id: str, arrival: float, block_size: int, salt: str | None = None) -> PreparedRelQuery:
     """``work`` as the simulator's relQuery: one request per row and suffix (a scored row's
-    label-trie nodes), each with its prompt's block hashes and the answer tokens expected."""
+    label-trie nodes), each with its prompt's block hashes (in the namespace of ``salt``) and
+    the answer tokens expected."""
     lens, hashes, outs = [], [], []
     for ids, answer in zip(work.prompt_ids, work.answer_tokens):
         for suffix in work.suffixes:
             full = ids + list(suffix) if suffix else ids
             lens.append(len(full))
-            hashes.append(block_hashes(full, block_size))
+            hashes.append(block_hashes(full, block_size, salt))
             outs.append(max(1, min(answer, work.max_tokens)))
     return PreparedRelQuery(rel_id, arrival, work.max_tokens, tuple(lens), tuple(hashes), tuple(outs), work.call_key)
 
 
+def unreplayed_seconds(rest: Unreplayed, machine: Machine) -> float:
+    """The seconds of the queued requests a replay leaves out, with the engine's step-cost model:
+    their prompts prefilled in steps of ``max_num_batched_tokens``, then decoded in waves of as
+    many requests as ``max_num_seqs`` and the KV cache hold (each wave's context growing as it
+    answers), none of it cached or overlapped."""
+    if not rest.requests:
+        return 0.0
+    cost, limits = machine.cost, machine.limits
+    n = rest.requests
+    prompt = rest.prompt_tokens / n
+    answer = max(1.0, rest.answer_tokens / n)
+    steps = -(-rest.prompt_tokens // max(limits.max_num_batched_tokens, 1))
+    prefill = cost.alpha_p * rest.prompt_tokens + cost.gamma_p * n * prompt * prompt / 2 + cost.beta_p * max(steps, 1)
+    wave = max(1, min(n, limits.max_num_seqs, int(limits.kv_capacity_tokens // max(prompt + answer, 1.0))))
+    waves, last = divmod(n, wave)
+    decode = waves * cost.decode_run(wave, wave * prompt, answer)
+    if last:
+        decode += cost.decode_run(last, last * prompt, answer)
+    return prefill + decode
+
+
+def ahead_share(sim: EngineSim, background: Background, call: set[str]) -> float:
+    """The share of the sampled waiting requests the policy admitted no later than the call's
+    last request: the sample stands for the queue, so the same share of the requests it leaves
+    out runs before the call too (all of them first come first served; few of them when the
+    policy puts a small call first)."""
+    if not background.sampled_waiting:
+        return 0.0
+    times = [t for t, rid in sim.admissions if relquery_of(rid) in call]
+    if not times:
+        return 0.0
+    last = max(times)
+    ahead = sum(1 for t, rid in sim.admissions if t <= last and rid in background.sampled_waiting)
+    return ahead / len(background.sampled_waiting)
+
+
 def replay(chains: Sequence[Chain], machine: Machine, background: Background | None = None,
-           cached: Sequence[tuple[BlockHash, ...]] = ()) -> Replay:
+           cached: Sequence[tuple[BlockHash, ...]] = (), salt: str | None = None) -> Replay:
     """When each chain's stages end, replayed on ``machine`` after ``background`` with the blocks
-    ``cached`` in the prefix cache (see the module docstring). Raises SimulationError for work
-    the engine could never hold."""
+    ``cached`` in the prefix cache, the chains' prompts in the namespace of ``salt`` (see the
+    module docstring). Raises SimulationError for work the engine could never hold."""
     block = machine.limits.block_size
     index = {chain.name: c for c, chain in enumerate(chains)}
     base: dict[tuple[int, int], list[PreparedRelQuery]] = {}
     for c, chain in enumerate(chains):
         for s, stage in enumerate(chain.stages):
-            base[(c, s)] = [prepared(w, f"{c}/{s}/{k}", 0.0, block) for k, w in enumerate(stage) if w.requests]
+            base[(c, s)] = [prepared(w, f"{c}/{s}/{k}", 0.0, block, salt) for k, w in enumerate(stage) if w.requests]
     ends: dict[tuple[int, int], float] = {}
     starts: dict[tuple[int, int], float] = {}
     sim = None
@@ -157,14 +203,18 @@ def replay(chains: Sequence[Chain], machine: Machine, background: Background | N
         if sim is not None and wanted.keys() == starts.keys() and all(abs(wanted[k] - starts[k]) < 1e-9 for k in wanted):
             break
         starts = wanted
-        sim = _run(machine, background, cached, [q.at(starts[key]) for key in starts for q in base[key]])
+        placed = [q.at(starts[key]) for key in starts for q in base[key]]
+        sim = _run(machine, background, cached, placed, until_done=[q.id for q in placed])
         finish = {log.id: log.finish for log in sim.logs}
         ends = {key: max((finish[q.id] for q in base[key]), default=start) for key, start in starts.items()}
-    times = {chain.name: ChainTimes([ends[(c, s)] for s in range(len(chain.stages))]) for c, chain in enumerate(chains)}
+    extra = 0.0
+    if sim is not None and background is not None and background.rest.requests:
+        extra = ahead_share(sim, background, {q.id for q in placed}) * unreplayed_seconds(background.rest, machine)
+    times = {chain.name: ChainTimes([ends[(c, s)] + extra for s in range(len(chain.stages))]) for c, chain in enumerate(chains)}
     if sim is None:
         return Replay(times)
     stats = sim.stats
-    return Replay(times, stats.prefill_tokens, stats.cached_tokens, sum(stats.steps.values()))
+    return Replay(times, stats.prefill_tokens, stats.cached_tokens, sum(stats.steps.values()), extra)
 
 
 def _starts(chains: Sequence[Chain], index: dict[str, int], ends: dict[tuple[int, int], float]) -> dict[tuple[int, int], float]:
@@ -190,11 +240,13 @@ def _end(chains: Sequence[Chain], ends: dict[tuple[int, int], float], c: int) ->
 
 
 def _run(machine: Machine, background: Background | None, cached: Sequence[tuple[BlockHash, ...]],
-         relqueries: list[PreparedRelQuery]) -> EngineSim:
+         relqueries: list[PreparedRelQuery], until_done: Sequence[str] = ()) -> EngineSim:
+    """The simulator over the queue and ``relqueries``; it stops once every relQuery of
+    ``until_done`` has finished (the rest of the queue would change no end the estimate reads)."""
     queue = list(background.relqueries) if background is not None else []
     policy = make_policy(machine.policy, machine.policy_cost or machine.cost, machine.settings)
     limits = dataclasses.replace(machine.limits, kv_free_tokens=machine.limits.kv_capacity_tokens)
-    sim = EngineSim(policy, machine.cost, limits, queue + relqueries)
+    sim = EngineSim(policy, machine.cost, limits, queue + relqueries, until_done=until_done)
     # the running requests' blocks last (the least recently used go first when the pool is full):
     # the engine holds those for sure, the finished work's only until it evicts them
     _warm(sim, [*cached, *(background.cached if background is not None else ())])

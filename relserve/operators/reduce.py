@@ -20,15 +20,18 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from relserve.backend.protocol import Backend
+from relserve.budget import Allowance, Budget
 from relserve.errors import ConfigError, RowError
 from relserve.functions import LLM_EXTRACT, LLM_MAP, LLMCall, make_call
 from relserve.operators.budget import TokenCounter, context_of, item_budget, placeholders
 from relserve.operators.packing import TooLong, estimate_levels, fold, pack
+from relserve.operators.spending import OperatorWork, operator_allowance, relquery_work, without_budget
 from relserve.operators.values import Group, GroupKey, Value
 from relserve.planner.cache import ResultCache
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds
 from relserve.planner.engine_ref import EngineRef
-from relserve.planner.plan_and_run import run_call
+from relserve.planner.plan import rows_of
+from relserve.planner.plan_and_run import run_rows
 from relserve.template import format_value
 from relserve.validation import OnError, unicode_problem
 
@@ -168,18 +171,25 @@ def run_reduce(
     cache: ResultCache | bool | None = True,
     progress: bool = False,
     cancel: threading.Event | None = None,
+    budget: Allowance | None = None,
+    budget_name: str = "call",
 ) -> ReduceOutcome:
     """Reduce every group; each level of the tree is one relQuery over all groups' chunks.
 
     ``cancel`` (a ``threading.Event``) is checked before every level: once set, the groups not
-    yet answered get NULL and the error "cancelled" (a level already sent runs to its end)."""
+    yet answered get NULL and the error "cancelled" (a level already sent runs to its end).
+    The call's budget (``max_tokens_total``, ``max_seconds``, ``on_budget``) holds over every
+    level (relserve/operators/spending.py), under ``budget`` (a tenant's day) when given;
+    ``budget_name`` is how its messages name it. Raises BudgetExceeded when it refuses the
+    reduction before it starts."""
     ref = engine if isinstance(engine, EngineRef) else EngineRef(engine, rc.call.options.model)
     # the running engine's context and tokenizer; without one (all answers cached, say) the
     # defaults of the engine that would start, so nothing is started only to count tokens
     b = _budget(rc, ref.peek())
     raising = rc.call.options.on_error == OnError.RAISE
-    # every prompt runs with on_error null: a failed chunk fails its group, not the others
-    call = replace(rc.call, options=replace(rc.call.options, on_error=OnError.NULL))
+    # every prompt runs with on_error null: a failed chunk fails its group, not the others; the
+    # budget is held over all levels at once (below), not by each level again
+    call = without_budget(replace(rc.call, options=replace(rc.call.options, on_error=OnError.NULL)))
 
     n = len(groups)
     values: list[str | None] = [None] * n
@@ -194,6 +204,9 @@ def run_reduce(
         elif texts:
             items[g] = texts  # an empty group (no values, or only NULLs) is NULL, as in SQL
     tokens = dict(zip(items, b.counter.count_each(list(items.values()))))
+    own = Budget.of(rc.call.options)
+    work = _work(rc, b, list(tokens.values()), ref) if own.limited else None
+    allowance = operator_allowance(own, WHO, work, budget, budget_name)
 
     def fail(g: int, message: str) -> None:
         errors[g] = f"{WHO}: {message}"
@@ -228,7 +241,8 @@ def run_reduce(
         if not jobs:
             break
         record = LevelRun(level, len(jobs), sum(1 for _, _, final in jobs if final))
-        outcome = run_call(call, [[text for _, text, _ in jobs]], engine=ref, cache=cache, progress=progress)
+        outcome = run_rows(call, rows_of(call, [[text for _, text, _ in jobs]]), engine=ref, cache=cache,
+                           progress=progress, budget=allowance)
         record.prompts_run = outcome.ran
         if outcome.engine_stats is not None:
             s = outcome.engine_stats
@@ -251,6 +265,18 @@ def run_reduce(
         tokens = dict(zip(items, b.counter.count_each(list(items.values()))))
         level += 1
     return out
+
+
+def _work(rc: ReduceCall, b: _Budget, per_group: list[list[int]], ref: EngineRef) -> OperatorWork:
+    """Every level's prompts and tokens, as EXPLAIN predicts them (partial answers at their
+    most: an upper bound), and their seconds alone on the engine."""
+    fitting = [toks for toks in per_group if all(t + 3 <= b.budget for t in toks)]
+    running = ref.peek()
+    work = OperatorWork()
+    for lv in estimate_levels(fitting, b.budget, rc.call.max_tokens):
+        tokens = lv.value_tokens + lv.prompts * b.overhead
+        work += relquery_work(running, ref.model_id, lv.prompts, tokens, rc.call.max_tokens)
+    return work
 
 
 # -- EXPLAIN ------------------------------------------------------------------------------------

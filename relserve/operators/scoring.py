@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from relserve.budget import Allowance
 from relserve.functions import SCORING_METHODS, LLMCall
 from relserve.labels.keys import namespace_of
 from relserve.labels.memory import process_memory
@@ -32,8 +33,10 @@ class Scores:
     stats: RelQueryStats | None
 
 
-def label_scores(call: LLMCall, columns: Sequence[Sequence[object]], ref: EngineRef, *, progress: bool = False) -> Scores:
-    """Run ``call`` (filter/classify with a scoring method) over the rows; return label scores."""
+def label_scores(call: LLMCall, columns: Sequence[Sequence[object]], ref: EngineRef, *, progress: bool = False,
+                 budget: Allowance | None = None) -> Scores:
+    """Run ``call`` (filter/classify with a scoring method) over the rows; return label scores.
+    ``budget``: what the rows spend from (an operator's, relserve/operators/spending.py)."""
     assert call.label_method in SCORING_METHODS, call.label_method
     plan = plan_call(call, columns, model_id=ref.model_id, cache=None, optimize=True, namespace=namespace_of(ref.peek()),
                      memory=process_memory())
@@ -45,7 +48,7 @@ def label_scores(call: LLMCall, columns: Sequence[Sequence[object]], ref: Engine
     stats = None
     if rows.prompts:
         executor = CallExecutor(rows, model_id=plan.model_id, prefix=plan.shared_prefix(),
-                                error_prefix=f"{call.function.name}: ")
+                                error_prefix=f"{call.function.name}: ", budget=budget)
         for r in executor.run(ref.get(), progress=progress):
             if r.error is None and r.label_logprobs is not None:
                 logprobs[r.index] = dict(r.label_logprobs)

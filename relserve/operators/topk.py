@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relserve.backend.protocol import Backend
+from relserve.budget import Allowance, Budget
 from relserve.errors import ConfigError, RowError
 from relserve.functions import LLM_CLASSIFY, LLM_FILTER, LLMCall, make_call
-from relserve.operators.budget import placeholders
+from relserve.operators.budget import TokenCounter, placeholders
 from relserve.operators.scoring import Scores, label_scores
+from relserve.operators.spending import OperatorWork, operator_allowance, relquery_work
 from relserve.operators.values import Value
 from relserve.planner.engine_ref import EngineRef
 from relserve.template import format_value
@@ -100,7 +102,11 @@ def _record(name: str, prompts: int, result: Scores) -> Round:
     return r
 
 
-def run_topk(tc: TopKCall, values: Sequence[Value], *, engine: Backend | None = None, progress: bool = False) -> TopKOutcome:
+def run_topk(tc: TopKCall, values: Sequence[Value], *, engine: Backend | None = None, progress: bool = False,
+             budget: Allowance | None = None, budget_name: str = "call") -> TopKOutcome:
+    """The ``k`` best values. The call's budget (``max_tokens_total``, ``max_seconds``,
+    ``on_budget``) holds over both rounds (relserve/operators/spending.py), under ``budget`` (a
+    tenant's day) when given; BudgetExceeded when it refuses the top-k before it starts."""
     ref = engine if isinstance(engine, EngineRef) else EngineRef(engine, tc.score.options.model)
     n = len(values)
     texts = [None if v is None else (v if isinstance(v, str) else format_value(v)) for v in values]
@@ -112,7 +118,10 @@ def run_topk(tc: TopKCall, values: Sequence[Value], *, engine: Backend | None = 
     present = [i for i in range(n) if texts[i] is not None]
     if not present:
         return out
-    s = label_scores(tc.score, [[texts[i] for i in present]], ref, progress=progress)
+    own = Budget.of(tc.score.options)
+    work = _work(tc, [texts[i] for i in present], ref) if own.limited else None
+    allowance = operator_allowance(own, WHO, work, budget, budget_name)
+    s = label_scores(tc.score, [[texts[i] for i in present]], ref, progress=progress, budget=allowance)
     out.rounds.append(_record("score", len(present), s))
     for j, i in enumerate(present):
         lp = s.logprobs[j]
@@ -134,7 +143,8 @@ def run_topk(tc: TopKCall, values: Sequence[Value], *, engine: Backend | None = 
     if len(pool) > tc.k:
         # round 2: every ordered pair among the pool
         pairs = [(a, b) for a in pool for b in pool if a != b]
-        c = label_scores(tc.compare, [[texts[a] for a, _ in pairs], [texts[b] for _, b in pairs]], ref, progress=progress)
+        c = label_scores(tc.compare, [[texts[a] for a, _ in pairs], [texts[b] for _, b in pairs]], ref, progress=progress,
+                         budget=allowance)
         out.rounds.append(_record("compare", len(pairs), c))
         margin: dict[tuple[int, int], float] = {}
         for (a, b), lp in zip(pairs, c.logprobs):
@@ -153,6 +163,24 @@ def run_topk(tc: TopKCall, values: Sequence[Value], *, engine: Backend | None = 
     out.indices = ranked
     out.values = [values[i] for i in ranked]
     return out
+
+
+def _work(tc: TopKCall, texts: Sequence[str], ref: EngineRef) -> OperatorWork:
+    """Both rounds at their most: every distinct value scored once, then every ordered pair of
+    the pool compared, each pair as long as the two longest values; one answer token each."""
+    counter = TokenCounter.of(ref.peek(), tc.score.options.model)
+    distinct = list(dict.fromkeys(texts))
+    sizes = counter.count(distinct)
+    score_overhead = counter.prompt(tc.score.template.render({tc.score.template.columns[0]: ""}))
+    running = ref.peek()
+    work = relquery_work(running, ref.model_id, len(distinct), sum(sizes) + len(distinct) * score_overhead, 1)
+    pool = tc.pool_size(len(distinct))
+    if pool > tc.k:
+        pairs = pool * (pool - 1)
+        longest = sum(sorted(sizes, reverse=True)[:2])
+        compare_overhead = counter.prompt(COMPARE_TEMPLATE.format(first="", second=""))
+        work += relquery_work(running, ref.model_id, pairs, pairs * (longest + compare_overhead), 1)
+    return work
 
 
 def explain_topk(tc: TopKCall, values: Sequence[Value]) -> dict[str, Any]:

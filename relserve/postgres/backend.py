@@ -10,6 +10,13 @@ from typing import Any
 
 from relserve.client import Client
 from relserve.postgres.budgets import ceilings_of
+from relserve.postgres.definer import (
+    CONTEXT_COLUMNS,
+    DEFAULTS_SQL,
+    as_the_definer_chose,
+    chosen_by_others,
+    definer_defaults,
+)
 from relserve.postgres.settings import (
     REFUSED_SETTINGS,
     SETTING_NAMES,
@@ -31,10 +38,16 @@ def _plan(plpy: object, name: str, sql: str, types: list[str] | None = None) -> 
 
 
 def settings(plpy: object) -> Settings:
+    """The call's ``relserve.*`` settings and the role's ceilings; inside a ``SECURITY DEFINER``
+    function, only the values the definer chose (relserve/postgres/definer.py)."""
     names = SETTING_NAMES + tuple(REFUSED_SETTINGS)
-    sql = "SELECT " + ", ".join(f"pg_catalog.current_setting('relserve.{n}', true) AS {n}" for n in names)
-    row = plpy.execute(_plan(plpy, "settings", sql))[0]
+    columns = [f"pg_catalog.current_setting('relserve.{n}', true) AS {n}" for n in names]
+    row = dict(plpy.execute(_plan(plpy, "settings", "SELECT " + ", ".join((*columns, *CONTEXT_COLUMNS))))[0])
     refused(row)
+    ignored = chosen_by_others(row, SETTING_NAMES)
+    if ignored:
+        defaults = definer_defaults(plpy.execute(_plan(plpy, "definer_defaults", DEFAULTS_SQL)))
+        row = as_the_definer_chose(row, ignored, defaults)
     limits = plpy.execute(_plan(plpy, "budget_limits", "SELECT own, max_tokens_total, max_seconds FROM relserve.my_budget_limit"))
     return replace(settings_from_row(row), ceilings=ceilings_of([dict(r) for r in limits]))
 

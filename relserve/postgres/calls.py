@@ -13,6 +13,7 @@ from relserve.errors import TemplateError
 from relserve.job_stats import JobStats
 from relserve.postgres import backend
 from relserve.postgres.answers import Accepted, Answer, AnswerStream, Broken, Finished
+from relserve.postgres.arguments import options_object, required
 from relserve.postgres.errors import DATA_EXCEPTION, QUERY_CANCELED, PgError, raise_as_sql, server_error
 from relserve.postgres.settings import CallRequest, call_request
 from relserve.postgres.source import read_rows
@@ -26,6 +27,7 @@ def scalar(plpy: object, function: str, template: str, vals: object = None, fiel
     """One value of ``llm_<function>``: one request to the server."""
     name = f"llm_{function}"
     try:
+        required(name, template=template, **_spec_argument(function, spec))
         request = call_request(name, backend.settings(plpy), function, spec)
         row = bind(name, template, vals, fields)
         rows, error = run(plpy, name, request, template, [row])
@@ -51,9 +53,8 @@ def over_query(plpy: object, function: str, template: str, query: str, options: 
     A list, not a generator: an error then surfaces with its own message, not as a failed iteration."""
     name = f"llm_{function}_query"
     try:
-        given = json.loads(options) if options else {}
-        if not isinstance(given, dict):
-            raise PgError(f"{name}: options must be a jsonb object, e.g. '{{\"max_tokens\": 8}}'")
+        required(name, template=template, **_spec_argument(function, spec), query=query)
+        given = options_object(name, options)
         request = call_request(name, backend.settings(plpy), function, spec, given)
         rows, inputs = read_rows(plpy, name, query)
         if not rows:
@@ -73,6 +74,15 @@ def over_query(plpy: object, function: str, template: str, query: str, options: 
                 for r, t in zip(answers, inputs)]
     except PgError as e:
         raise_as_sql(plpy, e)
+
+
+def _spec_argument(function: str, spec: object) -> dict[str, object]:
+    """The labels of a classify, the JSON schema of an extract: SQL arguments that must be given."""
+    if function == "classify":
+        return {"labels": spec}
+    if function == "extract":
+        return {"json_schema": spec}
+    return {}
 
 
 def as_sql_value(function: str, value: object) -> object:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from relserve.postgres import backend
+from relserve.postgres.arguments import function_option, options_object, required
 from relserve.postgres.calls import bind
 from relserve.postgres.errors import PgError, raise_as_sql, server_error
 from relserve.postgres.settings import CallRequest, call_request
@@ -30,13 +31,14 @@ _FUNCTION_OPTIONS = ("function", "labels", "json_schema")
 
 
 def _request(plpy: object, name: str, options: object) -> CallRequest:
-    given = json.loads(options) if isinstance(options, str) else dict(options or {})
-    if not isinstance(given, dict):
-        raise PgError(f"{name}: options must be a jsonb object, e.g. '{{\"function\": \"filter\"}}'")
-    function = str(given.pop("function", "map")).lower().removeprefix("llm_")
+    given = options_object(name, options, '{"function": "filter"}')
+    function = function_option(name, given.pop("function", None))
     spec = given.pop("labels", None) if function == "classify" else given.pop("json_schema", None)
     for key in _FUNCTION_OPTIONS:
         given.pop(key, None)
+    needs = {"classify": "labels", "extract": "json_schema"}.get(function)
+    if needs is not None and spec is None:
+        raise PgError(f"{name}: option function {function!r} needs the option {needs}")
     return call_request(name, backend.settings(plpy), function, spec, given)
 
 
@@ -56,6 +58,7 @@ def count_tokens(plpy: object, template: str, vals: object = None, fields: objec
     """One row's prompt tokens (NULL, with a notice, for a row that cannot run)."""
     name = "llm_count_tokens"
     try:
+        required(name, template=template)
         request = _request(plpy, name, options)
         row = bind(name, template, vals, fields)
         got = _ask(plpy, name, request, lambda c: c.count_tokens(template, [row], request.call))
@@ -70,6 +73,7 @@ def count_tokens_query(plpy: object, template: str, query: str, options: object)
     """Every row of ``query``: (ord, prompt_tokens, error, input), one request."""
     name = "llm_count_tokens_query"
     try:
+        required(name, template=template, query=query)
         request = _request(plpy, name, options)
         rows, inputs = read_rows(plpy, name, query)
         if not rows:
@@ -86,6 +90,7 @@ def estimate_query(plpy: object, template: str, query: str, options: object) -> 
     with the budget the call would run under (settings, options and the role's ceiling), as jsonb."""
     name = "llm_estimate_query"
     try:
+        required(name, template=template, query=query)
         request = _request(plpy, name, options)
         rows, _ = read_rows(plpy, name, query)
         if not rows:

@@ -141,9 +141,14 @@ def batch_open(plpy: object, kind: str, template: str, spec: str | None, form: s
     one call does; a NULL value fails its row on the server); the server and key are the
     functions' own (the superuser's configuration)."""
     name = f"llm_{kind}"
+    # "args" or "fields"; "... isolated" for a security qual's call (a policy's, a security_barrier
+    # view's: batch_plan.c), over rows the reader may not see, sent out of the reader's caches
+    form, _, mode = form.partition(" ")
     try:
         labels_or_schema = json.loads(spec) if spec else None
         request = call_request(name, backend.settings(plpy), kind, labels_or_schema)
+        if mode == "isolated":
+            request = replace(request, call=replace(request.call, isolated=True))
         window = json.loads(rows)
         bound = [bind(name, template, value, None) if form == "args" else
                  bind(name, template, None, None if value is None else json.dumps(value)) for value in window]

@@ -22,21 +22,28 @@ from typing import Any
 import httpx
 
 from relserve.postgres import backend
+from relserve.postgres.arguments import options_object, required
+from relserve.postgres.budgets import within_ceilings
 from relserve.postgres.errors import DATA_EXCEPTION, QUERY_CANCELED, PgError, raise_as_sql, server_error
 from relserve.postgres.settings import CALL_OPTIONS, SETTING_NAMES, Settings, typed
 from relserve.postgres.source import read_rows
 
 WAIT_SLICE_S = 0.1
+#: a call's budget (issue 63): every operator takes it, and the role's ceilings bound it
+BUDGET_OPTIONS = ("max_tokens_total", "max_seconds", "on_budget")
 #: the settings an operator takes (the rest of llm_map's vocabulary does not apply to it)
-REDUCE_OPTIONS = ("max_tokens", "system", "temperature", "on_error")
-TOPK_OPTIONS = ("max_tokens", "system", "on_error")
+REDUCE_OPTIONS = ("max_tokens", "system", "temperature", "on_error", *BUDGET_OPTIONS)
+TOPK_OPTIONS = ("max_tokens", "system", "on_error", *BUDGET_OPTIONS)
+#: options only ``llm_reduce_query``'s jsonb carries
+QUERY_OPTIONS = ("context_tokens", "json_schema")
 
 
 def _options(name: str, settings: Settings, allowed: tuple[str, ...], given: Mapping[str, object] | None = None) -> dict[str, object]:
-    """The session's settings overridden by the call's own; an unknown name or one the operator
-    does not take is an error naming the ones it does."""
+    """The session's settings overridden by the call's own, each budget within the role's
+    ceiling (``relserve.budget_limits``, as for every other call); an unknown name or one the
+    operator does not take is an error naming the ones it does."""
     given = dict(given or {})
-    extra = ("context_tokens", "json_schema") if given else ()
+    extra = QUERY_OPTIONS if given else ()
     unknown = sorted(set(given) - set(SETTING_NAMES) - set(extra))
     if unknown:
         raise PgError(f"{name}: unknown option(s) {', '.join(unknown)}; known options: {', '.join(allowed)}, "
@@ -48,7 +55,29 @@ def _options(name: str, settings: Settings, allowed: tuple[str, ...], given: Map
     not_taken = sorted(k for k in given if k in CALL_OPTIONS and k not in allowed)
     if not_taken:
         raise PgError(f"{name} takes no option(s) {', '.join(not_taken)}; it takes {', '.join(allowed)}")
+    values = within_ceilings(values, settings.ceilings)
     return {k: values[k] for k in allowed if values.get(k) is not None}
+
+
+def _query_options(name: str, given: Mapping[str, object]) -> dict[str, object]:
+    """``llm_reduce_query``'s own options, checked here so that a bad one names itself."""
+    out: dict[str, object] = {}
+    tokens = given.get("context_tokens")
+    if tokens is not None:
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+            raise PgError(f"{name}: option context_tokens must be a positive whole number of tokens, got {tokens!r}")
+        out["context_tokens"] = tokens
+    schema = given.get("json_schema")
+    if schema is not None:
+        if isinstance(schema, str):
+            try:
+                schema = json.loads(schema)
+            except json.JSONDecodeError as e:
+                raise PgError(f"{name}: option json_schema is not valid JSON: {e}") from None
+        if not isinstance(schema, dict):
+            raise PgError(f"{name}: option json_schema must be a JSON object (a JSON schema), got {type(schema).__name__}")
+        out["json_schema"] = schema
+    return out
 
 
 def _post(plpy: object, name: str, path: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
@@ -113,8 +142,7 @@ def reduce_group(plpy: object, state: object) -> str | None:
         if parts is None:
             return None
         (template,), values = parts
-        if template is None:
-            raise PgError(f"{name}: the template is NULL")
+        required(name, template=template)
         if not values:
             return None  # only NULLs: NULL, as SQL aggregates give
         settings = backend.settings(plpy)
@@ -145,8 +173,7 @@ def topk_group(plpy: object, state: object) -> list[str] | None:
         if parts is None:
             return None
         (template, k), values = parts
-        if template is None:
-            raise PgError(f"{name}: the template is NULL")
+        required(name, template=template)
         if k is None or not k.lstrip("-").isdigit() or int(k) < 1:
             raise PgError(f"{name}: k must be a positive integer, got {k if k is not None else 'NULL'}")
         if not values:
@@ -168,11 +195,11 @@ def reduce_query(plpy: object, template: str, query: str, options: object) -> li
     order they first appear."""
     name = "llm_reduce_query"
     try:
-        given = json.loads(options) if options else {}
-        if not isinstance(given, dict):
-            raise PgError(f"{name}: options must be a jsonb object, e.g. '{{\"max_tokens\": 32}}'")
+        required(name, template=template, query=query)
+        given = options_object(name, options, '{"max_tokens": 32}')
         settings = backend.settings(plpy)
         chosen = _options(name, settings, REDUCE_OPTIONS, given)
+        extra = _query_options(name, given)
         from relserve.template import Template
 
         try:
@@ -195,8 +222,7 @@ def reduce_query(plpy: object, template: str, query: str, options: object) -> li
         if not groups:
             return []
         on_error = chosen.get("on_error", "null")
-        body = {"template": template, "groups": list(groups.values()), **chosen, "on_error": "null",
-                **{k: given[k] for k in ("context_tokens", "json_schema") if given.get(k) is not None}}
+        body = {"template": template, "groups": list(groups.values()), **chosen, "on_error": "null", **extra}
         out = _post(plpy, name, "/v1/operators/reduce", body, settings.timeout_s)
         if on_error == "raise":
             bad = next((i for i, e in enumerate(out["errors"]) if e is not None), None)

@@ -10,19 +10,17 @@ prefix, so a misspelt ``SET relserve.max_token`` is an error naming the prefix.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from relserve import validation as check
 from relserve.call_fields import CallFields
 from relserve.client import DEFAULT_URL
 from relserve.errors import ConfigError
-from relserve.functions import OPTION_NAMES
+from relserve.functions import OPTION_NAMES, validate_labels, validate_schema
 from relserve.postgres.budgets import within_ceilings
 from relserve.postgres.errors import INSUFFICIENT_PRIVILEGE, INVALID_AUTHORIZATION, PgError
-from relserve.validation import ON_ERROR_VALUES
+from relserve.postgres.setting_values import typed
 
 #: options of a call that the server takes besides the call specification
 SERVER_OPTIONS = ("cache", "priority", "deadline_s")
@@ -44,85 +42,7 @@ REFUSED_SETTINGS: dict[str, str] = {
     "pg_db_role_setting). A superuser stores each role's key in relserve.api_keys.",
 }
 
-#: values an option took before it shared relserve's vocabulary
-RENAMED = {
-    ("on_error", "fail"): "'fail' is now 'raise' (a failed row fails the statement)",
-}
-
-_INT = ("max_tokens", "seed", "priority", "batch_window", "max_tokens_total")
-_FLOAT = ("temperature", "top_p", "deadline_s", "timeout", "max_seconds")
-#: numbers with a range relserve's validation holds for every surface: checked here with its rule
-#: and its message, so a bad value fails naming the setting before any request is sent
-_CHECKED = {"cascade": check.cascade}
-_BOOL = ("reorder_fields", "cache", "batch_calls")
-_JSON = ("examples",)
-_ON_ERROR = ("on_error", "on_server_error")
-_TRUE = ("on", "true", "yes", "1", "t", "y")
-_FALSE = ("off", "false", "no", "0", "f", "n")
-
 DEFAULT_TIMEOUT_S = 120.0
-
-
-def typed(name: str, value: object, where: str) -> object:
-    """``value`` (text from a setting or a table option, or JSON) as the option's type; a
-    PgError naming ``where`` and the expected form otherwise."""
-    if value is None:
-        return None
-    try:
-        if name in _INT:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(value)
-        if name in _CHECKED:
-            number = _as_number(value)
-            _CHECKED[name](number)
-            return float(number)  # 0 stays 0 (off, over the server's default), not None (unset)
-        if name in _FLOAT:
-            number = float(value)
-            if number != number or number in (float("inf"), float("-inf")):
-                raise ValueError
-            return number
-        if name in _BOOL:
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in _TRUE or text in _FALSE:
-                return text in _TRUE
-            raise ValueError
-        if name in _JSON:
-            return json.loads(value) if isinstance(value, str) else value
-        if name in _ON_ERROR:
-            text = str(value).strip().lower()
-            if text not in ON_ERROR_VALUES:
-                raise ValueError
-            return text
-    except ConfigError as e:  # relserve's own message, which starts with the option's name
-        raise PgError(where + str(e).removeprefix(name)) from None
-    except (TypeError, ValueError, json.JSONDecodeError):
-        raise PgError(f"{where} must be {_expected(name)}, got {value!r}", hint=RENAMED.get((name, str(value)))) from None
-    return value
-
-
-def _as_number(value: object) -> object:
-    """Text that spells a number as that number; anything else as it is, for the rule to refuse."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _expected(name: str) -> str:
-    if name in _INT:
-        return "a whole number"
-    if name in _FLOAT:
-        return "a finite number" if name != "timeout" else "a positive number of seconds"
-    if name in _BOOL:
-        return "a boolean (on or off)"
-    if name in _JSON:
-        return "JSON"
-    return " or ".join(repr(v) for v in ON_ERROR_VALUES)
 
 
 @dataclass(frozen=True)
@@ -191,13 +111,18 @@ def call_request(name: str, settings: Settings, function: str, spec: object = No
     chosen = {**settings.values, **{k: typed(k, v, f"{name}: option {k}") for k, v in given.items() if v is not None}}
     merged = Settings(within_ceilings(chosen, settings.ceilings))
     options: dict[str, object] = {"function": function}
-    if function == "classify":
-        options["labels"] = list(spec) if spec is not None else None
-    elif function == "extract":
-        try:
-            options["json_schema"] = json.loads(spec) if isinstance(spec, str) else spec
-        except json.JSONDecodeError as e:
-            raise PgError(f"{name}: the JSON schema is not valid JSON: {e}") from None
+    # the labels and the schema are checked here, by relserve's rules, so that a bad one names
+    # itself before anything is sent
+    try:
+        if function == "classify" and spec is not None:
+            if not isinstance(spec, (list, tuple)):
+                raise PgError(f"{name}: the labels must be an array of text, e.g. ARRAY['positive', 'negative'], "
+                              f"got {type(spec).__name__}")
+            options["labels"] = list(validate_labels(spec, name))
+        elif function == "extract" and spec is not None:
+            options["json_schema"] = validate_schema(spec, name)
+    except ConfigError as e:
+        raise PgError(str(e)) from None
     options.update(merged.call_options())
     # row errors come back per row; what a failed row does is applied here
     options["on_error"] = "null"

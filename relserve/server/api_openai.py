@@ -17,6 +17,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
+from relserve.functions import validate_schema
 from relserve.results import RowResult
 from relserve.server.api_relqueries import start_job
 from relserve.server.batches import plan_prompts
@@ -166,6 +167,7 @@ async def chat_completions(
             schema = spec.get("schema", spec)
             if not schema:
                 raise ApiError(400, "response_format json_schema needs a schema: {'json_schema': {'schema': {...}}}")
+            validate_schema(schema, "response_format")  # a bad schema names the field it came in
     job = await _start(
         state, tenant, body, [body.user], "chat", function=function, json_schema=schema, system=body.system,
         max_tokens=body.max_completion_tokens or body.max_tokens or DEFAULT_CHAT_TOKENS,

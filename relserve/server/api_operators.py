@@ -5,7 +5,10 @@ is one relQuery for all the request's groups, a top-k's two rounds one relQuery 
 comes back in the response. While it runs, the request's size counts against the tenant as a
 relQuery's does (``ServerState.reserve``: 413 for a request over a per-request limit, 429 while
 the tenant's rows or tokens in flight would pass its limits), and the tenant's result cache view
-applies. A client that disconnects cancels the reduction before its next level.
+applies. Its rows spend from the tenant's day (``max_tokens_per_day``) and from the request's own
+budget (``max_tokens_total``, ``max_seconds``, ``on_budget``), held over all its relQueries
+(relserve/operators/spending.py). A client that disconnects cancels the reduction before its
+next level.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from relserve.backend.protocol import Backend
+from relserve.budget import Allowance
 from relserve.errors import ConfigError
 from relserve.operators.reduce import reduce_call, run_reduce
 from relserve.operators.topk import run_topk, topk_call
@@ -65,13 +69,17 @@ async def _run(request: Request, fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 async def _run_for_tenant(
-    request: Request, state: ServerState, tenant: Tenant, cost: Cost, fn: Any, *args: Any, **kwargs: Any
+    request: Request, state: ServerState, tenant: Tenant, cost: Cost, on_budget: str | None, fn: Any, *args: Any,
+    **kwargs: Any,
 ) -> Any:
     """``fn`` as the tenant's work: ``cost`` reserved against its limits while it runs, its prompts
-    in the tenant's prefix-cache namespace and with its share."""
+    in the tenant's prefix-cache namespace and with its share, and every row spending from the
+    tenant's day (``max_tokens_per_day``), as every other request's do: refused (429) when the
+    request's size does not fit what is left and it refuses (``on_budget``)."""
     reservation = state.reserve(cost, tenant)
     try:
-        return await _run(request, fn, *args, engine=state.engine_for(tenant), **kwargs)
+        day = state.day_budgets.check(tenant, cost.tokens, on_budget or "refuse")
+        return await _run(request, fn, *args, engine=state.engine_for(tenant), budget=day, budget_name="request", **kwargs)
     finally:
         state.jobs.release(reservation)
 
@@ -86,7 +94,7 @@ async def reduce(
                      temperature=body.temperature, **{k: v for k, v in body.options().items() if v is not None})
     cache = state.cache_for(tenant)
     cost = await run_in_threadpool(_reduce_cost, body, tenant, state)
-    out = await _run_for_tenant(request, state, tenant, cost, run_reduce, rc, body.groups, keys=body.keys,
+    out = await _run_for_tenant(request, state, tenant, cost, body.on_budget, run_reduce, rc, body.groups, keys=body.keys,
                                 cache=cache if cache is not None else False)
     return {
         "values": out.values,
@@ -97,9 +105,10 @@ async def reduce(
     }
 
 
-def _topk(tc: Any, values: list, *, engine: Backend, cancel: threading.Event) -> Any:
+def _topk(tc: Any, values: list, *, engine: Backend, cancel: threading.Event, budget: Allowance | None,
+          budget_name: str) -> Any:
     # two rounds, each one relQuery: nothing to stop between them worth the check
-    return run_topk(tc, values, engine=engine)
+    return run_topk(tc, values, engine=engine, budget=budget, budget_name=budget_name)
 
 
 @router.post("/topk", summary="llm_topk: the k values that best answer a yes/no question, best first")
@@ -108,7 +117,7 @@ async def topk(
 ):
     tc = topk_call(body.template, body.k, pool=body.pool, **{k: v for k, v in body.options().items() if v is not None})
     cost = await run_in_threadpool(_topk_cost, body, tenant, state)
-    out = await _run_for_tenant(request, state, tenant, cost, _topk, tc, body.values)
+    out = await _run_for_tenant(request, state, tenant, cost, body.on_budget, _topk, tc, body.values)
     return {
         "values": out.values,
         "indices": out.indices,

@@ -53,11 +53,12 @@ async def start_job(
     hints: SchedulingHints, estimate: bool = False,
 ) -> tuple[Job, PlannedRows]:
     """Every request that runs rows (relQuery, cells, OpenAI calls): ``plan(model_id, cache,
-    namespace)`` off the event loop while ``cost`` is reserved for the tenant (planning renders
+    namespace, memory)`` off the event loop while ``cost`` is reserved for the tenant (planning renders
     every row, so it counts as work in flight), then its job launched in the reservation's place."""
     reservation = state.reserve(cost, tenant)
     try:
-        batch = await run_in_threadpool(plan, state.engine.model_id, state.cache_for(tenant), namespace=state.namespace(tenant))
+        batch = await run_in_threadpool(plan, state.engine.model_id, state.cache_for(tenant), namespace=state.namespace(tenant),
+                                        memory=state.label_memory(tenant))
         # issue 47: the request's budget and its tenant's day, checked against its estimate
         budget, est = (await run_in_threadpool(job_allowance, state, tenant, batch, estimate)) if batch.prompts else (None, None)
         job = Job(batch, tenant.name, kind, hints, state.tenancy(tenant), budget=budget, estimate=est)
@@ -90,6 +91,7 @@ async def submit(
     state: ServerState = Depends(get_state),
 ):
     body = state.with_defaults(body)
+    tenant = tenant.isolated_view() if body.isolated else tenant
     # sizes are summed off the event loop (linear in the body); the booking is on it
     cost = await run_in_threadpool(request_cost, body, tenant, state)
     job, batch = await start_job(state, tenant, cost, partial(plan_relquery, body), "relquery", body.hints(), body.estimate)
@@ -106,10 +108,12 @@ async def plan(body: RelQueryRequest, tenant: Tenant = Depends(current_tenant), 
     # EXPLAIN of the PostgreSQL foreign tables: rows, distinct prompts and cached answers, no engine.
     # Planning renders every row: it counts against the tenant's limits while it runs, as a job does
     body = state.with_defaults(body)
+    tenant = tenant.isolated_view() if body.isolated else tenant
     # sizes are summed off the event loop (linear in the body); the booking is on it
     reservation = state.reserve(await run_in_threadpool(request_cost, body, tenant, state), tenant)
     try:
-        batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant), state.namespace(tenant))
+        batch = await run_in_threadpool(plan_relquery, body, state.engine.model_id, state.cache_for(tenant),
+                                        state.namespace(tenant), state.label_memory(tenant))
         # issue 47: the engine's tokens and the seconds alone and behind the server's work now
         estimate = await run_in_threadpool(plan_estimate, state, tenant, batch)
     finally:
@@ -151,7 +155,7 @@ async def result(
     job_id: str,
     request: Request,
     wait: bool = Query(True, description="wait for the relQuery to finish"),
-    timeout: float = Query(600.0, gt=0, description="seconds to wait at most"),
+    timeout: float = Query(600.0, gt=0, allow_inf_nan=False, description="seconds to wait at most"),
     tenant: Tenant = Depends(current_tenant),
     state: ServerState = Depends(get_state),
 ):

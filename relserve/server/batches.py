@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from relserve.binding import Binding
 from relserve.errors import RowError, TemplateError
 from relserve.functions import LLMCall
-from relserve.labels.memory import process_memory
+from relserve.labels.memory import LabelMemory
 from relserve.planner.cache import CacheView, ResultCache
 from relserve.planner.plan import plan_rows
 from relserve.planner.planned_rows import PlannedRows
@@ -26,55 +26,60 @@ class _Builder:
     """Plans each part of a request and gathers them into one ``PlannedRows``."""
 
     def __init__(self, call: LLMCall, total: int, model_id: str, cache: Cache | None, wanted: bool = True,
-                 namespace: str | None = None) -> None:
+                 namespace: str | None = None, memory: LabelMemory | None = None) -> None:
         # sampled answers must not be replayed; the system message is in the call's cache key
         self.cache = cache if wanted and call.deterministic else None
         self.model_id = model_id
         #: the tenant's prefix-cache namespace (plan_rows: its memory may decide the prompt shape)
         self.namespace = namespace
+        #: the tenant's label memory (None: a request sent isolated keeps no plan)
+        self.memory = memory
         self.batch = PlannedRows(call, total, self.cache)
         self._added = False
 
     def add(self, call: LLMCall, rows: Sequence[tuple], out_rows: Sequence[int]) -> None:
         """Plan ``call`` over row tuples; ``out_rows[i]`` is row i's index in the request."""
         plan = plan_rows(call, rows, model_id=self.model_id, cache=self.cache, optimize=True, namespace=self.namespace,
-                         memory=process_memory())
+                         memory=self.memory)
         if not self._added:  # the first part's call runs the relQuery (cells: the first template)
             # the planned call: the prompt shape its rows were rendered in
             self.batch.call, self._added = plan.call, True
         self.batch.add(plan, out_rows)
 
 
-def plan_relquery(req: RelQueryRequest, model_id: str, cache: Cache | None, namespace: str | None = None) -> PlannedRows:
-    """``template`` + ``rows`` (placeholders name columns), or already-rendered ``prompts``."""
+def plan_relquery(req: RelQueryRequest, model_id: str, cache: Cache | None, namespace: str | None = None,
+                  memory: LabelMemory | None = None) -> PlannedRows:
+    """``template`` + ``rows`` (placeholders name columns), or already-rendered ``prompts``
+    (``memory``: the tenant's label memory; None keeps no plan)."""
     if req.prompts is not None:
-        return plan_prompts(req, req.prompts, model_id, cache, wanted=req.cache, namespace=namespace)
+        return plan_prompts(req, req.prompts, model_id, cache, wanted=req.cache, namespace=namespace, memory=memory)
     call = req.call(req.template or "")
     rows = req.rows or []
     values = Binding(call.template).tuples(rows)
-    b = _Builder(call, len(rows), model_id, cache, req.cache, namespace)
+    b = _Builder(call, len(rows), model_id, cache, req.cache, namespace, memory)
     if rows:
         b.add(call, values, range(len(rows)))
     return b.batch
 
 
 def plan_prompts(req: CallBody, prompts: Sequence[str | None], model_id: str, cache: Cache | None, wanted: bool = True,
-                 namespace: str | None = None) -> PlannedRows:
+                 namespace: str | None = None, memory: LabelMemory | None = None) -> PlannedRows:
     """Plain prompts (``prompts`` of a relQuery, the OpenAI-compatible endpoints)."""
     call = req.call("{prompt}")
-    b = _Builder(call, len(prompts), model_id, cache, wanted, namespace)
+    b = _Builder(call, len(prompts), model_id, cache, wanted, namespace, memory)
     b.add(call, [(p,) for p in prompts], range(len(prompts)))
     return b.batch
 
 
-def plan_cells(req: CellsRequest, model_id: str, cache: Cache | None, namespace: str | None = None) -> PlannedRows:
+def plan_cells(req: CellsRequest, model_id: str, cache: Cache | None, namespace: str | None = None,
+               memory: LabelMemory | None = None) -> PlannedRows:
     """Cells may carry different templates; all of them go into one relQuery.
 
     A cell whose formula is wrong (bad template, wrong number of values) gets its own error,
     as a spreadsheet shows ``#VALUE!`` in one cell and computes the others.
     """
     base = req.call("{value}")  # the batch's function, labels, schema: 400 if bad
-    b = _Builder(base, len(req.cells), model_id, cache, namespace=namespace)
+    b = _Builder(base, len(req.cells), model_id, cache, namespace=namespace, memory=memory)
     groups: dict[str, tuple[LLMCall, list[int], list[tuple]]] = {}
     for i, cell in enumerate(req.cells):
         try:

@@ -142,6 +142,10 @@ class RelQueryRequest(CallBody):
     #: estimate the relQuery when it starts (its stats then carry ``estimated_s`` and
     #: ``estimated_prompt_tokens`` beside what it took: PostgreSQL's EXPLAIN ANALYZE; issue 47)
     estimate: bool = False
+    #: run out of the tenant's caches (issue 63): no result cache read or written, a prefix-cache
+    #: namespace and a label memory of its own, used once; what PostgreSQL sends for a policy's
+    #: call, over rows its reader may not see, so that the reader cannot probe them
+    isolated: bool = False
     #: stream the rows back in this response as they finish; None: return the id at once
     stream: Literal["ndjson", "sse"] | None = None
 

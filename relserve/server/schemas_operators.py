@@ -26,9 +26,15 @@ class _OperatorFields(Body):
     system: str | None = None
     #: "null": a failed group (or value) is NULL with its error; "raise": the request fails (400)
     on_error: Literal["null", "raise"] = "null"
+    #: the operator's budget (issue 63): engine tokens and seconds over all its relQueries, and
+    #: "refuse" (422 when its estimate exceeds it) or "partial" (what fits; the rest fails)
+    max_tokens_total: int | None = Field(None, ge=1)
+    max_seconds: float | None = Field(None, gt=0.0)
+    on_budget: Literal["refuse", "partial"] | None = None
 
     def options(self) -> dict[str, object]:
-        return {"max_tokens": self.max_tokens, "system": self.system, "on_error": self.on_error}
+        return {"max_tokens": self.max_tokens, "system": self.system, "on_error": self.on_error,
+                "max_tokens_total": self.max_tokens_total, "max_seconds": self.max_seconds, "on_budget": self.on_budget}
 
 
 class ReduceRequest(_OperatorFields):

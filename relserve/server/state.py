@@ -10,6 +10,7 @@ from fastapi import Header, Request
 
 from relserve.backend.protocol import Backend
 from relserve.labels.keys import namespace_of
+from relserve.labels.memory import LabelMemory, process_memory
 from relserve.planner.cache import CacheView, ResultCache
 from relserve.policy.types import Tenancy
 from relserve.server.budget import Cost, DayBudgets, check_request
@@ -52,19 +53,29 @@ class ServerState:
         return body
 
     def cache_for(self, tenant: Tenant) -> ResultCache | CacheView | None:
-        """The result cache as ``tenant`` may see it: its own answers, or its cache group's."""
-        return self.cache.scoped(scope=tenant.cache_scope) if self.cache is not None else None
+        """The result cache as ``tenant`` may see it: its own answers, or its cache group's; none
+        for a request sent isolated."""
+        if self.cache is None or tenant.isolated:
+            return None
+        return self.cache.scoped(scope=tenant.cache_scope)
 
     def tenancy(self, tenant: Tenant) -> Tenancy | None:
         """How the engine sees the tenant's work: its prefix-cache namespace and its share.
-        None in open mode (one tenant: the engine runs as it does for a library user)."""
-        if tenant.open_mode:
+        None in open mode (one tenant: the engine runs as it does for a library user), unless
+        the request is isolated."""
+        if tenant.open_mode and not tenant.isolated:
             return None
         return Tenancy(tenant.name, tenant.prefix_cache_salt, tenant.limits.weight, tenant.limits.max_running_shared)
 
     def engine_for(self, tenant: Tenant) -> Backend | TenantEngine:
         """The engine as ``tenant``'s work reaches it (server/tenant_engine.py)."""
         return engine_for_tenant(self.engine, self.tenancy(tenant))
+
+    def label_memory(self, tenant: Tenant) -> LabelMemory | None:
+        """The label memory ``tenant``'s calls keep their plans in (relserve/labels/memory.py: the
+        server's home, a plan per tenant namespace); none for a request sent isolated, whose plan
+        holds rows the reader may not see and is used once."""
+        return None if tenant.isolated else process_memory()
 
     def namespace(self, tenant: Tenant) -> str | None:
         """``tenant``'s prefix-cache namespace, whose per-template memory the planner may read."""

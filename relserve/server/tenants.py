@@ -44,8 +44,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -142,12 +143,23 @@ class Tenant:
     admin: bool = False
     #: no keys configured (open mode): the whole priority range is allowed by default
     open_mode: bool = False
+    #: one request of the tenant sent isolated (``isolated_view``)
+    isolated: bool = False
 
     @property
     def prefix_cache_salt(self) -> str | None:
         """The engine prefix-cache namespace of this tenant's prompts (its cache group's, if it
-        shares one); None in open mode (one tenant, one namespace)."""
-        return None if self.open_mode or self.cache_scope is None else self.cache_scope
+        shares one); None in open mode (one tenant, one namespace), unless isolated."""
+        if (self.open_mode and not self.isolated) or self.cache_scope is None:
+            return None
+        return self.cache_scope
+
+    def isolated_view(self) -> Tenant:
+        """The tenant for one request sent isolated (issue 63): the same name, limits, share and
+        day, but a prefix-cache namespace (and label memory) of its own that no later request
+        finds, and no result cache (``ServerState.cache_for``)."""
+        scope = f"{self.cache_scope or 'open'}:isolated:{secrets.token_hex(8)}"
+        return replace(self, cache_scope=scope, isolated=True)
 
     @property
     def priority_range(self) -> tuple[int, int]:

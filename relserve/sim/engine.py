@@ -34,7 +34,7 @@ import bisect
 import dataclasses
 import gc
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from relserve.errors import RelServeError
@@ -72,6 +72,7 @@ class SimRequest:
 
     __slots__ = (
         "req", "order", "rel", "prompt", "hashes", "out_len", "num_tokens", "computed", "prefill_end", "owned", "anon", "next_block", "state",
+        "admitted",
     )
 
     def __init__(self, req: Req, order: int, rel: RelQueryLog, hashes: tuple[int, ...], out_len: int) -> None:
@@ -88,6 +89,7 @@ class SimRequest:
         self.anon = 0  # blocks held that are not (yet) cached prompt blocks
         self.next_block = 0  # next full prompt block to publish to the cache
         self.state = WAITING
+        self.admitted = False  # admitted once (a preempted request is admitted again)
 
 
 @dataclass
@@ -106,7 +108,10 @@ class EngineStats:
 
 
 class EngineSim:
-    def __init__(self, policy: Policy, cost: CostModel, limits: Limits, relqueries: Sequence[PreparedRelQuery]) -> None:
+    def __init__(self, policy: Policy, cost: CostModel, limits: Limits, relqueries: Sequence[PreparedRelQuery],
+                 until_done: Collection[str] = ()) -> None:
+        """``until_done``: the run stops at the end of the step in which the last of these
+        relQueries finished (an estimate needs no more); empty: it runs everything."""
         self.policy = policy
         self.cost = cost
         self.limits = limits
@@ -119,6 +124,10 @@ class EngineSim:
         self.stats = EngineStats()
         self.now = 0.0
         self._arrived = 0
+        self._watched = frozenset(until_done)
+        self._watched_left = len(self._watched)
+        #: (time, request id) of each request's first admission, in order
+        self.admissions: list[tuple[float, str]] = []
 
     # -- the event loop ---------------------------------------------------------------------------
 
@@ -157,6 +166,8 @@ class EngineSim:
                 )
             self.stats.busy_seconds += dt
             self.now += dt
+            if self._watched and not self._watched_left:
+                break
         self.stats.end_time = self.now
         self.stats.evictions = self.pool.evictions
         return self.stats
@@ -172,7 +183,7 @@ class EngineSim:
                     f"relQuery {q.id!r} row {i}: {prompt} prompt + {out_len} output tokens need more than the "
                     f"{blocks * bs} tokens of KV cache (limits.kv_capacity_tokens)"
                 )
-            req = Req(f"{q.id}#{i}", q.id, q.arrival, q.size, prompt, q.max_tokens, call_key=q.call_key)
+            req = Req(request_id(q.id, i), q.id, q.arrival, q.rel_size, prompt, q.max_tokens, call_key=q.call_key)
             req.handle = SimRequest(req, self._arrived, log, q.hashes[i], out_len)
             self._arrived += 1
             self.waiting.append(req)
@@ -270,6 +281,9 @@ class EngineSim:
             if not n:
                 break
             sr.state = RUNNING
+            if not sr.admitted:
+                sr.admitted = True
+                self.admissions.append((self.now, req.req_id))
             self.running.append(req)
             scheduled.append((sr, n))
             budget -= n
@@ -424,9 +438,21 @@ class EngineSim:
                 rel.done += 1
                 if rel.done == rel.size:
                     rel.finish = end
+                    if rel.id in self._watched:
+                        self._watched_left -= 1
         self.stats.output_tokens += out_tokens
         if finished:
             self.running = [r for r in self.running if r.handle.state == RUNNING]
+
+
+def request_id(rel_id: str, index: int) -> str:
+    """The id of request ``index`` of relQuery ``rel_id`` in the simulator."""
+    return f"{rel_id}#{index}"
+
+
+def relquery_of(req_id: str) -> str:
+    """The relQuery of a request id ``request_id`` made."""
+    return req_id.rpartition("#")[0]
 
 
 def _arrival_order(req: Req) -> int:

@@ -65,15 +65,22 @@ class PreparedRelQuery:
     output_tokens: tuple[int, ...]
     #: the call it runs (its template and max_tokens, keyed as ``RelQuery`` keys a template's)
     call_key: str = ""
+    #: the size the policy sees (``Req.rel_size``) when the requests are a sample of a bigger
+    #: relQuery (an estimate's replay of a long queue); 0: its requests' count
+    sampled_from: int = 0
 
     @property
     def size(self) -> int:
         return len(self.prompt_tokens)
 
+    @property
+    def rel_size(self) -> int:
+        return self.sampled_from or self.size
+
     def at(self, arrival: float) -> PreparedRelQuery:
         """The same relQuery arriving at another time (for isolated runs)."""
         return PreparedRelQuery(self.id, arrival, self.max_tokens, self.prompt_tokens, self.hashes, self.output_tokens,
-                                self.call_key)
+                                self.call_key, self.sampled_from)
 
 
 @dataclass(frozen=True, slots=True)

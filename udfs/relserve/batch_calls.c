@@ -89,13 +89,13 @@ rs_batching_on(void)
 static PlannedStmt *
 rs_planner(Query *parse, const char *query_string, int cursorOptions, ParamListInfo boundParams)
 {
-	RsPlanning	planning = {CurrentMemoryContext, InvalidOid, NIL, 0};
+	RsPlanning	planning = {CurrentMemoryContext, InvalidOid, NIL, 0, false};
 	RsPlanning *outer = rs_planning;
 	bool		batching;
 	PlannedStmt *stmt;
 	ListCell   *lc;
 
-	batching = parse->commandType == CMD_SELECT && IsTransactionState() && rs_batching_on() &&
+	batching = parse->commandType == CMD_SELECT && IsTransactionState() &&
 		OidIsValid(planning.extension = get_extension_oid("relserve", true));
 	/* the quals' security levels are noted while the statement is planned (rs_set_rel_pathlist) */
 	rs_planning = batching ? &planning : NULL;
@@ -112,6 +112,17 @@ rs_planner(Query *parse, const char *query_string, int cursorOptions, ParamListI
 	PG_END_TRY();
 	if (!batching || stmt->commandType != CMD_SELECT)
 		return stmt;
+	/*
+	 * relserve.batch_calls = off is the reader's choice for its own calls, not for a policy's or a
+	 * security_barrier view's: a node with such a call is batched all the same, so that the call
+	 * goes out isolated (issue 63)
+	 */
+	if (!rs_batching_on())
+	{
+		if (planning.max_security_level == 0)
+			return stmt;
+		planning.security_only = true;
+	}
 	stmt->planTree = rs_walk_plan(stmt->planTree, &planning, stmt->rtable);
 	foreach(lc, stmt->subplans)
 		lfirst(lc) = rs_walk_plan((Plan *) lfirst(lc), &planning, stmt->rtable);

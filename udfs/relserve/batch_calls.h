@@ -14,7 +14,7 @@
 #include "nodes/primnodes.h"
 
 #define RS_DEFAULT_BATCH_WINDOW 2000
-#define RS_FIELDS_PER_SITE 6		/* custom_private's fields per call site (batch_plan.c writes them) */
+#define RS_FIELDS_PER_SITE 7		/* custom_private's fields per call site (batch_plan.c writes them) */
 #define RS_LEVEL_UNKNOWN (-1)
 
 /* ------------------------------------------------------------------ batch_call_sites.c */
@@ -28,6 +28,8 @@ typedef struct RsSite
 	const char *form;			/* "args" (VARIADIC text[]) or "fields" (jsonb) */
 	int			qual;			/* the qual it is in (0-based), -1 for the target list */
 	int			batch;			/* 1, 2, ...: which batch sends it (the target list's is the last) */
+	bool		isolated;		/* a security qual's call (a policy's, a security_barrier view's): sent
+								 * isolated, out of the reader's caches (issue 63) */
 } RsSite;
 
 typedef struct RsFind
@@ -60,6 +62,7 @@ typedef struct RsPlanning
 	Oid			extension;		/* relserve's: only its llm_* functions are batched */
 	List	   *known;			/* RsKnownQual *, of every relation planned */
 	Index		max_security_level; /* the highest qual_security_level seen: 0 without security quals */
+	bool		security_only;	/* relserve.batch_calls is off: only nodes with a security qual's call */
 } RsPlanning;
 
 typedef struct RsQual

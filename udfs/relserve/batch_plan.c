@@ -132,6 +132,7 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 	int			nquals = list_length(plan->qual);
 	int			nbatches = 0;
 	bool		levels_known = true,
+				any_isolated = false,
 				waits;
 	List	   *input_qual = NIL,
 			   *stages = NIL,
@@ -144,6 +145,8 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 
 	if (!rs_wrappable(plan))
 	{
+		if (planning->security_only)
+			return plan;
 		/* an aggregate's argument, a window function's, a join's: evaluated by this node, per row */
 		rs_find_walker((Node *) plan->targetlist, &f);
 		rs_find_walker((Node *) plan->qual, &f);
@@ -167,7 +170,7 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 		i++;
 	}
 	if (f.refused)
-		return rs_per_row_plan(plan, f.refused);
+		return planning->security_only ? plan : rs_per_row_plan(plan, f.refused);
 	if (f.sites == NIL)
 		return plan;
 
@@ -192,7 +195,18 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 		RsSite	   *site = lfirst(lc);
 
 		site->batch = site->qual >= 0 ? (quals[site->qual].slot + 1) / 2 : nbatches + 1;
+		/*
+		 * a call in a qual below the statement's own security level (a row-level security policy's,
+		 * a security_barrier view's; one whose level is not known, when there are such quals) runs
+		 * over rows the reader may not see: it goes out isolated (issue 63)
+		 */
+		site->isolated = site->qual >= 0 && planning->max_security_level > 0 &&
+			(quals[site->qual].level == RS_LEVEL_UNKNOWN ||
+			 quals[site->qual].level < (int) planning->max_security_level);
+		any_isolated = any_isolated || site->isolated;
 	}
+	if (planning->security_only && !any_isolated)
+		return plan;			/* batching is off and no call here is a security qual's */
 	/* the answers in batch order */
 	for (k = 1; k <= nbatches + 1; k++)
 		foreach(lc, f.sites)
@@ -255,6 +269,7 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 		priv = lappend(priv, makeString(pstrdup(site->form)));
 		priv = lappend(priv, makeInteger(site->batch));
 		priv = lappend(priv, makeBoolean(site->qual >= 0));
+		priv = lappend(priv, makeBoolean(site->isolated));
 	}
 	cscan->custom_scan_tlist = scan_tlist;
 	cscan->custom_private = priv;

@@ -40,6 +40,7 @@ typedef struct RsExecSite
 	char	   *form;
 	int			batch;
 	bool		in_qual;
+	bool		isolated;		/* a security qual's call: sent isolated (batch_plan.c) */
 	char	   *name;			/* llm_<kind>, for messages */
 	Oid			result_type;
 	ExprState  *value;			/* its value argument, over the scan tuple */
@@ -125,6 +126,7 @@ rs_begin(CustomScanState *node, EState *estate, int eflags)
 		s->form = strVal(list_nth(priv, at + 3));
 		s->batch = intVal(list_nth(priv, at + 4));
 		s->in_qual = boolVal(list_nth(priv, at + 5));
+		s->isolated = boolVal(list_nth(priv, at + 6));
 		s->name = psprintf("llm_%s", s->kind);
 		s->result_type = exprType((Node *) te->expr);
 		s->value = ExecInitExpr(list_nth(values, i), &node->ss.ps);
@@ -252,8 +254,11 @@ rs_open_site(RsBatchState *st, RsExecSite *s)
 	appendStringInfoChar(&rows, ']');
 	if (s->nsent == 0)
 		return;
+	/* the form says how a row's value binds, and whether the call goes out isolated */
 	h = FunctionCall5Coll(&st->open_fn, InvalidOid, CStringGetTextDatum(s->kind), CStringGetTextDatum(s->template),
-						  CStringGetTextDatum(s->spec), CStringGetTextDatum(s->form), CStringGetTextDatum(rows.data));
+						  CStringGetTextDatum(s->spec),
+						  CStringGetTextDatum(s->isolated ? psprintf("%s isolated", s->form) : s->form),
+						  CStringGetTextDatum(rows.data));
 	s->handle = MemoryContextStrdup(st->window_cxt, TextDatumGetCString(h));
 	st->relqueries++;
 	st->rows_sent += s->nsent;

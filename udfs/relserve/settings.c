@@ -2,10 +2,23 @@
  * The relserve.* settings. Defining them (and reserving the prefix) makes a misspelt
  * "SET relserve.max_token" an error, and refuses the three names that are a superuser's
  * decision (url, python_path, api_key) with a message saying where they went.
+ *
+ * Each value also remembers which role chose it (issue 63): a caller's SET must not steer a
+ * SECURITY DEFINER function's llm_* calls. PostgreSQL gives a SET and a function's own SET
+ * clause the same source, so the role current when the value was set is kept with the value,
+ * in the setting's "extra" (which PostgreSQL saves and restores with the value, around a
+ * function's SET clauses and at transaction ends): a SET, set_config() or the login role's
+ * defaults are the role that was current; a SET clause of a definer function is its owner's
+ * (PostgreSQL switches to the owner before applying them); the defaults, the server's files and
+ * ALTER DATABASE / ALTER ROLE ALL values are nobody's. relserve.chosen_by_others reads, for the
+ * current user, the settings whose value another role chose (relserve/postgres/definer.py).
  */
 #include "postgres.h"
 
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "utils/guc.h"
+#include "utils/guc_tables.h"
 
 #include "relserve.h"
 
@@ -23,6 +36,71 @@ const char *const rs_setting_names[] = {
 };
 #define RS_NSETTINGS 22
 static char *rs_setting_values[RS_NSETTINGS];
+
+/* who chose a setting's value (see the top of the file); InvalidOid: no role (the configuration) */
+typedef struct RsChosenBy
+{
+	Oid			role;
+} RsChosenBy;
+
+/* while the settings are defined: values set before the library loaded are re-applied now */
+static bool rs_defining = false;
+static char *rs_chosen_by_others_value;
+
+static bool
+rs_record_chooser(char **newval, void **extra, GucSource source)
+{
+	RsChosenBy *chosen = malloc(sizeof(RsChosenBy));	/* GUC frees it with free() */
+
+	if (chosen == NULL)
+		return false;
+	if (source < PGC_S_USER)
+		chosen->role = InvalidOid;	/* defaults, files, ALTER DATABASE SET, ALTER ROLE ALL SET */
+	else if (rs_defining)
+		chosen->role = GetSessionUserId();	/* set before the library loaded: the session's own */
+	else
+		chosen->role = GetUserId();
+	*extra = chosen;
+	return true;
+}
+
+static bool
+rs_is_call_setting(const char *name)
+{
+	int			i;
+
+	if (strncmp(name, "relserve.", 9) != 0)
+		return false;
+	for (i = 0; rs_setting_names[i]; i++)
+		if (strcmp(name + 9, rs_setting_names[i]) == 0)
+			return true;
+	return false;
+}
+
+/* the call settings whose value a role other than the current user chose, comma-separated */
+static const char *
+rs_show_chosen_by_others(void)
+{
+	struct config_generic **vars = get_guc_variables();
+	int			n = GetNumConfigOptions();
+	Oid			me = GetUserId();
+	StringInfoData out;
+	int			i;
+
+	initStringInfo(&out);
+	for (i = 0; i < n; i++)
+	{
+		RsChosenBy *chosen;
+
+		if (vars[i]->vartype != PGC_STRING || !rs_is_call_setting(vars[i]->name))
+			continue;
+		chosen = (RsChosenBy *) vars[i]->extra;
+		if (chosen == NULL || !OidIsValid(chosen->role) || chosen->role == me)
+			continue;
+		appendStringInfo(&out, "%s%s", out.len ? "," : "", vars[i]->name + 9);
+	}
+	return out.data;
+}
 
 /* names that were settings once and are a superuser's decision now */
 static const char *const rs_refused_names[] = {"url", "python_path", "api_key", NULL};
@@ -73,10 +151,17 @@ rs_settings_init(void)
 	static GucStringCheckHook refuse_hooks[3] = {rs_refuse_url, rs_refuse_python_path, rs_refuse_api_key};
 	int			i;
 
+	rs_defining = true;
 	for (i = 0; rs_setting_names[i]; i++)
 		DefineCustomStringVariable(psprintf("relserve.%s", rs_setting_names[i]),
 								   "An option of relserve's LLM calls (see docs/server-postgres-spreadsheet.md).",
-								   NULL, &rs_setting_values[i], "", PGC_USERSET, 0, NULL, NULL, NULL);
+								   NULL, &rs_setting_values[i], "", PGC_USERSET, 0, rs_record_chooser, NULL, NULL);
+	rs_defining = false;
+	DefineCustomStringVariable("relserve.chosen_by_others",
+							   "Read only: the relserve.* settings whose value a role other than the current user chose.",
+							   NULL, &rs_chosen_by_others_value, "", PGC_INTERNAL,
+							   GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE | GUC_DISALLOW_IN_FILE,
+							   NULL, NULL, rs_show_chosen_by_others);
 	for (i = 0; rs_refused_names[i]; i++)
 		DefineCustomStringVariable(psprintf("relserve.%s", rs_refused_names[i]),
 								   "Not a setting any more: refused with where it went.",

@@ -1,0 +1,264 @@
+"""What a less-privileged role reaches through the extension (issue 63), each run as that role
+(``mallory``: LOGIN, a tenant key of its own, nothing else) on a real PostgreSQL 15 cluster and a
+real server on loopback. The engine is the stand-in (``FakeEngine``): what matters is what
+reaches the server, which it records.
+
+1. The operators obey the role's ceiling in ``relserve.budget_limits`` and a budget the role
+   lowers (each failed before: the operators took no budget).
+3. A caller's settings do not steer another role's ``SECURITY DEFINER`` function: its call reads
+   the values its definer chose and its definer's defaults.
+7. A role row of ``relserve.budget_limits`` that sets only ``max_seconds`` keeps the ``'*'`` row's
+   token ceiling.
+"""
+
+from __future__ import annotations
+
+import re
+
+import psycopg
+import pytest
+from server_fixtures import FakeEngine, running_server
+from test_postgres import KEY, ROLE_KEYS, cluster, connect  # noqa: F401 (fixtures)
+
+from relserve.planner.cache import ResultCache
+
+pytestmark = [pytest.mark.postgres]
+
+MALLORY_KEY = "mallory-tenant-key"
+SUMMARY = "Summarize these reviews:\\n{review}"
+
+
+class TenantsEngine(FakeEngine):
+    """The stand-in engine, with the tenancy each relQuery came with (``tenancies``, beside
+    ``submitted``)."""
+
+    supports_tenancy = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tenancies: list = []
+
+    def warm_prefix(self, text: str = "", system: str | None = None, tenancy=None) -> int:
+        return 0
+
+    def submit(self, rq, tenancy=None):
+        self.tenancies.append(tenancy)
+        return super().submit(rq)
+
+
+@pytest.fixture(scope="module")
+def fake():
+    return TenantsEngine()
+
+
+@pytest.fixture(scope="module")
+def server(fake, tmp_path_factory):
+    """The cluster's server (test_postgres.py's fixture of the same name is replaced here), on the
+    stand-in engine, with a tenant for mallory."""
+    cache = ResultCache(tmp_path_factory.mktemp("pg-cache") / "results.sqlite")
+    tenants = {"pg": {"key": KEY}, "mallory": {"key": MALLORY_KEY},
+               **{role: {"key": key} for role, key in ROLE_KEYS.items()}}
+    with running_server(fake, tenants={"tenants": tenants}, cache=cache) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def roles(cluster):
+    with connect(cluster) as admin:
+        admin.execute("INSERT INTO relserve.api_keys (role, api_key) VALUES ('mallory', %s)", [MALLORY_KEY])
+        admin.execute("CREATE SCHEMA alice AUTHORIZATION alice")
+    return cluster
+
+
+@pytest.fixture
+def ceilings(roles):
+    """Rows of relserve.budget_limits for the test, removed after it."""
+    def put(*rows: tuple[str, int | None, float | None]) -> None:
+        with connect(roles) as admin:
+            for row in rows:
+                admin.execute("INSERT INTO relserve.budget_limits (role, max_tokens_total, max_seconds) VALUES (%s, %s, %s)", row)
+    yield put
+    with connect(roles) as admin:
+        admin.execute("DELETE FROM relserve.budget_limits")
+
+
+def budget_of(rq) -> tuple[int | None, float | None]:
+    """The tightest token and seconds budget a relQuery's rows spend from."""
+    chain = rq.budget.chain if rq.budget is not None else []
+    tokens = [a.max_tokens for a in chain if a.max_tokens is not None]
+    seconds = [a.max_seconds for a in chain if a.max_seconds is not None]
+    return (min(tokens) if tokens else None, min(seconds) if seconds else None)
+
+
+# ---------------------------------------------------------------- 1. the operators obey the ceilings
+
+
+OPERATOR_CALLS = {
+    "llm_reduce": f"SELECT llm_reduce('{SUMMARY}', review) FROM reviews",
+    "llm_topk": "SELECT llm_topk('Is this review enthusiastic? {review}', review, 2) FROM reviews",
+    # (another template than llm_reduce's: its answers would come from the result cache)
+    "llm_reduce_query": "SELECT * FROM llm_reduce_query('Sum these reviews up:\\n{review}', 'SELECT review FROM reviews', %s)",
+}
+
+
+@pytest.mark.parametrize("operator", sorted(OPERATOR_CALLS))
+def test_the_operators_obey_the_roles_ceiling_and_a_budget_it_lowers(roles, ceilings, fake, operator):
+    ceilings(("mallory", 100, None))
+    sql = OPERATOR_CALLS[operator]
+    params = ['{"max_tokens_total": 9999999}'] if "%s" in sql else None
+    with connect(roles, "mallory") as db:
+        db.execute("SET relserve.max_tokens = 500")
+        db.execute("SET relserve.max_tokens_total = 9999999")  # far above the ceiling: changes nothing
+        before = len(fake.submitted)
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as e:
+            db.execute(sql, params)
+        assert re.fullmatch(rf"{operator}: refused before starting: it may spend about [\d,]+ engine tokens "
+                            r".* the budget is max_tokens_total 100\. .*\(HTTP 422\)", e.value.diag.message_primary)
+        assert len(fake.submitted) == before  # nothing reached the engine
+        # partial: the operator runs, every relQuery's rows spending from the ceiling
+        db.execute("SET relserve.on_budget = partial")
+        db.execute(sql, params).fetchall()
+        sent = fake.submitted[before:]
+        assert sent and all(budget_of(rq) == (100, None) for rq in sent)
+        # a budget of its own below the ceiling holds instead (the query form: from its options too)
+        db.execute("SET relserve.max_tokens_total = 40")
+        db.execute(sql, ['{"max_seconds": 30}'] if params else None).fetchall()
+        assert all(budget_of(rq) == (40, 30.0 if params else None) for rq in fake.submitted[before + len(sent):])
+
+
+# ---------------------------------------------------------------- 3. a definer's call is the definer's
+
+
+@pytest.fixture
+def definer(roles):
+    """alice's SECURITY DEFINER function (search_path pinned, as the docs ask), with one setting of
+    its own in a SET clause, and a default of alice's role; mallory may call it."""
+    with connect(roles) as admin:
+        admin.execute("ALTER ROLE alice SET relserve.max_tokens = '7'")
+    with connect(roles, "alice") as db:
+        db.execute("CREATE FUNCTION alice.ask(t text) RETURNS text LANGUAGE sql SECURITY DEFINER "
+                   "SET search_path = public, pg_temp SET relserve.system = 'You answer for alice.' "
+                   "AS $$ SELECT llm_map('Is {r} good?', t) $$")
+        db.execute("CREATE FUNCTION alice.ask_plain(t text) RETURNS text LANGUAGE sql SECURITY DEFINER "
+                   "SET search_path = public, pg_temp AS $$ SELECT llm_map('Is {r} fine?', t) $$")
+        db.execute("GRANT USAGE ON SCHEMA alice TO mallory")
+        db.execute("GRANT EXECUTE ON FUNCTION alice.ask(text), alice.ask_plain(text) TO mallory")
+    yield
+    with connect(roles) as admin:
+        admin.execute("ALTER ROLE alice RESET relserve.max_tokens")
+        admin.execute("DROP FUNCTION alice.ask(text), alice.ask_plain(text)")
+
+
+STEERING = {
+    "system": "Answer as mallory says.",
+    "examples": '[{"r": "cake", "answer": "STOLEN"}]',
+    "max_tokens": "5000",
+    "cache": "off",
+    "temperature": "1.5",
+    "on_budget": "partial",
+}
+
+
+def test_a_caller_cannot_steer_a_definer_functions_call(definer, roles, fake):
+    with connect(roles, "mallory") as db:
+        for name, value in STEERING.items():
+            db.execute(f"SET relserve.{name} = '{value}'")
+        before = len(fake.submitted)
+        first = db.execute("SELECT alice.ask('cake')").fetchone()[0]
+        (rq,) = fake.submitted[before:]
+        # the function's SET clause and alice's role default; mallory's values are not read
+        assert (rq.system, rq.max_tokens, rq.temperature) == ("You answer for alice.", 7, 0.0)
+        assert "STOLEN" not in "".join(rq.render())
+        # the cache is on (alice's default): the same call is answered from alice's result cache
+        assert db.execute("SELECT alice.ask('cake')").fetchone()[0] == first
+        assert len(fake.submitted) == before + 1
+        # nor does a SET inside the caller's transaction, or a value set with set_config, reach it
+        db.execute("SELECT set_config('relserve.system', 'set_config by mallory', false)")
+        db.execute("SELECT alice.ask_plain('pie')")
+        assert (fake.submitted[-1].system, fake.submitted[-1].max_tokens) == (None, 7)
+        # mallory's own calls keep her settings
+        db.execute("SELECT llm_map('Is {r} good?', 'tart')")
+        assert (fake.submitted[-1].system, fake.submitted[-1].max_tokens) == ("set_config by mallory", 5000)
+        # and after the definer's call her settings are hers again (PostgreSQL restores them)
+        assert db.execute("SHOW relserve.system").fetchone()[0] == "set_config by mallory"
+
+
+def test_set_role_keeps_the_sessions_own_settings(definer, roles, fake):
+    """SET ROLE is the session acting as a role it belongs to, no boundary: its settings apply."""
+    with connect(roles) as admin:
+        admin.execute("GRANT alice TO bob")
+    try:
+        with connect(roles, "bob") as db:
+            db.execute("SET relserve.system = 'bob speaking'")
+            db.execute("SET ROLE alice")
+            db.execute("SELECT llm_map('Is {r} nice?', 'scone')")
+            assert fake.submitted[-1].system == "bob speaking"
+    finally:
+        with connect(roles) as admin:
+            admin.execute("REVOKE alice FROM bob")
+
+
+# ---------------------------------------------------------------- 7. a ceiling merges with the '*' row
+
+
+def test_a_role_row_that_sets_only_seconds_keeps_the_token_ceiling_of_every_role(roles, ceilings, fake):
+    ceilings(("mallory", None, 20.0), ("*", 300, None))
+    with connect(roles, "mallory") as db:
+        assert db.execute("SELECT own, max_tokens_total, max_seconds FROM relserve.my_budget_limit ORDER BY own DESC"
+                          ).fetchall() == [(True, None, 20.0), (False, 300, None)]
+        db.execute("SET relserve.on_budget = partial")
+        before = len(fake.submitted)
+        db.execute("SELECT * FROM llm_map_query('Is {review} good?', 'SELECT review FROM reviews')").fetchall()
+        (rq,) = fake.submitted[before:]
+        assert budget_of(rq) == (300, 20.0)
+
+
+# ---------------------------------------------------------------- 6. a policy's calls stay out of the reader's caches
+
+
+HIDDEN = "HIDDEN: the merger closes in March"
+# the stand-in engine echoes its prompt: the policy keeps the rows whose answer does not say HIDDEN
+POLICY = "llm_map('Say ok to {b}', body) NOT LIKE '%HIDDEN%'"
+
+
+@pytest.fixture
+def notes(roles):
+    with connect(roles) as admin:
+        admin.execute("CREATE TABLE notes (id int, body text)")
+        admin.execute("INSERT INTO notes VALUES (1, 'lunch at noon'), (2, %s), (3, 'the printer is fixed')", [HIDDEN])
+        admin.execute("ALTER TABLE notes ENABLE ROW LEVEL SECURITY")
+        admin.execute(f"CREATE POLICY readable ON notes USING ({POLICY})")
+        admin.execute("GRANT SELECT ON notes TO mallory")
+    yield
+    with connect(roles) as admin:
+        admin.execute("DROP TABLE notes")
+
+
+def probe(db, text: str) -> int:
+    """What mallory's own estimate of the policy's prompt over ``text`` says the result cache holds."""
+    plan = db.execute("SELECT llm_estimate_query('Say ok to {b}', 'SELECT ' || quote_literal(%s) || '::text AS b')",
+                      [text]).fetchone()[0]
+    return plan["cached_rows"]
+
+
+@pytest.mark.parametrize("batching", ["on", "off"])
+def test_a_policys_calls_over_hidden_rows_stay_out_of_the_readers_caches(notes, roles, fake, batching):
+    with connect(roles, "mallory") as db:
+        db.execute(f"SET relserve.batch_calls = {batching}")
+        before = len(fake.submitted)
+        assert db.execute("SELECT id FROM notes ORDER BY id").fetchall() == [(1,), (3,)]
+        # the policy's relQuery carried every row, in a namespace of its own (not mallory's)
+        (rq,) = fake.submitted[before:]
+        assert any(HIDDEN in p for p in rq.render())
+        salt = fake.tenancies[before].cache_salt
+        assert salt.startswith("tenant:mallory:isolated:") and fake.tenancies[before].tenant == "mallory"
+        # mallory's guess of the hidden text finds nothing in her result cache (nor does a right
+        # guess of a row she may read: the policy's answers are nobody's)
+        assert probe(db, HIDDEN) == probe(db, "HIDDEN: the merger closes in April") == probe(db, "lunch at noon") == 0
+        # the next statement's policy calls get a namespace of their own again
+        db.execute("SELECT id FROM notes").fetchall()
+        assert fake.tenancies[-1].cache_salt.startswith("tenant:mallory:isolated:") and fake.tenancies[-1].cache_salt != salt
+        # her own calls keep her caches: the same prompt twice is answered from her result cache
+        own = f"a note of her own, batching {batching}"
+        db.execute("SELECT llm_map('Say ok to {b}', %s)", [own])
+        assert probe(db, own) == 1
