@@ -42,6 +42,8 @@ class CallFields:
     prompt_shape: str | None = None
     answer_field: str | None = None
     cascade: float | None = None
+    #: what the call does with its label plan ("refresh", "pin", "unpin"; None: "auto")
+    label_plan: str | None = None
     # the budget (issue 47)
     max_tokens_total: int | None = None
     max_seconds: float | None = None
@@ -70,6 +72,8 @@ class CallFields:
             options["examples"] = [{k: _jsonable(v) for k, v in ex} for ex in options["examples"]]
         if options["on_budget"] == "refuse":  # the default: not sent
             options["on_budget"] = None
+        if options["label_plan"] == "auto":  # the default: not sent
+            options["label_plan"] = None
         options["max_tokens"] = call.max_tokens  # the function's own default resolved
         options["on_error"] = on_error if on_error is not None else o.on_error
         kind = call.function.kind

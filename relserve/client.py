@@ -269,6 +269,22 @@ class Client:
     def metrics(self) -> str:
         return self._request("GET", "/metrics")
 
+    def label_plans(self, template: str | None = None) -> list[dict[str, Any]]:
+        """The label plans the server keeps for this key's tenant (``/v1/label-plans``): each
+        call's function, template, labels, whether pinned, and how its rows are decided."""
+        return self._request("GET", "/v1/label-plans", params={"template": template} if template else None)
+
+    def forget_label_plans(self, template: str | None = None, *, pinned: bool = False) -> int:
+        """Forget the tenant's label plans (of one template, or all; ``pinned``: pinned ones too):
+        the next statement of each call makes a new one. Returns how many were forgotten."""
+        params: dict[str, object] = {"pinned": pinned} | ({"template": template} if template else {})
+        return int(self._request("DELETE", "/v1/label-plans", params=params)["changed"])
+
+    def pin_label_plans(self, template: str, *, unpin: bool = False) -> int:
+        """Pin (or unpin) the tenant's label plans of ``template``: a pinned plan is never
+        replaced by ``label_plan := 'refresh'`` nor forgotten. Returns how many changed."""
+        return int(self._request("POST", "/v1/label-plans/pin", params={"template": template, "unpin": unpin})["changed"])
+
 
 def _call_json(call: CallFields | None, options: dict[str, object]) -> dict[str, object]:
     """The call's fields (``CallFields``, the keyword options over ``call``) and any other option

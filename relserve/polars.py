@@ -314,6 +314,7 @@ class LLMExpr:
         max_tokens_total: int | None = None,
         max_seconds: float | None = None,
         on_budget: str | None = None,
+        label_plan: str | None = None,
         engine: Backend | None = None,
     ) -> pl.Expr:
         """Yes/no answer per row (Boolean). ``cascade=0.95``: a model cascade answers the rows a
@@ -327,7 +328,7 @@ class LLMExpr:
             LLM_FILTER, template, model=model, max_tokens=max_tokens, temperature=temperature, system=system,
             on_error=on_error, reorder_fields=reorder_fields, method=method, examples=examples,
             prompt_shape=prompt_shape, answer_field=answer_field, cascade=cascade, seed=seed,
-            max_tokens_total=max_tokens_total, max_seconds=max_seconds, on_budget=on_budget,
+            max_tokens_total=max_tokens_total, max_seconds=max_seconds, on_budget=on_budget, label_plan=label_plan,
         )
         return _expr(self._expr, call, engine)
 
@@ -379,6 +380,7 @@ class LLMExpr:
         max_tokens_total: int | None = None,
         max_seconds: float | None = None,
         on_budget: str | None = None,
+        label_plan: str | None = None,
         engine: Backend | None = None,
     ) -> pl.Expr:
         """One of ``labels`` per row (Enum of the labels); ``cascade`` and ``seed`` as for ``filter``.
@@ -395,7 +397,7 @@ class LLMExpr:
             LLM_CLASSIFY, template, labels=labels, model=model, max_tokens=max_tokens, temperature=temperature,
             system=system, on_error=on_error, reorder_fields=reorder_fields, method=method, examples=examples,
             prompt_shape=prompt_shape, answer_field=answer_field, cascade=cascade, seed=seed,
-            max_tokens_total=max_tokens_total, max_seconds=max_seconds, on_budget=on_budget,
+            max_tokens_total=max_tokens_total, max_seconds=max_seconds, on_budget=on_budget, label_plan=label_plan,
         )
         return _expr(self._expr, call, engine)
 

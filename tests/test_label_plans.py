@@ -202,3 +202,24 @@ def test_the_planner_resolves_the_method_once_and_the_plan_is_read_from_the_memo
     three = make_call("llm_classify", "Which kind? {a}", labels=["x", "y", "z"])
     assert resolve(three, 100, memory=label_memory, namespace=None, model_id="m").method.value == "bootstrap"
     assert resolve(three, 5, memory=label_memory, namespace=None, model_id="m").method.value == "prior"
+
+
+def test_the_command_line_lists_pins_and_forgets_the_kept_plans(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from relserve.cli import app
+
+    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path))
+    use_memory(None)  # the home's own memory, as the command reads it
+    eng = strong_engine(lambda text: "sports" in text)
+    run_call(make_call("llm_filter", FILTER), [table(100, 0.2, 1)], engine=eng, cache=False, progress=False)
+    runner = CliRunner()
+    listed = runner.invoke(app, ["plans", "list"])
+    assert listed.exit_code == 0 and f"llm_filter({FILTER!r}) [yes/no] model margin-model" in listed.output
+    assert "method adaptive, layout " in listed.output
+    assert "forgot 0 label plans" in runner.invoke(app, ["plans", "forget", "--template", "Is {x} other?"]).output
+    assert "pinned 1 label plan" in runner.invoke(app, ["plans", "pin", FILTER]).output
+    assert "(pinned)" in runner.invoke(app, ["plans", "list"]).output
+    assert "forgot 0 label plans" in runner.invoke(app, ["plans", "forget"]).output
+    assert "forgot 1 label plan" in runner.invoke(app, ["plans", "forget", "--pinned"]).output
+    assert "no label plans kept" in runner.invoke(app, ["plans", "list"]).output

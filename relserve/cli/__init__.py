@@ -9,7 +9,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="LLM calls ov
 
 def _register() -> None:
     # Imported here so that `relserve --help` stays fast and each module adds its own commands.
-    from relserve.cli import calibrate, demo, model  # noqa: F401
+    from relserve.cli import calibrate, demo, model, plans  # noqa: F401
 
     for name in ("bench", "sim", "serve", "sql"):
         try:

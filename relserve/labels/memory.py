@@ -37,6 +37,7 @@ CREATE TABLE IF NOT EXISTS plans (
     namespace TEXT NOT NULL,
     digest    TEXT NOT NULL,
     model     TEXT NOT NULL,
+    call      TEXT NOT NULL,
     function  TEXT NOT NULL,
     template  TEXT NOT NULL,
     labels    TEXT NOT NULL,
@@ -172,11 +173,11 @@ class LabelMemory:
             if self._conn is None:
                 return [v for k, v in reversed(self._memo.items()) if k[0] == ns and v is not None]
             rows = self._conn.execute(
-                "SELECT model, function, template, labels, plan, created, pinned, digest FROM plans "
+                "SELECT model, call, function, template, labels, plan, created, pinned FROM plans "
                 "WHERE namespace = ? ORDER BY used DESC", (ns,)).fetchall()
         out = []
-        for model, function, template, labels, plan, created, pinned, _digest in rows:
-            key = PlanKey(namespace, model, "", function, template, tuple(filter(None, labels.split("\x1f"))))
+        for model, call, function, template, labels, plan, created, pinned in rows:
+            key = PlanKey(namespace, model, call, function, template, tuple(filter(None, labels.split("\x1f"))))
             out.append(StoredPlan(key, LabelPlan.from_json(plan), created, bool(pinned)))
         return out
 
@@ -231,9 +232,9 @@ class LabelMemory:
             return
         key = stored.key
         self._conn.execute(
-            "INSERT INTO plans VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, digest) DO UPDATE SET "
+            "INSERT INTO plans VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, digest) DO UPDATE SET "
             "plan = excluded.plan, created = excluded.created, used = excluded.used, pinned = excluded.pinned",
-            (_ns(key.namespace), key.digest, key.model_id, key.function, key.template, "\x1f".join(key.labels),
+            (_ns(key.namespace), key.digest, key.model_id, key.call, key.function, key.template, "\x1f".join(key.labels),
              stored.plan.to_json(), stored.created, now, int(stored.pinned)))
 
     def _remember(self, k: tuple[str, str], stored: StoredPlan | None) -> None:

@@ -14,6 +14,7 @@ from relserve.planner.cache import ResultCache, shared_cache
 from relserve.server import (
     api_cells,
     api_estimates,
+    api_label_plans,
     api_meta,
     api_openai,
     api_operators,
@@ -84,6 +85,6 @@ def create_app(
         app.add_middleware(
             CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"], allow_headers=["*"]
         )
-    for module in (api_relqueries, api_estimates, api_cells, api_openai, api_meta, pages, api_operators):
+    for module in (api_relqueries, api_estimates, api_cells, api_openai, api_meta, pages, api_operators, api_label_plans):
         app.include_router(module.router)
     return app

@@ -104,6 +104,9 @@ class CallBody(Body):
     #: filter/classify: the agreement with the LLM's answers a model cascade keeps (0.95; 0: off);
     #: None: the server's default (``relserve serve --cascade``), off unless it sets one
     cascade: float | None = Field(None, ge=0.0, le=check.CASCADE_MAX)
+    #: filter/classify: what the call does with its label plan: "auto" (use the kept one, or make
+    #: one), "refresh" (a new one from these rows), "pin", "unpin" (None: "auto")
+    label_plan: Literal["auto", "refresh", "pin", "unpin"] | None = None
     #: a budget (issue 47): engine tokens (prompt + answer) and seconds the request may take, and
     #: what happens when the estimate exceeds it: "refuse" (422) or "partial" (the rows that fit)
     max_tokens_total: int | None = Field(None, ge=1)
