@@ -11,6 +11,7 @@ from engine_doubles import ScriptedEngine, TenantAwareEngine
 from relserve.errors import ConfigError
 from relserve.functions import make_call
 from relserve.labels.answer_fields import CANDIDATES, choose, known_field
+from relserve.labels.memory import process_memory
 from relserve.planner.plan import plan_call
 from relserve.planner.plan_and_run import run_call
 from relserve.prompt_shapes import engine_text
@@ -82,7 +83,9 @@ def test_relserve_chooses_the_field_the_model_says_the_labels_after_once_per_tem
     assert {p for p, _ in eng.field_probes} == {"Question: Is this review positive or negative? Review: N/A"}
     assert eng.relqueries[-1].answer_field == "Sentiment:"
     assert eng.relqueries[-1].prompts[0].rsplit("\n\n", 1)[0].count("\nSentiment: ") == 2
-    assert known_field(plan_call(call, [ROWS], model_id=eng.model_id).call, eng.model_id) == "Sentiment"
+    memory = process_memory()
+    planned = plan_call(call, [ROWS], model_id=eng.model_id, memory=memory).call
+    assert known_field(planned, eng.model_id, memory=memory) == "Sentiment"
     shown = str(run_call(call, [ROWS], cache=False, progress=False, explain_only=True, engine=eng).explain)
     assert "answer field          Sentiment:   (the label is scored after it; the name after which the model" in shown
     # the template's next relQuery, even a small one: no probes, no first pass, the same field

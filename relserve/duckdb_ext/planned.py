@@ -10,6 +10,15 @@ argument tuples. The pass in which no site meets an unknown row computed the tru
 A statement that changes data runs its read-only query for the collection passes and then the
 statement itself once, with every site answering from what was collected (rows that still turn
 up unknown, for instance through ``random()``, are answered per chunk on the spot).
+
+A query that needs only its first rows (``SELECT ... WHERE llm_filter(...) LIMIT k``: no ORDER
+BY, grouping, DISTINCT or window; ``Statement.rows_needed``) stops early. Its filters answer
+unknown rows with FALSE (so every row the query returns passed them for real) and still record
+them. A filter's rows then run as one relQuery, in the planner's order after the label plan's
+sample, streamed: once the query over the rows answered so far returns k rows, the rest are
+cancelled. Every row it returns is one the whole statement could return (each row's answer is
+its own: the label plan decides it alone), and EXPLAIN ANALYZE says how many rows the LLM
+answered and why it stopped.
 """
 
 from __future__ import annotations
@@ -17,9 +26,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import duckdb
 import pyarrow as pa
@@ -47,7 +56,8 @@ class SiteState:
     session: Session
     answers: dict[LLMCall, dict[Hashable, tuple[object, str | None]]] = field(default_factory=dict)
     pending: dict[LLMCall, dict[Hashable, tuple]] = field(default_factory=dict)
-    #: "collect": unknown rows get a stand-in; "inline": unknown rows run at once, per chunk
+    #: "collect": unknown rows get a stand-in; "inline": unknown rows run at once, per chunk;
+    #: "limit": a LIMIT's filter, whose unknown rows are FALSE (recorded all the same)
     mode: str = "collect"
     lock: threading.Lock = field(default_factory=threading.Lock)
     explains: list[Explain] = field(default_factory=list)
@@ -78,7 +88,7 @@ class SiteState:
             return to_arrow(fn, answer_chunk(fn, chunk, self.session, self._answer_or_run))
         settle_chunk_errors(fn, chunk, self.session, f"{self.site.text}: ")
         out: list[object] = [None] * chunk.size
-        stand_in = _STAND_IN[fn.kind]
+        stand_in = False if self.mode == "limit" else _STAND_IN[fn.kind]
         with self.lock:
             self.rows_seen += chunk.size
             for group in chunk.groups:
@@ -126,11 +136,55 @@ class SiteState:
     def has_pending(self) -> bool:
         return any(self.pending.values())
 
-    def run_pending(self) -> None:
-        """One relQuery per call (normally one per site) over the distinct unknown argument tuples."""
+    def run_pending(self, enough: Callable[[], bool] | None = None) -> None:
+        """One relQuery per call (normally one per site) over the distinct unknown argument tuples;
+        with ``enough`` (a LIMIT's filter) the rows stream in and the rest are cancelled once it
+        says the statement has its rows."""
         todo, self.pending = self.pending, {}
         for call, wanted in todo.items():
-            self._run_call(call, list(wanted.values()))
+            if enough is None:
+                self._run_call(call, list(wanted.values()))
+            else:
+                self._run_until(call, list(wanted.values()), enough)
+
+    def _run_until(self, call: LLMCall, values: list[tuple], enough: Callable[[], bool]) -> None:
+        """``values`` as one relQuery whose answers are kept as they stream in; the statement is
+        asked whether it has its rows each time a row passes (the only answers that can change it)."""
+        answered = 0
+        passed = 0
+        stopped = False
+
+        def until(rows) -> bool:
+            nonlocal answered, passed, stopped
+            with self.lock:
+                known = self.answers.setdefault(call, {})
+                for r in rows:
+                    known[hashable_key(values[r.index])] = (r.value, r.error)
+                    answered += 1
+                    passed += r.error is None and r.value is True
+            if not any(r.error is None and r.value is True for r in rows):
+                return False
+            stopped = enough()
+            return stopped
+
+        try:
+            outcome = self.session.run(call, values, until=until)
+        except RowError as e:
+            raise RowError(f"{self.site.text}: {e}") from None
+        self.relqueries += 1
+        why = (f"stopped: the LIMIT had its rows after {answered:,} of {len(values):,} rows ({passed:,} passed);"
+               f" the other {len(values) - answered:,} were cancelled" if stopped else None)
+        record = analyzed(call, outcome)
+        self.analyzed.append(replace(record, llm_rows=min(record.llm_rows, answered), stopped=why))
+        with self.lock:
+            known = self.answers.setdefault(call, {})
+            # rows answered (or failed) on their own are kept; those the cancel left are not
+            for v, value, err in zip(values, outcome.values, outcome.errors):
+                if hashable_key(v) not in known and not (stopped and err is not None and err.endswith("cancelled")):
+                    known[hashable_key(v)] = (value, err)
+        self.session.record_failures(call, [v for v in values if known.get(hashable_key(v), (0, None))[1] is not None],
+                                     [known[hashable_key(v)][1] for v in values
+                                      if known.get(hashable_key(v), (0, None))[1] is not None])
 
     def explain_arrivals(self) -> None:
         for call, values in (self.arrivals or {}).items():
@@ -235,11 +289,18 @@ def run_planned(
     statement the count DuckDB reports (None if DuckDB gives nothing).
     """
     t0 = time.perf_counter()
+    needed = statement.rows_needed
     limit = max_passes or len(statement.sites) + 2
     with PlannedStatement(con, session, statement) as planned:
         run = StatementRun(statement, planned.states)
         table = None
         settled = False
+        if needed is not None:
+            for state in planned.states:
+                if state.site.index in statement.limit_sites:
+                    state.mode = "limit"
+            # every chunk of rows may take a relQuery of its own before k rows pass
+            limit = max_passes or 4 * len(statement.sites) + 8
         while run.passes < limit:
             for state in planned.states:
                 # what a site met while waiting for an upstream site may be rows that never
@@ -247,11 +308,19 @@ def run_planned(
                 state.pending = {}
             table = planned.collect(params)
             run.passes += 1
+            if needed is not None and table is not None and table.num_rows >= needed:
+                # the LIMIT has its rows: its filters' unknown rows are not needed
+                for state in planned.states:
+                    if state.mode == "limit":
+                        state.pending = {}
             ready = planned.ready_sites()
             if not ready:
                 settled = True
                 break
-            _run_sites(ready)
+            if needed is not None:
+                _run_limited(planned, ready, needed, params)
+            else:
+                _run_sites(ready)
         if statement.writes or not settled:
             # data-changing statements run once; an unsettled query runs with answers filled in
             for state in planned.states:
@@ -262,6 +331,18 @@ def run_planned(
         state.answers = {}  # the run record is kept (last_run); the answers are not needed
     run.seconds = time.perf_counter() - t0
     return table, run
+
+
+def _run_limited(planned: PlannedStatement, ready: list[SiteState], needed: int, params: Params) -> None:
+    """A LIMIT statement's ready sites, one after the other (a filter's check runs the statement
+    on this connection): a filter's rows stream until the statement returns ``needed`` rows."""
+
+    def enough() -> bool:
+        table = planned.fetch(planned.statement.collection_sql(planned.names), params)
+        return table is not None and table.num_rows >= needed
+
+    for state in ready:
+        state.run_pending(enough if state.mode == "limit" else None)
 
 
 def _run_sites(ready: list[SiteState]) -> None:

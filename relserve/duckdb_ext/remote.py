@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,7 +98,7 @@ class HttpRunner:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def run(self, call: LLMCall, values: list[tuple], *, explain_only: bool = False,
-            budget: Allowance | None = None) -> CallOutcome:
+            budget: Allowance | None = None, until: Callable[[list[RowResult]], bool] | None = None) -> CallOutcome:
         self._check(call)
         if not values:
             return CallOutcome([], [], None)  # type: ignore[arg-type]
@@ -120,7 +120,7 @@ class HttpRunner:
         try:
             with self.client.stream(call.template.source, rows, fields) as stream, \
                     progress_bar(len(values), call.function.name, show=self.progress) as bar:
-                answers = in_input_order(_counted(stream, bar), len(values))
+                answers = in_input_order(_counted(stream, bar, until), len(values))
                 # the job's figures (its ``done`` event; a stream that ended without one has raised)
                 stats = stream.done.stats if stream.done is not None else JobStats()
                 engine_rows = stream.header.engine_rows
@@ -196,10 +196,15 @@ def within(fields: CallFields, budget: Allowance) -> CallFields | None:
     )
 
 
-def _counted(rows: Iterable[RowResult], bar: Any) -> Iterator[RowResult]:
+def _counted(rows: Iterable[RowResult], bar: Any,
+             until: Callable[[list[RowResult]], bool] | None = None) -> Iterator[RowResult]:
+    """The stream's rows, counted on the bar; once ``until`` says so the stream is left (the
+    server cancels a relQuery whose stream is closed) and the rest come back unanswered."""
     for row in rows:
         bar.update(1)
         yield row
+        if until is not None and until([row]):
+            return
 
 
 def http_runner(

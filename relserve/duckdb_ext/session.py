@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -14,9 +15,11 @@ from relserve.backend.protocol import Backend
 from relserve.budget import Allowance
 from relserve.duckdb_ext.remote import HttpRunner, RemoteCall
 from relserve.functions import CallOptions, LLMCall, LLMFunction
+from relserve.labels.keys import namespace_of
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.plan_and_run import CallOutcome, cached_values, run_rows
+from relserve.results import RowResult
 
 MAX_LOGGED_ERRORS = 10_000
 
@@ -27,7 +30,9 @@ class CallRunner(Protocol):
     progress: bool
 
     def run(self, call: LLMCall, values: list[tuple], *, explain_only: bool = False,
-            budget: Allowance | None = None) -> CallOutcome: ...
+            budget: Allowance | None = None, until: Callable[[list[RowResult]], bool] | None = None) -> CallOutcome:
+        """Plan and run ``call`` over ``values``; ``until``: see ``plan_and_run.run_rows``."""
+        ...
 
     def cached(self, call: LLMCall, values: list[tuple]) -> dict[int, tuple[Any, str | None]]:
         """Answers known without running, by position in ``values``."""
@@ -49,7 +54,7 @@ class LocalRunner:
         return EngineRef(self.engine, call.options.model)
 
     def run(self, call: LLMCall, values: list[tuple], *, explain_only: bool = False,
-            budget: Allowance | None = None) -> CallOutcome:
+            budget: Allowance | None = None, until: Callable[[list[RowResult]], bool] | None = None) -> CallOutcome:
         return run_rows(
             call,
             values,
@@ -59,12 +64,14 @@ class LocalRunner:
             progress=self.progress,
             explain_only=explain_only,
             budget=budget,
+            until=until,
         )
 
     def cached(self, call: LLMCall, values: list[tuple]) -> dict[int, tuple[Any, str | None]]:
         # True/None mean the shared cache, False none (as for run_rows)
         cache = shared_cache() if self.cache is None or self.cache is True else (None if self.cache is False else self.cache)
-        return cached_values(call, values, model_id=self._engine_for(call).model_id, cache=cache)
+        ref = self._engine_for(call)
+        return cached_values(call, values, model_id=ref.model_id, cache=cache, namespace=namespace_of(ref.peek()))
 
 
 @dataclass(frozen=True)
@@ -89,8 +96,10 @@ class Session:
     #: the budget of the statement running (``sql(..., max_tokens_total=...)``; issue 47)
     budget: Allowance | None = None
 
-    def run(self, call: LLMCall, values: list[tuple], *, explain_only: bool = False) -> CallOutcome:
-        return self.runner.run(call, values, explain_only=explain_only, budget=None if explain_only else self.budget)
+    def run(self, call: LLMCall, values: list[tuple], *, explain_only: bool = False,
+            until: Callable[[list[RowResult]], bool] | None = None) -> CallOutcome:
+        return self.runner.run(call, values, explain_only=explain_only, budget=None if explain_only else self.budget,
+                               until=until)
 
     def cached(self, call: LLMCall, values: list[tuple]) -> dict[int, tuple[Any, str | None]]:
         """Answers already in the result cache, by position in ``values``."""

@@ -58,6 +58,12 @@ class Statement:
     read_query: exp.Expression | None = None
     #: why the statement is not planned (sites in a statement kind that is not executed now)
     unplanned_reason: str | None = None
+    #: a query that needs only its first rows: ``LIMIT k`` over a SELECT whose rows come out as
+    #: they pass its WHERE (no ORDER BY, grouping, DISTINCT or window), every llm filter in that
+    #: WHERE: the k rows it returns (None: every row)
+    rows_needed: int | None = None
+    #: the sites the ``LIMIT`` stops early: the llm filters of that WHERE
+    limit_sites: frozenset[int] = frozenset()
 
     @property
     def planned(self) -> bool:
@@ -164,7 +170,49 @@ def analyze(text: str) -> Statement:
     _classify(statement)
     if statement.unplanned_reason is None:
         _set_dependencies(statement)
+        _set_limit(statement)
     return statement
+
+
+def _set_limit(st: Statement) -> None:
+    """``rows_needed`` and ``limit_sites`` of a query whose first passing rows are its answer
+    (see ``Statement.rows_needed``): any k rows that pass the WHERE are as right as any other k,
+    so a filter's rows can be answered a few at a time until k pass."""
+    tree = st.tree
+    if st.writes or not isinstance(tree, exp.Select):
+        return
+    limit = tree.args.get("limit")
+    count = limit.expression if isinstance(limit, exp.Limit) else None
+    if not isinstance(count, exp.Literal) or not count.is_int:
+        return
+    offset = tree.args.get("offset")
+    skip = offset.expression if isinstance(offset, exp.Offset) else None
+    if skip is not None and not (isinstance(skip, exp.Literal) and skip.is_int):
+        return
+    if (tree.args.get("order") is not None or tree.args.get("group") is not None or tree.args.get("distinct") is not None
+            or tree.args.get("having") is not None or tree.args.get("qualify") is not None
+            or any(isinstance(e, (exp.AggFunc, exp.Window)) for p in tree.expressions for e in p.walk())):
+        return
+    sites = set()
+    for site in st.sites:
+        scope = _scope_of(site.node)
+        clause = _clause_of(site.node, scope)
+        if scope is not tree or clause not in ("where", "expressions"):
+            return  # a call in a subquery, a join or a CTE: every row (not stopped early)
+        if clause == "where":
+            if site.function.kind != "filter" or not _conjunct(site.node, tree.args["where"].this):
+                return
+            sites.add(site.index)
+    if sites:
+        # (the query returns at most k rows: it returns k once k + OFFSET rows pass)
+        st.rows_needed = int(count.this)
+        st.limit_sites = frozenset(sites)
+
+
+def _conjunct(node: exp.Expression, where: exp.Expression) -> bool:
+    """Whether ``node`` is one of the AND-ed terms of ``where`` (so a row it rejects is out)."""
+    terms = list(where.flatten()) if isinstance(where, exp.And) else [where]
+    return any(term is node for term in terms)
 
 
 def _call_ends(tokens) -> dict[int, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 
 from relserve.backend.protocol import Backend
@@ -199,18 +200,30 @@ class CallExecutor:
         call = replace(self.call, plan_id=self.plan_id) if self.resolution.key is not None else self.call
         return call.sampling_settings()
 
-    def run(self, engine: Backend, *, progress: bool = False, fail_fast: bool = False) -> list[RowResult]:
+    def run(self, engine: Backend, *, progress: bool = False, fail_fast: bool = False,
+            until: Callable[[list[RowResult]], bool] | None = None) -> list[RowResult]:
         """Synchronously: every row of the relQuery, fanned out (a progress bar while it runs).
-        With ``fail_fast`` the first failed row cancels the rest (they come back 'cancelled')."""
+        With ``fail_fast`` the first failed row cancels the rest (they come back 'cancelled');
+        ``until`` is given the caller's rows as they are answered and cancels the rest once it
+        returns True (a statement that needs only some rows: ``LIMIT``)."""
         handle = self.submit(engine)
+        out: list[RowResult] = []
+        done: set[int] = set()
         with progress_bar(self.engine_rows, self.call.function.name, show=progress) as bar:
             for row in handle:
                 bar.update(1)
+                answered = self.answer(row)
+                done.add(row.index)
+                out += answered
                 if fail_fast and row.error is not None:
+                    handle.cancel()
+                    break
+                if until is not None and until(answered):
                     handle.cancel()
                     break
         result = handle.result()
         self.stats = result.stats
-        out = [r for row in result.rows for r in self.answer(row)]
+        # the rows that did not stream before a cancel come back from the result ('cancelled')
+        out += [r for row in result.rows if row.index not in done for r in self.answer(row)]
         self.write_cache()
         return out

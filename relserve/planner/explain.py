@@ -163,6 +163,8 @@ class Analyzed:
     cascade_plan: str = "off"
     #: what the label method found (the adaptive method: layout, estimated prior; None: nothing)
     labels: str | None = None
+    #: why the relQuery stopped before its last row (a LIMIT that had its rows; None: it did not)
+    stopped: str | None = None
     #: why the labels are close to guesses (None: they are not)
     warning: str | None = None
 
@@ -178,6 +180,8 @@ class Analyzed:
             f"  rows the LLM answered {self.llm_rows:>10,}",
             f"  time                  {self.seconds:>9.1f}s",
         ]
+        if self.stopped is not None:
+            lines.append(f"  {self.stopped}")
         if self.labels is not None:
             lines.append(f"  labels                {self.labels}")
         if self.warning is not None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from relserve.backend.protocol import Backend
@@ -19,6 +19,7 @@ from relserve.estimate.budgeted import call_allowance
 from relserve.functions import LLMCall
 from relserve.labels.keys import namespace_of
 from relserve.labels.memory import process_memory
+from relserve.labels.methods import resolve
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.executor import CallExecutor
@@ -87,6 +88,7 @@ def run_rows(
     pin_prefix: bool = True,
     explain_only: bool = False,
     budget: Allowance | None = None,
+    until: Callable[[list[RowResult]], bool] | None = None,
 ) -> CallOutcome:
     """Plan and run ``call`` over row tuples aligned with ``call.template.columns``.
 
@@ -94,6 +96,9 @@ def run_rows(
     row is not in the result cache). With ``explain_only`` nothing runs: the outcome carries the
     EXPLAIN and NULL values. ``budget``: a statement's budget the call spends from, besides its
     own (``llm_options(max_tokens_total := ..., max_seconds := ...)``; relserve/budget.py).
+    ``until``: given the rows as they are answered (their ``index`` the input row's); once it
+    returns True the rest are cancelled and come back unanswered (a statement that needs only
+    some rows: ``LIMIT``; not under a model cascade, which answers its rows in two relQueries).
     """
     t0 = time.perf_counter()
     ref = engine if isinstance(engine, EngineRef) else EngineRef(engine, call.options.model)
@@ -150,7 +155,7 @@ def run_rows(
             error_prefix=f"{call.function.name}: ",
             budget=allowance,
         )
-        for row in executor.run(ref.get(), progress=progress, fail_fast=fail_fast):
+        for row in executor.run(ref.get(), progress=progress, fail_fast=fail_fast, until=until):
             done[row.index] = row
         stats = executor.stats
         label_report, warning = executor.label_report, executor.warning
@@ -196,7 +201,7 @@ def _short(value: Any) -> str:
 
 
 def cached_values(
-    call: LLMCall, values: Sequence[tuple], *, model_id: str, cache: ResultCache | None
+    call: LLMCall, values: Sequence[tuple], *, model_id: str, cache: ResultCache | None, namespace: str | None = None
 ) -> dict[int, tuple[Any, str | None]]:
     """(value, error) of the rows whose answer is in the result cache, by position in ``values``.
 
@@ -205,6 +210,10 @@ def cached_values(
     """
     if cache is None or not call.deterministic or call.options.reorder_fields or not values:
         return {}
+    # a closed question's answers are cached under the label plan that decided them
+    labels = resolve(call, len(values), memory=process_memory(), namespace=namespace, model_id=model_id)
+    if labels.key is not None:
+        call = replace(call, plan_id=labels.plan_id)
     render = Renderer(call)
     runnable = [i for i, v in enumerate(values) if null_error(call, v) is None]
     prompts = [render(values[i]) for i in runnable]

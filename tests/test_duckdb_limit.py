@@ -1,0 +1,77 @@
+"""Spending LLM calls only where they change the answer (issue 64): a DuckDB statement that needs
+only its first rows (``WHERE llm_filter(...) LIMIT k``) streams its filter's rows and cancels the
+rest once k rows pass. Scripted engines (tests/label_doubles.py); the real engine and the
+measurement: bench/bench_limit.py."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from label_doubles import strong_engine
+
+import relserve.duckdb
+from relserve.duckdb_ext.connections import session_of
+from relserve.duckdb_ext.statement import analyze
+
+FILTER = "Is this news article about athletics? Article: {a}"
+
+
+@pytest.mark.parametrize(("sql", "needed"), [
+    (f"SELECT a FROM t WHERE llm_filter('{FILTER}', a) LIMIT 10", 10),
+    (f"SELECT a, llm_map('Sum {{a}}', a) FROM t WHERE n > 3 AND llm_filter('{FILTER}', a) LIMIT 7 OFFSET 5", 7),
+    (f"SELECT a FROM t WHERE llm_filter('{FILTER}', a) ORDER BY n LIMIT 10", None),
+    (f"SELECT a FROM t WHERE llm_filter('{FILTER}', a) OR n > 3 LIMIT 10", None),
+    (f"SELECT count(*) FROM t WHERE llm_filter('{FILTER}', a) LIMIT 10", None),
+    (f"SELECT DISTINCT a FROM t WHERE llm_filter('{FILTER}', a) LIMIT 10", None),
+    (f"SELECT a FROM t WHERE llm_filter('{FILTER}', a)", None),
+    (f"SELECT a FROM (SELECT a FROM t WHERE llm_filter('{FILTER}', a)) LIMIT 10", None),
+])
+def test_a_limit_over_the_rows_a_where_passes_is_what_stops_early(sql, needed):
+    assert analyze(sql).rows_needed == needed
+
+
+def _table(con, n: int, share: float) -> list[str]:
+    rng = random.Random(4)
+    rows = [f"sports story {i}" if rng.random() < share else f"other story {i}" for i in range(n)]
+    con.execute("CREATE TABLE t (a VARCHAR, n INTEGER)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", [[a, i] for i, a in enumerate(rows)])
+    return rows
+
+
+def test_a_filter_under_limit_answers_a_few_rows_and_returns_only_rows_that_pass():
+    eng = strong_engine(lambda text: "sports" in text)
+    con = relserve.duckdb.connect(engine=eng, progress=False, cache=False)
+    _table(con, 2000, 0.25)
+    sql = f"SELECT a FROM t WHERE llm_filter('{FILTER}', a) LIMIT 10"
+    got = [r[0] for r in con.sql(sql).fetchall()]
+    assert len(got) == 10 and all("sports" in a for a in got)
+    run = session_of(getattr(con, "con", con)).last_run
+    (site,) = run.sites
+    (rec,) = site.analyzed
+    # the plan's first pass, then its sample of 64 rows (spread over the table) answered first:
+    # they hold more than 10 passing rows, so nothing after them is asked
+    assert rec.llm_rows <= 200, rec
+    assert rec.stopped is not None and rec.stopped.startswith("stopped: the LIMIT had its rows after ")
+    explained = str(relserve.duckdb.explain(con, sql, analyze=True))
+    assert "rows the LLM answered" in explained and "stopped: the LIMIT had its rows" in explained
+
+
+def test_a_limit_the_first_rows_cannot_fill_reads_on_and_returns_what_passes():
+    eng = strong_engine(lambda text: "sports" in text)
+    con = relserve.duckdb.connect(engine=eng, progress=False, cache=False)
+    rows = _table(con, 300, 0.02)
+    truth = sorted(a for a in rows if "sports" in a)
+    got = sorted(r[0] for r in con.sql(f"SELECT a FROM t WHERE llm_filter('{FILTER}', a) LIMIT 50").fetchall())
+    assert got == truth  # fewer than 50 pass: every row was read, every passing row returned
+
+
+def test_a_limit_with_a_map_after_the_filter_answers_the_map_for_passing_rows_only():
+    eng = strong_engine(lambda text: "sports" in text)
+    con = relserve.duckdb.connect(engine=eng, progress=False, cache=False)
+    _table(con, 1000, 0.3)
+    sql = f"SELECT a, llm_score('{FILTER}', a) AS p FROM t WHERE llm_filter('{FILTER}', a) LIMIT 5"
+    got = con.sql(sql).fetchall()
+    assert len(got) == 5 and all("sports" in a and p > 0.5 for a, p in got)
+    filt, score = session_of(getattr(con, "con", con)).last_run.sites
+    assert sum(r.llm_rows for r in score.analyzed) <= 64 + 5 * 4  # a few chunks' passing rows, not 1,000
