@@ -283,7 +283,7 @@ class Client:
     def pin_label_plans(self, template: str, *, unpin: bool = False) -> int:
         """Pin (or unpin) the tenant's label plans of ``template``: a pinned plan is never
         replaced by ``label_plan := 'refresh'`` nor forgotten. Returns how many changed."""
-        return int(self._request("POST", "/v1/label-plans/pin", params={"template": template, "unpin": unpin})["changed"])
+        return int(self._request("PATCH", "/v1/label-plans", params={"template": template, "pinned": not unpin})["changed"])
 
 
 def _call_json(call: CallFields | None, options: dict[str, object]) -> dict[str, object]:

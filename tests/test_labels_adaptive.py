@@ -257,7 +257,7 @@ def test_a_run_reports_its_plan():
     assert all(r.confidence > 0.99 for r in decided.values())
     rep = run.report
     assert rep.first_pass and rep.plan.rule is PlanRule.TWO_CROWDS and not rep.guessing
-    from relserve.labels.bootstrap import sample_indices
+    from relserve.labels.batch import sample_indices
 
     sampled = sample_indices(100, adaptive.PLAN_ROWS)
     assert rep.plan.share == sum(i % 5 == 0 for i in sampled) / 64 and rep.plan.sample == 64
@@ -414,7 +414,7 @@ def test_a_cascades_parts_are_decided_with_one_plan_made_from_the_whole():
     """A cascade's LLM rows come as two relQueries: a random sample, then the rows its proxy was
     unsure of. The plan the sample makes samples the whole table, as one relQuery of every row
     would, and decides the remainder too."""
-    from relserve.labels.bootstrap import sample_indices
+    from relserve.labels.batch import sample_indices
     from relserve.labels.interface import LabelScope
 
     rng = random.Random(5)

@@ -65,9 +65,9 @@ def test_lazy_frames_send_one_relquery_per_call(df, engine):
     out = lf.collect()
     assert out["good"].to_list() == [True, False, True, None, False]
     # one relQuery for the call, not one per batch: its 4 distinct reviews are the adaptive first
-    # pass's whole sample (one relQuery per layout, each with every review once), whose scores
-    # answer them: nothing after it
-    assert engine.submitted == [] and [len(p) for p in engine.first_passes] == [4] * 5
+    # pass's whole sample (the model's concept, one relQuery per layout, each with every review
+    # once, the content-free rows), and its plan's sample, whose scores answer them: nothing after it
+    assert engine.submitted == [] and [len(p) for p in engine.first_passes] == [1] + [4] * 5 + [3, 4]
 
 
 def test_declared_dtypes(df, engine):

@@ -89,7 +89,7 @@ def test_few_shot_examples_and_labels_count_in_every_rows_size(server, fake):
     r = _post(server, "/v1/relqueries", body)
     assert r.status_code == 413 and "max_rendered_chars" in _error(r), r.text
     # classify's answer line lists the labels in every prompt
-    labels = [f"label number {i} " + "l" * 200 for i in range(2000)]
+    labels = [f"label number {i} " + "l" * 420 for i in range(1000)]
     rows = [{"x": i} for i in range(100)]
     r = _post(server, "/v1/relqueries", {"template": "{x}", "rows": rows, "function": "classify", "labels": labels})
     assert r.status_code == 413 and "would render to 43892090 characters (100 rows)" in _error(r), r.text

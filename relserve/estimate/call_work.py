@@ -15,7 +15,7 @@ from relserve import answer_lengths
 from relserve.estimate.label_work import Scored, label_work, scoring_asks, typical_answer_tokens
 from relserve.estimate.prompt_tokens import PromptTokenizer, layout_of
 from relserve.functions import LLMCall
-from relserve.labels.methods import LabelResolution
+from relserve.labels.resolution import LabelResolution
 
 #: what each kind of relQuery is, as EXPLAIN names it
 ROWS, PREFIX = "rows", "prefix warm-up"

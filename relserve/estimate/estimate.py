@@ -24,7 +24,7 @@ from relserve.estimate.prompt_tokens import PromptTokenizer, prompt_tokenizer
 from relserve.estimate.snapshot import Background, QueuedRelQuery, background_of
 from relserve.estimate.timing import Chain, Machine, SimulationError, machine_of, replay
 from relserve.functions import LLMCall
-from relserve.labels.methods import LabelResolution
+from relserve.labels.resolution import LabelResolution
 from relserve.relquery import encodable
 
 

@@ -29,9 +29,9 @@ from relserve.labels.answer_fields import CANDIDATES, known_field, picks_field, 
 from relserve.labels.concept import PROPOSAL_FIELD, proposal_prompt, proposal_words
 from relserve.labels.layouts import LayoutRenderer, layouts_for
 from relserve.labels.memory import process_memory
-from relserve.labels.methods import LabelResolution, resolve
 from relserve.labels.names import LabelMethodName
 from relserve.labels.prior import CONTENT_FREE, content_free_prompts
+from relserve.labels.resolution import LabelResolution, resolve
 from relserve.prompt_shapes import answer_field_text, label_space
 
 #: vLLM's cap on log-probabilities per request (engine.engine._MAX_LOGPROBS)
@@ -101,7 +101,7 @@ def label_work(call: LLMCall, prompts: Sequence[str], values: Sequence[tuple] | 
     else:
         work.rows = Scored("rows", list(prompts), layout, tuple(keyed.choices))
         if labels.makes_plan and method is LabelMethodName.BATCH:
-            sample = bootstrap.sample_indices(len(prompts), batch.SAMPLE_ROWS)
+            sample = batch.sample_indices(len(prompts), batch.SAMPLE_ROWS)
             work.before.append([Scored("plan's sample", [prompts[i] for i in sample], layout, tuple(keyed.choices))])
         elif labels.makes_plan and method is LabelMethodName.PRIOR:
             work.before.append([Scored("prior probes", content_free_prompts(keyed), layout, tuple(keyed.choices))])
@@ -159,7 +159,7 @@ def _bootstrap(work: LabelWork, prompts: Sequence[str], layout: Layout) -> None:
         work.rows = Scored("rows", [plan.examples + p for p in prompts], layout, labels)
         return
     n = len(prompts)
-    sample = bootstrap.sample_indices(n, bootstrap.sample_rows(call.function.kind, n))
+    sample = batch.sample_indices(n, bootstrap.sample_rows(call.function.kind, n))
     typical = _median([prompts[i] for i in sample])
     picked = [(0, labels[k % len(labels)]) for k in range(len(labels) * bootstrap.PER_LABEL)]
     examples = bootstrap.examples_text([typical], picked, layout.answer_field)

@@ -18,7 +18,7 @@ from relserve.estimate.call_work import ROWS, CallWork, RelQueryWork
 from relserve.estimate.estimate import EngineView
 from relserve.estimate.prefix_cache import cached_prompts
 from relserve.estimate.timing import Chain, SimulationError, replay
-from relserve.labels.bootstrap import sample_indices
+from relserve.labels.batch import sample_indices
 
 
 @dataclass(frozen=True)

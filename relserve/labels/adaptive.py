@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from relserve.functions import LLMCall
-from relserve.labels.bootstrap import sample_indices
+from relserve.labels.batch import sample_indices
 from relserve.labels.concept import (
     PROPOSAL_FIELD,
     Concept,

@@ -24,6 +24,13 @@ SAMPLE_ROWS = 32
 SAMPLE_PREFIX = "batch-"
 
 
+def sample_indices(n: int, size: int) -> list[int]:
+    """``size`` prompt indices spread evenly over ``n`` prompts (all of them when fewer)."""
+    if n <= size:
+        return list(range(n))
+    return [i * n // size for i in range(size)]
+
+
 def means_plan(method: str, labels: Sequence[str], scores: Sequence[Mapping[str, float]], examples: str = "") -> LabelPlan:
     """A plan that subtracts each label's mean over ``scores`` (none when the model separates
     these rows by itself)."""
@@ -36,7 +43,6 @@ def score_sample(ctx: LabelContext, prompts: Sequence[str], options: Mapping[str
                  rel_id: str) -> dict[int, RowResult]:
     """A spread sample of at most ``size`` of ``prompts`` scored on ``ctx.engine`` (prompt index ->
     its scored row; failed rows left out)."""
-    from relserve.labels.bootstrap import sample_indices
     from relserve.relquery import RelQuery
 
     sample = sample_indices(len(prompts), size)

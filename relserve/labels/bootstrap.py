@@ -79,13 +79,6 @@ def sample_rows(kind: str, rows: int | None = None) -> int:
     return min(rows, size, max(MIN_SAMPLE, math.ceil(SAMPLE_SHARE.get(kind, 1.0) * rows)))
 
 
-def sample_indices(n: int, size: int) -> list[int]:
-    """``size`` prompt indices spread evenly over ``n`` prompts (all of them when fewer)."""
-    if n <= size:
-        return list(range(n))
-    return [i * n // size for i in range(size)]
-
-
 def choose(
     scores: Sequence[tuple[int, Mapping[str, float]]],
     prompts: Sequence[str],
@@ -171,7 +164,7 @@ def shaped_for(call, prompts: int, model_id: str, namespace: str | None = None, 
     shaped = in_examples_shape(call)
     if prompts >= MIN_BATCH_ROWS or memory is None:
         return shaped if prompts >= MIN_BATCH_ROWS else call
-    from relserve.labels.methods import plan_key
+    from relserve.labels.resolution import plan_key
 
     # (a plan is kept under the call as planned: its answer field "auto", not the name chosen)
     return shaped if memory.plan(plan_key(shaped, namespace, model_id)) is not None else call

@@ -28,8 +28,8 @@ from typing import Any, Protocol
 from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
 from relserve.functions import LLMCall
-from relserve.labels.methods import LabelResolution
 from relserve.labels.plan import LabelPlan
+from relserve.labels.resolution import LabelResolution
 from relserve.results import RowResult
 
 

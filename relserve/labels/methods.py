@@ -1,208 +1,12 @@
-"""The label methods by name, which one a relQuery runs and with which plan, resolved once, and
-the factory of their runs (issues 43, 62; the enum and its factory beside the interface, as
-vLLM's ``v1/core/sched/request_queue.py``).
-
-A call names a method (``method :=``, or the default); ``resolve`` turns the call into a
-``LabelResolution`` once per relQuery, in the planner: the method the relQuery runs, the key of
-the call's label plan and the plan kept for it (relserve/labels/plan.py, memory.py). The
-executor, EXPLAIN, the estimates and a server tenant's limits read that resolution; nothing
-outside relserve/labels/ compares method names.
-
-Which method runs: ``adaptive`` is for two labels, and with three or more (or the user's own
-examples) runs as ``bootstrap``; ``batch`` and ``bootstrap`` need at least ``min_batch_rows``
-rows for label means of their own and below that run as ``prior`` unless the call has a plan
-already (its means); ``bootstrap`` with the user's own examples runs as ``batch`` (given examples
-beat guessed ones); a call with a kept plan runs the plan's method.
-"""
+"""The label methods' runs by name, and what each says of its own work (issues 43, 62; the enum
+in relserve/labels/names.py, the factory here beside the interface, as vLLM's
+``v1/core/sched/request_queue.py``). Which method a relQuery runs, and with which plan, is
+resolved once by relserve/labels/resolution.py."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-from dataclasses import dataclass
-
-from relserve.labels.keys import template_key
-from relserve.labels.memory import LabelMemory, PlanPinned, StoredPlan
 from relserve.labels.names import LabelMethodName, PlanAction
-from relserve.labels.plan import LabelPlan, PlanKey
-
-#: the methods whose label means need a number of rows of their own
-MEANS_METHODS = (LabelMethodName.BATCH, LabelMethodName.BOOTSTRAP)
-
-
-@dataclass(frozen=True)
-class LabelResolution:
-    """How one relQuery of a closed question gets its labels, resolved once (``resolve``)."""
-
-    #: the method the relQuery runs (None: the call has no labels; ``generate``: it decodes)
-    method: LabelMethodName | None
-    #: the method the call asks for, when the relQuery runs another one
-    asked: LabelMethodName | None = None
-    #: whose plan (None: a method without a plan, or no labels)
-    key: PlanKey | None = None
-    #: the plan kept for the call (None: this relQuery makes one, or the method has none)
-    stored: StoredPlan | None = None
-    action: PlanAction = PlanAction.AUTO
-    memory: LabelMemory | None = None
-
-    @property
-    def scoring(self) -> bool:
-        """Whether the engine scores the labels (every method but ``generate``)."""
-        return self.method is not None and self.method is not LabelMethodName.GENERATE
-
-    @property
-    def plan(self) -> LabelPlan | None:
-        """The kept plan this relQuery uses as it is (None: it makes one first)."""
-        if self.stored is None or self.action is PlanAction.REFRESH:
-            return None
-        return self.stored.plan
-
-    @property
-    def plan_id(self) -> str | None:
-        """The id of the plan the rows are decided with when it is known before they run (the
-        result cache keys answers by it)."""
-        plan = self.plan
-        return plan.id if plan is not None else ("refresh" if self.action is PlanAction.REFRESH else None)
-
-    @property
-    def makes_plan(self) -> bool:
-        """Whether the relQuery makes a plan before its rows (a first pass, or probes)."""
-        return self.key is not None and self.plan is None
-
-    def keep(self, plan: LabelPlan, *, rows: int) -> tuple[LabelPlan, bool]:
-        """Offer a plan this relQuery made from ``rows`` rows to the memory; returns the plan the
-        rows are decided with (another process's, should it have kept one first) and whether it
-        is kept. A plan made from fewer than ``MIN_PLAN_ROWS`` rows is not: a handful of rows is
-        no sample (each such relQuery makes its own from its own rows)."""
-        if self.memory is None or self.key is None or rows < MIN_PLAN_ROWS:
-            return plan, False
-        stored = self.memory.keep(self.key, plan, replace=self.action is PlanAction.REFRESH,
-                                  pin=self.action is PlanAction.PIN)
-        if self.action is PlanAction.UNPIN and stored.pinned:
-            stored = self.memory.pin(self.key, False) or stored
-        return stored.plan, True
-
-    def apply_action(self) -> None:
-        """Pin or unpin the kept plan a running relQuery uses as it is (EXPLAIN resolves without
-        running, and changes nothing)."""
-        if self.memory is None or self.key is None or self.stored is None:
-            return
-        if self.action is PlanAction.PIN and not self.stored.pinned:
-            self.memory.pin(self.key, True)
-        elif self.action is PlanAction.UNPIN and self.stored.pinned:
-            self.memory.pin(self.key, False)
-
-    @property
-    def lays_out(self) -> bool:
-        """Whether the method lays the scoring request out itself (the adaptive method's layouts),
-        not in the call's prompt shape."""
-        return self.method is LabelMethodName.ADAPTIVE
-
-    def explain_work(self, call, rows: int) -> str | None:
-        """What the method does for a relQuery of ``rows`` prompts, in its own words (EXPLAIN)."""
-        if self.method is None:
-            return None
-        return _work(self.method)(call, rows, self.plan)
-
-    def explain_plan(self, call) -> str | None:
-        """The call's label plan for EXPLAIN: the kept one, or what a first pass will choose."""
-        if self.key is None:
-            return None
-        if self.plan is not None:
-            pinned = ", pinned" if self.stored is not None and self.stored.pinned else ""
-            return f"kept{pinned}: {self.plan.describe()} (label_plan := 'refresh' makes a new one)"
-        why = "refreshed by this statement" if self.action is PlanAction.REFRESH else "none kept yet"
-        return f"{why}: " + _plan_work(self.method)(call)
-
-    def first_pass_requests(self, call, rows: int) -> int:
-        """At most how many scoring requests the relQuery sends before its rows (0 with a kept
-        plan): what a tenant's limits and the time estimates count besides the rows."""
-        if not self.makes_plan:
-            return 0
-        from relserve.labels.adaptive import first_pass_size
-        from relserve.labels.bootstrap import sample_rows
-
-        if self.method is LabelMethodName.ADAPTIVE:
-            return first_pass_size(call, rows)
-        if self.method is LabelMethodName.BOOTSTRAP:
-            return 2 * sample_rows(call.function.kind, rows)
-        if self.method is LabelMethodName.PRIOR:
-            from relserve.labels.prior import CONTENT_FREE
-
-            return len(CONTENT_FREE)
-        return 0
-
-
-#: a plan is kept only when made from at least this many rows (fewer: each relQuery of so few
-#: rows makes its own, from its own rows, and keeps none)
-MIN_PLAN_ROWS = 16
-
-
-def asked(call) -> LabelMethodName | None:
-    """The method ``call`` asks for as its relQueries read it: ``adaptive`` is for two labels, so a
-    call of three or more, or with the user's own examples, asks for ``bootstrap``."""
-    method = call.label_method
-    if method is None:
-        return None
-    name = LabelMethodName(method)
-    if name is LabelMethodName.ADAPTIVE and (len(call.choices or ()) != 2 or call.options.examples):
-        return LabelMethodName.BOOTSTRAP
-    return name
-
-
-def method_ran(method: str | None, rows: int, examples: bool = False, labels: int = 2) -> LabelMethodName | None:
-    """The label method a relQuery of ``rows`` prompts over ``labels`` labels runs when the call
-    has no plan yet: ``batch`` and ``bootstrap`` fall back to ``prior`` below
-    ``min_batch_rows(labels)``; between the two thresholds (three labels or more) ``bootstrap``
-    runs as ``batch``; ``bootstrap`` with the user's own ``examples`` runs as ``batch``."""
-    from relserve.labels.means import MIN_BATCH_ROWS, min_batch_rows
-
-    if method is None:
-        return None
-    name = LabelMethodName(method)
-    if name is LabelMethodName.ADAPTIVE:
-        if labels != 2 or examples:
-            name = LabelMethodName.BOOTSTRAP
-        else:
-            return name
-    if name in MEANS_METHODS and rows < MIN_BATCH_ROWS:
-        return LabelMethodName.BATCH if rows >= min_batch_rows(labels) else LabelMethodName.PRIOR
-    if name is LabelMethodName.BOOTSTRAP and examples:
-        return LabelMethodName.BATCH
-    return name
-
-
-def plan_key(call, namespace: str | None, model_id: str) -> PlanKey:
-    """The key of ``call``'s label plan in ``namespace`` under ``model_id``."""
-    method = asked(call)
-    ident = json.dumps([list(_plain(template_key(call, model_id))), method.value if method else None], default=str)
-    return PlanKey(namespace, model_id, ident, call.function.name, call.template.source, tuple(call.choices or ()))
-
-
-def _plain(key: Sequence[object]) -> list[object]:
-    return [list(v) if isinstance(v, tuple) else v for v in key]
-
-
-def resolve(call, rows: int, *, memory: LabelMemory | None, namespace: str | None, model_id: str) -> LabelResolution:
-    """How a relQuery of ``rows`` distinct prompts of ``call`` gets its labels (see the module)."""
-    want = asked(call)
-    if want is None:
-        return LabelResolution(None)
-    if want is LabelMethodName.GENERATE:
-        return LabelResolution(want)
-    action = PlanAction(call.options.label_plan)
-    key = plan_key(call, namespace, model_id)
-    stored = memory.plan(key) if memory is not None else None
-    if want is LabelMethodName.SCORE:
-        return LabelResolution(want)
-    if stored is not None and action is not PlanAction.REFRESH:
-        ran = LabelMethodName(stored.plan.method)
-    else:
-        if stored is not None and stored.pinned:
-            raise PlanPinned(f"the label plan of {call.function.name}({call.template.source!r}) is pinned: unpin it "
-                             "(label_plan := 'unpin') before refreshing it")
-        ran = method_ran(call.label_method, rows, bool(call.options.examples), len(call.choices or ()))
-    return LabelResolution(ran, want if ran is not want else None, key, stored, action, memory)
+from relserve.labels.resolution import LabelResolution, resolve
 
 
 def _work(method: LabelMethodName):
@@ -241,7 +45,42 @@ def start_run(resolution: LabelResolution, ctx):
     return runs[name](ctx)
 
 
-def first_pass_requests(call, rows: int) -> int:
+def describe_work(resolution: LabelResolution, call, rows: int) -> str | None:
+    """What the resolved method does for a relQuery of ``rows`` prompts, in its own words (EXPLAIN)."""
+    if resolution.method is None:
+        return None
+    return _work(resolution.method)(call, rows, resolution.plan)
+
+
+def describe_plan(resolution: LabelResolution, call) -> str | None:
+    """The call's label plan for EXPLAIN: the kept one, or what a first pass will choose."""
+    if resolution.key is None:
+        return None
+    plan = resolution.plan
+    if plan is not None:
+        pinned = ", pinned" if resolution.stored is not None and resolution.stored.pinned else ""
+        return f"kept{pinned}: {plan.describe()} (label_plan := 'refresh' makes a new one)"
+    why = "refreshed by this statement" if resolution.action is PlanAction.REFRESH else "none kept yet"
+    return f"{why}: " + _plan_work(resolution.method)(call)
+
+
+def first_pass_requests(call, rows: int, resolution: LabelResolution | None = None) -> int:
     """At most how many scoring requests a relQuery of ``rows`` prompts of ``call`` sends before its
-    rows, counted as if no plan were kept (an upper bound: a server tenant's limits count it)."""
-    return resolve(call, rows, memory=None, namespace=None, model_id="").first_pass_requests(call, rows)
+    rows (0 with a kept plan; ``resolution`` None: counted as if no plan were kept, an upper
+    bound: a server tenant's limits count it)."""
+    if resolution is None:
+        resolution = resolve(call, rows, memory=None, namespace=None, model_id="")
+    if not resolution.makes_plan:
+        return 0
+    from relserve.labels.adaptive import first_pass_size
+    from relserve.labels.bootstrap import sample_rows
+    from relserve.labels.prior import CONTENT_FREE
+
+    if resolution.method is LabelMethodName.ADAPTIVE:
+        return first_pass_size(call, rows)
+    if resolution.method is LabelMethodName.BOOTSTRAP:
+        # (the sample scored again behind the examples is those rows' answers: no extra request)
+        return sample_rows(call.function.kind, rows)
+    if resolution.method is LabelMethodName.PRIOR:
+        return len(CONTENT_FREE)
+    return 0

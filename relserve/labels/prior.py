@@ -22,8 +22,8 @@ from relserve.engine.handle import RelQueryHandle
 from relserve.functions import SCORING_METHODS, LLMCall
 from relserve.labels.guesses import FEW_ROWS, AnswerSpread
 from relserve.labels.interface import LabelContext, LabelRequest, LabelRun
-from relserve.labels.methods import MIN_PLAN_ROWS
 from relserve.labels.plan import LabelPlan, PlanRule
+from relserve.labels.resolution import MIN_PLAN_ROWS
 from relserve.prompt_rendering import Renderer
 from relserve.results import RowResult
 

@@ -16,6 +16,7 @@ from relserve.cascade.report import CascadeReport
 from relserve.estimate.estimate import CallEstimate, estimate_call
 from relserve.labels.answer_fields import known_field, picks_field
 from relserve.labels.keys import namespace_of
+from relserve.labels.methods import describe_plan, describe_work
 from relserve.planner.cost import cost_model_of, engine_limits, estimate_seconds, expected_output_tokens
 from relserve.planner.hit_rate import predict_hits
 from relserve.planner.plan import CallPlan
@@ -254,8 +255,8 @@ def explain_plan(
         explain_s=time.perf_counter() - t0,
         label_method=labels.method.value if labels.method is not None else None,
         label_method_asked=labels.asked.value if labels.asked is not None else None,
-        label_work=labels.explain_work(call, len(plan.run_order)),
-        label_plan=labels.explain_plan(call),
+        label_work=describe_work(labels, call, len(plan.run_order)),
+        label_plan=describe_plan(labels, call),
         label_plan_has_layout=labels.lays_out,
         prompt_shape=call.prompt_shape if labels.scoring else None,
         shape_chosen=plan.shape_chosen,

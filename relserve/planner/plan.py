@@ -20,7 +20,7 @@ from relserve.errors import RowError
 from relserve.functions import LLMCall
 from relserve.labels.bootstrap import shaped_for
 from relserve.labels.memory import LabelMemory
-from relserve.labels.methods import LabelResolution, resolve
+from relserve.labels.resolution import LabelResolution, resolve
 from relserve.planner.cache import ResultCache
 from relserve.planner.ggr import ggr, sort_rows
 from relserve.prompt_rendering import (

@@ -19,7 +19,7 @@ from relserve.estimate.budgeted import call_allowance
 from relserve.functions import LLMCall
 from relserve.labels.keys import namespace_of
 from relserve.labels.memory import process_memory
-from relserve.labels.methods import resolve
+from relserve.labels.resolution import resolve
 from relserve.planner.cache import ResultCache, shared_cache
 from relserve.planner.engine_ref import EngineRef
 from relserve.planner.executor import CallExecutor

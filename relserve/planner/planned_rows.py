@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from relserve.functions import LLMCall
 from relserve.labels.interface import LabelScope
-from relserve.labels.methods import LabelResolution
+from relserve.labels.resolution import LabelResolution
 from relserve.planner.cache import CacheView, ResultCache
 from relserve.planner.plan import CallPlan
 from relserve.results import RowResult

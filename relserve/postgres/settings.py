@@ -29,7 +29,9 @@ CALL_OPTIONS: tuple[str, ...] = tuple(n for n in OPTION_NAMES if n != "model") +
 #: what only the database side reads: how long a statement waits, what a server error does, and
 #: whether scalar calls over a query's rows are batched (batch_calls.c), how many rows at a time
 BACKEND_OPTIONS = ("timeout", "on_server_error", "batch_calls", "batch_window")
-SETTING_NAMES: tuple[str, ...] = BACKEND_OPTIONS + CALL_OPTIONS
+#: a session setting per call option but ``label_plan``, which says what one call does with its
+#: label plan (a session-wide "refresh" would make a new plan on every statement)
+SETTING_NAMES: tuple[str, ...] = BACKEND_OPTIONS + tuple(n for n in CALL_OPTIONS if n != "label_plan")
 
 #: names that were settings once and are a superuser's decision now: why, and where they went
 REFUSED_SETTINGS: dict[str, str] = {

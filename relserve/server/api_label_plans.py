@@ -64,12 +64,12 @@ def forget(template: str | None = Query(None, description="only the plans of cal
     return Changed(changed=sum(memory.forget(s.key, pinned=pinned) for s in _mine(state, tenant, template)))
 
 
-@router.post("/pin", summary="Pin (or unpin) the tenant's label plans of a template", response_model=Changed)
-def pin(template: str = Query(..., description="the template of the calls whose plans to pin"),
-        unpin: bool = Query(False, description="unpin instead"),
+@router.patch("", summary="Pin or unpin the tenant's label plans of a template", response_model=Changed)
+def pin(template: str = Query(..., description="the template of the calls whose plans to pin or unpin"),
+        pinned: bool = Query(..., description="true: pin them (never refreshed nor forgotten); false: unpin"),
         tenant: Tenant = Depends(current_tenant), state: ServerState = Depends(get_state)):
     memory = state.label_memory(tenant)
     found = _mine(state, tenant, template)
     for s in found:
-        memory.pin(s.key, not unpin)
+        memory.pin(s.key, pinned)
     return Changed(changed=len(found))
