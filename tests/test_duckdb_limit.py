@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from label_doubles import strong_engine
+from label_doubles import MarginEngine, strong_engine
 
 import relserve.duckdb
 from relserve.duckdb_ext.connections import session_of
@@ -75,3 +75,54 @@ def test_a_limit_with_a_map_after_the_filter_answers_the_map_for_passing_rows_on
     assert len(got) == 5 and all("sports" in a and p > 0.5 for a, p in got)
     filt, score = session_of(getattr(con, "con", con)).last_run.sites
     assert sum(r.llm_rows for r in score.analyzed) <= 64 + 5 * 4  # a few chunks' passing rows, not 1,000
+
+
+def _two_filter_table(con, n: int) -> list[tuple[str, int]]:
+    # "common" in 60% of rows, "rare" in 10%, independently
+    rng = random.Random(9)
+    rows = [(("common " if rng.random() < 0.6 else "") + ("rare " if rng.random() < 0.1 else "") + f"row {i}", i)
+            for i in range(n)]
+    con.execute("CREATE TABLE t (a VARCHAR, n INTEGER)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", [list(r) for r in rows])
+    return rows
+
+
+COMMON = "Is this text about the common topic? Text: {a}"
+RARE = "Is this text about the rare topic? Text: {a}"
+
+
+@pytest.mark.parametrize("first, second", [(COMMON, RARE), (RARE, COMMON)])
+def test_two_llm_filters_run_the_selective_one_first_whatever_the_written_order(first, second):
+    def margin(text, rq) -> float:
+        # the question asked, from the layout's words or the question itself; its rows carry its word
+        asked = " ".join([text, *rq.choices])
+        word = "rare " if "rare topic" in asked else "common "
+        spread = 4 + (sum(text.encode()) % 97) / 24
+        return spread if word in text.replace("rare topic", "").replace("common topic", "") else -spread
+
+    eng = MarginEngine(margin)
+    con = relserve.duckdb.connect(engine=eng, progress=False, cache=False)
+    rows = _two_filter_table(con, 1000)
+    sql = f"SELECT a FROM t WHERE llm_filter('{first}', a) AND llm_filter('{second}', a) ORDER BY n"
+    got = [r[0] for r in con.sql(sql).fetchall()]
+    assert got == [a for a, _ in rows if "common " in a and "rare " in a]
+    run = session_of(getattr(con, "con", con)).last_run
+    rare_site = 0 if first == RARE else 1
+    assert run.filter_orders[0].startswith(f"llm filters in the order of LLM cost per row removed: #{rare_site}, ")
+    assert ("written" in run.filter_orders[0]) == (first == COMMON)
+    # the common filter (after the rare one) answered only the rows the rare one kept, and its
+    # estimating sample
+    common = run.sites[1 - rare_site]
+    asked = sum(r.llm_rows for r in common.analyzed)
+    assert asked <= 64 + 0.1 * 1000 * 1.5, asked
+
+
+def test_plain_predicates_run_before_an_llm_filter_whatever_the_written_order():
+    eng = strong_engine(lambda text: "sports" in text)
+    con = relserve.duckdb.connect(engine=eng, progress=False, cache=False)
+    _table(con, 1000, 0.3)
+    for sql in (f"SELECT a FROM t WHERE llm_filter('{FILTER}', a) AND n < 100",
+                f"SELECT a FROM t WHERE n < 100 AND llm_filter('{FILTER}', a)"):
+        con.sql(sql).fetchall()
+        (site,) = session_of(getattr(con, "con", con)).last_run.sites
+        assert site.rows_seen <= 100 * 2, (sql, site.rows_seen)  # DuckDB evaluated n < 100 first

@@ -214,6 +214,29 @@ class _Outcome:
     errors: list
 
 
+@dataclass(frozen=True)
+class FilterEstimate:
+    """What the planner expects of one llm filter of an AND: the share of rows it keeps and what
+    a row costs the LLM (the prompt's characters, plus a KV block's worth per request)."""
+
+    site: int
+    keeps: float
+    row_chars: float
+    #: where ``keeps`` comes from: the call's label plan, or a sample of its rows run now
+    source: str
+
+    @property
+    def rank(self) -> float:
+        """Cost per row removed: the cheapest first (Hellerstein and Stonebraker's rank)."""
+        return (self.row_chars + ROW_OVERHEAD_CHARS) / max(1.0 - self.keeps, 0.01)
+
+
+#: what a scoring request costs beside its prompt, in characters (about one KV block of tokens)
+ROW_OVERHEAD_CHARS = 128
+#: rows of a filter without a plan run first to read the share it keeps (and make its plan)
+ESTIMATE_SAMPLE_ROWS = 64
+
+
 @dataclass
 class StatementRun:
     """What planned execution did, for EXPLAIN and tests."""
@@ -224,6 +247,8 @@ class StatementRun:
     seconds: float = 0.0
     #: time of the collection passes alone
     collect_s: float = 0.0
+    #: the order the AND-ed llm filters of a WHERE ran in, and why (EXPLAIN)
+    filter_orders: list[str] = field(default_factory=list)
 
 
 class PlannedStatement:
@@ -236,6 +261,9 @@ class PlannedStatement:
         token = uuid.uuid4().hex[:10]
         self.names = [f"llm_site_{token}_{s.index}" for s in statement.sites]
         self.states = [SiteState(s, session) for s in statement.sites]
+        #: site -> the site whose call stands in its place in the text (the AND-ed llm filters of
+        #: a WHERE in the order they run in; ``_order_filters``)
+        self.placed: dict[int, int] = {}
 
     def __enter__(self) -> PlannedStatement:
         for name, state in zip(self.names, self.states):
@@ -250,7 +278,7 @@ class PlannedStatement:
                 pass
 
     def collect(self, params: Params = None) -> pa.Table | None:
-        return self.fetch(self.statement.collection_sql(self.names), params)
+        return self.fetch(self.statement.collection_sql(self.names, self.placed), params)
 
     def fetch(self, sql: str, params: Params = None) -> pa.Table | None:
         """Run ``sql``; an error a site raised surfaces as itself, not wrapped by DuckDB."""
@@ -313,6 +341,8 @@ def run_planned(
                 for state in planned.states:
                     if state.mode == "limit":
                         state.pending = {}
+            if run.passes == 1:
+                run.filter_orders = _order_filters(planned)
             ready = planned.ready_sites()
             if not ready:
                 settled = True
@@ -325,7 +355,7 @@ def run_planned(
             # data-changing statements run once; an unsettled query runs with answers filled in
             for state in planned.states:
                 state.mode = "inline"
-            table = planned.fetch(statement.with_site_names(planned.names), params)
+            table = planned.fetch(statement.with_site_names(planned.names, planned.placed), params)
             run.passes += 1
     for state in run.sites:
         state.answers = {}  # the run record is kept (last_run); the answers are not needed
@@ -333,12 +363,64 @@ def run_planned(
     return table, run
 
 
+def _order_filters(planned: PlannedStatement) -> list[str]:
+    """The AND-ed llm filters of each WHERE (``Statement.conjunct_groups``) in the order of LLM
+    cost per row removed: each waits for the ones before it. The rows that pass them all are the
+    same in any order. A filter's share comes from its call's label plan, else from a spread
+    sample of its rows run now (whose answers are kept, and which makes the plan). Returns what
+    EXPLAIN says of each group."""
+    notes = []
+    for group in planned.statement.conjunct_groups:
+        states = [planned.states[i] for i in group]
+        if not all(s.has_pending() and s.mode != "limit" for s in states) or not planned.session.plans_locally:
+            continue
+        estimates = [_estimate_filter(s) for s in states]
+        order = [e.site for e in sorted(estimates, key=lambda e: (e.rank, group.index(e.site)))]
+        for k, index in enumerate(order):
+            site = planned.states[index].site
+            others = site.depends_on - set(group)
+            site.depends_on = frozenset(others | set(order[:k]))
+            # the k-th written place holds the k-th to run
+            planned.placed[group[k]] = index
+        said = "; ".join(f"#{e.site} keeps {e.keeps:.0%} ({e.source}), {e.row_chars:,.0f} characters a row"
+                         for e in sorted(estimates, key=lambda e: order.index(e.site)))
+        written = "" if list(order) == list(group) else f"; written #{', #'.join(map(str, group))}"
+        notes.append(f"llm filters in the order of LLM cost per row removed: #{', #'.join(map(str, order))}"
+                     f" ({said}){written}")
+    return notes
+
+
+def _estimate_filter(state: SiteState) -> FilterEstimate:
+    from relserve.prompt_rendering import Renderer
+
+    (call, wanted), *_ = state.pending.items()
+    values = list(wanted.values())
+    render = Renderer(call)
+    row_chars = sum(len(render(v)) for v in values[:256]) / min(len(values), 256)
+    plan = state.session.kept_plan(call)
+    if plan is not None:
+        return FilterEstimate(state.site.index, plan.share, row_chars, "its label plan")
+    step = max(1, len(values) // ESTIMATE_SAMPLE_ROWS)
+    sample = values[::step][:ESTIMATE_SAMPLE_ROWS]
+    state._run_call(call, sample)
+    with state.lock:
+        known = state.answers.get(call, {})
+        got = [known[hashable_key(v)][0] for v in sample if hashable_key(v) in known]
+        for v in sample:  # answered now: no longer pending
+            wanted.pop(hashable_key(v), None)
+    plan = state.session.kept_plan(call)
+    if plan is not None:
+        return FilterEstimate(state.site.index, plan.share, row_chars, f"its label plan, made from {len(sample)} rows now")
+    keeps = sum(v is True for v in got) / max(len(got), 1)
+    return FilterEstimate(state.site.index, keeps, row_chars, f"{len(got)} of its rows run now")
+
+
 def _run_limited(planned: PlannedStatement, ready: list[SiteState], needed: int, params: Params) -> None:
     """A LIMIT statement's ready sites, one after the other (a filter's check runs the statement
     on this connection): a filter's rows stream until the statement returns ``needed`` rows."""
 
     def enough() -> bool:
-        table = planned.fetch(planned.statement.collection_sql(planned.names), params)
+        table = planned.fetch(planned.statement.collection_sql(planned.names, planned.placed), params)
         return table is not None and table.num_rows >= needed
 
     for state in ready:

@@ -67,4 +67,5 @@ def explain(con: duckdb.DuckDBPyConnection, query: str, params: Params = None, *
         session.last_run = ran
         for site, state in zip(out.sites, ran.sites):
             site.analyzed = list(state.analyzed)
+        out.filter_orders = list(ran.filter_orders)
     return out

@@ -106,6 +106,23 @@ class Session:
         return self.runner.cached(call, values)
 
     @property
+    def plans_locally(self) -> bool:
+        """Whether this session's calls keep their label plans in this process's home (not a
+        server's)."""
+        return isinstance(self.runner, LocalRunner)
+
+    def kept_plan(self, call: LLMCall):
+        """The label plan kept for ``call`` where this session runs it (None: none yet, or kept by
+        a server)."""
+        if not isinstance(self.runner, LocalRunner):
+            return None
+        from relserve.labels.memory import process_memory
+        from relserve.labels.resolution import resolve
+
+        ref = self.runner._engine_for(call)
+        return resolve(call, 1, memory=process_memory(), namespace=namespace_of(ref.peek()), model_id=ref.model_id).plan
+
+    @property
     def engine(self) -> Any:
         """The engine in this process that calls run on (None: the default one; on a connection
         to a server the operators llm_reduce and llm_topk run on the default one)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -64,13 +64,21 @@ class Statement:
     rows_needed: int | None = None
     #: the sites the ``LIMIT`` stops early: the llm filters of that WHERE
     limit_sites: frozenset[int] = frozenset()
+    #: llm filters AND-ed in one WHERE, in the order written: the rows that pass them all do not
+    #: depend on the order they run in, so the planner runs them cheapest first (``planned.py``)
+    conjunct_groups: list[tuple[int, ...]] = field(default_factory=list)
 
     @property
     def planned(self) -> bool:
         return bool(self.sites) and self.unplanned_reason is None
 
-    def with_site_names(self, names: list[str]) -> str:
-        """The statement's own text with each site's function renamed (nothing else changes)."""
+    def with_site_names(self, names: list[str], placed: Mapping[int, int] | None = None) -> str:
+        """The statement's own text with each site's function renamed (nothing else changes);
+        ``placed``: site -> the site whose call stands in its place (AND-ed llm filters of one
+        WHERE put in the order they run in: DuckDB evaluates the terms of an AND in the order
+        written, each on the rows the ones before it kept)."""
+        if placed:
+            return self._reordered(names, placed)
         out = []
         pos = 0
         for site in sorted(self.sites, key=lambda s: s.name_start):
@@ -80,10 +88,29 @@ class Statement:
         out.append(self.text[pos:])
         return "".join(out)
 
-    def collection_sql(self, names: list[str]) -> str:
+    def _reordered(self, names: list[str], placed: Mapping[int, int]) -> str:
+        def call_text(site: CallSite) -> str:
+            return names[site.index] + site.text[site.name_end - site.name_start :]
+
+        out = []
+        pos = 0
+        for site in sorted(self.sites, key=lambda s: s.name_start):
+            if site.name_start < pos:
+                continue  # inside a moved call (never: only calls with no site inside are moved)
+            out.append(self.text[pos : site.name_start])
+            if site.index in placed:
+                out.append(call_text(self.sites[placed[site.index]]))
+                pos = site.name_start + len(site.text)
+            else:
+                out.append(names[site.index])
+                pos = site.name_end
+        out.append(self.text[pos:])
+        return "".join(out)
+
+    def collection_sql(self, names: list[str], placed: Mapping[int, int] | None = None) -> str:
         """SQL that evaluates every site over the statement's rows without changing any data."""
         if self.read_query is None:
-            return self.with_site_names(names)
+            return self.with_site_names(names, placed)
         saved = [(s.node, s.node.this) for s in self.sites]
         try:
             for s in self.sites:
@@ -171,7 +198,24 @@ def analyze(text: str) -> Statement:
     if statement.unplanned_reason is None:
         _set_dependencies(statement)
         _set_limit(statement)
+        _set_conjunct_groups(statement)
     return statement
+
+
+def _set_conjunct_groups(st: Statement) -> None:
+    """``conjunct_groups``: the llm filters that are AND-ed terms of one WHERE, of two or more."""
+    groups: dict[int, list[int]] = {}
+    for site in st.sites:
+        if site.function.kind != "filter":
+            continue
+        scope = _scope_of(site.node)
+        where = scope.args.get("where")
+        if where is not None and _clause_of(site.node, scope) == "where" and _conjunct(site.node, where.this):
+            groups.setdefault(id(scope), []).append(site.index)
+    # a filter with another site inside its call cannot be moved in the text
+    movable = {s.index for s in st.sites
+               if not any(o is not s and s.name_start < o.name_start < s.name_start + len(s.text) for o in st.sites)}
+    st.conjunct_groups = [tuple(g) for g in groups.values() if len(g) > 1 and set(g) <= movable]
 
 
 def _set_limit(st: Statement) -> None:

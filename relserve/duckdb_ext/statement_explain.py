@@ -45,6 +45,8 @@ class StatementExplain:
     estimate: StatementEstimate | None = None
     #: EXPLAIN ANALYZE: what running it took (None: not run)
     measured: Measured | None = None
+    #: the order the AND-ed llm filters of a WHERE ran in, and why
+    filter_orders: list[str] = field(default_factory=list)
 
     @property
     def stages(self) -> int:
@@ -60,6 +62,7 @@ class StatementExplain:
             "sites": [s.to_dict() for s in self.sites],
             "estimate": self.estimate.to_dict() if self.estimate is not None else None,
             "measured": asdict(self.measured) if self.measured is not None else None,
+            "filter_orders": list(self.filter_orders),
         }
 
     def __str__(self) -> str:
@@ -75,6 +78,7 @@ class StatementExplain:
             lines.append(self.estimate.line())
         if self.measured is not None:
             lines.append(self.measured.line(self.estimate))
+        lines.extend(self.filter_orders)
         for s in self.sites:
             waits = f", waits for #{', #'.join(map(str, s.depends_on))}" if s.depends_on else ""
             lines.append(f"#{s.index} stage {s.stage}{waits}: {s.call}")
