@@ -10,13 +10,8 @@ from engine_doubles import ScriptedEngine, TenantAwareEngine
 from waits import result_within
 
 from relserve.functions import make_call
-from relserve.labels.bootstrap import (
-    PER_LABEL,
-    choose,
-    examples_text,
-    sample_indices,
-    sample_rows,
-)
+from relserve.labels.batch import sample_indices
+from relserve.labels.bootstrap import PER_LABEL, choose, examples_text, sample_rows
 from relserve.labels.memory import forget_all
 from relserve.labels.resolution import method_ran
 from relserve.planner.plan_and_run import run_call
