@@ -65,7 +65,6 @@ def _sample(df, is_true, rows: int, share: float, seed: int | None = None):
 def _natural(df, is_true, rows: int, seed: int | None = None):
     """``rows`` rows of ``df`` (all of them if fewer) with their truth, at the share the data has
     (questions about what a row *is*: the table sets the prevalence, not the question)."""
-    import polars as pl
 
     seed = SEED if seed is None else seed
     picked = df.sample(min(rows, df.height), seed=seed, shuffle=True)

@@ -18,6 +18,7 @@ from relserve.errors import ConfigError
 from relserve.functions import make_call
 from relserve.labels.layouts import Layout
 from relserve.labels.memory import LabelMemory, PlanPinned, use_memory
+from relserve.labels.methods import first_pass_requests
 from relserve.labels.mixture import Mixture
 from relserve.labels.plan import Calibration, LabelPlan, LayoutTrial, Orientation, PlanRule
 from relserve.labels.resolution import plan_key, resolve
@@ -197,7 +198,7 @@ def test_the_planner_resolves_the_method_once_and_the_plan_is_read_from_the_memo
     assert none.method.value == "adaptive" and none.makes_plan and none.plan is None
     label_memory.keep(none.key, LabelPlan("adaptive", PlanRule.CALIBRATED, ("yes", "no"), boundary=0.3))
     kept = resolve(call, 5, memory=label_memory, namespace=None, model_id="m")
-    assert not kept.makes_plan and kept.plan.boundary == 0.3 and kept.first_pass_requests(call, 5) == 0
+    assert not kept.makes_plan and kept.plan.boundary == 0.3 and first_pass_requests(call, 5, kept) == 0
     assert resolve(call, 5, memory=label_memory, namespace="tenant", model_id="m").makes_plan
     three = make_call("llm_classify", "Which kind? {a}", labels=["x", "y", "z"])
     assert resolve(three, 100, memory=label_memory, namespace=None, model_id="m").method.value == "bootstrap"
