@@ -14,7 +14,10 @@
 #include "nodes/primnodes.h"
 
 #define RS_DEFAULT_BATCH_WINDOW 2000
+#define RS_PRIV_HEAD 3				/* custom_private's fields before the call sites: batches, qual order, row bound */
 #define RS_FIELDS_PER_SITE 7		/* custom_private's fields per call site (batch_plan.c writes them) */
+#define RS_FIRST_BOUNDED_WINDOW 64	/* under a LIMIT: the first window's rows (a label plan's sample), doubling after */
+#define RS_MAX_ROW_BOUND 1000000	/* a LIMIT above this keeps the full windows */
 #define RS_LEVEL_UNKNOWN (-1)
 
 /* ------------------------------------------------------------------ batch_call_sites.c */

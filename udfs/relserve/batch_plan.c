@@ -252,11 +252,12 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 	waits = nbatches > 1;
 	for (i = 0; i < nquals; i++)
 		waits = waits || (!quals[i].calls && quals[i].slot > 0);
-	priv = list_make2(makeInteger(nbatches),
+	priv = list_make3(makeInteger(nbatches),
 					  makeString(!waits ? "" : levels_known
 								 ? "PostgreSQL's: a qual of a higher security level (the query's own, above a row-level "
 								 "security policy's or a security_barrier view's) sees only the rows the lower levels kept"
-								 : "the planner's: a qual whose security level is not known keeps its place"));
+								 : "the planner's: a qual whose security level is not known keeps its place"),
+					  makeInteger(0));	/* the row bound: a LIMIT above sets it (rs_bound_batch) */
 	k = 0;
 	foreach(lc, rw.sites)
 	{
@@ -299,6 +300,41 @@ rs_walk_list(List *plans, RsPlanning *planning, List *rtable)
 	return plans;
 }
 
+/*
+ * A LIMIT whose count (and offset) are constants, right above a batch node or above projections and
+ * qual-free subquery scans of one, needs only count + offset of its rows: the node reads its input
+ * in windows that grow from a small one and stops reading once the LIMIT has its rows (issue 64).
+ * Anything that needs every row first (a Sort, an aggregate, a join, a qual between) keeps the
+ * node's full windows.
+ */
+static void
+rs_bound_batch(Limit *limit)
+{
+	Plan	   *child = limit->plan.lefttree;
+	Const	   *count = (Const *) limit->limitCount;
+	Const	   *offset = (Const *) limit->limitOffset;
+	int64		bound;
+
+	if (limit->limitOption != LIMIT_OPTION_COUNT || count == NULL || !IsA(count, Const) || count->constisnull)
+		return;
+	if (offset != NULL && (!IsA(offset, Const) || offset->constisnull))
+		return;
+	bound = DatumGetInt64(count->constvalue) + (offset ? DatumGetInt64(offset->constvalue) : 0);
+	if (bound < 1 || bound > RS_MAX_ROW_BOUND)
+		return;
+	while (child != NULL && child->qual == NIL)
+	{
+		if (IsA(child, Result) && ((Result *) child)->resconstantqual == NULL)
+			child = child->lefttree;
+		else if (IsA(child, SubqueryScan))
+			child = ((SubqueryScan *) child)->subplan;
+		else
+			break;
+	}
+	if (child != NULL && IsA(child, CustomScan) && ((CustomScan *) child)->methods == &rs_batch_scan_methods)
+		lthird(((CustomScan *) child)->custom_private) = makeInteger((int) bound);
+}
+
 Plan *
 rs_walk_plan(Plan *plan, RsPlanning *planning, List *rtable)
 {
@@ -319,6 +355,9 @@ rs_walk_plan(Plan *plan, RsPlanning *planning, List *rtable)
 			break;
 		case T_CustomScan:
 			rs_walk_list(((CustomScan *) plan)->custom_plans, planning, rtable);
+			break;
+		case T_Limit:
+			rs_bound_batch((Limit *) plan);
 			break;
 		default:
 			break;

@@ -67,6 +67,9 @@ typedef struct RsBatchState
 	ExprState **stage_quals;	/* per batch of the quals: the quals that run once its answers are in */
 	char	   *qual_order;		/* why quals wait for a batch (EXPLAIN), or "" */
 	int			window_rows;
+	int			row_bound;		/* a LIMIT above needs only this many rows (0: every row; batch_plan.c) */
+	int			next_window;	/* under a row bound: the next window's rows, doubling up to window_rows */
+	long		rows_read;
 	FmgrInfo	open_fn;
 	FmgrInfo	poll_fn;
 	FmgrInfo	close_fn;
@@ -111,14 +114,15 @@ rs_begin(CustomScanState *node, EState *estate, int eflags)
 	node->custom_ps = list_make1(ExecInitNode(linitial(cscan->custom_plans), estate, eflags));
 	st->nbatches = intVal(linitial(priv));
 	st->qual_order = strVal(lsecond(priv));
-	st->nsites = (list_length(priv) - 2) / RS_FIELDS_PER_SITE;
+	st->row_bound = intVal(lthird(priv));
+	st->nsites = (list_length(priv) - RS_PRIV_HEAD) / RS_FIELDS_PER_SITE;
 	st->sites = palloc0(sizeof(RsExecSite) * st->nsites);
 	st->ninputs = list_length(cscan->custom_scan_tlist) - st->nsites;
 	for (i = 0; i < st->nsites; i++)
 	{
 		RsExecSite *s = &st->sites[i];
 		TargetEntry *te = list_nth(cscan->custom_scan_tlist, st->ninputs + i);
-		int			at = 2 + i * RS_FIELDS_PER_SITE;
+		int			at = RS_PRIV_HEAD + i * RS_FIELDS_PER_SITE;
 
 		s->kind = strVal(list_nth(priv, at));
 		s->template = strVal(list_nth(priv, at + 1));
@@ -139,6 +143,7 @@ rs_begin(CustomScanState *node, EState *estate, int eflags)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("relserve.batch_window must be a whole number of rows from 1 to 10000, got \"%s\"", window)));
+	st->next_window = st->row_bound > 0 ? Min(st->window_rows, Max(RS_FIRST_BOUNDED_WINDOW, st->row_bound)) : st->window_rows;
 	st->raise_on_error = pg_strcasecmp(on_error, "raise") == 0;
 	st->window_cxt = AllocSetContextCreate(CurrentMemoryContext, "relserve batch window", ALLOCSET_DEFAULT_SIZES);
 	if (eflags & EXEC_FLAG_EXPLAIN_ONLY)
@@ -396,14 +401,17 @@ rs_read_window(RsBatchState *st)
 	int			natts = st->css.ss.ss_ScanTupleSlot->tts_tupleDescriptor->natts;
 	TupleDesc	desc = st->css.ss.ss_ScanTupleSlot->tts_tupleDescriptor;
 	MemoryContext old;
+	int			size = st->next_window;
 
 	MemoryContextReset(st->window_cxt);
 	st->nrows = st->next_emit = 0;
 	if (st->input_done)
 		return false;
+	/* under a LIMIT the LLM answers a small window first and more only while rows are missing */
+	st->next_window = Min(st->window_rows, size * 2);
 	old = MemoryContextSwitchTo(st->window_cxt);
-	st->rows = palloc0(sizeof(RsWinRow) * st->window_rows);
-	while (st->nrows < st->window_rows)
+	st->rows = palloc0(sizeof(RsWinRow) * size);
+	while (st->nrows < size)
 	{
 		TupleTableSlot *in;
 		RsWinRow   *row;
@@ -418,6 +426,7 @@ rs_read_window(RsBatchState *st)
 			break;
 		}
 		slot_getallattrs(in);
+		st->rows_read++;
 		row = &st->rows[st->nrows++];
 		row->values = palloc0(sizeof(Datum) * natts);
 		row->nulls = palloc(sizeof(bool) * natts);
@@ -527,6 +536,7 @@ rs_rescan(CustomScanState *node)
 	st->nrows = st->next_emit = 0;
 	st->batch = 0;
 	st->input_done = false;
+	st->next_window = st->row_bound > 0 ? Min(st->window_rows, Max(RS_FIRST_BOUNDED_WINDOW, st->row_bound)) : st->window_rows;
 	ExecReScan(linitial(node->custom_ps));
 }
 
@@ -567,10 +577,21 @@ rs_explain(CustomScanState *node, List *ancestors, ExplainState *es)
 	if (st->qual_order[0] != '\0')
 		ExplainPropertyText("Qual Order", st->qual_order, es);
 	ExplainPropertyInteger("Window Rows", NULL, st->window_rows, es);
+	if (st->row_bound > 0)
+		ExplainPropertyText("Row Bound",
+							psprintf("%d (a LIMIT above): windows of %d rows first, doubling while rows are missing",
+									 st->row_bound, Min(st->window_rows, Max(RS_FIRST_BOUNDED_WINDOW, st->row_bound))),
+							es);
 	if (es->analyze)
 	{
 		ExplainPropertyInteger("relQueries", NULL, st->relqueries, es);
 		ExplainPropertyInteger("Rows Sent", NULL, st->rows_sent, es);
+		ExplainPropertyInteger("Rows Read", NULL, st->rows_read, es);
+		if (st->row_bound > 0 && !st->input_done)
+			ExplainPropertyText("Stopped",
+								psprintf("the LIMIT had its %d rows after %ld input rows; the rest were not read or sent",
+										 st->row_bound, st->rows_read),
+								es);
 		if (st->have_estimate)
 		{
 			ExplainPropertyFloat("Estimated (s)", NULL, st->estimated_s, 3, es);
