@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import polars as pl
@@ -29,6 +29,7 @@ import polars as pl
 from relserve import settings
 from relserve.backend.protocol import Backend
 from relserve.binding import Binding
+from relserve.errors import ConfigError
 from relserve.functions import (
     LLM_CLASSIFY,
     LLM_EXTRACT,
@@ -238,6 +239,42 @@ def _record_details(number: int, call: LLMCall, rows: list[RowResult | None]) ->
                 continue
             who = r.answered_by or ("cache" if r.cached else "llm")
             _details.append(_Detail(number, name, template, i, who, r.confidence))
+
+
+def _limited_filter(call: LLMCall, engine: Backend | None, limit: int) -> Callable[[pl.DataFrame], pl.DataFrame]:
+    """``df.llm.filter(..., limit=k)``: the frame's rows stream through one relQuery, cancelled
+    once k rows are kept; the kept rows in frame order, at most k."""
+
+    def run(frame: pl.DataFrame) -> pl.DataFrame:
+        columns = [frame.get_column(name).to_list() for name in call.template.columns]
+        now = settings.current()
+        kept = answered = 0
+
+        def until(rows: list[RowResult]) -> bool:
+            nonlocal kept, answered
+            answered += len(rows)
+            kept += sum(r.error is None and r.value is True for r in rows)
+            return kept >= limit
+
+        if _recorder.active > 0:
+            _recorder.add(run_call(call, columns, engine=engine if engine is not None else now.engine,
+                                   optimize=now.optimize, explain_only=True).explain)
+            return frame.clear()
+        outcome = run_call(call, columns, engine=engine if engine is not None else now.engine,
+                           optimize=now.optimize, progress=now.progress, until=until)
+        stopped = kept >= limit
+        # rows the cancel left unanswered are not failures: the statement did not need them
+        _record(call.function.name, call.template.source,
+                [(i, e) for i, e in outcome.failures if not (stopped and e.endswith("cancelled"))])
+        if _analyzer.active > 0:
+            record = analyzed(call, outcome)
+            why = (f"stopped: limit={limit} had its rows after {answered:,} of {frame.height:,} rows;"
+                   f" the other {frame.height - answered:,} were cancelled") if stopped else None
+            _analyzer.add(replace(record, llm_rows=min(record.llm_rows, answered), stopped=why))
+        mask = pl.Series([v is True for v in outcome.values], dtype=pl.Boolean)
+        return frame.filter(mask).head(limit)
+
+    return run
 
 
 def _expr(expr: pl.Expr, call: LLMCall, engine: Backend) -> pl.Expr:
@@ -491,10 +528,34 @@ class LLMFrame:
         expr = self._struct(template, LLM_MAP).llm.map(template, **options)
         return self._frame.with_columns(expr.alias(alias))
 
-    def filter(self, template: str, **options: object):
-        """The rows for which the answer is yes (rows whose call failed are dropped too)."""
-        expr = self._struct(template, LLM_FILTER).llm.filter(template, **options)
-        return self._frame.filter(expr)
+    def filter(self, template: str, *, limit: int | None = None, **options: object):
+        """The rows for which the answer is yes (rows whose call failed are dropped too).
+
+        ``limit=k``: at most k of those rows, and the LLM stops once it has found k (the rest of
+        the relQuery is cancelled). They are rows the filter without ``limit`` keeps, in frame
+        order among themselves, but not necessarily its first k: like SQL's ``LIMIT`` without
+        ``ORDER BY``. (``.head(k)`` after the filter cannot stop the LLM early: polars runs a
+        Python function over every row it is given and slices after.)
+
+        >>> pl.LazyFrame({"review": ["Great film!"]}).llm.filter("Is {review} positive?", limit=0)
+        Traceback (most recent call last):
+        ...
+        relserve.errors.ConfigError: limit must be a whole number of rows >= 1, got 0
+        """
+        if limit is None:
+            expr = self._struct(template, LLM_FILTER).llm.filter(template, **options)
+            return self._frame.filter(expr)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"limit must be a whole number of rows >= 1, got {limit!r}")
+        self._struct(template, LLM_FILTER)  # the columns, checked before any data is touched
+        engine = options.pop("engine", None)
+        call = make_call(LLM_FILTER, template, **options)
+        kept = _limited_filter(call, engine, limit)
+        if isinstance(self._frame, pl.DataFrame):
+            return kept(self._frame)
+        # not past this node: a slice or predicate moved below it would change which rows it keeps
+        return self._frame.map_batches(kept, predicate_pushdown=False, projection_pushdown=False,
+                                       slice_pushdown=False, streamable=False)
 
     def score(self, template: str, *, alias: str = "llm_score", **options: object):
         """The frame with a new Float64 column ``alias``: the probability of yes per row."""

@@ -117,6 +117,20 @@ def test_two_llm_filters_run_the_selective_one_first_whatever_the_written_order(
     assert asked <= 64 + 0.1 * 1000 * 1.5, asked
 
 
+def test_order_filters_off_keeps_the_written_order_and_the_same_rows():
+    eng = strong_engine(lambda text: "rare " in text or "common " in text.replace("common topic", ""))
+    con = relserve.duckdb.connect(engine=eng, progress=False, cache=False, order_filters=False)
+    rows = _two_filter_table(con, 400)
+    sql = f"SELECT a FROM t WHERE llm_filter('{COMMON}', a) AND llm_filter('{RARE}', a) ORDER BY n"
+    got = [r[0] for r in con.sql(sql).fetchall()]
+    run = session_of(getattr(con, "con", con)).last_run
+    assert run.filter_orders == ["llm filters in the order written: #0, #1 (order_filters=False)"]
+    # this engine keeps a row for either question when it holds either word: both filters keep the same rows
+    assert got == [a for a, _ in rows if "common " in a or "rare " in a]
+    common, rare = run.sites
+    assert sum(r.llm_rows for r in common.analyzed) == 400  # the first written ran over every row
+
+
 def test_plain_predicates_run_before_an_llm_filter_whatever_the_written_order():
     eng = strong_engine(lambda text: "sports" in text)
     con = relserve.duckdb.connect(engine=eng, progress=False, cache=False)

@@ -45,6 +45,7 @@ def install(
     cache: ResultCache | bool | None = None,
     server: str | None = None,
     api_key: str | None = None,
+    order_filters: bool = True,
 ) -> duckdb.DuckDBPyConnection:
     """Register the LLM functions on ``con`` (again, to change the defaults) and return ``con``.
 
@@ -52,6 +53,8 @@ def install(
     overrides them for that call. ``server="http://host:8000"`` (and ``api_key``) sends the
     calls to a running ``relserve serve`` instead of an engine in this process
     (``relserve.duckdb_ext.remote``); ``cache=False`` then turns the server's result cache off.
+    ``order_filters=False`` keeps the AND-ed llm filters of a WHERE in the order written (by
+    default they run in the order of LLM cost per row removed; docs/sql-and-dataframes.md).
     """
     defaults = CallOptions(
         model=model, max_tokens=max_tokens, temperature=temperature, system=system, on_error=on_error,
@@ -65,7 +68,7 @@ def install(
         runner = http_runner(server, api_key=api_key, cache=cache, optimize=optimize, progress=progress)
     else:
         runner = LocalRunner(engine, cache, optimize, progress)
-    session = Session(defaults, runner)
+    session = Session(defaults, runner, order_filters=order_filters)
     with _sessions_lock:
         old = _sessions.get(con)
         if old is not None:

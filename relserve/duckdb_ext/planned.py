@@ -374,6 +374,9 @@ def _order_filters(planned: PlannedStatement) -> list[str]:
         states = [planned.states[i] for i in group]
         if not all(s.has_pending() and s.mode != "limit" for s in states) or not planned.session.plans_locally:
             continue
+        if not planned.session.order_filters:
+            notes.append(f"llm filters in the order written: #{', #'.join(map(str, group))} (order_filters=False)")
+            continue
         estimates = [_estimate_filter(s) for s in states]
         order = [e.site for e in sorted(estimates, key=lambda e: (e.rank, group.index(e.site)))]
         for k, index in enumerate(order):

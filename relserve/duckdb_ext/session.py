@@ -95,6 +95,8 @@ class Session:
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: the budget of the statement running (``sql(..., max_tokens_total=...)``; issue 47)
     budget: Allowance | None = None
+    #: run the AND-ed llm filters of a WHERE cheapest first (False: in the order written)
+    order_filters: bool = True
 
     def run(self, call: LLMCall, values: list[tuple], *, explain_only: bool = False,
             until: Callable[[list[RowResult]], bool] | None = None) -> CallOutcome:

@@ -70,11 +70,12 @@ def run_call(
     progress: bool = True,
     pin_prefix: bool = True,
     explain_only: bool = False,
+    until: Callable[[list[RowResult]], bool] | None = None,
 ) -> CallOutcome:
     """Plan and run ``call`` over rows given as columns aligned with ``call.template.columns``
     (see ``run_rows``)."""
     return run_rows(call, rows_of(call, columns), engine=engine, cache=cache, optimize=optimize,
-                    progress=progress, pin_prefix=pin_prefix, explain_only=explain_only)
+                    progress=progress, pin_prefix=pin_prefix, explain_only=explain_only, until=until)
 
 
 def run_rows(
