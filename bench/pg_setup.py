@@ -15,8 +15,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 
 @contextlib.contextmanager
-def cluster_and_server() -> Iterator[tuple[str, str]]:
-    """(conninfo of a database with the extension installed, the server's url)."""
+def cluster_and_server(engine=None) -> Iterator[tuple[str, str]]:
+    """(conninfo of a database with the extension installed, the server's url); the server runs
+    on ``engine`` (None: a default engine of its own, closed afterwards)."""
     import psycopg
     from server_fixtures import running_server
     from test_postgres import DB, PgCluster, install_extension
@@ -24,7 +25,8 @@ def cluster_and_server() -> Iterator[tuple[str, str]]:
     from relserve import Engine
     from relserve.planner.cache import ResultCache
 
-    engine = Engine()
+    own = engine is None
+    engine = Engine() if own else engine
     cache = ResultCache(Path(tempfile.mkdtemp()) / "results.sqlite")
     try:
         with running_server(engine, cache=cache) as srv:
@@ -38,4 +40,5 @@ def cluster_and_server() -> Iterator[tuple[str, str]]:
             finally:
                 pg.stop()
     finally:
-        engine.close()
+        if own:
+            engine.close()
