@@ -1,4 +1,5 @@
-"""Stored cost-model calibrations, one per model and machine.
+"""Stored cost-model calibrations, one per model, machine and dtype (a bfloat16 step costs about
+two thirds of a float32 one here, so one calibration cannot serve both).
 
 ``machine_cost_model(model_id)`` is the one answer to "what does a step cost here": the model
 `relserve calibrate` stored for this model and machine, else the preset of the default model on
@@ -44,8 +45,24 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:120]
 
 
-def calibration_path(model_id: str):
-    return paths.calibrations_dir() / f"{_slug(model_id)}__{_slug(machine_key())}.json"
+def engine_dtype() -> str:
+    """The dtype an engine started now with the default settings runs in."""
+    from relserve.engine.settings import EngineSettings
+
+    return EngineSettings().resolved_dtype
+
+
+def calibration_path(model_id: str, dtype: str | None = None):
+    """Where the calibration of ``model_id`` on this machine in ``dtype`` (None: the default
+    engine's) is kept. A float32 calibration stored before dtypes had files of their own (no
+    dtype in its name) is read where no newer one exists."""
+    dtype = dtype or engine_dtype()
+    path = paths.calibrations_dir() / f"{_slug(model_id)}__{_slug(machine_key())}__{dtype}.json"
+    if dtype == "float32" and not path.exists():
+        legacy = paths.calibrations_dir() / f"{_slug(model_id)}__{_slug(machine_key())}.json"
+        if legacy.exists():
+            return legacy
+    return path
 
 
 def load_cost_model(model_id: str) -> CostModel | None:
@@ -76,7 +93,7 @@ def load_policy_settings(model_id: str, base: PolicySettings | None = None) -> P
 
 def save_cost_model(model_id: str, cost: CostModel, details: dict, arranger: dict | None = None) -> str:
     """Store a calibration (and the arranger settings tuned for it) for this model and machine."""
-    path = calibration_path(model_id)
-    data = {"model": model_id, "machine": machine_key(), "cost_model": cost.model_dump(), "arranger": arranger, **details}
+    path = paths.calibrations_dir() / f"{_slug(model_id)}__{_slug(machine_key())}__{engine_dtype()}.json"
+    data = {"model": model_id, "machine": machine_key(), "dtype": engine_dtype(), "cost_model": cost.model_dump(), "arranger": arranger, **details}
     path.write_text(json.dumps(data, indent=2))
     return str(path)

@@ -16,14 +16,13 @@ slower, so it stays float32.
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
+from relserve.cpu_features import cpu_has_bf16
 from relserve.errors import ConfigError
 
 #: the encoder's input is cut here (all-MiniLM-L6-v2 was trained on 256-token inputs)
@@ -57,16 +56,6 @@ def load_model() -> tuple:
 
 
 Precision = Literal["auto", "float32", "bfloat16"]
-
-
-@functools.cache
-def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bfloat16 natively (Linux: its flags name avx512_bf16 or amx_bf16)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def encode(texts: Sequence[str], *, batch: int = 64, max_tokens: int = MAX_TOKENS,

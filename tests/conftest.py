@@ -22,8 +22,11 @@ from relserve.policy import PolicySettings  # noqa: E402  (plain Python: no engi
 #: the default policy settings, not the arranger `relserve calibrate` may have stored for this
 #: machine: the scheduling tests check the defaults' decisions, and a calibrated arranger (mixed
 #: steps) turned a preemption into a mixed step.
+# float32, not the default's bfloat16 (where the CPU has it): the golden references are float32
+# computed outside relserve, and the tests' exact answers are the same on every CPU;
+# tests/test_default_dtype.py runs the default engine itself
 TEST_ENGINE_OPTIONS = dict(policy="relserve", max_num_seqs=16, max_num_batched_tokens=1024, kv_cache_gb=1.0,
-                           policy_settings=PolicySettings())
+                           policy_settings=PolicySettings(), dtype="float32")
 
 
 @pytest.fixture(autouse=True)

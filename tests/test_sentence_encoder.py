@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relserve.sentence_encoder import cpu_has_bf16, encode
+from relserve.cpu_features import cpu_has_bf16
+from relserve.sentence_encoder import encode
 
 TEXTS = [
     "A wonderful film, moving and funny.",

@@ -65,7 +65,7 @@ def demo(
     t0 = time.monotonic()
     with console.status("starting the engine (vLLM, about 25 s)..."):
         engine = Engine(model=model, policy=policy)
-    console.print(f"engine ready in {time.monotonic() - t0:.1f} s")
+    console.print(f"engine ready in {time.monotonic() - t0:.1f} s ({engine.settings.resolved_dtype})")
     try:
         from relserve.functions import make_call
         from relserve.planner.explain import describe_labels

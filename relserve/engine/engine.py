@@ -239,7 +239,7 @@ class Engine(BackendBase):
         args = AsyncEngineArgs(
             model=self.model_path,
             tokenizer=self.model_path,
-            dtype=s.dtype,
+            dtype=s.resolved_dtype,
             max_model_len=s.max_model_len,
             max_num_seqs=s.max_num_seqs,
             max_num_batched_tokens=s.max_num_batched_tokens,

@@ -24,7 +24,9 @@ class EngineSettings(BaseSettings):
     kv_cache_gb: float = Field(default=2.0, gt=0)
     #: KV block size in tokens; vLLM's CPU attention needs a multiple of 32
     block_size: int = Field(default=32, ge=16)
-    dtype: str = "float32"
+    #: "auto": bfloat16 where the CPU computes it natively, else float32 (``resolved_dtype``);
+    #: or any dtype vLLM takes
+    dtype: str = "auto"
     enable_prefix_caching: bool = True
     #: share of host memory vLLM-CPU may reserve (its gpu_memory_utilization)
     memory_utilization: float = Field(default=0.4, gt=0, le=1)
@@ -45,3 +47,10 @@ class EngineSettings(BaseSettings):
     cpu_openmp: str = "gnu"
     #: keep vLLM's INFO logging out of the user's terminal
     quiet: bool = True
+
+    @property
+    def resolved_dtype(self) -> str:
+        """The dtype the engine runs in: ``dtype``, with "auto" resolved for this CPU."""
+        from relserve.cpu_features import default_dtype
+
+        return default_dtype() if self.dtype == "auto" else self.dtype
