@@ -1,10 +1,21 @@
-"""When the engine's processes die (found by issue 68's soak): the rows cut short say that the
-engine died, not vLLM's "see stack trace (above)", which points at a log the caller never sees."""
+"""When the engine's processes die under a server (found by issue 68's soak): the rows cut short
+say that the engine died, and ``relserve serve`` stops with a failure exit, its streams ending
+with the reason, so that its supervisor (systemd's ``Restart=on-failure``) starts it again.
+Before, it kept running with a dead engine, refusing every request, and was never restarted."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import socket
 from types import SimpleNamespace
 
+import httpx
+from server_fixtures import FakeEngine
+from waits import Worker, lines_within, wait_until
+
+import relserve
 from relserve.engine.engine import DEAD, Engine
 from relserve.engine.handle import RelQueryHandle
 
@@ -23,3 +34,63 @@ async def test_a_row_cut_short_by_the_engines_death_says_the_engine_died():
 
     await engine._row(running, 0, 5, generation())
     assert handle.row(0).error == DEAD
+
+
+class DyingEngine(FakeEngine):
+    """A stand-in engine whose processes the test declares dead."""
+
+    dead_reason: str | None = None
+
+    def close(self) -> None:
+        pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_relserve_serve_stops_with_a_failure_exit_when_its_engine_dies(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from relserve.cli import app
+
+    engine = DyingEngine(gated=True)  # its rows wait: the relQuery is running when the engine dies
+    monkeypatch.setattr(relserve, "Engine", lambda **options: engine)
+    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path))
+    url = f"http://127.0.0.1:{(port := _free_port())}"
+    events: list[dict] = []
+
+    def client() -> None:
+        wait_until(lambda: _answers(url), "relserve serve to answer /health", timeout=60, poll=0.1)
+        body = {"template": "Say {x}.", "rows": [{"x": "a"}, {"x": "b"}], "stream": "ndjson"}
+        try:
+            with httpx.stream("POST", url + "/v1/relqueries", json=body, timeout=60) as r:
+                lines = r.iter_lines()
+                events.extend(json.loads(line) for line in lines_within(lines, 60, "the accepted event", count=1))
+                engine.wait_submitted(1)
+                engine.dead_reason = DEAD
+                events.extend(json.loads(line) for line in lines_within(lines, 20, "the stream to end") if line.strip())
+            wait_until(lambda: not _answers(url), "relserve serve to stop after its engine died", timeout=20, poll=0.1)
+        finally:
+            if _answers(url):  # the test must not hang on a server that stays up: Ctrl-C stops it
+                os.kill(os.getpid(), signal.SIGINT)
+
+    worker = Worker(client, what="the client of relserve serve")
+    worker.start()
+    result = CliRunner().invoke(app, ["serve", "--port", str(port), "--no-cache", "--log-level", "warning"])
+    worker.finish(60)
+    assert result.exit_code == 1, result.output
+    assert f"relserve serve stopped: {DEAD}" in result.output
+    reason = f"cancelled: the server is stopping because {DEAD}"
+    assert [e["event"] for e in events] == ["accepted", "row", "row", "done"]
+    assert [e["error"] for e in events if e["event"] == "row"] == [reason, reason]
+    assert (events[-1]["status"], events[-1]["error"]) == ("cancelled", reason)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url + "/health", timeout=2).status_code in (200, 503)
+    except httpx.HTTPError:
+        return False
