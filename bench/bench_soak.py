@@ -41,6 +41,7 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=60.0, help="how long the clients run (default 60)")
     ap.add_argument("--seed", type=int, default=68, help="the seed of the clients' choices and the fault schedule")
     ap.add_argument("--light", action="store_true", help="fewer client threads (the smoke test's load)")
+    ap.add_argument("--no-faults", action="store_true", help="the load alone, no scheduled fault (to size the load)")
     ap.add_argument("--out", type=Path, default=None, help="folder for the report (default bench/out/soak_<minutes>min)")
     args = ap.parse_args()
     # first, before any thread: the cache's tmpfs is mounted where only this run sees it
@@ -50,7 +51,7 @@ def main() -> int:
     from soak.run import run
 
     out = args.out or OUT / f"soak_{args.minutes:g}min"
-    config = SoakConfig(args.minutes, args.seed, out, Load.light() if args.light else Load())
+    config = SoakConfig(args.minutes, args.seed, out, Load.light() if args.light else Load(), faults=not args.no_faults)
     report = run(config, namespace_problem)
     summary = text(report)
     (out / "soak.md").write_text(summary)

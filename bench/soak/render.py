@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from soak.ledger import Request
 from soak.report import SoakReport
 
 
@@ -57,6 +58,18 @@ def save_json(r: SoakReport, path: Path) -> None:
     d = asdict(r)
     d["lost"], d["duplicated"] = r.lost, r.duplicated
     path.write_text(json.dumps(d, indent=1, default=str))
+
+
+def save_requests(requests: list[Request], started: float, path: Path) -> None:
+    """Every request, one JSON line each, with each row's outcomes (for looking into a finding)."""
+    with open(path, "w") as f:
+        for r in requests:
+            f.write(json.dumps({
+                "serial": r.serial, "kind": r.kind, "tenant": r.tenant, "rows": r.rows, "fault": r.fault, "job_id": r.job_id,
+                "started_s": round(r.started - started, 2),
+                "ended_s": None if r.ended is None else round(r.ended - started, 2),
+                "outcomes": [[("answered" if o.answered else "error", o.detail[:200]) for o in got] for got in r.outcomes],
+            }) + "\n")
 
 
 def plot(r: SoakReport, path: Path) -> bool:

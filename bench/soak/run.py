@@ -26,6 +26,7 @@ from soak.disk import CacheDisk
 from soak.faults import Injector, schedule
 from soak.ledger import Ledger
 from soak.postgres import start_postgres
+from soak.render import save_requests
 from soak.report import WARM_UP_S, SoakReport, fault_outcomes, judge, latency_windows, rows_by_kind, slopes
 from soak.sampler import Sampler
 from soak.server import ServerProcess, Supervisor, free_port
@@ -113,7 +114,7 @@ def run(config: SoakConfig, namespace_problem: str | None) -> SoakReport:
             c.start()
         sampler = Sampler(supervisor, ledger, disk.path, config.sample_s, started)
         sampler.start()
-        faults = schedule(config.seconds, config.seed)
+        faults = schedule(config.seconds, config.seed) if config.faults else []
         injector = Injector(faults, supervisor, disk, pg, sessions, memory, pinned, started)
         injector.start()
         print(f"{len(clients)} clients for {config.minutes:g} minutes; faults at "
@@ -153,6 +154,7 @@ def run(config: SoakConfig, namespace_problem: str | None) -> SoakReport:
             samples=sampler.samples,
         )
         report.targets = judge(report, config.recovery_limit_s)
+        save_requests(requests, started, config.out_dir / "requests.jsonl")
         return report
     finally:
         for c in clients:

@@ -110,7 +110,7 @@ class Supervisor:
     server: ServerProcess
     #: called once the server has exited and before it starts again (the cache check)
     on_exit: Callable[[Outage], None] | None = None
-    start_timeout_s: float = 600.0
+    start_timeout_s: float = 1200.0
     outages: list[Outage] = field(default_factory=list)
     incarnation: int = 0
     #: when the current process started answering (time.monotonic())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import threading
+import traceback
 from dataclasses import dataclass, field
 
 from soak.config import SoakConfig
@@ -56,7 +57,14 @@ class ClientLoop(threading.Thread):
         try:
             self.setup()
             while not self.ctx.stop.is_set():
-                ok = self.once()
+                try:
+                    ok = self.once()
+                except Exception as e:  # the harness's own bug: named on the request, and the load goes on
+                    traceback.print_exc()
+                    if self.current is not None:
+                        self.current.fail_rest(f"harness: the client failed: {describe(e)}")
+                        self.current.end()
+                    ok = False
                 self.current = None
                 failures = 0 if ok else failures + 1
                 think = self.ctx.config.load.think_s * self.rng.uniform(0.5, 1.5)

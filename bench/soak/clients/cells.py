@@ -29,7 +29,7 @@ class CellsClient(ClientLoop):
         self.http.close()
 
     def once(self) -> bool:
-        reviews = self.ctx.texts.draw(self.rng, self.rng.randint(3, 8))
+        reviews = self.ctx.texts.draw(self.rng, self.rng.randint(3, 6))
         # B2:B<n> filled down from A2:A<n>, as the page sends them
         cells = [{"id": f"B{k + 2}", "template": TEMPLATE, "args": [text]} for k, text in enumerate(reviews)]
         if self.rng.random() < BAD_FORMULA_SHARE:

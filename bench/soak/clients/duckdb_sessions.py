@@ -27,7 +27,7 @@ class DuckDBSession(ClientLoop):
         self.con.close()
 
     def once(self) -> bool:
-        reviews = self.ctx.texts.draw(self.rng, self.rng.randint(4, 12))
+        reviews = self.ctx.texts.draw(self.rng, self.rng.randint(3, 8))
         self.con.execute("CREATE OR REPLACE TABLE batch (id INTEGER, review VARCHAR)")
         self.con.executemany("INSERT INTO batch VALUES (?, ?)", list(enumerate(reviews)))
         by_review = {r: i for i, r in enumerate(reviews)}

@@ -16,10 +16,11 @@ from soak.config import STEADY
 from soak.ledger import Request
 from soak.postgres import Postgres
 
-SCALAR = "SELECT id, llm_map('Name the mood of this review in one word: {r}', review) FROM soak_rows WHERE batch = {b}"
+# (BATCH is the statement's batch number)
+SCALAR = "SELECT id, llm_map('Name the mood of this review in one word: {r}', review) FROM soak_rows WHERE batch = BATCH"
 QUERY = ("SELECT (input->>'id')::bigint, answer, error FROM llm_map_query('Who would enjoy this film? {review}', "
-         "'SELECT id, review FROM soak_rows WHERE batch = {b}', '{{\"max_tokens\": 6}}')")
-FOREIGN = "SELECT id, tone FROM soak_tone WHERE batch = {b}"
+         "'SELECT id, review FROM soak_rows WHERE batch = BATCH', '{\"max_tokens\": 6}')")
+FOREIGN = "SELECT id, tone FROM soak_tone WHERE batch = BATCH"
 TIMEOUT_SHARE = 0.1
 _batches = itertools.count(1)
 
@@ -49,7 +50,7 @@ class PostgresSession(ClientLoop):
             self.db.close()
 
     def once(self) -> bool:
-        reviews = self.ctx.texts.draw(self.rng, self.rng.randint(4, 12))
+        reviews = self.ctx.texts.draw(self.rng, self.rng.randint(3, 8))
         way = self.rng.choice(("scalar", "query", "foreign"))
         timeout_ms = self.rng.randint(200, 1500) if self.rng.random() < TIMEOUT_SHARE else None
         req = self.open(STEADY, len(reviews), "statement_timeout" if timeout_ms else None)
@@ -60,7 +61,7 @@ class PostgresSession(ClientLoop):
             with db.cursor() as cur:
                 cur.executemany("INSERT INTO soak_rows VALUES (%s, %s, %s)", [(i, batch, r) for i, r in enumerate(reviews)])
             self.notices.clear()
-            sql = {"scalar": SCALAR, "query": QUERY, "foreign": FOREIGN}[way].format(b=batch)
+            sql = {"scalar": SCALAR, "query": QUERY, "foreign": FOREIGN}[way].replace("BATCH", str(batch))
             if timeout_ms:
                 db.execute(f"SET statement_timeout = {timeout_ms}")
             self.busy.set()
