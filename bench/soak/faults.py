@@ -111,6 +111,8 @@ class Injector:
                 self.injected.append(Injected(fault, self._now(), detail=f"not injected: {self.disk.why_not}"))
                 continue
             self._wait_up()
+            if self.stop.is_set():
+                return
             done = Injected(fault, self._now())
             self.injected.append(done)
             try:
@@ -122,10 +124,16 @@ class Injector:
     def _now(self) -> float:
         return time.monotonic() - self.started
 
-    def _wait_up(self) -> None:
+    def _wait_up(self, outage: Outage | None = None) -> None:
+        """Until the server answers (``outage``: until that outage has ended), at most
+        ``recovery_wait_s``, or until the run stops."""
         end = time.monotonic() + self.recovery_wait_s
-        while self.supervisor.up_since is None and time.monotonic() < end and not self.stop.is_set():
-            time.sleep(0.5)
+
+        def down() -> bool:
+            return self.supervisor.up_since is None if outage is None else outage.up_at is None
+
+        while down() and time.monotonic() < end and not self.stop.is_set():
+            time.sleep(0.2)
 
     # ------------------------------------------------------------------ the faults
 
@@ -151,7 +159,7 @@ class Injector:
         kill_at = time.monotonic()
         rows = self.pinned + [r for r in self.memory.ended_before(kill_at - CACHE_WRITE_MARGIN_S)
                               if not self._during_full_disk(r.ended)]
-        self._wait_up()
+        self._wait_up(done.outage)
         if done.outage is not None and done.outage.up_at is not None:
             done.ended_s = done.outage.up_at - self.started
             done.replay = replay(self.supervisor.server.url, rows, done.fault.kind)

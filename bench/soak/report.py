@@ -208,7 +208,8 @@ def latency_windows(requests: list[Request], started: float, seconds: float) -> 
 
 
 def _median(samples: list[Sample], a: float, b: float, read) -> float | None:
-    xs = [v for s in samples if a <= s.t < b and (v := read(s)) is not None]
+    """The median of a figure over the samples in [a, b) taken while the server answered."""
+    xs = [v for s in samples if a <= s.t < b and s.up and (v := read(s)) is not None]
     return statistics.median(xs) if xs else None
 
 

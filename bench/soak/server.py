@@ -139,12 +139,16 @@ class Supervisor:
     def _wait_up(self) -> None:
         deadline = time.monotonic() + self.start_timeout_s
         while not self.server.healthy():
+            if self._stop.is_set():
+                return  # the run is over: no need to wait for this start
             code = self.server.exited()
             if code is not None:
                 raise RuntimeError(f"relserve serve exited with {code} while starting; see {self.server.log}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"relserve serve did not answer /health within {self.start_timeout_s:.0f} s")
             time.sleep(0.25)
+        if self._stop.is_set():
+            return
         self.up_since = time.monotonic()
         self.incarnation += 1
 
@@ -171,7 +175,8 @@ class Supervisor:
                 self._wait_up()
             except RuntimeError:
                 continue  # it exited again while starting: the loop starts it once more
-            outage.up_at = self.up_since
+            if self.up_since is not None:
+                outage.up_at = self.up_since
 
     def finish(self) -> None:
         self._stop.set()
