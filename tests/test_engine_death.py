@@ -12,12 +12,13 @@ import socket
 from types import SimpleNamespace
 
 import httpx
-from server_fixtures import FakeEngine
+from server_fixtures import FakeEngine, running_server
 from waits import Worker, lines_within, wait_until
 
 import relserve
 from relserve.engine.engine import DEAD, Engine
 from relserve.engine.handle import RelQueryHandle
+from relserve.errors import EngineError
 
 
 async def test_a_row_cut_short_by_the_engines_death_says_the_engine_died():
@@ -94,3 +95,22 @@ def _answers(url: str) -> bool:
         return httpx.get(url + "/health", timeout=2).status_code in (200, 503)
     except httpx.HTTPError:
         return False
+
+
+class DeadEngine(FakeEngine):
+    """A stand-in whose processes have died: every relQuery it is given fails, as the engine's do."""
+
+    def submit(self, rq):
+        handle = RelQueryHandle(rq.rel_id, len(rq.render()), rq.on_error, cancel=lambda: None)
+        handle.finish(EngineError(f"relQuery {rq.rel_id} failed: {DEAD}"))
+        return handle
+
+
+def test_a_chat_request_the_dead_engine_could_not_answer_is_a_503_naming_it():
+    """Not a 400 "prompt 0: ...": the prompt was not at fault, and it may be sent again."""
+    with running_server(DeadEngine(), cache=False) as srv:
+        r = httpx.post(srv.url + "/v1/chat/completions", timeout=60,
+                       json={"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 4})
+    assert (r.status_code, r.headers["retry-after"]) == (503, "5")
+    message = r.json()["error"]["message"]
+    assert message.startswith("EngineError: relQuery ") and message.endswith(f" failed: {DEAD}")
