@@ -147,15 +147,17 @@ class GreedyClient(RelQueryClient):
         if self.rng.random() < 0.25:
             return self._one(40)
         jobs = [self._submitted(n) for n in (12, 16)]
-        for req, job_id in jobs:
+        reachable = all(ok for _, ok in jobs)
+        for req, _ in jobs:
             try:
-                if job_id is not None:
+                if req.job_id is not None:
                     self._read_back(req, {})
             except ServerError as e:
                 req.fail_rest(str(e))
+                reachable = reachable and e.status not in (0, 502, 503)
             finally:
                 req.end()
-        return True
+        return reachable
 
     def _one(self, n: int) -> bool:
         req = self.open(self.tenant, n)
@@ -168,11 +170,13 @@ class GreedyClient(RelQueryClient):
         finally:
             req.end()
 
-    def _submitted(self, n: int) -> tuple[Request, str | None]:
+    def _submitted(self, n: int) -> tuple[Request, bool]:
+        """A relQuery of ``n`` rows submitted (``job_id`` set) or refused; False: the server is away."""
         req = self.open(self.tenant, n)
         try:
             req.job_id = self.client.submit(TEMPLATE, [{"review": r} for r in self.ctx.texts.draw(self.rng, n)],
                                             max_tokens=MAX_TOKENS)
         except ServerError as e:
             req.fail_rest(str(e))
-        return req, req.job_id
+            return req, e.status not in (0, 502, 503)
+        return req, True
