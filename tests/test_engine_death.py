@@ -12,6 +12,7 @@ import socket
 from types import SimpleNamespace
 
 import httpx
+import pytest
 from server_fixtures import FakeEngine, running_server
 from waits import Worker, lines_within, wait_until
 
@@ -35,6 +36,22 @@ async def test_a_row_cut_short_by_the_engines_death_says_the_engine_died():
 
     await engine._row(running, 0, 5, generation())
     assert handle.row(0).error == DEAD
+
+
+async def test_an_rpc_to_the_dead_engine_core_says_the_engine_died():
+    """vLLM raises its own EngineDeadError ("see stack trace (above)"), which a server reported
+    as a 500; relserve's EngineError names the death (and the server answers it with a 503)."""
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    async def dead_core(*args):
+        raise EngineDeadError()
+
+    engine = Engine.__new__(Engine)
+    engine.policy = "relserve"
+    engine._llm = SimpleNamespace(errored=True, engine_core=SimpleNamespace(call_utility_async=dead_core))
+    with pytest.raises(EngineError) as e:
+        await engine._rpc("cached_prefix", {})
+    assert str(e.value) == DEAD
 
 
 class DyingEngine(FakeEngine):
@@ -114,3 +131,20 @@ def test_a_chat_request_the_dead_engine_could_not_answer_is_a_503_naming_it():
     assert (r.status_code, r.headers["retry-after"]) == (503, "5")
     message = r.json()["error"]["message"]
     assert message.startswith("EngineError: relQuery ") and message.endswith(f" failed: {DEAD}")
+
+
+class DeadViewEngine(FakeEngine):
+    """A stand-in whose processes have died: its answers for estimates (what its prefix cache
+    holds) fail, as the engine's RPC to its dead core does."""
+
+    def cached_prefix_tokens(self, prompts, salt=None):
+        raise EngineError(DEAD)
+
+
+def test_a_request_whose_estimate_meets_the_dead_engine_is_a_503_naming_it():
+    """Not a 500 "Internal Server Error": found by the soak, a PostgreSQL call sent in the second
+    between the engine's death and the server's stop."""
+    with running_server(DeadViewEngine(), cache=False) as srv:
+        r = httpx.post(srv.url + "/v1/relqueries/plan", json={"template": "Say {x}.", "rows": [{"x": "a"}]}, timeout=60)
+    assert (r.status_code, r.headers.get("retry-after")) == (503, "5")
+    assert r.json()["error"]["message"] == DEAD

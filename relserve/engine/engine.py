@@ -307,9 +307,14 @@ class Engine(BackendBase):
     # ------------------------------------------------------------------ control
 
     async def _rpc(self, command: str, payload: dict) -> dict:
+        from vllm.v1.engine.exceptions import EngineDeadError
+
         if not self.uses_plugin:
             raise ConfigError(f"policy {self.policy!r} runs vLLM's own scheduler, which has no relserve controls")
-        out = await self._llm.engine_core.call_utility_async("relserve_rpc", command, json.dumps(payload))
+        try:
+            out = await self._llm.engine_core.call_utility_async("relserve_rpc", command, json.dumps(payload))
+        except EngineDeadError:
+            raise EngineError(self.dead_reason or DEAD) from None
         return json.loads(out)
 
     def set_policy(self, policy: str, settings: PolicySettings | None = None, cost_model: CostModel | None = None, timeout: float = 600) -> None:
