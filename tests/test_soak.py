@@ -68,6 +68,8 @@ def test_the_result_cache_is_clean_after_each_kill_and_answers_the_same_rows(soa
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the full-disk fault mounts a tmpfs: root only")
-def test_the_cache_disk_was_filled_while_the_clients_ran(soak):
+def test_the_cache_disk_filled_while_the_clients_ran_and_the_cache_answers_once_it_is_freed(soak):
     (full,) = [f for f in soak["faults"] if f["kind"] == "disk_full"]
     assert full["detail"].startswith("took the last"), full
+    # once freed, the cache takes answers again: rows answered then come back from it
+    assert full["replay_rows"] == full["replay_from_cache"] == 8 and full["replay_problems"] == [], full

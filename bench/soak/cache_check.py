@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,3 +108,16 @@ def replay(url: str, rows: list[CachedAnswer], after: str) -> ReplayCheck:
             out.problems.append(f"{want.review[:40]!r}: before {want.text!r}, after {got.text!r} "
                                 f"({'from the cache' if got.cached else 'not from the cache'}, error {got.error})")
     return out
+
+
+def answered(url: str, reviews: list[str]) -> list[CachedAnswer]:
+    """``reviews`` answered as the steady client's relQuery (the cache keeps them once its job
+    has ended); raises if a row fails."""
+    with Client(url, api_key=STEADY_KEY, timeout=600) as c:
+        res = c.run(TEMPLATE, [{"review": r} for r in reviews], max_tokens=MAX_TOKENS)
+    bad = [row.error for row in res.rows if row.error is not None]
+    if bad:
+        raise RuntimeError(f"a check's relQuery failed: {bad[0]}")
+    now = time.monotonic()
+    return [CachedAnswer(r, row.text or "", now) for r, row in zip(reviews, res.rows)]
+

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from soak.cache_check import ReplayCheck, replay
+from soak.cache_check import ReplayCheck, answered, replay
 from soak.clients.postgres_sessions import PostgresSession
 from soak.clients.relqueries import AnswerMemory, CachedAnswer
 from soak.disk import CacheDisk
 from soak.postgres import Postgres
 from soak.server import Outage, Supervisor
+from soak.texts import Texts
 
 ENGINE_KILL, SERVER_KILL, DISK_FULL, PG_TERMINATE = "engine_kill", "server_kill", "disk_full", "pg_terminate"
 HEAVY = (ENGINE_KILL, SERVER_KILL, DISK_FULL)
@@ -89,6 +90,7 @@ class Injector:
     memory: AnswerMemory
     #: rows answered before the first fault that the cache must keep (the probe)
     pinned: list[CachedAnswer]
+    texts: Texts
     started: float
     recovery_wait_s: float = 600.0
     injected: list[Injected] = field(default_factory=list)
@@ -178,7 +180,12 @@ class Injector:
             self.disk.unfill()
             self.full_windows.append((start, time.monotonic()))
             done.ended_s = self._now()
-            done.done = True
+        # the cache takes answers again: fresh rows, answered once, come back from it
+        fresh = [f"{r} (after the full disk {done.at_s:.0f})" for r in self.texts.reviews[-8:]]
+        first = answered(self.supervisor.server.url, fresh)
+        time.sleep(CACHE_WRITE_MARGIN_S / 2)
+        done.replay = replay(self.supervisor.server.url, first, "the disk freed")
+        done.done = True
 
     def _terminate_backend(self, done: Injected) -> None:
         if self.postgres is None or not self.sessions:

@@ -252,4 +252,8 @@ def judge(report: SoakReport, recovery_limit_s: float) -> dict[str, bool]:
         and all(c.clean for c in report.cache_files)
         and all(f.replay_rows > 0 and not f.replay_problems and f.replay_from_cache == f.replay_rows for f in kills),
         "the server starts on a corrupt cache file": report.start_with_corrupt_cache.startswith("ok"),
+        # (no full disk without a tmpfs: then nothing to judge)
+        "the result cache answers again once its full disk is freed": all(
+            f.replay_rows > 0 and not f.replay_problems and f.replay_from_cache == f.replay_rows
+            for f in report.faults if f.kind == "disk_full" and not f.detail.startswith("not injected")),
     }

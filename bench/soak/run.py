@@ -12,16 +12,15 @@ import time
 from pathlib import Path
 
 from relserve import paths
-from relserve.client import Client
 from relserve.planner.cache import ResultCache
-from soak.cache_check import CACHE_FILE, check_file
+from soak.cache_check import CACHE_FILE, CacheFileCheck, answered, check_file
 from soak.clients.base import ClientContext, ClientLoop
 from soak.clients.cells import CellsClient
 from soak.clients.chat import ChatClient
 from soak.clients.duckdb_sessions import DuckDBSession
 from soak.clients.postgres_sessions import PostgresSession
-from soak.clients.relqueries import MAX_TOKENS, TEMPLATE, AnswerMemory, CachedAnswer, GreedyClient, RelQueryClient
-from soak.config import STEADY_KEY, SoakConfig, write_tenants_file
+from soak.clients.relqueries import AnswerMemory, CachedAnswer, GreedyClient, RelQueryClient
+from soak.config import SoakConfig, write_tenants_file
 from soak.disk import CacheDisk
 from soak.faults import Injector, schedule
 from soak.ledger import Ledger
@@ -65,14 +64,7 @@ def _corrupt_file_outcome(home: Path) -> str:
 
 def _probe(url: str, texts: Texts) -> list[CachedAnswer]:
     """Rows answered before any fault: every check after a kill sends them again."""
-    reviews = [f"{r} (probe)" for r in texts.reviews[REPEATED : REPEATED + PROBE_ROWS]]
-    with Client(url, api_key=STEADY_KEY, timeout=600) as c:
-        res = c.run(TEMPLATE, [{"review": r} for r in reviews], max_tokens=MAX_TOKENS)
-    bad = [row.error for row in res.rows if row.error is not None]
-    if bad:
-        raise RuntimeError(f"the probe relQuery failed before any fault: {bad[0]}")
-    now = time.monotonic()
-    return [CachedAnswer(r, row.text or "", now) for r, row in zip(reviews, res.rows)]
+    return answered(url, [f"{r} (probe)" for r in texts.reviews[REPEATED : REPEATED + PROBE_ROWS]])
 
 
 def run(config: SoakConfig, namespace_problem: str | None) -> SoakReport:
@@ -99,23 +91,15 @@ def run(config: SoakConfig, namespace_problem: str | None) -> SoakReport:
         ctx = ClientContext(config, server.url, ledger, texts)
         memory = AnswerMemory()
         pinned = _probe(server.url, texts)
-        load = config.load
-        sessions = [PostgresSession(ctx, k, pg) for k in range(load.postgres_sessions)]
-        clients = [
-            *(DuckDBSession(ctx, k) for k in range(load.duckdb_sessions)),
-            *sessions,
-            *(ChatClient(ctx, k) for k in range(load.chat_threads)),
-            *(CellsClient(ctx, k) for k in range(load.cell_sheets)),
-            *(RelQueryClient(ctx, k, memory) for k in range(load.relquery_threads)),
-            *(GreedyClient(ctx, k) for k in range(load.greedy_threads)),
-        ]
+        sessions = [PostgresSession(ctx, k, pg) for k in range(config.load.postgres_sessions)]
+        clients = _clients(ctx, sessions, memory)
         started = time.monotonic()
         for c in clients:
             c.start()
         sampler = Sampler(supervisor, ledger, disk.path, config.sample_s, started)
         sampler.start()
         faults = schedule(config.seconds, config.seed) if config.faults else []
-        injector = Injector(faults, supervisor, disk, pg, sessions, memory, pinned, started)
+        injector = Injector(faults, supervisor, disk, pg, sessions, memory, pinned, texts, started)
         injector.start()
         print(f"{len(clients)} clients for {config.minutes:g} minutes; faults at "
               f"{', '.join(f'{f.at_s / 60:.1f} min {f.kind}' for f in faults if f.kind != 'pg_terminate')}", flush=True)
@@ -133,29 +117,8 @@ def run(config: SoakConfig, namespace_problem: str | None) -> SoakReport:
                 for c in clients if c.is_alive() and c.current is not None]
         sampler.stop.set()
         sampler.join(30)
-        requests = ledger.requests()
-        kinds, unexplained = rows_by_kind(requests)
-        warm_up = min(WARM_UP_S, config.seconds / 6)
-        report = SoakReport(
-            command=" ".join([".venv/bin/python", *(shlex.quote(a) for a in sys.argv)]),
-            machine=_machine(),
-            minutes=config.minutes,
-            seed=config.seed,
-            load={k: float(v) for k, v in vars(load).items()},
-            kinds=kinds,
-            unexplained=unexplained,
-            hung=hung,
-            start_with_corrupt_cache=corrupt,
-            outages=supervisor.outages,
-            cache_files=cache_files,
-            faults=fault_outcomes(injector.injected, sampler.samples),
-            slopes=slopes(sampler.samples, warm_up),
-            latency=latency_windows(requests, started, config.seconds),
-            samples=sampler.samples,
-        )
-        report.targets = judge(report, config.recovery_limit_s)
-        save_requests(requests, started, config.out_dir / "requests.jsonl")
-        return report
+        save_requests(ledger.requests(), started, config.out_dir / "requests.jsonl")
+        return _report(config, ledger, started, hung, corrupt, supervisor, cache_files, injector, sampler)
     finally:
         for c in clients:
             c.ctx.stop.set()
@@ -164,3 +127,41 @@ def run(config: SoakConfig, namespace_problem: str | None) -> SoakReport:
         if pg is not None:
             pg.stop()
         disk.close()
+
+
+def _clients(ctx: ClientContext, sessions: list[PostgresSession], memory: AnswerMemory) -> list[ClientLoop]:
+    """Every client kind, as many of each as the load says."""
+    load = ctx.config.load
+    return [
+        *(DuckDBSession(ctx, k) for k in range(load.duckdb_sessions)),
+        *sessions,
+        *(ChatClient(ctx, k) for k in range(load.chat_threads)),
+        *(CellsClient(ctx, k) for k in range(load.cell_sheets)),
+        *(RelQueryClient(ctx, k, memory) for k in range(load.relquery_threads)),
+        *(GreedyClient(ctx, k) for k in range(load.greedy_threads)),
+    ]
+
+
+def _report(config: SoakConfig, ledger: Ledger, started: float, hung: list[str], corrupt: str, supervisor: Supervisor,
+            cache_files: list[CacheFileCheck], injector: Injector, sampler: Sampler) -> SoakReport:
+    requests = ledger.requests()
+    kinds, unexplained = rows_by_kind(requests)
+    report = SoakReport(
+        command=" ".join([".venv/bin/python", *(shlex.quote(a) for a in sys.argv)]),
+        machine=_machine(),
+        minutes=config.minutes,
+        seed=config.seed,
+        load={k: float(v) for k, v in vars(config.load).items()},
+        kinds=kinds,
+        unexplained=unexplained,
+        hung=hung,
+        start_with_corrupt_cache=corrupt,
+        outages=supervisor.outages,
+        cache_files=cache_files,
+        faults=fault_outcomes(injector.injected, sampler.samples),
+        slopes=slopes(sampler.samples, min(WARM_UP_S, config.seconds / 6)),
+        latency=latency_windows(requests, started, config.seconds),
+        samples=sampler.samples,
+    )
+    report.targets = judge(report, config.recovery_limit_s)
+    return report
