@@ -136,15 +136,18 @@ class RelQueryClient(ClientLoop):
 
 
 class GreedyClient(RelQueryClient):
-    """The greedy tenant, past its limits: now a relQuery of 40 rows, over its 32 rows per
-    request (413); now two submitted at once, 12 rows then 16, over its 24 rows in flight (429
-    for the second, unless the first is already done)."""
+    """The greedy tenant, past its limits, in turns: a relQuery of 40 rows, over its 32 rows per
+    request (413); then twice two submitted at once, 12 rows then 16, over its 24 rows in flight
+    (429 for the second, unless the first is already done)."""
 
     kind = "greedy"
     tenant, key = GREEDY, GREEDY_KEY
+    #: requests sent so far: every third one is the one of 40 rows
+    turn = 0
 
     def once(self) -> bool:
-        if self.rng.random() < 0.25:
+        self.turn += 1
+        if self.turn % 3 == 1:
             return self._one(40)
         jobs = [self._submitted(n) for n in (12, 16)]
         reachable = all(ok for _, ok in jobs)
