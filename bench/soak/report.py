@@ -252,8 +252,16 @@ def judge(report: SoakReport, recovery_limit_s: float) -> dict[str, bool]:
         and all(c.clean for c in report.cache_files)
         and all(f.replay_rows > 0 and not f.replay_problems and f.replay_from_cache == f.replay_rows for f in kills),
         "the server starts on a corrupt cache file": report.start_with_corrupt_cache.startswith("ok"),
-        # (no full disk without a tmpfs: then nothing to judge)
-        "the result cache answers again once its full disk is freed": all(
-            f.replay_rows > 0 and not f.replay_problems and f.replay_from_cache == f.replay_rows
-            for f in report.faults if f.kind == "disk_full" and not f.detail.startswith("not injected")),
+        "the result cache answers again once its full disk is freed": _refilled(report.faults),
     }
+
+
+def _refilled(faults: list[FaultOutcome]) -> bool:
+    """Every full disk was freed and the cache then answered the rows sent after it (a run
+    without a tmpfs has no full disk to judge)."""
+    full = [f for f in faults if f.kind == "disk_full"]
+    injected = [f for f in full if not f.detail.startswith("not injected")]
+    if full and not injected:
+        return True
+    return bool(injected) and all(
+        f.replay_rows > 0 and not f.replay_problems and f.replay_from_cache == f.replay_rows for f in injected)
