@@ -55,7 +55,8 @@ def test_the_server_answers_again_within_60_s_of_each_kill(soak):
     kills = [f for f in soak["faults"] if f["kind"] in ("engine_kill", "server_kill")]
     assert sorted(f["kind"] for f in kills) == ["engine_kill", "server_kill"], soak["faults"]
     for f in kills:
-        assert f["recovery_s"] is not None and f["recovery_s"] <= 60, f
+        # (a restart is slow on a machine whose other engines keep its cores busy: the load says)
+        assert f["recovery_s"] is not None and f["recovery_s"] <= 60, f"{f['kind']}: {f}"
 
 
 def test_the_result_cache_is_clean_after_each_kill_and_answers_the_same_rows(soak):

@@ -39,6 +39,9 @@ class Fault:
     kind: str
     #: how long it lasts (a full disk), 0 for a single blow
     hold_s: float = 0.0
+    #: seconds from the run's start after which it is no longer injected (the server still not
+    #: answering after the fault before): the comparison window at the end stays free of kills
+    latest_s: float = float("inf")
 
 
 def schedule(seconds: float, seed: int) -> list[Fault]:
@@ -50,13 +53,14 @@ def schedule(seconds: float, seed: int) -> list[Fault]:
     heavy = [ENGINE_KILL, SERVER_KILL, DISK_FULL] * (2 if long_run else 1)
     rng.shuffle(heavy)
     slot = (end - start) / len(heavy)
+    hold = 60.0 if long_run else 30.0
     faults = [
-        Fault(start + k * slot + rng.uniform(0, slot * 0.3), kind, (60.0 if long_run else 30.0) if kind == DISK_FULL else 0.0)
+        Fault(start + k * slot + rng.uniform(0, slot * 0.3), kind, hold if kind == DISK_FULL else 0.0, end + slot)
         for k, kind in enumerate(heavy)
     ]
     t = rng.uniform(30, 90)
     while t < seconds - 30:
-        faults.append(Fault(t, PG_TERMINATE))
+        faults.append(Fault(t, PG_TERMINATE, latest_s=t + 60))
         t += rng.uniform(60, 120)
     return sorted(faults, key=lambda f: f.at_s)
 
@@ -112,9 +116,12 @@ class Injector:
             if fault.kind == DISK_FULL and not self.disk.tmpfs:
                 self.injected.append(Injected(fault, self._now(), detail=f"not injected: {self.disk.why_not}"))
                 continue
-            self._wait_up()
+            self._wait_up(until_s=fault.latest_s)
             if self.stop.is_set():
                 return
+            if self.supervisor.up_since is None:
+                self.injected.append(Injected(fault, self._now(), detail="not injected: the server was still starting"))
+                continue
             done = Injected(fault, self._now())
             self.injected.append(done)
             try:
@@ -126,10 +133,10 @@ class Injector:
     def _now(self) -> float:
         return time.monotonic() - self.started
 
-    def _wait_up(self, outage: Outage | None = None) -> None:
+    def _wait_up(self, outage: Outage | None = None, until_s: float = float("inf")) -> None:
         """Until the server answers (``outage``: until that outage has ended), at most
-        ``recovery_wait_s``, or until the run stops."""
-        end = time.monotonic() + self.recovery_wait_s
+        ``recovery_wait_s`` and not past ``until_s`` (from the run's start), or until the run stops."""
+        end = min(time.monotonic() + self.recovery_wait_s, self.started + until_s)
 
         def down() -> bool:
             return self.supervisor.up_since is None if outage is None else outage.up_at is None

@@ -16,7 +16,10 @@ def _f(x: float | None, digits: int = 1) -> str:
 
 
 def text(r: SoakReport) -> str:
-    lines = [f"# Soak: {r.minutes:g} minutes, seed {r.seed}", "", f"    {r.command}", "", f"Machine: {r.machine}", ""]
+    loads = sorted(x.load_1min for x in r.samples)
+    busy = (f"; load average (1 min) over the run: median {loads[len(loads) // 2]:.1f}, max {loads[-1]:.1f}"
+            if loads else "")
+    lines = [f"# Soak: {r.minutes:g} minutes, seed {r.seed}", "", f"    {r.command}", "", f"Machine: {r.machine}{busy}", ""]
     lines += ["## Targets", ""] + [f"- [{'x' if ok else ' '}] {name}" for name, ok in r.targets.items()] + [""]
     lines += ["## Rows", "", "| kind | requests | rows | answered | errored | lost | duplicated | faulted on purpose | errors by cause |",
               "|---|---|---|---|---|---|---|---|---|"]
@@ -30,13 +33,13 @@ def text(r: SoakReport) -> str:
     if r.hung:
         lines += ["Requests that never ended:", ""] + [f"- {h}" for h in r.hung[:20]] + [""]
     lines += [f"Start on a corrupt cache file: {r.start_with_corrupt_cache}", ""]
-    lines += ["## Faults", "", "| at (min) | fault | recovery (s) | cache replay | fds before/after | threads before/after | detail |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["## Faults", "", "| at (min) | fault | machine load | recovery (s) | cache replay | fds before/after "
+              "| threads before/after | detail |", "|---|---|---|---|---|---|---|---|"]
     for f in r.faults:
         replay = f"{f.replay_from_cache}/{f.replay_rows} from the cache" if f.replay_rows else "-"
         if f.replay_problems:
             replay += f" ({len(f.replay_problems)} problem(s): {f.replay_problems[0]})"
-        lines.append(f"| {f.at_s / 60:.1f} | {f.kind} | {_f(f.recovery_s)} | {replay} | {_f(f.fds_before, 0)}/{_f(f.fds_after, 0)} "
+        lines.append(f"| {f.at_s / 60:.1f} | {f.kind} | {_f(f.load_1min)} | {_f(f.recovery_s)} | {replay} | {_f(f.fds_before, 0)}/{_f(f.fds_after, 0)} "
                      f"| {_f(f.threads_before, 0)}/{_f(f.threads_after, 0)} | {f.detail} |")
     lines.append("")
     lines += ["Cache file after each exit (a copy, before the restart opened it):", ""]

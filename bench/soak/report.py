@@ -75,6 +75,8 @@ class FaultOutcome:
     replay_rows: int = 0
     replay_from_cache: int = 0
     replay_problems: list[str] = field(default_factory=list)
+    #: the machine's load average when it was injected (other work on a shared machine)
+    load_1min: float | None = None
     fds_before: float | None = None
     fds_after: float | None = None
     threads_before: float | None = None
@@ -225,6 +227,8 @@ def fault_outcomes(injected: list[Injected], samples: list[Sample]) -> list[Faul
             f.replay_rows, f.replay_from_cache = inj.replay.rows, inj.replay.from_cache
             f.replay_problems = inj.replay.problems[:5]
         end = inj.ended_s if inj.ended_s is not None else inj.at_s
+        near = [x for x in samples if abs(x.t - inj.at_s) <= 10]
+        f.load_1min = near[0].load_1min if near else None
         f.fds_before = _median(samples, inj.at_s - 60, inj.at_s, lambda s: s.server_fds)
         f.threads_before = _median(samples, inj.at_s - 60, inj.at_s, lambda s: s.server_threads)
         f.fds_after = _median(samples, end + 60, end + 180, lambda s: s.server_fds)

@@ -4,6 +4,7 @@ latency over the last minute."""
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -30,6 +31,8 @@ class Sample:
     t: float
     up: bool
     incarnation: int
+    #: the machine's load average over the last minute (the machine is shared)
+    load_1min: float
     #: seconds since the current server process first answered (None: down)
     age_s: float | None
     server_rss_mb: float | None = None
@@ -77,7 +80,7 @@ class Sampler(threading.Thread):
         now = time.monotonic()
         sup = self.supervisor
         up_since = sup.up_since
-        s = Sample(now - self.started, up_since is not None, sup.incarnation,
+        s = Sample(now - self.started, up_since is not None, sup.incarnation, os.getloadavg()[0],
                    None if up_since is None else now - up_since)
         me, engine = sup.server.processes()
         if me is not None:
