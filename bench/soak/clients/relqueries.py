@@ -64,13 +64,13 @@ class RelQueryClient(ClientLoop):
     kind = "relquery"
     tenant, key = STEADY, STEADY_KEY
 
-    def size(self) -> int:
-        return self.rng.randint(4, 12)
-
     def __init__(self, ctx: ClientContext, number: int, memory: AnswerMemory | None = None) -> None:
         super().__init__(ctx, number)
         self.client = Client(ctx.url, api_key=self.key, timeout=ctx.config.request_timeout_s)
         self.memory = memory
+
+    def size(self) -> int:
+        return self.rng.randint(4, 12)
 
     def teardown(self) -> None:
         self.client.close()
