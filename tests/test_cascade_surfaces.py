@@ -9,12 +9,12 @@ import duckdb
 import httpx
 import polars as pl
 import pytest
-from cascade_doubles import RuleEmbedder, RuleEngine, reviews
+from cascade_doubles import RuleEmbedder, RuleEngine, own_text, reviews
 from server_fixtures import running_server
 
 import relserve.duckdb
 import relserve.polars
-from relserve.cascade import embedding, policy
+from relserve.cascade import embedding
 from relserve.planner.cache import ResultCache
 from relserve.planner.cascade_runner import PROXY
 
@@ -126,17 +126,28 @@ def test_server_cancel_during_the_sample_runs_no_proxy(tmp_path):
     assert all(r["answered_by"] is None for r in out["rows"])
 
 
+def sent_rows(prompts: list[str]) -> list[int]:
+    """The row numbers of the prompts the engine got (each row's own text is ' item <n> is ...')."""
+    return [int(own_text(p).split()[1]) for p in prompts]
+
+
 def test_server_per_row_errors_and_raise(tmp_path):
-    eng = RuleEngine(fails=lambda text: text.startswith(" item 7 "))
+    eng = RuleEngine()
     with running_server(eng, cache=False) as srv:
+        clean = run(srv, body(cascade=0.95))
+        sample = sent_rows(eng.submitted[0])
+        bad = min(sample)  # a row the LLM answers (the same sample every time: the call's seed)
+        far = next(r["index"] for r in clean["rows"] if r["answered_by"] == PROXY)  # never reaches the engine
+        eng.fails = lambda text: text.startswith((f" item {bad} ", f" item {far} "))
         out = run(srv, body(cascade=0.95))
         raised = run(srv, body(cascade=0.95, on_error="raise"))
-    row7 = out["rows"][7]
+    assert [sent_rows(p) for p in eng.submitted] == [sample] * 3
     assert out["status"] == "finished"
-    assert (row7["answered_by"] == PROXY and row7["error"] is None) or "too long" in row7["error"]
-    assert sum(r["error"] is not None for r in out["rows"]) <= 1
-    if out["rows"][7]["answered_by"] != PROXY:
-        assert raised["status"] == "failed" and "row 7" in raised["error"]
+    rows = out["rows"]
+    assert rows[bad]["value"] is None and rows[bad]["error"] == "engine: row too long for the model"
+    assert rows[far]["answered_by"] == PROXY and rows[far]["error"] is None and rows[far]["value"] == (far % 3 == 0)
+    assert [r["index"] for r in rows if r["error"] is not None] == [bad]
+    assert raised["status"] == "failed" and f"row {bad}" in raised["error"] and "row too long" in raised["error"]
 
 
 # -- DuckDB -------------------------------------------------------------------------------------
@@ -189,7 +200,7 @@ def test_polars_details_mark_proxy_rows_and_explain_analyze():
     assert last.filter(pl.col("answered_by") == PROXY).height == N - 900
     assert last.filter(pl.col("answered_by") == "llm").height == 900
     assert last.filter(pl.col("answered_by") == PROXY)["confidence"].min() >= 0.5
-    assert policy.plan  # the module is the one EXPLAIN names
+    assert (found[0].cascade.train, found[0].cascade.audit, found[0].cascade.llm_rows) == (300, 600, 900)
 
 
 def test_duckdb_decimal_literals_are_numbers_in_llm_options(con):
