@@ -11,8 +11,8 @@ import pytest
 from server_fixtures import FakeEngine, running_server
 from waits import BoundedClient
 
-from relserve.labels.memory import forget_all
 from relserve.client import ServerError
+from relserve.labels.memory import forget_all
 from relserve.planner.cache import ResultCache
 from relserve.server import hash_key
 
