@@ -146,8 +146,12 @@ def cluster(server):
 
 
 def build_extension() -> None:
-    """The extension built from this checkout and installed into PostgreSQL 15's folders."""
-    build = subprocess.run(["make", "-C", str(EXTENSION_DIR), "install"], capture_output=True, text=True, timeout=600)
+    """The extension built from this checkout and installed into PostgreSQL 15's folders (under
+    ``$RELSERVE_PG_DESTDIR`` when set: a private copy of PostgreSQL's folders, whose binaries
+    ``$RELSERVE_PG_BIN`` names, as scripts/mutation_check.py runs a mutant of the C part)."""
+    destdir = os.environ.get("RELSERVE_PG_DESTDIR")
+    make = ["make", "-C", str(EXTENSION_DIR), "install", *([f"DESTDIR={destdir}"] if destdir else [])]
+    build = subprocess.run(make, capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stdout + build.stderr
 
 
