@@ -280,6 +280,10 @@ def main() -> int:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RELSERVE_PG_BIN", "RELSERVE_PG_DESTDIR")}
         env["HF_HUB_OFFLINE"] = "1"
         env["RELSERVE_HOME"] = str(work / "home")
+        # the tables beside the repository (relserve/workloads/tables.py): the copy is elsewhere
+        datasets = REPO.parent / "shared" / "datasets"
+        if "RELSERVE_DATASETS" not in env and datasets.is_dir():
+            env["RELSERVE_DATASETS"] = str(datasets)
         pg = None
         if any(m.path.endswith(".c") or not m.fast for m in chosen):
             pg = private_postgres(work / "pg")
