@@ -50,8 +50,16 @@ class Mutant:
 
     @property
     def fast(self) -> bool:
-        slow = ("_engine.py", "test_postgres", "test_fdw", "test_golden")
-        return not self.path.endswith(".c") and not any(s in t for t in self.tests for s in slow)
+        return not self.path.endswith(".c") and not needs_services(self.tests)
+
+
+#: the tests that need no engine, PostgreSQL or Ray cluster (the Makefile's test-fast)
+FAST = "not engine and not postgres and not cluster and not gpu"
+
+
+def needs_services(tests: tuple[str, ...]) -> bool:
+    """Whether the tests are of the engine's or PostgreSQL's modules (else only their fast tier runs)."""
+    return any(s in t for t in tests for s in ("_engine.py", "test_postgres", "test_fdw", "test_golden"))
 
 
 MUTANTS: list[Mutant] = [
@@ -246,6 +254,8 @@ def run_tests(root: Path, tests: tuple[str, ...], env: dict[str, str], timeout: 
     """pytest's exit status, the seconds it took and its output's lines."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-p", "no:randomly",
            *(["-x"] if first_failure else []), *tests, *(f"--deselect={d}" for d in deselect)]
+    if not needs_services(tests):  # the fast tier of those modules: what the mutant's tests are
+        cmd += ["-m", FAST]
     t0 = time.monotonic()
     try:
         out = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
@@ -279,7 +289,6 @@ def main() -> int:
     try:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RELSERVE_PG_BIN", "RELSERVE_PG_DESTDIR")}
         env["HF_HUB_OFFLINE"] = "1"
-        env["RELSERVE_HOME"] = str(work / "home")
         # the tables beside the repository (relserve/workloads/tables.py): the copy is elsewhere
         datasets = REPO.parent / "shared" / "datasets"
         if "RELSERVE_DATASETS" not in env and datasets.is_dir():
