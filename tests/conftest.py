@@ -55,6 +55,15 @@ def engine():
 
 
 @pytest.fixture(scope="session")
+def reference_scorer(engine):
+    """The default model in transformers, outside relserve (tests/reference_scores.py): loaded
+    once for every test that checks scores against it."""
+    from reference_scores import ReferenceScorer
+
+    return ReferenceScorer(engine.model_path)
+
+
+@pytest.fixture(scope="session")
 def pg_cluster():
     """The session's one PostgreSQL cluster (tests/test_postgres.py: each module's ``cluster`` is a
     database of its own on it, made from a template)."""
