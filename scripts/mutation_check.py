@@ -313,21 +313,33 @@ def main() -> int:
             if rc not in (0, 1) or (rc == 1 and not failing[tests]):
                 print("the tests cannot run on the unchanged tree", file=sys.stderr)
                 return 2
-        shutil.rmtree(work / "clean")
-
-        survivors, broken = [], []
+        survivors, broken, flaky = [], [], []
         for m in chosen:
             root = tree_copy(work / m.name)
             apply(root, m)
-            rc, took, lines = run_tests(root, m.tests, {**env, "PYTHONPATH": str(root)}, args.timeout,
-                                        deselect=failing[m.tests])
+            env_mutant = {**env, "PYTHONPATH": str(root)}
+            skipped = list(failing[m.tests])
+            while True:
+                rc, took, lines = run_tests(root, m.tests, env_mutant, args.timeout, deselect=tuple(skipped))
+                caught = failed_ids(lines)
+                if rc != 1 or not caught:
+                    break
+                # a kill counts when the test that failed fails again on the mutant and passes on the
+                # unchanged tree (on a loaded machine a timing-sensitive test can fail by itself)
+                again, _, _ = run_tests(root, (caught[0],), env_mutant, args.timeout)
+                unchanged, _, _ = run_tests(clean, (caught[0],), env_clean, args.timeout)
+                if again == 1 and unchanged == 0:
+                    break
+                flaky.append(caught[0])
+                skipped.append(caught[0])
             # pytest exits 1 when a test failed; anything else (no tests, a collection error, a
             # timeout) says nothing about the mutant
             verdict = "killed" if rc == 1 else "SURVIVED" if rc == 0 else f"error {rc}"
             (survivors if rc == 0 else broken if rc != 1 else []).append(m.name)
-            caught = failed_ids(lines)
             print(f"{m.name:30} {verdict:8} {took:6.0f} s  {caught[0] if caught else lines[-1]}", flush=True)
             shutil.rmtree(work / m.name, ignore_errors=True)
+        for nodeid in dict.fromkeys(flaky):
+            print(f"(a failure not confirmed on a second run, or also on the unchanged tree, left out: {nodeid})")
         print(f"\n{len(chosen)} mutants: {len(chosen) - len(survivors) - len(broken)} killed, "
               f"{len(survivors)} survived{': ' + ', '.join(survivors) if survivors else ''}"
               f"{f', {len(broken)} could not be checked: ' + ', '.join(broken) if broken else ''}")
