@@ -8,6 +8,7 @@ LLM. The real engine and embedding model are in test_cascade_engine.py.
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -106,6 +107,32 @@ def test_no_threshold_when_even_the_surest_rows_are_too_often_wrong():
     # the 6% of the rest it may get wrong), the floor does not: a coin spends no agreement budget
     assert not got.applies and got.threshold is None and got.coverage == 0.0
     assert got.agreement == 1.0  # every row then goes to the LLM
+
+
+def clopper_pearson_upper(wrong: int, n: int, delta: float) -> float:
+    """The one-sided upper bound, computed here from the binomial's tail by bisection: the share
+    p at which ``wrong`` or fewer of ``n`` happen with probability ``delta``."""
+    def tail(p: float) -> float:
+        return sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(wrong + 1))
+
+    low, high = wrong / n, 1.0
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if tail(mid) > delta else (low, mid)
+    return high
+
+
+@pytest.mark.parametrize("wrong", [10, 12])
+def test_the_threshold_is_chosen_only_when_the_bound_on_its_wrong_rows_is_within_the_target(wrong):
+    # one confidence for every row: each candidate lets the proxy answer every row; the choosing
+    # half's 300 rows hold ``wrong`` disagreements, and the target allows (1 - 0.95) * 6,000 /
+    # 5,000 = 6% of the rest rows wrong: the 95% upper bound of 10 in 300 is 5.6%, of 12 in 300 6.4%
+    agrees = np.ones(600, dtype=bool)
+    agrees[:wrong] = False
+    got = threshold.choose(np.full(600, 0.9), agrees, np.full(5000, 0.9), rows=6000, target=0.95)
+    allowed = (1 - 0.95) * 6000 / 5000
+    assert got.applies == (clopper_pearson_upper(wrong, 300, 0.05) <= allowed) == (wrong == 10)
+    assert got.chose.wrong == (wrong if got.applies else 0)
 
 
 def test_a_perfect_proxy_answers_every_rest_row():
