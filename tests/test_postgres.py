@@ -166,7 +166,8 @@ class ModuleDatabase:
         self.root, self.port = pg.root, pg.port
 
     def conninfo(self, dbname: str | None = None) -> str:
-        return self.pg.conninfo(dbname or self.name)
+        # (DB, the one database of a cluster of its own, is this module's here)
+        return self.pg.conninfo(self.name if dbname in (None, DB) else dbname)
 
     @property
     def log(self) -> str:
