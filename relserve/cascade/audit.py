@@ -11,9 +11,11 @@ ranked by the proxy's probability of "yes":
   candidates for its "yes" zone. A simple random sample of them, sized so that the proxy's own
   expected false share would pass the precision test.
 * **census** (recall target only): the next rows down, every one answered by the LLM (sampling
-  probability 1). It holds at least ``CENSUS_FACTOR`` times the "yes" rows the training sample's
-  share predicts, and enough rows that the proxy expects at most ``MISS_SHARE`` of the allowed
-  misses below it. These rows would go to the LLM anyway: the proxy only answers "no" below them.
+  probability 1). Its size is the one that makes the audit cheapest as the proxy expects it (the
+  census's rows plus the low stratum's draws: a larger census leaves fewer expected misses below
+  it, so fewer draws prove them few), and at least ``CENSUS_FACTOR`` times the "yes" rows the
+  training sample's share predicts. These rows would go to the LLM anyway: the proxy only
+  answers "no" below them.
 * **low** (recall target only): every row below, the candidates for the proxy's "no" zone. A
   simple random sample, sized so that the misses the proxy expects there would pass the recall
   test: each sampled row stands for ``size / draws`` rows (the inverse of its probability).

@@ -45,18 +45,30 @@ class Platt:
 
 
 def fit_platt(scores: np.ndarray, positive: np.ndarray) -> Platt:
-    """The Platt map of ``scores`` (probabilities) onto the 0/1 outcomes ``positive``."""
+    """The Platt map of ``scores`` (probabilities) onto the 0/1 outcomes ``positive``: Newton's
+    method on the (ridged, so strictly convex) log-loss, each step halved until the loss falls."""
     z = _logit(np.asarray(scores, dtype=np.float64))
     y = np.asarray(positive, dtype=np.float64)
     xb = np.column_stack([z, np.ones_like(z)])
-    w = np.array([1.0, 0.0])
-    for _ in range(50):
+    identity = np.array([1.0, 0.0])
+
+    def loss(w: np.ndarray) -> float:
+        t = xb @ w  # log(1 + e^t) - y t, written to stay finite for large |t|
+        return float((np.logaddexp(0.0, t) - y * t).sum() + 0.5 * _RIDGE * ((w - identity) ** 2).sum())
+
+    w = identity.copy()
+    current = loss(w)
+    for _ in range(100):
         p = 0.5 * (1.0 + np.tanh(0.5 * (xb @ w)))
-        grad = xb.T @ (p - y) + _RIDGE * (w - np.array([1.0, 0.0]))  # held towards the identity
+        grad = xb.T @ (p - y) + _RIDGE * (w - identity)  # held towards the identity
         hess = (xb * (p * (1.0 - p))[:, None]).T @ xb + _RIDGE * np.eye(2)
         step = np.linalg.solve(hess, grad)
-        w -= step
-        if float(np.abs(step).max()) < 1e-9:
+        size = 1.0
+        while size > 1e-6 and loss(w - size * step) > current:
+            size /= 2
+        w = w - size * step
+        previous, current = current, loss(w)
+        if previous - current < 1e-10 * max(1.0, abs(current)):
             break
     return Platt(float(w[0]), float(w[1]))
 

@@ -11,14 +11,18 @@ one cumulative sum, so a bound over a million rows costs a few vector sums.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 
+@lru_cache(maxsize=8)
 def _log_factorials(n: int) -> np.ndarray:
-    """log(i!) for i = 0..n."""
+    """log(i!) for i = 0..n (one table per population: a relQuery's tests share it)."""
     out = np.zeros(n + 1)
     if n:
         out[1:] = np.cumsum(np.log(np.arange(1, n + 1, dtype=np.float64)))
+    out.setflags(write=False)
     return out
 
 
