@@ -127,6 +127,26 @@ def test_precision_zone_skips_candidates_that_cannot_pass_and_stops_at_the_first
     assert got.recall_reason is None and got.no_rank == 0
 
 
+def test_precision_zone_ends_at_the_first_failure_even_if_a_larger_zone_would_pass():
+    # 2,000 candidates, every other drawn; 30 drawn rows at ranks 400-458 are the LLM's 'no' (a
+    # cluster the proxy was wrong about), every other drawn row 'yes'
+    high = stratum(2000, list(range(0, 2000, 2)))
+    answers = np.where(high.drawn, zones.YES, zones.UNKNOWN)
+    answers[400:460:2] = zones.NO
+    design = AuditDesign(np.zeros(0, dtype=np.int64), None, high, 0.0, 0.0)
+    got = zones.choose(design, np.linspace(1.0, 0.5, 2000), answers, train_positives=0, targets=Targets(None, 0.9))
+
+    def passes(m: int) -> bool:
+        false = int(((answers[:m] == zones.NO) & high.drawn[:m]).sum())
+        return hypergeometric.upper_bound(false, 2000, 1000, 0.05) <= 0.1 * m
+
+    ranks = range(20, 2001, 20)
+    first_failure = min(m for m in ranks if m > 400 and not passes(m))
+    assert passes(2000)  # the whole stratum would pass on its own...
+    # ...but the sequence stopped at its first failure
+    assert got.yes_rank == first_failure - 20 and passes(got.yes_rank) and 400 <= got.yes_rank < 460
+
+
 # -- coverage over seeds ------------------------------------------------------------------------
 
 

@@ -108,6 +108,9 @@ class CascadeReport:
     learn_s: float = 0.0
     audit_s: float = 0.0
     remainder_s: float = 0.0
+    #: seconds the encoder ran beside the LLM's sample (relserve/cascade/prefetch.py); ``embed_s``
+    #: is then only what was left to embed after the sample
+    prefetch_s: float = 0.0
     seed: int = 0
     #: a recall / precision cascade's figures (None: an agreement cascade)
     targets: TargetFigures | None = None
@@ -131,7 +134,8 @@ class CascadeReport:
 
     def _time(self) -> str:
         audit = f", LLM audit {self.audit_s:.1f}s" if self.targets is not None else ""
-        return (f"    time                LLM sample {self.sample_s:.1f}s, embedding {self.embed_s:.1f}s, "
+        beside = f" (+{self.prefetch_s:.1f}s beside the LLM's sample)" if self.prefetch_s else ""
+        return (f"    time                LLM sample {self.sample_s:.1f}s, embedding {self.embed_s:.1f}s{beside}, "
                 f"training and threshold {self.learn_s:.1f}s{audit}, LLM rest {self.remainder_s:.1f}s")
 
     def __str__(self) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from relserve.backend.protocol import Backend
+from relserve.cascade import prefetch
 from relserve.cascade.policy import CascadePlan
 from relserve.cascade.report import CascadeReport
 from relserve.planner.cascade_runner import Cascade
@@ -43,7 +44,18 @@ def run_cascade(cascade: AnyCascade, engine: Backend, executor_for: ExecutorFor,
                 fail_fast: bool = False) -> CascadeOutcome:
     """Every row of ``cascade.rows``: the sample's from the LLM, the proxy's, the remainder's
     from the LLM. With ``fail_fast`` the first failed row stops the call (the rows not answered
-    then are left out, as a fail-fast executor leaves them)."""
+    then are left out, as a fail-fast executor leaves them). The rows are embedded while the
+    sample runs (``prefetch.OVERLAP``)."""
+    if prefetch.OVERLAP:
+        cascade.start_prefetch()
+    try:
+        return _run(cascade, engine, executor_for, progress=progress, fail_fast=fail_fast)
+    finally:
+        cascade.stop_prefetch()
+
+
+def _run(cascade: AnyCascade, engine: Backend, executor_for: ExecutorFor, *, progress: bool,
+         fail_fast: bool) -> CascadeOutcome:
     rep = cascade.report
     t0 = time.perf_counter()
     first = executor_for(cascade.sample())

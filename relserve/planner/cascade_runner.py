@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from relserve.cascade import embedding, proxy, threshold
+from relserve.cascade import embedding, prefetch, proxy, threshold
 from relserve.cascade.policy import CascadePlan
 from relserve.cascade.report import CascadeReport
 from relserve.labels.interface import LabelScope
@@ -74,6 +74,25 @@ def label_of(call, labels: tuple[str, ...], value) -> str | None:
     return value if value in labels else None
 
 
+def start_prefetch(embedder: embedding.Embedder, texts: list[str]) -> embedding.Embedder:
+    """``embedder``, embedding ``texts`` ahead on a background thread (a cascade's rows while
+    the engine answers its sample)."""
+    return prefetch.Prefetched(embedder, texts).start()
+
+
+def stop_prefetch(cascade) -> None:
+    """Stop a cascade's background embedding (a cancelled or failed call)."""
+    if isinstance(cascade.embedder, prefetch.Prefetched):
+        cascade.embedder.stop()
+
+
+def release_prefetch(cascade) -> None:
+    """After ``learn`` read them: note the background embedding's seconds and drop its vectors."""
+    if isinstance(cascade.embedder, prefetch.Prefetched):
+        cascade.report.prefetch_s = cascade.embedder.seconds
+        cascade.embedder = cascade.embedder.inner
+
+
 @dataclass
 class Cascade:
     """The cascade of one ``PlannedRows`` (its prompts left to run)."""
@@ -102,6 +121,15 @@ class Cascade:
                                     embedder=self.embedder.name, seed=self.seed)
 
     # ------------------------------------------------------------------ 1. the sample
+
+    def start_prefetch(self) -> None:
+        """Embed the rows on a background thread while the sample runs (relserve/cascade/prefetch.py)."""
+        texts = embedding.row_texts(self.rows.prompts)
+        order = self.parts.train + self.parts.audit + self.parts.rest
+        self.embedder = start_prefetch(self.embedder, [texts[p] for p in order])
+
+    def stop_prefetch(self) -> None:
+        stop_prefetch(self)
 
     def sample(self) -> PlannedRows:
         """The training and audit rows, for the LLM first."""
@@ -155,6 +183,7 @@ class Cascade:
             return None  # stopped
         rep.embed_s += time.perf_counter() - t2
         t3 = time.perf_counter()
+        release_prefetch(self)
         choice = threshold.choose(audit_confidence, agrees, self._rest_confidence, rows=len(self.rows.prompts),
                                   target=self.plan.target, delta=self.plan.failure)
         rep.learn_s = learn_s + time.perf_counter() - t3

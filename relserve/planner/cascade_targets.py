@@ -26,7 +26,17 @@ from relserve.cascade import audit, calibration, embedding, proxy, zones
 from relserve.cascade.policy import CascadePlan
 from relserve.cascade.report import CascadeReport, TargetFigures
 from relserve.cascade.targets import Targets
-from relserve.planner.cascade_runner import PROXY, label_of, label_scope, prompt_of, split, subset
+from relserve.planner.cascade_runner import (
+    PROXY,
+    label_of,
+    label_scope,
+    prompt_of,
+    release_prefetch,
+    split,
+    start_prefetch,
+    stop_prefetch,
+    subset,
+)
 from relserve.planner.planned_rows import PlannedRows
 from relserve.results import RowResult
 
@@ -67,6 +77,14 @@ class TargetCascade:
                                     targets=TargetFigures(t.recall, t.precision, t.failure))
 
     # ------------------------------------------------------------------ 1. the training rows
+
+    def start_prefetch(self) -> None:
+        """Embed the rows on a background thread while the training rows run (relserve/cascade/prefetch.py)."""
+        texts = embedding.row_texts(self.rows.prompts)
+        self.embedder = start_prefetch(self.embedder, [texts[p] for p in self.parts.train + self.parts.rest])
+
+    def stop_prefetch(self) -> None:
+        stop_prefetch(self)
 
     def sample(self) -> PlannedRows:
         return subset(self.rows, self.parts.train, self.label_scope)
@@ -114,6 +132,7 @@ class TargetCascade:
         if done < len(rest):
             return None  # stopped
         rep.embed_s += time.perf_counter() - t2
+        release_prefetch(self)
         t3 = time.perf_counter()
         positives = sum(a == YES for a in answers)
         self.design = audit.design(self.scores, self.targets, train_positives=positives, train_rows=len(train),

@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from relserve.backend.protocol import Backend
 from relserve.budget import Allowance
 from relserve.cascade import policy as cascade_policy
+from relserve.cascade import prefetch
 from relserve.estimate.estimate import CallEstimate
 from relserve.functions import SchedulingHints
 from relserve.job_stats import JobStats
@@ -175,6 +176,15 @@ class Job:
         the proxy's rows, then the remainder's relQuery."""
         b = self.batch
         cascade = self.cascade = make_cascade(b, self.cascade_plan, seed=b.call.options.seed or 0)
+        if prefetch.OVERLAP:
+            cascade.start_prefetch()
+        try:
+            await self._cascade_steps(engine, cascade)
+        finally:
+            cascade.stop_prefetch()
+
+    async def _cascade_steps(self, engine: Backend, cascade: AnyCascade) -> None:
+        b = self.batch
         rep = cascade.report
 
         def part(rows: PlannedRows, rel_id: str) -> CallExecutor:
