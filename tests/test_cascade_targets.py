@@ -407,3 +407,54 @@ def test_an_uninformative_proxy_audits_almost_every_row():
     kept = sum(bool(v) and y for v, y in zip(out.values, truth))
     assert kept >= 0.9 * sum(truth) and all(v == y for v, y, r in zip(out.values, truth, out.details)
                                             if r.answered_by != PROXY)
+
+
+# -- the embedding beside the sample ------------------------------------------------------------
+
+
+def test_prefetched_vectors_are_the_inner_embedders():
+    from relserve.cascade.prefetch import Prefetched
+
+    inner = RuleEmbedder()
+    texts = [f"item {i} is {'good' if i % 3 == 0 else 'bad'} value" for i in range(2500)]
+    ahead = Prefetched(inner, texts, limit=2000, threads=None).start()
+    got = ahead.embed(texts[1990:2010] + ["never seen"])
+    want = RuleEmbedder().embed(texts[1990:2010] + ["never seen"])
+    # held as float16; the 10 rows past the limit and the unknown text are embedded when asked
+    assert np.allclose(got, want, atol=1e-2) and got.dtype == np.float32
+    assert inner.calls == [1024, 976, 11] and ahead.seconds > 0
+    stopped = Prefetched(RuleEmbedder(), texts, threads=None)
+    stopped.stop()
+    assert np.allclose(stopped.start().embed(texts[:3]), RuleEmbedder().embed(texts[:3]))
+
+
+# -- the server ---------------------------------------------------------------------------------
+
+
+def test_server_job_runs_the_audit_as_its_own_relquery(tmp_path, rule_embedder):
+    import httpx
+    from cascade_doubles import RuleEngine
+    from server_fixtures import running_server
+
+    n = 5000  # every 10th row 'good': at 2% the 5,000 rows' audit could not bound the misses low enough
+    rows = [f"item {i} is {'good' if i % 10 == 0 else 'bad'} value" for i in range(n)]
+    body = {"template": "Is it worth it? Review: {review}", "rows": [{"review": r} for r in rows],
+            "function": "filter", "cascade_recall": 0.9, "seed": 2}
+    eng = RuleEngine()
+    with running_server(eng, cache=False) as srv:
+        plan = httpx.post(srv.url + "/v1/relqueries/plan", json=body, timeout=60).json()
+        job = httpx.post(srv.url + "/v1/relqueries", json=body, timeout=60).json()["id"]
+        out = httpx.get(srv.url + f"/v1/relqueries/{job}/result", params={"timeout": 120}, timeout=120).json()
+        bad = httpx.post(srv.url + "/v1/relqueries", json={**body, "cascade_recall": 1.2}, timeout=60)
+        classify = httpx.post(srv.url + "/v1/relqueries", json={**body, "function": "classify", "labels": ["a", "b"]},
+                              timeout=60)
+    assert plan["cascade"]["recall"] == 0.9 and plan["cascade"]["target"] is None and plan["cascade"]["applies"]
+    assert out["status"] == "finished"
+    c = out["stats"]["cascade"]
+    t = c["targets"]
+    assert eng.rel_ids[:2] == [job, job + "-audit"] and [len(p) for p in eng.submitted[:2]] == [300, c["audit"]]
+    assert c["llm_rows"] + c["proxy_rows"] == n and c["proxy_rows"] == t["no_rows"] > 0
+    assert [r["value"] for r in out["rows"]] == [i % 10 == 0 for i in range(n)]
+    assert all(r["value"] is False for r in out["rows"] if r["answered_by"] == PROXY)
+    assert bad.status_code == 400 and "cascade_recall must be a number strictly between 0 and 1" in bad.text
+    assert classify.status_code == 400 and "cascade_recall applies to llm_filter only" in classify.text
