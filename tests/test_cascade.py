@@ -16,7 +16,7 @@ import pytest
 from cascade_doubles import RuleEmbedder, reviews
 from engine_doubles import ScriptedEngine
 
-from relserve.cascade import binomial, embedding, policy, proxy, threshold
+from relserve.cascade import binomial, embedding, policy, prefetch, proxy, threshold
 from relserve.errors import ConfigError, RowError
 from relserve.functions import make_call
 from relserve.labels.memory import forget_all
@@ -239,7 +239,9 @@ def rule_embedder():
     embedding.use_embedder(previous)
 
 
-def test_cascade_answers_the_rest_by_proxy_when_it_agrees(rule_embedder):
+@pytest.mark.parametrize("overlap", [True, False])
+def test_cascade_answers_the_rest_by_proxy_when_it_agrees(rule_embedder, overlap, monkeypatch):
+    monkeypatch.setattr(prefetch, "OVERLAP", overlap)
     n = 4000
     eng = ScriptedEngine(answer=good_rule)
     call = make_call("llm_filter", "Is it worth it? Review: {r}", cascade=0.95)
@@ -260,8 +262,13 @@ def test_cascade_answers_the_rest_by_proxy_when_it_agrees(rule_embedder):
     assert len(proxy_rows) == n - 900 and all(0.5 <= r.confidence <= 1.0 for r in proxy_rows)
     # the LLM's rows carry its own confidence (the label method's probability of the answer given)
     assert all(r.answered_by is None and 0.5 <= r.confidence <= 1.0 for r in out.details if r.answered_by != PROXY)
-    # embeddings: the sample's answered rows in one chunk, then the rest in chunks
-    assert rule_embedder.calls == [900, 1024, 1024, 1024, 28]
+    if overlap:
+        # every row embedded ahead, beside the sample's relQuery, a chunk at a time (the sample's
+        # rows first); learning reads those vectors and embeds nothing more
+        assert rule_embedder.calls == [1024, 1024, 1024, 928] and rep.prefetch_s > 0
+    else:
+        # embeddings: the sample's answered rows in one chunk, then the rest in chunks
+        assert rule_embedder.calls == [900, 1024, 1024, 1024, 28] and rep.prefetch_s == 0
 
 
 def test_cascade_falls_back_to_the_llm_when_the_proxy_is_poor():

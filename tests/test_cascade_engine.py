@@ -141,3 +141,56 @@ def test_cancel_on_the_server_keeps_the_finished_rows(engine):
     answered = [r for r in out["rows"] if r["error"] is None]
     assert all(r["value"] in LABELS for r in answered) and 20 <= len(answered) < 400
     assert all(r["error"] == "cancelled by the client" for r in out["rows"] if r["error"] is not None)
+
+
+CAR = "Is this a review of a car part or car accessory? Review: {review}"
+
+
+def car_table(n: int, cars: int) -> list[str]:
+    """``n`` distinct Amazon reviews, ``cars`` of them of automotive products, interleaved."""
+    import polars as pl
+
+    from relserve.workloads import load_table
+
+    am = load_table("amazon_reviews").filter(pl.col("text").str.len_chars() > 0).unique("text", keep="first",
+                                                                                        maintain_order=True)
+    auto = pl.col("category").str.split(",").list.first() == "Automotive"
+    rare = am.filter(auto)["text"].head(cars).to_list()
+    rest = am.filter(~auto)["text"].head(n - cars).to_list()
+    step = n // cars
+    return [rare[i // step] if i % step == 0 and i // step < cars else rest.pop() for i in range(n)]
+
+
+def test_recall_target_runs_end_to_end_from_duckdb(engine):
+    import duckdb
+
+    import relserve.duckdb
+    from relserve.duckdb_ext.session import session_of
+
+    rows = car_table(320, 32)
+    con = duckdb.connect()
+    relserve.duckdb.install(con, engine=engine, cache=False, progress=False)
+    con.execute("CREATE TABLE reviews AS SELECT unnest($1) AS review", [rows])
+    cold()
+    alone = [r[0] for r in relserve.duckdb.sql(con, f"SELECT llm_filter('{CAR}', review) FROM reviews").fetchall()]
+    cold()
+    q = f"SELECT llm_filter('{CAR}', review, llm_options(cascade_recall := 0.9, seed := 1)) FROM reviews"
+    planned = str(relserve.duckdb.explain(con, q))
+    assert "recall 0.9 of the 'yes' rows, failure probability 0.05: the LLM answers 100 training rows first" in planned
+    got = [r[0] for r in relserve.duckdb.sql(con, q).fetchall()]
+    analyzed = session_of(con).last_run.sites[0].analyzed[0]
+    rep = analyzed.cascade
+    t = rep.targets
+    assert (rep.rows, rep.train, t.recall, t.failure) == (320, 100, 0.9, 0.05)
+    assert rep.llm_rows + rep.proxy_rows == 320 and rep.proxy_rows == t.no_rows + t.yes_rows and t.yes_rows == 0
+    assert rep.audit == t.census + t.low_drawn and analyzed.llm_rows == rep.llm_rows
+    assert all(v in (True, False) for v in got)
+    kept = sum(bool(a) and bool(b) for a, b in zip(got, alone))
+    print(f"\nLLM-only kept {sum(map(bool, alone))} of 320; the cascade kept {sum(map(bool, got))}, {kept} of them the "
+          f"LLM-only run's; proxy 'no' rows {t.no_rows} (stated recall >= {t.recall_low}); LLM rows {rep.llm_rows}")
+    if t.no_rows:
+        assert t.recall_low >= 0.9
+    # the LLM's own rows follow the LLM-only run (the label plan is the whole table's), and the
+    # proxy's 'no' rows lose few of its kept rows
+    assert kept >= 0.8 * sum(map(bool, alone))
+    assert "'no' zone" in str(rep)

@@ -138,10 +138,9 @@ def run_rows(
     cascade = cascade_policy.plan(plan.call, len(rows.prompts))
     if rows.prompts and cascade.applies:
         # (imported here: the cascade runner imports the planner's modules)
-        from relserve.planner.cascade_drive import run_cascade
-        from relserve.planner.cascade_runner import Cascade
+        from relserve.planner.cascade_drive import make_cascade, run_cascade
 
-        ran = run_cascade(Cascade(rows, cascade, seed=call.options.seed or 0), ref.get(), executor_for,
+        ran = run_cascade(make_cascade(rows, cascade, seed=call.options.seed or 0), ref.get(), executor_for,
                           progress=progress, fail_fast=fail_fast)
         for row in ran.rows:
             done[row.index] = row
