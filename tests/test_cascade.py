@@ -353,8 +353,6 @@ def test_per_row_errors_stay_per_row(rule_embedder):
     assert all(out.values[i] == (i % 3 == 0) for i in range(3200) if i not in (5, bad))
 
 
-@pytest.mark.xfail(strict=True, reason="relserve/planner/plan_and_run.py names the first row of outcome.failures: a row "
-                   "the stopped cascade left unanswered ('row 0: no answer (cancelled)'), not the row the engine failed")
 def test_on_error_raise_fails_the_call_naming_the_row_the_engine_failed(rule_embedder):
     rows = reviews(3200)
     call = make_call("llm_filter", "Is it worth it? Review: {r}", cascade=0.95, on_error="raise")

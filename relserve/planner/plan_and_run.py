@@ -174,7 +174,8 @@ def run_rows(
         # the rows are answered all the same; the warning says how little they can be trusted
         warnings.warn(warning, LabelWarning, stacklevel=2)
     if call.options.on_error == "raise" and outcome.failures:
-        i, err = outcome.failures[0]
+        # name the row that failed, not a row left unanswered because the run stopped at that failure
+        i, err = next(((i, e) for i, e in outcome.failures if e != unanswered), outcome.failures[0])
         raise RowError(f"{_row_label(plan, i)}: {err}")
     return outcome
 
