@@ -23,6 +23,8 @@ RSS_SLOPE_LIMIT_MB_H = 50.0
 P99_RATIO_LIMIT = 1.2
 #: open files and threads "back at the baseline": within this many of the level before the fault
 FD_SLACK, THREAD_SLACK = 8, 4
+#: the window before a fault whose median is the open files' and threads' baseline
+BASELINE_S = 600.0
 
 
 @dataclass
@@ -216,7 +218,7 @@ def _median(samples: list[Sample], a: float, b: float, read) -> float | None:
 
 
 def fault_outcomes(injected: list[Injected], samples: list[Sample]) -> list[FaultOutcome]:
-    """Each fault, with the server's open files and threads in the minute before it and in the
+    """Each fault, with the server's open files and threads in the ten minutes before it and in the
     two minutes from one minute after its effect ended (the load settled again)."""
     out = []
     for inj in injected:
@@ -229,8 +231,10 @@ def fault_outcomes(injected: list[Injected], samples: list[Sample]) -> list[Faul
         end = inj.ended_s if inj.ended_s is not None else inj.at_s
         near = [x for x in samples if abs(x.t - inj.at_s) <= 10]
         f.load_1min = near[0].load_1min if near else None
-        f.fds_before = _median(samples, inj.at_s - 60, inj.at_s, lambda s: s.server_fds)
-        f.threads_before = _median(samples, inj.at_s - 60, inj.at_s, lambda s: s.server_threads)
+        # the baseline is the level the server held over the ten minutes before: the minute before
+        # alone can fall inside the restart after an earlier fault (a half-started server's 9 files)
+        f.fds_before = _median(samples, inj.at_s - BASELINE_S, inj.at_s, lambda s: s.server_fds)
+        f.threads_before = _median(samples, inj.at_s - BASELINE_S, inj.at_s, lambda s: s.server_threads)
         f.fds_after = _median(samples, end + 60, end + 180, lambda s: s.server_fds)
         f.threads_after = _median(samples, end + 60, end + 180, lambda s: s.server_threads)
         out.append(f)
