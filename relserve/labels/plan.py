@@ -76,13 +76,18 @@ class Orientation:
 
     @property
     def disagrees(self) -> str | None:
-        """What disagrees with the chosen layout's ranking, in words (None: nothing does)."""
-        said = []
-        if self.with_layouts is not None and self.with_layouts < 0:
-            said.append(f"the other layouts rank the rows the other way (agreement {self.with_layouts:+.2f})")
+        """What disagrees with the chosen layout's ranking, in words (None: nothing does).
+
+        The other layouts' ranking decides: the question's own yes/no ranks rows too poorly on a
+        small model to warn alone (it leaned the other way on correctly ranked layouts, the demo's
+        among them: docs/quality.md#when-the-answers-are-guesses-and-the-warning), so it is only
+        named beside a disagreement of the layouts."""
+        if self.with_layouts is None or self.with_layouts >= 0:
+            return None
+        said = [f"the other layouts rank the rows the other way (agreement {self.with_layouts:+.2f})"]
         if self.question_on_extremes is not None and self.question_on_extremes < -QUESTION_DISAGREES:
             said.append("the question itself answers 'yes' less often for the rows this layout ranks highest")
-        return "; ".join(said) or None
+        return "; ".join(said)
 
 
 #: the question's yes/no margin must lean this far (nats) the other way on the extremes before
