@@ -109,6 +109,8 @@ def summarize(args: RunOptions, statements: list[Statement], work_by_load: dict[
                      "seed": args.seed, "statements": sorted(names), "alone": args.alone,
                      "per_load": {str(ld): {"statements": len(w), "rows": sum(x.item.rows for x in w)} for ld, w in work_by_load.items()}},
         "engine": ENGINE.as_dict(),
+        # each phase's own dtype, as it ran (a phase file from before this was recorded: None)
+        "dtypes": {p: r.get("dtype") for p, r in results.items()},
         "engine_start_s": {p: r.get("engine_start_s") for p, r in results.items()},
         "phase_s": {p: r.get("phase_s") for p, r in results.items()},
         "total_s": total_s,
@@ -123,6 +125,17 @@ def fmt_number(x: Any, fmt: str = ".2f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
 
+def dtypes_line(report: dict) -> str:
+    """One dtype for every contender, or each phase's when they differ (a comparison of dtypes,
+    not of schedulers: said so)."""
+    ran = {p: d for p, d in report.get("dtypes", {}).items() if d is not None}
+    if not ran:
+        return f"{report['engine'].get('dtype', 'unrecorded')} (the phases did not record theirs)"
+    if len(set(ran.values())) == 1:
+        return f"{next(iter(ran.values()))}, every contender"
+    return "NOT THE SAME for every contender: " + ", ".join(f"{p} {d}" for p, d in ran.items())
+
+
 def markdown(report: dict) -> str:
     w = report["workload"]
     lines = [
@@ -130,7 +143,8 @@ def markdown(report: dict) -> str:
         "",
         f"{w['sessions']} sessions, Poisson arrivals, {w['rate_at_load_1']} statements/s at load 1.0, "
         f"{w['window_s']:.0f} s of arrivals per load, loads {', '.join(map(str, w['loads']))}; "
-        f"statements: {', '.join(w['statements'])}. Total {fmt_number(report['total_s'] / 60, '.1f')} min.",
+        f"statements: {', '.join(w['statements'])}. Total {fmt_number(report['total_s'] / 60, '.1f')} min. "
+        f"Dtype: {dtypes_line(report)}.",
         "",
         *(["**Alone** (`--alone`): the same statements one after another in arrival order, each timed from its own "
            "start; no queue, so each mean is the floor of that contender's mean at any load.", ""] if w.get("alone") else []),
