@@ -1,11 +1,22 @@
 # The two commands of the README. Both set everything up first (scripts/install.sh is idempotent).
-.PHONY: demo test install install-test bench pg
+.PHONY: demo test test-fast test-random install install-test bench pg
 
 demo: install
 	.venv/bin/relserve demo
 
+# the whole suite: the real engine, PostgreSQL, the browser, the fast tier
 test: install-test
 	.venv/bin/pytest -q --durations=15
+
+# the fast tier for daily work: no engine, no PostgreSQL, no Ray cluster (a few minutes)
+FAST = not engine and not postgres and not cluster and not gpu
+test-fast: install
+	.venv/bin/pytest -q --durations=10 -m "$(FAST)"
+
+# the fast tier in three random orders (pytest-randomly; a failure names its seed: rerun it with
+# `.venv/bin/pytest -p randomly --randomly-seed=N -m "..."`)
+test-random: install
+	for seed in 1 2 3; do .venv/bin/pytest -q -p randomly --randomly-seed=$$seed -m "$(FAST)" || exit 1; done
 
 install:
 	./scripts/install.sh

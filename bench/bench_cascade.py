@@ -55,6 +55,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from relserve.cascade.targets import Targets  # noqa: E402
+
 TASKS = {
     "sentiment": dict(fn="llm_classify", template="Is this review positive or negative? Review: {review}",
                       labels=["positive", "negative"], beer=False),
@@ -62,16 +64,26 @@ TASKS = {
     # what the review is about: the three tables' reviews mixed (an answer that follows the text)
     "topic": dict(fn="llm_classify", template="What is this review about? Review: {review}",
                   labels=["a movie", "a product", "a beer"], beer=True),
+    # a filter that keeps few rows (issue 64): 2% of the table are beer reviews, the rest product
+    # and movie reviews (rare_reviews)
+    "beer": dict(fn="llm_filter", template="Is this review about a beer? Review: {review}", labels=None, beer=False,
+                 rare="beer"),
 }
+#: the share of a rare task's table from its category
+RARE_SHARE = 0.02
 TARGETS = (0.90, 0.95, 0.99)
 
 
-def reviews(rows: int, seed: int = 0, beer: bool = False) -> list[str]:
+def reviews(rows: int, seed: int = 0, beer: bool = False, rare: str | None = None) -> list[str]:
     """``rows`` distinct review texts: Amazon and Rotten Tomatoes reviews (and beer reviews with
-    ``beer``, or when those run out), shuffled with ``seed``."""
+    ``beer``, or when those run out), shuffled with ``seed``. ``rare``: a kind of review that
+    makes ``RARE_SHARE`` of the rows (rare_reviews)."""
     import polars as pl
 
     from relserve.workloads import load_table
+
+    if rare is not None:
+        return rare_reviews(rows, rare, seed)
 
     am = load_table("amazon_reviews").select(pl.col("text").alias("review"))
     rt = load_table("rotten_tomatoes").select(pl.col("review_content").alias("review"))
@@ -84,6 +96,30 @@ def reviews(rows: int, seed: int = 0, beer: bool = False) -> list[str]:
     if first.height < rows:
         raise SystemExit(f"only {first.height} distinct reviews in the tables, asked for {rows}")
     return first.sample(rows, seed=seed, shuffle=True)["review"].to_list()
+
+
+def rare_reviews(rows: int, rare: str, seed: int = 0) -> list[str]:
+    """``rows`` distinct texts, ``RARE_SHARE`` of them beer reviews (``rare="beer"``), the rest
+    Amazon reviews and review titles, Rotten Tomatoes reviews and the movies table's reviews
+    (the review tables hold too few texts of other kinds for 19,600 rows without the titles)."""
+    import polars as pl
+
+    from relserve.workloads import load_table
+
+    if rare != "beer":
+        raise ValueError(f"unknown rare kind {rare!r}")
+    am = load_table("amazon_reviews")
+    others = pl.concat([
+        am.select(pl.col("text").alias("review")),
+        am.select(pl.col("title").alias("review")),
+        load_table("rotten_tomatoes").select(pl.col("review_content").alias("review")),
+        load_table("movies_small").select(pl.col("review_content").alias("review")),
+    ]).drop_nulls().filter(pl.col("review").str.len_chars() > 0).unique(keep="first", maintain_order=True)
+    beer = load_table("beer_reviews").select(pl.col("review_text").alias("review")).drop_nulls()
+    beer = beer.filter(pl.col("review").str.len_chars() > 0).unique(keep="first", maintain_order=True)
+    k = round(rows * RARE_SHARE)
+    picked = pl.concat([beer.sample(k, seed=seed, shuffle=True), others.sample(rows - k, seed=seed, shuffle=True)])
+    return picked.sample(fraction=1.0, seed=seed, shuffle=True)["review"].to_list()
 
 
 def forget_template_memory() -> None:
@@ -131,6 +167,45 @@ def run_cascade(engine, task: dict, texts: list[str], target: float, seed: int, 
     }
 
 
+def run_kept(engine, task: dict, texts: list[str], mode: str, options: dict, seed: int, reference: list) -> dict:
+    """A real run of a filter with kept-row targets (``options``), cold, against the LLM-only answers."""
+    from relserve.planner.plan_and_run import run_call
+
+    forget_template_memory()
+    t0 = time.perf_counter()
+    out = run_call(make(task, seed=seed, **options), [texts], engine=engine, cache=False, progress=False)
+    seconds = time.perf_counter() - t0
+    recall, precision = kept_quality(out.values, reference)
+    rep = out.cascade
+    return {"mode": mode, "seed": seed, "seconds": seconds, "report": rep.as_dict() if rep else None,
+            "recall": recall, "precision": precision}
+
+
+def breakdown(rep: dict, seconds: float) -> str:
+    """Where a real run's time went (the report's phases; the rest is planning and the label method's own passes)."""
+    phases = [("LLM sample", rep["sample_s"]), ("embedding", rep["embed_s"]), ("training + threshold", rep["learn_s"]),
+              ("LLM audit", rep.get("audit_s", 0.0)), ("LLM rest", rep["remainder_s"])]
+    other = seconds - sum(s for _, s in phases)
+    rows = {"LLM sample": rep["train"] + (0 if rep.get("targets") else rep["audit"]),
+            "LLM audit": rep["audit"] if rep.get("targets") else 0, "LLM rest": rep["remainder_rows"]}
+    shown = ", ".join(f"{name} {s:.0f} s" + (f" ({rows[name]:,} rows)" if rows.get(name) else "")
+                      for name, s in phases if s or rows.get(name))
+    return f"    time: {shown}, other {other:.0f} s; total {seconds:.0f} s"
+
+
+def kept_real_summary(llm: dict, runs: list[dict], rows: int, rate: float | None) -> str:
+    lines = ["Kept-row targets, real runs:", ""]
+    for r in runs:
+        rep = r["report"]
+        base = f"{llm['seconds'] / r['seconds']:.2f}x LLM-only"
+        if rate is not None:
+            base += f" ({rows / rate / r['seconds']:.2f}x at this run's LLM-only rate)"
+        lines.append(f"{r['mode']} seed {r['seed']}: {r['seconds']:.0f} s, {base}; recall {r['recall']:.2%}, "
+                     f"precision {r['precision']:.2%}; LLM rows {rep['llm_rows']:,} of {rows:,}")
+        lines.append(breakdown(rep, r["seconds"]))
+    return "\n".join(lines)
+
+
 class TableEmbedder:
     """The default embedder's vectors of one table, computed once (replays reuse them)."""
 
@@ -149,12 +224,12 @@ class TableEmbedder:
         return self._vectors[[self._index[t] for t in texts]]
 
 
-def planned_rows(task: dict, texts: list[str], target: float, seed: int):
+def planned_rows(task: dict, texts: list[str], target: float | None, seed: int, **options):
     """The call's PlannedRows as run_call plans them (the prompts the cascade splits and embeds)."""
     from relserve.planner.plan import plan_call
     from relserve.planner.planned_rows import PlannedRows
 
-    plan = plan_call(make(task, cascade=target, seed=seed), [texts], model_id="SmolLM2-135M-Instruct")
+    plan = plan_call(make(task, cascade=target, seed=seed, **options), [texts], model_id="SmolLM2-135M-Instruct")
     return plan, PlannedRows.of(plan, None)
 
 
@@ -187,6 +262,100 @@ def replay(task: dict, texts: list[str], target: float, seed: int, reference: li
         "agreement_proxy_rows": 1 - wrong / len(proxy) if proxy else None,
         "covered": None if low is None else bool(low <= agreement <= high),
     }
+
+
+#: the kept rows' targets the replays check (``--kept``): name -> the call's options
+KEPT_MODES = {
+    "recall": lambda t: dict(cascade_recall=t.recall),
+    "precision": lambda t: dict(cascade_precision=t.precision),
+    "both": lambda t: dict(cascade_recall=t.recall, cascade_precision=t.precision),
+}
+
+
+def kept_quality(values: list, reference: list) -> tuple[float, float]:
+    """(recall, precision) of a filter's answers against the LLM-only answers (failed rows: not kept)."""
+    kept = [bool(v) for v in values]
+    truth = [bool(v) for v in reference]
+    tp = sum(a and b for a, b in zip(kept, truth))
+    return tp / max(1, sum(truth)), tp / sum(kept) if any(kept) else 1.0
+
+
+def replay_kept(task: dict, texts: list[str], mode: str, options: dict, seed: int, reference: list,
+                embedder: TableEmbedder, llm_rows_per_s: float) -> dict:
+    """A recall / precision cascade's steps (relserve/planner/cascade_targets.py) with the LLM-only
+    answers standing in for the training rows' and the audit's; the rows the proxy does not
+    answer keep their LLM-only answers, as the remainder's relQuery would give them."""
+    from relserve.cascade import policy
+    from relserve.planner.cascade_targets import TargetCascade
+
+    plan, rows = planned_rows(task, texts, None, seed, **options)
+    cascade = TargetCascade(rows, policy.plan(plan.call, len(rows.prompts)), seed=seed, embedder=embedder)
+
+    def answer(prompts):
+        for p in prompts:
+            value = reference[rows.targets[p][0]]
+            if value is not None:
+                cascade.answers[p] = "yes" if value else "no"
+
+    answer(cascade.parts.train)
+    t0 = time.perf_counter()
+    cascade.learn()
+    learn_s = time.perf_counter() - t0
+    if cascade.design is not None:
+        answer([cascade.parts.rest[i] for i in cascade.design.audited()])
+    t1 = time.perf_counter()
+    cascade.choose()
+    learn_s += time.perf_counter() - t1
+    rep = cascade.report
+    values = list(reference)
+    for r in cascade.proxy_answers():
+        values[r.index] = r.value
+    recall, precision = kept_quality(values, reference)
+    llm = rep.llm_rows
+    estimated = llm / llm_rows_per_s + embedder.seconds + learn_s
+    f = rep.targets
+    return {
+        "mode": mode, "seed": seed, "report": rep.as_dict(), "recall": recall, "precision": precision,
+        "recall_met": None if f.recall is None else recall >= f.recall,
+        "precision_met": None if f.precision is None else precision >= f.precision,
+        "llm_rows": llm, "saved_rows": len(texts) - llm, "estimated_seconds": estimated,
+    }
+
+
+def kept_summary(llm: dict, runs: list[dict], rows: int, embed_s: float) -> str:
+    positives = sum(bool(v) for v in llm["values"])
+    lines = [
+        f"Kept-row targets, replays ({rows:,} rows, the LLM-only run kept {positives:,} = {positives / rows:.2%}; "
+        f"times ESTIMATED from this run's LLM-only rows/s and the embedding's {embed_s:.0f} s):",
+        "",
+        "| mode | seed | census | 'no' drawn | 'yes' drawn | proxy 'no' | proxy 'yes' | LLM rows | recall (stated >=) "
+        "| precision (stated >=) | estimated x LLM-only |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        f = r["report"]["targets"]
+        stated_r = "-" if f["recall_low"] is None else f"{f['recall_low']:.2%}"
+        stated_p = "-" if f["precision_low"] is None else f"{f['precision_low']:.2%}"
+        lines.append(f"| {r['mode']} | {r['seed']} | {f['census']:,} | {f['low_drawn']:,} | {f['high_drawn']:,} "
+                     f"| {f['no_rows']:,} | {f['yes_rows']:,} | {r['llm_rows']:,} | {r['recall']:.2%} ({stated_r}) "
+                     f"| {r['precision']:.2%} ({stated_p}) | {llm['seconds'] / r['estimated_seconds']:.2f}x |")
+    lines.append("")
+    for mode in dict.fromkeys(r["mode"] for r in runs):
+        these = [r for r in runs if r["mode"] == mode]
+        f = these[0]["report"]["targets"]
+        parts = []
+        if f["recall"] is not None:
+            parts.append(f"recall >= {f['recall']:g} in {sum(r['recall_met'] for r in these)} of {len(these)} seeds "
+                         f"(min {min(r['recall'] for r in these):.2%})")
+        if f["precision"] is not None:
+            parts.append(f"precision >= {f['precision']:g} in {sum(r['precision_met'] for r in these)} of "
+                         f"{len(these)} (min {min(r['precision'] for r in these):.2%})")
+        saved = [r["saved_rows"] for r in these]
+        speed = sorted(llm["seconds"] / r["estimated_seconds"] for r in these)
+        lines.append(f"{mode} (failure {f['failure']:g}): " + "; ".join(parts)
+                     + f"; LLM rows saved mean {sum(saved) / len(saved):,.0f} of {rows:,} "
+                       f"(min {min(saved):,}, max {max(saved):,}); estimated x LLM-only median {speed[len(speed) // 2]:.2f}")
+    return "\n".join(lines)
 
 
 def replay_summary(llm: dict, runs: list[dict], rows: int, embed_s: float) -> str:
@@ -311,6 +480,15 @@ def main() -> None:
     ap.add_argument("--llm-answers", type=Path, help="save the LLM-only answers here; read them if the file exists")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--memory", type=int, help="only measure the peak memory of a cascade over this many rows")
+    ap.add_argument("--kept", default="", help="a filter's kept-row targets to replay: recall, precision, both "
+                    "(comma-separated; '' for none)")
+    ap.add_argument("--real-kept", default="", help="the same, as real runs (seeds of --real)")
+    ap.add_argument("--recall", type=float, default=0.9, help="cascade_recall of --kept / --real-kept")
+    ap.add_argument("--precision", type=float, default=0.9, help="cascade_precision of --kept / --real-kept")
+    ap.add_argument("--failure", type=float, default=0.05, help="cascade_failure of --kept / --real-kept")
+    ap.add_argument("--rate-rows", type=int, default=0,
+                    help="also time the LLM alone on the table's first N rows in this run (its rows/s beside the "
+                         "real runs, when the LLM-only answers were read from an earlier run)")
     args = ap.parse_args()
     if args.memory:
         memory(args.memory)
@@ -319,7 +497,7 @@ def main() -> None:
     from relserve import Engine
 
     task = TASKS[args.task]
-    texts = reviews(args.rows, beer=task["beer"])
+    texts = reviews(args.rows, beer=task["beer"], rare=task.get("rare"))
     saved = args.llm_answers is not None and args.llm_answers.exists()
     # the engine only when something runs on it (replays of saved answers need none)
     engine = Engine() if not saved or seeds_of(args.real) else None
@@ -334,8 +512,15 @@ def main() -> None:
                 args.llm_answers.parent.mkdir(parents=True, exist_ok=True)
                 args.llm_answers.write_text(json.dumps(llm))
         print(f"LLM-only: {args.rows / llm['seconds']:.2f} rows/s ({llm['seconds']:.0f} s)", flush=True)
-        targets = [float(t) for t in args.targets.split(",")]
-        runs = []
+        targets = [float(t) for t in args.targets.split(",") if t]
+        kept = Targets(args.recall, args.precision, args.failure)
+        rate = None
+        if args.rate_rows:
+            part = run_llm_only(engine, task, texts[: args.rate_rows])
+            rate = args.rate_rows / part["seconds"]
+            print(f"LLM-only on the first {args.rate_rows:,} rows in this run: {rate:.2f} rows/s "
+                  f"({part['seconds']:.0f} s)", flush=True)
+        runs, kept_runs = [], []
         for seed in seeds_of(args.real):
             for target in (float(t) for t in args.real_targets.split(",")):
                 r = run_cascade(engine, task, texts, target, seed, llm["values"])
@@ -344,25 +529,45 @@ def main() -> None:
                 print(f"target {target:g} seed {seed}: {r['seconds']:.0f} s ({llm['seconds'] / r['seconds']:.2f}x), "
                       f"proxy rows {rep['proxy_rows']:,}, measured {r['agreement']:.2%}, stated "
                       f"{rep['agreement_low']}-{rep['agreement_high']}", flush=True)
+                print(breakdown(rep, r["seconds"]), flush=True)
+            for mode in filter(None, args.real_kept.split(",")):
+                r = run_kept(engine, task, texts, mode, KEPT_MODES[mode](kept), seed, llm["values"])
+                kept_runs.append(r)
+                print(f"{mode} seed {seed}: {r['seconds']:.0f} s ({llm['seconds'] / r['seconds']:.2f}x), recall "
+                      f"{r['recall']:.2%}, precision {r['precision']:.2%}, LLM rows {r['report']['llm_rows']:,}", flush=True)
+                print(breakdown(r["report"], r["seconds"]), flush=True)
     finally:
         if engine is not None:
             engine.close()
-    replays, embed_s = [], None
+    replays, kept_replays, embed_s = [], [], None
     if seeds_of(args.replay):
         embedder = TableEmbedder(embedding_texts(task, texts))
         embed_s = embedder.seconds
         print(f"embedding the table: {embed_s:.0f} s ({args.rows / embed_s:.0f} rows/s)", flush=True)
+        kept_replays = []
         for seed in seeds_of(args.replay):
             for target in targets:
                 replays.append(replay(task, texts, target, seed, llm["values"], embedder, args.rows / llm["seconds"]))
+            for mode in filter(None, args.kept.split(",")):
+                kept_replays.append(replay_kept(task, texts, mode, KEPT_MODES[mode](kept), seed, llm["values"],
+                                                embedder, args.rows / llm["seconds"]))
     text = summary(llm, runs, args.rows) if runs else f"LLM-only: {args.rows / llm['seconds']:.2f} rows/s"
+    if rate is not None:
+        text += (f"\nLLM-only measured in this run on the first {args.rate_rows:,} rows: {rate:.2f} rows/s "
+                 f"({args.rows / rate:.0f} s for {args.rows:,} rows at that rate)")
+    if kept_runs:
+        text += "\n\n" + kept_real_summary(llm, kept_runs, args.rows, rate)
     if replays:
         text += "\n\n" + replay_summary(llm, replays, args.rows, embed_s)
+    if kept_replays:
+        text += "\n\n" + kept_summary(llm, kept_replays, args.rows, embed_s)
     print(text)
     out = args.out or ROOT / "bench" / "out" / f"cascade_{args.task}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"task": args.task, "rows": args.rows, "llm_only_seconds": llm["seconds"],
-                               "runs": runs, "replays": replays, "embed_seconds": embed_s, "summary": text}, indent=1))
+                               "llm_rate_rows": args.rate_rows, "llm_rate": rate, "runs": runs, "kept_runs": kept_runs,
+                               "replays": replays, "kept_replays": kept_replays,
+                               "embed_seconds": embed_s, "summary": text}, indent=1))
 
 
 if __name__ == "__main__":

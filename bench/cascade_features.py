@@ -97,7 +97,7 @@ def main() -> None:
     args = ap.parse_args()
     task = TASKS[args.task]
     llm = json.loads(args.llm_answers.read_text())
-    texts = reviews(args.rows, beer=task["beer"])
+    texts = reviews(args.rows, beer=task["beer"], rare=task.get("rare"))
     keep = [i for i, v in enumerate(llm["values"]) if v is not None][: args.sample]
     labels = task["labels"] or ["yes", "no"]
     answers = [llm["values"][i] if task["labels"] else ("yes" if llm["values"][i] else "no") for i in keep]

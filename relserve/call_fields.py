@@ -42,6 +42,9 @@ class CallFields:
     prompt_shape: str | None = None
     answer_field: str | None = None
     cascade: float | None = None
+    cascade_recall: float | None = None
+    cascade_precision: float | None = None
+    cascade_failure: float | None = None
     #: what the call does with its label plan ("refresh", "pin", "unpin"; None: "auto")
     label_plan: str | None = None
     # the budget (issue 47)

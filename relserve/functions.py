@@ -79,6 +79,12 @@ class CallOptions:
     #: keep (0.95: a light proxy answers the rows it is sure of, the rest go to the LLM;
     #: relserve/cascade/); None: every row to the LLM
     cascade: float | None = None
+    #: llm_filter only: recall and precision targets of a cascade for the rows the LLM would keep
+    #: ("yes"), instead of the agreement (relserve/cascade/targets.py); None: not asked
+    cascade_recall: float | None = None
+    cascade_precision: float | None = None
+    #: the probability that a cascade misses its target (None: 0.05); it needs a cascade
+    cascade_failure: float | None = None
     #: issue 47, a budget of the call (None: none): the engine's prompt tokens plus answer tokens
     #: it may spend, and the seconds it may take; like ``on_error`` they never change an answer
     max_tokens_total: int | None = None
@@ -120,6 +126,8 @@ class CallOptions:
         object.__setattr__(self, "on_error", check.on_error(self.on_error))
         object.__setattr__(self, "examples", _freeze_examples(self.examples))
         object.__setattr__(self, "cascade", check.cascade(self.cascade))
+        for name in check.CASCADE_SHARES:
+            object.__setattr__(self, name, check.cascade_share(name, getattr(self, name)))
 
     def updated(self, settings: Mapping[str, object] | None = None, **more: object) -> CallOptions:
         """These options with the given settings applied; ``None`` values leave a setting as it is."""
@@ -343,10 +351,14 @@ class LLMCall:
             out["system"] = self.options.system
         if self.scores:
             out["function"] = self.function.name  # a probability, not llm_filter's label
-        if self.options.cascade is not None and self.choices is not None:
+        o = self.options
+        if (o.cascade is not None or o.cascade_recall is not None or o.cascade_precision is not None) and self.choices:
             # a proxy's answers, and which rows it answered (its random sample: the seed)
-            out["cascade"] = self.options.cascade
-            out["cascade_seed"] = self.options.seed
+            out["cascade"] = o.cascade
+            out["cascade_seed"] = o.seed
+            for name in ("cascade_recall", "cascade_precision", "cascade_failure"):
+                if getattr(o, name) is not None:  # absent when unset: older keys stay as they were
+                    out[name] = getattr(o, name)
         return out
 
     def call_key(self) -> str:
@@ -472,9 +484,24 @@ def make_call(
     if call.scores and call.label_method == LabelMethodName.GENERATE:
         raise ConfigError("llm_score reads the model's probability of each answer, which decoding does not give: "
                           "use a scoring method (the default) and temperature 0")
+    _check_cascade_targets(fn, opts)
     if opts.examples:
         call = replace(call, options=replace(opts, examples=_checked_examples(call, opts.examples)))
     return call
+
+
+def _check_cascade_targets(fn: LLMFunction, opts: CallOptions) -> None:
+    """Recall and precision are of a filter's kept rows: another function has none; a failure
+    probability is of a cascade's target: a call without one has none to miss."""
+    for name in ("cascade_recall", "cascade_precision"):
+        if getattr(opts, name) is not None and fn is not LLM_FILTER:
+            hint = "; llm_classify takes an agreement target (cascade)" if fn is LLM_CLASSIFY else ""
+            raise ConfigError(f"{name} applies to llm_filter only (the recall or precision of the rows it keeps), "
+                              f"not to {fn.name}{hint}")
+    on = opts.cascade is not None or opts.cascade_recall is not None or opts.cascade_precision is not None
+    if opts.cascade_failure is not None and not on:
+        raise ConfigError("cascade_failure is the probability that a cascade misses its target: set cascade, "
+                          "cascade_recall or cascade_precision with it")
 
 
 def _checked_examples(call: LLMCall, examples: tuple) -> tuple:

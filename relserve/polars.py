@@ -347,6 +347,9 @@ class LLMExpr:
         prompt_shape: str | None = None,
         answer_field: str | None = None,
         cascade: float | None = None,
+        cascade_recall: float | None = None,
+        cascade_precision: float | None = None,
+        cascade_failure: float | None = None,
         seed: int | None = None,
         max_tokens_total: int | None = None,
         max_seconds: float | None = None,
@@ -356,6 +359,9 @@ class LLMExpr:
     ) -> pl.Expr:
         """Yes/no answer per row (Boolean). ``cascade=0.95``: a model cascade answers the rows a
         light proxy is sure of (``seed``: its random sample; docs/sql-and-dataframes.md).
+        ``cascade_recall=0.9`` / ``cascade_precision=0.9``: a cascade that keeps that share of the
+        rows the LLM would keep / whose kept rows the LLM would keep that often, missing it with
+        probability ``cascade_failure`` (0.05 by default).
 
         >>> lf = pl.LazyFrame({"review": ["Great film!", "Too long."]})
         >>> lf.with_columns(good=pl.col("review").llm.filter("Is {review} positive?", method="score")).collect_schema()
@@ -364,7 +370,8 @@ class LLMExpr:
         call = make_call(
             LLM_FILTER, template, model=model, max_tokens=max_tokens, temperature=temperature, system=system,
             on_error=on_error, reorder_fields=reorder_fields, method=method, examples=examples,
-            prompt_shape=prompt_shape, answer_field=answer_field, cascade=cascade, seed=seed,
+            prompt_shape=prompt_shape, answer_field=answer_field, cascade=cascade, cascade_recall=cascade_recall,
+            cascade_precision=cascade_precision, cascade_failure=cascade_failure, seed=seed,
             max_tokens_total=max_tokens_total, max_seconds=max_seconds, on_budget=on_budget, label_plan=label_plan,
         )
         return _expr(self._expr, call, engine)
@@ -413,6 +420,7 @@ class LLMExpr:
         prompt_shape: str | None = None,
         answer_field: str | None = None,
         cascade: float | None = None,
+        cascade_failure: float | None = None,
         seed: int | None = None,
         max_tokens_total: int | None = None,
         max_seconds: float | None = None,
@@ -420,7 +428,8 @@ class LLMExpr:
         label_plan: str | None = None,
         engine: Backend | None = None,
     ) -> pl.Expr:
-        """One of ``labels`` per row (Enum of the labels); ``cascade`` and ``seed`` as for ``filter``.
+        """One of ``labels`` per row (Enum of the labels); ``cascade``, ``cascade_failure`` and
+        ``seed`` as for ``filter``.
 
         >>> lf = pl.LazyFrame({"review": ["Great film!", "Too long."]})
         >>> lf.with_columns(tone=pl.col("review").llm.classify("Tone of {review}", ["positive", "negative"])).collect_schema()
@@ -433,8 +442,9 @@ class LLMExpr:
         call = make_call(
             LLM_CLASSIFY, template, labels=labels, model=model, max_tokens=max_tokens, temperature=temperature,
             system=system, on_error=on_error, reorder_fields=reorder_fields, method=method, examples=examples,
-            prompt_shape=prompt_shape, answer_field=answer_field, cascade=cascade, seed=seed,
-            max_tokens_total=max_tokens_total, max_seconds=max_seconds, on_budget=on_budget, label_plan=label_plan,
+            prompt_shape=prompt_shape, answer_field=answer_field, cascade=cascade, cascade_failure=cascade_failure,
+            seed=seed, max_tokens_total=max_tokens_total, max_seconds=max_seconds, on_budget=on_budget,
+            label_plan=label_plan,
         )
         return _expr(self._expr, call, engine)
 

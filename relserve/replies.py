@@ -131,7 +131,11 @@ class HealthProblem(BaseModel):
 class CascadeOutlook(BaseModel):
     """Whether a model cascade would answer some of a planned relQuery's rows (relserve/cascade/)."""
 
-    target: float
+    #: the agreement target (None: a recall / precision cascade)
+    target: float | None = None
+    #: a filter's recall and precision targets (None: not asked)
+    recall: float | None = None
+    precision: float | None = None
     applies: bool
     #: what it would do, or why it would not run (EXPLAIN's line)
     plan: str

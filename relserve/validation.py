@@ -113,6 +113,24 @@ def cascade(value: object) -> float | None:
     return float(value)
 
 
+#: the filter options of a cascade's recall and precision targets, and its failure probability
+#: (relserve/cascade/targets.py): each a share strictly between 0 and 1
+CASCADE_SHARES: dict[str, str] = {
+    "cascade_recall": "a recall target: the share of the rows the LLM would keep that the cascade keeps (0.9)",
+    "cascade_precision": "a precision target: the share of the rows the cascade keeps that the LLM would keep (0.9)",
+    "cascade_failure": "the probability that the cascade misses its target (0.05)",
+}
+
+
+def cascade_share(name: str, value: object) -> float | None:
+    """One of ``CASCADE_SHARES``: None (unset), or a number strictly between 0 and 1."""
+    if value is None:
+        return None
+    if not finite_number(value) or not 0.0 < value < 1.0:
+        raise ConfigError(f"{name} must be a number strictly between 0 and 1 ({CASCADE_SHARES[name]}), got {value!r}")
+    return float(value)
+
+
 #: what a call does when its budget (``max_tokens_total``, ``max_seconds``) would be exceeded
 ON_BUDGET_VALUES = ("refuse", "partial")
 

@@ -10,10 +10,10 @@ import threading
 from collections.abc import Callable
 
 import numpy as np
+from engine_doubles import best_label
 from waits import StillWaiting
 
 from relserve.engine.handle import RelQueryHandle
-from relserve.engine.label_scoring import pick
 from relserve.results import RelQueryResult, RelQueryStats, RowResult
 
 #: rel_id prefixes of the label machinery's own relQueries (not a call's rows)
@@ -96,7 +96,7 @@ class RuleEngine:
                     if rq.score_labels:  # the rule's answer holds 90% of the labels' probability
                         rest = 0.1 / (len(rq.choices) - 1)
                         row.label_logprobs = {c: math.log(0.9 if c == answer else rest) for c in rq.choices}
-                        row.text = pick(row.label_logprobs, rq.label_prior)
+                        row.text = best_label(row.label_logprobs, rq.label_prior)
                 rows.append(row)
                 self.answered[rq.rel_id] = self.answered.get(rq.rel_id, 0) + 1
                 handle.row_done(row)

@@ -57,6 +57,25 @@ def engine():
     eng.close()
 
 
+@pytest.fixture(scope="session")
+def reference_scorer(engine):
+    """The default model in transformers, outside relserve (tests/reference_scores.py): loaded
+    once for every test that checks scores against it."""
+    from reference_scores import ReferenceScorer
+
+    return ReferenceScorer(engine.model_path)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """The session's one PostgreSQL cluster (tests/test_postgres.py: each module's ``cluster`` is a
+    database of its own on it, made from a template)."""
+    from test_postgres import session_cluster
+
+    with session_cluster() as pg:
+        yield pg
+
+
 @contextlib.contextmanager
 def using_policy(engine, name: str, cost_model=None, **settings):
     """Run a block under another policy (and cost model), then return to the session's default."""

@@ -90,15 +90,28 @@ class _Handle:
         return self._result  # answered when submitted: ready within any limit, as a real handle's would be
 
 
+def best_label(label_logprobs: dict[str, float], prior: dict[str, float] | None) -> str:
+    """The answer the engine's label scoring gives, written out here from its rule rather than
+    taken from relserve (a double that called relserve's own pick would agree with any change to
+    it): the label of the highest log-probability less the log of its prior probability (none:
+    the log-probability alone); a tie (to 1e-9) goes to the label of the higher log-probability,
+    then to the label listed first."""
+    best, best_key = None, None
+    for position, (label, lp) in enumerate(label_logprobs.items()):
+        adjusted = lp - math.log(max(prior[label], 1e-12)) if prior else lp
+        key = (round(adjusted, 9), lp, -position)
+        if best_key is None or key > best_key:
+            best, best_key = label, key
+    return best
+
+
 def _scored_row(index: int, answer: str, rq: Any, prompt_tokens: int, cached: int) -> RowResult:
     """What the engine's label scoring gives: the scripted answer holds 90% of the probability,
     and the answer is the best label after the relQuery's prior, as the engine picks it."""
-    from relserve.engine.label_scoring import pick
-
     labels = list(rq.choices)
     rest = 0.1 / (len(labels) - 1) if len(labels) > 1 else 0.0
     lps = {lab: math.log(0.9 if lab == answer else rest) if lab == answer or rest else -math.inf for lab in labels}
-    return _Row(index, pick(lps, rq.label_prior), None, prompt_tokens, 1, cached, "scored", lps)
+    return _Row(index, best_label(lps, rq.label_prior), None, prompt_tokens, 1, cached, "scored", lps)
 
 
 @dataclass
@@ -286,9 +299,7 @@ class _RecordingHandle:
         for row in result.rows:
             text = row.text
             if prior is not None and row.label_logprobs is not None:
-                from relserve.engine.label_scoring import pick
-
-                text = pick(row.label_logprobs, prior)
+                text = best_label(row.label_logprobs, prior)
             self._answers[self._prompts[row.index]] = text
         return result
 

@@ -13,10 +13,10 @@ import threading
 import time
 from collections.abc import Iterator
 
+from engine_doubles import best_label
 from waits import StillWaiting
 
 from relserve.engine.handle import RelQueryHandle
-from relserve.engine.label_scoring import pick
 from relserve.errors import RowError
 from relserve.results import RelQueryResult, RelQueryStats, RowResult
 from relserve.server import ServerThread, create_app
@@ -128,7 +128,7 @@ class FakeEngine:
                     row = RowResult(i, text=text, prompt_tokens=len(str(p).split()), output_tokens=2, finish_reason="stop")
                     if rq.score_labels:  # label scoring: the first label holds 90%, as the engine reports it
                         row.label_logprobs = {c: math.log(0.9 if c == text else 0.1 / (len(rq.choices) - 1)) for c in rq.choices}
-                        row.text = pick(row.label_logprobs, rq.label_prior)
+                        row.text = best_label(row.label_logprobs, rq.label_prior)
                 rows.append(row)
                 handle.row_done(row)
             stats = RelQueryStats(rq.rel_id, len(rows), num_errors=sum(r.error is not None for r in rows), policy=self.policy)

@@ -8,13 +8,16 @@ LLM. The real engine and embedding model are in test_cascade_engine.py.
 
 from __future__ import annotations
 
+import math
+import re
+
 import numpy as np
 import pytest
 from cascade_doubles import RuleEmbedder, reviews
 from engine_doubles import ScriptedEngine
 
-from relserve.cascade import binomial, embedding, policy, proxy, threshold
-from relserve.errors import ConfigError
+from relserve.cascade import binomial, embedding, policy, prefetch, proxy, threshold
+from relserve.errors import ConfigError, RowError
 from relserve.functions import make_call
 from relserve.labels.memory import forget_all
 from relserve.planner.cascade_runner import PROXY, split
@@ -104,6 +107,32 @@ def test_no_threshold_when_even_the_surest_rows_are_too_often_wrong():
     # the 6% of the rest it may get wrong), the floor does not: a coin spends no agreement budget
     assert not got.applies and got.threshold is None and got.coverage == 0.0
     assert got.agreement == 1.0  # every row then goes to the LLM
+
+
+def clopper_pearson_upper(wrong: int, n: int, delta: float) -> float:
+    """The one-sided upper bound, computed here from the binomial's tail by bisection: the share
+    p at which ``wrong`` or fewer of ``n`` happen with probability ``delta``."""
+    def tail(p: float) -> float:
+        return sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(wrong + 1))
+
+    low, high = wrong / n, 1.0
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if tail(mid) > delta else (low, mid)
+    return high
+
+
+@pytest.mark.parametrize("wrong", [10, 12])
+def test_the_threshold_is_chosen_only_when_the_bound_on_its_wrong_rows_is_within_the_target(wrong):
+    # one confidence for every row: each candidate lets the proxy answer every row; the choosing
+    # half's 300 rows hold ``wrong`` disagreements, and the target allows (1 - 0.95) * 6,000 /
+    # 5,000 = 6% of the rest rows wrong: the 95% upper bound of 10 in 300 is 5.6%, of 12 in 300 6.4%
+    agrees = np.ones(600, dtype=bool)
+    agrees[:wrong] = False
+    got = threshold.choose(np.full(600, 0.9), agrees, np.full(5000, 0.9), rows=6000, target=0.95)
+    allowed = (1 - 0.95) * 6000 / 5000
+    assert got.applies == (clopper_pearson_upper(wrong, 300, 0.05) <= allowed) == (wrong == 10)
+    assert got.chose.wrong == (wrong if got.applies else 0)
 
 
 def test_a_perfect_proxy_answers_every_rest_row():
@@ -210,7 +239,9 @@ def rule_embedder():
     embedding.use_embedder(previous)
 
 
-def test_cascade_answers_the_rest_by_proxy_when_it_agrees(rule_embedder):
+@pytest.mark.parametrize("overlap", [True, False])
+def test_cascade_answers_the_rest_by_proxy_when_it_agrees(rule_embedder, overlap, monkeypatch):
+    monkeypatch.setattr(prefetch, "OVERLAP", overlap)
     n = 4000
     eng = ScriptedEngine(answer=good_rule)
     call = make_call("llm_filter", "Is it worth it? Review: {r}", cascade=0.95)
@@ -231,8 +262,13 @@ def test_cascade_answers_the_rest_by_proxy_when_it_agrees(rule_embedder):
     assert len(proxy_rows) == n - 900 and all(0.5 <= r.confidence <= 1.0 for r in proxy_rows)
     # the LLM's rows carry its own confidence (the label method's probability of the answer given)
     assert all(r.answered_by is None and 0.5 <= r.confidence <= 1.0 for r in out.details if r.answered_by != PROXY)
-    # embeddings: the sample's answered rows in one chunk, then the rest in chunks
-    assert rule_embedder.calls == [900, 1024, 1024, 1024, 28]
+    if overlap:
+        # every row embedded ahead, beside the sample's relQuery, a chunk at a time (the sample's
+        # rows first); learning reads those vectors and embeds nothing more
+        assert rule_embedder.calls == [1024, 1024, 1024, 928] and rep.prefetch_s > 0
+    else:
+        # embeddings: the sample's answered rows in one chunk, then the rest in chunks
+        assert rule_embedder.calls == [900, 1024, 1024, 1024, 28] and rep.prefetch_s == 0
 
 
 def test_cascade_falls_back_to_the_llm_when_the_proxy_is_poor():
@@ -278,24 +314,55 @@ def test_classify_cascade_and_a_repeat_comes_from_the_result_cache(rule_embedder
     assert plain.cascade is None and len(eng.submitted) == 2 and len(eng.submitted[1]) == 3500
 
 
-def test_per_row_errors_stay_per_row(rule_embedder):
-    def sometimes_fails(prompt, rq):
-        if "item 7 " in prompt:
+def sent_rows(prompts: list[str]) -> list[int]:
+    """The row numbers of the prompts the engine got (each row's own text is 'item <n> is ...')."""
+    return [int(re.search(r"item (\d+) ", p.split("Review:")[-1]).group(1)) for p in prompts]
+
+
+def first_run(call, rows: list) -> tuple[list[int], int]:
+    """A run that fails nothing: the rows the LLM answers first (the sample, by the call's seed),
+    and one row the proxy answers."""
+    clean = ScriptedEngine(answer=good_rule)
+    out = run_call(call, [rows], engine=clean, progress=False, cache=False)
+    return sent_rows(clean.submitted[0]), next(i for i, r in enumerate(out.details) if r.answered_by == PROXY)
+
+
+def failing(*rows: int):
+    def answer(prompt, rq):
+        if any(f"item {i} " in prompt for i in rows):
             raise RuntimeError("engine: row too long")
         return good_rule(prompt, rq)
 
-    eng = ScriptedEngine(answer=sometimes_fails)
+    return answer
+
+
+def test_per_row_errors_stay_per_row(rule_embedder):
     rows = reviews(3200)
     rows[5] = None  # a NULL value: its row fails before anything runs
-    out = run_call(make_call("llm_filter", "Is it worth it? Review: {r}", cascade=0.95), [rows], engine=eng, progress=False)
+    call = make_call("llm_filter", "Is it worth it? Review: {r}", cascade=0.95)
+    sample, far = first_run(call, rows)
+    bad = min(sample)  # a row the LLM answers: the engine fails it; ``far`` never reaches the engine
+    eng = ScriptedEngine(answer=failing(bad, far))
+    out = run_call(call, [rows], engine=eng, progress=False, cache=False)
+    assert [sent_rows(p) for p in eng.submitted] == [sample]  # the same sample (the call's seed), nothing after it
     assert out.values[5] is None and "NULL" in out.errors[5]
-    # row 7 failed wherever it was answered (the LLM saw it in the sample, or after the proxy)
-    if out.details[7].answered_by == PROXY:
-        assert out.errors[7] is None and out.values[7] is False
-    else:
-        assert out.values[7] is None and "row too long" in out.errors[7]
-    assert sum(e is not None for e in out.errors) <= 2
-    assert all(out.values[i] == (i % 3 == 0) for i in range(3200) if out.errors[i] is None)
+    assert out.values[bad] is None and out.errors[bad] == "llm_filter: engine: row too long" and out.details[bad].answered_by is None
+    # the proxy's row is answered by the proxy, whatever the engine would have said
+    assert out.details[far].answered_by == PROXY and out.errors[far] is None and out.values[far] == (far % 3 == 0)
+    assert [i for i, e in enumerate(out.errors) if e is not None] == sorted([5, bad])
+    assert all(out.values[i] == (i % 3 == 0) for i in range(3200) if i not in (5, bad))
+
+
+def test_on_error_raise_fails_the_call_naming_the_row_the_engine_failed(rule_embedder):
+    rows = reviews(3200)
+    call = make_call("llm_filter", "Is it worth it? Review: {r}", cascade=0.95, on_error="raise")
+    sample, far = first_run(call, rows)
+    bad = max(sample)
+    with pytest.raises(RowError, match=rf"^row {bad} .*: llm_filter: engine: row too long$"):
+        run_call(call, [rows], engine=ScriptedEngine(answer=failing(bad)), progress=False, cache=False)
+    # a row the proxy answers fails nothing: the call finishes
+    out = run_call(call, [rows], engine=ScriptedEngine(answer=failing(far)), progress=False, cache=False)
+    assert out.errors == [None] * 3200 and out.details[far].answered_by == PROXY
 
 
 # -- PostgreSQL's side (no database: the Python the extension calls) ----------------------------

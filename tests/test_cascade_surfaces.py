@@ -9,7 +9,7 @@ import duckdb
 import httpx
 import polars as pl
 import pytest
-from cascade_doubles import RuleEmbedder, RuleEngine, reviews
+from cascade_doubles import RuleEmbedder, RuleEngine, own_text, reviews
 from server_fixtures import running_server
 
 import relserve.duckdb
@@ -18,8 +18,20 @@ from relserve.cascade import embedding, policy
 from relserve.planner.cache import ResultCache
 from relserve.planner.cascade_runner import PROXY
 
-N = 3200  # over policy.MIN_ROWS: 300 training + 600 audit rows, 2,300 rest rows
+# the policy's sizes at about a seventh (as test_cascade_engine.py sets them; the logic is the
+# same, relserve/cascade/policy.py only sizes it): over MIN_ROWS, 100 training + 150 audit rows,
+# 200 rest rows
+MIN_ROWS, TRAIN, AUDIT = 400, 100, 150
+SAMPLE = TRAIN + AUDIT
+N = 450
 TEMPLATE = "Is it worth it? Review: {review}"
+
+
+@pytest.fixture(autouse=True)
+def small_cascades(monkeypatch):
+    monkeypatch.setattr(policy, "MIN_ROWS", MIN_ROWS)
+    for name, value in (("MIN_TRAIN", TRAIN), ("MAX_TRAIN", TRAIN), ("MIN_AUDIT", AUDIT), ("MAX_AUDIT", AUDIT)):
+        monkeypatch.setattr(policy, name, value)
 
 
 @pytest.fixture(autouse=True)
@@ -55,13 +67,13 @@ def test_server_job_marks_proxy_rows_and_reports_the_cascade(tmp_path):
     rows = out["rows"]
     assert [r["value"] for r in rows] == [i % 3 == 0 for i in range(N)]
     proxy = [r for r in rows if r["answered_by"] == PROXY]
-    assert len(proxy) == N - 900 and all(0.5 <= r["confidence"] <= 1 for r in proxy)
+    assert len(proxy) == N - SAMPLE and all(0.5 <= r["confidence"] <= 1 for r in proxy)
     assert all(r["answered_by"] is None and 0.5 <= r["confidence"] <= 1 for r in rows if r["answered_by"] != PROXY)
     c = out["stats"]["cascade"]
-    assert (c["train"], c["audit"], c["proxy_rows"], c["llm_rows"], c["remainder_rows"]) == (300, 600, N - 900, 900, 0)
+    assert (c["train"], c["audit"], c["proxy_rows"], c["llm_rows"], c["remainder_rows"]) == (TRAIN, AUDIT, N - SAMPLE, SAMPLE, 0)
     assert c["agreement"] == 1.0 and c["agreement_low"] < 1.0 and c["threshold"] is not None
     # the LLM got the sample and audit as one relQuery, under the job's id, and nothing else
-    assert [len(p) for p in eng.submitted] == [900] and eng.rel_ids == [out["id"]]
+    assert [len(p) for p in eng.submitted] == [SAMPLE] and eng.rel_ids == [out["id"]]
     assert plan["cascade"]["applies"] and plan["cascade"]["target"] == 0.95
     # every answer, the proxy's too, is in the result cache under the cascade's key: nothing to run
     assert again["engine_rows"] == 0 and again["cached_rows"] == N and not again["cascade"]["applies"]
@@ -74,9 +86,9 @@ def test_server_default_applies_and_a_call_turns_it_off(tmp_path):
         off = run(srv, body(cascade=0))
         small = httpx.post(srv.url + "/v1/relqueries/plan", json={**body(), "rows": [{"review": "good"}] * 3}, timeout=60).json()
         bad = httpx.post(srv.url + "/v1/relqueries", json=body(cascade=0.3), timeout=60)
-    assert on["stats"]["cascade"]["target"] == 0.9 and on["stats"]["cascade"]["proxy_rows"] == N - 900
+    assert on["stats"]["cascade"]["target"] == 0.9 and on["stats"]["cascade"]["proxy_rows"] == N - SAMPLE
     assert "cascade" not in off["stats"] and all(r["answered_by"] is None for r in off["rows"])
-    assert [len(p) for p in eng.submitted] == [900, N]
+    assert [len(p) for p in eng.submitted] == [SAMPLE, N]
     assert not small["cascade"]["applies"] and "where a proxy pays" in small["cascade"]["plan"]
     assert bad.status_code == 400 and "cascade must be an agreement target" in bad.text
 
@@ -88,7 +100,7 @@ def test_server_falls_back_to_the_llm_for_every_row_when_the_proxy_is_poor(tmp_p
         out = run(srv, body(cascade=0.95))
     c = out["stats"]["cascade"]
     assert c["threshold"] is None and c["proxy_rows"] == 0 and "no threshold" in c["fallback"]
-    assert [len(p) for p in eng.submitted] == [900, N - 900] and eng.rel_ids[1] == out["id"] + "-rest"
+    assert [len(p) for p in eng.submitted] == [SAMPLE, N - SAMPLE] and eng.rel_ids[1] == out["id"] + "-rest"
     assert [r["value"] for r in out["rows"]] == [i % 3 == 0 for i in range(N)]
 
 
@@ -109,8 +121,8 @@ def test_server_cancel_during_the_remainder_keeps_the_answered_rows(tmp_path):
     rows = out["rows"]
     answered = [r for r in rows if r["error"] is None]
     cancelled = [r for r in rows if r["error"] == "cancelled by the client"]
-    # the sample's 300 training and 600 audit rows, and the 50 the remainder answered before the cancel
-    assert (len(answered), len(cancelled)) == (300 + 600 + 50, N - 950)
+    # the sample's training and audit rows, and the 50 the remainder answered before the cancel
+    assert (len(answered), len(cancelled)) == (SAMPLE + 50, N - SAMPLE - 50)
     assert all(r["value"] == (r["index"] % 3 == 0) for r in answered)
 
 
@@ -126,17 +138,28 @@ def test_server_cancel_during_the_sample_runs_no_proxy(tmp_path):
     assert all(r["answered_by"] is None for r in out["rows"])
 
 
+def sent_rows(prompts: list[str]) -> list[int]:
+    """The row numbers of the prompts the engine got (each row's own text is ' item <n> is ...')."""
+    return [int(own_text(p).split()[1]) for p in prompts]
+
+
 def test_server_per_row_errors_and_raise(tmp_path):
-    eng = RuleEngine(fails=lambda text: text.startswith(" item 7 "))
+    eng = RuleEngine()
     with running_server(eng, cache=False) as srv:
+        clean = run(srv, body(cascade=0.95))
+        sample = sent_rows(eng.submitted[0])
+        bad = min(sample)  # a row the LLM answers (the same sample every time: the call's seed)
+        far = next(r["index"] for r in clean["rows"] if r["answered_by"] == PROXY)  # never reaches the engine
+        eng.fails = lambda text: text.startswith((f" item {bad} ", f" item {far} "))
         out = run(srv, body(cascade=0.95))
         raised = run(srv, body(cascade=0.95, on_error="raise"))
-    row7 = out["rows"][7]
+    assert [sent_rows(p) for p in eng.submitted] == [sample] * 3
     assert out["status"] == "finished"
-    assert (row7["answered_by"] == PROXY and row7["error"] is None) or "too long" in row7["error"]
-    assert sum(r["error"] is not None for r in out["rows"]) <= 1
-    if out["rows"][7]["answered_by"] != PROXY:
-        assert raised["status"] == "failed" and "row 7" in raised["error"]
+    rows = out["rows"]
+    assert rows[bad]["value"] is None and rows[bad]["error"] == "engine: row too long for the model"
+    assert rows[far]["answered_by"] == PROXY and rows[far]["error"] is None and rows[far]["value"] == (far % 3 == 0)
+    assert [r["index"] for r in rows if r["error"] is not None] == [bad]
+    assert raised["status"] == "failed" and f"row {bad}" in raised["error"] and "row too long" in raised["error"]
 
 
 # -- DuckDB -------------------------------------------------------------------------------------
@@ -154,25 +177,25 @@ def test_duckdb_option_explain_and_explain_analyze(con):
     relserve.duckdb.install(con, engine=eng)
     q = f"SELECT llm_filter('{TEMPLATE}', review, llm_options(cascade := 0.95)) AS ok FROM reviews"
     planned = str(relserve.duckdb.explain(con, q))
-    assert "cascade               target 0.95: the LLM answers 300 training + 600 audit rows first" in planned
+    assert f"cascade               target 0.95: the LLM answers {TRAIN} training + {AUDIT} audit rows first" in planned
     assert eng.submitted == []
     ran = relserve.duckdb.explain(con, q, analyze=True)
     text = str(ran)
-    assert "proxy rows" in text and f"{N - 900:,}" in text and "estimated agreement" in text and "threshold" in text
+    assert "proxy rows" in text and f"{N - SAMPLE:,}" in text and "estimated agreement" in text and "threshold" in text
     got = ran.sites[0].analyzed[0]
-    assert got.cascade.proxy_rows == N - 900 and got.llm_rows == 900 and got.rows == N
-    assert [len(p) for p in eng.submitted] == [900]
+    assert got.cascade.proxy_rows == N - SAMPLE and got.llm_rows == SAMPLE and got.rows == N
+    assert [len(p) for p in eng.submitted] == [SAMPLE]
 
 
 def test_duckdb_session_default_and_off_per_call(con):
     eng = RuleEngine()
     relserve.duckdb.install(con, engine=eng, cascade=0.9)
     rows = relserve.duckdb.sql(con, f"SELECT llm_filter('{TEMPLATE}', review) FROM reviews").fetchall()
-    assert [r[0] for r in rows] == [i % 3 == 0 for i in range(N)] and [len(p) for p in eng.submitted] == [900]
+    assert [r[0] for r in rows] == [i % 3 == 0 for i in range(N)] and [len(p) for p in eng.submitted] == [SAMPLE]
     off = relserve.duckdb.explain(con, f"SELECT llm_filter('{TEMPLATE} ', review, llm_options(cascade := 0)) FROM reviews",
                                   analyze=True)
     # (the label plan's sample of 64 rows, scored as the rows are, answered them: the rest ran after)
-    assert off.sites[0].analyzed[0].cascade is None and [len(p) for p in eng.submitted] == [900, N - 64]
+    assert off.sites[0].analyzed[0].cascade is None and [len(p) for p in eng.submitted] == [SAMPLE, N - 64]
 
 
 # -- polars -------------------------------------------------------------------------------------
@@ -183,14 +206,14 @@ def test_polars_details_mark_proxy_rows_and_explain_analyze():
     lf = pl.LazyFrame({"review": reviews(N)}).with_columns(
         ok=pl.col("review").llm.filter(TEMPLATE, cascade=0.95, engine=eng))
     found = relserve.polars.explain(lf, analyze=True)
-    assert len(found) == 1 and found[0].cascade.proxy_rows == N - 900 and "estimated agreement" in str(found[0])
+    assert len(found) == 1 and found[0].cascade.proxy_rows == N - SAMPLE and "estimated agreement" in str(found[0])
     d = relserve.polars.details()
     last = d.filter(pl.col("call") == d["call"].max())
     assert last.height == N
-    assert last.filter(pl.col("answered_by") == PROXY).height == N - 900
-    assert last.filter(pl.col("answered_by") == "llm").height == 900
+    assert last.filter(pl.col("answered_by") == PROXY).height == N - SAMPLE
+    assert last.filter(pl.col("answered_by") == "llm").height == SAMPLE
     assert last.filter(pl.col("answered_by") == PROXY)["confidence"].min() >= 0.5
-    assert policy.plan  # the module is the one EXPLAIN names
+    assert (found[0].cascade.train, found[0].cascade.audit, found[0].cascade.llm_rows) == (TRAIN, AUDIT, SAMPLE)
 
 
 def test_duckdb_decimal_literals_are_numbers_in_llm_options(con):

@@ -28,6 +28,11 @@ def answer(prompt, rq):
     return prompt.split(":", 1)[1].split("\n")[0].strip()
 
 
+#: rows of the reviews table: past one DuckDB chunk (2,048 rows), and every (review, movie) pair
+#: (840 ids repeat them all)
+ROWS = 2100
+
+
 @pytest.fixture
 def engine():
     return ScriptedEngine(answer=answer)
@@ -40,7 +45,7 @@ def con(engine):
     c.execute(
         "CREATE TABLE reviews AS SELECT range::INTEGER AS id, "
         "CASE WHEN range % 3 = 0 THEN 'good film ' ELSE 'bad film ' END || (range % 40) AS review, "
-        "'movie ' || (range % 7) AS movie FROM range(5000)"
+        f"'movie ' || (range % 7) AS movie FROM range({ROWS})"
     )
     yield c
     c.close()
@@ -55,7 +60,7 @@ def expected_review(i: int) -> str:
 
 def test_functions_work_on_a_plain_connection(con, engine):
     rows = con.sql("SELECT id, llm_map('Echo: {review}', review) FROM reviews ORDER BY id").fetchall()
-    assert rows == [(i, expected_review(i)) for i in range(5000)]
+    assert rows == [(i, expected_review(i)) for i in range(ROWS)]
     # per chunk of 2,048 rows, each deduplicated: 80 distinct reviews ('good film k' and
     # 'bad film k' for 40 k), all in the first chunk; the result cache answers the later chunks
     assert [len(p) for p in engine.submitted] == [80]
@@ -69,7 +74,7 @@ def test_filter_in_where_cte_and_join_on_a_plain_connection(con):
         SELECT count(*), min(l.id), max(m.year) FROM liked l JOIN movies m USING (movie)
         """
     ).fetchone()
-    liked = [i for i in range(5000) if i % 3 == 0]
+    liked = [i for i in range(ROWS) if i % 3 == 0]
     assert rows == (len(liked), 0, 6)
 
 
@@ -139,8 +144,8 @@ def test_bad_labels_and_schema_are_clear_errors(con):
 
 def test_planned_statement_sends_one_relquery_per_call_site(con, engine):
     rel = relserve.duckdb.sql(con, "SELECT id, llm_map('Echo: {review} in {movie}', review, movie) AS s FROM reviews ORDER BY id")
-    assert rel.fetchall() == [(i, f"{expected_review(i)} in movie {i % 7}") for i in range(5000)]
-    # 5000 rows in 3 chunks, 560 distinct (review, movie) pairs: one relQuery with all of them
+    assert rel.fetchall() == [(i, f"{expected_review(i)} in movie {i % 7}") for i in range(ROWS)]
+    # 2,100 rows in 2 chunks, 560 distinct (review, movie) pairs: one relQuery with all of them
     assert [len(p) for p in engine.submitted] == [560]
     assert engine.submitted[0] == sorted(engine.submitted[0])
 
@@ -151,7 +156,7 @@ def test_filter_runs_before_the_calls_it_guards(con, engine):
         """SELECT id, llm_map('Echo: {review}', review) AS s FROM reviews
            WHERE llm_filter('Is {review} positive?', review) ORDER BY id""",
     ).fetchall()
-    assert rows == [(i, expected_review(i)) for i in range(0, 5000, 3)]
+    assert rows == [(i, expected_review(i)) for i in range(0, ROWS, 3)]
     filter_prompts, map_prompts = engine.submitted
     # 80 distinct reviews: the label plan's sample of 64 answered them first, the other 16 after
     assert len(filter_prompts) == 80 - 64
@@ -188,7 +193,7 @@ def test_cte_classification_feeds_an_outer_map(con, engine):
     assert len(kind_of) == 80
     x_reviews = {r for r, k in kind_of.items() if k == "x"}
     assert 0 < len(x_reviews) < 80
-    expected = [(i, "x", expected_review(i)) for i in range(5000) if kind_of[expected_review(i)] == "x"][:3]
+    expected = [(i, "x", expected_review(i)) for i in range(ROWS) if kind_of[expected_review(i)] == "x"][:3]
     assert len(expected) == 3 and rows == expected
     assert sorted(p.removeprefix("Echo: ") for p in engine.submitted[1]) == sorted(x_reviews)
 
@@ -218,7 +223,7 @@ def test_a_repeated_planned_query_does_not_call_the_engine(con, engine):
     first = relserve.duckdb.sql(con, query).fetchall()
     calls = len(engine.submitted)
     second = relserve.duckdb.sql(con, query).fetchall()
-    assert first == second == [(i, i % 3 == 0) for i in range(5000)]
+    assert first == second == [(i, i % 3 == 0) for i in range(ROWS)]
     assert len(engine.submitted) == calls == 1
 
 
@@ -302,7 +307,7 @@ def test_an_unknown_llm_options_name_is_named_with_the_nearest_option(con, engin
     check_option_names("SELECT r.id FROM r JOIN t ON llm_filter('{a} / {b}?', r.a, t.b, llm_options(block := 3))")
     assert relserve.duckdb.sql(
         con, "SELECT count(*) FROM reviews WHERE llm_filter('Good? {review}', review, llm_options(max_tokens := 3))"
-    ).fetchall() == [(1667,)]  # the rows with "good" (range % 3 == 0)
+    ).fetchall() == [(len(range(0, ROWS, 3)),)]  # the rows with "good" (range % 3 == 0)
 
 
 def test_a_statement_sqlglot_does_not_model_runs_without_its_warning(con, engine, caplog):
@@ -326,8 +331,8 @@ def test_explain_reports_each_call_site_without_running(con, engine):
     assert engine.submitted == []
     assert [(s.index, s.depends_on, s.stage) for s in ex.sites] == [(0, [1], 2), (1, [], 1)]
     map_plan, filter_plan = ex.sites[0].plans[0], ex.sites[1].plans[0]
-    assert (filter_plan.rows, filter_plan.distinct_prompts, filter_plan.cache_hits) == (5000, 80, 0)
-    assert map_plan.rows == 5000  # an upper bound: every row counted as passing the filter
+    assert (filter_plan.rows, filter_plan.distinct_prompts, filter_plan.cache_hits) == (ROWS, 80, 0)
+    assert map_plan.rows == ROWS  # an upper bound: every row counted as passing the filter
     text = str(ex)
     assert "2 call site(s) in 2 stage(s)" in text
     assert "#0 stage 2, waits for #1: llm_map('Echo: {review}', review)" in text

@@ -186,7 +186,9 @@ def test_a_filter_keeps_the_share_of_rows_it_kept_before():
 
 
 def test_llm_count_tokens_counts_each_functions_prompt_without_an_engine():
-    from relserve.estimate.prompt_tokens import count_row_tokens, model_tokenizer
+    from transformers import AutoTokenizer
+
+    from relserve.model import resolve_model
 
     con = duckdb.connect()
     relserve.duckdb.install(con)
@@ -196,12 +198,14 @@ def test_llm_count_tokens_counts_each_functions_prompt_without_an_engine():
         "llm_count_tokens('llm_filter', 'Is {review} positive?', review), "
         "llm_count_tokens('LLM_CLASSIFY', 'Tone: {review}', ['positive', 'negative'], review, llm_options(system := 'Be brief.')) "
         "FROM r ORDER BY id").fetchall()
-    tok = model_tokenizer()
-    rows = [("Great film, loved it.",)]
-    assert got[0] == (count_row_tokens(make_call("llm_map", "Summarize: {review}"), rows, tok)[0],
-                      count_row_tokens(make_call("llm_filter", "Is {review} positive?"), rows, tok)[0],
-                      count_row_tokens(make_call("llm_classify", "Tone: {review}", labels=["positive", "negative"],
-                                                 system="Be brief."), rows, tok)[0])
+    # the prompts as the engine lays them out, counted by the model's own tokenizer (not relserve's
+    # counting): a map in the chat template, a filter and a classify in the scoring layout (the
+    # system message in front, the answer field after)
+    tok = AutoTokenizer.from_pretrained(resolve_model(None, prepare=False).path)
+    chat = tok.apply_chat_template([{"role": "user", "content": "Summarize: Great film, loved it."}],
+                                   add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    assert got[0] == (len(chat), len(tok("Is Great film, loved it. positive?\nAnswer:")["input_ids"]),
+                      len(tok("Be brief.\n\nTone: Great film, loved it.\nAnswer:")["input_ids"]))
     # each layout differs: the chat template for a map, the scoring shape for a filter
     assert len(set(got[0])) == 3 and all(n > 5 for n in got[0])
     assert got[1] == (None, None, None)

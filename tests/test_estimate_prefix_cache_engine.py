@@ -118,5 +118,7 @@ def test_an_engine_that_does_not_answer_in_time_leaves_the_estimate_without_its_
         held = engine.cached_prefix_tokens(ids)
         waited = time.monotonic() - t0
     assert held == [0, 0, 0]
-    assert VIEW_WAIT_S <= waited < VIEW_WAIT_S + 2.0
+    # it waited its limit for the view, then gave up while the loop was still held (the hold ends
+    # when the block does, or after its own 30 s): it did not wait for the engine
+    assert VIEW_WAIT_S <= waited < 30
     assert all(n > 0 for n in engine.cached_prefix_tokens(ids))  # the engine answers again once free

@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from engine_doubles import best_label
 from waits import run_within
 
 from relserve.engine.chat_template import ChatPrompter
-from relserve.engine.label_scoring import pick
 from relserve.functions import make_call
 from relserve.labels.memory import forget_all
 from relserve.prompt_rendering import render
@@ -29,14 +29,14 @@ def test_every_label_is_scored_and_the_answer_is_the_best_after_the_prior(engine
     for row in plain.rows:
         assert set(row.label_logprobs) == {"yes", "no"}
         assert sum(math.exp(v) for v in row.label_logprobs.values()) == pytest.approx(1.0)
-        assert row.text == pick(row.label_logprobs, None)
+        assert row.text == best_label(row.label_logprobs, None)
     # a prior that favours the model's answer of every row flips them all: each row's
     # scores are the same, only the division by the prior changed
     flipped_prior = {"yes": 0.999, "no": 0.001} if plain.rows[0].text == "yes" else {"yes": 0.001, "no": 0.999}
     cal = run_within(engine, RelQuery(Q, ROWS, choices=["yes", "no"], score_labels=True, label_prior=flipped_prior))
     for a, b in zip(plain.rows, cal.rows):
         assert b.label_logprobs == pytest.approx(a.label_logprobs, abs=1e-3)
-        assert b.text == pick(b.label_logprobs, flipped_prior)
+        assert b.text == best_label(b.label_logprobs, flipped_prior)
     assert [r.text for r in cal.rows][0] != plain.rows[0].text
 
 
@@ -53,7 +53,7 @@ def test_multi_token_labels_are_scored_whole(engine):
     assert res.rows[0].output_tokens == len(trie.needed_nodes()) == 3
     for row in res.rows:
         assert set(row.label_logprobs) == set(labels)
-        assert row.text == pick(row.label_logprobs, None)
+        assert row.text == best_label(row.label_logprobs, None)
 
 
 def test_split_scores_labels_that_start_apart_in_one_request_per_row(engine, monkeypatch):
@@ -74,7 +74,7 @@ def test_split_scores_labels_that_start_apart_in_one_request_per_row(engine, mon
     for s, f in zip(split.rows, first.rows):
         # no two labels share a first token here, so split reads exactly the first tokens
         assert s.label_logprobs == pytest.approx(f.label_logprobs, abs=1e-4)
-        assert s.text == pick(s.label_logprobs, None)
+        assert s.text == best_label(s.label_logprobs, None)
 
 
 def test_prompt_shapes_lay_out_the_scoring_request(engine):
@@ -89,7 +89,7 @@ def test_prompt_shapes_lay_out_the_scoring_request(engine):
     for shape, tokens in expected.items():
         res = run_within(engine, RelQuery.from_prompts([prompt], choices=["yes", "no"], score_labels=True, prompt_shape=shape))
         assert res.rows[0].prompt_tokens == tokens, shape
-        assert res.rows[0].text == pick(res.rows[0].label_logprobs, None)
+        assert res.rows[0].text == best_label(res.rows[0].label_logprobs, None)
     # question_first: the planner names the question and moves the long value after it; the
     # engine adds the answer field on its own line, as for completion
     call = make_call("llm_filter", "Is this review positive? Review: {review}", prompt_shape="question_first", method="score")
@@ -253,4 +253,4 @@ def test_many_labels_are_scored_past_vllms_twenty_logprobs_per_request(engine):
     assert res.stats.num_errors == 0, [r.error for r in res.rows]
     for row in res.rows:
         assert set(row.label_logprobs) == set(labels)
-        assert row.text == pick(row.label_logprobs, None)
+        assert row.text == best_label(row.label_logprobs, None)

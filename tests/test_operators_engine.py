@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from reference_scores import ReferenceScorer, ScoreRecorder, reference_topk
+from reference_scores import ScoreRecorder, reference_topk
 
 import relserve.duckdb
 import relserve.polars  # noqa: F401
@@ -59,9 +59,9 @@ def traced_answers(recording, template: str, groups: list[list[str | None]]) -> 
     return out
 
 
-@pytest.fixture(scope="module")
-def scorer(engine):
-    return ReferenceScorer(engine.model_path)
+@pytest.fixture
+def scorer(reference_scorer):
+    return reference_scorer
 
 
 def test_tree_reduction_one_relquery_per_level(recording, engine_home):

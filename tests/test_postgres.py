@@ -3,6 +3,7 @@ real relserve server on the session engine, from several psycopg connections at 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -11,6 +12,7 @@ import subprocess
 import sysconfig
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -73,7 +75,7 @@ class PgCluster:
 
     def start(self) -> PgCluster:
         self._run(PG_BIN / "initdb", "-D", self.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions")
-        opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=20"
+        opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60"
         self._run(PG_BIN / "pg_ctl", "-D", self.data, "-l", self.root / "server.log", "-o", opts, "-w", "-t", "60", "start")
         return self
 
@@ -119,21 +121,31 @@ def server(engine, tmp_path_factory):
         yield srv
 
 
-@pytest.fixture(scope="module")
-def cluster(server):
+#: the database every module's own is copied from: the extension installed and configured, the
+#: roles' keys and the reviews table
+TEMPLATE_DB = "relserve_template"
+
+
+@contextlib.contextmanager
+def session_cluster() -> Iterator[PgCluster]:
+    """One PostgreSQL cluster for the session (conftest.py's ``pg_cluster``), with the extension
+    built and installed once, the roles (cluster-wide) and the template database each module's
+    database is made from."""
     problem = missing_requirements()
     assert problem is None, problem
     pg = PgCluster().start()
     try:
+        build_extension()
         with psycopg.connect(pg.conninfo(), autocommit=True) as admin:
-            admin.execute(f"CREATE DATABASE {DB}")
-        with psycopg.connect(pg.conninfo(DB), autocommit=True) as db:
-            install_extension(db, server.url)
+            for role in (*ROLE_KEYS, "carol"):
+                admin.execute(f"CREATE ROLE {role} LOGIN")
+            admin.execute("CREATE ROLE mallory LOGIN")  # no key, no rights: the attacker
+            admin.execute(f"CREATE DATABASE {TEMPLATE_DB}")
+        with psycopg.connect(pg.conninfo(TEMPLATE_DB), autocommit=True) as db:
+            # each module's database points at its own server (``cluster`` sets the url)
+            configure_extension(db, "http://127.0.0.1:9")
             for role, key in ROLE_KEYS.items():
-                db.execute(f"CREATE ROLE {role} LOGIN")
                 db.execute("INSERT INTO relserve.api_keys (role, api_key) VALUES (%s, %s)", [role, key])
-            db.execute("CREATE ROLE mallory LOGIN")  # no key, no rights: the attacker
-            db.execute("CREATE ROLE carol LOGIN")
             db.execute("INSERT INTO relserve.api_keys (role, api_key) VALUES ('carol', 'not-the-key')")
             db.execute("CREATE TABLE reviews (id int PRIMARY KEY, review text, stars int)")
             db.execute("GRANT SELECT ON reviews TO PUBLIC")
@@ -145,18 +157,64 @@ def cluster(server):
         pg.stop()
 
 
+class ModuleDatabase:
+    """A test module's own database on the session's cluster: what the module's tests connect to
+    (``conninfo()``), made from the template and dropped after the module."""
+
+    def __init__(self, pg: PgCluster, name: str) -> None:
+        self.pg, self.name = pg, name
+        self.root, self.port = pg.root, pg.port
+
+    def conninfo(self, dbname: str | None = None) -> str:
+        # (DB, the one database of a cluster of its own, is this module's here)
+        return self.pg.conninfo(self.name if dbname in (None, DB) else dbname)
+
+    @property
+    def log(self) -> str:
+        return self.pg.log
+
+
+@pytest.fixture(scope="module")
+def cluster(pg_cluster, server, request):
+    """The module's database, its extension calling the module's ``server``."""
+    name = "rs_" + request.module.__name__.removeprefix("test_")
+    with psycopg.connect(pg_cluster.conninfo(), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE_DB}")
+        # (a database's settings are not copied from its template)
+        admin.execute(f"ALTER DATABASE {name} SET session_preload_libraries = 'relserve'")
+    with psycopg.connect(pg_cluster.conninfo(name), autocommit=True) as db:
+        db.execute("UPDATE relserve.config SET value = %s WHERE name = 'url'", [server.url])
+        # the template's keys were stored for its placeholder url: they are this server's
+        db.execute("UPDATE relserve.api_keys SET url = %s", [server.url])
+    try:
+        yield ModuleDatabase(pg_cluster, name)
+    finally:
+        with psycopg.connect(pg_cluster.conninfo(), autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
 def build_extension() -> None:
-    """The extension built from this checkout and installed into PostgreSQL 15's folders."""
-    build = subprocess.run(["make", "-C", str(EXTENSION_DIR), "install"], capture_output=True, text=True, timeout=600)
+    """The extension built from this checkout and installed into PostgreSQL 15's folders (under
+    ``$RELSERVE_PG_DESTDIR`` when set: a private copy of PostgreSQL's folders, whose binaries
+    ``$RELSERVE_PG_BIN`` names, as scripts/mutation_check.py runs a mutant of the C part)."""
+    destdir = os.environ.get("RELSERVE_PG_DESTDIR")
+    make = ["make", "-C", str(EXTENSION_DIR), "install", *([f"DESTDIR={destdir}"] if destdir else [])]
+    build = subprocess.run(make, capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stdout + build.stderr
 
 
-def install_extension(db: psycopg.Connection, url: str) -> None:
-    """CREATE EXTENSION and the superuser's configuration, as the README tells a DBA."""
+def install_extension(db: psycopg.Connection, url: str, dbname: str = DB) -> None:
+    """The extension built and installed, then CREATE EXTENSION and the superuser's configuration
+    in database ``dbname`` (``db``), as the README tells a DBA."""
     build_extension()
-    db.execute("CREATE EXTENSION relserve CASCADE")
+    configure_extension(db, url)
     # the library at connection start: scalar llm_* calls are batched from a session's first statement
-    db.execute(f"ALTER DATABASE {DB} SET session_preload_libraries = 'relserve'")
+    db.execute(f"ALTER DATABASE {dbname} SET session_preload_libraries = 'relserve'")
+
+
+def configure_extension(db: psycopg.Connection, url: str) -> None:
+    """CREATE EXTENSION, python_path, the server's url and the superuser's key (the extension is built)."""
+    db.execute("CREATE EXTENSION relserve CASCADE")
     # this checkout first (its relserve wins over the venv's editable install, which may
     # point at another checkout), then the venv's site-packages for httpx and the rest
     site_packages = sysconfig.get_paths()["purelib"]
@@ -165,7 +223,8 @@ def install_extension(db: psycopg.Connection, url: str) -> None:
 
 
 def connect(cluster, role: str = "postgres") -> psycopg.Connection:
-    return psycopg.connect(cluster.conninfo(DB).replace("user=postgres", f"user={role}"), autocommit=True)
+    """A session of ``role`` on the module's database (autocommit)."""
+    return psycopg.connect(cluster.conninfo().replace("user=postgres", f"user={role}"), autocommit=True)
 
 
 def expected(engine, fn: str, template: str, values: list, **kw) -> list:
@@ -403,7 +462,7 @@ def test_a_server_that_cannot_be_reached_is_a_sql_error_or_null_rows_when_asked(
 
 
 def test_missing_python_path_says_where_the_admin_sets_it(cluster):
-    with psycopg.connect(cluster.conninfo(DB)) as db:  # a transaction: the row comes back on rollback
+    with psycopg.connect(cluster.conninfo()) as db:  # a transaction: the row comes back on rollback
         db.execute("DELETE FROM relserve.config WHERE name = 'python_path'")
         # this fresh session has not imported the client yet, and the system Python has no relserve
         with pytest.raises(psycopg.errors.SystemError, match=r"^relserve: cannot import the relserve package") as e:
@@ -413,7 +472,7 @@ def test_missing_python_path_says_where_the_admin_sets_it(cluster):
 
 
 def test_the_extension_updates_drops_cleanly_and_dumps_its_configuration(cluster):
-    with psycopg.connect(cluster.conninfo(DB)) as db:  # a transaction, rolled back: the other tests keep the install
+    with psycopg.connect(cluster.conninfo()) as db:  # a transaction, rolled back: the other tests keep the install
         assert db.execute("SELECT extversion FROM pg_extension WHERE extname = 'relserve'").fetchone() == ("0.4",)
         db.execute("ALTER EXTENSION relserve UPDATE")  # nothing newer: a no-op, not an error
         # the superuser's rows are the extension's configuration: pg_dump keeps them
@@ -451,7 +510,7 @@ def test_a_0_3_install_updates_to_what_0_4_creates_and_keeps_its_configuration(c
     """A DBA who installed 0.3 runs ALTER EXTENSION relserve UPDATE: every object is as a fresh 0.4
     install makes it (the new functions, the budget table and view, the new loader), with the
     same rights, and the superuser's configuration rows are kept."""
-    with psycopg.connect(cluster.conninfo(DB)) as db:  # a transaction, rolled back: the other tests keep the install
+    with psycopg.connect(cluster.conninfo()) as db:  # a transaction, rolled back: the other tests keep the install
         fresh = db.execute(EXTENSION_CATALOG).fetchall()
         assert ("function llm_score(text,text[])",) in [(o,) for o, _ in fresh]
         db.execute("DROP EXTENSION relserve")
@@ -470,7 +529,7 @@ def test_a_0_3_install_updates_to_what_0_4_creates_and_keeps_its_configuration(c
 
 
 def test_create_extension_refuses_a_relserve_schema_made_before(cluster):
-    with psycopg.connect(cluster.conninfo(DB)) as db:
+    with psycopg.connect(cluster.conninfo()) as db:
         db.execute("DROP EXTENSION relserve")
         db.execute("CREATE SCHEMA relserve AUTHORIZATION mallory")  # as if mallory had made it first
         with pytest.raises(psycopg.errors.DuplicateSchema, match=r'schema "relserve" already exists'):

@@ -10,7 +10,7 @@ import threading
 import psycopg
 import pytest
 from test_fdw import fdw, jobs  # noqa: F401 (fixtures)
-from test_postgres import DB, KEY, ROLE_KEYS, cluster, connect, server  # noqa: F401 (fixtures)
+from test_postgres import KEY, ROLE_KEYS, cluster, connect, server  # noqa: F401 (fixtures)
 from waits import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.engine]
@@ -276,7 +276,7 @@ def test_rollback_to_a_savepoint_after_a_fetch_keeps_the_transaction(cluster, fd
     with connect(cluster) as admin:
         admin.execute("CREATE TABLE IF NOT EXISTS kept (x int)")
         admin.execute("TRUNCATE kept")
-    with psycopg.connect(cluster.conninfo(DB)) as db:  # one transaction
+    with psycopg.connect(cluster.conninfo()) as db:  # one transaction
         db.execute("INSERT INTO kept VALUES (1)")
         db.execute("DECLARE c CURSOR FOR SELECT * FROM review_tone")
         db.execute("SAVEPOINT s")

@@ -38,9 +38,17 @@ def spent(server, key: str) -> list[int]:
         return [j.stats.get("budget_tokens_spent", 0) for j in c.list()]
 
 
-def test_a_role_cannot_raise_its_budget_past_its_ceiling(server, cluster):
+@pytest.fixture
+def ceilings(cluster):
+    """alice's ceiling of 1,200 tokens and everyone's of 100,000, deleted after the test whatever its outcome."""
     with connect(cluster) as admin:
         admin.execute("INSERT INTO relserve.budget_limits (role, max_tokens_total) VALUES ('alice', 1200), ('*', 100000)")
+    yield
+    with connect(cluster) as admin:
+        admin.execute("DELETE FROM relserve.budget_limits")
+
+
+def test_a_role_cannot_raise_its_budget_past_its_ceiling(server, cluster, ceilings):
     with connect(cluster, "alice") as db:
         # its own ceiling, not the '*' row's; never another role's
         assert db.execute("SELECT own, max_tokens_total FROM relserve.my_budget_limit ORDER BY own DESC").fetchall() == [
@@ -70,8 +78,6 @@ def test_a_role_cannot_raise_its_budget_past_its_ceiling(server, cluster):
         db.execute("SET relserve.max_tokens_total = 300")
         assert sum(r[2] is None for r in db.execute(STORIES).fetchall()) < len(answered)
     assert max(spent(server, ROLE_KEYS["alice"])) <= 1200
-    with connect(cluster) as admin:
-        admin.execute("DELETE FROM relserve.budget_limits")
 
 
 def test_a_roles_tenant_day_holds_whatever_the_database_sends(server, cluster):

@@ -3,9 +3,10 @@
 ``0`` over a server's default, a bad value, a role's own session, and a row the engine fails.
 
 The real cluster and extension of test_postgres.py; behind its relserve server the rule engine and
-embedder of tests/cascade_doubles.py (a cascade needs 3,000 rows or more: with the real engine
-that is test_cascade_engine.py's, on DuckDB). ``RuleEngine.submitted`` shows which rows the LLM
-got: 900 of the 3,200 when the cascade runs (300 training, 600 audit), every row when it does not.
+embedder of tests/cascade_doubles.py, with the policy's sizes at about a seventh as
+test_cascade_engine.py sets them (a cascade from 400 rows, 100 training and 150 audit rows; the
+logic is the same, relserve/cascade/policy.py only sizes it). ``RuleEngine.submitted`` shows which
+rows the LLM got: 250 of the 450 when the cascade runs, every row when it does not.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from cascade_doubles import RuleEmbedder, RuleEngine, own_text, reviews
 from server_fixtures import running_server
 from test_postgres import KEY, ROLE_KEYS, cluster, connect  # noqa: F401 (fixtures)
 
-from relserve.cascade import embedding
+from relserve.cascade import embedding, policy
 
 pytestmark = [pytest.mark.postgres]
 
-N = 3200  # over the 3,000 rows a cascade needs: 300 training + 600 audit rows, 2,300 for the proxy
+MIN_ROWS, TRAIN, AUDIT = 400, 100, 150
+SAMPLE = TRAIN + AUDIT
+N = 450  # over the 400 rows a cascade needs: 100 training + 150 audit rows, 200 for the proxy
 TEMPLATE = "Is it worth it? Review: {review}"
 SOURCE = "SELECT review FROM cascade_reviews ORDER BY id"
 BATCHED = f"SELECT id, llm_filter('{TEMPLATE}', review) FROM cascade_reviews ORDER BY id"
@@ -34,6 +37,15 @@ RULE = [(i + 1, i % 3 == 0, None) for i in range(N)]
 #: relserve.validation.cascade's message, after the name of the setting or option
 RULE_TEXT = ("must be an agreement target between 0.5 and 0.999 (0.95: 95% of the rows answered as the LLM "
              "would), or 0 for off")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def small_cascades():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(policy, "MIN_ROWS", MIN_ROWS)
+        for name, value in (("MIN_TRAIN", TRAIN), ("MAX_TRAIN", TRAIN), ("MIN_AUDIT", AUDIT), ("MAX_AUDIT", AUDIT)):
+            mp.setattr(policy, name, value)
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -96,11 +108,11 @@ def sent_rows(prompts: list[str]) -> list[int]:
 
 
 def assert_cascade_notice(notice: str, name: str) -> None:
-    """The cascade's figures over the 3,200 rows: what EXPLAIN ANALYZE shows on the other surfaces."""
+    """The cascade's figures over the 450 rows: what EXPLAIN ANALYZE shows on the other surfaces."""
     assert notice.startswith(f"{name}: model cascade\n"), notice
-    for line in (r"cascade\s+target 0\.95 ", r"sample\s+300\s+rows the LLM answered to train the proxy",
-                 r"audit\s+600\s+rows the LLM answered to check it", r"proxy rows\s+2,300\s+answered by the proxy",
-                 r"estimated agreement\s+100\.00%", r"LLM rows\s+900\s+of 3,200 \(0 after the proxy\)"):
+    for line in (r"cascade\s+target 0\.95 ", r"sample\s+100\s+rows the LLM answered to train the proxy",
+                 r"audit\s+150\s+rows the LLM answered to check it", r"proxy rows\s+200\s+answered by the proxy",
+                 r"estimated agreement\s+100\.00%", r"LLM rows\s+250\s+of 450 \(0 after the proxy\)"):
         assert re.search(line, notice), (line, notice)
 
 
@@ -125,8 +137,8 @@ def test_a_query_call_with_the_cascade_option_answers_as_the_llm_and_notices_the
         notices = noticed(db)
         got = filter_query(db, {"cascade": 0.95})
     assert got == RULE
-    # the LLM got the 900 sample rows, each once, as one relQuery; the proxy answered the other 2,300
-    assert [len(p) for p in eng.submitted] == [900] and len(set(sent_rows(eng.submitted[0]))) == 900
+    # the LLM got the 250 sample rows, each once, as one relQuery; the proxy answered the other 200
+    assert [len(p) for p in eng.submitted] == [SAMPLE] and len(set(sent_rows(eng.submitted[0]))) == SAMPLE
     (notice,) = [n for n in notices if "model cascade" in n]
     assert_cascade_notice(notice, "llm_filter_query")
 
@@ -136,21 +148,21 @@ def test_the_session_setting_applies_to_query_calls_and_to_batched_scalar_calls(
         notices = noticed(db)
         db.execute("SET relserve.cascade = 0.95")
         assert filter_query(db) == RULE
-        assert [len(p) for p in eng.submitted] == [900]
-        # the batch node's windows are relQueries: one of 3,200 rows runs as a cascade
-        db.execute("SET relserve.batch_window = 3200")
+        assert [len(p) for p in eng.submitted] == [SAMPLE]
+        # the batch node's windows are relQueries: one of 450 rows runs as a cascade
+        db.execute("SET relserve.batch_window = 450")
         plan = "\n".join(r for (r,) in db.execute(f"EXPLAIN {BATCHED}"))
         batched = db.execute(BATCHED).fetchall()
-        assert [len(p) for p in eng.submitted] == [900, 900]
-        # windows of 2,000 rows (the default) are under the 3,000 a cascade needs: every row to the LLM
-        db.execute("RESET relserve.batch_window")
+        assert [len(p) for p in eng.submitted] == [SAMPLE, SAMPLE]
+        # windows of 300 rows are under the 400 a cascade needs: every row to the LLM
+        db.execute("SET relserve.batch_window = 300")
         assert db.execute(BATCHED).fetchall() == batched
-        assert [len(p) for p in eng.submitted] == [900, 900, 2000, 1200]
+        assert [len(p) for p in eng.submitted] == [SAMPLE, SAMPLE, 300, 150]
         # the call's own 0 turns the session's cascade off
         assert filter_query(db, {"cascade": 0}) == RULE
-    assert "Custom Scan (relserve batch)" in plan and "Window Rows: 3200" in plan, plan
+    assert "Custom Scan (relserve batch)" in plan and "Window Rows: 450" in plan, plan
     assert batched == [(i, i % 3 == 0) for i in range(N)]
-    assert [len(p) for p in eng.submitted] == [900, 900, 2000, 1200, N]
+    assert [len(p) for p in eng.submitted] == [SAMPLE, SAMPLE, 300, 150, N]
     cascades = [n for n in notices if "model cascade" in n]
     assert len(cascades) == 2
     assert_cascade_notice(cascades[0], "llm_filter_query")
@@ -162,13 +174,13 @@ def test_zero_turns_the_servers_default_off_for_the_session(cluster, eng):
     with running_server(defaulting, cascade=0.9, tenants=TENANTS, cache=False) as srv, served_by(cluster, srv):
         with connect(cluster) as db:
             assert filter_query(db) == RULE  # the server's default: a cascade
-            assert [len(p) for p in defaulting.submitted] == [900]
+            assert [len(p) for p in defaulting.submitted] == [SAMPLE]
             db.execute("SET relserve.cascade = 0")
             assert filter_query(db) == RULE
-            db.execute("SET relserve.batch_window = 3200")
+            db.execute("SET relserve.batch_window = 450")
             assert db.execute(BATCHED).fetchall() == [(i, i % 3 == 0) for i in range(N)]
     # with the setting at 0, every row of both calls went to the LLM
-    assert [len(p) for p in defaulting.submitted] == [900, N, N]
+    assert [len(p) for p in defaulting.submitted] == [SAMPLE, N, N]
     assert eng.submitted == []
 
 
@@ -198,7 +210,7 @@ def test_a_role_sets_it_for_its_own_session_only(cluster, eng):
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             alice.execute("ALTER ROLE bob SET relserve.cascade = 0.95")
     # alice's call ran as a cascade, bob's sent every row to the LLM
-    assert [len(p) for p in eng.submitted] == [900, N]
+    assert [len(p) for p in eng.submitted] == [SAMPLE, N]
     with connect(cluster, "alice") as again:
         assert again.execute("SHOW relserve.cascade").fetchone() == ("",)
 
@@ -214,7 +226,7 @@ def test_a_row_the_engine_fails_loses_no_other_row(cluster, eng):
         got = filter_query(db)
         with pytest.raises(psycopg.errors.DataException) as e:
             filter_query(db, {"on_error": "raise"})
-        db.execute("SET relserve.batch_window = 3200")
+        db.execute("SET relserve.batch_window = 450")
         batched = db.execute(BATCHED).fetchall()
     # the same sample every time (the cascade's seed), so the same row fails in each call
     assert [sent_rows(p) for p in eng.submitted] == [sample] * 4
@@ -232,13 +244,13 @@ def test_a_foreign_table_takes_the_cascade_as_a_table_option(cluster, server, en
         db.execute(f"CREATE USER MAPPING FOR postgres SERVER cascade_srv OPTIONS (api_key '{KEY}')")
         db.execute("CREATE FOREIGN TABLE worth_it (id int, ok boolean) SERVER cascade_srv OPTIONS ("
                    f"source 'SELECT id, review FROM cascade_reviews', template '{TEMPLATE}', kind 'filter', "
-                   "window_rows '3200', cascade '0.95')")
+                   "window_rows '450', cascade '0.95')")
         got = sorted(db.execute("SELECT id, ok FROM worth_it").fetchall())
         db.execute("ALTER FOREIGN TABLE worth_it OPTIONS (SET cascade '0.3')")
         with pytest.raises(psycopg.errors.InvalidParameterValue) as e:
             db.execute("SELECT id, ok FROM worth_it").fetchall()
     assert got == [(i, i % 3 == 0) for i in range(N)]
-    assert [len(p) for p in eng.submitted] == [900]
+    assert [len(p) for p in eng.submitted] == [SAMPLE]
     (notice,) = [n for n in notices if "model cascade" in n]
     assert_cascade_notice(notice, "relserve_fdw (filter)")
     assert e.value.diag.message_primary == f"relserve_fdw (filter): option cascade {RULE_TEXT}; got 0.3"

@@ -160,20 +160,32 @@ def test_a_dba_follows_the_install_steps_on_a_fresh_cluster(server):
             assert db.execute(QUERY).fetchall() == rows
         assert loaded_from(pg, "mydb").startswith(str(target / "relserve")), "the non-editable install runs"
 
-        # a folder the postgres OS user cannot read: the check fails, and so does the first call, naming it
-        locked = Path(tempfile.mkdtemp(prefix="relserve-locked-"))  # mode 0700, root's
+        # a folder the postgres OS user cannot read: relserve is not imported from it, and the first
+        # call fails naming it. The same install as above, copied into a folder that is readable
+        # first (the control: postgres imports relserve from it), then locked: root's with mode
+        # 0700 when the tests run as root (the cluster runs as postgres), mode 0 otherwise (the
+        # cluster runs as this user, whom mode 0 locks out too)
+        locked = Path(tempfile.mkdtemp(prefix="relserve-locked-"))
+        shutil.copytree(target, locked, dirs_exist_ok=True)
+        check_import = ("sudo -u postgres /usr/bin/python3 -c \"import site, sys; [site.addsitedir(p) for p in "
+                        "sys.argv[1].split(':')]; import relserve.postgres; print(relserve.postgres.__file__)\" "
+                        f"'{locked}:{site_packages}'")
         try:
-            if os.geteuid() == 0:
-                failed = run_shell(f"sudo -u postgres /usr/bin/python3 -c \"import site; site.addsitedir('{locked}'); "
-                                   "import relserve.postgres\"")
-                assert failed.returncode != 0
-                with connect(pg, "mydb") as admin:
-                    admin.execute("UPDATE relserve.config SET value = %s WHERE name = 'python_path'", [f"{locked}:{site_packages}"])
-                with connect(pg, "mydb", "alice") as db:
-                    with pytest.raises(psycopg.errors.SystemError,
-                                       match=rf"^relserve: the python_path folder {locked} cannot be read by the database server's OS user"):
-                        db.execute(QUERY)
+            locked.chmod(0o755)
+            readable = run_shell(check_import)
+            assert readable.returncode == 0 and readable.stdout.startswith(str(locked / "relserve")), readable
+            locked.chmod(0o700 if os.geteuid() == 0 else 0)
+            hidden = run_shell(check_import)
+            # (the site-packages after it still holds the editable install: its checkout's relserve is found instead)
+            assert hidden.returncode == 0 and not hidden.stdout.startswith(str(locked)), hidden
+            with connect(pg, "mydb") as admin:
+                admin.execute("UPDATE relserve.config SET value = %s WHERE name = 'python_path'", [f"{locked}:{site_packages}"])
+            with connect(pg, "mydb", "alice") as db:
+                with pytest.raises(psycopg.errors.SystemError,
+                                   match=rf"^relserve: the python_path folder {locked} cannot be read by the database server's OS user"):
+                    db.execute(QUERY)
         finally:
+            locked.chmod(0o700)
             shutil.rmtree(locked, ignore_errors=True)
     finally:
         pg.stop()

@@ -14,7 +14,7 @@ import json
 
 import psycopg
 import pytest
-from reference_scores import ReferenceScorer, ScoreRecorder, reference_topk
+from reference_scores import ScoreRecorder, reference_topk
 from server_fixtures import running_server
 from test_operators_engine import traced_answers
 from test_postgres import KEY, REVIEWS, ROLE_KEYS, cluster, connect  # noqa: F401 (fixtures)
@@ -63,12 +63,11 @@ def test_reduce_per_group_nulls_and_empty_groups(cluster, fresh_recording):
         assert db.execute("SELECT llm_topk('Good? {r}', review, 2) FROM reviews WHERE id = 7").fetchone() == ([],)
 
 
-def test_topk_order_is_the_reference_scores_order(cluster, fresh_recording, engine):
+def test_topk_order_is_the_reference_scores_order(cluster, fresh_recording, reference_scorer):
     with connect(cluster) as db:
         top = db.execute("SELECT llm_topk('Is this review enthusiastic? {review}', review, 2 ORDER BY id) FROM reviews").fetchone()[0]
     values = [r for _, r, _ in sorted(REVIEWS)] + [None]  # id order; id 7 is NULL
-    scorer = ReferenceScorer(engine.model_path)
-    assert top == [values[i] for i in reference_topk(scorer, fresh_recording, values, 2)]
+    assert top == [values[i] for i in reference_topk(reference_scorer, fresh_recording, values, 2)]
 
 
 def test_reduce_query_sends_every_group_in_one_request(cluster, server, fresh_recording):
@@ -114,11 +113,13 @@ def test_bad_arguments_are_sql_errors_naming_the_problem(cluster):
             db.execute("SELECT * FROM llm_reduce_query('{review}', 'SELECT review FROM reviews', '{\"max_tokens\": 1900}')")
 
 
-def test_a_role_without_superuser_rights_uses_its_own_key(cluster, server):
+def test_a_role_without_superuser_rights_uses_its_own_key(cluster, server, fresh_recording):
     role = "alice"
     with connect(cluster, role) as db:
         db.execute("SET relserve.max_tokens = 8")
-        assert isinstance(db.execute(f"SELECT llm_reduce('{SUMMARY}', review) FROM reviews WHERE id < 3").fetchone()[0], str)
+        got = db.execute(f"SELECT llm_reduce('{SUMMARY}', review ORDER BY id) FROM reviews WHERE id < 3").fetchone()[0]
+        # the engine's answer to the group's prompt, sent under alice's tenant
+        assert [got] == traced_answers(fresh_recording, SUMMARY, [[r for i, r, _ in sorted(REVIEWS) if i < 3]])
         # the internal support functions are not the caller's to call
         for call in ("relserve._reduce_final(ARRAY['{x}', 'a'])", "relserve._topk_final(ARRAY['{x}', '1', 'a'])"):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):

@@ -194,7 +194,8 @@ def test_no_hidden_row_reaches_mallorys_functions_or_the_server(tables, watched,
                 assert "relserve batch" in plan, (where, plan)
             got[batching] = rows
         assert got[True] == got[False], sql
-        assert [r[0] for r in got[True]] == sorted(visible) or "llm_filter" in sql, (sql, got)
+        # every query keeps every row she may see: mal.leak is true, and no visible row's call fails
+        assert [r[0] for r in got[True]] == sorted(visible), (sql, got)
 
 
 def test_the_policys_calls_and_mallorys_go_out_in_separate_batches(tables, watched):

@@ -452,7 +452,8 @@ def test_health_and_plan_replies_are_exactly_this_json():
         got = r.json()
         assert "where a proxy pays" in got["cascade"]["plan"]
         assert r.content == _compact({"rows": 4, "engine_rows": 2, "cached_rows": 0, "failed_rows": 1, "estimate": got["estimate"],
-                                      "cascade": {"target": 0.95, "applies": False, "plan": got["cascade"]["plan"]}})
+                                      "cascade": {"target": 0.95, "recall": None, "precision": None, "applies": False,
+                                                  "plan": got["cascade"]["plan"]}})
         srv.server.config.app.state.relserve.begin_shutdown()
         r = httpx.get(srv.url + "/health")
         assert r.status_code == 503

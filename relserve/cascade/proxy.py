@@ -72,9 +72,11 @@ class LogisticProxy:
         return [self.labels[i] for i in best], p[np.arange(len(p)), best]
 
 
-def fit(x: np.ndarray, answers: Sequence[str], labels: Sequence[str], *, seed: int = 0) -> LogisticProxy:
+def fit(x: np.ndarray, answers: Sequence[str], labels: Sequence[str], *, seed: int = 0,
+        penalty: float | None = None) -> LogisticProxy:
     """Train on features ``x`` (one row per answered row) and the LLM's ``answers`` (each one of
-    ``labels``). A label the sample never answered gets probability ~0."""
+    ``labels``). A label the sample never answered gets probability ~0. ``penalty``: the one to
+    use (None: chosen by cross-validation)."""
     labels = tuple(labels)
     if len(labels) < 2:
         raise ValueError("a proxy needs at least two labels")
@@ -90,7 +92,8 @@ def fit(x: np.ndarray, answers: Sequence[str], labels: Sequence[str], *, seed: i
     scale = x.std(axis=0) + 1e-6
     z = (x - mean) / scale
     targets = [(y == 1).astype(np.float64)] if len(labels) == 2 else [(y == k).astype(np.float64) for k in range(len(labels))]
-    penalty = _choose_penalty(z, y, targets, len(labels), seed)
+    if penalty is None:
+        penalty = _choose_penalty(z, y, targets, len(labels), seed)
     weights = tuple(_fit_binary(z, t, penalty) for t in targets)
     return LogisticProxy(labels, mean, scale, weights, penalty)
 

@@ -93,6 +93,7 @@ def serve(
     else:
         typer.echo(f"starting the engine ({model}, policy {policy}; about 25 s)...")
         engine = Engine(model=model, policy=policy)
+    server = None
     try:
         web = create_app(engine, tenants=tenant_cfg, cache=cache, public_url=public_url, cors_origins=cors_origin,
                          cascade=cascade)
@@ -108,6 +109,11 @@ def serve(
             ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
             timeout_graceful_shutdown=10,
         )
-        Server(config).run()
+        server = Server(config, stop_when_dead=engine)
+        server.run()
     finally:
         engine.close()
+    if server is not None and server.engine_died:
+        # a failure exit, so that a supervisor (systemd's Restart=on-failure) starts it again
+        typer.echo(f"relserve serve stopped: {server.engine_died}", err=True)
+        raise typer.Exit(code=1)

@@ -56,6 +56,8 @@ _MAX_LOGPROBS = 20
 #: answers between two steps, and a step here takes up to about a second; past that the estimate
 #: goes on without it (a job that wants one starts on time behind a long step or a held loop)
 VIEW_WAIT_S = 1.0
+#: why an engine whose processes died can serve no more (``dead_reason``, and its rows' error)
+DEAD = "the engine's processes died (killed, or out of memory); start a new Engine"
 
 
 def _cpu_threads(setting: str) -> None:
@@ -222,7 +224,7 @@ class Engine(BackendBase):
         """Why the engine can no longer serve (its processes died), or None while it can."""
         llm = getattr(self, "_llm", None)
         if llm is not None and llm.errored:
-            return "the engine's processes died (killed, or out of memory); start a new Engine"
+            return DEAD
         return None
 
     @property
@@ -305,9 +307,14 @@ class Engine(BackendBase):
     # ------------------------------------------------------------------ control
 
     async def _rpc(self, command: str, payload: dict) -> dict:
+        from vllm.v1.engine.exceptions import EngineDeadError
+
         if not self.uses_plugin:
             raise ConfigError(f"policy {self.policy!r} runs vLLM's own scheduler, which has no relserve controls")
-        out = await self._llm.engine_core.call_utility_async("relserve_rpc", command, json.dumps(payload))
+        try:
+            out = await self._llm.engine_core.call_utility_async("relserve_rpc", command, json.dumps(payload))
+        except EngineDeadError:
+            raise EngineError(self.dead_reason or DEAD) from None
         return json.loads(out)
 
     def set_policy(self, policy: str, settings: PolicySettings | None = None, cost_model: CostModel | None = None, timeout: float = 600) -> None:
@@ -591,7 +598,17 @@ class Engine(BackendBase):
         except asyncio.CancelledError:
             handle.row_done(RowResult(index, error=running.cancel_reason or "cancelled", prompt_tokens=prompt_len))
         except Exception as e:
-            handle.row_done(RowResult(index, error=f"{type(e).__name__}: {e}", prompt_tokens=prompt_len))
+            handle.row_done(RowResult(index, error=self._row_error(e), prompt_tokens=prompt_len))
+
+    def _row_error(self, e: Exception) -> str:
+        """A failed row's error as its caller reads it. A row cut short because the engine's
+        processes died says so: vLLM's own message points at a stack trace in the server's log,
+        which a client never sees."""
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        if isinstance(e, EngineDeadError) or self.dead_reason is not None:
+            return self.dead_reason or DEAD
+        return f"{type(e).__name__}: {e}"
 
     # ------------------------------------------------------------------ label scoring
 
@@ -668,7 +685,7 @@ class Engine(BackendBase):
         except asyncio.CancelledError:
             handle.row_done(RowResult(index, error=running.cancel_reason or "cancelled", prompt_tokens=len(ids)))
         except Exception as e:
-            handle.row_done(RowResult(index, error=f"{type(e).__name__}: {e}", prompt_tokens=len(ids)))
+            handle.row_done(RowResult(index, error=self._row_error(e), prompt_tokens=len(ids)))
 
     def _cancel(self, rel_id: str) -> None:
         running = self._inflight.get(rel_id)

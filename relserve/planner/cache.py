@@ -8,6 +8,10 @@ failing. Answers read or written by this process are also kept in memory (LRU), 
 query does not go back to SQLite; answers are deterministic, so a copy never disagrees with the
 file, and ``clear()`` drops this process's copies too.
 
+A file SQLite cannot read (not a database, or malformed: a crash or a copy cut short tore it) is
+moved aside as ``results.sqlite.corrupt-<UTC time>`` with a warning, and an empty cache starts in
+its place: a cache only saves work, and must not keep a server from starting.
+
 Answers a label method warned about (close to guesses: relserve/labels/guesses.py) are stored
 with that warning, so that a query answered from the cache says it again instead of handing the
 same guesses back silently.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -48,6 +53,10 @@ _BATCH = 30_000 if sqlite3.sqlite_version_info >= (3, 32, 0) else 900
 #: answers remembered in memory per process (a repeated query skips SQLite)
 MEMO_ENTRIES = 500_000
 _KEY_BYTES = 16
+#: SQLite's primary result codes for a damaged file
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+
+log = logging.getLogger(__name__)
 
 
 def _key_prefix(model_id: str, settings: Mapping[str, object]) -> hashlib._Hash:
@@ -75,6 +84,24 @@ def _keys(model_id: str, settings: Mapping[str, object], prompts: Sequence[str])
     return out
 
 
+def _is_corrupt(e: sqlite3.DatabaseError) -> bool:
+    """Whether SQLite says the file is not a database or is malformed (not: locked, unreadable,
+    a full disk, which moving the file aside would not mend)."""
+    return (getattr(e, "sqlite_errorcode", 0) & 0xFF) in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename the cache file and its write-ahead log and shared memory to ``<name>.corrupt-<UTC
+    time>``; returns the file's new path."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        src = path.with_name(path.name + suffix)
+        if src.exists():
+            src.replace(aside.with_name(aside.name + suffix))
+    return aside
+
+
 def _private(path: Path) -> None:
     """Create the cache file readable by its owner only (0600: it holds every cached prompt and
     answer; SQLite gives its -wal and -shm files the same mode), and tighten one we own."""
@@ -99,14 +126,34 @@ class ResultCache:
         _private(self.path)
         self._lock = threading.Lock()
         self._memo: OrderedDict[bytes, str] = OrderedDict()
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as e:
+            if not _is_corrupt(e):
+                raise
+            # a cache only saves work: a torn file (a crash, a full disk, a copy cut short) must
+            # not stop a server from starting. It is kept aside for whoever wants to look.
+            aside = _set_aside(self.path)
+            log.warning("the result cache %s could not be read (%s); it was moved to %s and a new, empty cache "
+                        "started", self.path, e, aside)
+            _private(self.path)
+            self._db = self._open()
+
+    def _open(self) -> sqlite3.Connection:
         # DuckDB and polars may call us from their worker threads; the lock serialises use.
-        self._db = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
-        self._db.execute("PRAGMA mmap_size=268435456")
-        self._db.execute(_SCHEMA)
-        self._db.execute(_GUESSES)
+        db = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA busy_timeout=30000")
+            db.execute("PRAGMA mmap_size=268435456")
+            db.execute(_SCHEMA)
+            db.execute(_GUESSES)
+            db.execute("SELECT 1 FROM results LIMIT 1").fetchall()
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     def get_many(self, model_id: str, settings: Mapping[str, object], prompts: Sequence[str]) -> dict[int, str]:
         """Cached answers by position in ``prompts`` (missing positions are not cached)."""

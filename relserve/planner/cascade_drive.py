@@ -1,7 +1,8 @@
-"""The synchronous driver of a cascade (DuckDB, polars: ``plan_and_run.run_rows``): its two
-relQueries run by ``CallExecutor`` one after the other, the proxy in between.
+"""The synchronous driver of a cascade (DuckDB, polars: ``plan_and_run.run_rows``): its
+relQueries run by ``CallExecutor`` one after the other, the proxy in between: the sample, the
+audit of a recall / precision cascade (an agreement cascade audits within its sample), the rest.
 
-The server's jobs drive the same ``Cascade`` steps on their event loop (relserve/server/jobs.py).
+The server's jobs drive the same steps on their event loop (relserve/server/jobs.py).
 """
 
 from __future__ import annotations
@@ -11,13 +12,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from relserve.backend.protocol import Backend
+from relserve.cascade import prefetch
+from relserve.cascade.policy import CascadePlan
 from relserve.cascade.report import CascadeReport
 from relserve.planner.cascade_runner import Cascade
+from relserve.planner.cascade_targets import TargetCascade
 from relserve.planner.executor import CallExecutor
 from relserve.planner.planned_rows import PlannedRows
 from relserve.results import RelQueryStats, RowResult
 
 ExecutorFor = Callable[[PlannedRows], CallExecutor]
+AnyCascade = Cascade | TargetCascade
+
+
+def make_cascade(rows: PlannedRows, plan: CascadePlan, seed: int = 0) -> AnyCascade:
+    """The cascade ``plan`` asks for: recall / precision targets, else the agreement."""
+    return TargetCascade(rows, plan, seed=seed) if plan.targets is not None else Cascade(rows, plan, seed=seed)
 
 
 @dataclass
@@ -30,11 +40,22 @@ class CascadeOutcome:
     last: CallExecutor | None = None
 
 
-def run_cascade(cascade: Cascade, engine: Backend, executor_for: ExecutorFor, *, progress: bool = False,
+def run_cascade(cascade: AnyCascade, engine: Backend, executor_for: ExecutorFor, *, progress: bool = False,
                 fail_fast: bool = False) -> CascadeOutcome:
     """Every row of ``cascade.rows``: the sample's from the LLM, the proxy's, the remainder's
     from the LLM. With ``fail_fast`` the first failed row stops the call (the rows not answered
-    then are left out, as a fail-fast executor leaves them)."""
+    then are left out, as a fail-fast executor leaves them). The rows are embedded while the
+    sample runs (``prefetch.OVERLAP``)."""
+    if prefetch.OVERLAP:
+        cascade.start_prefetch()
+    try:
+        return _run(cascade, engine, executor_for, progress=progress, fail_fast=fail_fast)
+    finally:
+        cascade.stop_prefetch()
+
+
+def _run(cascade: AnyCascade, engine: Backend, executor_for: ExecutorFor, *, progress: bool,
+         fail_fast: bool) -> CascadeOutcome:
     rep = cascade.report
     t0 = time.perf_counter()
     first = executor_for(cascade.sample())
@@ -46,21 +67,34 @@ def run_cascade(cascade: Cascade, engine: Backend, executor_for: ExecutorFor, *,
     if fail_fast and any(r.error is not None for r in out):
         return CascadeOutcome(out, merged_stats(stats), rep, first)
     cascade.learn()
+    audit = cascade.audit()
+    if audit is not None and audit.prompts:
+        t1 = time.perf_counter()
+        checking = executor_for(audit)
+        got = checking.run(engine, progress=progress, fail_fast=fail_fast)
+        rep.audit_s = time.perf_counter() - t1
+        for row in got:
+            cascade.record(row)
+        out += got
+        stats.append(checking.stats)
+        if fail_fast and any(r.error is not None for r in got):
+            return CascadeOutcome(out, merged_stats(stats), rep, checking)
+    cascade.choose()
     answered = cascade.proxy_answers()
     out += answered
     write_proxy_answers(cascade, first)
     rest = cascade.remainder()
     last = first
     if rest.prompts:
-        t1 = time.perf_counter()
+        t2 = time.perf_counter()
         last = executor_for(rest)
         out += last.run(engine, progress=progress, fail_fast=fail_fast)
-        rep.remainder_s = time.perf_counter() - t1
+        rep.remainder_s = time.perf_counter() - t2
         stats.append(last.stats)
     return CascadeOutcome(out, merged_stats(stats), rep, last)
 
 
-def write_proxy_answers(cascade: Cascade, executor: CallExecutor) -> int:
+def write_proxy_answers(cascade: AnyCascade, executor: CallExecutor) -> int:
     """Store the proxy's answers in the result cache, under the call's key (which holds the
     cascade's target and seed: a call without the option never reads them)."""
     rows = cascade.rows

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from relserve.cascade import embedding, proxy, threshold
-from relserve.cascade.policy import CONFIDENCE, CascadePlan
+from relserve.cascade import embedding, prefetch, proxy, threshold
+from relserve.cascade.policy import CascadePlan
 from relserve.cascade.report import CascadeReport
 from relserve.labels.interface import LabelScope
 from relserve.planner.planned_rows import PlannedRows
@@ -55,6 +55,44 @@ def subset(rows: PlannedRows, prompts: list[int], scope: LabelScope | None = Non
                        scope, labels=rows.labels)
 
 
+def prompt_of(rows: PlannedRows) -> dict[int, int]:
+    """Request row -> its prompt index (each request row has one prompt)."""
+    return {row: p for p, targets in enumerate(rows.targets) for row in targets}
+
+
+def label_scope(rows: PlannedRows) -> LabelScope | None:
+    """The whole relQuery a cascade's LLM relQueries are parts of: a label plan the sample makes
+    is made from the whole table's rows, as the LLM-only run makes it, and decides the later
+    parts too (the rows the proxy is unsure of are no sample of the table)."""
+    return LabelScope(rows.values, [min(t) for t in rows.targets], rows.prompts) if rows.values else None
+
+
+def label_of(call, labels: tuple[str, ...], value) -> str | None:
+    """An answered row's value as the proxy's label (a filter's True: "yes"); None if it is none."""
+    if call.function.kind == "filter":
+        return "yes" if value else "no"
+    return value if value in labels else None
+
+
+def start_prefetch(embedder: embedding.Embedder, texts: list[str]) -> embedding.Embedder:
+    """``embedder``, embedding ``texts`` ahead on a background thread (a cascade's rows while
+    the engine answers its sample)."""
+    return prefetch.Prefetched(embedder, texts).start()
+
+
+def stop_prefetch(cascade) -> None:
+    """Stop a cascade's background embedding (a cancelled or failed call)."""
+    if isinstance(cascade.embedder, prefetch.Prefetched):
+        cascade.embedder.stop()
+
+
+def release_prefetch(cascade) -> None:
+    """After ``learn`` read them: note the background embedding's seconds and drop its vectors."""
+    if isinstance(cascade.embedder, prefetch.Prefetched):
+        cascade.report.prefetch_s = cascade.embedder.seconds
+        cascade.embedder = cascade.embedder.inner
+
+
 @dataclass
 class Cascade:
     """The cascade of one ``PlannedRows`` (its prompts left to run)."""
@@ -69,23 +107,29 @@ class Cascade:
         call = self.rows.call
         self.labels: tuple[str, ...] = tuple(call.choices or ())
         self.parts = split(len(self.rows.prompts), self.plan.train, self.plan.audit, self.seed)
-        #: request row -> its prompt index (each request row has one prompt)
-        self._prompt_of = {row: p for p, targets in enumerate(self.rows.targets) for row in targets}
+        self._prompt_of = prompt_of(self.rows)
         #: prompt index -> the LLM's label, for the sample's rows that it answered
         self.answers: dict[int, str] = {}
         #: after ``learn``: the rest rows' proxy labels and confidences (aligned with parts.rest)
         self._rest_labels: list[str] = []
         self._rest_confidence = np.zeros(0)
         self.choice: threshold.ThresholdChoice | None = None
-        #: the LLM's relQueries (the sample, the remainder) are parts of one: a label plan the
-        #: sample makes is made from the whole table's rows, as the LLM-only run makes it, and
-        #: decides the remainder too (the rows the proxy is unsure of are no sample of the table)
-        self.label_scope = (LabelScope(self.rows.values, [min(t) for t in self.rows.targets], self.rows.prompts)
-                            if self.rows.values else None)
+        #: the LLM's relQueries (the sample, the remainder) are parts of one
+        self.label_scope = label_scope(self.rows)
         self.report = CascadeReport(self.plan.target or 0.0, len(self.rows.prompts), len(self.parts.train),
-                                    len(self.parts.audit), embedder=self.embedder.name, seed=self.seed)
+                                    len(self.parts.audit), confidence=self.plan.confidence,
+                                    embedder=self.embedder.name, seed=self.seed)
 
     # ------------------------------------------------------------------ 1. the sample
+
+    def start_prefetch(self) -> None:
+        """Embed the rows on a background thread while the sample runs (relserve/cascade/prefetch.py)."""
+        texts = embedding.row_texts(self.rows.prompts)
+        order = self.parts.train + self.parts.audit + self.parts.rest
+        self.embedder = start_prefetch(self.embedder, [texts[p] for p in order])
+
+    def stop_prefetch(self) -> None:
+        stop_prefetch(self)
 
     def sample(self) -> PlannedRows:
         """The training and audit rows, for the LLM first."""
@@ -95,14 +139,9 @@ class Cascade:
         """One of the sample's answered rows (as the executor fans them out)."""
         if row.error is not None or row.value is None:
             return
-        label = self._label(row.value)
+        label = label_of(self.rows.call, self.labels, row.value)
         if label is not None:
             self.answers[self._prompt_of[row.index]] = label
-
-    def _label(self, value) -> str | None:
-        if self.rows.call.function.kind == "filter":
-            return "yes" if value else "no"
-        return value if value in self.labels else None
 
     # ------------------------------------------------------------------ 2. the proxy and its threshold
 
@@ -144,13 +183,21 @@ class Cascade:
             return None  # stopped
         rep.embed_s += time.perf_counter() - t2
         t3 = time.perf_counter()
+        release_prefetch(self)
         choice = threshold.choose(audit_confidence, agrees, self._rest_confidence, rows=len(self.rows.prompts),
-                                  target=self.plan.target, delta=1.0 - CONFIDENCE)
+                                  target=self.plan.target, delta=self.plan.failure)
         rep.learn_s = learn_s + time.perf_counter() - t3
         if not choice.applies:
-            rep.fallback = (f"no threshold keeps the agreement's {CONFIDENCE:.0%} bound at {self.plan.target:g} "
+            rep.fallback = (f"no threshold keeps the agreement's {self.plan.confidence:.0%} bound at {self.plan.target:g} "
                             f"(the proxy agreed with the LLM on {int(agrees.sum()):,} of {len(audit):,} audit rows)")
         return self._settle(choice)
+
+    def audit(self) -> PlannedRows | None:
+        """No second sample: the agreement's audit ran with the training rows."""
+        return None
+
+    def choose(self) -> None:
+        """Nothing left to choose: ``learn`` chose the threshold on the audit it had."""
 
     def _settle(self, choice: threshold.ThresholdChoice | None) -> threshold.ThresholdChoice | None:
         self.choice = choice

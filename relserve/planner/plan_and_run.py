@@ -138,10 +138,9 @@ def run_rows(
     cascade = cascade_policy.plan(plan.call, len(rows.prompts))
     if rows.prompts and cascade.applies:
         # (imported here: the cascade runner imports the planner's modules)
-        from relserve.planner.cascade_drive import run_cascade
-        from relserve.planner.cascade_runner import Cascade
+        from relserve.planner.cascade_drive import make_cascade, run_cascade
 
-        ran = run_cascade(Cascade(rows, cascade, seed=call.options.seed or 0), ref.get(), executor_for,
+        ran = run_cascade(make_cascade(rows, cascade, seed=call.options.seed or 0), ref.get(), executor_for,
                           progress=progress, fail_fast=fail_fast)
         for row in ran.rows:
             done[row.index] = row
@@ -175,7 +174,8 @@ def run_rows(
         # the rows are answered all the same; the warning says how little they can be trusted
         warnings.warn(warning, LabelWarning, stacklevel=2)
     if call.options.on_error == "raise" and outcome.failures:
-        i, err = outcome.failures[0]
+        # name the row that failed, not a row left unanswered because the run stopped at that failure
+        i, err = next(((i, e) for i, e in outcome.failures if e != unanswered), outcome.failures[0])
         raise RowError(f"{_row_label(plan, i)}: {err}")
     return outcome
 

@@ -19,7 +19,7 @@ from relserve.postgres.errors import PgError
 from relserve.validation import ON_ERROR_VALUES
 
 _INT = ("max_tokens", "seed", "priority", "batch_window", "max_tokens_total")
-_FLOAT = ("temperature", "top_p", "deadline_s", "timeout", "max_seconds", "cascade")
+_FLOAT = ("temperature", "top_p", "deadline_s", "timeout", "max_seconds", "cascade", *check.CASCADE_SHARES)
 _BOOL = ("reorder_fields", "cache", "batch_calls")
 _JSON = ("examples",)
 _TEXT = ("system", "method", "prompt_shape", "answer_field", "on_budget")
@@ -85,6 +85,7 @@ RULES: dict[str, Callable[[object], object]] = {
     "answer_field": _call_option("answer_field"),
     "examples": _call_option("examples"),
     "cascade": _cascade,
+    **{name: (lambda value, name=name: check.cascade_share(name, value)) for name in check.CASCADE_SHARES},
     "max_tokens_total": check.max_tokens_total,
     "max_seconds": check.max_seconds,
     "on_budget": check.on_budget,

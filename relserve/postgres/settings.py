@@ -29,9 +29,14 @@ CALL_OPTIONS: tuple[str, ...] = tuple(n for n in OPTION_NAMES if n != "model") +
 #: what only the database side reads: how long a statement waits, what a server error does, and
 #: whether scalar calls over a query's rows are batched (batch_calls.c), how many rows at a time
 BACKEND_OPTIONS = ("timeout", "on_server_error", "batch_calls", "batch_window")
-#: a session setting per call option but ``label_plan``, which says what one call does with its
-#: label plan (a session-wide "refresh" would make a new plan on every statement)
-SETTING_NAMES: tuple[str, ...] = BACKEND_OPTIONS + tuple(n for n in CALL_OPTIONS if n != "label_plan")
+#: options of one call only, never a session's: ``label_plan`` says what one call does with its
+#: label plan (a session-wide "refresh" would make a new plan on every statement); a cascade's
+#: recall / precision targets are a filter's, and a session's calls are not all filters
+CALL_ONLY = ("label_plan", "cascade_recall", "cascade_precision", "cascade_failure")
+#: a session setting per call option but the ``CALL_ONLY`` ones
+SETTING_NAMES: tuple[str, ...] = BACKEND_OPTIONS + tuple(n for n in CALL_OPTIONS if n not in CALL_ONLY)
+#: what one call's options (a ``*_query`` call's jsonb, a foreign table's options) may name
+PER_CALL_NAMES: tuple[str, ...] = SETTING_NAMES + tuple(n for n in CALL_ONLY if n != "label_plan")
 
 #: names that were settings once and are a superuser's decision now: why, and where they went
 REFUSED_SETTINGS: dict[str, str] = {
@@ -107,11 +112,15 @@ def call_request(name: str, settings: Settings, function: str, spec: object = No
     a ``*_query`` call's jsonb or a foreign table's options). Unknown names are an error listing
     the known ones."""
     given = dict(given or {})
-    unknown = sorted(set(given) - set(SETTING_NAMES))
+    unknown = sorted(set(given) - set(PER_CALL_NAMES))
     if unknown:
-        raise PgError(f"{name}: unknown option(s) {', '.join(unknown)}; known options: {', '.join(SETTING_NAMES)}")
+        raise PgError(f"{name}: unknown option(s) {', '.join(unknown)}; known options: {', '.join(PER_CALL_NAMES)}")
     chosen = {**settings.values, **{k: typed(k, v, f"{name}: option {k}") for k, v in given.items() if v is not None}}
     merged = Settings(within_ceilings(chosen, settings.ceilings))
+    for option in ("cascade_recall", "cascade_precision"):
+        if function != "filter" and merged.values.get(option) is not None:
+            raise PgError(f"{name}: option {option} applies to llm_filter only (the recall or precision of the rows "
+                          f"it keeps)")
     options: dict[str, object] = {"function": function}
     # the labels and the schema are checked here, by relserve's rules, so that a bad one names
     # itself before anything is sent

@@ -23,7 +23,7 @@ from relserve.server.api_relqueries import start_job
 from relserve.server.batches import plan_prompts
 from relserve.server.budget import call_max_tokens, check_template, prompts_cost
 from relserve.server.errors import ApiError
-from relserve.server.jobs import Job
+from relserve.server.jobs import CANCELLED, FAILED, Job
 from relserve.server.schemas import CallBody, ChatRequest, CompletionRequest, _OpenAIBase
 from relserve.server.state import ServerState, current_tenant, get_state
 from relserve.server.streaming import SSE, JobStreamResponse
@@ -81,8 +81,12 @@ def _finish_reason(r: RowResult) -> str:
 
 def _raise_row_error(job: Job) -> None:
     """A prompt the engine could not run (too long, NULL) fails the request, as in OpenAI's API.
+    A request the server could not finish (its engine died, the server is stopping) is a 503
+    naming why: the prompt was not at fault, and the same request may be sent again.
 
     An answer that ran but does not parse (JSON cut off by max_tokens) is still returned as text."""
+    if job.status in (FAILED, CANCELLED):
+        raise ApiError(503, job.error or "the request was cancelled before it finished", {"Retry-After": "5"})
     failed = [r for r in job.rows if r is not None and r.error is not None and r.text is None]
     if failed:
         r = failed[0]

@@ -120,8 +120,9 @@ async def plan(body: RelQueryRequest, tenant: Tenant = Depends(current_tenant), 
         state.jobs.release(reservation)
     cascade = cascade_plan(batch.call, len(batch.prompts))
     # whether a model cascade will answer some rows instead of the LLM (relserve/cascade/)
-    outlook = (CascadeOutlook(target=cascade.target, applies=cascade.applies, plan=cascade.describe())
-               if cascade.target is not None else None)
+    outlook = (CascadeOutlook(target=cascade.target, recall=cascade.recall, precision=cascade.precision,
+                              applies=cascade.applies, plan=cascade.describe())
+               if cascade.on else None)
     return RelQueryPlan(
         rows=batch.total,
         engine_rows=len(batch.prompts),

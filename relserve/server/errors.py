@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from relserve.budget import BudgetExceeded
-from relserve.errors import ConfigError, RowError, TemplateError
+from relserve.errors import ConfigError, EngineError, RowError, TemplateError
 from relserve.server.budget import DailyBudgetExceeded, LimitExceeded, RequestTooLarge
 from relserve.server.tenants import AuthError
 
@@ -96,6 +96,12 @@ def install_error_handlers(app: FastAPI, on_reject=None) -> None:
     @app.exception_handler(LimitExceeded)
     async def _limit(request: Request, exc: LimitExceeded) -> JSONResponse:
         return _reject(429, str(exc), {"Retry-After": "1"})
+
+    @app.exception_handler(EngineError)
+    async def _engine(request: Request, exc: EngineError) -> JSONResponse:
+        # the engine failed (its processes died): the server cannot serve the request now, and
+        # the same request may be sent again once it has restarted
+        return _reject(503, str(exc), {"Retry-After": "5"})
 
     for cls in (TemplateError, ConfigError, RowError):
 

@@ -19,11 +19,11 @@ from starlette.concurrency import run_in_threadpool
 from relserve.backend.protocol import Backend
 from relserve.budget import Allowance
 from relserve.cascade import policy as cascade_policy
+from relserve.cascade import prefetch
 from relserve.estimate.estimate import CallEstimate
 from relserve.functions import SchedulingHints
 from relserve.job_stats import JobStats
-from relserve.planner.cascade_drive import merged_stats, write_proxy_answers
-from relserve.planner.cascade_runner import Cascade
+from relserve.planner.cascade_drive import AnyCascade, make_cascade, merged_stats, write_proxy_answers
 from relserve.planner.executor import CallExecutor
 from relserve.planner.explain import describe_labels
 from relserve.planner.planned_rows import PlannedRows
@@ -82,7 +82,7 @@ class Job:
         self._changed = asyncio.Condition()
         #: a model cascade (``cascade`` option, relserve/cascade/): its plan, and once it runs, itself
         self.cascade_plan = cascade_policy.plan(batch.call, len(batch.prompts))
-        self.cascade: Cascade | None = None
+        self.cascade: AnyCascade | None = None
         #: executors whose answers are in the result cache already (a cascade runs two)
         self._cache_written: list[CallExecutor] = []
 
@@ -171,10 +171,20 @@ class Job:
         return result.stats
 
     async def _run_cascade(self, engine: Backend) -> None:
-        """The cascade's steps (relserve/planner/cascade_runner.py): the sample's relQuery, the proxy
-        (off the event loop), its rows, then the remainder's relQuery."""
+        """The cascade's steps (relserve/planner/cascade_runner.py, cascade_targets.py): the sample's
+        relQuery, the proxy (off the event loop), a recall / precision cascade's audit relQuery,
+        the proxy's rows, then the remainder's relQuery."""
         b = self.batch
-        cascade = self.cascade = Cascade(b, self.cascade_plan, seed=b.call.options.seed or 0)
+        cascade = self.cascade = make_cascade(b, self.cascade_plan, seed=b.call.options.seed or 0)
+        if prefetch.OVERLAP:
+            cascade.start_prefetch()
+        try:
+            await self._cascade_steps(engine, cascade)
+        finally:
+            cascade.stop_prefetch()
+
+    async def _cascade_steps(self, engine: Backend, cascade: AnyCascade) -> None:
+        b = self.batch
         rep = cascade.report
 
         def part(rows: PlannedRows, rel_id: str) -> CallExecutor:
@@ -194,6 +204,19 @@ class Job:
         await run_in_threadpool(cascade.learn, lambda: self._cancel_reason is not None)
         if self._cancel_reason is not None:
             return
+        audit = cascade.audit()
+        if audit is not None and audit.prompts:
+            t1 = time.perf_counter()
+            checking = part(audit, f"{self.id}-audit")
+            try:
+                stats.append(await self._run_relquery(checking, engine, record=cascade.record))
+            finally:
+                await self._write_cache(checking)
+                self.engine_stats = merged_stats(stats)
+            rep.audit_s = time.perf_counter() - t1
+            if self._cancel_reason is not None or self._failure is not None:
+                return
+        await run_in_threadpool(cascade.choose)
         for row in cascade.proxy_answers():
             self._put(row)
         await self._notify()
@@ -204,12 +227,12 @@ class Job:
                 pass
         rest = cascade.remainder()
         if rest.prompts:
-            t1 = time.perf_counter()
+            t2 = time.perf_counter()
             try:
                 stats.append(await self._run_relquery(part(rest, f"{self.id}-rest"), engine))
             finally:
                 self.engine_stats = merged_stats(stats)
-            rep.remainder_s = time.perf_counter() - t1
+            rep.remainder_s = time.perf_counter() - t2
 
     async def _write_cache(self, ex: CallExecutor) -> None:
         # no thread hop when there is nothing to store: a server that is stopping must still
@@ -306,10 +329,11 @@ class Job:
         if ex is not None and ex.warning is not None:
             # the answers are close to guesses: the client (a PostgreSQL NOTICE, a sheet) says so
             out.warning = ex.warning
-        if self.cascade_plan.target is not None:
+        if self.cascade_plan.on:
             # EXPLAIN ANALYZE of the cascade: whether it applied, and what it did
+            p = self.cascade_plan
             out.cascade = (self.cascade.report.as_dict() if self.cascade is not None
-                           else {"target": self.cascade_plan.target, "skipped": self.cascade_plan.skipped})
+                           else {"target": p.target, "recall": p.recall, "precision": p.precision, "skipped": p.skipped})
         est = self.estimate
         if est is not None:  # issue 47: the estimate it started with
             out.estimated_s = est.now_s if est.now_s is not None else est.idle_s

@@ -12,7 +12,21 @@ import uvicorn
 
 class Server(uvicorn.Server):
     """uvicorn's server, telling the app when it is asked to stop (SIGTERM, SIGINT, ``stop()``)
-    so that running relQueries end with a final event instead of a cut stream."""
+    so that running relQueries end with a final event instead of a cut stream.
+
+    With ``stop_when_dead`` (``relserve serve`` passes its engine) the server also stops once
+    that engine's processes have died, and ``engine_died`` says why: a server whose engine is
+    dead can only refuse work, and its supervisor (systemd's ``Restart=on-failure``) restarts
+    it only when it exits."""
+
+    #: seconds between two looks at the engine (uvicorn ticks every 0.1 s)
+    engine_check_s = 1.0
+
+    def __init__(self, config: uvicorn.Config, stop_when_dead: object | None = None) -> None:
+        super().__init__(config)
+        self.stop_when_dead = stop_when_dead
+        #: why the server stopped on its own: its engine's ``dead_reason`` (None: it did not)
+        self.engine_died: str | None = None
 
     def handle_exit(self, sig, frame) -> None:
         begin_shutdown(self.config.app)
@@ -21,11 +35,22 @@ class Server(uvicorn.Server):
         # before `relserve serve` closes its engine; a stopped server returns normally instead
         self._captured_signals.clear()
 
+    async def on_tick(self, counter: int) -> bool:
+        every = max(1, round(self.engine_check_s / 0.1))
+        if self.stop_when_dead is not None and self.engine_died is None and counter % every == 0:
+            dead = getattr(self.stop_when_dead, "dead_reason", None)
+            if dead:
+                self.engine_died = dead
+                # the jobs the engine failed end their streams naming it; new work is refused
+                begin_shutdown(self.config.app, f"cancelled: the server is stopping because {dead}")
+                self.should_exit = True
+        return await super().on_tick(counter)
 
-def begin_shutdown(app) -> None:
+
+def begin_shutdown(app, reason: str | None = None) -> None:
     state = getattr(getattr(app, "state", None), "relserve", None)
     if state is not None:
-        state.begin_shutdown()
+        state.begin_shutdown(reason)
 
 
 class ServerThread:

@@ -104,6 +104,12 @@ class CallBody(Body):
     #: filter/classify: the agreement with the LLM's answers a model cascade keeps (0.95; 0: off);
     #: None: the server's default (``relserve serve --cascade``), off unless it sets one
     cascade: float | None = Field(None, ge=0.0, le=check.CASCADE_MAX)
+    #: filter only: recall and precision targets of a cascade for the rows the LLM would keep,
+    #: and the probability it misses them (None: 0.05); each strictly between 0 and 1, checked by
+    #: ``make_call`` (400 naming the option)
+    cascade_recall: float | None = None
+    cascade_precision: float | None = None
+    cascade_failure: float | None = None
     #: filter/classify: what the call does with its label plan: "auto" (use the kept one, or make
     #: one), "refresh" (a new one from these rows), "pin", "unpin" (None: "auto")
     label_plan: Literal["auto", "refresh", "pin", "unpin"] | None = None

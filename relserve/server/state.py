@@ -124,12 +124,13 @@ class ServerState:
         if n > limit:
             raise ApiError(413, f"too many {what} in one request: {n}, the limit is {limit}; split the request")
 
-    def begin_shutdown(self) -> None:
+    def begin_shutdown(self, reason: str | None = None) -> None:
         """Stop taking work and cancel what runs, so that streams end with a final event
-        saying why (instead of being cut) within the server's grace period. Thread-safe."""
+        saying why (``reason``, default ``STOPPING``) instead of being cut, within the server's
+        grace period. Thread-safe."""
         def stop() -> None:
             self.stopping = True
-            self.jobs.cancel_all(STOPPING)
+            self.jobs.cancel_all(reason or STOPPING)
 
         if self.loop is None or self.loop.is_closed():
             stop()

@@ -1,0 +1,1 @@
+"""The soak harness behind bench/bench_soak.py (issue 68), one job per module."""

@@ -1,0 +1,1 @@
+"""The soak's client kinds, one module each."""
