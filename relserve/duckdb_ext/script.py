@@ -36,7 +36,7 @@ class Script:
     statements: tuple[ScriptStatement, ...]
     #: seconds sqlglot took to tokenize and parse the script
     read_s: float
-    #: calls of sqlglot's parser: 1, or one per statement when the script as a whole fails to
+    #: calls of sqlglot's parser: 1, or 1 + one per statement when the script as a whole fails to
     #: parse (each statement then parsed alone, so a bad one does not hide the others' calls)
     parses: int
 
