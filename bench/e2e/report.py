@@ -11,6 +11,8 @@ from typing import Any
 
 from e2e.limits import ENGINE
 from e2e.options import RunOptions
+from e2e.overhead import markdown as overhead_markdown
+from e2e.overhead import overhead_rows
 from e2e.stats import throughput
 from e2e.workload import Scheduled, Statement
 
@@ -86,7 +88,7 @@ def summarize(args: RunOptions, statements: list[Statement], work_by_load: dict[
         r = by_load.get(top)
         if r is None:
             continue
-        row = {k: v for k, v in r.items() if k not in ("records", "answers")}
+        row = {k: v for k, v in r.items() if k not in ("records", "answers", "traces")}
         row["contender"] = name
         if ref is not None:
             row["mean_vs_relserve"] = r["mean_latency_s"] / ref["mean_latency_s"]
@@ -118,6 +120,9 @@ def summarize(args: RunOptions, statements: list[Statement], work_by_load: dict[
         "table": table,
         "curve": curve,
         "statements_detail": {name: {ld: r["records"] for ld, r in by_load.items()} for name, by_load in runs.items()},
+        # relserve's statements' traces, a mean per kind and load (a phase file from before: none)
+        "overhead": {ld: [row.as_dict() for row in overhead_rows(r["records"], r.get("traces", {}))]
+                     for ld, r in sorted(runs.get("relserve", {}).items())},
     }
 
 
@@ -177,6 +182,7 @@ def markdown(report: dict) -> str:
         by = {p["load"]: p for p in pts}
         lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(fmt_number(by[ld]["mean_latency_s"]) if ld in by else "" for ld in w["loads"]) + " |")
     lines += ["", "Engine start (s): " + ", ".join(f"{k} {fmt_number(v, '.0f')}" for k, v in report["engine_start_s"].items()), ""]
+    lines += overhead_markdown(report.get("overhead", {}))
     return "\n".join(lines)
 
 

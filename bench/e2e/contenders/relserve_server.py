@@ -68,20 +68,26 @@ def run(ctx: PhaseContext) -> dict[str, Any]:
             return con
 
         served: dict[str, tuple[int, int]] = {}
+        #: each statement's trace (relserve/duckdb_ext/trace.py): where its time went
+        traces: dict[str, dict[str, Any]] = {}
 
         def execute(con: relserve.duckdb.Connection, w: Scheduled) -> StatementAnswer:
             session = session_of(con.con)
             n = len(session.calls)
+            session.last_run = None
             rel = con.sql(w.sql)
             rows = rel.fetchall() if rel is not None else []
             calls = session.calls[n:]
             served[w.key] = (sum(c.cached_rows for c in calls), sum(c.engine_rows for c in calls))
+            if session.last_run is not None:
+                traces[w.key] = session.last_run.trace.to_dict()
             return list(rel.columns) if rel is not None else [], rows, sum(c.rows for c in calls)
 
         tokens = prom_tokens(url, "relserve_tokens_total:prompt", "relserve_tokens_total:prefix_cached", key)
         out = measured_pass(work, connect, execute, tokens)
         out["result_cache_rows"] = sum(c for c, _ in served.values())
         out["engine_rows"] = sum(e for _, e in served.values())
+        out["traces"] = traces
         return out
 
     def warm_up(url: str) -> None:
