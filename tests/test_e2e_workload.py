@@ -413,3 +413,31 @@ def test_the_reports_overhead_is_the_mean_of_each_kinds_traces():
     text = "\n".join(markdown({"0.5": [row.as_dict()]}))
     assert "| map_movies | 2 | 2500 | 500 | 650 | 2 | 80 (2.0) | 500 | 68 | 300 | 200 | 0 | 300 |" in text
     assert markdown({"0.5": []}) == []
+
+
+# ------------------------------------------------------------------------------ one dtype for every contender
+
+
+def test_every_phase_is_started_with_the_runs_dtype(monkeypatch):
+    from e2e.limits import ENGINE
+    from e2e.runner import phase_command
+
+    opts = b.options(b.parse_args(["--quick", "--dtype", "float32", "--contenders", "vllm-offline,relserve"]))
+    assert opts.dtype == "float32"
+    cmd = phase_command(Path("bench_e2e.py"), opts, "relserve", Path("/tmp/w"))
+    assert cmd[cmd.index("--dtype") + 1] == "float32"
+    # what every contender reads: RELSERVE_DTYPE, as relserve's engine resolves it
+    monkeypatch.setenv("RELSERVE_DTYPE", "float32")
+    assert ENGINE.dtype == "float32" and ENGINE.as_dict()["dtype"] == "float32"
+    monkeypatch.setenv("RELSERVE_DTYPE", "bfloat16")
+    assert ENGINE.dtype == "bfloat16"
+
+
+def test_the_report_says_when_the_contenders_dtypes_differ():
+    from e2e.report import dtypes_line
+
+    engine = {"dtype": "bfloat16"}
+    assert dtypes_line({"dtypes": {"vllm-offline": "bfloat16", "relserve": "bfloat16"}, "engine": engine}) == "bfloat16, every contender"
+    assert dtypes_line({"dtypes": {"vllm-offline": "float32", "relserve": "bfloat16"}, "engine": engine}) == (
+        "NOT THE SAME for every contender: vllm-offline float32, relserve bfloat16")
+    assert dtypes_line({"dtypes": {"relserve": None}, "engine": engine}) == "bfloat16 (the phases did not record theirs)"
