@@ -170,7 +170,8 @@ def extract_check_before_after(statements, repeat: int = 200) -> list[tuple[str,
 
 def main() -> None:
     args = parse_args()
-    os.environ.setdefault("RELSERVE_HOME", tempfile.mkdtemp(prefix="relserve-overhead-"))
+    if not args.engine:  # label plans of its own (the real engine needs the home with its model)
+        os.environ.setdefault("RELSERVE_HOME", tempfile.mkdtemp(prefix="relserve-overhead-"))
     from e2e.workload import DATASETS, load_statements, tables_sql
 
     import relserve.duckdb
@@ -202,7 +203,7 @@ def main() -> None:
         if server is not None:
             server.__exit__(None, None, None)
         if args.engine:
-            engine.shutdown()
+            engine.close()
 
     reading = reading_before_after(statements, args.rows)
     checks = extract_check_before_after(statements)
