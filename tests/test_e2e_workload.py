@@ -441,3 +441,21 @@ def test_the_report_says_when_the_contenders_dtypes_differ():
     assert dtypes_line({"dtypes": {"vllm-offline": "float32", "relserve": "bfloat16"}, "engine": engine}) == (
         "NOT THE SAME for every contender: vllm-offline float32, relserve bfloat16")
     assert dtypes_line({"dtypes": {"relserve": None}, "engine": engine}) == "bfloat16 (the phases did not record theirs)"
+
+
+def test_the_reports_kinds_compare_each_statement_kind_with_relserves():
+    from e2e.kinds import kind_latencies, markdown
+
+    def rec(name: str, latency: float, error: str | None = None) -> dict:
+        return {"name": name, "arrival": 1.0, "end": 1.0 + latency, "error": error}
+
+    runs = {
+        "relserve": {"0.5": {"records": [rec("map_movies", 2.0), rec("map_movies", 4.0), rec("map_movies", 99.0, "boom")]}},
+        "vllm-offline": {"0.5": {"records": [rec("map_movies", 3.3), rec("extract_beers", 1.0)]}},
+    }
+    kinds = kind_latencies(runs)
+    assert [(k.load, k.statement, k.means) for k in kinds] == [
+        ("0.5", "extract_beers", {"vllm-offline": 1.0}), ("0.5", "map_movies", {"relserve": 3.0, "vllm-offline": 3.3})]
+    assert kinds[1].vs_relserve("vllm-offline") == pytest.approx(1.1) and kinds[0].vs_relserve("vllm-offline") is None
+    lines = markdown([k.as_dict() for k in kinds], ["vllm-offline", "relserve"])
+    assert "| 0.5 | map_movies | 3.00 | 3.30 (1.10x) |" in lines and "| 0.5 | extract_beers |  | 1.00 |" in lines

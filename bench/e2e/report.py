@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from e2e.kinds import kind_latencies
+from e2e.kinds import markdown as kinds_markdown
 from e2e.limits import ENGINE
 from e2e.options import RunOptions
 from e2e.overhead import markdown as overhead_markdown
@@ -120,6 +122,7 @@ def summarize(args: RunOptions, statements: list[Statement], work_by_load: dict[
         "table": table,
         "curve": curve,
         "statements_detail": {name: {ld: r["records"] for ld, r in by_load.items()} for name, by_load in runs.items()},
+        "kinds": [k.as_dict() for k in kind_latencies(runs)],
         # relserve's statements' traces, a mean per kind and load (a phase file from before: none)
         "overhead": {ld: [row.as_dict() for row in overhead_rows(r["records"], r.get("traces", {}))]
                      for ld, r in sorted(runs.get("relserve", {}).items())},
@@ -182,6 +185,7 @@ def markdown(report: dict) -> str:
         by = {p["load"]: p for p in pts}
         lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(fmt_number(by[ld]["mean_latency_s"]) if ld in by else "" for ld in w["loads"]) + " |")
     lines += ["", "Engine start (s): " + ", ".join(f"{k} {fmt_number(v, '.0f')}" for k, v in report["engine_start_s"].items()), ""]
+    lines += kinds_markdown(report.get("kinds", []), list(report["curve"]))
     lines += overhead_markdown(report.get("overhead", {}))
     return "\n".join(lines)
 
