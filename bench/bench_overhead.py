@@ -1,7 +1,7 @@
 """What relserve adds around the engine's work on a light DuckDB statement (issue 65): the main
 e2e workload's statements (sql/bench_e2e/), a few rows each as at load 0.5, each statement's trace
 (relserve/duckdb_ext/trace.py) averaged per statement kind, through a local connection and
-through a server connection (``relserve serve``'s app on a loopback port in this process).
+through a server connection (``relserve serve``'s app on a loopback port, in a process of its own).
 
 The engine is the tests' scripted double (tests/engine_doubles.py: answers at once, no model), so
 every millisecond shown is relserve's own: parsing, DuckDB passes, planning, HTTP. ``--engine``
@@ -22,12 +22,15 @@ Before and after, side by side in one run (the same statements, alternating, med
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -65,6 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--engine", action="store_true", help="the real engine instead of the scripted double")
     ap.add_argument("--surfaces", default="local,server", help="local, server or both")
     ap.add_argument("--out", type=Path, default=OUT / "overhead.json")
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the server surface's process
     return ap.parse_args(argv)
 
 
@@ -83,6 +87,45 @@ def make_engine(real: bool):
         return "fine: " + prompt[-20:]
 
     return ScriptedEngine(answer=answer)
+
+
+@contextlib.contextmanager
+def local_engine(real: bool) -> Iterator[dict]:
+    engine = make_engine(real)
+    try:
+        yield {"engine": engine}
+    finally:
+        if real:
+            engine.close()
+
+
+@contextlib.contextmanager
+def served(real: bool) -> Iterator[dict]:
+    """A server (``create_app``) over the engine in a process of its own; yields ``server=URL``."""
+    cmd = [sys.executable, __file__, "--serve"] + (["--engine"] if real else [])
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http"):
+            raise RuntimeError(f"the server process did not start (it said {url!r})")
+        yield {"server": url}
+    finally:
+        proc.stdin.close()  # the server process ends when its stdin does
+        proc.wait(timeout=120)
+
+
+def serve(real: bool) -> None:
+    """``--serve``: the server over the engine, its URL on stdout, until stdin closes."""
+    from relserve.server import ServerThread, create_app
+
+    engine = make_engine(real)
+    try:
+        with ServerThread(create_app(engine, cache=False)) as srv:
+            print(srv.url, flush=True)
+            sys.stdin.read()
+    finally:
+        if real:
+            engine.close()
 
 
 def run_kind(con, session, statement, offsets: list[int], rows: int) -> list[dict]:
@@ -172,25 +215,22 @@ def main() -> None:
     args = parse_args()
     if not args.engine:  # label plans of its own (the real engine needs the home with its model)
         os.environ.setdefault("RELSERVE_HOME", tempfile.mkdtemp(prefix="relserve-overhead-"))
+    if args.serve:
+        serve(args.engine)
+        return
     from e2e.workload import DATASETS, load_statements, tables_sql
 
     import relserve.duckdb
     from relserve.duckdb_ext.connections import session_of
 
     statements = load_statements()
-    engine = make_engine(args.engine)
     surfaces = [s.strip() for s in args.surfaces.split(",") if s.strip()]
     results: list[Figures] = []
-    server = None
-    try:
-        for surface in surfaces:
-            if surface == "server":
-                from relserve.server import ServerThread, create_app
-
-                server = ServerThread(create_app(engine, cache=False)).__enter__()
-                con = relserve.duckdb.connect(config={"threads": 1}, server=server.url, cache=False, progress=False)
-            else:
-                con = relserve.duckdb.connect(config={"threads": 1}, engine=engine, cache=False, progress=False)
+    for surface in surfaces:
+        # one engine at a time: the server's in a process of its own (as ``relserve serve`` runs,
+        # so HTTP does not share this process's GIL with DuckDB), the local one in this process
+        with (served(args.engine) if surface == "server" else local_engine(args.engine)) as where:
+            con = relserve.duckdb.connect(config={"threads": 1}, cache=False, progress=False, **where)
             con.execute(tables_sql(DATASETS))
             session = session_of(con.con)
             for k, st in enumerate(statements):
@@ -199,16 +239,12 @@ def main() -> None:
                 run_kind(con, session, st, offsets[:1], args.rows)  # warm: plan made, sqlglot warm
                 results.append(figures(surface, st.name, run_kind(con, session, st, offsets[1:], args.rows)))
             con.close()
-    finally:
-        if server is not None:
-            server.__exit__(None, None, None)
-        if args.engine:
-            engine.close()
 
     reading = reading_before_after(statements, args.rows)
     checks = extract_check_before_after(statements)
     print(f"engine: {'real' if args.engine else 'scripted double (answers at once)'}; {args.statements} statements "
-          f"of each kind, {args.rows} rows each, after one warm-up statement of the kind; ms, mean per statement")
+          f"of each kind, {args.rows} rows each, after one warm-up statement of the kind; ms, mean per statement"
+          + ("" if args.engine else "; the double reports an engine time for label first passes only"))
     print()
     print("| surface | statement | wall | engine | beyond the engine | parse | DuckDB passes (n) | waves | other | round trips | label first pass |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
