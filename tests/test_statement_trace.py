@@ -189,11 +189,15 @@ def test_a_server_connection_traces_the_round_trip_and_the_servers_first_pass():
         reviews(con)
         assert len(con.sql(f"SELECT id FROM reviews WHERE {FILTER}").fetchall()) == ROWS // 3
         trace = session_of(con.con).last_run.trace
+        explained = str(relserve.duckdb.explain(con, f"SELECT {MAP} FROM reviews", analyze=True))
     (call,) = trace.calls
     assert (call.site, call.function, call.rows) == (0, "llm_filter", 80)
     # the server's job and, beside it, the HTTP both ways; the server's label first pass
     assert call.server_s is not None and call.round_trip_s == pytest.approx(call.seconds - call.server_s)
     assert call.first_pass_s is not None and call.first_pass_s > 0
+    # EXPLAIN ANALYZE on a server connection: the server's part of the relQuery and the round trip
+    assert re.search(r"^   relQuery of #0 llm_map, 80 row\(s\): \d+\.\d{3} s, server \d+\.\d{3} s, round trip \d+ ms",
+                     explained, re.M), explained
 
 
 def test_call_trace_of_a_servers_stats():
