@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -100,6 +101,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--alone", action="store_true",
                     help="every statement alone, one after another (no queue): the least mean latency each contender's "
                          "work allows, the floor under its figures at any load")
+    ap.add_argument("--dtype", default="auto",
+                    help="every contender's dtype (auto: relserve's default, bfloat16 where the CPU computes it natively, "
+                         "else float32; or float32, bfloat16)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--report", type=Path, metavar="DIR",
                     help="write the report again from the phase files a run left in DIR (give the run's other options too)")
@@ -117,7 +121,7 @@ def options(args: argparse.Namespace) -> RunOptions:
         rate, window, loads = args.rate or 0.1, args.window or 240.0, args.loads or "0.5,1.0"
     return RunOptions(quick=args.quick, sessions=args.sessions, rate=rate, window=window, loads_arg=loads, seed=args.seed,
                       contenders=tuple(c.strip() for c in args.contenders.split(",") if c.strip()), datasets=args.datasets,
-                      workload=args.workload, out=args.out, report=args.report, alone=args.alone)
+                      workload=args.workload, out=args.out, report=args.report, alone=args.alone, dtype=args.dtype)
 
 
 def log(msg: str) -> None:
@@ -127,6 +131,8 @@ def log(msg: str) -> None:
 def main() -> None:
     args = parse_args()
     opts = options(args)
+    if opts.dtype != "auto":  # read by every contender (e2e/limits.py), in this process and the phases'
+        os.environ["RELSERVE_DTYPE"] = opts.dtype
     sql_dir = WORKLOADS[opts.workload]
     statements = load_statements(sql_dir)
     items = build_workload(statements, sessions=opts.sessions, rate=opts.rate, horizon=opts.window * max(opts.loads),
@@ -144,7 +150,9 @@ def main() -> None:
         Path(args.workdir, f"{args.phase}.json").write_text(json.dumps(result, default=str))
         return
 
-    log(f"{len(items)} statements in the stream; per load: "
+    from e2e.limits import ENGINE
+
+    log(f"every contender in {ENGINE.dtype}; {len(items)} statements in the stream; per load: "
         + ", ".join(f"{ld}: {len(w)} statements, {sum(x.item.rows for x in w)} rows" for ld, w in work_by_load.items()))
     run_all(Path(__file__).resolve(), opts, statements, work_by_load, log)
 

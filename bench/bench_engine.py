@@ -29,9 +29,12 @@ from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "out"
 
-#: name -> (Engine options, environment); every variant on the engine's default limits
+#: name -> (Engine options, environment); every variant on the engine's default limits and, unless it
+#: names one, the default dtype (bfloat16 where the CPU computes it natively, else float32), so
+#: the variants that are not about the dtype compare in the same one; the report names each's
 VARIANTS: dict[str, tuple[dict, dict]] = {
     "base": ({"cpu_allocator": "system", "cpu_openmp": "gnu"}, {}),
+    "fp32": ({"cpu_allocator": "system", "cpu_openmp": "gnu", "dtype": "float32"}, {}),
     "tcmalloc": ({"cpu_allocator": "tcmalloc", "cpu_openmp": "gnu"}, {}),
     "tcmalloc+intel-omp": ({"cpu_allocator": "tcmalloc", "cpu_openmp": "intel"}, {}),
     "tcmalloc+llvm-omp": ({"cpu_allocator": "tcmalloc", "cpu_openmp": "llvm"}, {}),
@@ -113,6 +116,7 @@ def run_variant(name: str) -> dict:
     t0 = time.monotonic()
     engine = Engine(policy="fcfs", **options)
     start_s = time.monotonic() - t0
+    dtype = engine.settings.resolved_dtype
     try:
         cal = calibrate(engine, _grid())
     finally:
@@ -121,7 +125,7 @@ def run_variant(name: str) -> dict:
     samples = cal.samples
     periods = [s.seconds for s in samples]
     return {
-        "variant": name, "options": options, "env": env, "start_s": start_s,
+        "variant": name, "options": options, "env": env, "start_s": start_s, "dtype": dtype,
         "fixed_prefill_s": c["b0"] + c["bP"], "fixed_decode_s": c["b0"] + c["bD"], "fixed_mixed_s": c["b0"] + c["bP"] + c["bD"],
         "per_prefill_token_s": c["alpha_p"], "per_pair_s": c["gamma_p"], "per_decode_row_s": c["alpha_d"],
         "per_context_token_s": c["gamma_d"], "r2": cal.fit.r2, "steps": len(periods), "probe_seconds": sum(periods),
@@ -137,19 +141,21 @@ def markdown(peak: dict, model: dict, rows: list[dict]) -> str:
         f"Model: {model['params'] / 1e6:.0f}M parameters; {model['prefill_token_gflop'] * 1e3:.0f} MFLOP per prefill "
         f"token, {model['decode_row_gflop'] * 1e3:.0f} MFLOP per decoded row.",
         "",
-        "| variant | engine start | fixed cost of a step (prefill / decode / mixed) | prefill token | decoded row "
+        "| variant | dtype | engine start | fixed cost of a step (prefill / decode / mixed) | prefill token | decoded row "
         "| prefill GFLOP/s (share of peak) | decode-row GFLOP/s | weights read per fixed cost | vs base: token / row / fixed |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        bf16 = r["options"].get("dtype") == "bfloat16"
+        # the dtype the variant ran in (a result from before it was recorded: its option, else float32)
+        dtype = r.get("dtype") or r["options"].get("dtype") or "float32"
+        bf16 = dtype == "bfloat16"
         peak_f = peak["bf16_gflops"] if bf16 else peak["fp32_gflops"]
         tok_gf = model["prefill_token_gflop"] / r["per_prefill_token_s"] if r["per_prefill_token_s"] else float("nan")
         row_gf = model["decode_row_gflop"] / r["per_decode_row_s"] if r["per_decode_row_s"] else float("nan")
         weights_gb = model["params"] * (2 if bf16 else 4) / 1e9
         bw = weights_gb / r["fixed_decode_s"] if r["fixed_decode_s"] else float("nan")
         lines.append(
-            f"| {r['variant']} | {r['start_s']:.0f} s | {r['fixed_prefill_s'] * 1e3:.1f} / {r['fixed_decode_s'] * 1e3:.1f} / "
+            f"| {r['variant']} | {dtype} | {r['start_s']:.0f} s | {r['fixed_prefill_s'] * 1e3:.1f} / {r['fixed_decode_s'] * 1e3:.1f} / "
             f"{r['fixed_mixed_s'] * 1e3:.1f} ms | {r['per_prefill_token_s'] * 1e3:.3f} ms | {r['per_decode_row_s'] * 1e3:.3f} ms "
             f"| {tok_gf:.0f} ({tok_gf / peak_f:.0%}) | {row_gf:.0f} | {bw:.1f} GB/s ({bw / peak['read_gbs']:.0%} of read) "
             f"| {r['per_prefill_token_s'] / base['per_prefill_token_s']:.2f} / {r['per_decode_row_s'] / max(base['per_decode_row_s'], 1e-12):.2f} "

@@ -18,6 +18,7 @@ function         answer constrained to       returned value
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -444,14 +445,35 @@ class LLMCall:
                 value = json.loads(answer)
             except json.JSONDecodeError as e:
                 raise RowError(f"llm_extract answer is not valid JSON ({e.msg}): {text[:200]!r}") from None
-            import jsonschema
-
-            try:
-                jsonschema.validate(value, self.json_schema)
-            except jsonschema.ValidationError as e:
-                raise RowError(f"llm_extract answer does not match the schema: {e.message}") from None
+            # the error jsonschema.validate would raise, without checking the schema itself again
+            # for every row (make_call checked it; that check was most of an extract row's cost)
+            error = _schema_validator(self.schema_json).best_error(value)
+            if error is not None:
+                raise RowError(f"llm_extract answer does not match the schema: {error}") from None
             return json.dumps(value, ensure_ascii=False)
         raise AssertionError(kind)
+
+
+class _SchemaValidator:
+    """A checked JSON schema's validator, made once (``_schema_validator``)."""
+
+    def __init__(self, schema: Any) -> None:
+        import jsonschema
+
+        self._validator = jsonschema.validators.validator_for(schema)(schema)
+
+    def best_error(self, value: Any) -> str | None:
+        """The message ``jsonschema.validate`` would raise for ``value`` (None: it fits)."""
+        from jsonschema.exceptions import best_match
+
+        error = best_match(self._validator.iter_errors(value))
+        return None if error is None else error.message
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_validator(schema_json: str) -> _SchemaValidator:
+    # the call's canonical schema text: the schema its rows were always checked against
+    return _SchemaValidator(json.loads(schema_json))
 
 
 def make_call(

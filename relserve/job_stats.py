@@ -40,6 +40,8 @@ class JobStats(BaseModel):
     deadline_met: bool | None = None
     #: EXPLAIN ANALYZE of the adaptive label method (its layout, the estimated prior)
     labels: str | None = None
+    #: seconds the label method's first pass took before the rows were sent (only when one ran)
+    first_pass_s: float | None = None
     #: the answers are close to guesses (the label method's warning)
     warning: str | None = None
     #: EXPLAIN ANALYZE of a model cascade (``CascadeReport.as_dict``, or why it was skipped)

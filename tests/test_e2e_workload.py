@@ -380,3 +380,82 @@ def test_server_connection_errors_name_the_problem(server, tmp_path):
     _reviews(bad)
     with pytest.raises(ServerError, match="401"):
         relserve.duckdb.sql(bad.con, "SELECT llm_map('Say {review}', review) FROM reviews")
+
+
+# ------------------------------------------------------------------------------ statement traces
+
+
+def test_the_reports_overhead_is_the_mean_of_each_kinds_traces():
+    from e2e.overhead import markdown, overhead_rows
+
+    from relserve.duckdb_ext.trace import CallTrace, PassTrace, StageTrace, StatementTrace
+
+    def trace(total: float, server: float) -> dict:
+        t = StatementTrace(parse_s=0.002, parses=1, total_s=total,
+                           passes=[PassTrace("collect", 0.05), PassTrace("collect", 0.03)],
+                           stages=[StageTrace("relqueries", (0,), 0.5)],
+                           calls=[CallTrace(0, "llm_map", 10, 0.5, engine_s=0.3, server_s=server, round_trip_s=0.5 - server)])
+        return t.to_dict()
+
+    records = [
+        {"key": "a", "name": "map_movies", "arrival": 0.0, "start": 1.0, "end": 2.0, "error": None},
+        {"key": "b", "name": "map_movies", "arrival": 0.0, "start": 0.0, "end": 3.0, "error": None},
+        {"key": "c", "name": "map_movies", "arrival": 0.0, "start": 0.0, "end": 9.0, "error": "boom"},  # failed: left out
+        {"key": "d", "name": "extract_beers", "arrival": 0.0, "start": 0.0, "end": 1.0, "error": None},  # no trace
+    ]
+    (row,) = overhead_rows(records, {"a": trace(0.6, 0.4), "b": trace(0.7, 0.2), "c": trace(5.0, 1.0)})
+    assert (row.name, row.statements, row.passes) == ("map_movies", 2, 2.0)
+    assert row.latency_s == pytest.approx(2.5) and row.before_start_s == pytest.approx(0.5)
+    assert row.total_s == pytest.approx(0.65) and row.parse_s == pytest.approx(0.002)
+    assert row.passes_s == pytest.approx(0.08) and row.waves_s == pytest.approx(0.5)
+    assert row.other_s == pytest.approx(0.65 - 0.002 - 0.08 - 0.5)
+    assert row.server_s == pytest.approx(0.3) and row.round_trip_s == pytest.approx(0.2) and row.engine_s == pytest.approx(0.3)
+    text = "\n".join(markdown({"0.5": [row.as_dict()]}))
+    assert "| map_movies | 2 | 2500 | 500 | 650 | 2 | 80 (2.0) | 500 | 68 | 300 | 200 | 0 | 300 |" in text
+    assert markdown({"0.5": []}) == []
+
+
+# ------------------------------------------------------------------------------ one dtype for every contender
+
+
+def test_every_phase_is_started_with_the_runs_dtype(monkeypatch):
+    from e2e.limits import ENGINE
+    from e2e.runner import phase_command
+
+    opts = b.options(b.parse_args(["--quick", "--dtype", "float32", "--contenders", "vllm-offline,relserve"]))
+    assert opts.dtype == "float32"
+    cmd = phase_command(Path("bench_e2e.py"), opts, "relserve", Path("/tmp/w"))
+    assert cmd[cmd.index("--dtype") + 1] == "float32"
+    # what every contender reads: RELSERVE_DTYPE, as relserve's engine resolves it
+    monkeypatch.setenv("RELSERVE_DTYPE", "float32")
+    assert ENGINE.dtype == "float32" and ENGINE.as_dict()["dtype"] == "float32"
+    monkeypatch.setenv("RELSERVE_DTYPE", "bfloat16")
+    assert ENGINE.dtype == "bfloat16"
+
+
+def test_the_report_says_when_the_contenders_dtypes_differ():
+    from e2e.report import dtypes_line
+
+    engine = {"dtype": "bfloat16"}
+    assert dtypes_line({"dtypes": {"vllm-offline": "bfloat16", "relserve": "bfloat16"}, "engine": engine}) == "bfloat16, every contender"
+    assert dtypes_line({"dtypes": {"vllm-offline": "float32", "relserve": "bfloat16"}, "engine": engine}) == (
+        "NOT THE SAME for every contender: vllm-offline float32, relserve bfloat16")
+    assert dtypes_line({"dtypes": {"relserve": None}, "engine": engine}) == "bfloat16 (the phases did not record theirs)"
+
+
+def test_the_reports_kinds_compare_each_statement_kind_with_relserves():
+    from e2e.kinds import kind_latencies, markdown
+
+    def rec(name: str, latency: float, error: str | None = None) -> dict:
+        return {"name": name, "arrival": 1.0, "end": 1.0 + latency, "error": error}
+
+    runs = {
+        "relserve": {"0.5": {"records": [rec("map_movies", 2.0), rec("map_movies", 4.0), rec("map_movies", 99.0, "boom")]}},
+        "vllm-offline": {"0.5": {"records": [rec("map_movies", 3.3), rec("extract_beers", 1.0)]}},
+    }
+    kinds = kind_latencies(runs)
+    assert [(k.load, k.statement, k.means) for k in kinds] == [
+        ("0.5", "extract_beers", {"vllm-offline": 1.0}), ("0.5", "map_movies", {"relserve": 3.0, "vllm-offline": 3.3})]
+    assert kinds[1].vs_relserve("vllm-offline") == pytest.approx(1.1) and kinds[0].vs_relserve("vllm-offline") is None
+    lines = markdown([k.as_dict() for k in kinds], ["vllm-offline", "relserve"])
+    assert "| 0.5 | map_movies | 3.00 | 3.30 (1.10x) |" in lines and "| 0.5 | extract_beers |  | 1.00 |" in lines

@@ -27,6 +27,8 @@ class RunOptions:
     report: Path | None
     #: every statement alone, back to back (``--alone``)
     alone: bool = False
+    #: every contender's dtype ("auto": relserve's default for this CPU; ``--dtype``)
+    dtype: str = "auto"
 
     @property
     def loads(self) -> list[float]:

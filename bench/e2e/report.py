@@ -9,8 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from e2e.kinds import kind_latencies
+from e2e.kinds import markdown as kinds_markdown
 from e2e.limits import ENGINE
 from e2e.options import RunOptions
+from e2e.overhead import markdown as overhead_markdown
+from e2e.overhead import overhead_rows
 from e2e.stats import throughput
 from e2e.workload import Scheduled, Statement
 
@@ -86,7 +90,7 @@ def summarize(args: RunOptions, statements: list[Statement], work_by_load: dict[
         r = by_load.get(top)
         if r is None:
             continue
-        row = {k: v for k, v in r.items() if k not in ("records", "answers")}
+        row = {k: v for k, v in r.items() if k not in ("records", "answers", "traces")}
         row["contender"] = name
         if ref is not None:
             row["mean_vs_relserve"] = r["mean_latency_s"] / ref["mean_latency_s"]
@@ -109,6 +113,8 @@ def summarize(args: RunOptions, statements: list[Statement], work_by_load: dict[
                      "seed": args.seed, "statements": sorted(names), "alone": args.alone,
                      "per_load": {str(ld): {"statements": len(w), "rows": sum(x.item.rows for x in w)} for ld, w in work_by_load.items()}},
         "engine": ENGINE.as_dict(),
+        # each phase's own dtype, as it ran (a phase file from before this was recorded: None)
+        "dtypes": {p: r.get("dtype") for p, r in results.items()},
         "engine_start_s": {p: r.get("engine_start_s") for p, r in results.items()},
         "phase_s": {p: r.get("phase_s") for p, r in results.items()},
         "total_s": total_s,
@@ -116,11 +122,26 @@ def summarize(args: RunOptions, statements: list[Statement], work_by_load: dict[
         "table": table,
         "curve": curve,
         "statements_detail": {name: {ld: r["records"] for ld, r in by_load.items()} for name, by_load in runs.items()},
+        "kinds": [k.as_dict() for k in kind_latencies(runs)],
+        # relserve's statements' traces, a mean per kind and load (a phase file from before: none)
+        "overhead": {ld: [row.as_dict() for row in overhead_rows(r["records"], r.get("traces", {}))]
+                     for ld, r in sorted(runs.get("relserve", {}).items())},
     }
 
 
 def fmt_number(x: Any, fmt: str = ".2f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def dtypes_line(report: dict) -> str:
+    """One dtype for every contender, or each phase's when they differ (a comparison of dtypes,
+    not of schedulers: said so)."""
+    ran = {p: d for p, d in report.get("dtypes", {}).items() if d is not None}
+    if not ran:
+        return f"{report['engine'].get('dtype', 'unrecorded')} (the phases did not record theirs)"
+    if len(set(ran.values())) == 1:
+        return f"{next(iter(ran.values()))}, every contender"
+    return "NOT THE SAME for every contender: " + ", ".join(f"{p} {d}" for p, d in ran.items())
 
 
 def markdown(report: dict) -> str:
@@ -130,7 +151,8 @@ def markdown(report: dict) -> str:
         "",
         f"{w['sessions']} sessions, Poisson arrivals, {w['rate_at_load_1']} statements/s at load 1.0, "
         f"{w['window_s']:.0f} s of arrivals per load, loads {', '.join(map(str, w['loads']))}; "
-        f"statements: {', '.join(w['statements'])}. Total {fmt_number(report['total_s'] / 60, '.1f')} min.",
+        f"statements: {', '.join(w['statements'])}. Total {fmt_number(report['total_s'] / 60, '.1f')} min. "
+        f"Dtype: {dtypes_line(report)}.",
         "",
         *(["**Alone** (`--alone`): the same statements one after another in arrival order, each timed from its own "
            "start; no queue, so each mean is the floor of that contender's mean at any load.", ""] if w.get("alone") else []),
@@ -163,6 +185,8 @@ def markdown(report: dict) -> str:
         by = {p["load"]: p for p in pts}
         lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(fmt_number(by[ld]["mean_latency_s"]) if ld in by else "" for ld in w["loads"]) + " |")
     lines += ["", "Engine start (s): " + ", ".join(f"{k} {fmt_number(v, '.0f')}" for k, v in report["engine_start_s"].items()), ""]
+    lines += kinds_markdown(report.get("kinds", []), list(report["curve"]))
+    lines += overhead_markdown(report.get("overhead", {}))
     return "\n".join(lines)
 
 

@@ -68,7 +68,8 @@ def step_model_check(report: BenchmarkReport) -> list[dict]:
 def markdown(report: BenchmarkReport) -> str:
     lines = [
         f"Trace: {len({r for r in report.isolated}) or '?'} relQueries at {report.trace_rate:.3f} relQueries/s (load x1). "
-        f"Wall time of the whole benchmark: {report.wall_s / 60:.1f} min.",
+        f"Wall time of the whole benchmark: {report.wall_s / 60:.1f} min. "
+        f"Every policy's engine in {report.dtype or 'an unrecorded dtype'}.",
         "",
         "| load (relQ/s) | policy | mean (s) | P50 | P95 | max | waiting | core | tail | slowdown | rows/s | steps | prefix hit | overhead | errors |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",

@@ -45,6 +45,8 @@ class BenchmarkReport:
     limits: dict | None = None
     #: the plug-in policies' settings the engine ran (the simulator runs the same)
     policy_settings: dict | None = None
+    #: the dtype every policy's engine ran in (resolved: "auto" is never stored)
+    dtype: str | None = None
     wall_s: float = 0.0
 
     def as_dict(self) -> dict:
@@ -57,6 +59,7 @@ class BenchmarkReport:
             "cost_model": self.cost_model,
             "limits": self.limits,
             "policy_settings": self.policy_settings,
+            "dtype": self.dtype,
             "wall_s": self.wall_s,
             "runs": self.runs,
         }
@@ -74,6 +77,7 @@ class BenchmarkReport:
             cost_model=d.get("cost_model"),
             limits=d.get("limits"),
             policy_settings=d.get("policy_settings"),
+            dtype=d.get("dtype"),
             wall_s=d.get("wall_s", 0.0),
         )
 
@@ -136,6 +140,12 @@ def run_benchmark(
             continue
         engine = Engine(policy=group[0], **config.engine)
         try:
+            # the plug-in policies and stock vLLM get the same settings, so the same dtype; a
+            # difference would make the comparison one of dtypes, not of schedulers
+            dtype = engine.settings.resolved_dtype
+            if report.dtype not in (None, dtype):
+                raise RuntimeError(f"the engines ran different dtypes: {report.dtype} and {dtype}")
+            report.dtype = dtype
             if config.isolated and not report.isolated:
                 say(f"measuring isolated execution times of {len(trace)} relQueries")
                 report.isolated = measure_isolated(engine, trace)

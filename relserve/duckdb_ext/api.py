@@ -23,6 +23,7 @@ from relserve.duckdb_ext.operator_functions import OperatorExplain
 from relserve.duckdb_ext.option_names import check_option_names
 from relserve.duckdb_ext.params import Params
 from relserve.duckdb_ext.routing import Route, route_of
+from relserve.duckdb_ext.script import Script, read_script
 from relserve.duckdb_ext.statement_explain import SiteExplain, StatementExplain
 from relserve.errors import ConfigError
 
@@ -54,23 +55,25 @@ def sql(con: AnyConnection, query: str, params: Params = None, *, max_tokens_tot
     (the rows the budget allows; the others NULL with the error 'budget exceeded').
     """
     con = _duckdb_connection(con)
-    check_option_names(query)
+    script = read_script(query)  # the one sqlglot parse of the script: every step below reads it
+    check_option_names(script)
     budget = Budget(max_tokens_total, max_seconds, on_budget)
-    route = route_of(query)
+    route = route_of(script)
     if not budget.limited:
-        return _run(con, query, params, route)
+        return _run(con, script, params, route)
     if route is Route.OPERATORS:
         raise ConfigError("a statement budget (max_tokens_total, max_seconds) is not supported with llm_reduce or llm_topk yet")
-    with statement_budget(con, query, params, budget, explain):
-        return _run(con, query, params, route)
+    with statement_budget(con, query, params, budget, lambda c, _q, p: _explain(c, script, p, route=route)):
+        return _run(con, script, params, route)
 
 
-def _run(con: duckdb.DuckDBPyConnection, query: str, params: Params, route: Route) -> duckdb.DuckDBPyRelation | None:
+def _run(con: duckdb.DuckDBPyConnection, script: Script, params: Params, route: Route) -> duckdb.DuckDBPyRelation | None:
+    # the operators and a blocked join rewrite the text and read it again themselves
     if route is Route.OPERATORS:
-        return operator_functions.run_sql(con, query, params)
+        return operator_functions.run_sql(con, script.text, params)
     if route is Route.BLOCKED_JOIN:
-        return blocked_join.run_sql(con, query, params)
-    return planned_sql.sql(con, query, params)
+        return blocked_join.run_sql(con, script.text, params)
+    return planned_sql.sql(con, script, params)
 
 
 def explain(con: AnyConnection, query: str, params: Params = None, *, analyze: bool = False) -> AnyExplain:
@@ -84,15 +87,19 @@ def explain(con: AnyConnection, query: str, params: Params = None, *, analyze: b
     beside its estimate, and the statement its seconds and the engine's tokens beside the
     statement's estimate."""
     con = _duckdb_connection(con)
-    check_option_names(query)
+    script = read_script(query)
+    check_option_names(script)
     if analyze:
-        return planned_sql.explain(con, query, params, analyze=True)
-    route = route_of(query)
+        return planned_sql.explain(con, script, params, analyze=True)
+    return _explain(con, script, params, route=route_of(script))
+
+
+def _explain(con: duckdb.DuckDBPyConnection, script: Script, params: Params, *, route: Route) -> AnyExplain:
     if route is Route.OPERATORS:
-        return operator_functions.explain_sql(con, query, params)
+        return operator_functions.explain_sql(con, script.text, params)
     if route is Route.BLOCKED_JOIN:
-        return blocked_join.explain_sql(con, query, params)
-    return planned_sql.explain(con, query, params)
+        return blocked_join.explain_sql(con, script.text, params)
+    return planned_sql.explain(con, script, params)
 
 
 def _duckdb_connection(con: AnyConnection) -> duckdb.DuckDBPyConnection:

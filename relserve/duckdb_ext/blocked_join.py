@@ -28,6 +28,7 @@ from relserve.duckdb_ext import planned_sql
 from relserve.duckdb_ext.connections import session_of
 from relserve.duckdb_ext.params import Params
 from relserve.duckdb_ext.planned import explain_planned, run_planned
+from relserve.duckdb_ext.script import read_script
 from relserve.duckdb_ext.statement import analyze, quiet_sqlglot, split_statements, within
 from relserve.duckdb_ext.statement_explain import statement_explain
 from relserve.errors import ConfigError
@@ -296,7 +297,7 @@ def run_sql(con: duckdb.DuckDBPyConnection, query: str, params: Params = None) -
     for text in texts:
         session, statement, blocks = _statement(con, text)
         if not blocks:
-            result = planned_sql.sql(con, text, params)
+            result = planned_sql.sql(con, read_script(text), params)
             continue
         with session.lock:
             session.failures.clear()
@@ -316,7 +317,7 @@ def explain_sql(con: duckdb.DuckDBPyConnection, query: str, params: Params = Non
         raise ConfigError(f"explain takes one statement, got {len(texts)}")
     session, statement, blocks = _statement(con, texts[0])
     if not blocks:
-        return planned_sql.explain(con, texts[0], params)
+        return planned_sql.explain(con, read_script(texts[0]), params)
     blocking = BlockingSession(session, blocks)
     run = explain_planned(con, blocking, statement, params)
     return JoinExplain(statement_explain(run), list(blocking.reports.values()))

@@ -25,6 +25,7 @@ import pyarrow as pa
 from relserve.duckdb_ext import planned_sql
 from relserve.duckdb_ext.arguments import hashable_key
 from relserve.duckdb_ext.params import Params
+from relserve.duckdb_ext.script import read_script
 from relserve.duckdb_ext.statement import quiet_sqlglot
 from relserve.duckdb_ext.udf import create_function
 from relserve.errors import ConfigError, RelServeError
@@ -353,7 +354,7 @@ def run_sql(con: duckdb.DuckDBPyConnection, query: str, params: Params = None) -
         for f in functions:
             f.reset()
             f.mode = "collect"
-        rel = planned_sql.sql(con, text, params)
+        rel = planned_sql.sql(con, read_script(text), params)
         if rel is not None:
             rel.to_arrow_table()
         for f in functions:
@@ -362,7 +363,7 @@ def run_sql(con: duckdb.DuckDBPyConnection, query: str, params: Params = None) -
         session = functions[0].session
         with session.lock:
             failed = list(session.failures)  # the groups that failed in flush()
-        rel = planned_sql.sql(con, text, params)  # (which starts a fresh error log: put them back)
+        rel = planned_sql.sql(con, read_script(text), params)  # (which starts a fresh error log: put them back)
         with session.lock:
             session.failures.extendleft(reversed(failed))
         # materialized now, once: a lazy relation would run the functions again at every

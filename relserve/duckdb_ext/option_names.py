@@ -8,7 +8,7 @@ import difflib
 
 from sqlglot import exp
 
-from relserve.duckdb_ext.routing import parsed_statements
+from relserve.duckdb_ext.script import Script, read_script
 from relserve.errors import ConfigError
 from relserve.functions import OPTION_NAMES
 
@@ -16,10 +16,10 @@ from relserve.functions import OPTION_NAMES
 ALLOWED: tuple[str, ...] = (*OPTION_NAMES, "block")
 
 
-def check_option_names(query: str) -> None:
+def check_option_names(script: Script | str) -> None:
     """A ConfigError naming the first name an ``llm_options(...)`` of ``query`` gives that is no
     option (with the nearest option when one is close), and the options there are."""
-    for tree in parsed_statements(query):
+    for tree in (read_script(script) if isinstance(script, str) else script).trees:
         for call in tree.find_all(exp.Anonymous):
             if str(call.name).lower() != "llm_options":
                 continue

@@ -37,6 +37,7 @@ from relserve.duckdb_ext.arguments import decode_chunk, hashable_key
 from relserve.duckdb_ext.params import Params
 from relserve.duckdb_ext.session import Session
 from relserve.duckdb_ext.statement import CallSite, Statement
+from relserve.duckdb_ext.trace import StatementTrace, call_trace
 from relserve.duckdb_ext.udf import answer_chunk, create_function, return_type, settle_chunk_errors, to_arrow
 from relserve.errors import RowError
 from relserve.estimate import selectivity
@@ -69,6 +70,8 @@ class SiteState:
     rows_seen: int = 0
     #: the exception this site raised inside DuckDB, re-raised as is by ``run_planned``
     failure: BaseException | None = None
+    #: the statement's trace, which each relQuery this site sends is added to
+    trace: StatementTrace | None = None
 
     @property
     def function(self) -> LLMFunction:
@@ -172,6 +175,7 @@ class SiteState:
         except RowError as e:
             raise RowError(f"{self.site.text}: {e}") from None
         self.relqueries += 1
+        self._traced(call, len(values), outcome)
         why = (f"stopped: the LIMIT had its rows after {answered:,} of {len(values):,} rows ({passed:,} passed);"
                f" the other {len(values) - answered:,} were cancelled" if stopped else None)
         record = analyzed(call, outcome)
@@ -186,6 +190,11 @@ class SiteState:
                                      [known[hashable_key(v)][1] for v in values
                                       if known.get(hashable_key(v), (0, None))[1] is not None])
 
+    def _traced(self, call: LLMCall, rows: int, outcome) -> None:
+        if self.trace is not None:
+            self.trace.add_call(call_trace(self.site.index, call.function.name, rows, outcome,
+                                           remote=not self.session.plans_locally))
+
     def explain_arrivals(self) -> None:
         for call, values in (self.arrivals or {}).items():
             outcome = self.session.run(call, values, explain_only=True)
@@ -197,6 +206,7 @@ class SiteState:
         except RowError as e:
             raise RowError(f"{self.site.text}: {e}") from None
         self.relqueries += 1
+        self._traced(call, len(values), outcome)
         self.analyzed.append(analyzed(call, outcome))
         if call.function.kind == "filter":  # how many rows the sites after it will meet (issue 47)
             selectivity.record(call.call_key(), outcome.values)
@@ -249,6 +259,8 @@ class StatementRun:
     collect_s: float = 0.0
     #: the order the AND-ed llm filters of a WHERE ran in, and why (EXPLAIN)
     filter_orders: list[str] = field(default_factory=list)
+    #: where the statement's time went (EXPLAIN ANALYZE, the benchmark's report)
+    trace: StatementTrace = field(default_factory=StatementTrace)
 
 
 class PlannedStatement:
@@ -260,7 +272,8 @@ class PlannedStatement:
         self.statement = statement
         token = uuid.uuid4().hex[:10]
         self.names = [f"llm_site_{token}_{s.index}" for s in statement.sites]
-        self.states = [SiteState(s, session) for s in statement.sites]
+        self.trace = StatementTrace()
+        self.states = [SiteState(s, session, trace=self.trace) for s in statement.sites]
         #: site -> the site whose call stands in its place in the text (the AND-ed llm filters of
         #: a WHERE in the order they run in; ``_order_filters``)
         self.placed: dict[int, int] = {}
@@ -320,7 +333,8 @@ def run_planned(
     needed = statement.rows_needed
     limit = max_passes or len(statement.sites) + 2
     with PlannedStatement(con, session, statement) as planned:
-        run = StatementRun(statement, planned.states)
+        trace = planned.trace
+        run = StatementRun(statement, planned.states, trace=trace)
         table = None
         settled = False
         if needed is not None:
@@ -334,33 +348,44 @@ def run_planned(
                 # what a site met while waiting for an upstream site may be rows that never
                 # reach it; each pass records afresh
                 state.pending = {}
-            table = planned.collect(params)
+            with trace.timed_pass("collect"):
+                table = planned.collect(params)
             run.passes += 1
             if needed is not None and table is not None and table.num_rows >= needed:
                 # the LIMIT has its rows: its filters' unknown rows are not needed
                 for state in planned.states:
                     if state.mode == "limit":
                         state.pending = {}
-            if run.passes == 1:
-                run.filter_orders = _order_filters(planned)
+            if run.passes == 1 and statement.conjunct_groups:
+                with trace.timed_stage("filter order", _grouped(statement)):
+                    run.filter_orders = _order_filters(planned)
             ready = planned.ready_sites()
             if not ready:
                 settled = True
                 break
+            sites = tuple(s.site.index for s in ready)
             if needed is not None:
-                _run_limited(planned, ready, needed, params)
+                with trace.timed_stage("limit", sites) as checks:
+                    _run_limited(planned, ready, needed, params, checks)
             else:
-                _run_sites(ready)
+                with trace.timed_stage("relqueries", sites):
+                    _run_sites(ready)
         if statement.writes or not settled:
             # data-changing statements run once; an unsettled query runs with answers filled in
             for state in planned.states:
                 state.mode = "inline"
-            table = planned.fetch(statement.with_site_names(planned.names, planned.placed), params)
+            with trace.timed_pass("final"):
+                table = planned.fetch(statement.with_site_names(planned.names, planned.placed), params)
             run.passes += 1
     for state in run.sites:
         state.answers = {}  # the run record is kept (last_run); the answers are not needed
     run.seconds = time.perf_counter() - t0
+    trace.total_s = run.seconds
     return table, run
+
+
+def _grouped(statement: Statement) -> tuple[int, ...]:
+    return tuple(i for group in statement.conjunct_groups for i in group)
 
 
 def _order_filters(planned: PlannedStatement) -> list[str]:
@@ -418,12 +443,16 @@ def _estimate_filter(state: SiteState) -> FilterEstimate:
     return FilterEstimate(state.site.index, keeps, row_chars, f"{len(got)} of its rows run now")
 
 
-def _run_limited(planned: PlannedStatement, ready: list[SiteState], needed: int, params: Params) -> None:
+def _run_limited(planned: PlannedStatement, ready: list[SiteState], needed: int, params: Params,
+                 checks: list[float]) -> None:
     """A LIMIT statement's ready sites, one after the other (a filter's check runs the statement
-    on this connection): a filter's rows stream until the statement returns ``needed`` rows."""
+    on this connection): a filter's rows stream until the statement returns ``needed`` rows.
+    ``checks`` gets the seconds of each check."""
 
     def enough() -> bool:
+        t0 = time.perf_counter()
         table = planned.fetch(planned.statement.collection_sql(planned.names, planned.placed), params)
+        checks.append(time.perf_counter() - t0)
         return table is not None and table.num_rows >= needed
 
     for state in ready:
@@ -446,14 +475,16 @@ def explain_planned(
     """One collection pass, then an EXPLAIN of each site's relQuery (nothing runs on the engine)."""
     t0 = time.perf_counter()
     with PlannedStatement(con, session, statement) as planned:
-        run = StatementRun(statement, planned.states)
+        run = StatementRun(statement, planned.states, trace=planned.trace)
         for state in planned.states:
             state.arrivals = {}
         t1 = time.perf_counter()
-        planned.collect(params)
+        with planned.trace.timed_pass("explain"):
+            planned.collect(params)
         run.collect_s = time.perf_counter() - t1
         run.passes = 1
         for state in planned.states:
             state.explain_arrivals()
     run.seconds = time.perf_counter() - t0
+    run.trace.total_s = run.seconds
     return run

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from enum import Enum
 
-import sqlglot
 from sqlglot import exp
 
 from relserve.duckdb_ext.blocked_join import asks_blocking
 from relserve.duckdb_ext.operator_functions import OPERATORS
-from relserve.duckdb_ext.statement import quiet_sqlglot, split_statements
+from relserve.duckdb_ext.script import Script, read_script
 
 
 class Route(Enum):
@@ -24,27 +23,13 @@ class Route(Enum):
     PLANNED = "planned"
 
 
-def route_of(query: str) -> Route:
+def route_of(script: Script | str) -> Route:
     """The path of the whole script: an operator anywhere in it takes it all, as the operators'
     two passes run the script as one; a statement sqlglot cannot parse counts for nothing (DuckDB
     will say what is wrong with it)."""
-    trees = parsed_statements(query)
+    trees = (read_script(script) if isinstance(script, str) else script).trees
     if any(str(call.name).lower() in OPERATORS for tree in trees for call in tree.find_all(exp.Anonymous)):
         return Route.OPERATORS
     if any(asks_blocking(tree) for tree in trees):
         return Route.BLOCKED_JOIN
     return Route.PLANNED
-
-
-def parsed_statements(query: str) -> list[exp.Expression]:
-    """The script's statements as sqlglot parses them; one it cannot parse is left out."""
-    trees = []
-    for text in split_statements(query):
-        try:
-            with quiet_sqlglot():
-                tree = sqlglot.parse_one(text, dialect="duckdb")
-        except Exception:
-            continue
-        if tree is not None:
-            trees.append(tree)
-    return trees

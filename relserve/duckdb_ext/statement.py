@@ -14,18 +14,18 @@ rows); it only costs LLM calls on rows a filter would have removed.
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
+from relserve.duckdb_ext.quiet import quiet_sqlglot
+from relserve.duckdb_ext.script import ScriptStatement, read_script
 from relserve.functions import FUNCTIONS, LLMFunction
+
+__all__ = ["CallSite", "Statement", "analyze", "quiet_sqlglot", "split_statements", "statement_of", "within"]
 
 _PHASE = {"joins": 0, "where": 1, "group": 2, "having": 3, "qualify": 4, "expressions": 5, "order": 6}
 _ROW_SHAPING = {"joins", "where", "group", "having", "qualify"}
@@ -137,56 +137,26 @@ def split_statements(sql: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
-class _ReadingThreads(logging.Filter):
-    """On sqlglot's logger: drops its warnings from a thread while that thread is inside
-    ``quiet_sqlglot``; other threads' warnings (an application's own sqlglot use) pass."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._depth: dict[int, int] = {}
-        self._lock = threading.Lock()
-
-    @contextmanager
-    def inside(self) -> Iterator[None]:
-        me = threading.get_ident()
-        with self._lock:
-            self._depth[me] = self._depth.get(me, 0) + 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                left = self._depth.pop(me) - 1
-                if left:
-                    self._depth[me] = left
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.ERROR or record.thread not in self._depth
-
-
-_READING = _ReadingThreads()
-logging.getLogger("sqlglot").addFilter(_READING)
-
-
-def quiet_sqlglot() -> contextlib.AbstractContextManager[None]:
-    """sqlglot without its warnings while relserve reads a statement: it warns when it keeps a
-    statement it does not model (EXPLAIN, PRAGMA, ...) as a raw command, and relserve leaves such
-    statements to DuckDB, so the warning only puzzles the user. Only the calling thread's
-    warnings are dropped (a filter, not the logger's level, which every thread shares)."""
-    return _READING.inside()
-
-
 def analyze(text: str) -> Statement:
-    try:
-        with quiet_sqlglot():
-            tree = sqlglot.parse_one(text, dialect="duckdb")
-        tokens = sqlglot.Dialect.get_or_raise("duckdb").tokenize(text)
-    except Exception:
+    """The call sites of one statement's text (read here: a script's statements are read once
+    by ``script.read_script`` and go to ``statement_of``)."""
+    script = read_script(text)
+    if len(script.statements) != 1:
         return Statement(text, None, [], False, unplanned_reason="sqlglot cannot parse it")
-    call_ends = _call_ends(tokens)
+    return statement_of(script.statements[0])
+
+
+def statement_of(parsed: ScriptStatement) -> Statement:
+    """The call sites of a statement sqlglot has read, and which wait for which."""
+    text, tree, shift = parsed.text, parsed.tree, parsed.offset
+    if tree is None:
+        return Statement(text, None, [], False, unplanned_reason="sqlglot cannot parse it")
+    call_ends = {start - shift: end - shift for start, end in _call_ends(parsed.tokens).items()}
     sites: list[CallSite] = []
     nodes = [n for n in tree.find_all(exp.Anonymous) if str(n.name).lower() in FUNCTIONS and "start" in n.meta]
     for node in sorted(nodes, key=lambda n: n.meta["start"]):
-        start, end = node.meta["start"], node.meta["end"] + 1
+        # sqlglot's positions are the script's; the sites' are the statement's
+        start, end = node.meta["start"] - shift, node.meta["end"] + 1 - shift
         if text[start:end].lower() != str(node.name).lower():
             return Statement(text, tree, [], False, unplanned_reason="cannot locate a call in the text")
         call_end = call_ends.get(start, end)

@@ -8,6 +8,7 @@ from typing import Any
 
 from relserve.duckdb_ext.estimates import Measured, site_stages
 from relserve.duckdb_ext.planned import StatementRun
+from relserve.duckdb_ext.trace import StatementTrace
 from relserve.estimate.statement import StatementEstimate
 from relserve.planner.explain import Analyzed, Explain
 
@@ -47,6 +48,8 @@ class StatementExplain:
     measured: Measured | None = None
     #: the order the AND-ed llm filters of a WHERE ran in, and why
     filter_orders: list[str] = field(default_factory=list)
+    #: EXPLAIN ANALYZE: where the run's time went (parse, passes, waves, each relQuery)
+    trace: StatementTrace | None = None
 
     @property
     def stages(self) -> int:
@@ -63,6 +66,7 @@ class StatementExplain:
             "estimate": self.estimate.to_dict() if self.estimate is not None else None,
             "measured": asdict(self.measured) if self.measured is not None else None,
             "filter_orders": list(self.filter_orders),
+            "trace": self.trace.to_dict() if self.trace is not None else None,
         }
 
     def __str__(self) -> str:
@@ -78,6 +82,8 @@ class StatementExplain:
             lines.append(self.estimate.line())
         if self.measured is not None:
             lines.append(self.measured.line(self.estimate))
+        if self.trace is not None:
+            lines.extend(self.trace.lines())
         lines.extend(self.filter_orders)
         for s in self.sites:
             waits = f", waits for #{', #'.join(map(str, s.depends_on))}" if s.depends_on else ""

@@ -65,6 +65,9 @@ class CallExecutor:
         self.labels: LabelRun | None = None
         #: the engine's row index -> the relQuery's prompt index (None: the same)
         self._engine_index: list[int] | None = None
+        #: seconds the label method's first pass (or probes) took before the rows were sent: the
+        #: statement trace names it (relserve/duckdb_ext/trace.py); None when no plan was made
+        self.first_pass_s: float | None = None
 
     def submit(self, engine: Backend) -> RelQueryHandle:
         """Send the prompts as one relQuery; returns the engine's handle. Blocks (tokenizing, a
@@ -89,7 +92,10 @@ class CallExecutor:
                 call, engine, self.model_id, self.rows.prompts, self.rows.values, self.rel_id, options,
                 [min(t) for t in self.rows.targets], self.rows.label_scope, self.resolution))
             started = time.monotonic()
+            makes_plan = self.resolution.makes_plan
             request = self.labels.request()  # makes the call's label plan first when it has none
+            if makes_plan:
+                self.first_pass_s = time.monotonic() - started
             prompts = request.prompts
             options.update(request.options)
             self._engine_index = request.engine_index

@@ -54,6 +54,8 @@ class CallOutcome:
     labels: Any = None
     #: why the labels are close to guesses (None: they are not); also raised as a LabelWarning
     warning: str | None = None
+    #: seconds of the label method's first pass before the rows ran (None: no plan was made)
+    first_pass_s: float | None = None
 
     @property
     def failures(self) -> list[tuple[int, str]]:
@@ -121,7 +123,7 @@ def run_rows(
     done: list[RowResult | None] = [None] * plan.rows
     for row in rows.ready:
         done[row.index] = row
-    stats = report = label_report = warning = None
+    stats = report = label_report = warning = first_pass_s = None
     fail_fast = call.options.on_error == "raise"
     allowance = None
     if rows.prompts:
@@ -159,6 +161,7 @@ def run_rows(
             done[row.index] = row
         stats = executor.stats
         label_report, warning = executor.label_report, executor.warning
+        first_pass_s = executor.first_pass_s
 
     if warning is None:
         # every row came from the cache (or the relQuery did not warn): the cache's own warning
@@ -169,7 +172,7 @@ def run_rows(
     engine_rows = report.llm_rows if report is not None else len(rows.prompts)
     outcome = CallOutcome(values, errors, plan, engine_stats=stats, ran=engine_rows, cascade=report,
                           details=done if report is not None else None, seconds=time.perf_counter() - t0,
-                          labels=label_report, warning=warning)
+                          labels=label_report, warning=warning, first_pass_s=first_pass_s)
     if warning is not None:
         # the rows are answered all the same; the warning says how little they can be trusted
         warnings.warn(warning, LabelWarning, stacklevel=2)

@@ -326,6 +326,8 @@ class Job:
         if ex is not None and ex.label_report is not None:
             # EXPLAIN ANALYZE of the label method: the layout chosen, the estimated prior
             out.labels = describe_labels(ex.label_report)
+        if ex is not None and ex.first_pass_s is not None:
+            out.first_pass_s = round(ex.first_pass_s, 4)
         if ex is not None and ex.warning is not None:
             # the answers are close to guesses: the client (a PostgreSQL NOTICE, a sheet) says so
             out.warning = ex.warning

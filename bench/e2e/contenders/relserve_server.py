@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.contenders.context import PhaseContext
+from e2e.limits import ENGINE
 from e2e.passes import measured_pass
 from e2e.processes import free_port, stop, wait_http
 from e2e.prometheus import prom_tokens
@@ -38,7 +39,8 @@ def relserve_server(ctx: PhaseContext, tenants: Path, name: str) -> Iterator[tup
     ctx.log(f"relserve: starting relserve serve (port {port}) for {name}")
     t_start = time.perf_counter()
     with open(ctx.workdir / f"relserve_serve_{name}.log", "w") as out:
-        proc = subprocess.Popen(cmd, env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        # the dtype named, not left to the server's own "auto": the one every contender runs
+        proc = subprocess.Popen(cmd, env=dict(os.environ, RELSERVE_DTYPE=ENGINE.dtype), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_http(url + "/health", proc)
         yield url, time.perf_counter() - t_start
@@ -66,27 +68,33 @@ def run(ctx: PhaseContext) -> dict[str, Any]:
             return con
 
         served: dict[str, tuple[int, int]] = {}
+        #: each statement's trace (relserve/duckdb_ext/trace.py): where its time went
+        traces: dict[str, dict[str, Any]] = {}
 
         def execute(con: relserve.duckdb.Connection, w: Scheduled) -> StatementAnswer:
             session = session_of(con.con)
             n = len(session.calls)
+            session.last_run = None
             rel = con.sql(w.sql)
             rows = rel.fetchall() if rel is not None else []
             calls = session.calls[n:]
             served[w.key] = (sum(c.cached_rows for c in calls), sum(c.engine_rows for c in calls))
+            if session.last_run is not None:
+                traces[w.key] = session.last_run.trace.to_dict()
             return list(rel.columns) if rel is not None else [], rows, sum(c.rows for c in calls)
 
         tokens = prom_tokens(url, "relserve_tokens_total:prompt", "relserve_tokens_total:prefix_cached", key)
         out = measured_pass(work, connect, execute, tokens)
         out["result_cache_rows"] = sum(c for c, _ in served.values())
         out["engine_rows"] = sum(e for _, e in served.values())
+        out["traces"] = traces
         return out
 
     def warm_up(url: str) -> None:
         with Client(url, api_key=key) as c:  # as for the other contenders
             c.run(prompts=["Say hi."], max_tokens=2, cache=False)
 
-    result: dict[str, Any] = {"loads": {}, "cache_loads": {}}
+    result: dict[str, Any] = {"loads": {}, "cache_loads": {}, "dtype": ENGINE.dtype}
     with relserve_server(ctx, tenants, "cache-off") as (url, started):
         warm_up(url)
         result["engine_start_s"] = started

@@ -52,7 +52,7 @@ def run(ctx: PhaseContext) -> dict[str, Any]:
         return texts
 
     batch(WarmUpCall(), ["Say hi."])
-    result: dict[str, Any] = {"engine_start_s": started, "loads": {}}
+    result: dict[str, Any] = {"engine_start_s": started, "loads": {}, "dtype": ENGINE.dtype}
     fifo = FifoLock()
 
     def connect(s: int) -> UDFConnection:

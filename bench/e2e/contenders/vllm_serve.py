@@ -60,7 +60,7 @@ def run(ctx: PhaseContext) -> dict[str, Any]:
             return texts
 
         per_row(WarmUpCall(), ["Say hi."])
-        result: dict[str, Any] = {"engine_start_s": started, "loads": {}}
+        result: dict[str, Any] = {"engine_start_s": started, "loads": {}, "dtype": ENGINE.dtype}
         tokens = prom_tokens(url, "vllm:prompt_tokens_total", "vllm:prefix_cache_hits_total")
 
         def connect(s: int) -> UDFConnection:
