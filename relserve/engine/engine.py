@@ -45,8 +45,8 @@ from relserve.results import RowResult
 if TYPE_CHECKING:
     from vllm import TokensPrompt
 
-#: score a multi-token label's other spellings only when free (LabelTrie.build); off: measured
-#: 1.3x the rows/s but fewer right answers (docs/quality.md, third pass); for the benchmark
+#: score a multi-token label's other spellings only when free (LabelTrie.build); off: more rows/s
+#: but fewer right answers (docs/notebook/quality-passes.md#third-pass-2026-11-24-1420-1530-utc-bootstrapped-examples); for the benchmark
 FREE_FORMS_ONLY = os.environ.get("RELSERVE_FREE_LABEL_FORMS", "") == "1"
 _SCHEDULER_CLS = "relserve.engine.scheduler.RelServeScheduler"
 _start_lock = threading.Lock()

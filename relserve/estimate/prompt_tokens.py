@@ -37,7 +37,7 @@ class Layout:
 
 def layout_of(call: LLMCall, method: str | None) -> Layout:
     """The layout of ``call``'s prompts when its relQuery runs label method ``method`` (the
-    planner's: relserve/labels/methods.method_of). A scoring method lays the prompt out in the call's
+    planner's: relserve/labels/resolution.method_ran). A scoring method lays the prompt out in the call's
     prompt shape; decoding (``generate``, and map / extract) always uses the chat template."""
     system = call.options.system
     if method not in SCORING_METHODS or call.prompt_shape == "chat":

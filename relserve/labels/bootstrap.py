@@ -25,7 +25,7 @@ idea picks few-shot examples from a program's own confident outputs in DSPy
 Below ``MIN_BATCH_ROWS`` prompts a call with no plan runs as ``prior`` (as ``batch`` does; with
 three labels or more as ``batch`` from 8 prompts, too few to choose examples from); with the
 user's own ``examples`` it runs as ``batch`` (given examples beat guessed ones); see
-relserve/labels/methods.method_ran. The plan holds rows of the relQuery that made it, so it is
+relserve/labels/resolution.method_ran. The plan holds rows of the relQuery that made it, so it is
 kept per prefix-cache namespace: one tenant of the server (or one ``cache_group``), or the
 library user's own home.
 """
@@ -154,8 +154,8 @@ def shaped_for(call, prompts: int, model_id: str, namespace: str | None = None, 
     """``call`` as a relQuery of ``prompts`` distinct prompts runs it: laid out ``EXAMPLES_SHAPE``
     when its labels will be picked behind bootstrapped examples (``follows_method``, and 16
     prompts or more, or a plan kept for that layout in ``namespace``), else unchanged: below 16
-    prompts the content-free prior decides, and under ``question_first`` it gives one label to
-    90-99% of the rows (docs/quality.md, "Fourth pass").
+    prompts the content-free prior decides, and under ``question_first`` it gives nearly every
+    row one label (docs/notebook/quality-passes.md#fourth-pass-2026-11-24-1730-1850-utc-the-question-first-as-a-field).
 
     The planner calls it before rendering, so the result cache, deduplication and EXPLAIN see
     the layout that runs."""

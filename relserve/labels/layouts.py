@@ -2,10 +2,10 @@
 (issue 43).
 
 How the request is laid out decides much of what a small model gets right, and no one layout is
-best for every question: on held-out news rows "Is this news article about sports?" scored
-" yes"/" no" had an AUC of 0.36, the article followed by "Topic:" and " sports" one of 0.96; on
+best for every question: on news rows "Is this news article about sports?" scored " yes"/" no"
+ranked the rows backwards, the article followed by "Topic:" and " sports" ranked them well; on
 sentiment, "Review: <text>\\nSentiment:" with " positive"/" negative" beat the yes/no question
-(0.87 against 0.68 on rotten_tomatoes at 15% positive; docs/quality.md). So the adaptive method
+(docs/quality.md#the-default-adaptive-a-filter-and-a-classify-of-two-labels). So the adaptive method
 (relserve/labels/adaptive.py) scores a sample of the relQuery's rows in the layouts
 here and keeps the one whose answers vary most with the rows.
 
@@ -32,7 +32,7 @@ from relserve.prompt_shapes import ShapedRenderer
 from relserve.template import format_value
 
 #: the fields a row-alone layout ends with: generic names of what a label can be about, fixed
-#: before any was measured (a subset of relserve/planner/answer_fields.CANDIDATES)
+#: before any was measured (a subset of relserve/labels/answer_fields.CANDIDATES)
 FIELDS: tuple[str, ...] = ("Sentiment", "Topic", "Category", "Answer")
 #: the answer field of the question layouts
 QUESTION_FIELD = "Answer"
