@@ -46,6 +46,16 @@ LABEL_NORM = os.environ.get("RELSERVE_LABEL_NORM", "split")
 if LABEL_NORM not in LABEL_NORMS:
     raise ValueError(f"RELSERVE_LABEL_NORM must be one of {', '.join(LABEL_NORMS)}, got {LABEL_NORM!r}")
 
+#: vLLM's default cap on log-probabilities per request (``ModelConfig.max_logprobs``): a trie
+#: node with more next tokens is asked in several requests (``asks``), and a layout scores at
+#: most this many labels in one (relserve/labels/layouts.py ``MAX_COLUMN_LABELS``)
+MAX_LOGPROBS = 20
+#: score a multi-token label's other spellings only when free (``LabelTrie.build``); off: more
+#: rows/s but fewer right answers
+#: (docs/notebook/quality-passes.md#third-pass-2026-11-24-1420-1530-utc-bootstrapped-examples);
+#: for the benchmark
+FREE_FORMS_ONLY = os.environ.get("RELSERVE_FREE_LABEL_FORMS", "") == "1"
+
 
 def surface_forms(label: str) -> list[str]:
     """The spellings of a label that count as answering it."""

@@ -56,8 +56,10 @@ from relserve.results import RowResult
 #: measurements that chose them)
 SAMPLE_ROWS: dict[str, int] = {"classify": 16, "filter": 32}
 #: the share of a relQuery's prompts its first pass scores at most, per function kind (half a
-#: small classify's: it scored most of its rows twice), and the fewest it scores
+#: small classify's: it scored most of its rows twice)
 SAMPLE_SHARE: dict[str, float] = {"classify": 0.5, "filter": 1.0}
+#: the fewest prompts a first pass scores, whatever the share (the examples are chosen among
+#: them: one per label, each the row leaning furthest to it)
 MIN_SAMPLE = 8
 #: examples per label (one against two was measured: docs/notebook/quality-passes.md)
 PER_LABEL = 1

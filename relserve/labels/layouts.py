@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from relserve.engine.label_scoring import MAX_LOGPROBS
 from relserve.functions import LLMCall
 from relserve.labels.concept import Concept, concept_column, concept_of
 from relserve.prompt_shapes import ShapedRenderer
@@ -38,8 +39,11 @@ FIELDS: tuple[str, ...] = ("Sentiment", "Topic", "Category", "Answer")
 QUESTION_FIELD = "Answer"
 #: a question about a row's own value ("about {topic}": a semantic join's right side) is also
 #: laid out as the rest of the row after a field, scored on every distinct value of that
-#: placeholder in the relQuery: from 2 to this many (one scoring request reads up to 20 labels)
-MAX_COLUMN_LABELS = 20
+#: placeholder in the relQuery: from 2 to this many (as many as one scoring request reads)
+MAX_COLUMN_LABELS = MAX_LOGPROBS
+#: a value longer than this (characters), or of several lines, is text, not a name a question can
+#: ask about: the placeholder's values are then not read as labels
+MAX_COLUMN_LABEL_CHARS = 60
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,7 @@ def column_labels(call: LLMCall, values: Sequence[tuple]) -> tuple[str, ...] | N
     seen: dict[str, None] = {}
     for v in values:
         text = format_value(v[pos]).strip() if v[pos] is not None else ""
-        if not text or len(text) > 60 or "\n" in text:
+        if not text or len(text) > MAX_COLUMN_LABEL_CHARS or "\n" in text:
             return None
         seen.setdefault(text, None)
         if len(seen) > MAX_COLUMN_LABELS:
