@@ -42,7 +42,7 @@ from collections.abc import Sequence
 
 PROMPT_SHAPES = ("chat", "chat_answer", "completion", "question_first")
 #: chosen on the tuning tasks of bench/bench_quality.py (docs/quality.md); a 2-label
-#: llm_classify behind bootstrapped examples gets label_bootstrap.EXAMPLES_SHAPE instead
+#: llm_classify behind bootstrapped examples gets relserve/labels/bootstrap.EXAMPLES_SHAPE instead
 DEFAULT_PROMPT_SHAPE = "completion"
 #: the shapes whose prompt text ``ShapedRenderer`` lays out (no chat template, an answer field)
 SHAPED = ("completion", "question_first")

@@ -7,7 +7,8 @@ code and docs name, resolve; the code's comments and docstrings quote no measure
 * Paths named in relserve/'s code (comments, docstrings) and in the Markdown outside the lab
   notebook: ``relserve/x/y.py`` (and ``tests/``, ``bench/``, ``scripts/``, ``docs/`` ones) exist;
   ``relserve/x/y.name`` names something y.py defines; ``docs/page.md#anchor`` has that heading,
-  and ``docs/page.md, "Title"`` a section whose title starts so.
+  and ``docs/page.md, "Title"`` a section whose title starts so; a file named without its folder
+  in relserve/'s code (``adaptive.py``) is the name of some file of the repository.
 * No comment or docstring in relserve/ quotes a measured figure (an AUC, an F1, a percentage, a
   ratio such as "1.9x", "N of M rows"): code says what it does and why, and points to the doc
   section that holds the figure.
@@ -219,10 +220,21 @@ def _check_dotted(source: Path, line: int, text: str) -> list[Broken]:
     return out
 
 
+#: a file named without its folder (``adaptive.py``): some file of the repository has that name
+_BARE_FILE = re.compile(r"(?<![\w/.-])([a-z_][a-z0-9_]*\.py)\b")
+
+
+@cache
+def _file_names() -> frozenset[str]:
+    return frozenset(p.name for top in PATH_ROOTS for p in (ROOT / top).glob("**/*.py"))
+
+
 def check_code(path: Path) -> list[Broken]:
     out: list[Broken] = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         out.extend(_check_paths(path, n, line))
+        out.extend(Broken(_rel(path), n, m.group(1), "no file of that name in the repository")
+                   for m in _BARE_FILE.finditer(line) if m.group(1) not in _file_names())
         if "import" not in line.split("#")[0]:
             out.extend(_check_dotted(path, n, line))
     return out
