@@ -9,7 +9,7 @@ worked examples. The sample's margins are read in this order:
    rows' (not only the worked examples'): the model's own answer decides each row;
 2. **two crowds**: a wide gap between the sorted margins (``FEW_GAP_NATS``, and
    ``FEW_GAP_SPREADS`` times the crowds' own spread): the boundary is the middle of the gap; or,
-   from ``FEW_ROWS`` margins, a two-crowd mixture (relserve/labels/mixture.py) whose crowds stand
+   from ``MIXTURE_MARGINS`` margins, a two-crowd mixture (relserve/labels/mixture.py) whose crowds stand
    ``MIN_SEPARATION`` apart and explain the margins ``MIN_GAIN`` nats per row better than one
    crowd: the boundary is where a row's posterior crosses one half;
 3. **calibrated**: otherwise the margins are one lump, from which no share of "yes" can be read
@@ -42,7 +42,7 @@ FEW_GAP_NATS = 2.0
 #: than one crowd (nats per margin), the smaller at least ``MIN_CROWD`` of them and
 #: ``MIN_CROWD_ROWS`` (else a few outliers); stricter than the two-crowd reading of a whole
 #: relQuery before plans (0.85, 0.05), since a plan reads 64 margins, not every row
-FEW_ROWS = 16
+MIXTURE_MARGINS = 16
 MIN_SEPARATION = 0.9
 MIN_GAIN = 0.1
 MIN_CROWD = 0.02
@@ -85,7 +85,7 @@ def read_boundary(margins: Sequence[float], content_free: Sequence[float] = (), 
         if gap is not None:
             value = _gap_middle(xs)
             return Boundary(PlanRule.TWO_CROWDS, value, spread, gap, None, _share(xs, value), gap.separation, len(xs))
-        if len(xs) >= FEW_ROWS:
+        if len(xs) >= MIXTURE_MARGINS:
             mix = fit_mixture(xs)
             smaller = min(mix.weight, 1 - mix.weight) * len(xs)
             if (mix.separation >= MIN_SEPARATION and mix.gain >= MIN_GAIN
