@@ -3,7 +3,7 @@
 A decoded answer ends at the end token or at ``max_tokens``; which comes first is the call's
 (its template and settings) and the model's, so the estimate of a call's next relQuery takes the
 mean length of its last answers (``RECENT`` rows), and ``max_tokens`` until one has finished.
-Kept per tenant (a server's), like every learned length (docs/security.md): whether a call was
+Kept per tenant (a server's), like every learned length (docs/server-postgres-spreadsheet.md#security): whether a call was
 run before, and how long its answers were, is nothing another tenant may learn from an estimate.
 """
 

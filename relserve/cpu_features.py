@@ -19,6 +19,6 @@ def cpu_has_bf16() -> bool:
 
 
 def default_dtype() -> str:
-    """The engine's dtype for ``dtype="auto"``: bfloat16 where the CPU computes it natively (1.5-1.8x
-    the rows/s of float32 here, docs/benchmarks.md), float32 elsewhere."""
+    """The engine's dtype for ``dtype="auto"``: bfloat16 where the CPU computes it natively (faster,
+    docs/benchmarks.md#the-engine-at-the-machines-limit), float32 elsewhere."""
     return "bfloat16" if cpu_has_bf16() else "float32"

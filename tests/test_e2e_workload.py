@@ -214,10 +214,11 @@ def test_the_decoding_contenders_render_a_label_call_as_relserve_renders_a_decod
     from e2e.contenders.relserve_udfs import RowUDF
 
     import relserve.functions as functions
+    import relserve.labels.call_method as call_method
     from relserve.duckdb_ext.udf import RETURN_TYPES
     from relserve.prompt_rendering import Renderer
 
-    monkeypatch.setattr(functions, "DEFAULT_LABEL_METHOD", method)
+    monkeypatch.setattr(call_method, "DEFAULT_LABEL_METHOD", method)
     seen = []
 
     def backend(call, prompts):

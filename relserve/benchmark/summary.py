@@ -5,13 +5,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 
-from pydantic import BaseModel
-
 from relserve.benchmark.replay import ReplayResult
+from relserve.latency_figures import LatencyFigures
 from relserve.percentile import percentile
 
 
-class RunSummary(BaseModel):
+class RunSummary(LatencyFigures):
     policy: str
     load: float
     #: relQueries per second the trace offered at this load
@@ -19,13 +18,6 @@ class RunSummary(BaseModel):
     relqueries: int
     rows: int
     errors: int
-    mean_latency: float
-    p50_latency: float
-    p95_latency: float
-    max_latency: float
-    mean_waiting: float
-    mean_core: float
-    mean_tail: float
     #: latency over isolated execution time, averaged (1.0 is the physical floor)
     mean_slowdown: float | None
     throughput_rows_per_s: float

@@ -4,7 +4,7 @@ A light proxy (a logistic regression on sentence embeddings) is trained during t
 LLM's own answers for a random sample of the relQuery's rows; it answers the rows it is confident
 about, and the rest go to the LLM as the relQuery. The confidence threshold is chosen on a
 held-back audit sample (answered by the LLM too) so that the agreement with the LLM's answers
-meets the target with 95% confidence; when no threshold does, every row goes to the LLM.
+meets the target with confidence 0.95; when no threshold does, every row goes to the LLM.
 
 - ``policy.py``: when a relQuery cascades, and its sample sizes;
 - ``embedding.py``: the features (all-MiniLM-L6-v2, a chunk at a time);

@@ -1,8 +1,8 @@
 """Which rows the LLM answers to check a filter's proxy against recall and precision targets: an
 audit sampled by the proxy's score (relserve/cascade/targets.py says what the targets mean).
 
-A filter that keeps 2% of its rows gives a uniform sample of 1,000 rows about 20 "yes" rows, too
-few to say how many the proxy would lose. As SUPG (Kang et al., arXiv 2004.00827) and BARGAIN
+A filter that keeps few of its rows (one in fifty) gives a uniform sample of 1,000 rows about 20
+"yes" rows, too few to say how many the proxy would lose. As SUPG (Kang et al., arXiv 2004.00827) and BARGAIN
 (Zeighami et al., arXiv 2509.02896) do, the rows are sampled with a probability that depends on
 the proxy's score. Here it takes three levels, one per stratum of the rows left after training,
 ranked by the proxy's probability of "yes":

@@ -2,10 +2,9 @@
 
 The encoder is the one relserve already ships for join blocking (relserve/sentence_encoder.py:
 all-MiniLM-L6-v2, 22 M parameters, 384 dimensions). Measured against the served model's own
-hidden states (docs/benchmarks.md, "Which features the proxy uses"): on a 3-label topic call its
-proxy agreed with the LLM within a point of theirs (93.1% against 93.3-93.8%) at 133 rows/s,
-where the hidden states cost about one LLM row each (8.5-10.5 rows/s, the LLM 6.9), so the
-cascade uses it.
+hidden states, its proxy agreed with the LLM about as well, at many times the rows/s: the hidden
+states cost about one LLM row each, so the cascade uses the encoder (the measurement:
+docs/notebook/benchmark-passes.md).
 
 Memory stays bounded whatever the table's size: texts are embedded in chunks of ``CHUNK`` rows
 (each chunk sorted by length, so a batch pads to its own longest text, not the table's), and a

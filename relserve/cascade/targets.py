@@ -5,7 +5,7 @@ probability that it misses them (the ``cascade_recall``, ``cascade_precision`` a
 Against the LLM's own answers over the same rows: **recall** is the share of the rows the LLM
 would keep that the cascade keeps; **precision** the share of the rows the cascade keeps that the
 LLM would keep. The agreement target (``cascade``) counts every row alike, so a filter that keeps
-2% of its rows reaches 0.98 by answering "no" everywhere; these count the kept rows.
+one row in fifty reaches 0.98 by answering "no" everywhere; these count the kept rows.
 
 With both targets the failure probability is split evenly between the two statements (a union
 bound), so both hold together with probability at least 1 - failure.

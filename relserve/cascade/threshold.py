@@ -10,15 +10,15 @@ agreement is ``1 - rest * r(t) / n``: it meets the target ``T`` when ``r(t) <= (
 The audit is a simple random sample of the same rows as the rest (the split is random), the LLM
 answered it, and the proxy never saw it. It is cut in two random halves:
 
-* **Choosing** (the first half): the candidates are the thresholds that let the proxy answer 1%,
-  2%, ..., 100% of the rest rows (from the rest rows' confidences alone, fixed before any audit
+* **Choosing** (the first half): the candidates are the thresholds that let the proxy answer one
+  hundredth, two hundredths, ..., all of the rest rows (from the rest rows' confidences alone, fixed before any audit
   answer is read), tested in that order against ``H(t): r(t) > (1 - T) n / rest`` with the
   one-sided Clopper-Pearson bound at level ``delta``, stopping at the first that is not
   rejected; the last rejected one is the threshold. ``r`` only grows as the threshold falls, so
   this fixed-sequence test needs no correction for the number of candidates (Bauer 1991; the
   "Learn then Test" calibration of Angelopoulos et al. 2021): with probability >= 1 - delta the
   chosen threshold meets the target. Dividing delta over the candidates instead (Bonferroni,
-  what LOTUS's cascades do) answered ~12 points fewer rows in a simulation with the same audit.
+  what LOTUS's cascades do) answers fewer rows with the same audit.
 * **Estimating** (the second half): the share of its rows the proxy answers at the chosen
   threshold and gets wrong, and its two-sided Clopper-Pearson interval at level delta, turned into
   the agreement and its interval. These rows played no part in the choice, so the interval is
@@ -28,7 +28,7 @@ answered it, and the proxy never saw it. It is cut in two random halves:
 One more condition keeps the proxy from spending the agreement budget on guesses: at least
 ``FLOOR_ROWS`` of the choosing half's rows are at or above the threshold, and they agree with the
 LLM at least as often as the target asks of the whole (a proxy no better than a coin may not
-answer the 8% of rows a 0.95 target would let it get wrong half the time; the row count keeps a
+answer twice the rows a 0.95 target lets it get wrong, half of them wrongly; the row count keeps a
 lucky handful of rows from passing for a proxy). It only removes candidates, so the guarantee
 above still holds.
 """

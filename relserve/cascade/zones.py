@@ -17,7 +17,7 @@ census's, the high stratum's drawn ones, and, once a "yes" zone is chosen, the `
 rows the precision bound leaves it), recall >= 1 - M / (K + M), which is at least the target when
 M <= (1 - target) / target * K. ``M(m)`` is bounded as ``F(m)`` is, from the low stratum's draws.
 
-In each stratum the candidates (zones of 1%, 2%, ..., 100% of its rows, fixed from the scores
+In each stratum the candidates (zones of one hundredth, two hundredths, ..., all of its rows, fixed from the scores
 before any answer is read) are tested in order of size, each at level delta, and the first
 failure ends the test: fixed-sequence testing (Bauer 1991), whose chance of passing any zone
 that misses the target is at most delta, with no correction for the number of candidates. A

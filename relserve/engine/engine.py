@@ -27,7 +27,8 @@ from relserve.engine.admission import admit
 from relserve.engine.backend_base import BackendBase, finished_result
 from relserve.engine.cpu_libs import preload_for, preloaded
 from relserve.engine.handle import RelQueryHandle
-from relserve.engine.label_scoring import LabelTrie, asks, pick
+from relserve.engine.label_rows import LabelTries, score_row
+from relserve.engine.label_scoring import MAX_LOGPROBS, LabelTrie, asks
 from relserve.engine.prefix_lookup import CachedPrefixAsk, CachedPrefixReply
 from relserve.engine.queued import QueuedRelQuery, QueuedRequest
 from relserve.engine.request_meta import RequestMeta
@@ -45,13 +46,8 @@ from relserve.results import RowResult
 if TYPE_CHECKING:
     from vllm import TokensPrompt
 
-#: score a multi-token label's other spellings only when free (LabelTrie.build); off: measured
-#: 1.3x the rows/s but fewer right answers (docs/quality.md, third pass); for the benchmark
-FREE_FORMS_ONLY = os.environ.get("RELSERVE_FREE_LABEL_FORMS", "") == "1"
 _SCHEDULER_CLS = "relserve.engine.scheduler.RelServeScheduler"
 _start_lock = threading.Lock()
-#: vLLM's default cap on log-probabilities per request (ModelConfig.max_logprobs)
-_MAX_LOGPROBS = 20
 #: how long an estimate waits for the scheduler plug-in's view (its queue, its prefix cache): it
 #: answers between two steps, and a step here takes up to about a second; past that the estimate
 #: goes on without it (a job that wants one starts on time behind a long step or a held loop)
@@ -197,8 +193,8 @@ class Engine(BackendBase):
         if _on_cpu():
             _cpu_threads(s.cpu_threads)
         self._load_tokenizer()
+        self._tries = LabelTries(self.tokenizer)
         self._inflight: dict[str, _Running] = {}
-        self._tries: dict[tuple[str, ...], LabelTrie] = {}
         self._idle = threading.Event()
         self._idle.set()
         #: budgeted rows wait on it for tokens (made on the engine's loop; issue 47)
@@ -492,10 +488,11 @@ class Engine(BackendBase):
             if rq.score_labels:
                 trie = self.label_trie(tuple(rq.choices or ()), label_space(rq.prompt_shape))
                 # the same requests for every row of the relQuery: built once, not per row
-                row_asks = asks(trie, _MAX_LOGPROBS)
+                row_asks = asks(trie, MAX_LOGPROBS)
                 running.requests_per_row = len(row_asks)
                 for pos, (i, ids) in enumerate(rows):
-                    start = functools.partial(self._scored_row, running, i, ids, trie, row_asks, len(rows))
+                    start = functools.partial(score_row, self._llm.generate, running, i, ids, trie, row_asks,
+                                              len(rows), self._row_error)
                     running.tasks.append(asyncio.create_task(self._budgeted(running, pos, i, len(ids) + len(row_asks), start)))
                 rows = []
             else:
@@ -615,77 +612,7 @@ class Engine(BackendBase):
     def label_trie(self, labels: tuple[str, ...], space: str = "") -> LabelTrie:
         """The requests that score ``labels`` on this engine's tokenizer (``space``: what comes
         before a label, " " after an answer field), built once per label set."""
-        trie = self._tries.get((labels, space))
-        if trie is None:
-            # after an answer field the label follows a space (" yes"), which BPE tokenizers
-            # fold into the label's first token
-            encode = lambda text: self.tokenizer(space + text, add_special_tokens=False)["input_ids"]  # noqa: E731
-            # (a capitalised spelling of several tokens costs a request per inner node)
-            trie = self._tries[(labels, space)] = LabelTrie.build(labels, encode, self.tokenizer.eos_token_id,
-                                                                  free_forms_only=FREE_FORMS_ONLY and space == " ")
-        return trie
-
-    async def _scored_row(self, running: _Running, index: int, ids: list[int], trie: LabelTrie,
-                          row_asks: list[tuple[tuple[int, ...], tuple[int, ...]]], rows: int) -> None:
-        """One row of a ``score_labels`` relQuery: ``row_asks``, one one-token request per trie node
-        the label norm reads (``label_scoring.asks``), all sharing the row's prompt (prefix cache),
-        then the best label after the prior."""
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
-        rq = running.rq
-        handle = running.handle
-        extra_args = running.request_meta(rows * len(row_asks)).to_extra_args()
-
-        async def node(n: int, prefix: tuple[int, ...], wanted: tuple[int, ...]):
-            sp = SamplingParams(
-                max_tokens=1,
-                temperature=0.0,
-                logprob_token_ids=list(wanted),
-                output_kind=RequestOutputKind.FINAL_ONLY,
-                extra_args=extra_args,
-            )
-            request_id = f"{rq.rel_id}-{index}-{n}"
-            running.request_ids[request_id] = index
-            final = None
-            async for out in self._llm.generate(running.prompt(ids + list(prefix)), sp, request_id):
-                final = out
-            if final is None or not final.outputs or final.outputs[0].logprobs is None:
-                raise EngineError("the engine returned no log-probabilities")
-            c = final.outputs[0]
-            if c.finish_reason == "abort":
-                raise asyncio.CancelledError
-            got = {t: lp.logprob for t, lp in c.logprobs[0].items()}
-            return prefix, {t: got[t] for t in wanted}, final
-
-        try:
-            outs = await asyncio.gather(*(node(n, p, w) for n, (p, w) in enumerate(row_asks)))
-            node_lps: dict[tuple[int, ...], dict[int, float]] = {}
-            for p, lps, _ in outs:
-                node_lps.setdefault(p, {}).update(lps)
-            label_lps, label_mass = trie.scores(node_lps)
-            finals = [f for _, _, f in outs]
-            times = [(f.metrics.scheduled_ts, f.metrics.first_token_ts, f.metrics.last_token_ts) for f in finals
-                     if f.metrics is not None and f.metrics.scheduled_ts]
-            if times:
-                running.times[index] = (min(t[0] for t in times), max(t[1] for t in times), max(t[2] for t in times))
-            handle.row_done(
-                RowResult(
-                    index,
-                    text=pick(label_lps, rq.label_prior),
-                    prompt_tokens=len(ids),
-                    output_tokens=len(finals),
-                    # the row's prompt, counted once: the prefix cache serves its other requests
-                    cached_tokens=min((f.num_cached_tokens or 0) for f in finals),
-                    finish_reason="scored",
-                    label_logprobs=label_lps,
-                    label_mass=label_mass,
-                )
-            )
-        except asyncio.CancelledError:
-            handle.row_done(RowResult(index, error=running.cancel_reason or "cancelled", prompt_tokens=len(ids)))
-        except Exception as e:
-            handle.row_done(RowResult(index, error=self._row_error(e), prompt_tokens=len(ids)))
+        return self._tries.get(labels, space)
 
     def _cancel(self, rel_id: str) -> None:
         running = self._inflight.get(rel_id)

@@ -26,8 +26,8 @@ other label ("pale" of "pale ale" when no other label starts so), its token log-
 summed there: the chance that the model, answering with one of the labels, heads for this one
 (``LABEL_NORM = "split"``, the default since issue 28). Label length does not enter, and labels
 that start with different tokens cost one request per row, whatever their number and length
-(measured in docs/quality.md: 3x the rows/s of "mean" on two 4-label tasks, 2 and 4 points
-fewer right answers). The norms before it stay for the benchmark (environment variable
+(faster than "mean" for a few points of right answers:
+docs/notebook/quality-passes.md#fifth-pass-2026-11-24-2040-2120-utc-one-scoring-request-per-row-issue-28-item-3). The norms before it stay for the benchmark (environment variable
 ``RELSERVE_LABEL_NORM``): "mean" (issue 22: the mean log-probability of each label's tokens,
 read whole), "sum" (the whole label's log-probability, issue 12) and "first" (the first token
 only). With one token per label all four agree.
@@ -45,6 +45,16 @@ LABEL_NORMS = ("mean", "sum", "first", "split")
 LABEL_NORM = os.environ.get("RELSERVE_LABEL_NORM", "split")
 if LABEL_NORM not in LABEL_NORMS:
     raise ValueError(f"RELSERVE_LABEL_NORM must be one of {', '.join(LABEL_NORMS)}, got {LABEL_NORM!r}")
+
+#: vLLM's default cap on log-probabilities per request (``ModelConfig.max_logprobs``): a trie
+#: node with more next tokens is asked in several requests (``asks``), and a layout scores at
+#: most this many labels in one (relserve/labels/layouts.py ``MAX_COLUMN_LABELS``)
+MAX_LOGPROBS = 20
+#: score a multi-token label's other spellings only when free (``LabelTrie.build``); off: more
+#: rows/s but fewer right answers
+#: (docs/notebook/quality-passes.md#third-pass-2026-11-24-1420-1530-utc-bootstrapped-examples);
+#: for the benchmark
+FREE_FORMS_ONLY = os.environ.get("RELSERVE_FREE_LABEL_FORMS", "") == "1"
 
 
 def surface_forms(label: str) -> list[str]:

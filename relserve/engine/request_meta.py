@@ -10,29 +10,23 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from relserve.policy.types import RelQueryTags
+
 #: the key of ``SamplingParams.extra_args`` the metadata travels under
 EXTRA_ARGS_KEY = "relserve"
 
 
-@dataclass(frozen=True, slots=True)
-class RequestMeta:
+@dataclass(slots=True)
+class RequestMeta(RelQueryTags):
+    """The relQuery's id, size and arrival, and its tags (``RelQueryTags``, keyword-only; the
+    deadline absolute, on the arrival clock)."""
+
     #: the relQuery the request belongs to
     rel_id: str
     #: how many requests the relQuery sends (the scheduler waits for them all before planning)
     rel_size: int = 1
     #: when the relQuery arrived (time.monotonic of the engine's host)
     arrival: float = 0.0
-    #: the user's priority class (``relserve.relquery.RelQuery.priority``, which states its direction)
-    priority: int = 0
-    #: absolute deadline on the arrival clock, or None
-    deadline: float | None = None
-    #: whom it runs for ("": no tenant) and that tenant's share
-    tenant: str = ""
-    weight: float = 1.0
-    #: most running requests the tenant may hold while another tenant has work (None: policy default)
-    max_running_shared: int | None = None
-    #: the call the relQuery runs ("" : unknown; ``Req.call_key``)
-    call_key: str = ""
 
     def to_extra_args(self) -> dict[str, object]:
         return {EXTRA_ARGS_KEY: asdict(self)}

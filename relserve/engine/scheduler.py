@@ -163,12 +163,7 @@ class RelServeScheduler(Scheduler):
                 prompt_tokens=request.num_prompt_tokens,
                 max_tokens=request.max_tokens,
                 handle=request,
-                priority=meta.priority,
-                deadline=meta.deadline,
-                tenant=meta.tenant,
-                weight=meta.weight,
-                max_running_shared=meta.max_running_shared,
-                call_key=meta.call_key,
+                **meta.tags(),
             )
             self._reqs[request.request_id] = req
         # A preempted request recomputes its output so far as part of its prompt.

@@ -13,7 +13,7 @@ class EngineSettings(BaseSettings):
 
     #: "smollm2" (default), a local Hugging Face folder, or a cached model id
     model: str = "smollm2"
-    #: one of ``relserve.policy.PolicyName``
+    #: one of ``relserve.policy.policies.PolicyName``
     policy: str = "relserve"
     max_model_len: int = Field(default=2048, ge=64)
     max_num_seqs: int = Field(default=256, ge=1)
@@ -31,15 +31,14 @@ class EngineSettings(BaseSettings):
     #: share of host memory vLLM-CPU may reserve (its gpu_memory_utilization)
     memory_utilization: float = Field(default=0.4, gt=0, le=1)
     seed: int = 0
-    #: skip torch.compile: None picks eager on CPU (24 s start instead of 42-70 s, steps ~6%
-    #: slower) and compiled on GPU
+    #: skip torch.compile: None picks eager on CPU (a much shorter start for slightly slower
+    #: steps, docs/benchmarks.md#the-engine-at-the-machines-limit) and compiled on GPU
     enforce_eager: bool | None = None
     #: None: the calibration stored for this model and machine, else the defaults
     cost_model: CostModel | None = None
     policy_settings: PolicySettings = Field(default_factory=PolicySettings)
     #: CPU cores the model's threads use: "all", or vLLM's own choice ("auto", which keeps one
-    #: core for its engine process: on 2 cores that halves the compute; all cores measured
-    #: 1.5x faster decode and 1.9x faster prefill here)
+    #: core for its engine process: on 2 cores that halves the compute)
     cpu_threads: str = "all"
     #: memory allocator of vLLM-CPU's processes: "tcmalloc" (preloaded) or "system" (glibc)
     cpu_allocator: str = "system"

@@ -34,9 +34,6 @@ from relserve.labels.prior import CONTENT_FREE, content_free_prompts
 from relserve.labels.resolution import LabelResolution, resolve
 from relserve.prompt_shapes import answer_field_text, label_space
 
-#: vLLM's cap on log-probabilities per request (engine.engine._MAX_LOGPROBS)
-MAX_LOGPROBS = 20
-
 
 @dataclass(frozen=True)
 class Scored:
@@ -178,18 +175,14 @@ def _median(texts: Sequence[str]) -> str:
 def scoring_asks(labels: Sequence[str], shape: str, tokenizer, engine=None) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """The one-token requests that score one row on ``labels`` in ``shape`` (label_scoring.asks
     over the trie of the labels, as the engine builds it)."""
-    from relserve.engine.label_scoring import LabelTrie, asks
+    from relserve.engine.label_rows import LabelTries
+    from relserve.engine.label_scoring import MAX_LOGPROBS, asks
 
     space = label_space(shape)
     if engine is not None and hasattr(engine, "label_trie"):
         trie = engine.label_trie(tuple(labels), space)
     else:
-        from relserve.engine.engine import FREE_FORMS_ONLY
-
-        def encode(text: str) -> list[int]:
-            return tokenizer(space + text, add_special_tokens=False)["input_ids"]
-
-        trie = LabelTrie.build(tuple(labels), encode, tokenizer.eos_token_id, free_forms_only=FREE_FORMS_ONLY and space == " ")
+        trie = LabelTries(tokenizer).get(tuple(labels), space)
     return asks(trie, MAX_LOGPROBS)
 
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from relserve.engine.admission import layout_token_ids
 from relserve.errors import ConfigError, RowError
-from relserve.functions import SCORING_METHODS, LLMCall
+from relserve.functions import LLMCall
+from relserve.labels.call_method import SCORING_METHODS
 from relserve.prompt_rendering import null_error, render
 from relserve.prompt_shapes import AUTO_ANSWER_FIELD, answer_field_text
 from relserve.relquery import encodable
@@ -37,7 +38,7 @@ class Layout:
 
 def layout_of(call: LLMCall, method: str | None) -> Layout:
     """The layout of ``call``'s prompts when its relQuery runs label method ``method`` (the
-    planner's: relserve/labels/methods.method_of). A scoring method lays the prompt out in the call's
+    planner's: relserve/labels/resolution.method_ran). A scoring method lays the prompt out in the call's
     prompt shape; decoding (``generate``, and map / extract) always uses the chat template."""
     system = call.options.system
     if method not in SCORING_METHODS or call.prompt_shape == "chat":

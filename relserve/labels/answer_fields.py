@@ -1,9 +1,8 @@
 """The answer field a label is scored after, chosen by the model (issue 22; ``answer_field := 'auto'``).
 
 A small model says a label far more readily after a field that names what the labels are about
-than after "Answer:": on 200 balanced Amazon reviews, "positive"/"negative" behind bootstrapped
-examples reach 78.5% after "Answer:" and 86% after "Sentiment:" (docs/quality.md, "Eleventh
-pass"). A user who knows the name can give it (``answer_field := 'Sentiment'``). Otherwise
+than after "Answer:" ("positive"/"negative" after "Sentiment:";
+docs/notebook/quality-passes.md#eleventh-pass-2026-11-25-1505-1625-utc-the-answer-field-named-by-the-model). A user who knows the name can give it (``answer_field := 'Sentiment'``). Otherwise
 relserve asks the model: the call's prompt with every placeholder "N/A" (no row's content),
 ended by each name of ``CANDIDATES`` in turn, and takes the name after which the labels get the
 most probability (``RowResult.label_mass``). The names are generic ones of what a label can be

@@ -25,7 +25,7 @@ idea picks few-shot examples from a program's own confident outputs in DSPy
 Below ``MIN_BATCH_ROWS`` prompts a call with no plan runs as ``prior`` (as ``batch`` does; with
 three labels or more as ``batch`` from 8 prompts, too few to choose examples from); with the
 user's own ``examples`` it runs as ``batch`` (given examples beat guessed ones); see
-relserve/labels/methods.method_ran. The plan holds rows of the relQuery that made it, so it is
+relserve/labels/resolution.method_ran. The plan holds rows of the relQuery that made it, so it is
 kept per prefix-cache namespace: one tenant of the server (or one ``cache_group``), or the
 library user's own home.
 """
@@ -56,8 +56,10 @@ from relserve.results import RowResult
 #: measurements that chose them)
 SAMPLE_ROWS: dict[str, int] = {"classify": 16, "filter": 32}
 #: the share of a relQuery's prompts its first pass scores at most, per function kind (half a
-#: small classify's: it scored most of its rows twice), and the fewest it scores
+#: small classify's: it scored most of its rows twice)
 SAMPLE_SHARE: dict[str, float] = {"classify": 0.5, "filter": 1.0}
+#: the fewest prompts a first pass scores, whatever the share (the examples are chosen among
+#: them: one per label, each the row leaning furthest to it)
 MIN_SAMPLE = 8
 #: examples per label (one against two was measured: docs/notebook/quality-passes.md)
 PER_LABEL = 1
@@ -154,8 +156,8 @@ def shaped_for(call, prompts: int, model_id: str, namespace: str | None = None, 
     """``call`` as a relQuery of ``prompts`` distinct prompts runs it: laid out ``EXAMPLES_SHAPE``
     when its labels will be picked behind bootstrapped examples (``follows_method``, and 16
     prompts or more, or a plan kept for that layout in ``namespace``), else unchanged: below 16
-    prompts the content-free prior decides, and under ``question_first`` it gives one label to
-    90-99% of the rows (docs/quality.md, "Fourth pass").
+    prompts the content-free prior decides, and under ``question_first`` it gives nearly every
+    row one label (docs/notebook/quality-passes.md#fourth-pass-2026-11-24-1730-1850-utc-the-question-first-as-a-field).
 
     The planner calls it before rendering, so the result cache, deduplication and EXPLAIN see
     the layout that runs."""

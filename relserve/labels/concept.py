@@ -3,10 +3,10 @@
 A small model answers "Is this news article about sports?" poorly with yes or no (its "yes"
 follows how pleasant a row sounds), but names the topic well when asked for the word: after
 "Article: <text>\\nTopic:" it gives " sports" far more probability on sports articles than on
-others (AUC 0.96 against 0.36 for the yes/no layouts on held-out news rows; docs/quality.md). So
+others (docs/quality.md#the-default-adaptive-a-filter-and-a-classify-of-two-labels). So
 a filter's question is read for its concept ("about sports" -> "sports", "Is this movie review
 positive?" -> "positive", "Is this a wheat beer?" -> "wheat") and the concept becomes one more
-candidate layout of the scoring request (relserve/labels/candidates.py), scored against
+candidate layout of the scoring request (relserve/labels/layouts.py), scored against
 its antonym when it has a common one ("positive" against "negative") or against "other".
 
 The reading is deliberately plain: a word of feeling or judgement before a preposition

@@ -9,11 +9,11 @@ worked examples. The sample's margins are read in this order:
    rows' (not only the worked examples'): the model's own answer decides each row;
 2. **two crowds**: a wide gap between the sorted margins (``FEW_GAP_NATS``, and
    ``FEW_GAP_SPREADS`` times the crowds' own spread): the boundary is the middle of the gap; or,
-   from ``FEW_ROWS`` margins, a two-crowd mixture (relserve/labels/mixture.py) whose crowds stand
+   from ``MIXTURE_MARGINS`` margins, a two-crowd mixture (relserve/labels/mixture.py) whose crowds stand
    ``MIN_SEPARATION`` apart and explain the margins ``MIN_GAIN`` nats per row better than one
    crowd: the boundary is where a row's posterior crosses one half;
 3. **calibrated**: otherwise the margins are one lump, from which no share of "yes" can be read
-   (a mixture fitted to such lumps read shares anywhere from 1% to 99%), so each
+   (a mixture fitted to such lumps reads almost any share), so each
    row is decided by the model's own score against the score it gives content-free rows ("N/A",
    "", "[MASK]" in the same layout behind the same examples: contextual calibration, Zhao et al.,
    "Calibrate Before Use", 2021): "yes" exactly where a row leans further to the first label than
@@ -21,7 +21,7 @@ worked examples. The sample's margins are read in this order:
    that the answers near the boundary are close to guesses.
 
 The boundary is a number in the margin's units; a row's answer is ``margin > boundary``.
-docs/quality.md gives the measurements behind the rules.
+docs/quality.md#the-default-adaptive-a-filter-and-a-classify-of-two-labels gives the measurements behind the rules.
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ from relserve.labels.plan import Calibration, PlanRule
 #: separates the rows passes both: log-odds +4..+8 against -4..-8)
 FEW_GAP_NATS = 2.0
 #: a mixture needs this many margins (below, it fits noise as two tight crowds half the time),
-#: crowds this far apart (the AUC they would give) that explain the margins this much better
+#: crowds this far apart (the area under the ROC curve they would give) that explain the margins this much better
 #: than one crowd (nats per margin), the smaller at least ``MIN_CROWD`` of them and
 #: ``MIN_CROWD_ROWS`` (else a few outliers); stricter than the two-crowd reading of a whole
 #: relQuery before plans (0.85, 0.05), since a plan reads 64 margins, not every row
-FEW_ROWS = 16
+MIXTURE_MARGINS = 16
 MIN_SEPARATION = 0.9
 MIN_GAIN = 0.1
 MIN_CROWD = 0.02
@@ -65,7 +65,7 @@ class Boundary:
     calibration: Calibration | None
     #: the share of the sample's margins above the boundary
     share: float
-    #: the AUC two crowds across the gap would give (0.5: one crowd)
+    #: the area under the ROC curve two crowds across the gap would give (one half: one crowd)
     separation: float
     #: margins it was read from
     rows: int
@@ -85,7 +85,7 @@ def read_boundary(margins: Sequence[float], content_free: Sequence[float] = (), 
         if gap is not None:
             value = _gap_middle(xs)
             return Boundary(PlanRule.TWO_CROWDS, value, spread, gap, None, _share(xs, value), gap.separation, len(xs))
-        if len(xs) >= FEW_ROWS:
+        if len(xs) >= MIXTURE_MARGINS:
             mix = fit_mixture(xs)
             smaller = min(mix.weight, 1 - mix.weight) * len(xs)
             if (mix.separation >= MIN_SEPARATION and mix.gain >= MIN_GAIN

@@ -9,8 +9,8 @@ The check reads no label. Over each row's label probabilities as the method corr
 answer that differs between rows, whatever the labels' shares; one that does not gives every row
 about the same distribution, and its picks follow small differences no user should trust (a 135M
 model classifying four support tickets answered "damage" for all four). Below ``FEW_ROWS`` rows
-and no earlier rows behind the method's reading, that share is mostly noise (twelve beer reviews
-gave 0.21 nats at 17% right, 60 gave 0.02), so the answers count as guesses unless the model is
+and no earlier rows behind the method's reading, that share is mostly noise (a dozen rows can
+explain much of it by chance, docs/quality.md#when-the-answers-are-guesses-and-the-warning), so the answers count as guesses unless the model is
 sure of every row, as the adaptive method reads a few rows' margins
 (relserve/labels/decide.py).
 """
@@ -30,8 +30,8 @@ from relserve.labels.interface import probabilities
 #: fewer rows than this behind a reading (a relQuery's and its plan's sample): its share is noise
 FEW_ROWS = 16
 #: below this share of the answers' entropy explained by the rows, the answers hardly depend on
-#: the row. Chosen on the tuning tasks of docs/quality.md ("Answers that are guesses"), checked
-#: on the check tasks there
+#: the row. Chosen on the tuning tasks and checked on the check tasks of
+#: docs/quality.md#when-the-answers-are-guesses-and-the-warning
 WEAK_SHARE_EXPLAINED = 0.1
 #: a row's answer is sure when its log-odds against the other labels together reach ``SURE``
 SURE_PROBABILITY = 1 / (1 + math.exp(-SURE))

@@ -41,7 +41,7 @@ def categorical_information(logprobs: Sequence[Mapping[str, float]]) -> float:
 def explained_share(logprobs: Sequence[Mapping[str, float]]) -> float:
     """The share of the answer's entropy that the row explains (the uncertainty coefficient,
     ``categorical_information`` over the entropy of the mean answer): 1 when each row is sure of
-    its answer, whatever the labels' shares (2% of one label as 50%), 0 when every row gets the
+    its answer, whatever the labels' shares (a rare label as a common one), 0 when every row gets the
     same distribution. 1 also when every row is sure of the same label (nothing to explain)."""
     dists = _distributions(logprobs)
     if not dists:

@@ -2,10 +2,10 @@
 (issue 43).
 
 How the request is laid out decides much of what a small model gets right, and no one layout is
-best for every question: on held-out news rows "Is this news article about sports?" scored
-" yes"/" no" had an AUC of 0.36, the article followed by "Topic:" and " sports" one of 0.96; on
+best for every question: on news rows "Is this news article about sports?" scored " yes"/" no"
+ranked the rows backwards, the article followed by "Topic:" and " sports" ranked them well; on
 sentiment, "Review: <text>\\nSentiment:" with " positive"/" negative" beat the yes/no question
-(0.87 against 0.68 on rotten_tomatoes at 15% positive; docs/quality.md). So the adaptive method
+(docs/quality.md#the-default-adaptive-a-filter-and-a-classify-of-two-labels). So the adaptive method
 (relserve/labels/adaptive.py) scores a sample of the relQuery's rows in the layouts
 here and keeps the one whose answers vary most with the rows.
 
@@ -26,20 +26,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from relserve.engine.label_scoring import MAX_LOGPROBS
 from relserve.functions import LLMCall
 from relserve.labels.concept import Concept, concept_column, concept_of
 from relserve.prompt_shapes import ShapedRenderer
 from relserve.template import format_value
 
 #: the fields a row-alone layout ends with: generic names of what a label can be about, fixed
-#: before any was measured (a subset of relserve/planner/answer_fields.CANDIDATES)
+#: before any was measured (a subset of relserve/labels/answer_fields.CANDIDATES)
 FIELDS: tuple[str, ...] = ("Sentiment", "Topic", "Category", "Answer")
 #: the answer field of the question layouts
 QUESTION_FIELD = "Answer"
 #: a question about a row's own value ("about {topic}": a semantic join's right side) is also
 #: laid out as the rest of the row after a field, scored on every distinct value of that
-#: placeholder in the relQuery: from 2 to this many (one scoring request reads up to 20 labels)
-MAX_COLUMN_LABELS = 20
+#: placeholder in the relQuery: from 2 to this many (as many as one scoring request reads)
+MAX_COLUMN_LABELS = MAX_LOGPROBS
+#: a value longer than this (characters), or of several lines, is text, not a name a question can
+#: ask about: the placeholder's values are then not read as labels
+MAX_COLUMN_LABEL_CHARS = 60
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,7 @@ def column_labels(call: LLMCall, values: Sequence[tuple]) -> tuple[str, ...] | N
     seen: dict[str, None] = {}
     for v in values:
         text = format_value(v[pos]).strip() if v[pos] is not None else ""
-        if not text or len(text) > 60 or "\n" in text:
+        if not text or len(text) > MAX_COLUMN_LABEL_CHARS or "\n" in text:
             return None
         seen.setdefault(text, None)
         if len(seen) > MAX_COLUMN_LABELS:

@@ -14,29 +14,29 @@ labels; see relserve/engine/label_scoring.py). The per-row normalisation does no
 pick: it shifts every label of a row alike.
 
 When it is wrong: the correction assumes every label is about as frequent in the rows as the
-model's bias lets it look. On a column where one label is rare (5% spam), subtracting the mean
+model's bias lets it look. On a column where one label is rare (a little spam), subtracting the mean
 pushes borderline rows into the rare label and over-answers it; the answer shares then look
 flatter than the truth. How to tell: compare the shares with ``method := 'score'`` (uncorrected)
 on a sample, or look at the margins (``label_logprobs``) of the rows that changed.
 
 Below ``MIN_BATCH_ROWS`` scored rows a mean is too noisy, and the content-free prior is used
-instead (the relQuery then runs as ``calibrate``; EXPLAIN says so), unless earlier relQueries of
-the same call have pooled at least that many rows' means (relserve/labels/pools.py).
-With three labels or more the prior is so poor (one label for 82% of a 4-label column's rows)
+instead (the relQuery then runs as ``prior``; EXPLAIN says so), unless the call's label plan
+holds means read from at least that many rows (relserve/labels/plan.py).
+With three labels or more the prior is so poor (one label for most of a 4-label column's rows)
 that a relQuery's own mean is better from ``MIN_BATCH_ROWS_MANY_LABELS`` rows, even over rows
 of one kind; such a relQuery runs as ``batch`` (too few rows to choose examples from). With
 two labels a mean over a few rows of one kind (a ``WHERE`` that kept only complaints) splits
-them half and half, where the prior kept 61-64% right: two labels keep the prior below 16.
-Measured in docs/quality.md, "Ninth pass".
+them half and half, where the prior did better: two labels keep the prior below 16.
+Measured in docs/notebook/quality-passes.md#ninth-pass-2026-11-25-0947-0957-utc-a-templates-first-small-statement.
 
 A model that separates the rows by itself needs no correction, and the mean would harm it: on a
-column where one label is 96% of the rows, the rare labels' means sit far below the others and
+column where one label is nearly every row, the rare labels' means sit far below the others and
 subtracting them moves the majority rows whose other scores are least low into the rare labels
-(a scripted model sure of every row, 4-8 nats, got 110 of 200 rows wrong at 2%, 21 at 10%). When
+(a scripted model sure of every row loses many of its right answers that way). When
 the rows explain ``SEPARATES_BY_ITSELF`` of the entropy of the model's own answers
 (``separates_by_itself``; relserve/labels/information.py) its answers are taken as they
-are. The 135M default model's own answers reach at most 0.28 of it on the quality tasks, so its
-answers do not change (docs/quality.md, "Answers that are guesses").
+are. The 135M default model's own answers stay well below it on the quality tasks, so its answers
+do not change (docs/quality.md#when-the-answers-are-guesses-and-the-warning).
 """
 
 from __future__ import annotations

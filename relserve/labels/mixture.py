@@ -48,7 +48,7 @@ class Mixture:
         rising with ``x`` as two crowds of one spread would, but never across one half. So it
         never falls as ``x`` rises, every row keeps the answer it had with ``x`` held at the mean,
         and rows past a mean are not tied: ``ORDER BY llm_score(...)`` can rank them (held at
-        the mean, 39% of 120 reviews had one score)."""
+        the mean, many rows would share one score)."""
         held = min(max(x, self.low_mean), self.high_mean)
         p = self._between(held)
         if x == held:

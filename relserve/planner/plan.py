@@ -55,7 +55,7 @@ class CallPlan:
     reorder: str
     planner_s: float
     distinct: DistinctRows = field(repr=False)
-    #: the prompt shape was relserve's choice for this relQuery (label_bootstrap.shaped_for),
+    #: the prompt shape was relserve's choice for this relQuery (relserve/labels/bootstrap.shaped_for),
     #: not the user's nor the default
     shape_chosen: bool = False
     #: the warning stored with cached answers that were close to guesses (cache.repeated_warning)

@@ -80,8 +80,8 @@ class CostModel(BaseModel):
 #: Cost models of larger setups, for the simulator (figures derived from the RelServe paper's
 #: Fig. 7 scale for OPT-13B on one A100, and a 70B model on 4 A100s; rough, for what-if studies).
 PRESETS: dict[str, CostModel] = {
-    # 26 probes, R^2 0.964, held-out probes' totals within -22%..+11%: one fixed cost for every
-    # step; no decode-context term on this machine
+    # fitted by `relserve calibrate` (docs/benchmarks.md#scheduler): one fixed cost for
+    # every step; no decode-context term on this machine
     "smollm2-135m-cpu": CostModel(gamma_p=1.69e-6, beta_m=0.0718, source="preset smollm2-135m-cpu (AMD EPYC, 2 cores)"),
     "opt-13b-a100": CostModel(alpha_p=1.1e-4, beta_p=0.012, alpha_d=1.6e-4, beta_d=0.022, source="preset opt-13b-a100"),
     "llama2-70b-4xa100": CostModel(alpha_p=2.6e-4, beta_p=0.030, alpha_d=3.0e-4, beta_d=0.045, source="preset llama2-70b-4xa100"),

@@ -10,10 +10,10 @@ class PolicySettings(BaseModel):
     #: exceeds this many seconds gets priority 0. None turns it off. The waiting time runs from
     #: arrival until all of its requests are admitted, so a big relQuery cannot starve in its
     #: core phase either. 5 s/request came from `relserve sim --sweep` on this machine's
-    #: benchmark trace with an earlier, slower calibration (2 then boosted so many relQueries that
-    #: the mean rose 16-30%); with the current one no threshold from 1 to 13 changes that trace's
-    #: mean (bench/bench_sim.py), so 5 stays as a guard. Scale it with the per-request service
-    #: time of the hardware (the paper's GPUs are ~20x faster).
+    #: benchmark trace with an earlier, slower calibration (2 boosted so many relQueries that the
+    #: mean rose); with the current one no threshold from 1 to 13 changes that trace's mean
+    #: (docs/benchmarks.md#simulator-speed-and-starvation), so 5 stays as a guard. Scale it with
+    #: the per-request service time of the hardware (the paper's GPUs are far faster).
     starvation_threshold: float | None = Field(default=5.0, gt=0)
     #: Requests sampled per relQuery to estimate its prefix-cache miss ratio (Eq. 11).
     cache_sample_size: int = Field(default=8, ge=1)
@@ -25,8 +25,9 @@ class PolicySettings(BaseModel):
     #: A relQuery whose requests have all been admitted ranks by the decode they still need,
     #: not by 0 (the paper's rule: only unprefilled requests count). With the paper's rule a
     #: 4-row relQuery arriving beside a 100-row one decoding 64-token answers ranked behind it
-    #: and waited for all of it: 22 s where alone it takes 0.5 s (docs/benchmarks.md). A relQuery
-    #: with requests still waiting keeps the paper's rule (counting them too cost up to 9% on a
+    #: and waited for all of it
+    #: (docs/benchmarks.md#a-small-relquery-beside-one-whose-rows-all-decode). A relQuery with
+    #: requests still waiting keeps the paper's rule (counting them too cost mean latency on a
     #: saturated trace; ``count_running_decode``).
     count_admitted_decode: bool = True
     #: Adaptive Batch Arranger candidates (policy/aba.py). ``fill_prefill``: a prefill step
@@ -59,8 +60,8 @@ class PolicySettings(BaseModel):
     tenant_step_slowdown: float | None = Field(default=2.0, gt=1, allow_inf_nan=False)
     #: A tenant counts as having work for this long after its last request left the engine, so a
     #: tenant sending one small relQuery after another keeps others capped in the gaps between them
-    #: (in bench/bench_tenants_sim.py 1 s, shorter than those gaps, left the small tenant's p95 at
-    #: 5.1x alone; 3 s brought it to 1.44x).
+    #: (in bench/bench_tenants_sim.py 1 s, shorter than those gaps, did not protect the small
+    #: tenant and 3 s did: docs/benchmarks.md#two-tenants-one-flooding-simulator).
     tenant_linger_s: float = Field(default=3.0, ge=0, allow_inf_nan=False)
     #: In a decode step, running relQueries ranked behind sit out while the ones ahead decode,
     #: when their requests cost those more than the fixed step cost the held ones pay again

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 @dataclass(slots=True, frozen=True)
@@ -27,9 +27,36 @@ class Tenancy:
     max_running_shared: int | None = None
 
 
+@dataclass(slots=True, kw_only=True, eq=False)
+class RelQueryTags:
+    """What the user and the server say of a relQuery, besides its rows: declared once for the
+    policy's ``Req`` and the engine's ``RequestMeta`` (relserve/engine/request_meta.py), which
+    carries them to the policy across vLLM's engine-core process. No equality of its own: a
+    ``Req`` is itself (the host's queues hold it by identity), a ``RequestMeta`` compares whole."""
+
+    #: the user's priority class for the relQuery (``relserve.relquery.RelQuery.priority``, which
+    #: states its direction); not the policy's own per-step priority (``StepPlan.priorities``)
+    priority: int = 0
+    #: the relQuery's deadline on the host clock, if the user gave one
+    deadline: float | None = None
+    #: the tenant the relQuery runs for ("" : none) and its share of the engine
+    tenant: str = ""
+    weight: float = 1.0
+    #: its tenant's cap on running requests while another tenant has work (None: the default)
+    max_running_shared: int | None = None
+    #: the call the relQuery runs (a key of its template and options; "" : unknown): relQueries
+    #: of one call answer at alike lengths (``PolicySettings.output_history``)
+    call_key: str = ""
+
+    def tags(self) -> dict[str, object]:
+        """The tags alone, to hand on (``Req(..., **meta.tags())``)."""
+        return {f.name: getattr(self, f.name) for f in fields(RelQueryTags)}
+
+
 @dataclass(slots=True, eq=False)
-class Req:
-    """One request (one row of a relQuery) as the policy sees it."""
+class Req(RelQueryTags):
+    """One request (one row of a relQuery) as the policy sees it (its relQuery's tags
+    keyword-only, from ``RelQueryTags``)."""
 
     req_id: str
     rel_id: str
@@ -45,19 +72,6 @@ class Req:
     computed_tokens: int = 0
     #: the host's own object for this request (a vLLM ``Request``, a simulator record)
     handle: object = None
-    #: the user's priority class for the relQuery (``relserve.relquery.RelQuery.priority``, which
-    #: states its direction); not the policy's own per-step priority (``StepPlan.priorities``)
-    priority: int = 0
-    #: the relQuery's deadline on the host clock, if the user gave one
-    deadline: float | None = None
-    #: the tenant the relQuery runs for ("" : none) and its share of the engine
-    tenant: str = ""
-    weight: float = 1.0
-    #: its tenant's cap on running requests while another tenant has work (None: the default)
-    max_running_shared: int | None = None
-    #: the call the relQuery runs (a key of its template and options; "" : unknown): relQueries
-    #: of one call answer at alike lengths (``PolicySettings.output_history``)
-    call_key: str = ""
 
     @property
     def remaining_output(self) -> int:

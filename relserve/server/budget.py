@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # imported at run time where it is used
 
 #: characters per prompt token assumed when counting tokens before tokenizing. SmolLM2's
 #: tokenizer averages about 4 on English; 3 over-counts ordinary text a little and under-counts
-#: adversarial text (one token per character) at most 3x, which ``max_rendered_chars`` bounds.
+#: adversarial text (one token per character) by at most a factor of three, which ``max_rendered_chars`` bounds.
 CHARS_PER_TOKEN = 3
 #: the chat template's own tokens around every prompt (SmolLM2: about 30 with its system message)
 CHAT_OVERHEAD_TOKENS = 32

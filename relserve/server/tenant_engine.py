@@ -29,7 +29,7 @@ class TenantEngine:
 
     @property
     def prefix_cache_namespace(self) -> str | None:
-        """Whose cached state this tenant may reuse (label_bootstrap's remembered examples)."""
+        """Whose cached state this tenant may reuse (its label plans and their worked examples, relserve/labels/memory.py)."""
         return self._tenancy.cache_salt
 
     def submit(self, rq: RelQuery) -> RelQueryHandle:

@@ -15,7 +15,7 @@ A file looks like this (TOML; the JSON form has the same structure)::
     weight = 1.0                  # the tenant's share of the engine when tenants compete
     # max_running_shared = 16     # most rows it may have decoding while another tenant has work
                                   # (unset: the scheduler's default from its cost model, a batch
-                                  # whose decode step is at most 2x a step of one row; alone, no cap)
+                                  # whose decode step is at most twice a step of one row; alone, no cap)
     # max_tokens_per_day = 2000000  # engine tokens (prompt + answer) per UTC day (unset: no limit);
                                   # a request that may not fit is refused (429) or, with
                                   # on_budget "partial", answers the rows that fit

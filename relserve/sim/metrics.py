@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel
 
+from relserve.latency_figures import LatencyFigures
 from relserve.percentile import percentile
 from relserve.sim.engine import EngineStats, RelQueryLog
 
@@ -30,17 +31,10 @@ class RelQueryTiming(BaseModel):
     slowdown: float | None = None
 
 
-class PolicySummary(BaseModel):
+class PolicySummary(LatencyFigures):
     policy: str
     relqueries: int
     requests: int
-    mean_latency: float
-    p50_latency: float
-    p95_latency: float
-    max_latency: float
-    mean_waiting: float
-    mean_core: float
-    mean_tail: float
     mean_slowdown: float | None
     #: finished work over the span from the first arrival to the last finish
     throughput_requests_per_s: float

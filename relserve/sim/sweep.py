@@ -1,7 +1,7 @@
 """Tuning RelServe's starvation threshold by simulation (the trade-off of the paper's Fig. 12).
 
 A lower threshold bounds the worst relQuery latency at some cost in mean latency. The rule used
-to pick one: among thresholds whose mean latency is within ``tolerance`` (default 5%) of the best
+to pick one: among thresholds whose mean latency is within ``tolerance`` (default 0.05) of the best
 mean seen, take the one with the smallest maximum latency; ties go to the smaller mean, then to
 the larger threshold (``None``, starvation prevention off, counts as the largest).
 """

@@ -5,7 +5,7 @@ CPUs), mixed steps and filled prefills save whole steps; where a prefill is chea
 decode steps it merges (an A100), a larger Eq. 16 gain wins. ``tune_arranger`` replays one
 standard trace in the simulator with the machine's fitted cost model under each candidate
 setting (and the baselines, for the margin) at two loads and picks the setting with the lowest
-mean latency, relative to the best at each load, among those that keep at least 97% of the best
+mean latency, relative to the best at each load, among those that keep at least ``MIN_THROUGHPUT_SHARE`` of the best
 baseline's rows/s at the higher load (no latency bought with throughput). ``relserve calibrate`` stores the choice with
 the calibration and engines on that machine use it.
 """
@@ -25,7 +25,7 @@ from relserve.workloads.traces import TraceQuery, scale_arrivals
 ARRANGER_KNOBS: tuple[str, ...] = ("fill_prefill", "mixed_steps", "mixed_chunk_tokens", "transitional_gain", "backlog_weight")
 
 #: a candidate must keep this share of the best baseline's rows/s at the highest load (the
-#: project's target for relserve at saturation: 0.97x the best baseline)
+#: project's target for relserve at saturation)
 MIN_THROUGHPUT_SHARE = 0.97
 
 #: baselines replayed beside the candidates, for the report's margin
