@@ -157,11 +157,12 @@ def test_default_method_gets_a_small_labelled_set_right(engine):
         got = relserve.duckdb.sql(
             con, "SELECT truth, llm_filter('Is this customer happy? Review: {review}', review) AS a FROM t"
         ).fetchall()
-    # the default (adaptive), 20 rows: 8 of them in each of the five layouts (the question, and
+    # the default (adaptive) makes the call's label plan from the 20 rows: one request asking what
+    # a "yes" means (the concept proposal), 8 rows in each of the five layouts (the question, and
     # the review alone after four fields, "happy" against "unhappy"), the other 12 in the two most
-    # informative; those scores answer the rows (no relQuery after the first pass); no content-free
-    # probes
-    assert rec.probes == [] and [len(p) for p in rec.first_passes] == [8] * 5 + [12] * 2
+    # informative, then the three content-free rows and the 20 rows behind the chosen examples;
+    # those last scores answer the rows (no relQuery after the plan); no calibration probes
+    assert rec.probes == [] and [len(p) for p in rec.first_passes] == [1] + [8] * 5 + [12] * 2 + [3, 20]
     assert rec.relqueries == []
     right = sum(a == t for t, a in got)
     assert right >= MIN_RIGHT, (right, got)
@@ -183,7 +184,9 @@ def test_a_two_label_classify_is_scored_after_the_field_the_model_names_its_labe
     call = make_call("llm_classify", "Is this product review positive or negative? Review: {review}", labels=["positive", "negative"],
                      method="bootstrap")
     out = run_call(call, [[r for r, _ in LABELLED]], engine=rec, cache=False, progress=False)
-    assert len(rec.field_probes) == len(CANDIDATES) and len(rec.first_passes) == 1
+    # the bootstrap plan: a first pass over a 10-row sample chooses the examples, the same sample
+    # scored behind them gives the label means (relserve/labels/bootstrap.py)
+    assert len(rec.field_probes) == len(CANDIDATES) and [len(p) for p in rec.first_passes] == [10, 10]
     (rq,) = rec.relqueries
     assert (rq.prompt_shape, rq.answer_field) == ("question_first", "Sentiment:")
     # the mass is the log-probability of answering with a label at all: on the content-free row the
@@ -208,41 +211,35 @@ def test_small_filter_and_classify_fall_back_to_calibrated_scores(engine):
     from engine_doubles import RecordingEngine
 
     import relserve.duckdb
-    from relserve.labels.prior import known_priors
     from relserve.planner.cache import ResultCache
 
+    forget_all()
     rec = RecordingEngine(engine)
     con = duckdb.connect()
+    sql = "SELECT llm_filter('Review: {review}\nIs this review positive?', review, llm_options(method := 'bootstrap')) AS a FROM t"
     with tempfile.TemporaryDirectory() as tmp:
         relserve.duckdb.install(con, engine=rec, cache=ResultCache(Path(tmp) / "c.sqlite"), progress=False)
         con.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('Wonderful, I love it.'), ('Awful.')) v(review)")
-        got = relserve.duckdb.sql(
-            con, "SELECT llm_filter('Review: {review}\nIs this review positive?', review, llm_options(method := 'bootstrap')) AS a FROM t"
-        ).fetchall()
-        gen = relserve.duckdb.sql(
-            con, "SELECT llm_filter('Review: {review}\nIs this review positive?', review, llm_options(method := 'generate')) AS a FROM t"
-        ).fetchall()
+        got = relserve.duckdb.sql(con, sql).fetchall()
+        gen = relserve.duckdb.sql(con, sql.replace("'bootstrap'", "'generate'")).fetchall()
     assert all(isinstance(a, bool) for (a,) in got + gen)
     # the default completion shape: the probes laid out as its rows (value in front, named), and
     # no "Answer yes or no." line before the engine's answer field
     assert rec.probes == [["Review: N/A\nIs this review positive?", "Review: \nIs this review positive?",
                            "Review: [MASK]\nIs this review positive?"]]
-    # the call's second relQuery (no result cache, so it runs): the prior is remembered and the
-    # engine picks with it
+    # a statement of 2 rows makes no plan to keep (under 16): the call's next statement (no
+    # result cache, so it runs) decides its rows again from their own scores against the
+    # content-free rows' (which depend on the template alone: scored once, not probed again), and
+    # picks the same labels for the same rows (a row's answer does not depend on what ran before)
     con2 = duckdb.connect()
     relserve.duckdb.install(con2, engine=rec, cache=False, progress=False)
     con2.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('Wonderful, I love it.'), ('Awful.')) v(review)")
-    again = relserve.duckdb.sql(
-        con2, "SELECT llm_filter('Review: {review}\nIs this review positive?', review, llm_options(method := 'bootstrap')) AS a FROM t"
-    ).fetchall()
+    again = relserve.duckdb.sql(con2, sql).fetchall()
     scored, generated, scored_again = rec.relqueries
-    # the first: the probes ran beside the rows (issue 28), the executor picked with their prior
+    # the probes ran beside the rows (issue 28), the executor picked with their prior
     assert scored.score_labels and scored.label_prior is None
     assert not generated.score_labels
-    prior = next(p for k, p in known_priors().items() if k[2] == "Review: {review}\nIs this review positive?")
-    assert sum(prior.values()) == pytest.approx(1.0)
-    assert scored_again.label_prior == prior and len(rec.probes) == 1
-    # both ways pick the same labels for the same rows
+    assert scored_again.score_labels and scored_again.label_prior is None and len(rec.probes) == 1
     assert again == got
 
 
