@@ -198,6 +198,35 @@ MUTANTS: list[Mutant] = [
            "if rows <= MIN_ROWS:",
            ("tests/test_cascade.py",),
            "a relQuery of exactly MIN_ROWS prompts runs without the cascade"),
+    # -- label plans kept per call ------------------------------------------------------------------------
+    Mutant("plan-key-without-method", "relserve/labels/resolution.py",
+           "ident = json.dumps([list(_plain(template_key(call, model_id))), method.value if method else None], default=str)",
+           "ident = json.dumps([list(_plain(template_key(call, model_id))), None], default=str)",
+           ("tests/test_label_plans.py", "tests/test_labels_adaptive.py"),
+           "a call that asks for another label method reads the plan another method made for its template"),
+    Mutant("plan-key-without-labels", "relserve/labels/keys.py",
+           "return (model_id, call.function.kind, call.template.source, call.choices, call.answer_instruction, "
+           "call.examples_prefix,",
+           "return (model_id, call.function.kind, call.template.source, None, call.answer_instruction, "
+           "call.examples_prefix,",
+           ("tests/test_label_plans.py", "tests/test_labels_adaptive.py"),
+           "two calls of one template with other labels share a label plan (and per-template measurements)"),
+    # -- LIMIT: stopping early ------------------------------------------------------------------------------
+    Mutant("duckdb-limit-under-order-by", "relserve/duckdb_ext/statement.py",
+           'if (tree.args.get("order") is not None or tree.args.get("group") is not None',
+           'if (tree.args.get("group") is not None',
+           ("tests/test_duckdb_limit.py",),
+           "a LIMIT over an ORDER BY stops its filter early (its first passing rows are not its answer)"),
+    Mutant("duckdb-limit-enough", "relserve/duckdb_ext/planned.py",
+           "return table is not None and table.num_rows >= needed",
+           "return table is not None and table.num_rows > needed",
+           ("tests/test_duckdb_limit.py",),
+           "a LIMIT k statement keeps asking once k rows pass (it stops only at k + 1)"),
+    Mutant("polars-limit-enough", "relserve/polars.py",
+           "return kept >= limit",
+           "return kept > limit",
+           ("tests/test_polars_limit.py",),
+           "df.llm.filter(limit=k) keeps asking once k rows are kept"),
     # -- the PostgreSQL batch node's qual order (C) ------------------------------------------------------
     Mutant("pg-qual-level-order", "udfs/relserve/batch_qual_order.c",
            "(later->level != RS_LEVEL_UNKNOWN && earlier->level != RS_LEVEL_UNKNOWN && later->level <= earlier->level);",
@@ -209,6 +238,17 @@ MUTANTS: list[Mutant] = [
            "quals[j].slot = after < 0 ? 1 : (after % 2 == 1 ? after : after + 1);",
            ("tests/test_postgres_rls.py",),
            "a call joins the batch of a qual it may not run ahead of (its calls see the rows that qual drops)"),
+    # -- the PostgreSQL batch node under a LIMIT (C) -----------------------------------------------------
+    Mutant("pg-limit-windows-double", "udfs/relserve/batch_scan.c",
+           "st->next_window = Min(st->window_rows, size * 2);",
+           "st->next_window = Min(st->window_rows, size);",
+           ("tests/test_postgres_limit.py",),
+           "under a LIMIT the windows stay at their first size instead of doubling while rows are missing"),
+    Mutant("pg-limit-bound-offset", "udfs/relserve/batch_plan.c",
+           "bound = DatumGetInt64(count->constvalue) + (offset ? DatumGetInt64(offset->constvalue) : 0);",
+           "bound = DatumGetInt64(count->constvalue);",
+           ("tests/test_postgres_limit.py",),
+           "LIMIT k OFFSET n bounds the node at k rows, not k + n"),
 ]
 
 
