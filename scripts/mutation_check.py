@@ -204,13 +204,14 @@ MUTANTS: list[Mutant] = [
            "ident = json.dumps([list(_plain(template_key(call, model_id))), None], default=str)",
            ("tests/test_label_plans.py", "tests/test_labels_adaptive.py"),
            "a call that asks for another label method reads the plan another method made for its template"),
-    Mutant("plan-key-without-labels", "relserve/labels/keys.py",
-           "return (model_id, call.function.kind, call.template.source, call.choices, call.answer_instruction, "
-           "call.examples_prefix,",
-           "return (model_id, call.function.kind, call.template.source, None, call.answer_instruction, "
-           "call.examples_prefix,",
+    # (dropping the labels, call.choices, from the key is an equivalent mutant: the answer
+    # instruction beside them names every label, in order)
+    Mutant("plan-key-without-system", "relserve/labels/keys.py",
+           "call.options.system, call.prompt_shape, call.options.answer_field)",
+           "None, call.prompt_shape, call.options.answer_field)",
            ("tests/test_label_plans.py", "tests/test_labels_adaptive.py"),
-           "two calls of one template with other labels share a label plan (and per-template measurements)"),
+           "a call under another system message reads the plan made under the first one (per-template "
+           "measurements too)"),
     # -- LIMIT: stopping early ------------------------------------------------------------------------------
     Mutant("duckdb-limit-under-order-by", "relserve/duckdb_ext/statement.py",
            'if (tree.args.get("order") is not None or tree.args.get("group") is not None',

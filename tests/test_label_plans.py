@@ -220,6 +220,10 @@ def test_a_plan_is_kept_per_call_another_method_or_other_labels_of_one_template_
     out = run_call(batch, [rows], engine=eng, cache=False, progress=False)
     assert out.values == ["sports" in r for r in rows]
     assert sorted(s.plan.method for s in label_memory.plans()) == ["adaptive", "batch"]
+    # under another system message the model reads the rows otherwise: a plan of its own
+    told = make_call("llm_filter", FILTER, system="You are a sports editor.")
+    assert resolve(told, 100, memory=label_memory, namespace=None, model_id=eng.model_id).plan is None, \
+        "the call under a system message found the plan made without one"
     # one template, two label sets: each its own plan with its own labels
     kinds = "Which kind is this news article? Article: {a}"
     for labels in (["sports", "other"], ["athletics", "rest"]):
