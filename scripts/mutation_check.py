@@ -329,6 +329,9 @@ def main() -> int:
         raise SystemExit("no mutant chosen")
 
     work = Path(tempfile.mkdtemp(prefix="relserve-mutants-"))
+    # (mkdtemp's folder is its owner's alone: PostgreSQL's own user must reach the copies in it,
+    # the private PostgreSQL's binaries and the tree its backends import relserve from)
+    work.chmod(0o755)
     try:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RELSERVE_PG_BIN", "RELSERVE_PG_DESTDIR")}
         env["HF_HUB_OFFLINE"] = "1"
