@@ -1,5 +1,5 @@
 # The two commands of the README. Both set everything up first (scripts/install.sh is idempotent).
-.PHONY: demo test test-fast test-random install install-test bench pg
+.PHONY: demo test test-fast test-random test-alone mutants install install-test bench pg
 
 demo: install
 	.venv/bin/relserve demo
@@ -17,6 +17,15 @@ test-fast: install
 # `.venv/bin/pytest -p randomly --randomly-seed=N -m "..."`)
 test-random: install
 	for seed in 1 2 3; do .venv/bin/pytest -q -p randomly --randomly-seed=$$seed -m "$(FAST)" || exit 1; done
+
+# every test module alone, each in a pytest process of its own (the fast tier of each)
+test-alone: install
+	.venv/bin/python scripts/modules_alone.py
+
+# the mutation check (scripts/mutation_check.py; --fast: only the mutants whose tests need no
+# engine or PostgreSQL)
+mutants: install-test
+	.venv/bin/python scripts/mutation_check.py
 
 install:
 	./scripts/install.sh

@@ -180,12 +180,14 @@ MUTANTS: list[Mutant] = [
     Mutant("tenant-day-check", "relserve/server/budget.py",
            'if on_budget == "refuse" and most_tokens > left:',
            'if on_budget == "refuse" and most_tokens > left + 1000:',
-           ("tests/test_server_api.py", "tests/test_server_operator_budgets.py", "tests/test_server_hostile.py"),
+           ("tests/test_server_budget_limits.py", "tests/test_server_api.py", "tests/test_server_operator_budgets.py",
+            "tests/test_server_hostile.py"),
            "a request over what is left of the tenant's day by less than 1,000 tokens is not refused"),
     Mutant("tenant-in-flight-check", "relserve/server/budget.py",
            "if cost.tokens > lim.max_tokens_in_flight:",
            "if cost.tokens > 2 * lim.max_tokens_in_flight:",
-           ("tests/test_server_api.py", "tests/test_server_hostile.py", "tests/test_server_bad_input.py"),
+           ("tests/test_server_budget_limits.py", "tests/test_server_api.py", "tests/test_server_hostile.py",
+            "tests/test_server_bad_input.py"),
            "one request of up to twice the tenant's tokens in flight is accepted"),
     # -- the cascade -------------------------------------------------------------------------------------
     Mutant("cascade-threshold-test", "relserve/cascade/threshold.py",
@@ -198,6 +200,36 @@ MUTANTS: list[Mutant] = [
            "if rows <= MIN_ROWS:",
            ("tests/test_cascade.py",),
            "a relQuery of exactly MIN_ROWS prompts runs without the cascade"),
+    # -- label plans kept per call ------------------------------------------------------------------------
+    Mutant("plan-key-without-method", "relserve/labels/resolution.py",
+           "ident = json.dumps([list(_plain(template_key(call, model_id))), method.value if method else None], default=str)",
+           "ident = json.dumps([list(_plain(template_key(call, model_id))), None], default=str)",
+           ("tests/test_label_plans.py", "tests/test_labels_adaptive.py"),
+           "a call that asks for another label method reads the plan another method made for its template"),
+    # (dropping the labels, call.choices, from the key is an equivalent mutant: the answer
+    # instruction beside them names every label, in order)
+    Mutant("plan-key-without-system", "relserve/labels/keys.py",
+           "call.options.system, call.prompt_shape, call.options.answer_field)",
+           "None, call.prompt_shape, call.options.answer_field)",
+           ("tests/test_label_plans.py", "tests/test_labels_adaptive.py"),
+           "a call under another system message reads the plan made under the first one (per-template "
+           "measurements too)"),
+    # -- LIMIT: stopping early ------------------------------------------------------------------------------
+    Mutant("duckdb-limit-under-order-by", "relserve/duckdb_ext/statement.py",
+           'if (tree.args.get("order") is not None or tree.args.get("group") is not None',
+           'if (tree.args.get("group") is not None',
+           ("tests/test_duckdb_limit.py",),
+           "a LIMIT over an ORDER BY stops its filter early (its first passing rows are not its answer)"),
+    Mutant("duckdb-limit-enough", "relserve/duckdb_ext/planned.py",
+           "return table is not None and table.num_rows >= needed",
+           "return table is not None and table.num_rows > needed",
+           ("tests/test_duckdb_limit.py",),
+           "a LIMIT k statement keeps asking once k rows pass (it stops only at k + 1)"),
+    Mutant("polars-limit-enough", "relserve/polars.py",
+           "return kept >= limit",
+           "return kept > limit",
+           ("tests/test_polars_limit.py",),
+           "df.llm.filter(limit=k) keeps asking once k rows are kept"),
     # -- the PostgreSQL batch node's qual order (C) ------------------------------------------------------
     Mutant("pg-qual-level-order", "udfs/relserve/batch_qual_order.c",
            "(later->level != RS_LEVEL_UNKNOWN && earlier->level != RS_LEVEL_UNKNOWN && later->level <= earlier->level);",
@@ -209,6 +241,17 @@ MUTANTS: list[Mutant] = [
            "quals[j].slot = after < 0 ? 1 : (after % 2 == 1 ? after : after + 1);",
            ("tests/test_postgres_rls.py",),
            "a call joins the batch of a qual it may not run ahead of (its calls see the rows that qual drops)"),
+    # -- the PostgreSQL batch node under a LIMIT (C) -----------------------------------------------------
+    Mutant("pg-limit-windows-double", "udfs/relserve/batch_scan.c",
+           "st->next_window = Min(st->window_rows, size * 2);",
+           "st->next_window = Min(st->window_rows, size);",
+           ("tests/test_postgres_limit.py::test_windows_double_while_the_limit_is_short_of_rows",),
+           "under a LIMIT the windows stay at their first size instead of doubling while rows are missing"),
+    Mutant("pg-limit-bound-offset", "udfs/relserve/batch_plan.c",
+           "bound = DatumGetInt64(count->constvalue) + (offset ? DatumGetInt64(offset->constvalue) : 0);",
+           "bound = DatumGetInt64(count->constvalue);",
+           ("tests/test_postgres_limit.py::test_a_limit_right_above_the_node_bounds_its_windows_and_one_that_needs_every_row_does_not",),
+           "LIMIT k OFFSET n bounds the node at k rows, not k + n"),
 ]
 
 
@@ -286,6 +329,9 @@ def main() -> int:
         raise SystemExit("no mutant chosen")
 
     work = Path(tempfile.mkdtemp(prefix="relserve-mutants-"))
+    # (mkdtemp's folder is its owner's alone: PostgreSQL's own user must reach the copies in it,
+    # the private PostgreSQL's binaries and the tree its backends import relserve from)
+    work.chmod(0o755)
     try:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RELSERVE_PG_BIN", "RELSERVE_PG_DESTDIR")}
         env["HF_HUB_OFFLINE"] = "1"

@@ -205,6 +205,36 @@ def test_the_planner_resolves_the_method_once_and_the_plan_is_read_from_the_memo
     assert resolve(three, 5, memory=label_memory, namespace=None, model_id="m").method.value == "prior"
 
 
+def test_a_plan_is_kept_per_call_another_method_or_other_labels_of_one_template_make_their_own(label_memory):
+    """The memory's key is the call (its template, labels and method), not the template alone: a
+    ``batch`` call does not read the plan the ``adaptive`` call made, nor a classify over other
+    labels the plan of the same template's other labels."""
+    eng = strong_engine(lambda text: "sports" in text)
+    rows = table(100, 0.2, 1)
+    adaptive = make_call("llm_filter", FILTER)
+    run_call(adaptive, [rows], engine=eng, cache=False, progress=False)
+    assert [s.plan.method for s in label_memory.plans()] == ["adaptive"]
+    batch = make_call("llm_filter", FILTER, method="batch")
+    ahead = resolve(batch, 100, memory=label_memory, namespace=None, model_id=eng.model_id)
+    assert ahead.plan is None and ahead.makes_plan, "the batch call found the adaptive call's plan"
+    out = run_call(batch, [rows], engine=eng, cache=False, progress=False)
+    assert out.values == ["sports" in r for r in rows]
+    assert sorted(s.plan.method for s in label_memory.plans()) == ["adaptive", "batch"]
+    # under another system message the model reads the rows otherwise: a plan of its own
+    told = make_call("llm_filter", FILTER, system="You are a sports editor.")
+    assert resolve(told, 100, memory=label_memory, namespace=None, model_id=eng.model_id).plan is None, \
+        "the call under a system message found the plan made without one"
+    # one template, two label sets: each its own plan with its own labels
+    kinds = "Which kind is this news article? Article: {a}"
+    for labels in (["sports", "other"], ["athletics", "rest"]):
+        call = make_call("llm_classify", kinds, labels=labels)
+        got = resolve(call, 100, memory=label_memory, namespace=None, model_id=eng.model_id)
+        assert got.plan is None and got.makes_plan, f"{labels} found a plan of other labels"
+        label_memory.keep(got.key, LabelPlan("adaptive", PlanRule.CALIBRATED, tuple(labels), boundary=0.0))
+    assert sorted(s.plan.labels for s in label_memory.plans() if s.key.template == kinds) == \
+        [("athletics", "rest"), ("sports", "other")]
+
+
 def test_the_command_line_lists_pins_and_forgets_the_kept_plans(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 

@@ -49,6 +49,23 @@ def test_a_limited_filter_answers_a_few_rows_and_returns_rows_the_full_filter_ke
     assert relserve.polars.errors().filter(pl.col("template") == FILTER).is_empty()
 
 
+def test_a_limited_filter_stops_at_the_row_that_completes_the_limit(engine, tmp_path, monkeypatch):
+    """With the call's plan kept (no first pass) and an empty result cache, the relQuery's rows
+    stream in order and the k-th kept row is the last one answered: not one row more."""
+    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))  # no answer from an earlier run's cache
+    pl.DataFrame({"a": [f"sports plan row {i}" if i % 3 == 0 else f"other plan row {i}" for i in range(200)]}) \
+        .lazy().llm.filter(FILTER).collect()  # makes and keeps the call's plan
+    # (zero-padded numbers first: the order the planner sorts rows in for prefix sharing is frame order)
+    rows = [f"limit row {i:03}: {'sports' if i in (4, 9, 17, 30, 31) else 'other'}" for i in range(300)]
+    got = []
+    explained = relserve.polars.explain(
+        lambda: got.append(pl.DataFrame({"a": rows}).lazy().llm.filter(FILTER, limit=4).collect()), analyze=True)
+    assert got[0]["a"].to_list() == [rows[i] for i in (4, 9, 17, 30)]
+    (record,) = explained
+    assert record.llm_rows == 31, record
+    assert record.stopped == "stopped: limit=4 had its rows after 31 of 300 rows; the other 269 were cancelled"
+
+
 def test_a_limit_the_rows_cannot_fill_returns_every_row_that_passes(engine):
     frame = _frame(300, 0.02)
     got = frame.llm.filter(FILTER, limit=50)  # eager: runs now
