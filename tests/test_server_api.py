@@ -580,3 +580,13 @@ def test_plan_counts_rows_distinct_prompts_and_cached_answers_without_running(se
         assert got["estimate"]["engine_rows"] == 1
         with pytest.raises(ServerError, match=r"template names unknown column"):
             c.plan("Plan {y}", rows)
+
+
+def test_a_label_call_with_nothing_for_the_engine_costs_nothing():
+    # every row NULL (or cached): no prompt for the engine, so no first pass is counted either
+    # (it divided by the rows: a 500 from every llm_classify_query whose rows were all cached)
+    from relserve.functions import make_call
+    from relserve.server.budget import Cost, with_first_pass
+
+    call = make_call("llm_classify", "Which kind? {x}", labels=["a", "b"])
+    assert with_first_pass(Cost.of(0, 0, 5), call) == Cost.of(0, 0, 5)

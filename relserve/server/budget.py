@@ -174,6 +174,8 @@ def first_pass_rows(call: object, rows: int) -> int:
 def with_first_pass(cost: Cost, call: object) -> Cost:
     """``cost`` plus a label call's first pass, as a share of its rows (the sample is spread
     over them), so a tenant's limits count every request the engine runs for it."""
+    if not cost.rows:
+        return cost  # nothing for the engine (every row cached or NULL): no first pass either
     k = first_pass_rows(call, cost.rows)
     if not k:
         return cost
