@@ -83,7 +83,7 @@ def duckdb_limit(engine, table: pl.DataFrame) -> Measured:
     answered = llm_rows_of(con)
     stopped = [r.stopped for s in con_sites(con) for r in s.analyzed if r.stopped]
     ids = ", ".join(str(i) for i, _ in got)
-    again = con.sql(f"SELECT count(*) FROM reviews WHERE id IN ({ids}) AND llm_filter('{POSITIVE}', review)").fetchone()[0]
+    again = con.sql(f"SELECT count(*) FROM reviews WHERE id IN ({ids}) AND llm_filter('{POSITIVE}', review)").fetchall()[0][0]
     return Measured("duckdb", seconds, answered, len(got), again == len(got), stopped)
 
 
