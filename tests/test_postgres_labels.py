@@ -25,10 +25,12 @@ def test_llm_score_is_a_probability_and_llm_filter_keeps_the_rows_above_one_half
         kept = db.execute(KEEP).fetchall()
     assert [i for i, _ in scores] == [i for i, _ in kept] == [1, 2, 3, 4, 5, 6]
     assert all(isinstance(p, float) and 0.0 <= p <= 1.0 for _, p in scores)
-    # six rows: too few to read a share from, so each row is the model's own answer (and a NOTICE
-    # says so); the score and the filter are the same decision
+    # six rows: too few for two crowds, so each row is decided by its own score against the
+    # content-free rows' (and a NOTICE says so, naming no share picked in advance); the score and
+    # the filter are the same decision
     assert [p > 0.5 for _, p in scores] == [k for _, k in kept]
-    assert any("took the model's own answer for each" in n for n in notices), notices
+    assert any("the model's scores do not split these rows into two groups" in n and "content-free rows" in n
+               and "not by a share picked in advance" in n for n in notices), notices
 
 
 def test_the_batch_node_runs_llm_score_as_one_relquery(server, cluster):
