@@ -92,10 +92,12 @@ def test_every_row_goes_to_the_llm_when_the_proxy_is_poor(engine, recording):
     out = run_call(call, [rows], engine=recording, cache=False, progress=False)
     rep = out.cascade
     assert rep.threshold is None and rep.proxy_rows == 0 and rep.fallback
-    assert [len(p) for p in recording.submitted] == [250, 70]
+    # the batch method's plan first (label means over a spread sample of 32 rows), then the
+    # cascade's sample and the rest
+    assert [len(p) for p in recording.submitted] == [32, 250, 70]
     assert all(r.answered_by is None for r in out.details) and out.errors == [None] * 320
     # every row got the answer the engine gave its prompt
-    prompts = recording.submitted[0] + recording.submitted[1]
+    prompts = recording.submitted[1] + recording.submitted[2]
     assert len(set(prompts)) == 320
 
 
@@ -165,7 +167,7 @@ def test_recall_target_runs_end_to_end_from_duckdb(engine):
     import duckdb
 
     import relserve.duckdb
-    from relserve.duckdb_ext.session import session_of
+    from relserve.duckdb_ext.connections import session_of
 
     rows = car_table(320, 32)
     con = duckdb.connect()

@@ -133,4 +133,6 @@ def test_explain_counts_what_the_call_sends(engine):
         else:  # which rows (and layout) the first pass picks is known once it ran: counted near
             assert "first pass" in " ".join(ex.estimate.inexact)
             assert abs(ex.estimate.prompt_tokens - counting.prompt_tokens()) < 0.5 * counting.prompt_tokens()
-            assert abs(ex.estimate.engine_rows - sent_rows) <= len(call.choices)
+            # (and the three content-free rows, which a template has scored once per process: the
+            # estimate counts them whether or not an earlier call of the template scored them)
+            assert abs(ex.estimate.engine_rows - sent_rows) <= len(call.choices) + 3

@@ -66,13 +66,14 @@ def test_classify_returns_labels_and_repeats_come_from_the_cache(df, recording):
     again = df.llm.classify("Sentiment of: {review}", ["positive", "negative"], alias="sentiment", method="score")
     assert again.equals(out)
     assert len(recording.submitted) == 1
-    # the default (adaptive): its 2 distinct reviews are its first pass's sample and answered by
-    # it; the same review gets the same label, and a repeat comes from the result cache
+    # the default (adaptive): its 2 distinct reviews are its plan's sample and answered by it (the
+    # plan's first pass: 7 requests of layouts and probes); the same review gets the same label,
+    # and a repeat comes from the result cache
     default = df.llm.classify("Sentiment of: {review}", ["positive", "negative"], alias="sentiment")
     labels = default["sentiment"].to_list()
     assert labels[0] == labels[2] in ("positive", "negative") and labels[1] in ("positive", "negative") and labels[3] is None
     passes = len(recording.first_passes)
-    assert passes == 5 and len(recording.submitted) == 1
+    assert passes == 7 and len(recording.submitted) == 1
     assert df.llm.classify("Sentiment of: {review}", ["positive", "negative"], alias="sentiment").equals(default)
     assert len(recording.first_passes) == passes and len(recording.submitted) == 1
 
