@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 
 from relserve.calibration import load_policy_settings, machine_cost_model
+from relserve.engine.settings import EngineSettings
 from relserve.model import resolve_model
 from relserve.policy import PRESETS, PolicySettings
 from relserve.sim import default_limits, simulate, template_renderer
@@ -105,8 +106,9 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     tokenize, render = _tokenizer()
     spec = resolve_model()
-    cost = machine_cost_model(spec.model_id)
-    tuned = load_policy_settings(spec.model_id) or PolicySettings()
+    dtype = EngineSettings().resolved_dtype
+    cost = machine_cost_model(spec.model_id, dtype)
+    tuned = load_policy_settings(spec.model_id, dtype) or PolicySettings()
     base = PolicySettings()  # the variants below set the arranger knobs themselves
     limits = default_limits(kv_capacity_tokens=46_592, max_num_seqs=256, max_num_batched_tokens=1024, block_size=32)
     loads = [float(x) for x in args.loads.split(",")]

@@ -47,7 +47,7 @@ class QueuedEngine:
 
         self.model_id = resolve_model(None, prepare=False).model_id
         self.settings = EngineSettings()
-        self.cost_model = machine_cost_model(self.model_id)
+        self.cost_model = machine_cost_model(self.model_id, self.settings.resolved_dtype)
         self.policy = policy
         self._queued = queued
 

@@ -62,6 +62,9 @@ class Stability:
     kept_t1: int
     kept_t2_fresh: int
     seconds: float
+    #: each home's plan in EXPLAIN's words (what the fresh homes' answers differ through)
+    plan_t1: str = ""
+    plan_t2_fresh: str = ""
 
 
 def tables(question: Question) -> tuple[list[str], list[str], list[str]]:
@@ -114,16 +117,23 @@ def answers(engine, question: Question, rows: list[str]) -> dict[str, bool]:
     return {r: bool(a) for r, a in got}
 
 
+def _plan_words(memory) -> str:
+    """The one plan a home holds, as EXPLAIN describes it."""
+    kept = memory.plans()
+    return "; ".join(k.plan.describe() for k in kept) or "(no plan)"
+
+
 def measure(engine, question: Question) -> Stability:
     from relserve.labels.memory import LabelMemory, use_memory
 
     t0 = time.monotonic()
     t1, t2, shared = tables(question)
-    use_memory(LabelMemory())  # home A: T1 makes the plan
+    home_a, home_b = LabelMemory(), LabelMemory()
+    use_memory(home_a)  # home A: T1 makes the plan
     a1 = answers(engine, question, t1)
     a2 = answers(engine, question, t2)
     alone = answers(engine, question, shared)
-    use_memory(LabelMemory())  # home B: T2 makes its own plan
+    use_memory(home_b)  # home B: T2 makes its own plan
     b2 = answers(engine, question, t2)
     use_memory(None)
     return Stability(
@@ -131,7 +141,8 @@ def measure(engine, question: Question) -> Stability:
         after_plan_t2=sum(a1[r] != a2[r] for r in shared),
         after_plan_alone=sum(a1[r] != alone[r] for r in shared),
         fresh_homes=sum(a1[r] != b2[r] for r in shared),
-        kept_t1=sum(a1.values()), kept_t2_fresh=sum(b2.values()), seconds=time.monotonic() - t0)
+        kept_t1=sum(a1.values()), kept_t2_fresh=sum(b2.values()), seconds=time.monotonic() - t0,
+        plan_t1=_plan_words(home_a), plan_t2_fresh=_plan_words(home_b))
 
 
 def main() -> int:
@@ -152,6 +163,7 @@ def main() -> int:
                   f"alone {s.after_plan_alone}; two fresh homes: {s.fresh_homes} ({s.fresh_homes / s.shared_rows:.1%}); "
                   f"kept T1 {s.kept_t1}/{len(tables(q)[0])}, T2 (its own plan) {s.kept_t2_fresh}; {s.seconds:.0f} s",
                   flush=True)
+            print(f"  plan from T1: {s.plan_t1}\n  plan from T2: {s.plan_t2_fresh}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps([asdict(s) for s in results], indent=1))
     ok = all(s.after_plan_t2 == 0 and s.after_plan_alone == 0 and s.fresh_homes <= 0.02 * s.shared_rows for s in results)

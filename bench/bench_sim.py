@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from relserve.calibration import machine_cost_model
+from relserve.engine.settings import EngineSettings
 from relserve.model import resolve_model
 from relserve.policy import POLICY_NAMES, PRESETS, CostModel, Limits, PolicySettings
 from relserve.sim import default_limits, simulate, sweep_markdown, sweep_starvation
@@ -107,7 +108,7 @@ def limit_section(loads: Sequence[float], rates: Sequence[float], short: bool) -
 
     tokenize, render = _tokenizer()
     md = ["Cells: mean relQuery latency in s (its ratio to the lower bound / to the clairvoyant schedule).", ""]
-    cpu = machine_cost_model(resolve_model().model_id)
+    cpu = machine_cost_model(resolve_model().model_id, EngineSettings().resolved_dtype)
     limits = default_limits(**CPU_LIMITS)
     std_path = OUT / "trace.jsonl"
     std = read_trace(std_path) if std_path.exists() else generate_trace(
@@ -192,7 +193,7 @@ def sweep_part(args: argparse.Namespace, report: dict) -> None:
     sweep = sweep_starvation(
         scale_arrivals(trace, args.sweep_load),
         [1, 2, 3, 5, 8, 13, None],
-        machine_cost_model(spec.model_id),
+        machine_cost_model(spec.model_id, EngineSettings().resolved_dtype),
         default_limits(kv_capacity_tokens=46_592, max_num_batched_tokens=1024),
         tokenize=tokenize,
         render=render,

@@ -1,9 +1,11 @@
 """Stored cost-model calibrations, one per model, machine and dtype (a bfloat16 step costs about
 two thirds of a float32 one here, so one calibration cannot serve both).
 
-``machine_cost_model(model_id)`` is the one answer to "what does a step cost here": the model
-`relserve calibrate` stored for this model and machine, else the preset of the default model on
-these CPUs. Engines, the simulator's command line, EXPLAIN's estimates and the benchmarks use it.
+``machine_cost_model(model_id, dtype)`` is the one answer to "what does a step cost here": the
+model `relserve calibrate` stored for this model, machine and dtype, else the preset of the default
+model on these CPUs. Engines, the simulator's command line, EXPLAIN's estimates and the benchmarks
+use it. The caller names the dtype (its engine's ``settings.resolved_dtype``): this module sits
+below the engine and reads no engine settings itself.
 """
 
 from __future__ import annotations
@@ -45,18 +47,10 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:120]
 
 
-def engine_dtype() -> str:
-    """The dtype an engine started now with the default settings runs in."""
-    from relserve.engine.settings import EngineSettings
-
-    return EngineSettings().resolved_dtype
-
-
-def calibration_path(model_id: str, dtype: str | None = None):
-    """Where the calibration of ``model_id`` on this machine in ``dtype`` (None: the default
-    engine's) is kept. A float32 calibration stored before dtypes had files of their own (no
-    dtype in its name) is read where no newer one exists."""
-    dtype = dtype or engine_dtype()
+def calibration_path(model_id: str, dtype: str):
+    """Where the calibration of ``model_id`` on this machine in ``dtype`` is kept. A float32
+    calibration stored before dtypes had files of their own (no dtype in its name) is read where
+    no newer one exists."""
     path = paths.calibrations_dir() / f"{_slug(model_id)}__{_slug(machine_key())}__{dtype}.json"
     if dtype == "float32" and not path.exists():
         legacy = paths.calibrations_dir() / f"{_slug(model_id)}__{_slug(machine_key())}.json"
@@ -65,24 +59,24 @@ def calibration_path(model_id: str, dtype: str | None = None):
     return path
 
 
-def load_cost_model(model_id: str) -> CostModel | None:
-    path = calibration_path(model_id)
+def load_cost_model(model_id: str, dtype: str) -> CostModel | None:
+    path = calibration_path(model_id, dtype)
     if not path.exists():
         return None
     data = json.loads(path.read_text())
     return CostModel(**data["cost_model"])
 
 
-def machine_cost_model(model_id: str) -> CostModel:
-    """The step-cost model engines of ``model_id`` use on this machine: the stored calibration
-    (``relserve calibrate``), else the ``DEFAULT_PRESET``. Its ``source`` says which."""
-    return load_cost_model(model_id) or PRESETS[DEFAULT_PRESET]
+def machine_cost_model(model_id: str, dtype: str) -> CostModel:
+    """The step-cost model engines of ``model_id`` in ``dtype`` use on this machine: the stored
+    calibration (``relserve calibrate``), else the ``DEFAULT_PRESET``. Its ``source`` says which."""
+    return load_cost_model(model_id, dtype) or PRESETS[DEFAULT_PRESET]
 
 
-def load_policy_settings(model_id: str, base: PolicySettings | None = None) -> PolicySettings | None:
+def load_policy_settings(model_id: str, dtype: str, base: PolicySettings | None = None) -> PolicySettings | None:
     """``base`` (default PolicySettings()) with the arranger settings that `relserve calibrate`
-    chose for this model and machine, or None when it stored none."""
-    path = calibration_path(model_id)
+    chose for this model, machine and dtype, or None when it stored none."""
+    path = calibration_path(model_id, dtype)
     if not path.exists():
         return None
     arranger = json.loads(path.read_text()).get("arranger")
@@ -91,9 +85,10 @@ def load_policy_settings(model_id: str, base: PolicySettings | None = None) -> P
     return (base or PolicySettings()).model_copy(update=arranger)
 
 
-def save_cost_model(model_id: str, cost: CostModel, details: dict, arranger: dict | None = None) -> str:
-    """Store a calibration (and the arranger settings tuned for it) for this model and machine."""
-    path = paths.calibrations_dir() / f"{_slug(model_id)}__{_slug(machine_key())}__{engine_dtype()}.json"
-    data = {"model": model_id, "machine": machine_key(), "dtype": engine_dtype(), "cost_model": cost.model_dump(), "arranger": arranger, **details}
+def save_cost_model(model_id: str, dtype: str, cost: CostModel, details: dict, arranger: dict | None = None) -> str:
+    """Store a calibration (and the arranger settings tuned for it) for this model, machine and
+    dtype (the calibrated engine's)."""
+    path = paths.calibrations_dir() / f"{_slug(model_id)}__{_slug(machine_key())}__{dtype}.json"
+    data = {"model": model_id, "machine": machine_key(), "dtype": dtype, "cost_model": cost.model_dump(), "arranger": arranger, **details}
     path.write_text(json.dumps(data, indent=2))
     return str(path)

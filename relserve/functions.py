@@ -27,13 +27,12 @@ from typing import Any
 from relserve import validation as check
 from relserve.call_key import call_key_of
 from relserve.errors import ConfigError, RowError, TemplateError
-from relserve.labels.call_method import cache_key_settings, checked_method, label_method
-from relserve.labels.names import PLAN_ACTIONS, LabelMethodName
+from relserve.label_names import PLAN_ACTIONS, LabelMethodName, cache_key_settings, checked_method, label_method
 from relserve.template import Template
 from relserve.validation import OnError
 
 #: How llm_filter and llm_classify choose a label (llm_map and llm_extract ignore it): the label
-#: methods, named in relserve/labels/names.py, the choice per call in relserve/labels/call_method.py.
+#: methods, named in relserve/label_names.py, with the choice per call.
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,7 +56,7 @@ class CallOptions:
     on_error: OnError = OnError.NULL
     #: allow per-row field reordering (prompt becomes instruction + {"field": value} JSON)
     reorder_fields: bool = False
-    #: how llm_filter / llm_classify pick a label: see relserve/labels/names.py (None: the default)
+    #: how llm_filter / llm_classify pick a label: see relserve/label_names.py (None: the default)
     method: str | None = None
     #: few-shot examples: rows (placeholder values plus "answer") shown before every row; they
     #: are the same text in every prompt, so the prefix cache prefills them once
@@ -257,7 +256,7 @@ class LLMCall:
     @property
     def label_method(self) -> str | None:
         """How the label is chosen (filter and classify), None for free text and JSON
-        (relserve/labels/call_method.py)."""
+        (relserve/label_names.py)."""
         return label_method(self.choices is not None, self.options.temperature, self.options.method)
 
     @property

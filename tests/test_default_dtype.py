@@ -24,16 +24,30 @@ def test_each_dtype_keeps_its_own_calibration(tmp_path, monkeypatch):
     from relserve.policy import CostModel
 
     monkeypatch.setattr(paths, "calibrations_dir", lambda: tmp_path)
-    monkeypatch.setenv("RELSERVE_DTYPE", "bfloat16")
-    calibration.save_cost_model("m", CostModel(beta_p=0.01), {})
-    monkeypatch.setenv("RELSERVE_DTYPE", "float32")
-    assert calibration.load_cost_model("m") is None  # a bfloat16 fit does not price float32 steps
+    calibration.save_cost_model("m", "bfloat16", CostModel(beta_p=0.01), {})
+    assert calibration.load_cost_model("m", "float32") is None  # a bfloat16 fit does not price float32 steps
+    assert calibration.load_cost_model("m", "bfloat16").beta_p == 0.01
     # a float32 calibration stored before dtypes had files of their own is still read
     legacy = calibration.calibration_path("m", "bfloat16").name.replace("__bfloat16", "")
     (tmp_path / legacy).write_text((tmp_path / calibration.calibration_path("m", "bfloat16").name).read_text())
-    assert calibration.load_cost_model("m").beta_p == 0.01
+    assert calibration.load_cost_model("m", "float32").beta_p == 0.01
+    assert calibration.calibration_path("m", "bfloat16").name.endswith("__bfloat16.json")
+
+
+def test_an_engine_prices_its_steps_with_its_own_dtypes_calibration(tmp_path, monkeypatch):
+    """The engine, EXPLAIN's estimate without an engine and `relserve calibrate` all name the dtype
+    they run in: a float32 engine is not priced by a bfloat16 calibration or the reverse."""
+    from relserve import calibration, paths
+    from relserve.planner.cost import cost_model_of
+    from relserve.policy import CostModel
+
+    monkeypatch.setattr(paths, "calibrations_dir", lambda: tmp_path)
+    calibration.save_cost_model("m", "bfloat16", CostModel(beta_p=0.01, source="bf16 fit"), {})
+    calibration.save_cost_model("m", "float32", CostModel(beta_p=0.02, source="f32 fit"), {})
     monkeypatch.setenv("RELSERVE_DTYPE", "bfloat16")
-    assert calibration.calibration_path("m").name.endswith("__bfloat16.json")
+    assert cost_model_of(None, "m").source == "bf16 fit"
+    monkeypatch.setenv("RELSERVE_DTYPE", "float32")
+    assert cost_model_of(None, "m").source == "f32 fit"
 
 
 @pytest.mark.engine

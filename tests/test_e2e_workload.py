@@ -214,11 +214,11 @@ def test_the_decoding_contenders_render_a_label_call_as_relserve_renders_a_decod
     from e2e.contenders.relserve_udfs import RowUDF
 
     import relserve.functions as functions
-    import relserve.labels.call_method as call_method
+    import relserve.label_names as label_names
     from relserve.duckdb_ext.udf import RETURN_TYPES
     from relserve.prompt_rendering import Renderer
 
-    monkeypatch.setattr(call_method, "DEFAULT_LABEL_METHOD", method)
+    monkeypatch.setattr(label_names, "DEFAULT_LABEL_METHOD", method)
     seen = []
 
     def backend(call, prompts):

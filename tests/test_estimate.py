@@ -15,6 +15,7 @@ from relserve import answer_lengths
 from relserve.block_hashes import block_hashes
 from relserve.budget import Allowance, Budget, refusal
 from relserve.engine.queued import QueuedRelQuery, QueuedRequest
+from relserve.engine.settings import EngineSettings
 from relserve.errors import ConfigError
 from relserve.estimate import selectivity
 from relserve.estimate.call_work import RelQueryWork
@@ -163,7 +164,7 @@ def test_explain_without_an_engine_uses_the_calibration_stored_for_this_machine(
     # no calibration stored: the preset fitted on this project's machines, named as such
     assert explain_plan(plan, tokens).cost_model.startswith("preset smollm2-135m-cpu")
     fitted = CostModel(alpha_p=3e-3, beta_p=0.1, alpha_d=4e-3, beta_d=0.1, source="calibrated on SmolLM2-135M-Instruct")
-    calibration.save_cost_model("SmolLM2-135M-Instruct", fitted, {"fit": {}})
+    calibration.save_cost_model("SmolLM2-135M-Instruct", EngineSettings().resolved_dtype, fitted, {"fit": {}})
     ex = explain_plan(plan, tokens)
     assert ex.cost_model == "calibrated on SmolLM2-135M-Instruct"
     assert ex.estimate.cost_model == "calibrated on SmolLM2-135M-Instruct"

@@ -209,6 +209,7 @@ def resimulate(trace: Sequence[TraceQuery], report: BenchmarkReport, model: str 
     from transformers import AutoTokenizer
 
     from relserve.calibration import load_policy_settings
+    from relserve.engine.settings import EngineSettings
     from relserve.model import resolve_model
 
     if report.cost_model is None or report.limits is None:
@@ -217,7 +218,7 @@ def resimulate(trace: Sequence[TraceQuery], report: BenchmarkReport, model: str 
     if report.policy_settings is not None:
         settings = PolicySettings.model_validate(report.policy_settings)
     else:
-        settings = load_policy_settings(spec.model_id) or PolicySettings()
+        settings = load_policy_settings(spec.model_id, EngineSettings().resolved_dtype) or PolicySettings()
     # the saved limits are ``sim_inputs``'s limits_dict: a fresh engine's, every block free
     limits = Limits(**report.limits, kv_free_tokens=report.limits["kv_capacity_tokens"])
     return simulate_like(trace, report, sim_inputs(AutoTokenizer.from_pretrained(spec.path), limits, settings))

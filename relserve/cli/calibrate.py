@@ -12,7 +12,7 @@ from relserve.cli import app
 @app.command()
 def calibrate(
     model: str = typer.Option("smollm2", help="Model name or local folder."),
-    save: bool = typer.Option(True, help="Store the fit (and the tuned arranger) for this model and machine."),
+    save: bool = typer.Option(True, help="Store the fit (and the tuned arranger) for this model, machine and dtype."),
     tune: bool = typer.Option(True, help="Choose the arranger's settings by replaying a standard trace in the simulator."),
     quick: bool = typer.Option(False, help="A small probe grid (about a minute), for a smoke test."),
     json_out: Path = typer.Option(None, "--json", help="Write every probe, step and figure as JSON."),
@@ -48,6 +48,7 @@ def calibrate(
             cal = run_calibration(engine, grid, progress=tick)
         inputs = _sim_inputs(engine)
         model_id = engine.model_id
+        dtype = engine.settings.resolved_dtype
     finally:
         engine.close()
     console.print(fit_markdown(cal))
@@ -74,7 +75,7 @@ def calibrate(
                                         "steps": cal.steps}, indent=1))
         console.print(f"wrote {json_out}")
     if save:
-        path = save_cost_model(model_id, cost, details, arranger=tuning.chosen if tuning else None)
+        path = save_cost_model(model_id, dtype, cost, details, arranger=tuning.chosen if tuning else None)
         console.print(f"saved to {path}; engines for this model on this machine now use it")
 
 

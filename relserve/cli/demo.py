@@ -36,7 +36,7 @@ def demo_accuracy_line(rows: list[dict], values: list, method: str) -> str:
 def method_label(call, labels=None) -> str:
     """'adaptive, layout row, Sentiment: happy/unhappy' or 'bootstrap, prompt shape completion':
     how the demo's answers were chosen (``labels``: what the label method reported)."""
-    from relserve.labels.names import LabelMethodName
+    from relserve.label_names import LabelMethodName
 
     if call.label_method == LabelMethodName.GENERATE:
         return str(call.label_method)

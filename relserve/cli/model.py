@@ -23,11 +23,13 @@ def prepare(force: bool = typer.Option(False, help="Convert again even if alread
 def info(model: str = typer.Option("smollm2", help="Model name or folder.")) -> None:
     """Where a model resolves to, and its stored calibration."""
     from relserve.calibration import calibration_path, load_cost_model
+    from relserve.engine.settings import EngineSettings
     from relserve.model import resolve_model
 
     spec = resolve_model(model)
     typer.echo(f"model:       {spec.model_id}\npath:        {spec.path}")
-    cost = load_cost_model(spec.model_id)
-    typer.echo(f"calibration: {calibration_path(spec.model_id) if cost else '(none; defaults in use)'}")
+    dtype = EngineSettings().resolved_dtype
+    cost = load_cost_model(spec.model_id, dtype)
+    typer.echo(f"calibration: {calibration_path(spec.model_id, dtype) if cost else '(none; defaults in use)'} ({dtype})")
     if cost:
         typer.echo(f"  {cost.model_dump()}")

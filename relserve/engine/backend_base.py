@@ -38,7 +38,7 @@ class BackendBase(ChatTokenizing):
         self.model_id = spec.model_id
         self.model_path = spec.path
         self.policy = s.policy
-        self.cost_model: CostModel = s.cost_model or machine_cost_model(self.model_id)
+        self.cost_model: CostModel = s.cost_model or machine_cost_model(self.model_id, s.resolved_dtype)
         self.block_size = s.block_size
         self.max_model_len = s.max_model_len
         return s

@@ -187,7 +187,7 @@ class Engine(BackendBase):
         self.policy_settings: PolicySettings = (
             s.policy_settings
             if "policy_settings" in s.model_fields_set
-            else load_policy_settings(self.model_id, s.policy_settings) or s.policy_settings
+            else load_policy_settings(self.model_id, s.resolved_dtype, s.policy_settings) or s.policy_settings
         )
         _quiet_vllm(s.quiet)
         if _on_cpu():

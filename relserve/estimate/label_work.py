@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 
 from relserve.estimate.prompt_tokens import Layout, layout_of
 from relserve.functions import LLMCall
+from relserve.label_names import LabelMethodName
 from relserve.labels import adaptive, batch, bootstrap
 from relserve.labels.answer_fields import CANDIDATES, known_field, picks_field, probe_prompt, with_field
 from relserve.labels.concept import PROPOSAL_FIELD, proposal_prompt, proposal_words
 from relserve.labels.layouts import LayoutRenderer, layouts_for
 from relserve.labels.memory import process_memory
-from relserve.labels.names import LabelMethodName
 from relserve.labels.prior import CONTENT_FREE, content_free_prompts
 from relserve.labels.resolution import LabelResolution, resolve
 from relserve.prompt_shapes import answer_field_text, label_space

@@ -18,7 +18,7 @@ from typing import Any
 from relserve.engine.admission import layout_token_ids
 from relserve.errors import ConfigError, RowError
 from relserve.functions import LLMCall
-from relserve.labels.call_method import SCORING_METHODS
+from relserve.label_names import SCORING_METHODS
 from relserve.prompt_rendering import null_error, render
 from relserve.prompt_shapes import AUTO_ANSWER_FIELD, answer_field_text
 from relserve.relquery import encodable

@@ -72,8 +72,8 @@ def machine_of(engine, model_id: str) -> Machine:
     s = EngineSettings()
     kv = int(s.kv_cache_gb * (1 << 30)) // KV_BYTES_PER_TOKEN
     limits = Limits(s.max_num_batched_tokens, s.max_num_seqs, kv, kv, s.block_size)
-    settings = load_policy_settings(model_id, s.policy_settings) or s.policy_settings
-    return Machine(s.policy, settings, s.cost_model or machine_cost_model(model_id), limits)
+    settings = load_policy_settings(model_id, s.resolved_dtype, s.policy_settings) or s.policy_settings
+    return Machine(s.policy, settings, s.cost_model or machine_cost_model(model_id, s.resolved_dtype), limits)
 
 
 #: the cost models fitted on steps' model runs alone (the preset): the replay adds the host's time

@@ -24,9 +24,9 @@ from dataclasses import replace
 
 from relserve.backend.protocol import Backend
 from relserve.functions import LLMCall
+from relserve.label_names import LabelMethodName
 from relserve.labels.keys import namespace_of, template_key
 from relserve.labels.memory import LabelMemory
-from relserve.labels.names import LabelMethodName
 from relserve.labels.plan import PlanKey
 from relserve.prompt_rendering import Renderer
 from relserve.prompt_shapes import AUTO_ANSWER_FIELD, answer_field_text

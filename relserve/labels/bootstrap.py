@@ -37,6 +37,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from relserve.label_names import LabelMethodName
 from relserve.labels.batch import BatchRun
 from relserve.labels.interface import LabelContext, LabelRequest, LabelRun
 from relserve.labels.means import (
@@ -47,7 +48,6 @@ from relserve.labels.means import (
     pick_calibrated,
     separates_by_itself,
 )
-from relserve.labels.names import LabelMethodName
 from relserve.prompt_shapes import ANSWER_FIELD, AUTO_ANSWER_FIELD
 from relserve.results import RowResult
 

@@ -1,11 +1,11 @@
 """The label methods' runs by name, and what each says of its own work (issues 43, 62; the enum
-in relserve/labels/names.py, the factory here beside the interface, as vLLM's
+in relserve/label_names.py, the factory here beside the interface, as vLLM's
 ``v1/core/sched/request_queue.py``). Which method a relQuery runs, and with which plan, is
 resolved once by relserve/labels/resolution.py."""
 
 from __future__ import annotations
 
-from relserve.labels.names import LabelMethodName, PlanAction
+from relserve.label_names import LabelMethodName, PlanAction
 from relserve.labels.resolution import LabelResolution, resolve
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from relserve.backend.protocol import Backend
 from relserve.engine.handle import RelQueryHandle
 from relserve.functions import LLMCall
-from relserve.labels.call_method import SCORING_METHODS
+from relserve.label_names import SCORING_METHODS
 from relserve.labels.guesses import FEW_ROWS, AnswerSpread
 from relserve.labels.interface import LabelContext, LabelRequest, LabelRun
 from relserve.labels.plan import LabelPlan, PlanRule

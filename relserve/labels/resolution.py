@@ -17,9 +17,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from relserve.label_names import LabelMethodName, PlanAction
 from relserve.labels.keys import template_key
 from relserve.labels.memory import LabelMemory, PlanPinned, StoredPlan
-from relserve.labels.names import LabelMethodName, PlanAction
 from relserve.labels.plan import LabelPlan, PlanKey
 
 #: the methods whose label means need a number of rows of their own

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from relserve.budget import Allowance
 from relserve.functions import LLMCall
-from relserve.labels.call_method import SCORING_METHODS
+from relserve.label_names import SCORING_METHODS
 from relserve.labels.keys import namespace_of
 from relserve.labels.memory import process_memory
 from relserve.planner.engine_ref import EngineRef

@@ -25,7 +25,7 @@ def cost_model_of(engine: Backend | None, model_id: str | None = None) -> CostMo
     if model is None:
         from relserve.calibration import machine_cost_model
 
-        model = machine_cost_model(model_id) if model_id else CostModel()
+        model = machine_cost_model(model_id, EngineSettings().resolved_dtype) if model_id else CostModel()
     return model
 
 
