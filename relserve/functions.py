@@ -31,9 +31,6 @@ from relserve.label_names import PLAN_ACTIONS, LabelMethodName, cache_key_settin
 from relserve.template import Template
 from relserve.validation import OnError
 
-#: How llm_filter and llm_classify choose a label (llm_map and llm_extract ignore it): the label
-#: methods, named in relserve/label_names.py, with the choice per call.
-
 
 @dataclass(frozen=True, kw_only=True)
 class CallOptions:
