@@ -5,7 +5,7 @@ through a server connection (``relserve serve``'s app on a loopback port, in a p
 
 The engine is the tests' scripted double (tests/engine_doubles.py: answers at once, no model), so
 every millisecond shown is relserve's own: parsing, DuckDB passes, planning, HTTP. ``--engine``
-runs the same on the real engine (start it under ``flock /tmp/engine.lock``; the other engineers'
+runs the same on the real engine (start it under ``flock "$ENGINE_LOCK"``; the other engineers'
 engine jobs share the machine).
 
 Before and after, side by side in one run (the same statements, alternating, medians):
@@ -16,7 +16,7 @@ Before and after, side by side in one run (the same statements, alternating, med
 
     .venv/bin/python bench/bench_overhead.py                       # about a minute
     .venv/bin/python bench/bench_overhead.py --statements 20 --rows 30
-    flock /tmp/engine.lock .venv/bin/python bench/bench_overhead.py --engine
+    flock "$ENGINE_LOCK" .venv/bin/python bench/bench_overhead.py --engine
 """
 
 from __future__ import annotations
