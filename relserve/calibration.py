@@ -47,11 +47,15 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:120]
 
 
+def _stored_path(model_id: str, dtype: str):
+    return paths.calibrations_dir() / f"{_slug(model_id)}__{_slug(machine_key())}__{dtype}.json"
+
+
 def calibration_path(model_id: str, dtype: str):
     """Where the calibration of ``model_id`` on this machine in ``dtype`` is kept. A float32
     calibration stored before dtypes had files of their own (no dtype in its name) is read where
     no newer one exists."""
-    path = paths.calibrations_dir() / f"{_slug(model_id)}__{_slug(machine_key())}__{dtype}.json"
+    path = _stored_path(model_id, dtype)
     if dtype == "float32" and not path.exists():
         legacy = paths.calibrations_dir() / f"{_slug(model_id)}__{_slug(machine_key())}.json"
         if legacy.exists():
@@ -88,7 +92,7 @@ def load_policy_settings(model_id: str, dtype: str, base: PolicySettings | None 
 def save_cost_model(model_id: str, dtype: str, cost: CostModel, details: dict, arranger: dict | None = None) -> str:
     """Store a calibration (and the arranger settings tuned for it) for this model, machine and
     dtype (the calibrated engine's)."""
-    path = paths.calibrations_dir() / f"{_slug(model_id)}__{_slug(machine_key())}__{dtype}.json"
+    path = _stored_path(model_id, dtype)
     data = {"model": model_id, "machine": machine_key(), "dtype": dtype, "cost_model": cost.model_dump(), "arranger": arranger, **details}
     path.write_text(json.dumps(data, indent=2))
     return str(path)
