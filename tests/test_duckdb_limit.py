@@ -6,6 +6,8 @@ measurement: bench/bench_limit.py."""
 from __future__ import annotations
 
 import random
+import zlib
+from statistics import NormalDist
 
 import pytest
 from label_doubles import MarginEngine, strong_engine
@@ -124,7 +126,10 @@ def test_order_filters_off_keeps_the_written_order_and_the_same_rows():
     sql = f"SELECT a FROM t WHERE llm_filter('{COMMON}', a) AND llm_filter('{RARE}', a) ORDER BY n"
     got = [r[0] for r in con.sql(sql).fetchall()]
     run = session_of(getattr(con, "con", con)).last_run
-    assert run.filter_orders == ["llm filters in the order written: #0, #1 (order_filters=False)"]
+    # both plans made from the same spread sample of the table's rows (every 6th of 400, 64 rows)
+    keeps = sum("common " in a or "rare " in a for a, _ in rows[::400 // 64][:64]) / 64
+    made = f"keeps {keeps:.0%} (its label plan, made from 64 rows now)"
+    assert run.filter_orders == [f"llm filters in the order written: #0, #1 (order_filters=False; #0 {made}; #1 {made})"]
     # this engine keeps a row for either question when it holds either word: both filters keep the same rows
     assert got == [a for a, _ in rows if "common " in a or "rare " in a]
     common, rare = run.sites
@@ -140,3 +145,30 @@ def test_plain_predicates_run_before_an_llm_filter_whatever_the_written_order():
         con.sql(sql).fetchall()
         (site,) = session_of(getattr(con, "con", con)).last_run.sites
         assert site.rows_seen <= 100 * 2, (sql, site.rows_seen)  # DuckDB evaluated n < 100 first
+
+
+def _one_lump_margin(prompt: str, rq) -> float:
+    """A weak model whose scores form one lump and move with the worked examples in front of the
+    row (the whole prompt is read): which rows a filter keeps depends on the plan it made."""
+    u = (zlib.crc32(prompt.encode()) + 0.5) / 2**32
+    return NormalDist(0, 0.3).inv_cdf(u)
+
+
+def test_two_llm_filters_keep_the_same_rows_in_every_order_from_plans_made_on_the_table():
+    from relserve.labels.memory import forget_all
+
+    got, plans = {}, {}
+    for first, second, order in [(COMMON, RARE, False), (COMMON, RARE, True), (RARE, COMMON, False), (RARE, COMMON, True)]:
+        memory = forget_all()
+        con = relserve.duckdb.connect(engine=MarginEngine(_one_lump_margin, whole_prompt=True), progress=False,
+                                      cache=False, order_filters=order)
+        _two_filter_table(con, 600)
+        sql = f"SELECT a FROM t WHERE llm_filter('{first}', a) AND llm_filter('{second}', a) ORDER BY n"
+        got[first, order] = [r[0] for r in con.sql(sql).fetchall()]
+        plans[first, order] = sorted((p.key.template, p.plan.id) for p in memory.plans())
+    # each call's plan comes from the same spread sample of the table's rows, whichever filter
+    # runs first and whichever order is written: the same plans, so the same rows
+    assert len(set(map(tuple, plans.values()))) == 1, plans
+    first_rows = got[COMMON, False]
+    assert 0 < len(first_rows) < 600
+    assert all(rows == first_rows for rows in got.values()), {k: len(v) for k, v in got.items()}

@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from soak.drift import table as drift_table
 from soak.ledger import Request
 from soak.report import SoakReport
 
@@ -51,15 +52,19 @@ def text(r: SoakReport) -> str:
     for s in r.slopes:
         lines.append(f"| {s.name} | {_f(s.per_hour, 2)} {s.unit}/h | {_f(s.first, 2)} | {_f(s.last, 2)} | {s.samples} |")
     lines += ["", "## p99 latency: baseline window (minutes 10-20 of an hour) against the last 10 minutes", "",
-              "| kind | baseline requests | baseline p99 (s) | last requests | last p99 (s) | ratio |", "|---|---|---|---|---|---|"]
-    for w in r.latency:
-        lines.append(f"| {w.kind} | {w.baseline_n} | {_f(w.baseline_p99_s, 2)} | {w.last_n} | {_f(w.last_p99_s, 2)} | {_f(w.ratio, 2)} |")
+              "The ratio chance gives: two windows of the same sizes drawn from both windows' latencies "
+              "pooled (no drift) differ by this much one time in ten. Drifted: more of the last window's "
+              "requests past the baseline's p95 than chance gives (binomial, p < 0.01 over the kinds).", "",
+              *drift_table(r.latency)]
     return "\n".join(lines) + "\n"
 
 
 def save_json(r: SoakReport, path: Path) -> None:
     d = asdict(r)
     d["lost"], d["duplicated"] = r.lost, r.duplicated
+    d["latency"] = [{"kind": w.kind, "baseline_n": len(w.baseline), "baseline_p99_s": w.baseline_p99, "last_n": len(w.last),
+                     "last_p99_s": w.last_p99, "ratio": w.ratio, "chance_ratio": w.chance_ratio(), "slower": w.slower,
+                     "p_value": w.p_value, "drifted": w.drifted(len(r.latency))} for w in r.latency]
     path.write_text(json.dumps(d, indent=1, default=str))
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from relserve.percentile import percentile
 from soak.cache_check import CacheFileCheck
 from soak.causes import FINDINGS, cause_of
+from soak.drift import Drift, windows
 from soak.faults import HEAVY, Injected
 from soak.ledger import Request
 from soak.sampler import Sample
@@ -54,21 +54,6 @@ class Slope:
 
 
 @dataclass
-class LatencyWindows:
-    kind: str
-    baseline_n: int
-    baseline_p99_s: float | None
-    last_n: int
-    last_p99_s: float | None
-
-    @property
-    def ratio(self) -> float | None:
-        if not self.baseline_p99_s or self.last_p99_s is None:
-            return None
-        return self.last_p99_s / self.baseline_p99_s
-
-
-@dataclass
 class FaultOutcome:
     kind: str
     at_s: float
@@ -108,7 +93,7 @@ class SoakReport:
     cache_files: list[CacheFileCheck]
     faults: list[FaultOutcome]
     slopes: list[Slope]
-    latency: list[LatencyWindows]
+    latency: list[Drift]
     samples: list[Sample]
     targets: dict[str, bool] = field(default_factory=dict)
 
@@ -192,23 +177,11 @@ def slopes(samples: list[Sample], warm_up_s: float) -> list[Slope]:
     return out
 
 
-def latency_windows(requests: list[Request], started: float, seconds: float) -> list[LatencyWindows]:
-    """p99 per client kind in minutes 10-20 of an hour (a sixth to a third of any run) against
-    the last 10 minutes (the last sixth), on fully answered requests no client faulted."""
-    def window(a: float, b: float) -> dict[str, list[float]]:
-        out: dict[str, list[float]] = {}
-        for r in requests:
-            if r.ended is not None and r.fault is None and r.fully_answered and a <= r.ended - started < b:
-                out.setdefault(r.kind, []).append(r.latency_s)
-        return out
-
-    base = window(seconds / 6, seconds / 3)
-    last = window(seconds * 5 / 6, seconds)
-    return [
-        LatencyWindows(kind, len(base.get(kind, [])), percentile(base.get(kind, []), 0.99, empty=None),
-                       len(last.get(kind, [])), percentile(last.get(kind, []), 0.99, empty=None))
-        for kind in sorted(set(base) | set(last))
-    ]
+def latency_windows(requests: list[Request], started: float, seconds: float) -> list[Drift]:
+    """Per client kind, the latencies of minutes 10-20 of an hour (a sixth to a third of any run)
+    and of the last 10 minutes (the last sixth), on fully answered requests no client faulted."""
+    return windows([(r.kind, r.ended - started, r.latency_s) for r in requests
+                    if r.ended is not None and r.fault is None and r.fully_answered], seconds)
 
 
 def _median(samples: list[Sample], a: float, b: float, read) -> float | None:
@@ -256,6 +229,8 @@ def judge(report: SoakReport, recovery_limit_s: float) -> dict[str, bool]:
         "open files and threads back to baseline after each fault": bool(checked) and all(f.back_to_baseline for f in checked),
         f"p99 per client kind at the end within {P99_RATIO_LIMIT}x of the baseline window": bool(lat) and all(
             w.ratio <= P99_RATIO_LIMIT for w in lat),
+        "no client kind's tail drifted (last window's requests past the baseline's p95)": bool(lat) and not any(
+            w.drifted(len(report.latency)) for w in report.latency),
         "the result cache clean after every kill, answering the same rows": bool(kills)
         and all(c.clean for c in report.cache_files)
         and all(f.replay_rows > 0 and not f.replay_problems and f.replay_from_cache == f.replay_rows for f in kills),

@@ -390,19 +390,23 @@ def _grouped(statement: Statement) -> tuple[int, ...]:
 
 def _order_filters(planned: PlannedStatement) -> list[str]:
     """The AND-ed llm filters of each WHERE (``Statement.conjunct_groups``) in the order of LLM
-    cost per row removed: each waits for the ones before it. The rows that pass them all are the
-    same in any order. A filter's share comes from its call's label plan, else from a spread
-    sample of its rows run now (whose answers are kept, and which makes the plan). Returns what
-    EXPLAIN says of each group."""
+    cost per row removed (the written order under ``order_filters=False``): each waits for the
+    ones before it. A filter's share comes from its call's label plan, else from a spread sample
+    of the WHERE's rows run now, whose answers are kept and which makes the plan, so the rows that
+    pass them all are the same in any order. Returns what EXPLAIN says of each group."""
     notes = []
     for group in planned.statement.conjunct_groups:
         states = [planned.states[i] for i in group]
         if not all(s.has_pending() and s.mode != "limit" for s in states) or not planned.session.plans_locally:
             continue
-        if not planned.session.order_filters:
-            notes.append(f"llm filters in the order written: #{', #'.join(map(str, group))} (order_filters=False)")
-            continue
+        # every filter's plan is made from a spread sample of the rows the WHERE's llm filters
+        # all see, not from the rows another llm filter kept: the same plans, so the same rows,
+        # in any order (at most a sample's rows answered that an earlier filter would remove)
         estimates = [_estimate_filter(s) for s in states]
+        if not planned.session.order_filters:
+            said = "; ".join(f"#{e.site} keeps {e.keeps:.0%} ({e.source})" for e in estimates)
+            notes.append(f"llm filters in the order written: #{', #'.join(map(str, group))} (order_filters=False; {said})")
+            continue
         order = [e.site for e in sorted(estimates, key=lambda e: (e.rank, group.index(e.site)))]
         for k, index in enumerate(order):
             site = planned.states[index].site
