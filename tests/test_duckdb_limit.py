@@ -33,6 +33,21 @@ def test_a_limit_over_the_rows_a_where_passes_is_what_stops_early(sql, needed):
     assert analyze(sql).rows_needed == needed
 
 
+@pytest.mark.parametrize(("sql", "decided"), [
+    (f"SELECT EXISTS (SELECT 1 FROM t WHERE llm_filter('{FILTER}', a))", True),
+    (f"SELECT NOT EXISTS (SELECT a FROM t WHERE n > 3 AND llm_filter('{FILTER}', a) LIMIT 5) AS none", True),
+    (f"SELECT EXISTS (SELECT 1 FROM t WHERE llm_filter('{FILTER}', a) OR n > 3)", False),
+    (f"SELECT EXISTS (SELECT count(*) FROM t WHERE llm_filter('{FILTER}', a))", False),
+    (f"SELECT EXISTS (SELECT 1 FROM t WHERE llm_filter('{FILTER}', a) LIMIT 0)", False),
+    # correlated with an outer row: each outer row has its own answer
+    (f"SELECT n FROM t AS o WHERE EXISTS (SELECT 1 FROM t WHERE t.n = o.n + 1 AND llm_filter('{FILTER}', a))", False),
+    (f"SELECT EXISTS (SELECT 1 FROM t WHERE llm_filter('{FILTER}', a)), llm_map('Sum {{a}}', 'x')", False),
+])
+def test_an_exists_over_an_llm_filter_is_decided_by_its_first_passing_row(sql, decided):
+    st = analyze(sql)
+    assert (st.rows_needed, st.exists_query is not None) == ((1, True) if decided else (None, False))
+
+
 def _table(con, n: int, share: float) -> list[str]:
     rng = random.Random(4)
     rows = [f"sports story {i}" if rng.random() < share else f"other story {i}" for i in range(n)]
@@ -172,3 +187,22 @@ def test_two_llm_filters_keep_the_same_rows_in_every_order_from_plans_made_on_th
     first_rows = got[COMMON, False]
     assert 0 < len(first_rows) < 600
     assert all(rows == first_rows for rows in got.values()), {k: len(v) for k, v in got.items()}
+
+
+def test_exists_stops_at_its_first_passing_row_and_answers_as_the_full_statement():
+    eng = strong_engine(lambda text: "sports" in text)
+    con = relserve.duckdb.connect(engine=eng, progress=False, cache=False)
+    rows = _table(con, 2000, 0.25)
+    sql = f"SELECT EXISTS (SELECT 1 FROM t WHERE llm_filter('{FILTER}', a)) AS found"
+    assert con.sql(sql).fetchall() == [(True,)]
+    (site,) = session_of(getattr(con, "con", con)).last_run.sites
+    (rec,) = site.analyzed
+    assert rec.llm_rows <= 200, rec  # the plan's sample holds passing rows: nothing after it is asked
+    assert rec.stopped is not None and rec.stopped.startswith("stopped: the EXISTS had its row after ")
+    assert "stopped: the EXISTS had its row" in str(relserve.duckdb.explain(con, sql, analyze=True))
+    # NOT EXISTS, and a filter no row passes: every row is read, the answer is the full statement's
+    none = f"SELECT NOT EXISTS (SELECT 1 FROM t WHERE n < 300 AND llm_filter('{FILTER}', a) AND a LIKE 'other%') AS none"
+    assert con.sql(none).fetchall() == [(True,)]
+    (site,) = session_of(getattr(con, "con", con)).last_run.sites
+    assert sum(r.llm_rows for r in site.analyzed) == sum(1 for a in rows[:300] if a.startswith("other"))
+    assert all(r.stopped is None for r in site.analyzed)

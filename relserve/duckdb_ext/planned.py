@@ -60,6 +60,8 @@ class SiteState:
     #: "collect": unknown rows get a stand-in; "inline": unknown rows run at once, per chunk;
     #: "limit": a LIMIT's filter, whose unknown rows are FALSE (recorded all the same)
     mode: str = "collect"
+    #: in "limit" mode, what a stopped relQuery had its rows for (EXPLAIN ANALYZE)
+    stops_at: str = "the LIMIT had its rows"
     lock: threading.Lock = field(default_factory=threading.Lock)
     explains: list[Explain] = field(default_factory=list)
     #: EXPLAIN ANALYZE: what each of this site's relQueries did
@@ -176,7 +178,7 @@ class SiteState:
             raise RowError(f"{self.site.text}: {e}") from None
         self.relqueries += 1
         self._traced(call, len(values), outcome)
-        why = (f"stopped: the LIMIT had its rows after {answered:,} of {len(values):,} rows ({passed:,} passed);"
+        why = (f"stopped: {self.stops_at} after {answered:,} of {len(values):,} rows ({passed:,} passed);"
                f" the other {len(values) - answered:,} were cancelled" if stopped else None)
         record = analyzed(call, outcome)
         self.analyzed.append(replace(record, llm_rows=min(record.llm_rows, answered), stopped=why))
@@ -303,6 +305,14 @@ class PlannedStatement:
                     raise state.failure from None
             raise
 
+    def rows_for_limit(self, collected: pa.Table, params: Params = None) -> int:
+        """The rows that count towards the statement's ``rows_needed``: those it collected, or
+        those of its EXISTS subquery (run now)."""
+        if self.statement.exists_query is None:
+            return collected.num_rows
+        table = self.fetch(self.statement.limit_check_sql(self.names, self.placed), params)
+        return 0 if table is None else table.num_rows
+
     def ready_sites(self) -> list[SiteState]:
         """Sites with unknown rows whose upstream sites have none (all of them if none qualify)."""
         pending = {s.site.index for s in self.states if s.has_pending()}
@@ -340,7 +350,7 @@ def run_planned(
         if needed is not None:
             for state in planned.states:
                 if state.site.index in statement.limit_sites:
-                    state.mode = "limit"
+                    state.mode, state.stops_at = "limit", statement.stops_at
             # every chunk of rows may take a relQuery of its own before k rows pass
             limit = max_passes or 4 * len(statement.sites) + 8
         while run.passes < limit:
@@ -351,7 +361,7 @@ def run_planned(
             with trace.timed_pass("collect"):
                 table = planned.collect(params)
             run.passes += 1
-            if needed is not None and table is not None and table.num_rows >= needed:
+            if needed is not None and table is not None and planned.rows_for_limit(table, params) >= needed:
                 # the LIMIT has its rows: its filters' unknown rows are not needed
                 for state in planned.states:
                     if state.mode == "limit":
@@ -455,7 +465,7 @@ def _run_limited(planned: PlannedStatement, ready: list[SiteState], needed: int,
 
     def enough() -> bool:
         t0 = time.perf_counter()
-        table = planned.fetch(planned.statement.collection_sql(planned.names, planned.placed), params)
+        table = planned.fetch(planned.statement.limit_check_sql(planned.names, planned.placed), params)
         checks.append(time.perf_counter() - t0)
         return table is not None and table.num_rows >= needed
 

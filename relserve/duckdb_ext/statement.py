@@ -64,6 +64,9 @@ class Statement:
     rows_needed: int | None = None
     #: the sites the ``LIMIT`` stops early: the llm filters of that WHERE
     limit_sites: frozenset[int] = frozenset()
+    #: ``SELECT EXISTS (subquery)``: the subquery, whose first row passing its llm filters
+    #: decides the statement (``rows_needed`` is 1 of its rows, not of the statement's)
+    exists_query: exp.Select | None = None
     #: llm filters AND-ed in one WHERE, in the order written: the rows that pass them all do not
     #: depend on the order they run in, so the planner runs them cheapest first (``planned.py``)
     conjunct_groups: list[tuple[int, ...]] = field(default_factory=list)
@@ -106,6 +109,25 @@ class Statement:
                 pos = site.name_end
         out.append(self.text[pos:])
         return "".join(out)
+
+    @property
+    def stops_at(self) -> str:
+        """What a stopped relQuery had its rows for (EXPLAIN ANALYZE's words)."""
+        return "the EXISTS had its row" if self.exists_query is not None else "the LIMIT had its rows"
+
+    def limit_check_sql(self, names: list[str], placed: Mapping[int, int] | None = None) -> str:
+        """SQL whose rows count towards ``rows_needed``: the statement's own rows, or those of
+        its EXISTS subquery (at most one)."""
+        if self.exists_query is None:
+            return self.collection_sql(names, placed)
+        saved = [(s.node, s.node.this) for s in self.sites]
+        try:
+            for s in self.sites:
+                s.node.set("this", names[s.index])
+            return self.exists_query.limit(1, copy=True).sql(dialect="duckdb")
+        finally:
+            for node, name in saved:
+                node.set("this", name)
 
     def collection_sql(self, names: list[str], placed: Mapping[int, int] | None = None) -> str:
         """SQL that evaluates every site over the statement's rows without changing any data."""
@@ -195,6 +217,8 @@ def _set_limit(st: Statement) -> None:
     tree = st.tree
     if st.writes or not isinstance(tree, exp.Select):
         return
+    if _set_exists(st, tree):
+        return
     limit = tree.args.get("limit")
     count = limit.expression if isinstance(limit, exp.Limit) else None
     if not isinstance(count, exp.Literal) or not count.is_int:
@@ -203,24 +227,63 @@ def _set_limit(st: Statement) -> None:
     skip = offset.expression if isinstance(offset, exp.Offset) else None
     if skip is not None and not (isinstance(skip, exp.Literal) and skip.is_int):
         return
-    if (tree.args.get("order") is not None or tree.args.get("group") is not None or tree.args.get("distinct") is not None
-            or tree.args.get("having") is not None or tree.args.get("qualify") is not None
-            or any(isinstance(e, (exp.AggFunc, exp.Window)) for p in tree.expressions for e in p.walk())):
+    if not _rows_come_out_as_they_pass(tree):
         return
-    sites = set()
-    for site in st.sites:
-        scope = _scope_of(site.node)
-        clause = _clause_of(site.node, scope)
-        if scope is not tree or clause not in ("where", "expressions"):
-            return  # a call in a subquery, a join or a CTE: every row (not stopped early)
-        if clause == "where":
-            if site.function.kind != "filter" or not _conjunct(site.node, tree.args["where"].this):
-                return
-            sites.add(site.index)
+    sites = _where_filters(st, tree, clauses=("where", "expressions"))
     if sites:
         # (the query returns at most k rows: it returns k once k + OFFSET rows pass)
         st.rows_needed = int(count.this)
         st.limit_sites = frozenset(sites)
+
+
+def _set_exists(st: Statement, tree: exp.Select) -> bool:
+    """``SELECT EXISTS (SELECT ... FROM t WHERE llm_filter(...))`` with every site an llm
+    filter AND-ed in that subquery's WHERE: its first row that passes decides the statement.
+    Only with no FROM, WITH or WHERE of its own, so the subquery cannot reach an outer row
+    (uncorrelated) and runs alone as the check."""
+    if any(tree.args.get(k) is not None for k in ("from", "with", "where", "joins")):
+        return False
+    exists = {id(site.node.find_ancestor(exp.Exists)): site.node.find_ancestor(exp.Exists) for site in st.sites}
+    if len(exists) != 1 or None in exists.values():
+        return False
+    (node,) = exists.values()
+    sub = node.this
+    if not isinstance(sub, exp.Select) or not _rows_come_out_as_they_pass(sub) or sub.find(exp.Exists) is not None:
+        return False
+    limit = sub.args.get("limit")
+    if limit is not None and not (isinstance(limit.expression, exp.Literal) and limit.expression.is_int
+                                  and int(limit.expression.this) > 0) or sub.args.get("offset") is not None:
+        return False
+    sites = _where_filters(st, sub, clauses=("where",))
+    if not sites:
+        return False
+    st.rows_needed, st.limit_sites, st.exists_query = 1, frozenset(sites), sub
+    return True
+
+
+def _rows_come_out_as_they_pass(tree: exp.Select) -> bool:
+    """Whether a SELECT's rows come out as they pass its WHERE: no ORDER BY, grouping, DISTINCT,
+    aggregate or window."""
+    return not (tree.args.get("order") is not None or tree.args.get("group") is not None
+                or tree.args.get("distinct") is not None or tree.args.get("having") is not None
+                or tree.args.get("qualify") is not None
+                or any(isinstance(e, (exp.AggFunc, exp.Window)) for p in tree.expressions for e in p.walk()))
+
+
+def _where_filters(st: Statement, tree: exp.Select, *, clauses: tuple[str, ...]) -> set[int]:
+    """The sites that are llm filters AND-ed in ``tree``'s WHERE (empty: a site elsewhere than
+    ``clauses`` of ``tree``, or a WHERE call that is not such a filter)."""
+    sites = set()
+    for site in st.sites:
+        scope = _scope_of(site.node)
+        clause = _clause_of(site.node, scope)
+        if scope is not tree or clause not in clauses:
+            return set()  # a call in a subquery, a join or a CTE: every row (not stopped early)
+        if clause == "where":
+            if site.function.kind != "filter" or not _conjunct(site.node, tree.args["where"].this):
+                return set()
+            sites.add(site.index)
+    return sites
 
 
 def _conjunct(node: exp.Expression, where: exp.Expression) -> bool:
