@@ -18,7 +18,7 @@ from relserve.engine.handle import RelQueryHandle
 from relserve.functions import make_call
 from relserve.labels import adaptive
 from relserve.labels.adaptive import AdaptiveRun
-from relserve.labels.concept import Concept, concept_of, question_of
+from relserve.labels.concept import Concept, concept_of, proposed_concept, question_of
 from relserve.labels.decide import read_boundary
 from relserve.labels.information import categorical_information, mutual_information
 from relserve.labels.interface import LabelContext
@@ -51,9 +51,25 @@ from relserve.template import Template
     # a preposition after a word that is no feeling leaves the object as the concept
     ("Is this beer brewed with fruit? {review}", "fruit", "other"),
     ("Is this headline about sports? {title}", "sports", "other"),
+    # every content word names what a row is: the question asks whether the row is that thing
+    ("Is this a review of a beer? Review: {review}", "beer", "other"),
+    ("Is this review about a beer? Review: {review}", "beer", "other"),
+    ("Is this a movie review? {text}", "movie", "other"),
+    ("Is this a beer? {text}", "beer", "other"),
 ])
 def test_the_concept_is_the_word_the_question_asks_about(template, word, contrast):
-    assert concept_of(Template.parse(template)) == Concept(word, contrast)
+    got = concept_of(Template.parse(template))
+    assert (got.word, got.contrast) == (word, contrast)
+
+
+def test_a_question_about_what_kind_a_row_is_takes_no_judgement_the_model_proposes():
+    beer = concept_of(Template.parse("Is this a review of a beer? Review: {review}"))
+    assert beer == Concept("beer", "other", names_a_kind=True)
+    assert proposed_concept({"positive": -0.5, "negative": -2.0, "beer": -1.0}, beer) is None
+    # a word the lexicon reads as the concept, not a kind: the model's judgement is still tried
+    like = concept_of(Template.parse("Does the critic like the movie? {r}"))
+    assert like.names_a_kind is False
+    assert proposed_concept({"positive": -0.5, "negative": -2.0, "critic": -3.0}, like) == Concept("positive", "negative")
 
 
 @pytest.mark.parametrize("template", [

@@ -11,7 +11,8 @@ its antonym when it has a common one ("positive" against "negative") or against 
 
 The reading is deliberately plain: a word of feeling or judgement before a preposition
 ("disappointed with this purchase" -> "disappointed", "helpful to other shoppers" -> "helpful"),
-else what follows "about", else the question's last content word. A misread concept is not
+else, when every content word names what a row is, the one that tells it apart ("Is this a
+review of a beer?" -> "beer"), else what follows "about", else the question's last content word. A misread concept is not
 harmless: the first pass can choose its layout because the rows differ on it (a filter asking
 whether customers are disappointed with their purchase, read as "purchase", kept reviews by
 product rather than by mood), so the feeling comes before the object it is about.
@@ -67,6 +68,9 @@ class Concept:
 
     word: str
     contrast: str
+    #: the question asks whether a row is a kind of thing ("Is this a review of a beer?"): no
+    #: judgement the model may read in it is the same question
+    names_a_kind: bool = False
 
     @property
     def labels(self) -> tuple[str, str]:
@@ -94,7 +98,9 @@ def concept_of(template: Template) -> Concept | None:
     if picked is None or "placeholdervalue" in picked:
         return None
     word = " ".join(picked)
-    return Concept(word, ANTONYMS.get(word, OTHER))
+    q = question_of(template) or ""
+    kind = _what_the_row_is([w.lower() for w in _WORD.findall(re.sub(r"\{[^}]+\}", " PLACEHOLDERVALUE ", q))]) == word
+    return Concept(word, ANTONYMS.get(word, OTHER), kind)
 
 
 def concept_column(template: Template) -> str | None:
@@ -124,6 +130,10 @@ def _concept_words(template: Template) -> list[str] | None:
     feeling = _attitude_before_preposition(words)
     if feeling is not None:
         return [feeling]
+    # (read on the whole question: a trailing phrase about a row's value has a placeholder)
+    named = _what_the_row_is([w.lower() for w in _WORD.findall(re.sub(r"\{[^}]+\}", " PLACEHOLDERVALUE ", q))])
+    if named is not None:
+        return [named]
     if "about" in words:
         tail = words[len(words) - 1 - words[::-1].index("about") + 1 :]
         tail = [w for w in tail if w not in STOP]
@@ -141,6 +151,26 @@ def _concept_words(template: Template) -> list[str] | None:
         # the concept is a row's value, alone, or none at all
         return ["placeholdervalue"] if picked[-1] == "placeholdervalue" and len(picked) <= 2 else None
     return picked
+
+
+def _what_the_row_is(words: list[str]) -> str | None:
+    """When every content word of the whole question names what a row is ("Is this a review of a
+    beer?", "Is this a movie review?"), the question asks whether the row is a kind of thing: the
+    word that tells the kind apart is the one after "of a" or "about a" (or a bare noun there:
+    "about beers"), else the first of the nouns after "a" ("movie"). None when another content
+    word or a placeholder is in the question, or when it names a given thing ("about this
+    product": a pairing, not a kind)."""
+    nouns = [w for w in words[1:] if w not in STOP]
+    if not nouns or not all(w in GENERIC_NOUNS for w in nouns):
+        return None
+    for k in range(len(words) - 1, 0, -1):
+        if words[k] in ("of", "about"):
+            rest = words[k + 1 :]
+            if rest and (rest[0] in ("a", "an") or rest[0] not in STOP):
+                named = [w for w in rest if w not in STOP]
+                return named[-1] if named else None
+            return None
+    return (nouns[-2] if len(nouns) >= 2 else nouns[0]) if {"a", "an"} & set(words) else None
 
 
 def _attitude_before_preposition(words: list[str]) -> str | None:
@@ -195,8 +225,10 @@ def proposed_concept(scores: dict[str, float], lexicon: Concept | None) -> Conce
     if len(ranked) > 1 and scores[ranked[1]] >= scores[top] - 1e-9:
         return None  # the model prefers no word: it proposes nothing
     if top in POLAR:
-        if lexicon is not None and (lexicon.word in POLAR or lexicon.contrast != OTHER):
-            return None  # the lexicon read a judgement with its own opposite already
+        if lexicon is not None and (lexicon.word in POLAR or lexicon.contrast != OTHER or lexicon.names_a_kind):
+            # the lexicon read a judgement with its own opposite already, or a question about
+            # what kind of thing a row is, which a judgement does not answer
+            return None
         return Concept(top, POLAR[1] if top == POLAR[0] else POLAR[0])
     if lexicon is None:
         return Concept(top, ANTONYMS.get(top, OTHER))
