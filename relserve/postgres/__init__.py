@@ -26,8 +26,8 @@ with a fake one (tests/test_postgres_unit.py), and tested for real on a PostgreS
 from relserve.postgres.calls import over_query, scalar
 from relserve.postgres.estimates import count_tokens, count_tokens_query, estimate_query
 from relserve.postgres.foreign_scan import batch_open, scan_close, scan_open, scan_poll
-from relserve.postgres.plans import forget_label_plans, label_plans, pin_label_plans
 from relserve.postgres.operators import reduce_group, reduce_query, topk_group
+from relserve.postgres.plans import forget_label_plans, label_plans, pin_label_plans
 
 __all__ = ["batch_open", "count_tokens", "count_tokens_query", "estimate_query", "forget_label_plans", "label_plans",
            "over_query", "pin_label_plans", "reduce_group", "reduce_query", "scalar", "scan_close", "scan_open", "scan_poll",

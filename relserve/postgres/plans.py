@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from relserve.postgres import backend
@@ -51,7 +51,7 @@ def as_row(plan: dict[str, Any]) -> dict[str, object]:
         "labels": list(plan["labels"]),
         "model": plan["model"],
         "pinned": bool(plan["pinned"]),
-        "created": datetime.fromtimestamp(plan["created"], timezone.utc).isoformat(),
+        "created": datetime.fromtimestamp(plan["created"], UTC).isoformat(),
         "id": plan["id"],
         "plan": plan["plan"],
         "detail": json.dumps(plan["detail"], sort_keys=True),
