@@ -183,3 +183,84 @@ def test_python_path_is_site_packages_for_an_install_there_and_a_folder_of_its_o
     monkeypatch.setattr(pp, "relserve", types.SimpleNamespace(__file__=str(tmp_path / "relserve" / "__init__.py")))
     assert pp.installed_from() == tmp_path.resolve()
     assert pp.python_path() == ":".join(map(str, [tmp_path.resolve(), *site]))
+
+
+def test_label_plan_is_an_option_of_one_call_and_never_a_setting():
+    from relserve.postgres.settings import PER_CALL_NAMES
+
+    assert "label_plan" in PER_CALL_NAMES and "label_plan" not in SETTING_NAMES
+    s = Settings({"max_tokens": 8})
+    # sent as DuckDB sends it: the action, and nothing for 'auto' (the default)
+    assert call_request("llm_filter_query", s, "filter", None, {"label_plan": "refresh"}).options == {
+        "function": "filter", "max_tokens": 8, "label_plan": "refresh", "on_error": "null"}
+    assert call_request("llm_filter_query", s, "filter", None, {"label_plan": "auto"}).options == {
+        "function": "filter", "max_tokens": 8, "on_error": "null"}
+    with pytest.raises(PgError) as e:
+        call_request("llm_classify_query", s, "classify", ["a", "b"], {"label_plan": "Refresh"})
+    assert (e.value.message, e.value.sqlstate) == (
+        "llm_classify_query: option label_plan must be one of auto, refresh, pin, unpin, got 'Refresh'", "22023")
+    with pytest.raises(PgError, match=r"^llm_filter_query: option label_plan must be text, got \['pin'\]$"):
+        call_request("llm_filter_query", s, "filter", None, {"label_plan": ["pin"]})
+
+
+class RefusingPlpy:
+    """plpy's ``error``: the message, SQLSTATE and hint, raised."""
+
+    class Error(Exception):
+        pass
+
+    def error(self, message: str, sqlstate: str | None = None, hint: str | None = None) -> None:
+        raise self.Error(message, sqlstate, hint)
+
+
+def test_the_label_plan_functions_ask_the_server_with_the_roles_client(monkeypatch):
+    from relserve.client import ServerError
+    from relserve.postgres import backend
+    from relserve.postgres import plans as lp
+
+    listed = {"function": "llm_filter", "template": "Is {r} good?", "labels": ["yes", "no"], "model": "m",
+              "pinned": True, "created": 0.5, "id": "0123456789abcdef", "plan": "method prior, ...",
+              "detail": {"method": "prior", "sample": 3}}
+    asked: list[tuple] = []
+
+    class Client:
+        def label_plans(self, template):
+            asked.append(("list", template))
+            return [listed]
+
+        def forget_label_plans(self, template, *, pinned):
+            asked.append(("forget", template, pinned))
+            return 2
+
+        def pin_label_plans(self, template, *, unpin):
+            asked.append(("pin", template, unpin))
+            if template == "down":
+                raise ServerError(401, "unknown API key")
+            return 1
+
+    monkeypatch.setattr(backend, "settings", lambda plpy: Settings({"timeout": 5.0}))
+    monkeypatch.setattr(backend, "client", lambda plpy, timeout_s: Client())
+    plpy = RefusingPlpy()
+    assert lp.label_plans(plpy, None) == [{
+        "function": "llm_filter", "template": "Is {r} good?", "labels": ["yes", "no"], "model": "m", "pinned": True,
+        "created": "1970-01-01T00:00:00.500000+00:00", "id": "0123456789abcdef", "plan": "method prior, ...",
+        "detail": '{"method": "prior", "sample": 3}'}]
+    assert lp.forget_label_plans(plpy, "Is {r} good?", True) == 2
+    assert lp.pin_label_plans(plpy, "Is {r} good?", False) == 1
+    assert asked == [("list", None), ("forget", "Is {r} good?", True), ("pin", "Is {r} good?", False)]
+    # NULL arguments and an empty template (which the endpoint would read as every plan) send nothing
+    for call, message in [(lambda: lp.pin_label_plans(plpy, None, False), "relserve.pin_label_plans: the template is NULL"),
+                          (lambda: lp.pin_label_plans(plpy, "x", None), "relserve.pin_label_plans: the unpin is NULL"),
+                          (lambda: lp.forget_label_plans(plpy, "x", None), "relserve.forget_label_plans: the pinned is NULL"),
+                          (lambda: lp.forget_label_plans(plpy, " ", False),
+                           "relserve.forget_label_plans: the template is empty (NULL: every plan of the role's tenant)")]:
+        with pytest.raises(RefusingPlpy.Error) as e:
+            call()
+        assert e.value.args[:2] == (message, "22023")
+    assert len(asked) == 3
+    # the server's refusal as the function's error, with the SQLSTATE and hint of every call's
+    with pytest.raises(RefusingPlpy.Error) as e:
+        lp.pin_label_plans(plpy, "down", False)
+    message, sqlstate, hint = e.value.args
+    assert (message, sqlstate) == ("relserve.pin_label_plans: unknown API key", "28000")
+    assert "relserve.api_keys" in hint

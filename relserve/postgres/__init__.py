@@ -15,6 +15,8 @@ with a fake one (tests/test_postgres_unit.py), and tested for real on a PostgreS
   names) and the superuser's configuration (server address, keys).
 - ``estimates``: ``llm_count_tokens`` and ``llm_estimate_query``, what a call would cost before it runs,
   and ``budgets``: who may set which budget (issue 47).
+- ``plans``: ``relserve.label_plans()``, ``relserve.forget_label_plans()`` and
+  ``relserve.pin_label_plans()``, the role's tenant's label plans on the server (issue 62).
 - ``answers``: the one loop that reads a relQuery's answer stream in a thread while the backend
   checks for interrupts.
 - ``python_path``: ``python -m relserve.postgres.python_path`` prints the ``python_path`` a
@@ -25,6 +27,8 @@ from relserve.postgres.calls import over_query, scalar
 from relserve.postgres.estimates import count_tokens, count_tokens_query, estimate_query
 from relserve.postgres.foreign_scan import batch_open, scan_close, scan_open, scan_poll
 from relserve.postgres.operators import reduce_group, reduce_query, topk_group
+from relserve.postgres.plans import forget_label_plans, label_plans, pin_label_plans
 
-__all__ = ["batch_open", "count_tokens", "count_tokens_query", "estimate_query", "over_query", "reduce_group", "reduce_query", "scalar", "scan_close", "scan_open", "scan_poll",
+__all__ = ["batch_open", "count_tokens", "count_tokens_query", "estimate_query", "forget_label_plans", "label_plans",
+           "over_query", "pin_label_plans", "reduce_group", "reduce_query", "scalar", "scan_close", "scan_open", "scan_poll",
            "topk_group"]

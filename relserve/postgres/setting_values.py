@@ -22,7 +22,7 @@ _INT = ("max_tokens", "seed", "priority", "batch_window", "max_tokens_total")
 _FLOAT = ("temperature", "top_p", "deadline_s", "timeout", "max_seconds", "cascade", *check.CASCADE_SHARES)
 _BOOL = ("reorder_fields", "cache", "batch_calls")
 _JSON = ("examples",)
-_TEXT = ("system", "method", "prompt_shape", "answer_field", "on_budget")
+_TEXT = ("system", "method", "prompt_shape", "answer_field", "on_budget", "label_plan")
 _ON_ERROR = ("on_error", "on_server_error")
 _TRUE = ("on", "true", "yes", "1", "t", "y")
 _FALSE = ("off", "false", "no", "0", "f", "n")
@@ -84,6 +84,7 @@ RULES: dict[str, Callable[[object], object]] = {
     "prompt_shape": _call_option("prompt_shape"),
     "answer_field": _call_option("answer_field"),
     "examples": _call_option("examples"),
+    "label_plan": _call_option("label_plan"),
     "cascade": _cascade,
     **{name: (lambda value, name=name: check.cascade_share(name, value)) for name in check.CASCADE_SHARES},
     "max_tokens_total": check.max_tokens_total,

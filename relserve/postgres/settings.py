@@ -35,8 +35,14 @@ BACKEND_OPTIONS = ("timeout", "on_server_error", "batch_calls", "batch_window")
 CALL_ONLY = ("label_plan", "cascade_recall", "cascade_precision", "cascade_failure")
 #: a session setting per call option but the ``CALL_ONLY`` ones
 SETTING_NAMES: tuple[str, ...] = BACKEND_OPTIONS + tuple(n for n in CALL_OPTIONS if n not in CALL_ONLY)
-#: what one call's options (a ``*_query`` call's jsonb, a foreign table's options) may name
-PER_CALL_NAMES: tuple[str, ...] = SETTING_NAMES + tuple(n for n in CALL_ONLY if n != "label_plan")
+#: what one call's options (a ``*_query`` call's jsonb, a foreign table's options) may name: every
+#: setting and the ``CALL_ONLY`` ones, ``label_plan`` included (``'{"label_plan": "refresh"}'``
+#: refreshes that call's plan, as DuckDB's ``label_plan := 'refresh'``). A foreign table's OPTIONS
+#: take the settings only (udfs/relserve/fdw_options.c checks them against ``rs_setting_names``):
+#: a table's options hold for every scan of it, so ``label_plan 'refresh'`` there would make a new
+#: plan on every statement, as a session-wide one would; a table's plans are pinned or refreshed
+#: with ``relserve.pin_label_plans(template)`` or one ``*_query`` call instead
+PER_CALL_NAMES: tuple[str, ...] = SETTING_NAMES + CALL_ONLY
 
 #: names that were settings once and are a superuser's decision now: why, and where they went
 REFUSED_SETTINGS: dict[str, str] = {
@@ -135,6 +141,8 @@ def call_request(name: str, settings: Settings, function: str, spec: object = No
     except ConfigError as e:
         raise PgError(str(e)) from None
     options.update(merged.call_options())
+    if options.get("label_plan") == "auto":  # the default: not sent, as DuckDB's calls leave it out
+        del options["label_plan"]
     # row errors come back per row; what a failed row does is applied here
     options["on_error"] = "null"
     return CallRequest(CallFields(**options), merged.on_error, merged.on_server_error, merged.timeout_s)

@@ -25,6 +25,9 @@ class LabelPlanInfo(BaseModel):
     model: str
     pinned: bool
     created: float
+    #: the plan's id: a digest of everything that decides a row, which the result cache keys the
+    #: call's answers by (a refresh that decides rows otherwise gives a new one)
+    id: str
     #: how its rows are decided, in words (EXPLAIN's line)
     plan: str
     #: the plan itself (relserve/labels/plan.py, as JSON)
@@ -39,7 +42,8 @@ def _info(s: StoredPlan) -> LabelPlanInfo:
     import json
 
     return LabelPlanInfo(function=s.key.function, template=s.key.template, labels=list(s.key.labels),
-                         model=s.key.model_id, pinned=s.pinned, created=s.created, plan=s.plan.describe(),
+                         model=s.key.model_id, pinned=s.pinned, created=s.created, id=s.plan.id,
+                         plan=s.plan.describe(),
                          detail=json.loads(s.plan.to_json()))
 
 

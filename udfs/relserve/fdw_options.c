@@ -246,7 +246,11 @@ rs_known_option(const char *name, Oid catalog)
 	for (opt = rs_options; opt->name; opt++)
 		if (opt->context == catalog && strcmp(opt->name, name) == 0)
 			return true;
-	/* a foreign table takes every call option, as settings and *_query options do */
+	/*
+	 * a foreign table takes every call option a setting may be, not the ones of one call only
+	 * (label_plan, cascade_recall...: relserve.postgres.settings.CALL_ONLY): its options hold for
+	 * every scan, and label_plan 'refresh' there would make a new plan on every statement
+	 */
 	return catalog == ForeignTableRelationId && rs_one_of(name, rs_setting_names) &&
 		strncmp(name, "batch_", 6) != 0;
 }

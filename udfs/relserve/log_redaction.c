@@ -24,7 +24,10 @@ rs_strip_python(ErrorData *edata)
 		 strstr(edata->context, "PL/Python function \"_scan_") == NULL &&
 		 strstr(edata->context, "PL/Python function \"_batch_") == NULL &&
 		 strstr(edata->context, "PL/Python function \"_reduce_final\"") == NULL &&
-		 strstr(edata->context, "PL/Python function \"_topk_final\"") == NULL))
+		 strstr(edata->context, "PL/Python function \"_topk_final\"") == NULL &&
+		 strstr(edata->context, "PL/Python function \"label_plans\"") == NULL &&
+		 strstr(edata->context, "PL/Python function \"forget_label_plans\"") == NULL &&
+		 strstr(edata->context, "PL/Python function \"pin_label_plans\"") == NULL))
 		return;
 	while (changed)
 	{

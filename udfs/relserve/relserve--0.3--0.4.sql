@@ -1,7 +1,8 @@
 -- relserve 0.3 -> 0.4: ALTER EXTENSION relserve UPDATE (as a superuser). What 0.4 adds to 0.3:
 -- llm_score, llm_count_tokens(_query), llm_estimate_query, the budget ceilings of roles
--- (relserve.budget_limits, relserve.my_budget_limit), and a loader that names an unreadable
--- python_path folder. Nothing of 0.3 is dropped; the superuser's configuration rows stay.
+-- (relserve.budget_limits, relserve.my_budget_limit), a loader that names an unreadable
+-- python_path folder, and the role's label plans (relserve.label_plans, relserve.forget_label_plans,
+-- relserve.pin_label_plans). Nothing of 0.3 is dropped; the superuser's configuration rows stay.
 \echo Use "ALTER EXTENSION relserve UPDATE TO '0.4'" to load this file. \quit
 
 -- Loads the package once per backend, from the superuser's python_path.
@@ -99,4 +100,41 @@ CREATE FUNCTION llm_estimate_query(template text, query text, options jsonb DEFA
 LANGUAGE plpython3u AS $$
 if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
 return GD["relserve"].estimate_query(plpy, template, query, options)
+$$;
+
+-- ---------------------------------------------------------------- label plans (issue 62)
+-- The label plans of the calling role's tenant, kept by the server (an llm_filter / llm_classify
+-- call's layout, worked examples and decision boundary, made from its first rows, like the
+-- statistics ANALYZE keeps): listed, forgotten, pinned or unpinned, each a request to the
+-- server's /v1/label-plans with the caller's key. The server scopes them by the key: a role sees
+-- and changes its own tenant's plans only. One call refreshes its own plan with the option
+-- '{"label_plan": "refresh"}' of a *_query function.
+
+-- one kept plan: its call (function, template, labels), the model, whether pinned, when made, its
+-- id (what the result cache keys the call's answers by), how it decides rows (plan) and the plan itself
+CREATE TYPE relserve.label_plan AS (
+    function text, template text, labels text[], model text, pinned boolean, created timestamptz,
+    id text, plan text, detail jsonb
+);
+
+-- SELECT template, pinned, plan FROM relserve.label_plans();   (template: only that template's calls)
+CREATE FUNCTION relserve.label_plans(template text DEFAULT NULL) RETURNS SETOF relserve.label_plan
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].label_plans(plpy, template)
+$$;
+
+-- forget plans (pinned: pinned ones too): the next statement of each call makes a new one; how many
+CREATE FUNCTION relserve.forget_label_plans(template text DEFAULT NULL, pinned boolean DEFAULT false) RETURNS integer
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].forget_label_plans(plpy, template, pinned)
+$$;
+
+-- pin (unpin => true: unpin) the plans of a template's calls: a pinned plan is neither refreshed
+-- (the call is refused) nor forgotten; how many changed
+CREATE FUNCTION relserve.pin_label_plans(template text, unpin boolean DEFAULT false) RETURNS integer
+LANGUAGE plpython3u SET search_path = pg_catalog, pg_temp AS $$
+if "relserve" not in GD: plpy.execute("SELECT relserve._load()")
+return GD["relserve"].pin_label_plans(plpy, template, unpin)
 $$;
