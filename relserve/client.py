@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from relserve.call_fields import CALL_FIELD_NAMES, CallFields
-from relserve.errors import RelServeError
+from relserve.errors import ConfigError, RelServeError
 from relserve.job_stats import JobStats
 from relserve.replies import (
     CellAnswer,
@@ -277,6 +277,9 @@ class Client:
     def forget_label_plans(self, template: str | None = None, *, pinned: bool = False) -> int:
         """Forget the tenant's label plans (of one template, or all; ``pinned``: pinned ones too):
         the next statement of each call makes a new one. Returns how many were forgotten."""
+        if template is not None and not template.strip():
+            # an empty template would read as "every plan"
+            raise ConfigError("template must be a call's template, or None for every plan, got an empty string")
         params: dict[str, object] = {"pinned": pinned} | ({"template": template} if template else {})
         return int(self._request("DELETE", "/v1/label-plans", params=params)["changed"])
 

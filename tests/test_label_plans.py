@@ -80,7 +80,9 @@ def test_the_first_plan_kept_wins_a_refresh_replaces_it_and_a_pinned_one_stays(t
     assert memory.keep(key, two).plan == one, "a second process's plan does not replace the first"
     assert memory.keep(key, two, replace=True).plan == two
     memory.pin(key)
-    with pytest.raises(PlanPinned, match=r"pinned: unpin it \(label_plan := 'unpin'\) before refreshing it"):
+    with pytest.raises(PlanPinned, match=r"pinned: unpin it \(the call's label_plan option 'unpin', "
+                       r"relserve\.pin_label_plans\(template, unpin => true\) in PostgreSQL, "
+                       r"or `relserve plans pin --unpin`\) before refreshing it"):
         memory.keep(key, one, replace=True)
     assert memory.forget(namespace=None) == 0 and memory.plan(key).plan == two, "forgetting all keeps pinned plans"
     assert memory.forget(key, pinned=True) == 1 and memory.plan(key) is None

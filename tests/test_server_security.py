@@ -12,6 +12,7 @@ from server_fixtures import FakeEngine, running_server
 from waits import BoundedClient
 
 from relserve.client import ServerError
+from relserve.errors import ConfigError
 from relserve.labels.memory import forget_all
 from relserve.planner.cache import ResultCache
 from relserve.server import hash_key
@@ -180,5 +181,8 @@ def test_a_tenant_lists_pins_and_forgets_only_its_own_label_plans(label_memory):
         # a pinned plan is not refreshed: the call is refused naming the pin
         with pytest.raises(ServerError, match="is pinned"):
             alice.run(template, rows, function="filter", label_plan="refresh")
+        # an empty template is refused, not read as "every plan"
+        with pytest.raises(ConfigError, match="empty string"):
+            alice.forget_label_plans("", pinned=True)
         assert alice.forget_label_plans() == 0 and alice.forget_label_plans(pinned=True) == 1
         assert alice.label_plans() == []

@@ -163,6 +163,6 @@ def resolve(call, rows: int, *, memory: LabelMemory | None, namespace: str | Non
     else:
         if stored is not None and stored.pinned:
             raise PlanPinned(f"the label plan of {call.function.name}({call.template.source!r}) is pinned: unpin it "
-                             "(label_plan := 'unpin') before refreshing it")
+                             "(the call's label_plan option 'unpin', relserve.pin_label_plans(template, unpin => true) in PostgreSQL, or `relserve plans pin --unpin`) before refreshing it")
         ran = method_ran(call.label_method, rows, bool(call.options.examples), len(call.choices or ()))
     return LabelResolution(ran, want if ran is not want else None, key, stored, action, memory)
