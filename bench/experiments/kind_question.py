@@ -9,6 +9,7 @@ Prints the rows kept, the true rows, F1 and the plan's layout (docs/quality.md, 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 import time
@@ -52,7 +53,7 @@ def main() -> None:
                 tp, kept, true = sum(a and b for a, b in zip(got, truth)), sum(got), sum(truth)
                 f1 = 2 * tp / (kept + true) if kept + true else 0.0
                 plan = str(relserve.duckdb.explain(con, f"SELECT llm_filter('{q}', review) FROM reviews"))
-                layout = next((line.split("layout ")[1].split(",")[0] for line in plan.splitlines() if "label plan" in line), "-")
+                layout = next((m.group(1) for m in map(re.compile(r"layout '([^']*)'").search, plan.splitlines()) if m), "-")
                 print(f"seed {seed}  {q.split('?')[0]!r:34} kept {kept:3}  true {true}  both {tp:3}  F1 {f1:.2f}  "
                       f"{seconds:5.1f} s  layout {layout}", flush=True)
     finally:
