@@ -206,3 +206,18 @@ def test_exists_stops_at_its_first_passing_row_and_answers_as_the_full_statement
     (site,) = session_of(getattr(con, "con", con)).last_run.sites
     assert sum(r.llm_rows for r in site.analyzed) == sum(1 for a in rows[:300] if a.startswith("other"))
     assert all(r.stopped is None for r in site.analyzed)
+
+
+def test_a_limit_meets_rows_whose_prefix_sorts_last_as_soon_as_any_other():
+    # the planned (prefix-sharing) order puts every "news about cooking" row before the 2% of
+    # "news about sports" rows, and the plan's sample holds none of them: streamed in that order,
+    # LIMIT 1 would answer 4,900 rows first
+    eng = strong_engine(lambda text: "sports" in text)
+    con = relserve.duckdb.connect(engine=eng, progress=False, cache=False)
+    con.execute("CREATE TABLE t AS SELECT CASE WHEN i % 50 = 7 THEN 'news about sports ' || i "
+                "ELSE 'news about cooking ' || i END AS a, i AS n FROM range(5000) r(i)")
+    got = con.sql(f"SELECT a FROM t WHERE llm_filter('{FILTER}', a) LIMIT 1").fetchall()
+    assert len(got) == 1 and "sports" in got[0][0]
+    (site,) = session_of(getattr(con, "con", con)).last_run.sites
+    (rec,) = site.analyzed
+    assert rec.llm_rows <= 64 + 200, rec.llm_rows

@@ -120,6 +120,8 @@ def run_rows(
         raise RowError(f"{_row_label(plan, first)}: {plan.row_errors[first]}")
 
     rows = PlannedRows.of(plan, store if call.deterministic else None)
+    if until is not None:
+        rows.spread()  # a statement that stops early meets the kinds of rows in turn, not in groups
     done: list[RowResult | None] = [None] * plan.rows
     for row in rows.ready:
         done[row.index] = row

@@ -8,6 +8,7 @@ each plan's rows onto the request's rows.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -78,3 +79,20 @@ class PlannedRows:
             self.prompts.append(plan.prompts[p])
             self.targets.append(rows_of[p])
             self.values.append(values_of[p])
+
+    def spread(self) -> None:
+        """Put the prompts in an order spread over the planned one (a fixed stride near n/1.618,
+        coprime with n): the planned order groups rows that share a prefix, and so often rows
+        with the same answer, which a statement that stops at its first passing rows (``LIMIT``)
+        would otherwise meet last. Deterministic; the label plan's sample does not move (it is
+        drawn in the caller's row order)."""
+        n = len(self.prompts)
+        if n < 3:
+            return
+        step = max(1, round(n / 1.618))
+        while math.gcd(step, n) != 1:
+            step += 1
+        order = [(k * step) % n for k in range(n)]
+        self.prompts = [self.prompts[i] for i in order]
+        self.targets = [self.targets[i] for i in order]
+        self.values = [self.values[i] for i in order]
