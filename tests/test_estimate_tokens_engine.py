@@ -110,8 +110,6 @@ def test_llm_count_tokens_in_duckdb_is_the_engines_count(engine):
     assert "placeholder {review} is NULL" in relserve.duckdb.errors(con).fetchall()[0][3]
 
 
-@pytest.mark.xfail(strict=True, reason="a bootstrap classify's estimate counts its plan's sample twice (60 engine rows "
-                   "estimated, 45 sent for 30 rows): the sample scored behind the examples answers those rows")
 def test_explain_counts_what_the_call_sends(engine):
     """EXPLAIN's engine prompt tokens are the sum of the engine's prompt tokens of every relQuery
     the call sends: exact for a map, and for a filter whose layout and examples its first

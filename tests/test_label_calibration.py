@@ -122,10 +122,18 @@ def test_a_small_four_label_relquery_is_corrected_by_its_own_means_without_probe
     assert rq.score_labels and rq.label_prior is None
     ex = str(run_call(call, [rows], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert "label scores minus their means over a sample of the call's rows (the plan); asked for bootstrap)" in ex
+    # a plan from 8 rows is no sample: it is kept as provisional, and the call's next small
+    # relQuery decides its rows by it
+    (kept,) = [p for p in label_memory.plans() if p.key.model_id == "scripted-model"]
+    assert kept.plan.provisional and kept.plan.method == "batch"
+    seven = str(run_call(call, [rows[:7]], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
+    assert "label plan            kept: method batch" in seven and "provisional" in seven
+    # with no plan, 7 rows are too few for label means of their own: the prior method runs
+    from relserve.labels.memory import LabelMemory, use_memory
+
+    use_memory(LabelMemory())
     seven = str(run_call(call, [rows[:7]], engine=ScriptedEngine(), cache=False, progress=False, explain_only=True).explain)
     assert "divided by the model's answer on content-free rows (the plan); asked for bootstrap)" in seven
-    # a plan from 8 rows is no sample: none is kept, and the next relQuery makes its own
-    assert label_memory.plans() == []
 
 
 def test_method_and_prompt_shape_options_are_checked():

@@ -95,6 +95,10 @@ def test_few_rows_are_guesses_unless_the_model_is_sure_of_each():
         unsure.add(scores, max(scores, key=scores.get))
     assert unsure.few and unsure.unsure == 1 and unsure.guessing
     assert "with 3 rows and no earlier ones of this call" in unsure.warning("llm_classify", "{t}")
+    # behind a plan read from 5 rows (a provisional one): 8 rows in all are still too few
+    unsure.earlier = 5
+    assert unsure.few and "with 3 rows and only 5 earlier ones of this call behind its plan" in unsure.warning(
+        "llm_classify", "{t}")
     sure = AnswerSpread("prior")
     for scores in ({"a": -0.01, "b": -4.6}, {"a": -4.6, "b": -0.01}):
         sure.add(scores, max(scores, key=scores.get))

@@ -171,12 +171,38 @@ def test_a_bad_label_plan_option_is_refused_naming_it():
         make_call("llm_filter", FILTER, label_plan="sometimes")
 
 
-def test_a_statement_of_a_few_rows_keeps_no_plan_and_decides_from_its_own(label_memory):
+def test_a_few_rows_keep_a_provisional_plan_that_the_first_statement_of_enough_rows_replaces(label_memory):
     eng = strong_engine(lambda text: "sports" in text)
     call = make_call("llm_filter", FILTER)
     rows = table(10, 0.3, 5)
     assert run_call(call, [rows], engine=eng, cache=False, progress=False).values == ["sports" in r for r in rows]
-    assert label_memory.plans() == []
+    small = plan_of(label_memory, call)
+    assert small.provisional and "provisional" in small.describe()
+    # another small statement decides its rows by that plan: no first pass, one relQuery
+    before = len(eng.relqueries)
+    other = table(12, 0.3, 6, start=100)
+    assert run_call(call, [other], engine=eng, cache=False, progress=False).values == ["sports" in r for r in other]
+    assert len(eng.relqueries) == before + 1 and plan_of(label_memory, call).id == small.id
+    # the first statement of 16 rows or more makes the plan that replaces it, and keeps it
+    rows40 = table(40, 0.3, 7, start=200)
+    explained = str(run_call(call, [rows40], engine=eng, cache=False, progress=False, explain_only=True).explain)
+    assert "provisional one replaced by this statement (the call's first of enough rows)" in explained
+    run_call(call, [rows40], engine=eng, cache=False, progress=False)
+    kept = plan_of(label_memory, call)
+    assert not kept.provisional and kept.id != small.id and kept.sample == 40
+    run_call(call, [table(10, 0.3, 8, start=300)], engine=eng, cache=False, progress=False)
+    assert plan_of(label_memory, call).id == kept.id  # a later small statement does not replace it
+
+
+def test_a_pinned_provisional_plan_is_not_replaced(label_memory):
+    eng = strong_engine(lambda text: "sports" in text)
+    run_call(make_call("llm_filter", FILTER, label_plan="pin"), [table(10, 0.3, 5)], engine=eng, cache=False,
+             progress=False)
+    call = make_call("llm_filter", FILTER)
+    small = plan_of(label_memory, call)
+    assert small.provisional
+    run_call(call, [table(40, 0.3, 7, start=200)], engine=eng, cache=False, progress=False)
+    assert plan_of(label_memory, call).id == small.id
 
 
 def test_the_result_cache_keys_answers_by_the_plan_they_were_decided_with(tmp_path, label_memory):

@@ -163,7 +163,10 @@ def _bootstrap(work: LabelWork, prompts: Sequence[str], layout: Layout) -> None:
     work.before.append([Scored("first pass", [prompts[i] for i in sample], layout, labels)])
     work.before.append([Scored("plan's sample behind the examples", [examples + prompts[i] for i in sample], layout,
                                labels)])
-    work.rows = Scored("rows", [examples + p for p in prompts], layout, labels)
+    # the sample's rows, scored behind the examples as every row is, are answered by that pass
+    # (BootstrapRun.request): the rows' relQuery sends the others
+    sampled = set(sample)
+    work.rows = Scored("rows", [examples + p for i, p in enumerate(prompts) if i not in sampled], layout, labels)
     work.inexact.append(f"the examples a first pass over {len(sample)} rows chooses are estimated "
                         "(one per label, of the sampled rows' median length)")
 

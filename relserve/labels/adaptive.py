@@ -215,7 +215,7 @@ class AdaptiveRun(LabelRun):
             mine = self.make_plan()
             plan, self.plan_kept = self.ctx.offer_plan(mine, len(self.whole.values))
             # (another process's plan kept first: the sample was not scored as its rows are)
-            made = plan == mine
+            made = plan.decides_as(mine)
             self._made_labels = mine.layout.labels
         self.plan = plan.with_labels(self._column_labels(plan)) if plan.layout.column is not None else plan
         own = tuple(self.call.choices or ())

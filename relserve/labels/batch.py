@@ -72,7 +72,7 @@ class BatchRun(LabelRun):
             got = score_sample(ctx, whole, self.options, SAMPLE_ROWS, SAMPLE_PREFIX + (ctx.rel_id or "x"))
             plan = means_plan(self.method, tuple(ctx.call.choices or ()), [r.label_logprobs for r in got.values()])
             self.plan, self.plan_kept = ctx.offer_plan(plan, len(whole))
-            if whole is prompts and self.plan is plan:
+            if whole is prompts and self.plan.decides_as(plan):
                 scored = got  # the sample's rows were scored as every row is: those are their answers
         # the rows behind a kept plan's reading tell the guess check this relQuery is not all
         self.spread.earlier = 0 if made else self.plan.sample

@@ -204,7 +204,7 @@ class BootstrapRun(LabelRun):
             made = means_plan("bootstrap", tuple(ctx.call.choices or ()), [r.label_logprobs for r in got.values()],
                               examples)
             plan, self.plan_kept = ctx.offer_plan(made, len(whole))
-            if whole is prompts and plan is made:
+            if whole is prompts and plan.decides_as(made):
                 scored = got  # the sample's rows, scored behind the examples as every row is: their answers
         self.plan = self._batch.plan = plan
         self._batch.spread.earlier = 0 if scored else plan.sample

@@ -106,7 +106,9 @@ class AnswerSpread:
             return None
         label, share = self.most_common or ("", 0.0)
         if self.few:
-            how = (f"with {self.rows} rows and no earlier ones of this call, relserve cannot tell the model's answers "
+            behind = (f"and only {self.earlier} earlier ones of this call behind its plan" if self.earlier
+                      else "and no earlier ones of this call")
+            how = (f"with {self.rows} rows {behind}, relserve cannot tell the model's answers "
                    f"from noise, and the model was unsure of {self.unsure} of them (method {self.method!r}; "
                    f"{share:.0%} got {label!r})")
         else:

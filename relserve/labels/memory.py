@@ -118,7 +118,9 @@ class LabelMemory:
             if current is not None and (not replace or current.pinned):
                 if replace and current.pinned:
                     raise PlanPinned(f"the label plan of {key.function}({key.template!r}) is pinned: unpin it "
-                                     "(the call's label_plan option 'unpin', relserve.pin_label_plans(template, unpin => true) in PostgreSQL, or `relserve plans pin --unpin`) before refreshing it")
+                                     "(the call's label_plan option 'unpin', relserve.pin_label_plans(template, "
+                                     "unpin => true) in PostgreSQL, or `relserve plans pin --unpin`) before "
+                                     "refreshing it")
                 if pin and not current.pinned:
                     current = StoredPlan(current.key, current.plan, current.created, True)
                     self._write(current, now)

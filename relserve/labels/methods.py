@@ -60,7 +60,10 @@ def describe_plan(resolution: LabelResolution, call) -> str | None:
     if plan is not None:
         pinned = ", pinned" if resolution.stored is not None and resolution.stored.pinned else ""
         return f"kept{pinned}: {plan.describe()} (label_plan := 'refresh' makes a new one)"
-    why = "refreshed by this statement" if resolution.action is PlanAction.REFRESH else "none kept yet"
+    if resolution.stored is not None and resolution.stored.plan.provisional and resolution.action is PlanAction.REFRESH:
+        why = "provisional one replaced by this statement (the call's first of enough rows)"
+    else:
+        why = "refreshed by this statement" if resolution.action is PlanAction.REFRESH else "none kept yet"
     return f"{why}: " + _plan_work(resolution.method)(call)
 
 

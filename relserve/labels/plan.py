@@ -127,6 +127,9 @@ class LabelPlan:
     orientation: Orientation | None = None
     #: why the answers are close to guesses, in words (None: they are not)
     caveat: str | None = None
+    #: made from a statement of fewer rows than a plan needs (``resolution.MIN_PLAN_ROWS``): the
+    #: call's small statements use it, and its first statement of enough rows replaces it
+    provisional: bool = False
 
     # -- one row's answer ---------------------------------------------------------------------
 
@@ -191,6 +194,11 @@ class LabelPlan:
         by: a new plan's answers are not an old plan's)."""
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
 
+    def decides_as(self, other: LabelPlan) -> bool:
+        """Whether ``other`` is this plan, a provisional mark aside (the plan a relQuery made,
+        kept as provisional, still decides its rows as made)."""
+        return replace(self, provisional=False) == replace(other, provisional=False)
+
     @property
     def separates(self) -> bool:
         """Whether the model's scores split the sampled rows (two crowds, or all alike)."""
@@ -211,10 +219,16 @@ class LabelPlan:
             parts.append(f"{self.share:.1%} of the {self.sample} sampled rows {self.labels[0]!r}")
         else:
             parts.append(f"{self.rule.value} over {self.sample} sampled rows")
+        if self.provisional:
+            parts.append("provisional (made from a statement of too few rows: the call's first statement of "
+                         "enough rows replaces it)")
         return ", ".join(parts)
 
     def to_json(self) -> str:
-        return json.dumps(_plain(asdict(self)), sort_keys=True, separators=(",", ":"))
+        d = _plain(asdict(self))
+        if not self.provisional:
+            del d["provisional"]  # (so a plan kept before the field existed keeps its id)
+        return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> LabelPlan:
@@ -230,7 +244,7 @@ class LabelPlan:
             trials=tuple(LayoutTrial(_layout(t["layout"]), float(t["information"]), int(t.get("rows", 0)),
                                      t.get("agreement")) for t in d.get("trials", ())),
             orientation=Orientation(**d["orientation"]) if d.get("orientation") else None,
-            caveat=d.get("caveat"),
+            caveat=d.get("caveat"), provisional=bool(d.get("provisional", False)),
         )
 
     def with_labels(self, labels: Sequence[str]) -> LabelPlan:

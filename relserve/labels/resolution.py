@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from relserve.label_names import LabelMethodName, PlanAction
 from relserve.labels.keys import template_key
@@ -68,10 +68,14 @@ class LabelResolution:
     def keep(self, plan: LabelPlan, *, rows: int) -> tuple[LabelPlan, bool]:
         """Offer a plan this relQuery made from ``rows`` rows to the memory; returns the plan the
         rows are decided with (another process's, should it have kept one first) and whether it
-        is kept. A plan made from fewer than ``MIN_PLAN_ROWS`` rows is not: a handful of rows is
-        no sample (each such relQuery makes its own from its own rows)."""
-        if self.memory is None or self.key is None or rows < MIN_PLAN_ROWS:
+        is kept. A plan made from fewer than ``MIN_PLAN_ROWS`` rows is kept as provisional: a
+        handful of rows is no sample, so the call's first relQuery of enough rows replaces it
+        (``resolve``), but the small ones before it answer their rows by one plan, not each by its
+        own."""
+        if self.memory is None or self.key is None:
             return plan, False
+        if rows < MIN_PLAN_ROWS:
+            plan = replace(plan, provisional=True)
         stored = self.memory.keep(self.key, plan, replace=self.action is PlanAction.REFRESH,
                                   pin=self.action is PlanAction.PIN)
         if self.action is PlanAction.UNPIN and stored.pinned:
@@ -96,8 +100,8 @@ class LabelResolution:
 
 
 
-#: a plan is kept only when made from at least this many rows (fewer: each relQuery of so few
-#: rows makes its own, from its own rows, and keeps none)
+#: a plan made from fewer rows than this is provisional: the call's relQueries of fewer rows use
+#: it, and its first relQuery of this many rows or more makes the plan that replaces it
 MIN_PLAN_ROWS = 16
 
 
@@ -156,6 +160,9 @@ def resolve(call, rows: int, *, memory: LabelMemory | None, namespace: str | Non
     action = PlanAction(call.options.label_plan)
     key = plan_key(call, namespace, model_id)
     stored = memory.plan(key) if memory is not None else None
+    if (stored is not None and stored.plan.provisional and not stored.pinned and rows >= MIN_PLAN_ROWS
+            and action is PlanAction.AUTO):
+        action = PlanAction.REFRESH  # the first relQuery of enough rows replaces a provisional plan
     if want is LabelMethodName.SCORE:
         return LabelResolution(want)
     if stored is not None and action is not PlanAction.REFRESH:
@@ -163,6 +170,7 @@ def resolve(call, rows: int, *, memory: LabelMemory | None, namespace: str | Non
     else:
         if stored is not None and stored.pinned:
             raise PlanPinned(f"the label plan of {call.function.name}({call.template.source!r}) is pinned: unpin it "
-                             "(the call's label_plan option 'unpin', relserve.pin_label_plans(template, unpin => true) in PostgreSQL, or `relserve plans pin --unpin`) before refreshing it")
+                             "(the call's label_plan option 'unpin', relserve.pin_label_plans(template, unpin => "
+                             "true) in PostgreSQL, or `relserve plans pin --unpin`) before refreshing it")
         ran = method_ran(call.label_method, rows, bool(call.options.examples), len(call.choices or ()))
     return LabelResolution(ran, want if ran is not want else None, key, stored, action, memory)
