@@ -216,10 +216,11 @@ MUTANTS: list[Mutant] = [
            "measurements too)"),
     # -- LIMIT: stopping early ------------------------------------------------------------------------------
     Mutant("duckdb-limit-under-order-by", "relserve/duckdb_ext/statement.py",
-           'if (tree.args.get("order") is not None or tree.args.get("group") is not None',
-           'if (tree.args.get("group") is not None',
+           'return not (tree.args.get("order") is not None or tree.args.get("group") is not None',
+           'return not (tree.args.get("group") is not None',
            ("tests/test_duckdb_limit.py",),
-           "a LIMIT over an ORDER BY stops its filter early (its first passing rows are not its answer)"),
+           "a LIMIT (or an EXISTS) over an ORDER BY stops its filter early (its first passing rows are not its "
+           "answer)"),
     Mutant("duckdb-limit-enough", "relserve/duckdb_ext/planned.py",
            "return table is not None and table.num_rows >= needed",
            "return table is not None and table.num_rows > needed",
