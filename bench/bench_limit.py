@@ -72,13 +72,19 @@ def llm_rows_of(con) -> int:
     return sum(r.llm_rows for s in run.sites for r in s.analyzed)
 
 
-def duckdb_limit(engine, table: pl.DataFrame) -> Measured:
+def reviews_connection(engine, table: pl.DataFrame):
+    """A new DuckDB connection (no plan, no cache) with ``table``'s ids and reviews as ``reviews``."""
     import relserve.duckdb
 
     fresh_start()
     con = relserve.duckdb.connect(engine=engine, cache=False, progress=True)
     con.register("reviews_frame", table.to_arrow())
     con.execute("CREATE TABLE reviews AS SELECT id, review FROM reviews_frame")
+    return con
+
+
+def duckdb_limit(engine, table: pl.DataFrame) -> Measured:
+    con = reviews_connection(engine, table)
     t0 = time.perf_counter()
     got = con.sql(f"SELECT id, review FROM reviews WHERE llm_filter('{POSITIVE}', review) LIMIT {LIMIT}").fetchall()
     seconds = time.perf_counter() - t0
@@ -91,12 +97,7 @@ def duckdb_limit(engine, table: pl.DataFrame) -> Measured:
 
 def duckdb_exists(engine, table: pl.DataFrame) -> Measured:
     """``SELECT EXISTS (... WHERE llm_filter(...))``: decided by the first row that passes."""
-    import relserve.duckdb
-
-    fresh_start()
-    con = relserve.duckdb.connect(engine=engine, cache=False, progress=True)
-    con.register("reviews_frame", table.to_arrow())
-    con.execute("CREATE TABLE reviews AS SELECT id, review FROM reviews_frame")
+    con = reviews_connection(engine, table)
     t0 = time.perf_counter()
     (found,), = con.sql(f"SELECT EXISTS (SELECT 1 FROM reviews WHERE llm_filter('{POSITIVE}', review))").fetchall()
     seconds = time.perf_counter() - t0

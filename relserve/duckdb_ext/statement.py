@@ -120,24 +120,23 @@ class Statement:
         its EXISTS subquery (at most one)."""
         if self.exists_query is None:
             return self.collection_sql(names, placed)
-        saved = [(s.node, s.node.this) for s in self.sites]
-        try:
-            for s in self.sites:
-                s.node.set("this", names[s.index])
-            return self.exists_query.limit(1, copy=True).sql(dialect="duckdb")
-        finally:
-            for node, name in saved:
-                node.set("this", name)
+        return self._tree_sql(self.exists_query, names, limit=1)
 
     def collection_sql(self, names: list[str], placed: Mapping[int, int] | None = None) -> str:
         """SQL that evaluates every site over the statement's rows without changing any data."""
         if self.read_query is None:
             return self.with_site_names(names, placed)
+        return self._tree_sql(self.read_query, names)
+
+    def _tree_sql(self, tree: exp.Expression, names: list[str], *, limit: int | None = None) -> str:
+        """``tree``, a part of the statement's tree, as SQL with each site's function renamed (and
+        ``limit`` added, on a copy); the statement's tree is left as it was."""
         saved = [(s.node, s.node.this) for s in self.sites]
         try:
             for s in self.sites:
                 s.node.set("this", names[s.index])
-            return self.read_query.sql(dialect="duckdb")
+            # (the copy is made here, after the renaming, so that it carries the new names)
+            return (tree.limit(limit, copy=True) if limit is not None else tree).sql(dialect="duckdb")
         finally:
             for node, name in saved:
                 node.set("this", name)

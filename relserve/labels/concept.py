@@ -12,10 +12,11 @@ its antonym when it has a common one ("positive" against "negative") or against 
 The reading is deliberately plain: a word of feeling or judgement before a preposition
 ("disappointed with this purchase" -> "disappointed", "helpful to other shoppers" -> "helpful"),
 else, when every content word names what a row is, the one that tells it apart ("Is this a
-review of a beer?" -> "beer"), else what follows "about", else the question's last content word. A misread concept is not
-harmless: the first pass can choose its layout because the rows differ on it (a filter asking
-whether customers are disappointed with their purchase, read as "purchase", kept reviews by
-product rather than by mood), so the feeling comes before the object it is about.
+review of a beer?" -> "beer"), else what follows "about", else the question's last content
+word. A misread concept is not harmless: the first pass can choose its layout because the rows
+differ on it (a filter asking whether customers are disappointed with their purchase, read as
+"purchase", kept reviews by product rather than by mood), so the feeling comes before the object
+it is about.
 """
 
 from __future__ import annotations
@@ -94,13 +95,15 @@ def question_of(template: Template) -> str | None:
 def concept_of(template: Template) -> Concept | None:
     """The concept a filter's question names, or None (no question, a question about a row's
     own value, or no content word in it)."""
+    q = question_of(template)
+    kind = _what_the_row_is(_words(q)) if q is not None else None
+    if kind is not None:
+        return Concept(kind, ANTONYMS.get(kind, OTHER), names_a_kind=True)
     picked = _concept_words(template)
     if picked is None or "placeholdervalue" in picked:
         return None
     word = " ".join(picked)
-    q = question_of(template) or ""
-    kind = _what_the_row_is([w.lower() for w in _WORD.findall(re.sub(r"\{[^}]+\}", " PLACEHOLDERVALUE ", q))]) == word
-    return Concept(word, ANTONYMS.get(word, OTHER), kind)
+    return Concept(word, ANTONYMS.get(word, OTHER))
 
 
 def concept_column(template: Template) -> str | None:
@@ -123,17 +126,12 @@ def _concept_words(template: Template) -> list[str] | None:
     # a concept that is a placeholder ("about {topic}?") changes per row (``concept_column``)
     body = re.sub(r"\s+(?:with|for|of|in|on|at|to|from|by)\s+(?:(?:the|their|its|his|her|this|that|a|an)\s+)?\{[^}]+\}[^?]*\?$",
                   "?", q)
-    # a placeholder stands as one word that can never be the concept
-    words = [w.lower() for w in _WORD.findall(re.sub(r"\{[^}]+\}", " PLACEHOLDERVALUE ", body))]
+    words = _words(body)
     if not words or words[0] not in AUXILIARIES:
         return None
     feeling = _attitude_before_preposition(words)
     if feeling is not None:
         return [feeling]
-    # (read on the whole question: a trailing phrase about a row's value has a placeholder)
-    named = _what_the_row_is([w.lower() for w in _WORD.findall(re.sub(r"\{[^}]+\}", " PLACEHOLDERVALUE ", q))])
-    if named is not None:
-        return [named]
     if "about" in words:
         tail = words[len(words) - 1 - words[::-1].index("about") + 1 :]
         tail = [w for w in tail if w not in STOP]
@@ -153,6 +151,11 @@ def _concept_words(template: Template) -> list[str] | None:
     return picked
 
 
+def _words(text: str) -> list[str]:
+    """``text``'s words in lower case, a placeholder as one word that can never be the concept."""
+    return [w.lower() for w in _WORD.findall(re.sub(r"\{[^}]+\}", " PLACEHOLDERVALUE ", text))]
+
+
 def _what_the_row_is(words: list[str]) -> str | None:
     """When every content word of the whole question names what a row is ("Is this a review of a
     beer?", "Is this a movie review?"), the question asks whether the row is a kind of thing: the
@@ -161,7 +164,7 @@ def _what_the_row_is(words: list[str]) -> str | None:
     word or a placeholder is in the question, or when it names a given thing ("about this
     product": a pairing, not a kind)."""
     nouns = [w for w in words[1:] if w not in STOP]
-    if not nouns or not all(w in GENERIC_NOUNS for w in nouns):
+    if not words or words[0] not in AUXILIARIES or not nouns or not all(w in GENERIC_NOUNS for w in nouns):
         return None
     for k in range(len(words) - 1, 0, -1):
         if words[k] in ("of", "about"):
