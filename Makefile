@@ -4,9 +4,10 @@
 demo: install
 	.venv/bin/relserve demo
 
-# the whole suite: the real engine, PostgreSQL, the browser, the fast tier
+# the whole suite: the real engine, PostgreSQL, the browser, the fast tier. Two pytest-xdist
+# workers: one runs every test on real parts in file order, the other the pure-logic tests
 test: install-test
-	.venv/bin/pytest -q --durations=15
+	.venv/bin/pytest -q --durations=15 -n 2 --dist loadgroup
 
 # the fast tier for daily work: no engine, no PostgreSQL, no Ray cluster (a few minutes)
 FAST = not engine and not postgres and not cluster and not gpu

@@ -113,17 +113,40 @@ def recording(engine):
     return RecordingEngine(engine)
 
 
+#: the markers of tests on real parts: the session's one engine, PostgreSQL cluster and Ray
+#: cluster, the browser, engines and servers of their own
+REAL_PARTS = ("engine", "postgres", "cluster", "gpu", "browser", "soak")
+#: their pytest-xdist group: one worker runs them all, in file order, so the session's engine and
+#: PostgreSQL start once and no two engines share the cores; the other worker meanwhile takes
+#: the pure-logic tests, which are single-threaded Python (``make test`` runs ``-n 2``)
+REAL_PARTS_GROUP = "real-parts"
+#: tests that start engines of their own (a subprocess's, a server's, a stock or default engine)
+#: and never touch the session's: their group runs on the other worker, where their start-ups
+#: (single-threaded imports, mostly) overlap the session engine's tests
+OWN_ENGINES_GROUP = "own-engines"
+OWN_ENGINES_MODULES = ("test_plain_scripts.py", "test_faults.py", "test_default_dtype.py", "test_bench_replay.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups into the tests' ids
 def pytest_collection_modifyitems(config, items):
     """Every test that uses the session engine carries the ``engine`` marker (``-m "not engine"``
-    must deselect everything that starts it), even where a module forgot to mark it."""
+    must deselect everything that starts it), even where a module forgot to mark it; every test
+    on real parts joins its xdist group."""
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs.get("engine") if info is not None else None
-        if not defs:
-            continue
-        func = defs[-1].func  # the closest definition: a module may define its own double
-        if func.__module__ == __name__ and func.__name__ == "engine" and item.get_closest_marker("engine") is None:
-            item.add_marker(pytest.mark.engine)
+        if defs:
+            func = defs[-1].func  # the closest definition: a module may define its own double
+            if func.__module__ == __name__ and func.__name__ == "engine" and item.get_closest_marker("engine") is None:
+                item.add_marker(pytest.mark.engine)
+        if any(item.get_closest_marker(m) is not None for m in REAL_PARTS):
+            own = item.path.name in OWN_ENGINES_MODULES and not _uses_the_session_parts(item)
+            item.add_marker(pytest.mark.xdist_group(OWN_ENGINES_GROUP if own else REAL_PARTS_GROUP))
+
+
+def _uses_the_session_parts(item) -> bool:
+    names = set(getattr(item, "fixturenames", ()))
+    return bool(names & {"engine", "pg_cluster", "reference_scorer", "recording", "with_policy", "engine_home"})
 
 
 # ---------------------------------------------------------------- no process outlives the run
@@ -151,11 +174,19 @@ def _leftovers() -> list:
     return out
 
 
+def _xdist_controller(config) -> bool:
+    return getattr(config.option, "numprocesses", None) not in (None, 0) and not hasattr(config, "workerinput")
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
     """After every fixture's teardown: end the processes the tests left running (a PostgreSQL
-    cluster, a server, an engine), naming them."""
+    cluster, a server, an engine), naming them. Under pytest-xdist each worker does it for its
+    own tests; the controller's only children are the workers."""
     import psutil
+
+    if _xdist_controller(session.config):
+        return
 
     left = _leftovers()
     if left:  # an engine's processes may still be on their way out after its close()

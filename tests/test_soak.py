@@ -1,4 +1,4 @@
-"""The soak harness for five minutes (issue 68's smoke run): ``bench/bench_soak.py --minutes 5
+"""The soak harness for four minutes (issue 68's smoke run): ``bench/bench_soak.py --minutes 4
 --light``, the same harness as the hour's run with fewer client threads. Every client kind
 (DuckDB, PostgreSQL batched calls, ``*_query`` and a foreign table, OpenAI chat, spreadsheet
 cells, relQueries of two tenants, one past its limits) runs against one ``relserve serve``
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-MINUTES = 5
+MINUTES = 4
 
 # the harness starts its own server and cluster; the first test waits for the whole run
 pytestmark = [pytest.mark.engine, pytest.mark.postgres, pytest.mark.soak, pytest.mark.timeout(45 * 60)]
