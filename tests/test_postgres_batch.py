@@ -233,3 +233,59 @@ def test_order_by_an_answer_and_a_join_on_a_filter_give_the_per_row_results(serv
     assert "LLM Calls: llm_classify (target list)" in order_plan, order_plan  # the sort key is computed batched
     # the planner put the ON clause's call on the inner scan: batched per outer row (one relQuery each)
     assert "LLM Calls: llm_filter (filter)" in join_plan, join_plan
+
+
+# two llm quals over 100 short sentences: a broad one that keeps every row the model answers, and a
+# narrow one, what we had that day, that keeps the eighth about beer (as the model reads them)
+SAID_ROWS = 100
+BROAD = "llm_filter('Is this sentence written in English? {s}', s) IS NOT NULL"
+NARROW = "llm_classify('What did we have on that day? {s}', ARRAY['a drink', 'a movie'], s) = 'a drink'"
+SAMPLE_ROWS = 64  # RS_ORDER_SAMPLE_ROWS
+
+
+def spread_sample(n: int, want: int = SAMPLE_ROWS) -> set[int]:
+    """The input positions (0-based) of the sample the node answers first: the j-th of ``want`` is
+    the floor(j * n / want)-th row in play, spread over the window (batch_scan.c)."""
+    want = min(n, want)
+    return {j * n // want for j in range(want)}
+
+
+def test_the_llm_quals_of_a_where_run_cheapest_first_each_over_the_rows_the_earlier_kept(server, cluster):
+    """``WHERE broad AND narrow``: the narrow qual runs first whichever is written first, the broad
+    one only over the rows it kept, the same rows either way; the sample that measured them is not
+    sent again; with relserve.order_quals off they run as written."""
+    ids = list(range(1, SAID_ROWS + 1))
+    both = "SELECT id FROM said WHERE {} AND {} ORDER BY id"
+    with connect_uncached(cluster) as db:
+        db.execute("DROP TABLE IF EXISTS said")
+        db.execute("CREATE TABLE said AS SELECT g AS id, CASE WHEN g % 8 = 0 THEN 'We shared a cold beer on day ' || g "
+                   f"ELSE 'We watched a long film on day ' || g END AS s FROM generate_series(1, {SAID_ROWS}) g")
+        alone = db.execute(f"SELECT id, {BROAD}, {NARROW} FROM said ORDER BY id").fetchall()
+        broad = {i for i, b, _ in alone if b}
+        narrow = {i for i, _, n in alone if n}
+        sample = {ids[k] for k in spread_sample(SAID_ROWS)}
+        # the premise: the narrow qual keeps some of the sample, not all of it, and rows beyond it
+        assert broad == set(ids) and 0 < len(narrow & sample) < len(sample) and narrow - sample, sorted(narrow)
+        runs = {}
+        for name, sql, order in (("broad written first", both.format(BROAD, NARROW), "on"),
+                                 ("narrow written first", both.format(NARROW, BROAD), "on"),
+                                 ("as written", both.format(BROAD, NARROW), "off")):
+            db.execute(f"SET relserve.order_quals = {order}")
+            before = jobs_of(server)
+            rows = [i for (i,) in db.execute(sql).fetchall()]
+            jobs = sorted(new_jobs(server, before), key=lambda j: j.created)
+            runs[name] = rows, [j.progress.total for j in jobs]
+        db.execute("SET relserve.order_quals = on")
+        analyzed = "\n".join(r for (r,) in db.execute(f"EXPLAIN (ANALYZE, COSTS OFF) {both.format(BROAD, NARROW)}"))
+    assert all(rows == sorted(narrow) for rows, _ in runs.values()), runs
+    # each qual answers the sample (a label plan, if its call has none, made from the same rows
+    # whatever the order), then the narrow one the rest of the window, then the broad one the rows
+    # the narrow one kept that it has not answered
+    for name in ("broad written first", "narrow written first"):
+        sizes = runs[name][1]
+        assert sorted(sizes[:2]) == [SAMPLE_ROWS] * 2 and sizes[2:] == [SAID_ROWS - SAMPLE_ROWS, len(narrow - sample)], (name, sizes)
+    assert runs["as written"][1] == [SAID_ROWS, SAID_ROWS]
+    assert ("Order of LLM Quals: batches 2, 1 in this order, cheapest per row removed first; "
+            f"batch 1 (llm_filter) kept {SAMPLE_ROWS} of {SAMPLE_ROWS} sampled rows") in analyzed, analyzed
+    assert f"batch 2 (llm_classify) kept {len(narrow & sample)} of {SAMPLE_ROWS} sampled rows" in analyzed, analyzed
+    assert f"Rows Sent: {SAMPLE_ROWS + SAID_ROWS + len(narrow - sample)}" in analyzed, analyzed

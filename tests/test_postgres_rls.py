@@ -149,13 +149,16 @@ TARGETS = {
 }
 
 # what mallory runs over each: her function in WHERE, an llm_* call in the target list, one in WHERE
-# beside her function, her function inside a call's arguments, and an llm_filter beside her function
+# beside her function, her function inside a call's arguments, an llm_filter beside her function,
+# and two label quals the batch node orders by their sample (issue 64) beside her function
 QUERIES = [
     "SELECT id FROM {t} WHERE mal.leak(body) ORDER BY id",
     "SELECT id, llm_map('Repeat: {{b}}', body) FROM {t} ORDER BY id",
     "SELECT id FROM {t} WHERE llm_map('Repeat: {{b}}', body) IS NOT NULL AND mal.leak(body) ORDER BY id",
     "SELECT id, llm_map('Repeat: {{b}}', mal.echo(body)) FROM {t} ORDER BY id",
     "SELECT id FROM {t} WHERE llm_filter('Is {{b}} about a number?', body) IS NOT NULL AND mal.leak(body) ORDER BY id",
+    "SELECT id FROM {t} WHERE llm_filter('Is {{b}} long?', body) IS NOT NULL "
+    "AND llm_classify('Tone of {{b}}?', ARRAY['calm', 'angry'], body) IS NOT NULL AND mal.leak(body) ORDER BY id",
 ]
 
 
@@ -214,13 +217,16 @@ def test_the_policys_calls_and_mallorys_go_out_in_separate_batches(tables, watch
         assert body.encode() in received
 
 
-def test_without_security_quals_the_cheap_quals_stay_on_the_input_and_calls_share_one_batch(tables):
-    """A table without a policy: the query's quals all have one level, so nothing waits (as before issue 44)."""
+def test_without_security_quals_the_cheap_quals_stay_on_the_input_and_each_calls_qual_has_a_batch(tables):
+    """A table without a policy: the query's quals all have one level, so nothing waits for a
+    security stage (as before issue 44); each llm qual has a batch of its own, over the rows the
+    batches before it kept, the label qual before the one that generates text (issue 64)."""
     sql = ("SELECT id FROM docs_open WHERE id > 1 AND mal.leak(body) AND llm_map('Repeat: {b}', body) IS NOT NULL "
            "AND llm_filter('Is {b} long?', body) IS NOT NULL")
     with connect(tables) as db:
         plan = "\n".join(r for (r,) in db.execute(f"EXPLAIN {sql}"))
-    assert "LLM Calls: llm_map (filter), llm_filter (filter)" in plan, plan
+    assert "LLM Calls: llm_filter (filter, batch 1), llm_map (filter, batch 2)" in plan, plan
+    assert "Order of LLM Quals: one after another, in the batches' order" in plan, plan
     assert "Qual Order" not in plan, plan
     scan = plan[plan.index("Seq Scan on docs_open"):]
     assert "Filter: (mal.leak(body) AND (id > 1))" in scan, plan  # the planner's order: by cost

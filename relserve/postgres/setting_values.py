@@ -20,7 +20,7 @@ from relserve.validation import ON_ERROR_VALUES
 
 _INT = ("max_tokens", "seed", "priority", "batch_window", "max_tokens_total")
 _FLOAT = ("temperature", "top_p", "deadline_s", "timeout", "max_seconds", "cascade", *check.CASCADE_SHARES)
-_BOOL = ("reorder_fields", "cache", "batch_calls")
+_BOOL = ("reorder_fields", "cache", "batch_calls", "order_quals")
 _JSON = ("examples",)
 _TEXT = ("system", "method", "prompt_shape", "answer_field", "on_budget", "label_plan")
 _ON_ERROR = ("on_error", "on_server_error")

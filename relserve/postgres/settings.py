@@ -27,8 +27,9 @@ SERVER_OPTIONS = ("cache", "priority", "deadline_s")
 #: every option one call may carry as a setting (``model`` is the server's: a server serves one)
 CALL_OPTIONS: tuple[str, ...] = tuple(n for n in OPTION_NAMES if n != "model") + SERVER_OPTIONS
 #: what only the database side reads: how long a statement waits, what a server error does, and
-#: whether scalar calls over a query's rows are batched (batch_calls.c), how many rows at a time
-BACKEND_OPTIONS = ("timeout", "on_server_error", "batch_calls", "batch_window")
+#: whether scalar calls over a query's rows are batched (batch_calls.c), how many rows at a time,
+#: and whether the batch node runs a WHERE's llm quals cheapest first (batch_plan.c)
+BACKEND_OPTIONS = ("timeout", "on_server_error", "batch_calls", "batch_window", "order_quals")
 #: options of one call only, never a session's: ``label_plan`` says what one call does with its
 #: label plan (a session-wide "refresh" would make a new plan on every statement); a cascade's
 #: recall / precision targets are a filter's, and a session's calls are not all filters

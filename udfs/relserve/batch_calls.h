@@ -14,11 +14,14 @@
 #include "nodes/primnodes.h"
 
 #define RS_DEFAULT_BATCH_WINDOW 2000
-#define RS_PRIV_HEAD 3				/* custom_private's fields before the call sites: batches, qual order, row bound */
+#define RS_PRIV_HEAD 5				/* custom_private's fields before the call sites: batches, qual order, row bound,
+								 * each batch's group, each batch's movability */
 #define RS_FIELDS_PER_SITE 7		/* custom_private's fields per call site (batch_plan.c writes them) */
 #define RS_FIRST_BOUNDED_WINDOW 64	/* under a LIMIT: the first window's rows (a label plan's sample), doubling after */
 #define RS_MAX_ROW_BOUND 1000000	/* a LIMIT above this keeps the full windows */
 #define RS_LEVEL_UNKNOWN (-1)
+#define RS_ORDER_SAMPLE_ROWS 64		/* the first window's rows that measure each llm qual before they are ordered */
+#define RS_ROW_OVERHEAD_CHARS 128	/* what a request costs beside its prompt (as DuckDB's planner counts it) */
 
 /* ------------------------------------------------------------------ batch_call_sites.c */
 
@@ -74,12 +77,14 @@ typedef struct RsQual
 	bool		calls;			/* it has batched llm_* call sites */
 	int			level;			/* its security level, or RS_LEVEL_UNKNOWN */
 	bool		leakproof;
-	int			slot;			/* 0: on the input node; 2k-1: in batch k; 2k: here, right after batch k */
+	int			slot;			/* 0: on the input node; 2k-1: in security stage k; 2k: here, right after it */
+	bool		labels_only;	/* its calls all score labels (llm_filter, llm_classify): no text generated */
+	int			batch;			/* the batch that sends its calls (1, 2, ...), 0 for none */
 } RsQual;
 
 /* a plan qual's security level as the planner knew it, or RS_LEVEL_UNKNOWN */
 extern int	rs_security_level(Expr *qual, Oid relid, RsPlanning *planning);
-/* each qual's slot; returns how many batches the quals' calls take */
+/* each qual's slot; returns how many security stages the quals' calls take */
 extern int	rs_place_quals(RsQual *quals, int n);
 
 /* ------------------------------------------------------------------ batch_plan.c */

@@ -11,7 +11,10 @@
 #include "optimizer/optimizer.h"
 #include "parser/parsetree.h"
 
+#include "utils/builtins.h"
+
 #include "batch_calls.h"
+#include "relserve.h"
 
 /* the input list: every Var the node's expressions read, computed by the input node */
 typedef struct RsRewrite
@@ -120,6 +123,50 @@ rs_scan_relid(Plan *plan, List *rtable)
 	return rte->rtekind == RTE_RELATION ? rte->relid : InvalidOid;
 }
 
+/* relserve.order_quals: whether the llm quals of one security level run cheapest first (default on) */
+static bool
+rs_order_quals_on(void)
+{
+	const char *v = rs_setting("order_quals");
+	bool		on = true;
+
+	if (v[0] != '\0' && !parse_bool(v, &on))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("relserve.order_quals must be a boolean (on or off), got \"%s\"", v)));
+	return on;
+}
+
+/*
+ * Each qual with calls gets a batch of its own, so that a later one sees only the rows the earlier
+ * ones kept (issue 64): security stage by security stage, and in a stage its label quals (filter,
+ * classify) before those that generate text, each in the planner's order. The label quals of one
+ * stage may run in any order (PostgreSQL would run them side by side in one stage), so they are
+ * "movable": the run orders them by LLM cost per row removed, measured on its first window
+ * (batch_scan.c). Sets each qual's batch, and each batch's stage and movability as lists; returns
+ * how many batches the quals take.
+ */
+static int
+rs_stage_batches(RsQual *quals, int n, int nstages, bool order, List **groups, List **movable)
+{
+	int			nb = 0;
+	int			stage,
+				pass,
+				i;
+
+	for (stage = 1; stage <= nstages; stage++)
+		for (pass = 0; pass < 2; pass++)
+			for (i = 0; i < n; i++)
+			{
+				if (!quals[i].calls || quals[i].slot != 2 * stage - 1 || quals[i].labels_only != (pass == 0))
+					continue;
+				quals[i].batch = ++nb;
+				*groups = lappend(*groups, makeInteger(stage));
+				*movable = lappend(*movable, makeBoolean(order && quals[i].labels_only));
+			}
+	return nb;
+}
+
 /* the custom scan in place of ``plan``, or ``plan`` as it was */
 static Plan *
 rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
@@ -130,12 +177,16 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 	Plan	   *input;
 	RsQual	   *quals;
 	int			nquals = list_length(plan->qual);
-	int			nbatches = 0;
+	int			nbatches = 0,
+				nstages = 0;
 	bool		levels_known = true,
 				any_isolated = false,
 				waits;
 	List	   *input_qual = NIL,
 			   *stages = NIL,
+			   *waits_after = NIL,
+			   *groups = NIL,
+			   *movable = NIL,
 			   *values = NIL,
 			   *priv,
 			   *scan_tlist;
@@ -187,14 +238,23 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 			quals[i].level = rs_security_level(quals[i].expr, relid, planning);
 			quals[i].leakproof = !quals[i].calls && !contain_leaked_vars((Node *) quals[i].expr);
 			levels_known = levels_known && quals[i].level != RS_LEVEL_UNKNOWN;
+			quals[i].labels_only = quals[i].calls;
 		}
-		nbatches = rs_place_quals(quals, nquals);
+		foreach(lc, f.sites)
+		{
+			RsSite	   *site = lfirst(lc);
+
+			if (site->qual >= 0 && strcmp(site->kind, "filter") != 0 && strcmp(site->kind, "classify") != 0)
+				quals[site->qual].labels_only = false;
+		}
+		nstages = rs_place_quals(quals, nquals);
+		nbatches = rs_stage_batches(quals, nquals, nstages, rs_order_quals_on(), &groups, &movable);
 	}
 	foreach(lc, f.sites)
 	{
 		RsSite	   *site = lfirst(lc);
 
-		site->batch = site->qual >= 0 ? (quals[site->qual].slot + 1) / 2 : nbatches + 1;
+		site->batch = site->qual >= 0 ? quals[site->qual].batch : nbatches + 1;
 		/*
 		 * a call in a qual below the statement's own security level (a row-level security policy's,
 		 * a security_barrier view's; one whose level is not known, when there are such quals) runs
@@ -227,18 +287,23 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 	input->qual = input_qual;
 	rw.answers_from = list_length(rw.input) + 1;
 
-	/* each batch's quals: its calls' quals, then those that waited for them, in the planner's order */
+	/*
+	 * each batch's qual, and at each place in the run the quals that waited for a security stage:
+	 * they run after the stage's last batch, whichever of its quals the run puts there
+	 */
 	for (k = 1; k <= nbatches; k++)
 	{
-		List	   *stage = NIL;
+		List	   *wait = NIL;
+		int			stage = intVal(list_nth(groups, k - 1));
 
 		for (i = 0; i < nquals; i++)
-			if (quals[i].slot == 2 * k - 1)
-				stage = lappend(stage, rs_to_scan_tuple((Node *) quals[i].expr, &rw));
-		for (i = 0; i < nquals; i++)
-			if (quals[i].slot == 2 * k)
-				stage = lappend(stage, rs_to_scan_tuple((Node *) quals[i].expr, &rw));
-		stages = lappend(stages, stage);
+			if (quals[i].batch == k)
+				stages = lappend(stages, list_make1(rs_to_scan_tuple((Node *) quals[i].expr, &rw)));
+		if (k == nbatches || intVal(list_nth(groups, k)) != stage)
+			for (i = 0; i < nquals; i++)
+				if (quals[i].slot == 2 * stage)
+					wait = lappend(wait, rs_to_scan_tuple((Node *) quals[i].expr, &rw));
+		waits_after = lappend(waits_after, wait);
 	}
 	foreach(lc, rw.sites)
 		values = lappend(values, rs_to_scan_tuple(llast(((RsSite *) lfirst(lc))->call->args), &rw));
@@ -249,7 +314,7 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 	Assert(list_length(rw.input) == rw.answers_from - 1);
 	scan_tlist = list_copy(rw.input);
 	/* EXPLAIN says why quals wait for a batch: they keep PostgreSQL's security order */
-	waits = nbatches > 1;
+	waits = nstages > 1;
 	for (i = 0; i < nquals; i++)
 		waits = waits || (!quals[i].calls && quals[i].slot > 0);
 	priv = list_make3(makeInteger(nbatches),
@@ -258,6 +323,8 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 								 "security policy's or a security_barrier view's) sees only the rows the lower levels kept"
 								 : "the planner's: a qual whose security level is not known keeps its place"),
 					  makeInteger(0));	/* the row bound: a LIMIT above sets it (rs_bound_batch) */
+	priv = lappend(priv, groups);
+	priv = lappend(priv, movable);
 	k = 0;
 	foreach(lc, rw.sites)
 	{
@@ -274,7 +341,7 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 	}
 	cscan->custom_scan_tlist = scan_tlist;
 	cscan->custom_private = priv;
-	cscan->custom_exprs = list_make2(values, stages);
+	cscan->custom_exprs = list_make3(values, stages, waits_after);
 	cscan->custom_plans = list_make1(input);
 	cscan->scan.scanrelid = 0;
 	cscan->methods = &rs_batch_scan_methods;

@@ -64,9 +64,10 @@ rs_may_run_before(const RsQual *later, const RsQual *earlier)
 
 /*
  * Each qual's slot, in the planner's order: the earliest one after every earlier qual it may not run
- * ahead of. A qual with calls joins a batch only after such a qual's batch or slot (never in the same
- * batch: its calls would see the rows that qual drops); a qual without calls runs right after it.
- * Returns how many batches the quals' calls take.
+ * ahead of. A qual with calls joins a stage only after such a qual's stage or slot (never in the same
+ * stage: its calls would see the rows that qual drops); a qual without calls runs right after it.
+ * Returns how many security stages the quals' calls take (batch_plan.c gives each of a stage's
+ * quals a batch of its own).
  */
 int
 rs_place_quals(RsQual *quals, int n)

@@ -3,6 +3,14 @@
  * batch's call sites over the window's rows still in play as one relQuery each, polls them, runs
  * the quals that waited for a batch, and emits the rows in their input order once their answers
  * are in.
+ *
+ * The llm quals of one security stage run one after another, each over the rows the earlier ones
+ * kept, cheapest per row removed first (issue 64): on the first window, each of them answers the
+ * same spread sample of up to RS_ORDER_SAMPLE_ROWS rows (so each call's label plan, if it has none
+ * yet, is made from the same rows whatever the order), the share of the sample each keeps and its
+ * prompt's length give its rank, (characters + RS_ROW_OVERHEAD_CHARS) / (1 - share kept), as
+ * DuckDB's planner ranks its filters, and that order holds for every later window. The sample's
+ * answers are kept: those rows are not sent again.
  */
 #include "postgres.h"
 
@@ -47,6 +55,7 @@ typedef struct RsExecSite
 	char	   *handle;			/* its relQuery for the current window, while it runs */
 	int		   *window_index;	/* the window row of each row sent */
 	int			nsent;
+	int			sent_chars;		/* the JSON of the rows last sent: what a row's value costs */
 } RsExecSite;
 
 typedef struct RsWinRow
@@ -55,6 +64,7 @@ typedef struct RsWinRow
 	bool	   *nulls;
 	int			pending;		/* answers still to come in the current batch */
 	bool		dropped;		/* a qual removed it */
+	bool	   *answered;		/* per site: its answer is in (the order's sample answered it) */
 } RsWinRow;
 
 typedef struct RsBatchState
@@ -64,7 +74,15 @@ typedef struct RsBatchState
 	int			nsites;
 	int			ninputs;
 	int			nbatches;		/* the quals' batches; the target list's calls come after them */
-	ExprState **stage_quals;	/* per batch of the quals: the quals that run once its answers are in */
+	ExprState **stage_quals;	/* per batch of the quals: the qual that runs once its answers are in */
+	ExprState **waits;			/* per place in the run: quals that waited for a security stage */
+	int		   *order;			/* per place (1-based): the batch that runs there */
+	int		   *group;			/* per place (1-based): its security stage, whose batches share places */
+	bool	   *movable;		/* per batch (1-based): a label qual the run may order */
+	bool	   *ordered;		/* per security stage: its movable batches are ordered */
+	bool	   *sample;			/* per window row, while a stage's sample runs; NULL otherwise */
+	int			sampling;		/* the security stage whose sample runs, 0 for none */
+	StringInfoData order_note;	/* EXPLAIN ANALYZE: the order chosen and why */
 	char	   *qual_order;		/* why quals wait for a batch (EXPLAIN), or "" */
 	int			window_rows;
 	int			row_bound;		/* a LIMIT above needs only this many rows (0: every row; batch_plan.c) */
@@ -76,7 +94,8 @@ typedef struct RsBatchState
 	MemoryContext window_cxt;
 	RsWinRow   *rows;
 	int			nrows;
-	int			batch;			/* 0: no window; 1..nbatches: the quals' batches; nbatches + 1: the target list's, rows go out */
+	int			place;			/* 0: no window; 1..nbatches: the quals' places (order[place] runs there);
+								 * nbatches + 1: the target list's batch, rows go out */
 	int			next_emit;		/* rows go out in their input order: a Sort or an index below may have ordered them */
 	bool		input_done;
 	bool		raise_on_error;
@@ -107,6 +126,9 @@ rs_begin(CustomScanState *node, EState *estate, int eflags)
 	List	   *priv = cscan->custom_private;
 	List	   *values = linitial(cscan->custom_exprs);
 	List	   *stages = lsecond(cscan->custom_exprs);
+	List	   *waits = lthird(cscan->custom_exprs);
+	List	   *groups = list_nth(priv, 3);
+	List	   *movable = list_nth(priv, 4);
 	const char *window = rs_setting("batch_window");
 	const char *on_error = rs_setting("on_error");
 	int			i;
@@ -136,8 +158,20 @@ rs_begin(CustomScanState *node, EState *estate, int eflags)
 		s->value = ExecInitExpr(list_nth(values, i), &node->ss.ps);
 	}
 	st->stage_quals = palloc0(sizeof(ExprState *) * Max(st->nbatches, 1));
+	st->waits = palloc0(sizeof(ExprState *) * Max(st->nbatches, 1));
+	st->order = palloc0(sizeof(int) * (st->nbatches + 2));
+	st->group = palloc0(sizeof(int) * (st->nbatches + 2));
+	st->movable = palloc0(sizeof(bool) * (st->nbatches + 2));
+	st->ordered = palloc0(sizeof(bool) * (st->nbatches + 2));
 	for (i = 0; i < st->nbatches; i++)
+	{
 		st->stage_quals[i] = ExecInitQual(list_nth(stages, i), &node->ss.ps);
+		st->waits[i] = ExecInitQual(list_nth(waits, i), &node->ss.ps);
+		st->order[i + 1] = i + 1;	/* the planner's order until the first window orders a stage */
+		st->group[i + 1] = intVal(list_nth(groups, i));
+		st->movable[i + 1] = boolVal(list_nth(movable, i));
+	}
+	initStringInfo(&st->order_note);
 	st->window_rows = window[0] ? atoi(window) : RS_DEFAULT_BATCH_WINDOW;
 	if (st->window_rows < 1 || st->window_rows > 10000)
 		ereport(ERROR,
@@ -224,7 +258,7 @@ rs_close_site(RsBatchState *st, RsExecSite *s)
  * here, for those rows only: the quals before its batch have dropped the others.
  */
 static void
-rs_open_site(RsBatchState *st, RsExecSite *s)
+rs_open_site(RsBatchState *st, RsExecSite *s, const bool *only)
 {
 	ExprContext *econtext = st->css.ss.ps.ps_ExprContext;
 	StringInfoData rows;
@@ -243,7 +277,7 @@ rs_open_site(RsBatchState *st, RsExecSite *s)
 		Datum		value;
 		bool		isnull;
 
-		if (row->dropped)
+		if (row->dropped || row->answered[s - st->sites] || (only != NULL && !only[r]))
 			continue;
 		econtext->ecxt_scantuple = rs_row_slot(st, row);
 		old = MemoryContextSwitchTo(econtext->ecxt_per_tuple_memory);
@@ -257,6 +291,7 @@ rs_open_site(RsBatchState *st, RsExecSite *s)
 		row->pending++;
 	}
 	appendStringInfoChar(&rows, ']');
+	s->sent_chars = rows.len;
 	if (s->nsent == 0)
 		return;
 	/* the form says how a row's value binds, and whether the call goes out isolated */
@@ -311,6 +346,7 @@ rs_poll_sites(RsBatchState *st)
 				if (sent < 0 || sent >= s->nsent)
 					elog(ERROR, "relserve: the server answered row %d of %d", sent, s->nsent);
 				row = &st->rows[s->window_index[sent]];
+				row->answered[i] = true;
 				if (e->answer != NULL)
 				{
 					MemoryContext old = MemoryContextSwitchTo(st->window_cxt);
@@ -355,27 +391,163 @@ rs_sites_open(RsBatchState *st)
 	return false;
 }
 
-/* send the window's batch ``batch``: each of its call sites over the rows still in play */
+/* send the window's batch ``batch``: each of its call sites over the rows still in play (of ``only``) */
 static void
-rs_open_batch(RsBatchState *st, int batch)
+rs_open_batch(RsBatchState *st, int batch, const bool *only)
 {
 	int			i;
 
-	st->batch = batch;
 	for (i = 0; i < st->nsites; i++)
 		if (st->sites[i].batch == batch)
-			rs_open_site(st, &st->sites[i]);
+			rs_open_site(st, &st->sites[i], only);
+}
+
+/* the batch's calls, named for EXPLAIN: "llm_filter" or "llm_filter + llm_classify" */
+static char *
+rs_batch_names(RsBatchState *st, int batch)
+{
+	StringInfoData names;
+	int			i;
+
+	initStringInfo(&names);
+	for (i = 0; i < st->nsites; i++)
+		if (st->sites[i].batch == batch)
+			appendStringInfo(&names, "%s%s", names.len ? " + " : "", st->sites[i].name);
+	return names.data;
 }
 
 /*
- * The quals' batch is in: its quals run on each row still in play (a row the server did not answer
- * has NULL there), and the quals that waited for them; the rows they reject are dropped.
+ * Go to a place in the run: send the batch that runs there, or first, where the place starts a
+ * security stage with two or more label quals not yet ordered, a spread sample of the rows in play
+ * to each of them (the first window's: the order then holds for the scan).
+ */
+static void
+rs_start_place(RsBatchState *st, int place)
+{
+	int			stage,
+				movable = 0,
+				inplay = 0,
+				taken = 0,
+				want,
+				k = 0,
+				b,
+				r;
+
+	st->place = place;
+	if (place > st->nbatches)
+	{
+		rs_open_batch(st, place, NULL);
+		return;
+	}
+	stage = st->group[place];
+	for (b = 1; b <= st->nbatches; b++)
+		movable += st->group[b] == stage && st->movable[b];
+	if (st->ordered[stage] || movable < 2)
+	{
+		rs_open_batch(st, st->order[place], NULL);
+		return;
+	}
+	for (r = 0; r < st->nrows; r++)
+		inplay += !st->rows[r].dropped;
+	want = Min(inplay, RS_ORDER_SAMPLE_ROWS);
+	st->sample = MemoryContextAllocZero(st->window_cxt, sizeof(bool) * Max(st->nrows, 1));
+	for (r = 0; r < st->nrows; r++)
+	{
+		if (st->rows[r].dropped)
+			continue;
+		/* the j-th of the sample is the floor(j * inplay / want)-th row in play: spread over the window */
+		if (taken < want && k == (int) ((int64) taken * inplay / want))
+		{
+			st->sample[r] = true;
+			taken++;
+		}
+		k++;
+	}
+	st->sampling = stage;
+	for (b = 1; b <= st->nbatches; b++)
+		if (st->group[b] == stage && st->movable[b])
+			rs_open_batch(st, b, st->sample);
+}
+
+/*
+ * The sample is in: each movable batch's share of the sample its qual keeps and its row's prompt
+ * length give its rank, and the stage's places take its movable batches cheapest first (ties keep
+ * the planner's order); the batches that generate text keep their places after them.
+ */
+static void
+rs_finish_sample(RsBatchState *st)
+{
+	ExprContext *econtext = st->css.ss.ps.ps_ExprContext;
+	int			stage = st->sampling;
+	int			first = 0,
+				n = 0,
+				b,
+				i,
+				j,
+				r;
+	int		   *batches = palloc(sizeof(int) * st->nbatches);
+	double	   *rank = palloc(sizeof(double) * (st->nbatches + 1));
+	StringInfoData said;
+
+	initStringInfo(&said);
+	for (b = 1; b <= st->nbatches; b++)
+		if (st->group[b] == stage && st->movable[b])
+		{
+			int			seen = 0,
+						kept = 0;
+			double		chars = 0;
+
+			if (first == 0)
+				first = b;
+			for (r = 0; r < st->nrows; r++)
+			{
+				RsWinRow   *row = &st->rows[r];
+
+				row->pending = 0;
+				if (!st->sample[r] || row->dropped)
+					continue;
+				econtext->ecxt_scantuple = rs_row_slot(st, row);
+				seen++;
+				kept += ExecQual(st->stage_quals[b - 1], econtext);
+				ResetExprContext(econtext);
+			}
+			for (i = 0; i < st->nsites; i++)
+				if (st->sites[i].batch == b)
+					chars += strlen(st->sites[i].template) + RS_ROW_OVERHEAD_CHARS +
+						(double) st->sites[i].sent_chars / Max(st->sites[i].nsent, 1);
+			rank[b] = chars / Max(1.0 - (seen ? (double) kept / seen : 1.0), 0.01);
+			appendStringInfo(&said, "; batch %d (%s) kept %d of %d sampled rows, %.0f characters a row",
+							 b, rs_batch_names(st, b), kept, seen, chars);
+			/* insertion in rank order, stable: a tie keeps the planner's order */
+			for (j = n; j > 0 && rank[batches[j - 1]] > rank[b]; j--)
+				batches[j] = batches[j - 1];
+			batches[j] = b;
+			n++;
+		}
+	/* the stage's movable batches hold its first places (batch_plan.c puts them before the others) */
+	for (j = 0; j < n; j++)
+		st->order[first + j] = batches[j];
+	appendStringInfo(&st->order_note, "%sbatches ", st->order_note.len ? "; then " : "");
+	for (j = 0; j < n; j++)
+		appendStringInfo(&st->order_note, "%s%d", j ? ", " : "", batches[j]);
+	appendStringInfo(&st->order_note, " in this order, cheapest per row removed first%s",
+					 said.data);
+	st->ordered[stage] = true;
+	st->sampling = 0;
+	st->sample = NULL;
+}
+
+/*
+ * The batch at this place is in: its qual runs on each row still in play (a row the server did
+ * not answer has NULL there), then the quals that waited for its security stage if this is the
+ * stage's last place; the rows they reject are dropped.
  */
 static void
 rs_finish_qual_batch(RsBatchState *st)
 {
 	ExprContext *econtext = st->css.ss.ps.ps_ExprContext;
-	ExprState  *qual = st->stage_quals[st->batch - 1];
+	ExprState  *qual = st->stage_quals[st->order[st->place] - 1];
+	ExprState  *waits = st->waits[st->place - 1];
 	int			r;
 
 	for (r = 0; r < st->nrows; r++)
@@ -386,7 +558,7 @@ rs_finish_qual_batch(RsBatchState *st)
 		if (row->dropped)
 			continue;
 		econtext->ecxt_scantuple = rs_row_slot(st, row);
-		row->dropped = !ExecQual(qual, econtext);
+		row->dropped = !ExecQual(qual, econtext) || !ExecQual(waits, econtext);
 		ResetExprContext(econtext);
 		if (row->dropped)
 			InstrCountFiltered1(&st->css, 1);
@@ -428,6 +600,7 @@ rs_read_window(RsBatchState *st)
 		slot_getallattrs(in);
 		st->rows_read++;
 		row = &st->rows[st->nrows++];
+		row->answered = palloc0(sizeof(bool) * Max(st->nsites, 1));
 		row->values = palloc0(sizeof(Datum) * natts);
 		row->nulls = palloc(sizeof(bool) * natts);
 		for (a = 0; a < natts; a++)
@@ -451,7 +624,7 @@ rs_next(ScanState *ss)
 
 	for (;;)
 	{
-		while (st->batch == last && st->next_emit < st->nrows)
+		while (st->place == last && st->next_emit < st->nrows)
 		{
 			RsWinRow   *row = &st->rows[st->next_emit];
 
@@ -465,21 +638,26 @@ rs_next(ScanState *ss)
 			st->next_emit++;
 			return rs_row_slot(st, row);
 		}
-		if (st->batch != 0 && rs_sites_open(st))
+		if (st->place != 0 && rs_sites_open(st))
 		{
 			rs_poll_sites(st);
 			continue;
 		}
-		if (st->batch == 0)
+		if (st->sampling)
+		{
+			rs_finish_sample(st);
+			rs_open_batch(st, st->order[st->place], NULL);
+		}
+		else if (st->place == 0)
 		{
 			if (!rs_read_window(st))
 				return ExecClearTuple(ss->ss_ScanTupleSlot);
-			rs_open_batch(st, 1);
+			rs_start_place(st, 1);
 		}
-		else if (st->batch < last)
+		else if (st->place < last)
 		{
 			rs_finish_qual_batch(st);
-			rs_open_batch(st, st->batch + 1);
+			rs_start_place(st, st->place + 1);
 		}
 		else if (st->next_emit < st->nrows)
 		{
@@ -489,7 +667,7 @@ rs_next(ScanState *ss)
 				st->rows[r].pending = 0;	/* a row the server did not answer goes out with NULL */
 		}
 		else
-			st->batch = 0;		/* the window is done: the next one */
+			st->place = 0;		/* the window is done: the next one */
 	}
 }
 
@@ -534,7 +712,9 @@ rs_rescan(CustomScanState *node)
 	rs_stop(st);
 	MemoryContextReset(st->window_cxt);
 	st->nrows = st->next_emit = 0;
-	st->batch = 0;
+	st->place = 0;
+	st->sampling = 0;			/* a stage whose sample did not finish is sampled again */
+	st->sample = NULL;
 	st->input_done = false;
 	st->next_window = st->row_bound > 0 ? Min(st->window_rows, Max(RS_FIRST_BOUNDED_WINDOW, st->row_bound)) : st->window_rows;
 	ExecReScan(linitial(node->custom_ps));
@@ -548,12 +728,14 @@ rs_explain(CustomScanState *node, List *ancestors, ExplainState *es)
 	List	   *stages = lsecond(cscan->custom_exprs);
 	List	   *quals = NIL;
 	StringInfoData calls;
-	ListCell   *lc;
 	int			i;
 
-	/* the quals that run here, in the order they run (the plan's own Filter line is empty) */
-	foreach(lc, stages)
-		quals = list_concat(quals, (List *) lfirst(lc));
+	/* the quals that run here, in the planner's order of batches (the plan's own Filter line is empty) */
+	for (i = 0; i < list_length(stages); i++)
+	{
+		quals = list_concat(quals, (List *) list_nth(stages, i));
+		quals = list_concat(quals, (List *) list_nth(lthird(cscan->custom_exprs), i));
+	}
 	if (quals != NIL)
 	{
 		List	   *context = set_deparse_context_plan(es->deparse_cxt, node->ss.ps.plan, ancestors);
@@ -576,6 +758,24 @@ rs_explain(CustomScanState *node, List *ancestors, ExplainState *es)
 	ExplainPropertyText("LLM Calls", calls.data, es);
 	if (st->qual_order[0] != '\0')
 		ExplainPropertyText("Qual Order", st->qual_order, es);
+	if (es->analyze && st->order_note.len > 0)
+		ExplainPropertyText("Order of LLM Quals", st->order_note.data, es);
+	else
+	{
+		int			movable = 0,
+					b;
+
+		for (b = 1; b <= st->nbatches; b++)
+			movable += st->movable[b];
+		if (movable >= 2)
+			ExplainPropertyText("Order of LLM Quals",
+								psprintf("one after another, the label quals of a security stage cheapest per row "
+										 "removed first, measured on a sample of up to %d rows of the first window",
+										 RS_ORDER_SAMPLE_ROWS),
+								es);
+		else if (st->nbatches >= 2)
+			ExplainPropertyText("Order of LLM Quals", "one after another, in the batches' order", es);
+	}
 	ExplainPropertyInteger("Window Rows", NULL, st->window_rows, es);
 	if (st->row_bound > 0)
 		ExplainPropertyText("Row Bound",

@@ -30,11 +30,12 @@
  * Kept as text here: the Python side checks values with relserve's own validation.
  */
 const char *const rs_setting_names[] = {
-	"timeout", "on_server_error", "batch_calls", "batch_window", "max_tokens", "temperature", "top_p",
-	"seed", "system", "on_error", "reorder_fields", "method", "examples", "prompt_shape", "answer_field",
-	"cascade", "max_tokens_total", "max_seconds", "on_budget", "cache", "priority", "deadline_s", NULL
+	"timeout", "on_server_error", "batch_calls", "batch_window", "order_quals", "max_tokens",
+	"temperature", "top_p", "seed", "system", "on_error", "reorder_fields", "method", "examples",
+	"prompt_shape", "answer_field", "cascade", "max_tokens_total", "max_seconds", "on_budget", "cache",
+	"priority", "deadline_s", NULL
 };
-#define RS_NSETTINGS 22
+#define RS_NSETTINGS 23
 static char *rs_setting_values[RS_NSETTINGS];
 
 /* who chose a setting's value (see the top of the file); InvalidOid: no role (the configuration) */
