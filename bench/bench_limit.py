@@ -14,7 +14,8 @@ The ``exists`` surface runs ``SELECT EXISTS (SELECT 1 FROM reviews WHERE llm_fil
 of the rows and one about 10%, the selective one written second. Run in the written order
 (``order_filters=False``), as planned (cheapest first) and written in the best order; then a
 statement whose two filters keep about the same share, planned and written. Every run starts
-with no plan and no cache and must return the same rows.
+with no plan and no cache and must return the same rows. ``--order-surfaces duckdb,postgres`` runs
+them through DuckDB (``order_filters``) and PostgreSQL's batch node (``relserve.order_quals``).
 
     .venv/bin/python bench/bench_limit.py --limit --order [--full] [--out bench/out/limit.json]
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -216,6 +218,62 @@ def two_filters(engine, table: pl.DataFrame, first: str, second: str, *, order: 
                     [*run.filter_orders, f"LLM rows per filter as written: {per_site}"]), got
 
 
+def postgres_two_filters(db, url: str, first: str, second: str, *, order: bool, name: str) -> tuple[Measured, list]:
+    """The same statement through PostgreSQL's batch node (``relserve.order_quals`` on or off), the
+    calls' label plans forgotten first, no cache; the LLM rows are the rows of its relQueries."""
+    from test_postgres import KEY
+
+    from relserve.client import Client
+
+    for template in (first, second):
+        db.execute("SELECT relserve.forget_label_plans(%s, true)", [template])
+    db.execute(f"SET relserve.order_quals = {'on' if order else 'off'}")
+    sql = f"SELECT id FROM reviews WHERE llm_filter('{first}', review) AND llm_filter('{second}', review) ORDER BY id"
+    with Client(url, api_key=KEY) as c:
+        before = {j.id for j in c.list()}
+    t0 = time.perf_counter()
+    got = [i for (i,) in db.execute(sql).fetchall()]
+    seconds = time.perf_counter() - t0
+    with Client(url, api_key=KEY) as c:
+        sizes = [j.progress.total for j in sorted(c.list(), key=lambda j: j.created) if j.id not in before]
+    return Measured(name, seconds, sum(sizes), len(got), None, [f"relQueries of {sizes} rows"]), got
+
+
+def postgres_order(engine, table: pl.DataFrame, repeat: int = 1) -> tuple[list[Measured], dict[str, list]]:
+    """The two-filter runs of ``--order`` through PostgreSQL: one cluster and server for all of
+    them; with ``repeat`` > 1 the five runs go round that many times and each contender's time is
+    its median (its LLM rows and rows are the last round's, and must not change between rounds)."""
+    import psycopg
+    from pg_setup import cluster_and_server
+
+    with cluster_and_server(engine) as (conninfo, url), psycopg.connect(conninfo, autocommit=True) as db:
+        db.execute("CREATE TABLE reviews (id int PRIMARY KEY, review text)")
+        with db.cursor() as cur:
+            cur.executemany("INSERT INTO reviews VALUES (%s, %s)", list(zip(table["id"], table["review"])))
+        db.execute("ANALYZE reviews")
+        db.execute("SET relserve.cache = off")
+        db.execute("SET relserve.timeout = 3600")
+        postgres_two_filters(db, url, WARM_A, WARM_B, order=True, name="warm-up")
+        runs = [("written (selective 2nd)", COMMON, RARE, False), ("planned", COMMON, RARE, True),
+                ("written best (selective 1st)", RARE, COMMON, False), ("equal shares, written", SAME_A, SAME_B, False),
+                ("equal shares, planned", SAME_A, SAME_B, True)]
+        times: dict[str, list[float]] = {name: [] for name, *_ in runs}
+        last: dict[str, Measured] = {}
+        rows: dict[str, list] = {}
+        for _ in range(repeat):
+            for name, first, second, order in runs:
+                m, got = postgres_two_filters(db, url, first, second, order=order, name=name)
+                times[name].append(m.seconds)
+                if name in last and (m.llm_rows, got) != (last[name].llm_rows, rows[name]):
+                    m.notes.append(f"a round before answered {last[name].llm_rows} LLM rows and {len(rows[name])} rows")
+                last[name], rows[name] = m, got
+    for name, m in last.items():
+        m.seconds = statistics.median(times[name])
+        if repeat > 1:
+            m.notes.append("seconds per round: " + ", ".join(f"{t:.1f}" for t in times[name]))
+    return list(last.values()), rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--limit", action="store_true", help="LIMIT 10 through DuckDB, polars and PostgreSQL")
@@ -224,6 +282,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=2000)
     ap.add_argument("--order", action="store_true", help="two llm filters: written, planned and best order")
     ap.add_argument("--order-rows", type=int, default=600)
+    ap.add_argument("--order-surfaces", default="duckdb", help="with --order: duckdb, postgres or both")
+    ap.add_argument("--repeat", type=int, default=1, help="with --order through postgres: rounds (median time)")
     ap.add_argument("--out", default="bench/out/limit.json")
     args = ap.parse_args()
 
@@ -262,29 +322,36 @@ def main() -> None:
                     print(f"  {m.name}: {full.seconds / m.seconds:.1f}x faster than the full statement")
         if args.order:
             table = mixed_reviews(args.order_rows)
-            # the engine's first statements pay its warm-up: not the first contender's time
-            two_filters(engine, table.head(64), WARM_A, WARM_B, order=True, name="warm-up")
-            written, rows_w = two_filters(engine, table, COMMON, RARE, order=False, name="written (selective 2nd)")
-            planned, rows_p = two_filters(engine, table, COMMON, RARE, order=True, name="planned")
-            best, rows_b = two_filters(engine, table, RARE, COMMON, order=False, name="written best (selective 1st)")
-            same_w, rows_sw = two_filters(engine, table, SAME_A, SAME_B, order=False, name="equal shares, written")
-            same_p, rows_sp = two_filters(engine, table, SAME_A, SAME_B, order=True, name="equal shares, planned")
-            order = [written, planned, best, same_w, same_p]
-            results["order"] = [asdict(m) for m in order]
-            results["order_same_rows"] = rows_w == rows_p == rows_b and rows_sw == rows_sp
-            print(f"\nTwo llm filters over {args.order_rows:,} reviews")
-            for m in order:
-                print(f"  {m.name:30} {m.seconds:7.1f} s  {m.llm_rows:6,} LLM rows  {m.rows} rows")
-                for note in m.notes:
-                    print(f"      {note}")
-            print(f"  planned vs written: {written.seconds / planned.seconds:.2f}x faster "
-                  f"({written.llm_rows / planned.llm_rows:.2f}x fewer LLM rows); "
-                  f"planned vs best: {planned.seconds / best.seconds:.2f}x the time")
-            print(f"  equal shares: planned takes {same_p.seconds / same_w.seconds:.2f}x the written order's time "
-                  f"({same_p.llm_rows / same_w.llm_rows:.2f}x its LLM rows)")
-            differ = len(set(rows_w) ^ set(rows_p)) + len(set(rows_w) ^ set(rows_b)) + len(set(rows_sw) ^ set(rows_sp))
-            print(f"  same rows in every order: {results['order_same_rows']} ({differ} rows differ across the "
-                  f"three pairs)")
+            for surface in args.order_surfaces.split(","):
+                if surface == "duckdb":
+                    # the engine's first statements pay its warm-up: not the first contender's time
+                    two_filters(engine, table.head(64), WARM_A, WARM_B, order=True, name="warm-up")
+                    written, rows_w = two_filters(engine, table, COMMON, RARE, order=False, name="written (selective 2nd)")
+                    planned, rows_p = two_filters(engine, table, COMMON, RARE, order=True, name="planned")
+                    best, rows_b = two_filters(engine, table, RARE, COMMON, order=False, name="written best (selective 1st)")
+                    same_w, rows_sw = two_filters(engine, table, SAME_A, SAME_B, order=False, name="equal shares, written")
+                    same_p, rows_sp = two_filters(engine, table, SAME_A, SAME_B, order=True, name="equal shares, planned")
+                    order = [written, planned, best, same_w, same_p]
+                else:
+                    order, got = postgres_order(engine, table, args.repeat)
+                    written, planned, best, same_w, same_p = order
+                    rows_w, rows_p, rows_b, rows_sw, rows_sp = got.values()
+                key = "order" if surface == "duckdb" else f"order_{surface}"
+                results[key] = [asdict(m) for m in order]
+                results[f"{key}_same_rows"] = rows_w == rows_p == rows_b and rows_sw == rows_sp
+                print(f"\nTwo llm filters over {args.order_rows:,} reviews ({surface})")
+                for m in order:
+                    print(f"  {m.name:30} {m.seconds:7.1f} s  {m.llm_rows:6,} LLM rows  {m.rows} rows")
+                    for note in m.notes:
+                        print(f"      {note}")
+                print(f"  planned vs written: {written.seconds / planned.seconds:.2f}x faster "
+                      f"({written.llm_rows / planned.llm_rows:.2f}x fewer LLM rows); "
+                      f"planned vs best: {planned.seconds / best.seconds:.2f}x the time")
+                print(f"  equal shares: planned takes {same_p.seconds / same_w.seconds:.2f}x the written order's time "
+                      f"({same_p.llm_rows / same_w.llm_rows:.2f}x its LLM rows)")
+                differ = len(set(rows_w) ^ set(rows_p)) + len(set(rows_w) ^ set(rows_b)) + len(set(rows_sw) ^ set(rows_sp))
+                print(f"  same rows in every order: {results[f'{key}_same_rows']} ({differ} rows differ across the "
+                      f"three pairs)")
     finally:
         engine.close()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -141,13 +141,13 @@ rs_order_quals_on(void)
  * Each qual with calls gets a batch of its own, so that a later one sees only the rows the earlier
  * ones kept (issue 64): security stage by security stage, and in a stage its label quals (filter,
  * classify) before those that generate text, each in the planner's order. The label quals of one
- * stage may run in any order (PostgreSQL would run them side by side in one stage), so they are
- * "movable": the run orders them by LLM cost per row removed, measured on its first window
- * (batch_scan.c). Sets each qual's batch, and each batch's stage and movability as lists; returns
- * how many batches the quals take.
+ * stage may run in any order (PostgreSQL would run them side by side in one stage): the run
+ * measures them on its first window and, under relserve.order_quals, orders them by LLM cost per
+ * row removed (batch_scan.c). Sets each qual's batch, and each batch's stage and whether it is a
+ * label qual as lists; returns how many batches the quals take.
  */
 static int
-rs_stage_batches(RsQual *quals, int n, int nstages, bool order, List **groups, List **movable)
+rs_stage_batches(RsQual *quals, int n, int nstages, List **groups, List **labels)
 {
 	int			nb = 0;
 	int			stage,
@@ -162,7 +162,7 @@ rs_stage_batches(RsQual *quals, int n, int nstages, bool order, List **groups, L
 					continue;
 				quals[i].batch = ++nb;
 				*groups = lappend(*groups, makeInteger(stage));
-				*movable = lappend(*movable, makeBoolean(order && quals[i].labels_only));
+				*labels = lappend(*labels, makeBoolean(quals[i].labels_only));
 			}
 	return nb;
 }
@@ -186,7 +186,7 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 			   *stages = NIL,
 			   *waits_after = NIL,
 			   *groups = NIL,
-			   *movable = NIL,
+			   *labels = NIL,
 			   *values = NIL,
 			   *priv,
 			   *scan_tlist;
@@ -248,7 +248,7 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 				quals[site->qual].labels_only = false;
 		}
 		nstages = rs_place_quals(quals, nquals);
-		nbatches = rs_stage_batches(quals, nquals, nstages, rs_order_quals_on(), &groups, &movable);
+		nbatches = rs_stage_batches(quals, nquals, nstages, &groups, &labels);
 	}
 	foreach(lc, f.sites)
 	{
@@ -324,7 +324,8 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 								 : "the planner's: a qual whose security level is not known keeps its place"),
 					  makeInteger(0));	/* the row bound: a LIMIT above sets it (rs_bound_batch) */
 	priv = lappend(priv, groups);
-	priv = lappend(priv, movable);
+	priv = lappend(priv, labels);
+	priv = lappend(priv, makeBoolean(rs_order_quals_on()));
 	k = 0;
 	foreach(lc, rw.sites)
 	{

@@ -7,10 +7,10 @@
  * The llm quals of one security stage run one after another, each over the rows the earlier ones
  * kept, cheapest per row removed first (issue 64): on the first window, each of them answers the
  * same spread sample of up to RS_ORDER_SAMPLE_ROWS rows (so each call's label plan, if it has none
- * yet, is made from the same rows whatever the order), the share of the sample each keeps and its
- * prompt's length give its rank, (characters + RS_ROW_OVERHEAD_CHARS) / (1 - share kept), as
- * DuckDB's planner ranks its filters, and that order holds for every later window. The sample's
- * answers are kept: those rows are not sent again.
+ * yet, is made from the same rows whatever the order, relserve.order_quals on or off), the share
+ * of the sample each keeps and its prompt's length give its rank, (characters +
+ * RS_ROW_OVERHEAD_CHARS) / (1 - share kept), as DuckDB's planner ranks its filters, and that order
+ * holds for every later window. The sample's answers are kept: those rows are not sent again.
  */
 #include "postgres.h"
 
@@ -78,7 +78,8 @@ typedef struct RsBatchState
 	ExprState **waits;			/* per place in the run: quals that waited for a security stage */
 	int		   *order;			/* per place (1-based): the batch that runs there */
 	int		   *group;			/* per place (1-based): its security stage, whose batches share places */
-	bool	   *movable;		/* per batch (1-based): a label qual the run may order */
+	bool	   *movable;		/* per batch (1-based): a label qual, measured on the first window */
+	bool		order_quals;	/* relserve.order_quals when planned: the measured ones run cheapest first */
 	bool	   *ordered;		/* per security stage: its movable batches are ordered */
 	bool	   *sample;			/* per window row, while a stage's sample runs; NULL otherwise */
 	int			sampling;		/* the security stage whose sample runs, 0 for none */
@@ -137,6 +138,7 @@ rs_begin(CustomScanState *node, EState *estate, int eflags)
 	st->nbatches = intVal(linitial(priv));
 	st->qual_order = strVal(lsecond(priv));
 	st->row_bound = intVal(lthird(priv));
+	st->order_quals = boolVal(list_nth(priv, 5));
 	st->nsites = (list_length(priv) - RS_PRIV_HEAD) / RS_FIELDS_PER_SITE;
 	st->sites = palloc0(sizeof(RsExecSite) * st->nsites);
 	st->ninputs = list_length(cscan->custom_scan_tlist) - st->nsites;
@@ -518,8 +520,8 @@ rs_finish_sample(RsBatchState *st)
 			rank[b] = chars / Max(1.0 - (seen ? (double) kept / seen : 1.0), 0.01);
 			appendStringInfo(&said, "; batch %d (%s) kept %d of %d sampled rows, %.0f characters a row",
 							 b, rs_batch_names(st, b), kept, seen, chars);
-			/* insertion in rank order, stable: a tie keeps the planner's order */
-			for (j = n; j > 0 && rank[batches[j - 1]] > rank[b]; j--)
+			/* insertion in rank order, stable: a tie keeps the planner's order (as does order_quals off) */
+			for (j = n; j > 0 && st->order_quals && rank[batches[j - 1]] > rank[b]; j--)
 				batches[j] = batches[j - 1];
 			batches[j] = b;
 			n++;
@@ -530,7 +532,8 @@ rs_finish_sample(RsBatchState *st)
 	appendStringInfo(&st->order_note, "%sbatches ", st->order_note.len ? "; then " : "");
 	for (j = 0; j < n; j++)
 		appendStringInfo(&st->order_note, "%s%d", j ? ", " : "", batches[j]);
-	appendStringInfo(&st->order_note, " in this order, cheapest per row removed first%s",
+	appendStringInfo(&st->order_note, " in this order, %s%s",
+					 st->order_quals ? "cheapest per row removed first" : "the planner's (relserve.order_quals is off)",
 					 said.data);
 	st->ordered[stage] = true;
 	st->sampling = 0;
@@ -769,8 +772,10 @@ rs_explain(CustomScanState *node, List *ancestors, ExplainState *es)
 			movable += st->movable[b];
 		if (movable >= 2)
 			ExplainPropertyText("Order of LLM Quals",
-								psprintf("one after another, the label quals of a security stage cheapest per row "
-										 "removed first, measured on a sample of up to %d rows of the first window",
+								psprintf("one after another, the label quals of a security stage %s, measured on a "
+										 "sample of up to %d rows of the first window",
+										 st->order_quals ? "cheapest per row removed first"
+										 : "in the planner's order (relserve.order_quals is off)",
 										 RS_ORDER_SAMPLE_ROWS),
 								es);
 		else if (st->nbatches >= 2)
