@@ -91,3 +91,34 @@ def test_windows_double_while_the_limit_is_short_of_rows(server, cluster, limite
         windows.append(min(64 * 2 ** len(windows), ROWS - read))
         read += windows[-1]
     assert sorted(sizes) == windows and len(windows) >= 2, (sizes, windows, full)
+
+
+def test_an_exists_reads_a_small_window_first_and_more_only_while_no_row_has_passed(server, cluster, limited):  # noqa: F811
+    """An EXISTS needs one row of its subquery (the executor stops it there): the batch node under
+    it is bounded as by a LIMIT 1, uncorrelated (an InitPlan) or correlated (a SubPlan run per
+    outer row), and reads every row only when none passes."""
+    found = f"SELECT EXISTS (SELECT 1 FROM limited WHERE {FILTER})"
+    never = f"SELECT EXISTS (SELECT 1 FROM limited WHERE {FILTER} IS NULL)"
+    per_row = (f"SELECT l.id, EXISTS (SELECT 1 FROM limited m WHERE m.id BETWEEN l.id AND l.id + 100 AND "
+               f"{FILTER.replace('review)', 'm.review)')}) FROM limited l WHERE l.id <= 2 ORDER BY l.id")
+    runs = {}
+    with connect(cluster) as db:
+        db.execute("SET relserve.cache = off")
+        db.execute("SET relserve.timeout = 900")
+        plan = plan_of(db, found)
+        correlated_plan = plan_of(db, per_row)
+        for name, sql in (("found", found), ("never", never), ("per row", per_row)):
+            before = jobs_of(server)
+            got = db.execute(sql).fetchall()
+            runs[name] = got, sorted((j for j in jobs_of(server).values() if j.id not in before), key=lambda j: j.created)
+        analyzed = "\n".join(r for (r,) in db.execute(f"EXPLAIN ANALYZE {found}"))
+    assert "Row Bound: 1 (an EXISTS above): windows of 64 rows first, doubling while rows are missing" in plan, plan
+    assert "SubPlan" in correlated_plan and "Row Bound: 1 (an EXISTS above)" in correlated_plan, correlated_plan
+    sizes = {name: [j.progress.total for j in jobs] for name, (_, jobs) in runs.items()}
+    # three of every four reviews pass: the first window has a row
+    assert runs["found"][0] == [(True,)] and sizes["found"] == [64], sizes
+    # no row passes: windows of 64, 128 and the last 8 rows
+    assert runs["never"][0] == [(False,)] and sizes["never"] == [64, 128, ROWS - 192], sizes
+    # each outer row's subquery sees 101 rows and stops after its first window of 64
+    assert runs["per row"][0] == [(1, True), (2, True)] and sizes["per row"] == [64, 64], sizes
+    assert "Stopped: the EXISTS had its row after 64 input rows; the rest were not read or sent" in analyzed, analyzed

@@ -126,6 +126,10 @@ rs_planner(Query *parse, const char *query_string, int cursorOptions, ParamListI
 	stmt->planTree = rs_walk_plan(stmt->planTree, &planning, stmt->rtable);
 	foreach(lc, stmt->subplans)
 		lfirst(lc) = rs_walk_plan((Plan *) lfirst(lc), &planning, stmt->rtable);
+	/* an EXISTS sublink needs one row of its plan (the plans are batched by now) */
+	rs_bound_exists(stmt->planTree, stmt->subplans);
+	foreach(lc, stmt->subplans)
+		rs_bound_exists((Plan *) lfirst(lc), stmt->subplans);
 	return stmt;
 }
 

@@ -14,8 +14,9 @@
 #include "nodes/primnodes.h"
 
 #define RS_DEFAULT_BATCH_WINDOW 2000
-#define RS_PRIV_HEAD 6				/* custom_private's fields before the call sites: batches, qual order, row bound,
-								 * each batch's stage, whether each is a label qual, order_quals */
+#define RS_PRIV_HEAD 7				/* custom_private's fields before the call sites: batches, qual order, row bound,
+								 * each batch's stage, whether each is a label qual, order_quals, what
+								 * set the row bound */
 #define RS_FIELDS_PER_SITE 7		/* custom_private's fields per call site (batch_plan.c writes them) */
 #define RS_FIRST_BOUNDED_WINDOW 64	/* under a LIMIT: the first window's rows (a label plan's sample), doubling after */
 #define RS_MAX_ROW_BOUND 1000000	/* a LIMIT above this keeps the full windows */
@@ -91,6 +92,8 @@ extern int	rs_place_quals(RsQual *quals, int n);
 
 /* the plan with a custom scan in place of each node that calls llm_* functions */
 extern Plan *rs_walk_plan(Plan *plan, RsPlanning *planning, List *rtable);
+/* bound the batch node of each EXISTS sublink's plan (of ``subplans``) under ``plan`` to one row */
+extern void rs_bound_exists(Plan *plan, List *subplans);
 
 /* ------------------------------------------------------------------ batch_scan.c */
 

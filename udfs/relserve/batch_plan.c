@@ -326,6 +326,7 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 	priv = lappend(priv, groups);
 	priv = lappend(priv, labels);
 	priv = lappend(priv, makeBoolean(rs_order_quals_on()));
+	priv = lappend(priv, makeString(pstrdup("")));	/* what set the row bound: "a LIMIT", "an EXISTS" */
 	k = 0;
 	foreach(lc, rw.sites)
 	{
@@ -376,9 +377,29 @@ rs_walk_list(List *plans, RsPlanning *planning, List *rtable)
  * node's full windows.
  */
 static void
+rs_bound_child(Plan *child, int64 bound, const char *by)
+{
+	while (child != NULL && child->qual == NIL)
+	{
+		if (IsA(child, Result) && ((Result *) child)->resconstantqual == NULL)
+			child = child->lefttree;
+		else if (IsA(child, SubqueryScan))
+			child = ((SubqueryScan *) child)->subplan;
+		else
+			break;
+	}
+	if (child != NULL && IsA(child, CustomScan) && ((CustomScan *) child)->methods == &rs_batch_scan_methods)
+	{
+		List	   *priv = ((CustomScan *) child)->custom_private;
+
+		lthird(priv) = makeInteger((int) bound);
+		list_nth_cell(priv, 6)->ptr_value = makeString(pstrdup(by));
+	}
+}
+
+static void
 rs_bound_batch(Limit *limit)
 {
-	Plan	   *child = limit->plan.lefttree;
 	Const	   *count = (Const *) limit->limitCount;
 	Const	   *offset = (Const *) limit->limitOffset;
 	int64		bound;
@@ -390,17 +411,67 @@ rs_bound_batch(Limit *limit)
 	bound = DatumGetInt64(count->constvalue) + (offset ? DatumGetInt64(offset->constvalue) : 0);
 	if (bound < 1 || bound > RS_MAX_ROW_BOUND)
 		return;
-	while (child != NULL && child->qual == NIL)
+	rs_bound_child(limit->plan.lefttree, bound, "a LIMIT");
+}
+
+/* an EXISTS sublink's plan: the executor stops it at its first row (ExecScanSubPlan) */
+static bool
+rs_exists_walker(Node *node, List *subplans)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, SubPlan) && ((SubPlan *) node)->subLinkType == EXISTS_SUBLINK)
+		rs_bound_child(list_nth(subplans, ((SubPlan *) node)->plan_id - 1), 1, "an EXISTS");
+	return expression_tree_walker(node, rs_exists_walker, subplans);
+}
+
+/*
+ * An EXISTS needs one row of its subquery, as a LIMIT 1 would: the batch node at the top of an
+ * EXISTS sublink's plan (uncorrelated, an InitPlan; correlated, a SubPlan run again per outer row)
+ * reads a small window first and more only while no row has passed. The sublinks are found in
+ * the expressions of every plan node, its initPlans included.
+ */
+void
+rs_bound_exists(Plan *plan, List *subplans)
+{
+	ListCell   *lc;
+
+	if (plan == NULL)
+		return;
+	rs_exists_walker((Node *) plan->targetlist, subplans);
+	rs_exists_walker((Node *) plan->qual, subplans);
+	rs_exists_walker((Node *) plan->initPlan, subplans);
+	rs_bound_exists(plan->lefttree, subplans);
+	rs_bound_exists(plan->righttree, subplans);
+	switch (nodeTag(plan))
 	{
-		if (IsA(child, Result) && ((Result *) child)->resconstantqual == NULL)
-			child = child->lefttree;
-		else if (IsA(child, SubqueryScan))
-			child = ((SubqueryScan *) child)->subplan;
-		else
+		case T_NestLoop:
+		case T_MergeJoin:
+		case T_HashJoin:
+			rs_exists_walker((Node *) ((Join *) plan)->joinqual, subplans);
+			break;
+		case T_Result:
+			rs_exists_walker(((Result *) plan)->resconstantqual, subplans);
+			break;
+		case T_Append:
+			foreach(lc, ((Append *) plan)->appendplans)
+				rs_bound_exists(lfirst(lc), subplans);
+			break;
+		case T_MergeAppend:
+			foreach(lc, ((MergeAppend *) plan)->mergeplans)
+				rs_bound_exists(lfirst(lc), subplans);
+			break;
+		case T_SubqueryScan:
+			rs_bound_exists(((SubqueryScan *) plan)->subplan, subplans);
+			break;
+		case T_CustomScan:
+			rs_exists_walker((Node *) ((CustomScan *) plan)->custom_exprs, subplans);
+			foreach(lc, ((CustomScan *) plan)->custom_plans)
+				rs_bound_exists(lfirst(lc), subplans);
+			break;
+		default:
 			break;
 	}
-	if (child != NULL && IsA(child, CustomScan) && ((CustomScan *) child)->methods == &rs_batch_scan_methods)
-		lthird(((CustomScan *) child)->custom_private) = makeInteger((int) bound);
 }
 
 Plan *

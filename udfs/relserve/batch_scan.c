@@ -86,7 +86,8 @@ typedef struct RsBatchState
 	StringInfoData order_note;	/* EXPLAIN ANALYZE: the order chosen and why */
 	char	   *qual_order;		/* why quals wait for a batch (EXPLAIN), or "" */
 	int			window_rows;
-	int			row_bound;		/* a LIMIT above needs only this many rows (0: every row; batch_plan.c) */
+	int			row_bound;		/* a LIMIT or EXISTS above needs only this many rows (0: every row; batch_plan.c) */
+	char	   *bound_by;		/* what set it: "a LIMIT", "an EXISTS" */
 	int			next_window;	/* under a row bound: the next window's rows, doubling up to window_rows */
 	long		rows_read;
 	FmgrInfo	open_fn;
@@ -139,6 +140,7 @@ rs_begin(CustomScanState *node, EState *estate, int eflags)
 	st->qual_order = strVal(lsecond(priv));
 	st->row_bound = intVal(lthird(priv));
 	st->order_quals = boolVal(list_nth(priv, 5));
+	st->bound_by = strVal(list_nth(priv, 6));
 	st->nsites = (list_length(priv) - RS_PRIV_HEAD) / RS_FIELDS_PER_SITE;
 	st->sites = palloc0(sizeof(RsExecSite) * st->nsites);
 	st->ninputs = list_length(cscan->custom_scan_tlist) - st->nsites;
@@ -784,8 +786,9 @@ rs_explain(CustomScanState *node, List *ancestors, ExplainState *es)
 	ExplainPropertyInteger("Window Rows", NULL, st->window_rows, es);
 	if (st->row_bound > 0)
 		ExplainPropertyText("Row Bound",
-							psprintf("%d (a LIMIT above): windows of %d rows first, doubling while rows are missing",
-									 st->row_bound, Min(st->window_rows, Max(RS_FIRST_BOUNDED_WINDOW, st->row_bound))),
+							psprintf("%d (%s above): windows of %d rows first, doubling while rows are missing",
+									 st->row_bound, st->bound_by,
+									 Min(st->window_rows, Max(RS_FIRST_BOUNDED_WINDOW, st->row_bound))),
 							es);
 	if (es->analyze)
 	{
@@ -794,8 +797,11 @@ rs_explain(CustomScanState *node, List *ancestors, ExplainState *es)
 		ExplainPropertyInteger("Rows Read", NULL, st->rows_read, es);
 		if (st->row_bound > 0 && !st->input_done)
 			ExplainPropertyText("Stopped",
-								psprintf("the LIMIT had its %d rows after %ld input rows; the rest were not read or sent",
-										 st->row_bound, st->rows_read),
+								strcmp(st->bound_by, "an EXISTS") == 0
+								? psprintf("the EXISTS had its row after %ld input rows; the rest were not read or sent",
+										   st->rows_read)
+								: psprintf("the LIMIT had its %d rows after %ld input rows; the rest were not read or sent",
+										   st->row_bound, st->rows_read),
 								es);
 		if (st->have_estimate)
 		{
