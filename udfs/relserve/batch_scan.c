@@ -446,13 +446,17 @@ rs_start_place(RsBatchState *st, int place)
 	stage = st->group[place];
 	for (b = 1; b <= st->nbatches; b++)
 		movable += st->group[b] == stage && st->movable[b];
-	if (st->ordered[stage] || movable < 2)
+	for (r = 0; r < st->nrows; r++)
+		inplay += !st->rows[r].dropped;
+	/*
+	 * only a stage's first place may order it, and only over rows: a window whose rows an earlier
+	 * stage all dropped runs the planner's order and leaves the choice to the next window
+	 */
+	if (st->ordered[stage] || movable < 2 || (place > 1 && st->group[place - 1] == stage) || inplay == 0)
 	{
 		rs_open_batch(st, st->order[place], NULL);
 		return;
 	}
-	for (r = 0; r < st->nrows; r++)
-		inplay += !st->rows[r].dropped;
 	want = Min(inplay, RS_ORDER_SAMPLE_ROWS);
 	st->sample = MemoryContextAllocZero(st->window_cxt, sizeof(bool) * Max(st->nrows, 1));
 	for (r = 0; r < st->nrows; r++)
