@@ -8,6 +8,8 @@ critic reviews, distinct texts, a seeded sample of ``--rows``), one call over it
   satisfied  llm_filter('Is the reviewer satisfied? Review: {review}')
   topic      llm_classify('What is this review about? Review: {review}', ['a movie', 'a product', 'a beer'])
              (beer reviews added to the table)
+  beer       llm_filter('Is this review about a beer? Review: {review}') over a table with 2% beer reviews
+  beer_kind  the same filter and table, its LLM answers the topic classify's 'a beer' (replays only)
 
 1. LLM-only: the call as it runs without the option (one relQuery, the default label method),
    cold: the label methods' per-template memory (examples, label means, priors) forgotten first,
@@ -68,6 +70,13 @@ TASKS = {
     # and movie reviews (rare_reviews)
     "beer": dict(fn="llm_filter", template="Is this review about a beer? Review: {review}", labels=None, beer=False,
                  rare="beer"),
+    # the same table, with a filter whose LLM answers follow the text: its "yes" rows are the rows
+    # the topic classify answers 'a beer' (the small model's own filter above reads one lump and
+    # keeps most rows). Replays only: a real run would ask the filter, not the classify
+    "beer_kind": dict(fn="llm_filter", template="Is this review about a beer? Review: {review}", labels=None,
+                      beer=False, rare="beer",
+                      answers_from=dict(fn="llm_classify", template="What is this review about? Review: {review}",
+                                        labels=["a movie", "a product", "a beer"], yes="a beer")),
 }
 #: the share of a rare task's table from its category
 RARE_SHARE = 0.02
@@ -139,10 +148,12 @@ def run_llm_only(engine, task: dict, texts: list[str]) -> dict:
     from relserve.planner.plan_and_run import run_call
 
     forget_template_memory()
+    source = task.get("answers_from")
     t0 = time.perf_counter()
-    out = run_call(make(task), [texts], engine=engine, cache=False, progress=False)
+    out = run_call(make(source or task), [texts], engine=engine, cache=False, progress=False)
     seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "values": out.values, "errors": sum(e is not None for e in out.errors)}
+    values = out.values if source is None else [None if v is None else v == source["yes"] for v in out.values]
+    return {"seconds": seconds, "values": values, "errors": sum(e is not None for e in out.errors)}
 
 
 def run_cascade(engine, task: dict, texts: list[str], target: float, seed: int, reference: list) -> dict:
@@ -497,6 +508,8 @@ def main() -> None:
     from relserve import Engine
 
     task = TASKS[args.task]
+    if "answers_from" in task and seeds_of(args.real):
+        ap.error(f"--task {args.task} takes its LLM answers from another call: replays only (--real '')")
     texts = reviews(args.rows, beer=task["beer"], rare=task.get("rare"))
     saved = args.llm_answers is not None and args.llm_answers.exists()
     # the engine only when something runs on it (replays of saved answers need none)
