@@ -10,6 +10,7 @@ critic reviews, distinct texts, a seeded sample of ``--rows``), one call over it
              (beer reviews added to the table)
   beer       llm_filter('Is this review about a beer? Review: {review}') over a table with 2% beer reviews
   beer_kind  the same filter and table, its LLM answers the topic classify's 'a beer' (replays only)
+  beer_truth the same filter and table, its answers the truth (replays only, no LLM)
 
 1. LLM-only: the call as it runs without the option (one relQuery, the default label method),
    cold: the label methods' per-template memory (examples, label means, priors) forgotten first,
@@ -77,6 +78,11 @@ TASKS = {
                       beer=False, rare="beer",
                       answers_from=dict(fn="llm_classify", template="What is this review about? Review: {review}",
                                         labels=["a movie", "a product", "a beer"], yes="a beer")),
+    # the same filter and table, its answers the truth (which rows come from the beer table): a
+    # stand-in for a model whose answers keep the 2% the question asks for, which the small
+    # model's do not. Replays only; no LLM runs (times are estimated at --llm-rate rows/s)
+    "beer_truth": dict(fn="llm_filter", template="Is this review about a beer? Review: {review}", labels=None,
+                       beer=False, rare="beer", answers_from="truth"),
 }
 #: the share of a rare task's table from its category
 RARE_SHARE = 0.02
@@ -142,6 +148,17 @@ def make(task: dict, **options):
     from relserve.functions import make_call
 
     return make_call(task["fn"], task["template"], labels=task["labels"], **options)
+
+
+def truth_answers(texts: list[str], llm_rate: float) -> dict:
+    """Whether each text is a beer review (from the beer table), in place of an LLM's answers;
+    the seconds an LLM at ``llm_rate`` rows/s would take, for the replays' estimates."""
+    import polars as pl
+
+    from relserve.workloads import load_table
+
+    beer = set(load_table("beer_reviews").select(pl.col("review_text")).drop_nulls().to_series().to_list())
+    return {"seconds": len(texts) / llm_rate, "values": [t in beer for t in texts], "errors": 0}
 
 
 def run_llm_only(engine, task: dict, texts: list[str]) -> dict:
@@ -497,6 +514,9 @@ def main() -> None:
     ap.add_argument("--recall", type=float, default=0.9, help="cascade_recall of --kept / --real-kept")
     ap.add_argument("--precision", type=float, default=0.9, help="cascade_precision of --kept / --real-kept")
     ap.add_argument("--failure", type=float, default=0.05, help="cascade_failure of --kept / --real-kept")
+    ap.add_argument("--llm-rate", type=float, default=28.76,
+                    help="with --task beer_truth: the LLM rows/s the replays' times are estimated at (default: the "
+                         "beer filter's LLM-only rate measured on 6 Dec, bf16, Intel Xeon 2 CPUs)")
     ap.add_argument("--rate-rows", type=int, default=0,
                     help="also time the LLM alone on the table's first N rows in this run (its rows/s beside the "
                          "real runs, when the LLM-only answers were read from an earlier run)")
@@ -512,13 +532,17 @@ def main() -> None:
         ap.error(f"--task {args.task} takes its LLM answers from another call: replays only (--real '')")
     texts = reviews(args.rows, beer=task["beer"], rare=task.get("rare"))
     saved = args.llm_answers is not None and args.llm_answers.exists()
-    # the engine only when something runs on it (replays of saved answers need none)
-    engine = Engine() if not saved or seeds_of(args.real) else None
+    # the engine only when something runs on it (replays of saved answers or of the truth need none)
+    engine = Engine() if (not saved and task.get("answers_from") != "truth") or seeds_of(args.real) else None
     try:
         if saved:
             llm = json.loads(args.llm_answers.read_text())
             assert len(llm["values"]) == args.rows, "the saved LLM-only answers are of another table"
             print(f"LLM-only answers read from {args.llm_answers} (measured in an earlier run)")
+        elif task.get("answers_from") == "truth":
+            llm = truth_answers(texts, args.llm_rate)
+            print(f"answers: the truth, {sum(llm['values']):,} beer reviews; times estimated at {args.llm_rate} "
+                  "LLM rows/s (--llm-rate)")
         else:
             llm = run_llm_only(engine, task, texts)
             if args.llm_answers:
