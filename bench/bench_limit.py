@@ -146,6 +146,17 @@ def polars_limit(engine, table: pl.DataFrame) -> Measured:
                     [record.stopped] if record.stopped else [])
 
 
+def postgres_reviews(db, table: pl.DataFrame) -> None:
+    """The table as ``reviews`` in the database, and a session that asks the engine (no cache) and
+    waits as long as a benchmark run takes."""
+    db.execute("CREATE TABLE reviews (id int PRIMARY KEY, review text)")
+    with db.cursor() as cur:
+        cur.executemany("INSERT INTO reviews VALUES (%s, %s)", list(zip(table["id"], table["review"])))
+    db.execute("ANALYZE reviews")
+    db.execute("SET relserve.cache = off")
+    db.execute("SET relserve.timeout = 3600")
+
+
 def postgres_limit(engine, table: pl.DataFrame) -> Measured:
     import psycopg
     from pg_setup import cluster_and_server
@@ -155,12 +166,7 @@ def postgres_limit(engine, table: pl.DataFrame) -> Measured:
 
     fresh_start()
     with cluster_and_server(engine) as (conninfo, url), psycopg.connect(conninfo, autocommit=True) as db:
-        db.execute("CREATE TABLE reviews (id int PRIMARY KEY, review text)")
-        with db.cursor() as cur:
-            cur.executemany("INSERT INTO reviews VALUES (%s, %s)", list(zip(table["id"], table["review"])))
-        db.execute("ANALYZE reviews")
-        db.execute("SET relserve.cache = off")
-        db.execute("SET relserve.timeout = 3600")
+        postgres_reviews(db, table)
         with Client(url, api_key=KEY) as c:
             before = {j.id for j in c.list()}
         call = f"llm_filter('{POSITIVE.replace('{review}', '{r}')}', review)"
@@ -247,12 +253,7 @@ def postgres_order(engine, table: pl.DataFrame, repeat: int = 1) -> tuple[list[M
     from pg_setup import cluster_and_server
 
     with cluster_and_server(engine) as (conninfo, url), psycopg.connect(conninfo, autocommit=True) as db:
-        db.execute("CREATE TABLE reviews (id int PRIMARY KEY, review text)")
-        with db.cursor() as cur:
-            cur.executemany("INSERT INTO reviews VALUES (%s, %s)", list(zip(table["id"], table["review"])))
-        db.execute("ANALYZE reviews")
-        db.execute("SET relserve.cache = off")
-        db.execute("SET relserve.timeout = 3600")
+        postgres_reviews(db, table)
         postgres_two_filters(db, url, WARM_A, WARM_B, order=True, name="warm-up")
         runs = [("written (selective 2nd)", COMMON, RARE, False), ("planned", COMMON, RARE, True),
                 ("written best (selective 1st)", RARE, COMMON, False), ("equal shares, written", SAME_A, SAME_B, False),

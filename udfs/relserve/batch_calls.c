@@ -73,19 +73,6 @@ rs_set_rel_pathlist(PlannerInfo *root, RelOptInfo *rel, Index rti, RangeTblEntry
 	}
 }
 
-static bool
-rs_batching_on(void)
-{
-	const char *v = rs_setting("batch_calls");
-	bool		on = true;
-
-	if (v[0] != '\0' && !parse_bool(v, &on))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("relserve.batch_calls must be a boolean (on or off), got \"%s\"", v)));
-	return on;
-}
-
 static PlannedStmt *
 rs_planner(Query *parse, const char *query_string, int cursorOptions, ParamListInfo boundParams)
 {
@@ -117,7 +104,7 @@ rs_planner(Query *parse, const char *query_string, int cursorOptions, ParamListI
 	 * security_barrier view's: a node with such a call is batched all the same, so that the call
 	 * goes out isolated (issue 63)
 	 */
-	if (!rs_batching_on())
+	if (!rs_setting_bool("batch_calls", true))
 	{
 		if (planning.max_security_level == 0)
 			return stmt;

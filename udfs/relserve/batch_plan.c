@@ -11,8 +11,6 @@
 #include "optimizer/optimizer.h"
 #include "parser/parsetree.h"
 
-#include "utils/builtins.h"
-
 #include "batch_calls.h"
 #include "relserve.h"
 
@@ -121,20 +119,6 @@ rs_scan_relid(Plan *plan, List *rtable)
 		return InvalidOid;
 	rte = rt_fetch(scanrelid, rtable);
 	return rte->rtekind == RTE_RELATION ? rte->relid : InvalidOid;
-}
-
-/* relserve.order_quals: whether the llm quals of one security level run cheapest first (default on) */
-static bool
-rs_order_quals_on(void)
-{
-	const char *v = rs_setting("order_quals");
-	bool		on = true;
-
-	if (v[0] != '\0' && !parse_bool(v, &on))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("relserve.order_quals must be a boolean (on or off), got \"%s\"", v)));
-	return on;
 }
 
 /*
@@ -325,7 +309,7 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 					  makeInteger(0));	/* the row bound: a LIMIT above sets it (rs_bound_batch) */
 	priv = lappend(priv, groups);
 	priv = lappend(priv, labels);
-	priv = lappend(priv, makeBoolean(rs_order_quals_on()));
+	priv = lappend(priv, makeBoolean(rs_setting_bool("order_quals", true)));
 	priv = lappend(priv, makeString(pstrdup("")));	/* what set the row bound: "a LIMIT", "an EXISTS" */
 	k = 0;
 	foreach(lc, rw.sites)

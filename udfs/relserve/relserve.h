@@ -9,6 +9,7 @@
 /* settings.c: define the relserve.* settings; a setting's text ("" when unset) */
 extern void rs_settings_init(void);
 extern const char *rs_setting(const char *name);
+extern bool rs_setting_bool(const char *name, bool dflt);
 /* the names of the call settings (and of the call options of a foreign table), NULL-terminated */
 extern const char *const rs_setting_names[];
 

@@ -17,6 +17,7 @@
 
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/guc_tables.h"
 
@@ -178,4 +179,18 @@ rs_setting(const char *name)
 	const char *v = GetConfigOption(psprintf("relserve.%s", name), true, false);
 
 	return v ? v : "";
+}
+
+/* a boolean setting (on / off), ``dflt`` when unset; a bad value is an error naming the setting */
+bool
+rs_setting_bool(const char *name, bool dflt)
+{
+	const char *v = rs_setting(name);
+	bool		on = dflt;
+
+	if (v[0] != '\0' && !parse_bool(v, &on))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("relserve.%s must be a boolean (on or off), got \"%s\"", name, v)));
+	return on;
 }
