@@ -55,6 +55,7 @@ BATCHED = "SELECT llm_map('Say {r}', review) FROM reviews"
 SETTINGS = [
     ("on_server_error", "sometimes", r"relserve.on_server_error must be 'null' or 'raise', got 'sometimes'"),
     ("batch_calls", "maybe", r"relserve.batch_calls must be a boolean \(on or off\), got .maybe."),
+    ("order_quals", "sometimes", r"relserve.order_quals must be a boolean \(on or off\), got .sometimes."),
     ("batch_window", "0", r"relserve.batch_window must be a whole number of rows from 1 to 10000, got 0"),
     ("batch_window", "20000", r"relserve.batch_window must be a whole number of rows from 1 to 10000, got 20000"),
     ("batch_window", "many", r"relserve.batch_window must be a whole number, got 'many'"),
@@ -98,6 +99,13 @@ def test_a_bad_setting_is_refused_naming_it(cluster, fake, name, value, message)
 def test_a_bad_batch_window_is_refused_by_the_batch_node_too(cluster, fake):
     refused(cluster, fake, ["SET relserve.batch_window = '0'", BATCHED], BAD_PARAMETER,
             r'relserve.batch_window must be a whole number of rows from 1 to 10000, got "0"')
+
+
+def test_a_bad_order_quals_is_refused_by_the_batch_node_when_it_plans(cluster, fake):
+    # the node reads the setting while planning a WHERE of llm quals (udfs/relserve/batch_plan.c)
+    where = "SELECT id FROM reviews WHERE llm_filter('Good? {r}', review) AND llm_filter('Long? {r}', review)"
+    refused(cluster, fake, ["SET relserve.order_quals = 'sometimes'", where], BAD_PARAMETER,
+            r'relserve.order_quals must be a boolean \(on or off\), got "sometimes"')
 
 
 MAP_QUERY = "SELECT * FROM llm_map_query('Say {x}', 'SELECT 1::text AS x', %s)"

@@ -288,3 +288,47 @@ def test_the_llm_quals_of_a_where_run_cheapest_first_each_over_the_rows_the_earl
             f"batch 1 (llm_filter) kept {SAMPLE_ROWS} of {SAMPLE_ROWS} sampled rows") in analyzed, analyzed
     assert f"batch 2 (llm_classify) kept {len(narrow & sample)} of {SAMPLE_ROWS} sampled rows" in analyzed, analyzed
     assert f"Rows Sent: {SAMPLE_ROWS + SAID_ROWS + len(narrow - sample)}" in analyzed, analyzed
+
+
+def test_a_first_window_an_earlier_security_stage_emptied_leaves_the_order_to_the_next(server, cluster):
+    """Row-level security whose policy calls the LLM is a security stage before the WHERE's label
+    quals. Where it hides every row of the first window, the label quals have no rows to be
+    measured on there: the next window's rows order them (not an empty sample, which would fix
+    the planner's order for the scan), and the rows are those each qual alone keeps."""
+    window, rows = 32, 100
+    key = ROLE_KEYS["alice"]
+    with connect(cluster) as db:
+        db.execute("DROP TABLE IF EXISTS said_rls")
+        # the first window's tags are NULL: the policy's call fails those rows, whatever the model says
+        db.execute("CREATE TABLE said_rls AS SELECT g AS id, CASE WHEN g % 8 = 0 THEN 'We shared a cold beer on day ' "
+                   f"|| g ELSE 'We watched a long film on day ' || g END AS s, CASE WHEN g > {window} THEN 'tag ' || g END "
+                   f"AS tag FROM generate_series(1, {rows}) g")
+        db.execute("ALTER TABLE said_rls ENABLE ROW LEVEL SECURITY")
+        db.execute("CREATE POLICY seen ON said_rls USING (llm_map('Say ok to {t}', tag) IS NOT NULL)")
+        db.execute("GRANT SELECT ON said_rls TO alice")
+    visible = list(range(window + 1, rows + 1))
+    both = f"SELECT id FROM said_rls WHERE {BROAD} AND {NARROW} ORDER BY id"
+    with connect_uncached(cluster, "alice") as db:
+        db.execute("SET relserve.max_tokens = 2")
+        db.execute(f"SET relserve.batch_window = {window}")
+        alone = db.execute(f"SELECT id, {BROAD}, {NARROW} FROM said_rls ORDER BY id").fetchall()
+        assert [i for i, _, _ in alone] == visible  # the policy hides the first window's rows
+        broad = {i for i, b, _ in alone if b}
+        narrow = {i for i, _, n in alone if n}
+        second = set(range(window + 1, 2 * window + 1))  # the sample: every row of the second window
+        assert broad == set(visible) and 0 < len(narrow & second) < window, sorted(narrow)
+        before = jobs_of(server, key)
+        got = [i for (i,) in db.execute(both).fetchall()]
+        jobs = sorted((j for k, j in jobs_of(server, key).items() if k not in before), key=lambda j: j.created)
+        analyzed = "\n".join(r for (r,) in db.execute(f"EXPLAIN (ANALYZE, COSTS OFF) {both}"))
+    assert got == sorted(narrow)
+    # per window of 32 rows: the policy's relQuery first (the first window's: every row hidden, and
+    # nothing after it); the second window's rows are the sample both label quals answer; from
+    # then on the narrow qual over the window, the broad one over the rows it kept (none: no relQuery)
+    third, last = set(range(2 * window + 1, 3 * window + 1)), set(range(3 * window + 1, rows + 1))
+    want = [window] * 6 + [len(narrow & third)] * bool(narrow & third) + [len(last), len(last)] + (
+        [len(narrow & last)] * bool(narrow & last))
+    assert [j.progress.total for j in jobs] == want, [j.progress.total for j in jobs]
+    assert ("Order of LLM Quals: batches 3, 2 in this order, cheapest per row removed first; "
+            f"batch 2 (llm_filter) kept {window} of {window} sampled rows") in analyzed, analyzed
+    assert f"batch 3 (llm_classify) kept {len(narrow & second)} of {window} sampled rows" in analyzed, analyzed
