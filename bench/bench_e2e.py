@@ -16,6 +16,12 @@ at the same arrival times, on the same model folder, one after another on this m
 4. ``relserve-cache``: the same server with its result cache on, over a second pass of the
    workload at the highest load (the first pass, which fills the cache, is reported too).
 
+relserve keeps one label plan per filter or classify call, made by the call's first statement
+of enough rows. Every load starts with the plans in the same state (``--plans``): ``warm``, the
+default, makes them before the measured passes by running each statement with a label call once
+over 64 rows no measured statement reads (a user's earlier statement of the call); ``cold`` runs each load as a
+tenant of its own, so each call's first statements at every load make its plan.
+
 A session runs its statements in order, each once it has arrived and the previous one has ended
 (a connection runs one statement at a time); latency = end - arrival. The loads (``--loads``,
 fractions of ``--rate`` statements/s) share the statement mix and arrival pattern, with rows drawn
@@ -30,6 +36,7 @@ the generated columns (llm_map, llm_extract) row by row, and reports label agree
 
     .venv/bin/python bench/bench_e2e.py --quick     # about 10 minutes: small sizes, short window
     .venv/bin/python bench/bench_e2e.py             # the full run (41 min on 2 quiet AMD EPYC cores)
+    .venv/bin/python bench/bench_e2e.py --plans cold   # every load's first statements make the plans
 
     .venv/bin/python bench/bench_e2e.py --workload other   # the second workload: other tables,
                                                           # templates and prompt/answer lengths
@@ -104,6 +111,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--dtype", default="auto",
                     help="every contender's dtype (auto: relserve's default, bfloat16 where the CPU computes it natively, "
                          "else float32; or float32, bfloat16)")
+    ap.add_argument("--plans", choices=("warm", "cold"), default="warm",
+                    help="relserve's label plans when each load starts: warm (default; each statement with a "
+                         "label call ran once before, on rows no measured statement reads, as a user's earlier statement of the call) "
+                         "or cold (a tenant per load: each call's first statements make its plan)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--report", type=Path, metavar="DIR",
                     help="write the report again from the phase files a run left in DIR (give the run's other options too)")
@@ -121,7 +132,8 @@ def options(args: argparse.Namespace) -> RunOptions:
         rate, window, loads = args.rate or 0.1, args.window or 240.0, args.loads or "0.5,1.0"
     return RunOptions(quick=args.quick, sessions=args.sessions, rate=rate, window=window, loads_arg=loads, seed=args.seed,
                       contenders=tuple(c.strip() for c in args.contenders.split(",") if c.strip()), datasets=args.datasets,
-                      workload=args.workload, out=args.out, report=args.report, alone=args.alone, dtype=args.dtype)
+                      workload=args.workload, out=args.out, report=args.report, alone=args.alone, dtype=args.dtype,
+                      plans=args.plans)
 
 
 def log(msg: str) -> None:
@@ -145,7 +157,8 @@ def main() -> None:
         from relserve.model import resolve_model
 
         ctx = PhaseContext(workdir=Path(args.workdir), datasets=opts.datasets, sql_dir=sql_dir, contenders=opts.contenders,
-                           model_path=str(resolve_model("smollm2").path), work_by_load=work_by_load, log=log)
+                           model_path=str(resolve_model("smollm2").path), work_by_load=work_by_load, log=log,
+                           statements=tuple(statements), plans=opts.plans)
         result = phase_runner(args.phase)(ctx)
         Path(args.workdir, f"{args.phase}.json").write_text(json.dumps(result, default=str))
         return

@@ -460,3 +460,60 @@ def test_the_reports_kinds_compare_each_statement_kind_with_relserves():
     assert kinds[1].vs_relserve("vllm-offline") == pytest.approx(1.1) and kinds[0].vs_relserve("vllm-offline") is None
     lines = markdown([k.as_dict() for k in kinds], ["vllm-offline", "relserve"])
     assert "| 0.5 | map_movies | 3.00 | 3.30 (1.10x) |" in lines and "| 0.5 | extract_beers |  | 1.00 |" in lines
+
+
+# ------------------------------------------------------------------------------ label plans at each load's start
+
+
+def test_the_plan_making_statements_read_rows_no_measured_statement_reads():
+    from e2e.workload import PLAN_WARM_ROWS, plan_statements
+
+    statements = b.load_statements(b.WORKLOADS["main"])
+    items = b.build_workload(statements, sessions=8, rate=0.1, horizon=480.0, seed=16)
+    work = {load: b.at_load(items, statements, load, 240.0, 16) for load in (0.5, 1.0)}
+    made = plan_statements(statements, work)
+    # the statements whose calls have label plans: a filter in WHERE, a classify
+    assert [m.item.name for m in made] == ["classify_products", "complaints", "filter_reviews"]
+    assert {m.item.rows for m in made} == {PLAN_WARM_ROWS}
+    table = {s.name: s.table for s in statements}
+    for m in made:
+        ids = set(range(m.offset + 1, m.offset + PLAN_WARM_ROWS + 1))
+        assert ids <= set(range(1, b.TABLE_ROWS + 1)), m
+        # no measured row of any load, nor another plan-making statement's rows of the same table
+        measured = {i for ws in work.values() for w in ws if table[w.item.name] == table[m.item.name]
+                    for i in range(w.offset + 1, w.offset + w.item.rows + 1)}
+        others = {i for o in made if o is not m and table[o.item.name] == table[m.item.name]
+                  for i in range(o.offset + 1, o.offset + PLAN_WARM_ROWS + 1)}
+        assert not ids & measured and not ids & others, m.item.name
+        assert f"id > {m.offset} AND id <= {m.offset} + {PLAN_WARM_ROWS}" in m.sql
+
+
+@pytest.mark.parametrize("ranges,want", [
+    ([], 0),
+    ([(0, 10)], 10),
+    ([(5, 10)], 10),           # 5 free rows before it: too few for 8
+    ([(8, 20)], 0),            # exactly 8 free rows before it
+    ([(0, 10), (12, 30), (25, 40)], 40),
+    ([(0, 93)], None),         # 7 rows left of 100
+])
+def test_the_first_free_offset_of_a_table(ranges, want):
+    from e2e.workload import _free_offset
+
+    assert _free_offset(ranges, 8, 100) == want
+
+
+def test_the_phase_gets_the_plans_state_and_the_report_says_it():
+    from e2e.report import plans_line
+    from e2e.runner import phase_command
+
+    opts = b.options(b.parse_args(["--quick", "--plans", "cold", "--contenders", "vllm-offline,relserve"]))
+    cmd = phase_command(Path("bench_e2e.py"), opts, "relserve", Path("/tmp/w"))
+    assert cmd[cmd.index("--plans") + 1] == "cold"
+    assert b.options(b.parse_args(["--quick"])).plans == "warm"
+    with pytest.raises(SystemExit):
+        b.parse_args(["--plans", "tepid"])
+    warm = {"plans": "warm", "plans_made": {"statements": 5, "rows": 320, "seconds": 12.4}}
+    assert plans_line(warm) == ("relserve's label plans: warm. Before the measured passes, 5 statements (320 rows that "
+                                "no measured statement reads) made each call's plan in 12 s, not measured.")
+    assert plans_line({"plans": "cold"}).startswith("relserve's label plans: cold. Each load ran as a tenant of its own")
+    assert plans_line({}).startswith("relserve's label plans: not recorded")

@@ -29,6 +29,9 @@ class RunOptions:
     alone: bool = False
     #: every contender's dtype ("auto": relserve's default for this CPU; ``--dtype``)
     dtype: str = "auto"
+    #: relserve's label plans at the start of each load: "warm" (made before the measured passes,
+    #: on rows no measured statement reads) or "cold" (a tenant per load: none yet); ``--plans``
+    plans: str = "warm"
 
     @property
     def loads(self) -> list[float]:

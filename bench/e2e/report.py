@@ -116,6 +116,9 @@ def summarize(args: RunOptions, statements: list[Statement], work_by_load: dict[
         # each phase's own dtype, as it ran (a phase file from before this was recorded: None)
         "dtypes": {p: r.get("dtype") for p, r in results.items()},
         "engine_start_s": {p: r.get("engine_start_s") for p, r in results.items()},
+        # relserve's label plans when each load started (a phase file from before: None)
+        "plans": results.get("relserve", {}).get("plans"),
+        "plans_made": results.get("relserve", {}).get("plans_made"),
         "phase_s": {p: r.get("phase_s") for p, r in results.items()},
         "total_s": total_s,
         "headline_load": float(top),
@@ -142,6 +145,18 @@ def dtypes_line(report: dict) -> str:
     if len(set(ran.values())) == 1:
         return f"{next(iter(ran.values()))}, every contender"
     return "NOT THE SAME for every contender: " + ", ".join(f"{p} {d}" for p, d in ran.items())
+
+
+def plans_line(report: dict) -> str:
+    """relserve's label plans when each load started (``--plans``)."""
+    plans, made = report.get("plans"), report.get("plans_made")
+    if plans == "warm" and made:
+        return (f"relserve's label plans: warm. Before the measured passes, {made['statements']} statements "
+                f"({made['rows']} rows that no measured statement reads) made each call's plan in "
+                f"{fmt_number(made['seconds'], '.0f')} s, not measured.")
+    if plans == "cold":
+        return "relserve's label plans: cold. Each load ran as a tenant of its own, so each call's first statements made its plan."
+    return "relserve's label plans: not recorded (the loads ran in one tenant: the first load made them)."
 
 
 def markdown(report: dict) -> str:
@@ -185,6 +200,7 @@ def markdown(report: dict) -> str:
         by = {p["load"]: p for p in pts}
         lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(fmt_number(by[ld]["mean_latency_s"]) if ld in by else "" for ld in w["loads"]) + " |")
     lines += ["", "Engine start (s): " + ", ".join(f"{k} {fmt_number(v, '.0f')}" for k, v in report["engine_start_s"].items()), ""]
+    lines += [plans_line(report), ""]
     lines += kinds_markdown(report.get("kinds", []), list(report["curve"]))
     lines += overhead_markdown(report.get("overhead", {}))
     return "\n".join(lines)

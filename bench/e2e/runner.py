@@ -29,7 +29,7 @@ def phase_command(entry: Path, opts: RunOptions, phase: str, workdir: Path) -> l
     return [sys.executable, str(entry), "--phase", phase, "--workdir", str(workdir), "--sessions", str(opts.sessions),
             "--rate", str(opts.rate), "--window", str(opts.window), "--loads", opts.loads_arg, "--seed", str(opts.seed),
             "--datasets", str(opts.datasets), "--workload", opts.workload, "--contenders", ",".join(opts.contenders),
-            "--dtype", opts.dtype] + (
+            "--dtype", opts.dtype, "--plans", opts.plans] + (
         ["--quick"] if opts.quick else []) + (["--alone"] if opts.alone else [])
 
 

@@ -164,3 +164,47 @@ def one_at_a_time(work: list[Scheduled]) -> list[Scheduled]:
     latency is what the contender's work costs with no queue, the least any scheduling of that
     work can reach at any load (statements keep their order, so caches warm as in the run)."""
     return [replace(w, back_to_back=True) for w in sorted(work, key=lambda w: (w.arrival, w.item.session, w.item.seq))]
+
+
+#: rows of each statement's plan-making run (``--plans warm``): enough for a label plan that is
+#: not provisional (relserve/labels/resolution.py: 16) and the adaptive method's 64-row sample
+PLAN_WARM_ROWS = 64
+
+
+def plan_statements(
+    statements: list[Statement], work_by_load: dict[float, list[Scheduled]], table_rows: int = TABLE_ROWS,
+    rows: int = PLAN_WARM_ROWS,
+) -> list[Scheduled]:
+    """Each statement with a label call (``llm_filter`` in WHERE, ``llm_classify``) once over
+    ``rows`` rows of its table that no measured statement of any load reads (``--plans warm``): a
+    user's earlier statement of the same call, which made its label plan. Their answers are not
+    measured, and the measured rows are not in them: the engine's prefix cache and relserve's
+    result cache hold none of the measured rows' prompts."""
+    taken: dict[str, list[tuple[int, int]]] = {}
+    by_name = {s.name: s for s in statements}
+    for work in work_by_load.values():
+        for w in work:
+            taken.setdefault(by_name[w.item.name].table, []).append((w.offset, w.offset + w.item.rows))
+    out = []
+    for st in statements:
+        if not (st.filters_rows or st.labels):
+            continue
+        offset = _free_offset(sorted(taken.get(st.table, [])), rows, table_rows)
+        if offset is None:
+            raise ValueError(f"{st.table}: no {rows} rows that no measured statement reads, for {st.name}'s label plan")
+        taken.setdefault(st.table, []).append((offset, offset + rows))  # two statements of one table: apart
+        item = Item(session=-1, seq=len(out), name=st.name, rows=rows, base_arrival=0.0)
+        out.append(Scheduled(item, load=0.0, arrival=0.0, offset=offset, sql=st.sql(offset, rows), back_to_back=True))
+    return out
+
+
+def _free_offset(ranges: list[tuple[int, int]], rows: int, table_rows: int) -> int | None:
+    """The first offset o with ids o+1..o+rows inside the table and in none of ``ranges`` (each
+    (offset, offset + rows): ids offset+1..offset+rows, as the statements' ``id > $offset AND id
+    <= $offset + $rows``)."""
+    at = 0
+    for lo, hi in sorted(ranges):
+        if lo - at >= rows:
+            break
+        at = max(at, hi)
+    return at if at + rows <= table_rows else None

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from e2e.workload import Scheduled
+from e2e.workload import Scheduled, Statement
 
 Log = Callable[[str], None]
 
@@ -24,3 +24,7 @@ class PhaseContext:
     #: each load's statements, lowest load first
     work_by_load: dict[float, list[Scheduled]]
     log: Log
+    #: the workload's statements (one file each)
+    statements: tuple[Statement, ...] = ()
+    #: the label plans' state at the start of each load: "warm" or "cold" (``--plans``)
+    plans: str = "warm"

@@ -6,6 +6,17 @@ warm-up goes through ``relserve.client.Client``.
 3. ``relserve``: result cache off;
 4. ``relserve-cache``: a new server with the result cache on, the highest load's statements twice
    (the first pass fills the cache and is reported too).
+
+Every load starts with its calls' label plans in the same state (``--plans``), so that the order
+in which the loads run does not decide which of them pays the plans' first passes:
+
+- ``warm`` (the default): before the measured passes each statement with a label call (a filter
+  in WHERE, a classify) runs once over 64 rows no measured statement reads, as a user's earlier
+  statement of the same call would have; a label
+  plan is made once per call and kept (relserve/labels/resolution.py), so no measured statement
+  makes one;
+- ``cold``: each load runs as a tenant of its own, whose plans start empty (plans are kept per
+  tenant): each call's first statements at every load make its plan.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from e2e.passes import measured_pass
 from e2e.processes import free_port, stop, wait_http
 from e2e.prometheus import prom_tokens
 from e2e.sessions import StatementAnswer
-from e2e.workload import Scheduled, tables_sql
+from e2e.workload import Scheduled, plan_statements, table_rows, tables_sql
 
 
 @contextlib.contextmanager
@@ -56,12 +67,19 @@ def run(ctx: PhaseContext) -> dict[str, Any]:
     # engine): the one internal read here, for the report's row counts
     from relserve.duckdb_ext.connections import session_of
 
-    key = "bench-e2e-" + os.urandom(8).hex()
-    # a tenant of its own: a result-cache scope no earlier run has filled
+    # tenants of their own: a result-cache scope and label plans no earlier run has made; under
+    # --plans cold one per load (a tenant's plans are its own), else one for the whole run
+    names = [str(load) for load in ctx.work_by_load] if ctx.plans == "cold" else ["run"]
+    keys = {name: "bench-e2e-" + os.urandom(8).hex() for name in names}
+    stamp = int(time.time())
     tenants = ctx.workdir / "tenants.toml"
-    tenants.write_text(f'[tenants.bench-{int(time.time())}]\nkey = "{key}"\nadmin = true\n')  # admin: reads /metrics
+    tenants.write_text("".join(f'[tenants.bench-{stamp}-{i}]\nkey = "{keys[n]}"\nadmin = true\n'  # admin: reads /metrics
+                               for i, n in enumerate(names)))
 
-    def run_pass(url: str, work: list[Scheduled], cache: bool) -> dict[str, Any]:
+    def key_of(load: float) -> str:
+        return keys.get(str(load), keys[names[0]])
+
+    def run_pass(url: str, work: list[Scheduled], cache: bool, key: str) -> dict[str, Any]:
         def connect(s: int) -> relserve.duckdb.Connection:
             con = relserve.duckdb.connect(config={"threads": 1}, server=url, api_key=key, cache=cache, progress=False)
             con.execute(tables_sql(ctx.datasets, ctx.sql_dir))
@@ -91,15 +109,31 @@ def run(ctx: PhaseContext) -> dict[str, Any]:
         return out
 
     def warm_up(url: str) -> None:
-        with Client(url, api_key=key) as c:  # as for the other contenders
+        with Client(url, api_key=keys[names[0]]) as c:  # as for the other contenders
             c.run(prompts=["Say hi."], max_tokens=2, cache=False)
 
-    result: dict[str, Any] = {"loads": {}, "cache_loads": {}, "dtype": ENGINE.dtype}
+    def make_plans(url: str) -> dict[str, Any]:
+        """--plans warm: each statement once, on rows no measured statement reads (not measured)."""
+        t0 = time.perf_counter()
+        work = plan_statements(ctx.statements, ctx.work_by_load, table_rows(ctx.sql_dir))
+        con = relserve.duckdb.connect(config={"threads": 1}, server=url, api_key=keys[names[0]], cache=False, progress=False)
+        con.execute(tables_sql(ctx.datasets, ctx.sql_dir))
+        for w in work:
+            rel = con.sql(w.sql)
+            if rel is not None:
+                rel.fetchall()
+        took = time.perf_counter() - t0
+        ctx.log(f"relserve: label plans made by {len(work)} statements of {work[0].item.rows} rows in {took:.0f} s (not measured)")
+        return {"statements": len(work), "rows": sum(w.item.rows for w in work), "seconds": took}
+
+    result: dict[str, Any] = {"loads": {}, "cache_loads": {}, "dtype": ENGINE.dtype, "plans": ctx.plans}
     with relserve_server(ctx, tenants, "cache-off") as (url, started):
         warm_up(url)
         result["engine_start_s"] = started
+        if ctx.plans == "warm":
+            result["plans_made"] = make_plans(url)
         for load, work in ctx.work_by_load.items():
-            result["loads"][str(load)] = run_pass(url, work, cache=False)
+            result["loads"][str(load)] = run_pass(url, work, cache=False, key=key_of(load))
             ctx.log(f"relserve: load {load} (cache off) done in {result['loads'][str(load)]['wall_s']:.0f} s")
     if "relserve-cache" in ctx.contenders:
         # a new server, so that the first pass starts from an empty prefix cache as the cache-off
@@ -107,9 +141,9 @@ def run(ctx: PhaseContext) -> dict[str, Any]:
         top = max(ctx.work_by_load)
         with relserve_server(ctx, tenants, "cache-on") as (url, _):
             warm_up(url)
-            first = run_pass(url, ctx.work_by_load[top], cache=True)
+            first = run_pass(url, ctx.work_by_load[top], cache=True, key=key_of(top))
             ctx.log(f"relserve: load {top} cache on, 1st pass done in {first['wall_s']:.0f} s")
-            second = run_pass(url, ctx.work_by_load[top], cache=True)
+            second = run_pass(url, ctx.work_by_load[top], cache=True, key=key_of(top))
             ctx.log(f"relserve: load {top} cache on, 2nd pass done in {second['wall_s']:.0f} s")
         result["cache_loads"] = {"first": first, "second": second, "load": top}
     return result
