@@ -189,7 +189,7 @@ def plan_statements(
     for st in statements:
         if not (st.filters_rows or st.labels):
             continue
-        offset = _free_offset(sorted(taken.get(st.table, [])), rows, table_rows)
+        offset = _free_offset(taken.get(st.table, []), rows, table_rows)
         if offset is None:
             raise ValueError(f"{st.table}: no {rows} rows that no measured statement reads, for {st.name}'s label plan")
         taken.setdefault(st.table, []).append((offset, offset + rows))  # two statements of one table: apart

@@ -12,9 +12,8 @@ in which the loads run does not decide which of them pays the plans' first passe
 
 - ``warm`` (the default): before the measured passes each statement with a label call (a filter
   in WHERE, a classify) runs once over 64 rows no measured statement reads, as a user's earlier
-  statement of the same call would have; a label
-  plan is made once per call and kept (relserve/labels/resolution.py), so no measured statement
-  makes one;
+  statement of the same call would have; a label plan is made once per call and kept
+  (relserve/labels/resolution.py), so no measured statement makes one;
 - ``cold``: each load runs as a tenant of its own, whose plans start empty (plans are kept per
   tenant): each call's first statements at every load make its plan.
 """
@@ -79,11 +78,15 @@ def run(ctx: PhaseContext) -> dict[str, Any]:
     def key_of(load: float) -> str:
         return keys.get(str(load), keys[names[0]])
 
+    def session(url: str, key: str, cache: bool) -> relserve.duckdb.Connection:
+        """A connection as a user's session makes it: the workload's tables, the server's tenant."""
+        con = relserve.duckdb.connect(config={"threads": 1}, server=url, api_key=key, cache=cache, progress=False)
+        con.execute(tables_sql(ctx.datasets, ctx.sql_dir))
+        return con
+
     def run_pass(url: str, work: list[Scheduled], cache: bool, key: str) -> dict[str, Any]:
         def connect(s: int) -> relserve.duckdb.Connection:
-            con = relserve.duckdb.connect(config={"threads": 1}, server=url, api_key=key, cache=cache, progress=False)
-            con.execute(tables_sql(ctx.datasets, ctx.sql_dir))
-            return con
+            return session(url, key, cache)
 
         served: dict[str, tuple[int, int]] = {}
         #: each statement's trace (relserve/duckdb_ext/trace.py): where its time went
@@ -116,8 +119,7 @@ def run(ctx: PhaseContext) -> dict[str, Any]:
         """--plans warm: each statement once, on rows no measured statement reads (not measured)."""
         t0 = time.perf_counter()
         work = plan_statements(ctx.statements, ctx.work_by_load, table_rows(ctx.sql_dir))
-        con = relserve.duckdb.connect(config={"threads": 1}, server=url, api_key=keys[names[0]], cache=False, progress=False)
-        con.execute(tables_sql(ctx.datasets, ctx.sql_dir))
+        con = session(url, keys[names[0]], cache=False)
         for w in work:
             rel = con.sql(w.sql)
             if rel is not None:
