@@ -34,6 +34,8 @@ import subprocess
 import sys
 import time
 
+from relserve.engine.settings import EngineSettings
+
 #: the default model's linear shapes (out, in): o_proj, qkv, gate_up, down, lm_head
 SHAPES = ((576, 576), (960, 576), (3072, 576), (576, 1536), (49152, 576))
 MODES = ("bfloat16", "bfloat16-head-float32", "float32")
@@ -86,10 +88,10 @@ def engine_run(mode: str, n: int, prefix_cache: bool, batched_tokens: int) -> di
     options = {"dtype": "float32" if mode == "float32" else "bfloat16"}
     if mode == "bfloat16-head-float32":
         options["hf_overrides"] = {"head_dtype": "float32"}
-    # relserve's engine settings (relserve/engine/settings.py)
-    llm = LLM(model=path, tokenizer=path, max_model_len=2048, max_num_seqs=256, max_num_batched_tokens=batched_tokens,
-              block_size=32, enable_prefix_caching=prefix_cache, enforce_eager=True, seed=0, kv_cache_memory_bytes=2 << 30,
-              **options)
+    s = EngineSettings()  # relserve's engine, but for the dtype and the two settings under test
+    llm = LLM(model=path, tokenizer=path, max_model_len=s.max_model_len, max_num_seqs=s.max_num_seqs,
+              max_num_batched_tokens=batched_tokens, block_size=s.block_size, enable_prefix_caching=prefix_cache,
+              enforce_eager=True, seed=0, kv_cache_memory_bytes=int(s.kv_cache_gb * (1 << 30)), **options)
     params = SamplingParams(max_tokens=1, temperature=0, logprob_token_ids=[yes, no, cap_yes, cap_no])
 
     def margins(outs) -> list[float]:
@@ -141,7 +143,7 @@ def main() -> None:
     ap.add_argument("--kernels", action="store_true", help="part 1 only")
     ap.add_argument("--rows", type=int, default=96)
     ap.add_argument("--no-prefix-cache", action="store_true", help="the engine without its prefix cache")
-    ap.add_argument("--batched-tokens", type=int, default=1024,
+    ap.add_argument("--batched-tokens", type=int, default=EngineSettings().max_num_batched_tokens,
                     help="max_num_batched_tokens (relserve's 1024; 16384: no prompt is split across steps)")
     ap.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # one dtype, in a process of its own
     args = ap.parse_args()
