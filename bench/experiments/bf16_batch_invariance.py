@@ -7,7 +7,8 @@ parts:
    rows taken 8 at a time, through the three paths vLLM's CPU backend takes (oneDNN ``onednn_mm``, the
    SGL packed kernel for weights under 1 MiB, torch's ``F.linear``) and oneDNN in float32;
    prints how many of the M rows came out with other bits.
-2. **The engine.** 96 critics' snippets (rotten_tomatoes), a yes/no question, each row's margin
+2. **The engine.** 96 critics' snippets (rotten_tomatoes; ``--task products``: customer reviews
+   of products), a yes/no question, each row's margin
    ``log p(yes) - log p(no)`` read with ``logprob_token_ids``, scored as one batch, in batches of 7
    in reverse order, alone (every third row), and as one batch again over a warm prefix cache;
    per dtype (``bfloat16``, ``bfloat16`` with the lm_head in float32 through vLLM's
@@ -16,6 +17,8 @@ parts:
 
     .venv/bin/python bench/experiments/bf16_batch_invariance.py            # about 3 minutes
     .venv/bin/python bench/experiments/bf16_batch_invariance.py --kernels  # part 1 only, seconds
+    # a second task: customer reviews of products (amazon_reviews), another question
+    .venv/bin/python bench/experiments/bf16_batch_invariance.py --task products --modes bfloat16,float32
     # what does not remove it: vLLM's split of the attention over the KV cache off, no prefix
     # cache, no prompt split across steps
     VLLM_CPU_ATTN_SPLIT_KV=0 .venv/bin/python bench/experiments/bf16_batch_invariance.py
@@ -39,7 +42,9 @@ from relserve.engine.settings import EngineSettings
 #: the default model's linear shapes (out, in): o_proj, qkv, gate_up, down, lm_head
 SHAPES = ((576, 576), (960, 576), (3072, 576), (576, 1536), (49152, 576))
 MODES = ("bfloat16", "bfloat16-head-float32", "float32")
-QUESTION = "Does the critic like the film? Review: {}\nAnswer yes or no."
+#: (table, column, question): the critics' snippets, and customer reviews of products for a second task
+TASKS = {"critics": ("rotten_tomatoes", "review_content", "Does the critic like the film? Review: {}\nAnswer yes or no."),
+         "products": ("amazon_reviews", "text", "Is this customer satisfied with the product? Review: {}\nAnswer yes or no.")}
 
 
 def kernels() -> None:
@@ -68,7 +73,7 @@ def kernels() -> None:
             print(f"  {n}x{k} {name:16s} M=16: {counts[0]}, M=33: {counts[1]}, M=100: {counts[2]}, M=300: {counts[3]}")
 
 
-def engine_run(mode: str, n: int, prefix_cache: bool, batched_tokens: int) -> dict:
+def engine_run(mode: str, task: str, n: int, prefix_cache: bool, batched_tokens: int) -> dict:
     """One dtype's margins in four arrangements (run in a process of its own)."""
     from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams
@@ -77,11 +82,12 @@ def engine_run(mode: str, n: int, prefix_cache: bool, batched_tokens: int) -> di
     from relserve.workloads import load_table
 
     path = resolve_model(None).path
-    texts = [t for t in load_table("rotten_tomatoes", columns=["review_content"])["review_content"].to_list() if t][:n]
+    table, column, question = TASKS[task]
+    texts = [t for t in load_table(table, columns=[column])[column].to_list() if t][:n]
     tok = AutoTokenizer.from_pretrained(path)
     prompts = []
     for t in texts:
-        chat = tok.apply_chat_template([{"role": "user", "content": QUESTION.format(t)}], add_generation_prompt=True,
+        chat = tok.apply_chat_template([{"role": "user", "content": question.format(t)}], add_generation_prompt=True,
                                        tokenize=False)
         prompts.append({"prompt_token_ids": tok.encode(chat, add_special_tokens=False)})
     yes, no, cap_yes, cap_no = (tok.encode(w, add_special_tokens=False)[0] for w in ("yes", "no", "Yes", "No"))
@@ -142,20 +148,25 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kernels", action="store_true", help="part 1 only")
     ap.add_argument("--rows", type=int, default=96)
+    ap.add_argument("--task", choices=sorted(TASKS), default="critics")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated dtypes to run (default: all three)")
     ap.add_argument("--no-prefix-cache", action="store_true", help="the engine without its prefix cache")
     ap.add_argument("--batched-tokens", type=int, default=EngineSettings().max_num_batched_tokens,
                     help="max_num_batched_tokens (relserve's 1024; 16384: no prompt is split across steps)")
     ap.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # one dtype, in a process of its own
     args = ap.parse_args()
     if args.mode:
-        print(json.dumps(engine_run(args.mode, args.rows, not args.no_prefix_cache, args.batched_tokens)))
+        print(json.dumps(engine_run(args.mode, args.task, args.rows, not args.no_prefix_cache, args.batched_tokens)))
         return
+    modes = args.modes.split(",")
+    if unknown := [m for m in modes if m not in MODES]:
+        ap.error(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(MODES)}")
     kernels()
     if args.kernels:
         return
-    for mode in MODES:
+    for mode in modes:
         more = ["--no-prefix-cache"] * args.no_prefix_cache + ["--batched-tokens", str(args.batched_tokens)]
-        done = subprocess.run([sys.executable, __file__, "--mode", mode, "--rows", str(args.rows), *more],
+        done = subprocess.run([sys.executable, __file__, "--mode", mode, "--rows", str(args.rows), "--task", args.task, *more],
                               capture_output=True, text=True, check=True)
         # (vLLM logs to stdout too: the result is the one JSON line)
         report(json.loads(next(line for line in done.stdout.splitlines() if line.startswith('{"mode"'))))
