@@ -63,13 +63,15 @@ def _groups(tmp_path: Path, *modules: str) -> dict[str, str]:
 
 def test_the_suites_tests_on_real_parts_join_their_groups(tmp_path):
     groups = _groups(tmp_path, "tests/test_plain_scripts.py", "tests/test_faults.py", "tests/test_soak.py",
-                     "tests/test_postgres_batch.py", "tests/test_soak_schedule.py")
+                     "tests/test_postgres_batch.py", "tests/test_soak_schedule.py", "tests/test_cluster.py")
     assert groups["tests/test_plain_scripts.py::test_script_without_main_guard"] == OWN_ENGINES_GROUP
     assert groups["tests/test_plain_scripts.py::test_hidden_main_restores_the_users_main_module"] == "-"
     assert groups["tests/test_faults.py::test_kill_9_of_the_server_takes_its_engine_processes_with_it"] == OWN_ENGINES_GROUP
     # the same module's test on the session engine stays with the session's parts
     stop = "tests/test_faults.py::test_a_stop_between_submit_and_the_first_engine_step_still_ends_the_stream"
     assert groups[stop] == REAL_PARTS_GROUP
-    assert groups["tests/test_soak.py::test_no_row_is_lost_or_duplicated_and_every_error_names_its_cause"] == REAL_PARTS_GROUP
+    # the soak's harness and Ray's replicas start servers and engines of their own
+    assert groups["tests/test_soak.py::test_no_row_is_lost_or_duplicated_and_every_error_names_its_cause"] == OWN_ENGINES_GROUP
+    assert groups["tests/test_cluster.py::test_a_killed_replica_costs_only_time"] == OWN_ENGINES_GROUP
     assert groups["tests/test_postgres_batch.py::test_limit_stops_the_scan_and_cancels_the_rest"] == REAL_PARTS_GROUP
     assert groups["tests/test_soak_schedule.py::test_the_hours_heavy_faults_stay_in_minutes_20_to_35"] == "-"
