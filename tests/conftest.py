@@ -121,13 +121,15 @@ REAL_PARTS = ("engine", "postgres", "cluster", "gpu", "browser", "soak")
 #: the pure-logic tests, which are single-threaded Python (``make test`` runs ``-n 2``)
 REAL_PARTS_GROUP = "real-parts"
 #: tests that start engines of their own (a subprocess's, a server's, a stock or default engine,
-#: Ray's replicas, the soak's server) and never touch the session's: their group runs on the other
-#: worker, where their start-ups and waits (single-threaded imports, kills, timeouts, mostly)
-#: overlap the session engine's tests. The soak and the replicas moved here on 7 Dec: the real-parts
-#: worker held 1,868 s of a 1,892 s run, the other worker 790 s
+#: the soak's server) and never touch the session's: their group runs on the other worker, where
+#: their start-ups and waits (single-threaded imports, kills, the soak's fixed four minutes, mostly)
+#: overlap the session engine's tests. The soak moved here on 7 Dec (the real-parts worker held
+#: 1,868 s of a 1,892 s run, the other 790 s). Ray's replicas stay with the session's parts: beside
+#: a busy session engine, their threads bound to the same two cores, the module's setup took 476 s
+#: instead of 68 and a replica's restart more than 180 s
 OWN_ENGINES_GROUP = "own-engines"
 OWN_ENGINES_MODULES = ("test_plain_scripts.py", "test_faults.py", "test_default_dtype.py", "test_bench_replay.py",
-                       "test_soak.py", "test_cluster.py")
+                       "test_soak.py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups into the tests' ids
