@@ -67,8 +67,8 @@ class Stability:
     plan_t2_fresh: str = ""
 
 
-def tables(question: Question) -> tuple[list[str], list[str], list[str]]:
-    """(T1's rows, T2's rows, the shared rows): texts only, each list distinct."""
+def labelled(question: Question) -> tuple[list[str], list[str]]:
+    """The question's source texts, distinct: (its "yes" rows, its "no" rows), each shuffled."""
     import polars as pl
 
     from relserve.workloads import load_table
@@ -83,6 +83,12 @@ def tables(question: Question) -> tuple[list[str], list[str], list[str]]:
         text, yes = pl.col("review_text"), pl.col("style").str.to_lowercase().str.contains("wheat|weiss|witbier|weizen")
     pos = df.filter(yes).select(text.alias("t")).sample(fraction=1.0, shuffle=True, seed=SEED)["t"].to_list()
     neg = df.filter(~yes).select(text.alias("t")).sample(fraction=1.0, shuffle=True, seed=SEED)["t"].to_list()
+    return pos, neg
+
+
+def tables(question: Question) -> tuple[list[str], list[str], list[str]]:
+    """(T1's rows, T2's rows, the shared rows): texts only, each list distinct."""
+    pos, neg = labelled(question)
     shared = pos[: SHARED // 2] + neg[: SHARED // 2]
     pos, neg = pos[SHARED // 2:], neg[SHARED // 2:]
     t1_yes = OTHER // 10
