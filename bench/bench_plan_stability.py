@@ -88,7 +88,11 @@ def labelled(question: Question) -> tuple[list[str], list[str]]:
 
 def tables(question: Question) -> tuple[list[str], list[str], list[str]]:
     """(T1's rows, T2's rows, the shared rows): texts only, each list distinct."""
-    pos, neg = labelled(question)
+    return split(*labelled(question))
+
+
+def split(pos: list[str], neg: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """``tables`` from the question's "yes" and "no" texts."""
     shared = pos[: SHARED // 2] + neg[: SHARED // 2]
     pos, neg = pos[SHARED // 2:], neg[SHARED // 2:]
     t1_yes = OTHER // 10

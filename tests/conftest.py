@@ -123,10 +123,9 @@ REAL_PARTS_GROUP = "real-parts"
 #: tests that start engines of their own (a subprocess's, a server's, a stock or default engine,
 #: the soak's server) and never touch the session's: their group runs on the other worker, where
 #: their start-ups and waits (single-threaded imports, kills, the soak's fixed four minutes, mostly)
-#: overlap the session engine's tests. The soak moved here on 7 Dec (the real-parts worker held
-#: 1,868 s of a 1,892 s run, the other 790 s). Ray's replicas stay with the session's parts: beside
-#: a busy session engine, their threads bound to the same two cores, the module's setup took 476 s
-#: instead of 68 and a replica's restart more than 180 s
+#: overlap the session engine's tests. Ray's replicas stay with the session's parts: their threads
+#: are bound to the same two cores, and beside a busy session engine their start-ups and restarts
+#: slowed several-fold (docs/testing-mutants.md)
 OWN_ENGINES_GROUP = "own-engines"
 OWN_ENGINES_MODULES = ("test_plain_scripts.py", "test_faults.py", "test_default_dtype.py", "test_bench_replay.py",
                        "test_soak.py")

@@ -25,7 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_plan_stability import QUESTIONS, answers, labelled, tables  # noqa: E402
+from bench_plan_stability import QUESTIONS, answers, labelled, split  # noqa: E402
+from bench_quality import filter_metrics  # noqa: E402
 
 
 @contextmanager
@@ -41,18 +42,14 @@ def no_worked_examples():
         adaptive.AdaptiveRun._examples = before
 
 
-def f1(got: dict[str, bool], yes: set[str]) -> float:
-    kept = {r for r, a in got.items() if a}
-    true = yes & set(got)
-    hit = len(kept & true)
-    return 2 * hit / (len(kept) + len(true)) if kept or true else 1.0
+def kept_and_f1(got: dict[str, bool], yes: set[str]) -> str:
+    m = filter_metrics([("yes" if a else "no", "yes" if r in yes else "no") for r, a in got.items()])
+    return f"keeps {m['kept']} (true {m['true']}, F1 {m['f1']:.2f})"
 
 
-def measure(engine, question) -> str:
+def measure(engine, question, t1: list[str], t2: list[str], shared: list[str], yes: set[str]) -> str:
     from relserve.labels.memory import LabelMemory, use_memory
 
-    t1, t2, shared = tables(question)
-    yes = set(labelled(question)[0])
     use_memory(LabelMemory())
     a1 = answers(engine, question, t1)
     use_memory(LabelMemory())
@@ -60,8 +57,7 @@ def measure(engine, question) -> str:
     use_memory(None)
     differ = sum(a1[r] != b2[r] for r in shared)
     return (f"fresh homes differ on {differ} of {len(shared)} shared rows ({differ / len(shared):.1%}); "
-            f"T1 keeps {sum(a1.values())} (true {len(yes & set(t1))}, F1 {f1(a1, yes):.2f}), "
-            f"T2 keeps {sum(b2.values())} (true {len(yes & set(t2))}, F1 {f1(b2, yes):.2f})")
+            f"T1 {kept_and_f1(a1, yes)}, T2 {kept_and_f1(b2, yes)}")
 
 
 def main() -> int:
@@ -73,9 +69,11 @@ def main() -> int:
     with Engine(max_num_seqs=64, kv_cache_gb=2.0, dtype=args.dtype) as engine:
         print(f"engine: {engine.settings.model} in {engine.settings.resolved_dtype}", flush=True)
         for q in QUESTIONS:
-            print(f"{q.name}, as built: {measure(engine, q)}", flush=True)
+            pos, neg = labelled(q)
+            rows = (*split(pos, neg), set(pos))
+            print(f"{q.name}, as built: {measure(engine, q, *rows)}", flush=True)
             with no_worked_examples():
-                print(f"{q.name}, no worked examples: {measure(engine, q)}", flush=True)
+                print(f"{q.name}, no worked examples: {measure(engine, q, *rows)}", flush=True)
     return 0
 
 
