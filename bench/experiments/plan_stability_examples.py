@@ -2,18 +2,23 @@
 
 bench/bench_plan_stability.py's setup (issue 62): two tables that share 80 rows, T1 mostly "no"
 (10% of its other rows "yes"), T2 mostly "yes" (80%); T1 makes the call's label plan in one
-home, T2 in another. Run twice on one engine: the adaptive plan as built (the sampled row furthest
-towards each label in front of every row), and the same plan with no worked examples (the layout
-and the content-free boundary only). Prints, per question and variant, how many shared rows the
+home, T2 in another. Run on one engine in up to four variants (``--variants``): the adaptive plan
+as built (``built``: the sampled row furthest towards each label in front of every row), the same
+plan with no worked examples (``none``: the layout and the content-free boundary only), and with
+two examples the model writes itself, greedily, with transformers, instead of the table's rows
+(``written``: asked for the layout's field and label word; ``written-q``: asked for the question
+and its answer, the same text whatever layout a home chose). Prints, per question and variant, how many shared rows the
 homes answer differently, each home's rows kept against its true rows, and F1 against the data's
 labels (rotten_tomatoes' fresh/rotten, beer_reviews' style).
 
     .venv/bin/python bench/experiments/plan_stability_examples.py                  # float32, about 3 minutes
+    .venv/bin/python bench/experiments/plan_stability_examples.py --variants built,written,written-q
     .venv/bin/python bench/experiments/plan_stability_examples.py --dtype bfloat16
 
 float32 by default: bfloat16 moves a few near-boundary rows with the batch
 (bf16_batch_invariance.py), which would blur what the examples alone do. Written up in the
-notebook (quality-passes.md, "Fresh homes and the worked examples").
+notebook (quality-passes.md, "Fresh homes and the worked examples" and "Examples the model writes
+itself").
 """
 
 from __future__ import annotations
@@ -42,6 +47,53 @@ def no_worked_examples():
         adaptive.AdaptiveRun._examples = before
 
 
+@contextmanager
+def model_written_examples(question, *, by_question: bool = False):
+    """The adaptive plan behind two rows the model writes for the layout's labels (one per label),
+    not rows of the table: the same in every home for one question, layout and model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from relserve.labels import adaptive
+    from relserve.model import resolve_model
+
+    path = resolve_model(None).path
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    asked = question.template.split("{")[0].strip()
+    written: dict[tuple[str, str, bool], str] = {}
+
+    def write(layout, word: str) -> str:
+        key = (layout.labels.index(word),) if by_question else (layout.field, word, layout.question)
+        if key not in written:
+            if by_question:
+                yes_no = "yes" if word == layout.labels[0] else "no"
+                ask = f'"{asked}" Write an example {question.column} where the answer is {yes_no}.'
+            elif layout.question:
+                ask = f'Write a short {question.column} for which the answer to "{asked}" is {word}.'
+            else:
+                ask = f"Write a short {question.column} whose {layout.field.lower()} is {word}."
+            ids = tok.apply_chat_template([{"role": "user", "content": ask}], add_generation_prompt=True,
+                                          return_tensors="pt", return_dict=True)["input_ids"]
+            out = model.generate(ids, max_new_tokens=48, do_sample=False, repetition_penalty=1.2)
+            written[key] = tok.decode(out[0][ids.shape[1]:], skip_special_tokens=True).strip()
+            print(f"    written for {layout.name}, {word}: {written[key]!r}", flush=True)
+        return written[key]
+
+    def examples(self, layout, margins):
+        if layout.column is not None:
+            return ""
+        return "".join(f"{self.render(layout, (write(layout, word),))}\n{layout.answer_field} {word}\n\n"
+                       for word in layout.labels[:2])
+
+    before = adaptive.AdaptiveRun._examples
+    adaptive.AdaptiveRun._examples = examples
+    try:
+        yield
+    finally:
+        adaptive.AdaptiveRun._examples = before
+
+
 def kept_and_f1(got: dict[str, bool], yes: set[str]) -> str:
     m = filter_metrics([("yes" if a else "no", "yes" if r in yes else "no") for r, a in got.items()])
     return f"keeps {m['kept']} (true {m['true']}, F1 {m['f1']:.2f})"
@@ -63,6 +115,7 @@ def measure(engine, question, t1: list[str], t2: list[str], shared: list[str], y
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--variants", default="built,none", help="comma-separated: built, none, written, written-q")
     args = ap.parse_args()
     from relserve import Engine
 
@@ -71,9 +124,18 @@ def main() -> int:
         for q in QUESTIONS:
             pos, neg = labelled(q)
             rows = (*split(pos, neg), set(pos))
-            print(f"{q.name}, as built: {measure(engine, q, *rows)}", flush=True)
-            with no_worked_examples():
-                print(f"{q.name}, no worked examples: {measure(engine, q, *rows)}", flush=True)
+            variants = args.variants.split(",")
+            if "built" in variants:
+                print(f"{q.name}, as built: {measure(engine, q, *rows)}", flush=True)
+            if "none" in variants:
+                with no_worked_examples():
+                    print(f"{q.name}, no worked examples: {measure(engine, q, *rows)}", flush=True)
+            if "written" in variants:
+                with model_written_examples(q):
+                    print(f"{q.name}, model-written examples: {measure(engine, q, *rows)}", flush=True)
+            if "written-q" in variants:
+                with model_written_examples(q, by_question=True):
+                    print(f"{q.name}, model-written examples by the question: {measure(engine, q, *rows)}", flush=True)
     return 0
 
 
