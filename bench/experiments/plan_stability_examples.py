@@ -48,31 +48,35 @@ def no_worked_examples():
 
 
 @contextmanager
-def model_written_examples(question, *, by_question: bool = False):
+def model_written_examples(*, by_question: bool = False, checked: bool = False):
     """The adaptive plan behind two rows the model writes for the layout's labels (one per label),
-    not rows of the table: the same in every home for one question, layout and model."""
+    not rows of the table: the same in every home for one question, layout and model. A template
+    of more than one placeholder keeps the table's rows."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from relserve.labels import adaptive
+    from relserve.labels.plan import LabelPlan, PlanRule
     from relserve.model import resolve_model
 
     path = resolve_model(None).path
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    asked = question.template.split("{")[0].strip()
-    written: dict[tuple[str, str, bool], str] = {}
+    written: dict[tuple, str] = {}
 
-    def write(layout, word: str) -> str:
-        key = (layout.labels.index(word),) if by_question else (layout.field, word, layout.question)
+    def write(call, layout, word: str) -> str:
+        asked = call.template.source.split("{")[0].strip()
+        column = call.template.fields[0]
+        key = (asked, call.choices[layout.labels.index(word)]) if by_question else (asked, layout.field, word, layout.question)
         if key not in written:
             if by_question:
-                yes_no = "yes" if word == layout.labels[0] else "no"
-                ask = f'"{asked}" Write an example {question.column} where the answer is {yes_no}.'
+                # the call's own label: a filter's yes/no, a classify's words
+                answer = call.choices[layout.labels.index(word)]
+                ask = f'"{asked}" Write an example {column} where the answer is {answer}.'
             elif layout.question:
-                ask = f'Write a short {question.column} for which the answer to "{asked}" is {word}.'
+                ask = f'Write a short {column} for which the answer to "{asked}" is {word}.'
             else:
-                ask = f"Write a short {question.column} whose {layout.field.lower()} is {word}."
+                ask = f"Write a short {column} whose {layout.field.lower()} is {word}."
             ids = tok.apply_chat_template([{"role": "user", "content": ask}], add_generation_prompt=True,
                                           return_tensors="pt", return_dict=True)["input_ids"]
             out = model.generate(ids, max_new_tokens=48, do_sample=False, repetition_penalty=1.2)
@@ -81,10 +85,27 @@ def model_written_examples(question, *, by_question: bool = False):
         return written[key]
 
     def examples(self, layout, margins):
-        if layout.column is not None:
-            return ""
-        return "".join(f"{self.render(layout, (write(layout, word),))}\n{layout.answer_field} {word}\n\n"
-                       for word in layout.labels[:2])
+        if layout.column is not None or len(self.call.template.columns) != 1:
+            return before(self, layout, margins)
+        texts = [write(self.call, layout, w) for w in layout.labels[:2]]
+        if checked:
+            # the model must recognise its own examples: each scored alone in the chosen layout,
+            # beyond half of the sampled rows in its own direction (three quarters rejected both
+            # questions' examples here, 7 Dec), else the table's rows
+            rendered = [self.render(layout, (t,)) for t in texts]
+            rows = self.ctx.engine.submit(self._relquery(rendered, layout, f"{self.rel_id}-written")).result().rows
+            probe = LabelPlan("adaptive", PlanRule.CALIBRATED, ("yes", "no"), layout=layout)
+            yes_m, no_m = (probe.margin(r.label_logprobs) for r in sorted(rows, key=lambda r: r.index))
+            ms = list(margins.values())
+            above = sum(m < yes_m for m in ms) / len(ms)
+            below = sum(m > no_m for m in ms) / len(ms)
+            ok = above >= 0.5 and below >= 0.5
+            print(f"    written 'yes' above {above:.0%} of {len(ms)} sampled rows, 'no' below {below:.0%}: "
+                  f"{'kept' if ok else 'the table rows instead'}", flush=True)
+            if not ok:
+                return before(self, layout, margins)
+        return "".join(f"{self.render(layout, (t,))}\n{layout.answer_field} {w}\n\n"
+                       for t, w in zip(texts, layout.labels[:2]))
 
     before = adaptive.AdaptiveRun._examples
     adaptive.AdaptiveRun._examples = examples
@@ -131,10 +152,14 @@ def main() -> int:
                 with no_worked_examples():
                     print(f"{q.name}, no worked examples: {measure(engine, q, *rows)}", flush=True)
             if "written" in variants:
-                with model_written_examples(q):
+                with model_written_examples():
                     print(f"{q.name}, model-written examples: {measure(engine, q, *rows)}", flush=True)
+            if "checked" in variants:
+                with model_written_examples(by_question=True, checked=True):
+                    print(f"{q.name}, model-written examples if the model recognises them: {measure(engine, q, *rows)}",
+                          flush=True)
             if "written-q" in variants:
-                with model_written_examples(q, by_question=True):
+                with model_written_examples(by_question=True):
                     print(f"{q.name}, model-written examples by the question: {measure(engine, q, *rows)}", flush=True)
     return 0
 
