@@ -12,6 +12,7 @@ import pytest
 
 import relserve
 import relserve.binding
+import relserve.cpu_features
 import relserve.polars
 import relserve.settings
 from relserve.binding import Binding
@@ -139,7 +140,7 @@ def test_the_planner_estimates_with_the_engines_own_limits():
     assert cost.engine_limits(None) == (256, 1024)
 
 
-@pytest.mark.parametrize("module", [relserve.binding, relserve.polars, relserve.settings])
+@pytest.mark.parametrize("module", [relserve.binding, relserve.cpu_features, relserve.polars, relserve.settings])
 def test_docstring_examples_run(module):
     failures, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert tried > 0 and failures == 0

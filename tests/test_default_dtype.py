@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from relserve.cpu_features import cpu_has_bf16
+from relserve.cpu_features import cpu_has_bf16, describe_cpu
 from relserve.engine.settings import EngineSettings
 
 
@@ -17,6 +17,15 @@ def test_auto_is_bfloat16_exactly_where_the_cpu_has_it(monkeypatch):
     assert EngineSettings(dtype="float32").resolved_dtype == "float32"
     monkeypatch.setenv("RELSERVE_DTYPE", "float32")
     assert EngineSettings().resolved_dtype == "float32"
+
+
+def test_a_report_names_the_cpu_and_its_bfloat16_units():
+    xeon = ("processor\t: 0\nmodel name\t: Intel Xeon Processor\nflags\t\t: fpu avx512_bf16 amx_bf16 amx_tile\n"
+            "processor\t: 1\nmodel name\t: Intel Xeon Processor\nflags\t\t: fpu avx512_bf16 amx_bf16 amx_tile\n")
+    assert describe_cpu(xeon) == "Intel Xeon Processor (avx512_bf16, amx_bf16)"
+    # a flag that merely contains the name is not the unit
+    assert describe_cpu("model name : Old CPU\nflags : fpu avx512_bf16x\n") == "Old CPU (no bfloat16 units)"
+    assert describe_cpu("") == "unknown CPU (no bfloat16 units)"
 
 
 def test_each_dtype_keeps_its_own_calibration(tmp_path, monkeypatch):

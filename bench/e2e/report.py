@@ -17,6 +17,7 @@ from e2e.overhead import markdown as overhead_markdown
 from e2e.overhead import overhead_rows
 from e2e.stats import throughput
 from e2e.workload import Scheduled, Statement
+from relserve.cpu_features import cpu_model
 
 LABELS = {
     "vllm-serve": "vLLM serve, per-row client",
@@ -108,7 +109,8 @@ def summarize(args: RunOptions, statements: list[Statement], work_by_load: dict[
     return {
         "command": " ".join(sys.argv),
         "quick": args.quick,
-        "machine": {"cpus": len(os.sched_getaffinity(0)), "note": "2-core CPU machine; see docs/benchmarks.md for how quiet it was"},
+        "machine": {"cpus": len(os.sched_getaffinity(0)), "cpu": cpu_model(),
+                    "note": "see docs/benchmarks.md for how quiet it was"},
         "workload": {"name": args.workload, "sessions": args.sessions, "rate_at_load_1": args.rate, "window_s": args.window, "loads": loads,
                      "seed": args.seed, "statements": sorted(names), "alone": args.alone,
                      "per_load": {str(ld): {"statements": len(w), "rows": sum(x.item.rows for x in w)} for ld, w in work_by_load.items()}},
@@ -167,7 +169,8 @@ def markdown(report: dict) -> str:
         f"{w['sessions']} sessions, Poisson arrivals, {w['rate_at_load_1']} statements/s at load 1.0, "
         f"{w['window_s']:.0f} s of arrivals per load, loads {', '.join(map(str, w['loads']))}; "
         f"statements: {', '.join(w['statements'])}. Total {fmt_number(report['total_s'] / 60, '.1f')} min. "
-        f"Dtype: {dtypes_line(report)}.",
+        f"Dtype: {dtypes_line(report)}. CPU: {report['machine'].get('cpu', 'not recorded')}, "
+        f"{report['machine']['cpus']} cores.",
         "",
         *(["**Alone** (`--alone`): the same statements one after another in arrival order, each timed from its own "
            "start; no queue, so each mean is the floor of that contender's mean at any load.", ""] if w.get("alone") else []),
