@@ -16,6 +16,7 @@ import platform
 import re
 
 from relserve import paths
+from relserve.cpu_features import this_cpu
 from relserve.policy import PRESETS, CostModel, PolicySettings
 
 #: the step-cost model without a calibration (the default model on this project's CPUs)
@@ -24,15 +25,7 @@ DEFAULT_PRESET = "smollm2-135m-cpu"
 
 def machine_key() -> str:
     """CPU model and core count: the same kind of machine shares a calibration."""
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    cpu = this_cpu().name or platform.processor() or ""
     try:
         import torch
 

@@ -56,7 +56,6 @@ def model_written_examples(*, by_question: bool = False, checked: bool = False):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from relserve.labels import adaptive
-    from relserve.labels.plan import LabelPlan, PlanRule
     from relserve.model import resolve_model
 
     path = resolve_model(None).path
@@ -93,9 +92,8 @@ def model_written_examples(*, by_question: bool = False, checked: bool = False):
             # beyond half of the sampled rows in its own direction (three quarters rejected both
             # questions' examples here, 7 Dec), else the table's rows
             rendered = [self.render(layout, (t,)) for t in texts]
-            rows = self.ctx.engine.submit(self._relquery(rendered, layout, f"{self.rel_id}-written")).result().rows
-            probe = LabelPlan("adaptive", PlanRule.CALIBRATED, ("yes", "no"), layout=layout)
-            yes_m, no_m = (probe.margin(r.label_logprobs) for r in sorted(rows, key=lambda r: r.index))
+            handle = self.ctx.engine.submit(self._relquery(rendered, layout, f"{self.rel_id}-written"))
+            yes_m, no_m = self._probe_margins(handle, layout)  # scored as the content-free rows are
             ms = list(margins.values())
             above = sum(m < yes_m for m in ms) / len(ms)
             below = sum(m > no_m for m in ms) / len(ms)
