@@ -25,7 +25,7 @@ from relserve.duckdb_ext.params import Params
 from relserve.duckdb_ext.routing import Route, route_of
 from relserve.duckdb_ext.script import Script, read_script
 from relserve.duckdb_ext.statement_explain import SiteExplain, StatementExplain
-from relserve.errors import ConfigError
+from relserve.errors import ConfigError, remember_statement
 
 #: a plain DuckDB connection, or one of ``connect``'s
 AnyConnection = Union["Connection", duckdb.DuckDBPyConnection]
@@ -55,6 +55,7 @@ def sql(con: AnyConnection, query: str, params: Params = None, *, max_tokens_tot
     (the rows the budget allows; the others NULL with the error 'budget exceeded').
     """
     con = _duckdb_connection(con)
+    remember_statement()  # DuckDB may call the functions on its own threads: warnings name this line
     script = read_script(query)  # the one sqlglot parse of the script: every step below reads it
     check_option_names(script)
     budget = Budget(max_tokens_total, max_seconds, on_budget)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -14,7 +13,7 @@ from relserve.backend.protocol import Backend
 from relserve.budget import Allowance
 from relserve.cascade import policy as cascade_policy
 from relserve.cascade.report import CascadeReport
-from relserve.errors import LabelWarning, RowError
+from relserve.errors import RowError, warn_at_caller
 from relserve.estimate.budgeted import call_allowance
 from relserve.functions import LLMCall
 from relserve.labels.keys import namespace_of
@@ -177,7 +176,7 @@ def run_rows(
                           labels=label_report, warning=warning, first_pass_s=first_pass_s)
     if warning is not None:
         # the rows are answered all the same; the warning says how little they can be trusted
-        warnings.warn(warning, LabelWarning, stacklevel=2)
+        warn_at_caller(warning)
     if call.options.on_error == "raise" and outcome.failures:
         # name the row that failed, not a row left unanswered because the run stopped at that failure
         i, err = next(((i, e) for i, e in outcome.failures if e != unanswered), outcome.failures[0])
@@ -228,5 +227,5 @@ def cached_values(
         # answers a label method warned about say so again when they come from the cache
         warning = cache.cached_warning(model_id, call.sampling_settings(), [prompts[j] for j in hits])
         if warning is not None:
-            warnings.warn(warning, LabelWarning, stacklevel=2)
+            warn_at_caller(warning)
     return {runnable[j]: call.answer(text) for j, text in hits.items()}
