@@ -24,8 +24,12 @@ from relserve.policy import PolicySettings  # noqa: E402  (plain Python: no engi
 #: steps) turned a preemption into a mixed step.
 # float32, not the default's bfloat16 (where the CPU has it): the golden references are float32
 # computed outside relserve, and the tests' exact answers are the same on every CPU;
-# tests/test_default_dtype.py runs the default engine itself
-TEST_ENGINE_OPTIONS = dict(policy="relserve", max_num_seqs=16, max_num_batched_tokens=1024, kv_cache_gb=1.0,
+# tests/test_default_dtype.py runs the default engine itself. 2.5 GB of KV cache (about 55,000
+# float32 tokens of this model): a test that runs the same rows twice with the result cache off
+# (an LLM-only reference beside a cascade, a statement in three qual orders) finds the first
+# run's prompts in the engine's prefix cache; at 1 GB test_cascade_engine.py took 250 s alone,
+# at 2.5 GB 199 s, with the same answers
+TEST_ENGINE_OPTIONS = dict(policy="relserve", max_num_seqs=16, max_num_batched_tokens=1024, kv_cache_gb=2.5,
                            policy_settings=PolicySettings(), dtype="float32")
 
 
