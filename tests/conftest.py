@@ -15,6 +15,13 @@ import sys
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The suite runs several engines on the same cores at once (the session's beside the other
+# worker's own engines), each with an OpenMP thread per core. libgomp's threads spin at every
+# barrier by default, and a spinning thread holds a core the other engine needs: two engines
+# running one LLM-only pass at once took 127 s each spinning and 99-101 s passive; one engine alone
+# 49.5 s and 47.9 s (7 Dec, AMD EPYC 2 cores: docs/testing-mutants.md). Every
+# engine process the tests start inherits it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from relserve.policy import PolicySettings  # noqa: E402  (plain Python: no engine is imported)
 
