@@ -78,12 +78,20 @@ _last_statement: tuple[str, int, str, dict] | None = None
 
 
 def _outside_frame():
-    """The innermost frame outside relserve, DuckDB and polars, or None."""
+    """The innermost frame outside relserve, DuckDB and polars, or None: also where the frames
+    above relserve's are only a thread's start (a worker of relserve's own thread pool)."""
+    import concurrent.futures.thread
+    import threading
+
     roots = _package_dirs()
     frame = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.startswith(roots):
         frame = frame.f_back
-    return frame
+    starts = (threading.__file__, concurrent.futures.thread.__file__)
+    outer = frame
+    while outer is not None and outer.f_code.co_filename in starts:
+        outer = outer.f_back
+    return frame if outer is not None else None
 
 
 @functools.cache

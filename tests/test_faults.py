@@ -122,7 +122,23 @@ def _free_port() -> int:
 
 
 def _start_server(tmp_path: Path) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    # The port is free when chosen, but the server binds it only after its engine's start (25 s,
+    # minutes on a busy machine), and a client's connection may take it meanwhile (seen 7 Dec:
+    # "address already in use"): then the server starts again on another port
+    for attempt in range(3):
+        try:
+            return _start_server_on(tmp_path, _free_port())
+        except PortTaken:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+class PortTaken(RuntimeError):
+    pass
+
+
+def _start_server_on(tmp_path: Path, port: int) -> tuple[subprocess.Popen, str]:
     env = dict(os.environ, RELSERVE_HOME=str(tmp_path / "home"), RELSERVE_KV_CACHE_GB="1", RELSERVE_MAX_NUM_SEQS="16")
     log = open(tmp_path / "server.log", "wb")
     proc = subprocess.Popen(
@@ -134,7 +150,9 @@ def _start_server(tmp_path: Path) -> tuple[subprocess.Popen, str]:
 
     def answers() -> bool:
         if proc.poll() is not None:
-            raise RuntimeError(f"relserve serve exited with {proc.returncode}:\n{(tmp_path / 'server.log').read_text()[-3000:]}")
+            said = (tmp_path / "server.log").read_text()[-3000:]
+            error = PortTaken if "address already in use" in said else RuntimeError
+            raise error(f"relserve serve exited with {proc.returncode}:\n{said}")
         try:
             return httpx.get(url + "/health", timeout=5).status_code == 200
         except httpx.HTTPError:

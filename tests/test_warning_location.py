@@ -90,3 +90,17 @@ def test_on_a_thread_with_no_frame_outside_relserve_the_warning_names_relserves_
     # (this file stands in for relserve here, so the line named is the one that called warn_at_caller)
     assert where(got) == [(__file__, 't = threading.Thread(target=lambda: got.extend(label_warnings(lambda: '
                                      'warn_at_caller("guesses"))))')]
+
+
+def test_on_a_pool_thread_the_warning_names_the_statement_that_started_the_work(monkeypatch):
+    # relserve runs a statement's calls on a thread pool of its own (relserve/duckdb_ext): above
+    # relserve's frames there is only the pool's worker, so the statement's line is named
+    from concurrent.futures import ThreadPoolExecutor
+
+    from relserve import errors
+
+    monkeypatch.setattr(errors, "_package_dirs", lambda: (str(Path(__file__).parent) + os.sep,))
+    monkeypatch.setattr(errors, "_last_statement", ("users_script.py", 12, "__main__", {}))
+    with ThreadPoolExecutor(1) as pool:
+        got = pool.submit(label_warnings, lambda: warn_at_caller("guesses")).result()
+    assert [(w.filename, w.lineno, str(w.message)) for w in got] == [("users_script.py", 12, "guesses")]
