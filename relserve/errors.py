@@ -2,6 +2,7 @@
 
 import functools
 import sys
+import warnings
 
 
 class RelServeError(Exception):
@@ -48,8 +49,6 @@ def warn_at_caller(message: str, category: type[Warning] = LabelWarning) -> None
     none (DuckDB runs a planned statement's functions on threads of its own while the result is
     fetched), at the line of the last statement ``remember_statement`` saw; with neither, at
     relserve's line that called this."""
-    import warnings
-
     frame = _outside_frame()
     if frame is None and _last_statement is not None:
         filename, lineno, module, registry = _last_statement

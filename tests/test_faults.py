@@ -125,13 +125,10 @@ def _start_server(tmp_path: Path) -> tuple[subprocess.Popen, str]:
     # The port is free when chosen, but the server binds it only after its engine's start (25 s,
     # minutes on a busy machine), and a client's connection may take it meanwhile (seen 7 Dec:
     # "address already in use"): then the server starts again on another port
-    for attempt in range(3):
-        try:
+    for _ in range(2):
+        with contextlib.suppress(PortTaken):
             return _start_server_on(tmp_path, _free_port())
-        except PortTaken:
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+    return _start_server_on(tmp_path, _free_port())
 
 
 class PortTaken(RuntimeError):

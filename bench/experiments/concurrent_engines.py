@@ -18,22 +18,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-CAR = "Is this a review of a car part or car accessory? Review: {review}"
-
-
-def car_table(n: int, cars: int) -> list[str]:
-    import polars as pl
-
-    from relserve.workloads import load_table
-
-    am = load_table("amazon_reviews").filter(pl.col("text").str.len_chars() > 0).unique("text", keep="first",
-                                                                                        maintain_order=True)
-    auto = pl.col("category").str.split(",").list.first() == "Automotive"
-    rare = am.filter(auto)["text"].head(cars).to_list()
-    rest = am.filter(~auto)["text"].head(n - cars).to_list()
-    step = n // cars
-    return [rare[i // step] if i % step == 0 and i // step < cars else rest.pop() for i in range(n)]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def one_process() -> None:
@@ -41,6 +28,11 @@ def one_process() -> None:
     import duckdb
 
     import relserve.duckdb
+
+    # the recall test's own table and question (needs the test extra: make install-test)
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_cascade_engine import CAR, car_table
+
     from relserve import Engine, PolicySettings
     from relserve.cascade import policy
     from relserve.labels.memory import LabelMemory, forget_all, use_memory
