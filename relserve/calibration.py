@@ -19,8 +19,15 @@ from relserve import paths
 from relserve.cpu_features import this_cpu
 from relserve.policy import PRESETS, CostModel, PolicySettings
 
-#: the step-cost model without a calibration (the default model on this project's CPUs)
-DEFAULT_PRESET = "smollm2-135m-cpu"
+#: the step-cost model without a calibration (the default model on this project's CPUs), by the
+#: engine's dtype; any other dtype takes float32's
+DEFAULT_PRESETS: dict[str, str] = {"float32": "smollm2-135m-cpu", "bfloat16": "smollm2-135m-cpu-bf16"}
+DEFAULT_PRESET = DEFAULT_PRESETS["float32"]
+
+
+def default_preset(dtype: str) -> CostModel:
+    """The preset an engine in ``dtype`` uses where `relserve calibrate` stored nothing."""
+    return PRESETS[DEFAULT_PRESETS.get(dtype, DEFAULT_PRESET)]
 
 
 def machine_key() -> str:
@@ -66,8 +73,8 @@ def load_cost_model(model_id: str, dtype: str) -> CostModel | None:
 
 def machine_cost_model(model_id: str, dtype: str) -> CostModel:
     """The step-cost model engines of ``model_id`` in ``dtype`` use on this machine: the stored
-    calibration (``relserve calibrate``), else the ``DEFAULT_PRESET``. Its ``source`` says which."""
-    return load_cost_model(model_id, dtype) or PRESETS[DEFAULT_PRESET]
+    calibration (``relserve calibrate``), else the preset for ``dtype``. Its ``source`` says which."""
+    return load_cost_model(model_id, dtype) or default_preset(dtype)
 
 
 def load_policy_settings(model_id: str, dtype: str, base: PolicySettings | None = None) -> PolicySettings | None:

@@ -22,6 +22,7 @@ def sim(
     markdown_out: Path = typer.Option(None, "--markdown", help="Write the summary as Markdown."),
     preset: str = typer.Option("", help="Cost model preset (e.g. opt-13b-a100); default: this machine's calibration."),
     model: str = typer.Option("smollm2", help="Model whose calibration and tokenizer to use."),
+    dtype: str = typer.Option("auto", help="The engine's dtype whose calibration (or preset) to use; auto: as an engine here."),
     load: float = typer.Option(1.0, help="Load factor: arrivals this many times as fast as in the trace."),
     sweep: str = typer.Option("", help="Starvation thresholds to sweep for relserve, e.g. '1,2,4,8,none'."),
     kv_capacity_tokens: int = typer.Option(46_592, help="KV cache capacity in tokens."),
@@ -33,7 +34,8 @@ def sim(
     """Simulate TRACE under each policy with the calibrated cost model (or a preset)."""
     from rich.console import Console
 
-    from relserve.calibration import machine_cost_model
+    from relserve.calibration import load_policy_settings, machine_cost_model
+    from relserve.engine.settings import EngineSettings
     from relserve.errors import ConfigError
     from relserve.model import resolve_model
     from relserve.policy import PRESETS
@@ -52,12 +54,16 @@ def sim(
     console = Console()
     queries = scale_arrivals(read_trace(trace), load)
     spec = resolve_model(model)
+    resolved = EngineSettings(dtype=dtype).resolved_dtype
     if preset:
         if preset not in PRESETS:
             raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
         cost = PRESETS[preset]
+        settings = None
     else:
-        cost = machine_cost_model(spec.model_id)  # what the engine would use here
+        # what an engine here would use: the calibration's step model and arranger settings
+        cost = machine_cost_model(spec.model_id, resolved)
+        settings = load_policy_settings(spec.model_id, resolved)
     from transformers import AutoTokenizer
 
     from relserve.engine.chat_template import ChatPrompter
@@ -71,19 +77,23 @@ def sim(
         max_num_batched_tokens=max_num_batched_tokens,
         block_size=block_size,
     )
-    console.log(f"cost model: {cost.model_dump()}")
-    results = simulate_many(queries, _csv(policies), cost, limits, tokenize=tokenize, render=render)
+    console.log(f"cost model ({resolved}): {cost.model_dump()}")
+    if settings is not None:
+        console.log(f"arranger settings `relserve calibrate` chose: {settings.model_dump()}")
+    results = simulate_many(queries, _csv(policies), cost, limits, settings=settings, tokenize=tokenize, render=render)
     reference = limit_of(queries, cost, limits, tokenize=tokenize, render=render) if limit else None
     console.print(markdown_table(results, reference))
     swept = None
     if sweep:
         thresholds = [None if x.lower() == "none" else float(x) for x in _csv(sweep)]
-        swept = sweep_starvation(queries, thresholds, cost, limits, tokenize=tokenize, render=render)
+        swept = sweep_starvation(queries, thresholds, cost, limits, settings=settings, tokenize=tokenize, render=render)
         swept.limit = reference
         console.print(sweep_markdown(swept))
     if markdown_out and not json_out:
         json_out = markdown_out.with_suffix(".json")
     if json_out:
         write_results(
-            results, json_out, markdown_out, sweep=swept, meta={"trace": str(trace), "load": load, "cost_model": cost.model_dump()}, limit=reference
+            results, json_out, markdown_out, sweep=swept, limit=reference,
+            meta={"trace": str(trace), "load": load, "dtype": resolved, "cost_model": cost.model_dump(),
+                  "policy_settings": settings.model_dump() if settings is not None else None},
         )

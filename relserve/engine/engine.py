@@ -202,6 +202,12 @@ class Engine(BackendBase):
         #: what a busy step took beyond the cost model, as ``queued()`` last read it (the
         #: estimates add it to every step they replay; None: not measured yet)
         self.step_gap_s: float | None = None
+        #: the recent busy steps' model runs over the cost model's prediction, as ``queued()`` last
+        #: read it (the estimates scale the cost model by it; None: too few steps yet)
+        self.step_scale: float | None = None
+        # relQueries submitted so far, and how many had been when the scale was last read idle
+        self._submitted = 0
+        self._scale_read_at = -1
         self._closed = False
 
         self._loop = asyncio.new_event_loop()
@@ -327,6 +333,7 @@ class Engine(BackendBase):
         cfg = self._plugin_config(policy, settings or self.policy_settings)
         self._call(self._rpc("set_policy", cfg))
         self.policy = policy
+        self.step_scale, self._scale_read_at = None, -1  # the plug-in measures against the new model
 
     def scheduler_stats(self, steps: bool = False, clear: bool = False) -> SchedulerStats:
         """Policy overhead (DPU and ABA seconds), step count and, if asked, the per-step log."""
@@ -345,12 +352,19 @@ class Engine(BackendBase):
         (relserve/estimate/). Without the plug-in (``vllm``), or when it does not answer within
         ``VIEW_WAIT_S`` (a long step, a held loop), unfinished requests count as waiting."""
         state: dict[str, list] = {}
-        reply = self._view("queue", {}) if self.uses_plugin and (self._inflight or self.step_gap_s is None) else None
+        # an idle engine is asked once after each spell of work (for its step gap and scale)
+        submitted, idle = self._submitted, not self._inflight
+        stale = self.step_gap_s is None or self._scale_read_at != submitted
+        reply = self._view("queue", {}) if self.uses_plugin and (not idle or stale) else None
         if reply is not None:
             ours = {request_id for running in list(self._inflight.values()) for request_id in running.request_ids}
             state = {_submitted_id(r[0], ours): r for r in reply["requests"]}
             if reply.get("step_gap_s") is not None:
                 self.step_gap_s = reply["step_gap_s"]
+            if reply.get("step_scale") is not None:
+                self.step_scale = reply["step_scale"]
+            if idle:
+                self._scale_read_at = submitted
         out = []
         for running in list(self._inflight.values()):
             rq, handle = running.rq, running.handle
@@ -450,6 +464,7 @@ class Engine(BackendBase):
         handle, rows = a.handle, a.rows
         running = _Running(rq, handle, a.arrival, tenancy=tenancy)
         self._idle.clear()
+        self._submitted += 1
         self._inflight[rq.rel_id] = running
         asyncio.run_coroutine_threadsafe(self._run(running, rows), self._loop)
         return handle

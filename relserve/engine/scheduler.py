@@ -40,6 +40,7 @@ from vllm.v1.request import Request, RequestStatus
 from relserve.engine.prefix_lookup import CachedPrefixAsk, cached_prefix_tokens
 from relserve.engine.request_meta import RequestMeta
 from relserve.engine.scheduler_stats import SchedulerStats
+from relserve.engine.step_measures import StepGap, StepScale
 from relserve.engine.step_record import RelQueryCounts, StepRecord
 from relserve.policy import CostModel, Limits, Policy, PolicySettings, Req, StepKind, StepView, make_policy
 from relserve.policy.preemption import preemption_order
@@ -91,6 +92,9 @@ class RelServeScheduler(Scheduler):
         # when the cost model was fitted on model runs alone (relserve/estimate/timing.py)
         self._last_step: tuple[float, float] | None = None
         self._step_gap = StepGap()
+        # the busy steps' model runs against the policy's cost model: EXPLAIN's estimates scale
+        # the cost model by it, so a preset or an old calibration does not mislead them
+        self._step_scale = StepScale()
         _install_rpc()
 
     @property
@@ -106,6 +110,7 @@ class RelServeScheduler(Scheduler):
             CostModel(**cost) if cost else None,
             PolicySettings(**settings) if settings else None,
         )
+        self._step_scale = StepScale()  # measured against the cost model it now has
 
     def relserve_rpc(self, command: str, payload: dict) -> dict:
         if command == "set_policy":
@@ -138,7 +143,8 @@ class RelServeScheduler(Scheduler):
                 [r.request_id, r.status == RequestStatus.RUNNING, r.num_prompt_tokens, r.num_computed_tokens,
                  r.num_output_tokens, r.max_tokens]
                 for r in itertools.chain(self.running, self._all_waiting())
-            ], "step_gap_s": self._step_gap.seconds}
+            ], "step_gap_s": self._step_gap.seconds, "step_scale": self._step_scale.ratio,
+                "steps": self._step_seq}
         if command == "reset_stats":
             p = self._policy
             p.dpu_seconds = p.aba_seconds = 0.0
@@ -422,25 +428,16 @@ class RelServeScheduler(Scheduler):
             self._step_seq += 1
             step = replace(step, duration=time.monotonic() - step.start, seq=self._step_seq)
             self._step_log.append(step)
+            if step.works:
+                predicted = self._policy.cost.mixed(step.prefill_tokens, step.decode_reqs, step.prefill_pairs,
+                                                    step.decode_context)
+                self._step_scale.add(step.duration, predicted)
         out = super().update_from_output(scheduler_output, model_runner_output)
         if step is not None:
             # from this step's scheduling call to the next one's, less its model run and its
             # policy's decision (the replay takes none)
             self._last_step = (step.entered + step.policy_s, step.duration)
         return out
-
-
-class StepGap:
-    """The host's seconds of a busy step besides its model run, a running mean of the recent steps
-    (a step followed by a pause of 0.2 s or more ran into idleness: not counted)."""
-
-    def __init__(self, weight: float = 0.02) -> None:
-        self.weight = weight
-        self.seconds: float | None = None
-
-    def add(self, gap: float) -> None:
-        if 0.0 <= gap < 0.2:
-            self.seconds = gap if self.seconds is None else self.seconds + self.weight * (gap - self.seconds)
 
 
 class RelServeAsyncScheduler(RelServeScheduler, AsyncScheduler):

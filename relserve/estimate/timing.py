@@ -56,10 +56,11 @@ class Machine:
 
 def machine_of(engine, model_id: str) -> Machine:
     """``engine``'s policy, cost model and limits; with no engine, those an engine started now
-    with the default settings would have (the stored calibration of this machine and model).
-    A running engine's replay also pays, per step, what the engine measured its busy steps to take
-    beyond its cost model (the host's scheduling and output handling, when the model was fitted on
-    model runs alone)."""
+    with the default settings would have (the stored calibration of this machine and model, else
+    the preset for its dtype). A running engine's replay takes its steps' times from the cost
+    model scaled by how long the engine's recent steps took against it (``with_measured_scale``),
+    and pays, per step, what the engine measured its busy steps to take beyond their model runs
+    (the host's scheduling and output handling, when the model was fitted on model runs alone)."""
     from relserve.engine.settings import EngineSettings
 
     if engine is not None and getattr(engine, "settings", None) is not None:
@@ -68,12 +69,29 @@ def machine_of(engine, model_id: str) -> Machine:
         limits = Limits(s.max_num_batched_tokens, s.max_num_seqs, kv, kv, engine.block_size)
         settings = getattr(engine, "policy_settings", None) or s.policy_settings
         cost = engine.cost_model
-        return Machine(engine.policy, settings, with_host_gap(cost, getattr(engine, "step_gap_s", None)), limits, cost)
+        steps = with_measured_scale(cost, getattr(engine, "step_scale", None))
+        return Machine(engine.policy, settings, with_host_gap(steps, getattr(engine, "step_gap_s", None)), limits, cost)
     s = EngineSettings()
     kv = int(s.kv_cache_gb * (1 << 30)) // KV_BYTES_PER_TOKEN
     limits = Limits(s.max_num_batched_tokens, s.max_num_seqs, kv, kv, s.block_size)
     settings = load_policy_settings(model_id, s.resolved_dtype, s.policy_settings) or s.policy_settings
     return Machine(s.policy, settings, s.cost_model or machine_cost_model(model_id, s.resolved_dtype), limits)
+
+
+#: a measured scale this close to 1 leaves the cost model as it is (the step times' own noise)
+SCALE_TOLERANCE = 0.05
+
+
+def with_measured_scale(cost: CostModel, scale: float | None) -> CostModel:
+    """``cost`` with every term times ``scale``: the engine's recent busy steps took ``scale``
+    times what ``cost`` predicts for them (relserve/engine/scheduler.py, ``StepScale``). A preset
+    fitted on another CPU, another dtype's calibration or a machine that others now share
+    otherwise misstates every estimate by that factor. Unchanged within ``SCALE_TOLERANCE``."""
+    if not isinstance(scale, (int, float)) or not scale > 0 or abs(scale - 1.0) <= SCALE_TOLERANCE:
+        return cost
+    terms = ("alpha_p", "beta_p", "alpha_d", "beta_d", "gamma_p", "gamma_d", "alpha_mp", "alpha_md", "beta_m")
+    update = {t: getattr(cost, t) * scale for t in terms if getattr(cost, t) is not None}
+    return cost.model_copy(update={**update, "source": f"{cost.source}, times {scale:.2f} as this engine's steps measured"})
 
 
 #: the cost models fitted on steps' model runs alone (the preset): the replay adds the host's time

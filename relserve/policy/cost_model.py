@@ -83,6 +83,14 @@ PRESETS: dict[str, CostModel] = {
     # fitted by `relserve calibrate` (docs/benchmarks.md#scheduler): one fixed cost for
     # every step; no decode-context term on this machine
     "smollm2-135m-cpu": CostModel(gamma_p=1.69e-6, beta_m=0.0718, source="preset smollm2-135m-cpu (AMD EPYC, 2 cores)"),
+    # the same model in bfloat16 (the default dtype where the CPU computes it), from `relserve
+    # calibrate` on an AMD EPYC with avx512_bf16 and 2 cores, 7 Dec 2026 (R^2 0.9987 over 569
+    # steps): each term 0.3-0.4x the float32 one, so float32's preset overstated a bfloat16
+    # engine's statements about 2.8x
+    "smollm2-135m-cpu-bf16": CostModel(
+        alpha_p=5.96e-4, beta_p=0.0253, alpha_d=8.22e-4, beta_d=0.0253, gamma_p=4.63e-7, gamma_d=6.35e-7,
+        alpha_mp=5.96e-4, alpha_md=8.22e-4, beta_m=0.0253, source="preset smollm2-135m-cpu-bf16 (AMD EPYC, 2 cores)",
+    ),
     "opt-13b-a100": CostModel(alpha_p=1.1e-4, beta_p=0.012, alpha_d=1.6e-4, beta_d=0.022, source="preset opt-13b-a100"),
     "llama2-70b-4xa100": CostModel(alpha_p=2.6e-4, beta_p=0.030, alpha_d=3.0e-4, beta_d=0.045, source="preset llama2-70b-4xa100"),
 }
