@@ -84,9 +84,9 @@ PRESETS: dict[str, CostModel] = {
     # every step; no decode-context term on this machine
     "smollm2-135m-cpu": CostModel(gamma_p=1.69e-6, beta_m=0.0718, source="preset smollm2-135m-cpu (AMD EPYC, 2 cores)"),
     # the same model in bfloat16 (the default dtype where the CPU computes it), from `relserve
-    # calibrate` on an AMD EPYC with avx512_bf16 and 2 cores, 7 Dec 2026 (R^2 0.9987 over 569
-    # steps): each term 0.3-0.4x the float32 one, so float32's preset overstated a bfloat16
-    # engine's statements about 2.8x
+    # calibrate` on an AMD EPYC with avx512_bf16 and 2 cores: float32's preset overstates a
+    # bfloat16 engine's steps several times (docs/notebook/benchmark-passes.md, "Estimates in a
+    # new user's home")
     "smollm2-135m-cpu-bf16": CostModel(
         alpha_p=5.96e-4, beta_p=0.0253, alpha_d=8.22e-4, beta_d=0.0253, gamma_p=4.63e-7, gamma_d=6.35e-7,
         alpha_mp=5.96e-4, alpha_md=8.22e-4, beta_m=0.0253, source="preset smollm2-135m-cpu-bf16 (AMD EPYC, 2 cores)",
