@@ -182,3 +182,19 @@ def test_relserve_sim_prices_steps_and_arranges_batches_as_an_engine_here_would(
     assert meta["cost_model"]["source"] == "bf16 fit"
     assert meta["policy_settings"]["mixed_steps"] is True and meta["policy_settings"]["backlog_weight"] == 1.0
     assert sim("--preset", "opt-13b-a100")["cost_model"]["source"] == "preset opt-13b-a100"
+
+
+def test_relserve_model_info_names_the_preset_in_use_without_a_calibration(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from relserve import calibration, paths
+    from relserve.cli import app
+
+    monkeypatch.setattr(paths, "calibrations_dir", lambda: tmp_path)
+    runner = CliRunner(env={"COLUMNS": "400", "RELSERVE_DTYPE": "bfloat16"})
+    out = runner.invoke(app, ["model", "info"])
+    assert out.exit_code == 0, out.output
+    assert "calibration: (none; the preset smollm2-135m-cpu-bf16 (AMD EPYC, 2 cores) in use) (bfloat16)" in out.output
+    calibration.save_cost_model("SmolLM2-135M-Instruct", "bfloat16", CostModel(source="bf16 fit"), {})
+    out = runner.invoke(app, ["model", "info"])
+    assert f"calibration: {calibration.calibration_path('SmolLM2-135M-Instruct', 'bfloat16')} (bfloat16)" in out.output

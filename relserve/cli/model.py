@@ -22,7 +22,7 @@ def prepare(force: bool = typer.Option(False, help="Convert again even if alread
 @model_app.command("info")
 def info(model: str = typer.Option("smollm2", help="Model name or folder.")) -> None:
     """Where a model resolves to, and its stored calibration."""
-    from relserve.calibration import calibration_path, load_cost_model
+    from relserve.calibration import calibration_path, default_preset, load_cost_model
     from relserve.engine.settings import EngineSettings
     from relserve.model import resolve_model
 
@@ -30,6 +30,7 @@ def info(model: str = typer.Option("smollm2", help="Model name or folder.")) -> 
     typer.echo(f"model:       {spec.model_id}\npath:        {spec.path}")
     dtype = EngineSettings().resolved_dtype
     cost = load_cost_model(spec.model_id, dtype)
-    typer.echo(f"calibration: {calibration_path(spec.model_id, dtype) if cost else '(none; defaults in use)'} ({dtype})")
+    stored = calibration_path(spec.model_id, dtype) if cost else f"(none; the {default_preset(dtype).source} in use)"
+    typer.echo(f"calibration: {stored} ({dtype})")
     if cost:
         typer.echo(f"  {cost.model_dump()}")
