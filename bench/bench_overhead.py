@@ -12,7 +12,10 @@ Before and after, side by side in one run (the same statements, alternating, med
 * reading the SQL as issue 65 found it (three sqlglot parses a script: the option check, the
   routing and the call sites) against reading it once (``relserve/duckdb_ext/script.py``);
 * checking an ``llm_extract`` answer with ``jsonschema.validate`` (the schema itself checked
-  again for every row) against a validator made once per schema (``relserve/functions.py``).
+  again for every row) against a validator made once per schema (``relserve/functions.py``);
+* with ``--surfaces local,local+warm`` on the real engine: a call's shared prefix warmed before
+  every relQuery (``local+warm``, as before 7 Dec) against only where the engine's prefix cache
+  does not hold it already (``Engine.warm_prefix``).
 
     .venv/bin/python bench/bench_overhead.py                       # about a minute
     .venv/bin/python bench/bench_overhead.py --statements 20 --rows 30
@@ -33,6 +36,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests")]
@@ -66,7 +70,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--statements", type=int, default=8, help="statements of each kind, each over its own rows")
     ap.add_argument("--rows", type=int, default=12, help="rows each statement reads (the workload's mean is 33)")
     ap.add_argument("--engine", action="store_true", help="the real engine instead of the scripted double")
-    ap.add_argument("--surfaces", default="local,server", help="local, server or both")
+    ap.add_argument("--surfaces", default="local,server",
+                    help="local, server, local+warm (the prefix warmed before every relQuery)")
     ap.add_argument("--out", type=Path, default=OUT / "overhead.json")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the server surface's process
     return ap.parse_args(argv)
@@ -229,7 +234,9 @@ def main() -> None:
     for surface in surfaces:
         # one engine at a time: the server's in a process of its own (as ``relserve serve`` runs,
         # so HTTP does not share this process's GIL with DuckDB), the local one in this process
-        with (served(args.engine) if surface == "server" else local_engine(args.engine)) as where:
+        always_warm = (mock.patch("relserve.engine.engine.holds_whole_prompt", lambda *_: False)
+                       if surface == "local+warm" else contextlib.nullcontext())
+        with (served(args.engine) if surface == "server" else local_engine(args.engine)) as where, always_warm:
             con = relserve.duckdb.connect(config={"threads": 1}, cache=False, progress=False, **where)
             con.execute(tables_sql(DATASETS))
             session = session_of(con.con)

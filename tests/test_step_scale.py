@@ -198,3 +198,43 @@ def test_relserve_model_info_names_the_preset_in_use_without_a_calibration(tmp_p
     calibration.save_cost_model("SmolLM2-135M-Instruct", "bfloat16", CostModel(source="bf16 fit"), {})
     out = runner.invoke(app, ["model", "info"])
     assert f"calibration: {calibration.calibration_path('SmolLM2-135M-Instruct', 'bfloat16')} (bfloat16)" in out.output
+
+
+def test_a_prompt_is_held_whole_when_every_block_short_of_its_last_token_is_cached():
+    from relserve.engine.prefix_lookup import holds_whole_prompt
+
+    # 70 tokens in blocks of 32: the lookup can find at most 64 (the 70th token is always computed)
+    assert holds_whole_prompt(64, 70, 32) and not holds_whole_prompt(32, 70, 32)
+    # 64 tokens: the second block holds the last token, so the first block is all a lookup finds
+    assert holds_whole_prompt(32, 64, 32) and not holds_whole_prompt(0, 64, 32)
+    assert not holds_whole_prompt(0, 20, 32)  # shorter than a block: never warmed, never held
+
+
+@pytest.mark.engine
+def test_a_prefix_already_cached_is_not_warmed_again_in_its_namespace(engine):
+    """A call's shared prefix is warmed before its rows only when the engine does not hold it
+    (a repeated statement skips the extra step), and only in the caller's prefix-cache namespace."""
+    import uuid
+
+    from relserve.estimate.estimate import estimate_call
+    from relserve.functions import make_call
+    from relserve.policy.types import Tenancy
+    from relserve.prompt_rendering import render
+
+    head = f"Read this note {uuid.uuid4().hex} carefully and say in one plain word what it is about. Note: "
+    first = engine.warm_prefix(head)
+    assert first >= engine.block_size
+    assert engine.warm_prefix(head) == 0  # held: nothing to compute
+    # another tenant's namespace holds none of it: warmed there, once
+    other = Tenancy(tenant="b", cache_salt="salt-b")
+    assert engine.warm_prefix(head, tenancy=other) == first and engine.warm_prefix(head, tenancy=other) == 0
+    # EXPLAIN's replay of a call with that prefix has no warm-up stage now; with a new prefix it has
+    call = make_call("llm_map", head + "{x}", max_tokens=4)
+    prompts = [render(call, (f"note {i}",)) for i in range(4)]
+    held = estimate_call(call, prompts, engine=engine, model_id=engine.model_id, prefix=head)
+    assert [kind for kind, _ in held.stages] == ["rows"]
+    fresh = head.replace("Read", "Skim")
+    call = make_call("llm_map", fresh + "{x}", max_tokens=4)
+    prompts = [render(call, (f"note {i}",)) for i in range(4)]
+    est = estimate_call(call, prompts, engine=engine, model_id=engine.model_id, prefix=fresh)
+    assert [kind for kind, _ in est.stages] == ["prefix warm-up", "rows"]

@@ -29,7 +29,7 @@ from relserve.engine.cpu_libs import preload_for, preloaded
 from relserve.engine.handle import RelQueryHandle
 from relserve.engine.label_rows import LabelTries, score_row
 from relserve.engine.label_scoring import MAX_LOGPROBS, LabelTrie, asks
-from relserve.engine.prefix_lookup import CachedPrefixAsk, CachedPrefixReply
+from relserve.engine.prefix_lookup import CachedPrefixAsk, CachedPrefixReply, holds_whole_prompt
 from relserve.engine.queued import QueuedRelQuery, QueuedRequest
 from relserve.engine.request_meta import RequestMeta
 from relserve.engine.row_gate import RowGate
@@ -434,11 +434,17 @@ class Engine(BackendBase):
         """Prefill the chat template's prefix plus ``text`` so its KV blocks are cached (in the
         prefix-cache namespace of ``tenancy``, if it has a salt).
 
-        Returns the number of prompt tokens warmed. Blocks stay cached until evicted (LRU).
+        Returns the number of prompt tokens warmed: 0 when the prefix is shorter than a block or
+        its blocks are cached already (a statement run again, the call's next relQuery), where a
+        warm-up would cost a step and a round trip for nothing. Blocks stay cached until evicted
+        (LRU).
         """
         prompter = self._prompter(system)
         ids = self.tokenizer(prompter.prefix_text(system) + text, add_special_tokens=False)["input_ids"]
         if len(ids) < self.block_size:
+            return 0
+        salt = tenancy.cache_salt if tenancy is not None else None
+        if self.uses_plugin and holds_whole_prompt(self.cached_prefix_tokens([ids], salt)[0], len(ids), self.block_size):
             return 0
         self._call(self._generate_ids(ids, max_tokens=1, request_id=f"warm-{time.monotonic_ns()}", tenancy=tenancy))
         return len(ids)

@@ -27,6 +27,13 @@ class CachedPrefixReply(BaseModel):
     tokens: list[int]
 
 
+def holds_whole_prompt(cached_tokens: int, prompt_tokens: int, block_size: int) -> bool:
+    """Whether ``cached_tokens`` (this module's answer for a prompt) is every block of the prompt a
+    lookup can find: its whole blocks short of its last token, which is always computed anew. A
+    prefix warm-up of such a prompt would compute nothing but that token, at an engine step's cost."""
+    return prompt_tokens >= block_size and cached_tokens >= (prompt_tokens - 1) // block_size * block_size
+
+
 def cached_prefix_tokens(kv_cache_manager: object, block_hasher: Callable | None, ask: CachedPrefixAsk) -> CachedPrefixReply:
     """``ask``'s prompts looked up in ``kv_cache_manager`` (vLLM's ``KVCacheManager``), hashed
     by ``block_hasher`` (the engine core's ``request_block_hasher``; None: prefix caching off)."""

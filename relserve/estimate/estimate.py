@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from relserve import answer_lengths
-from relserve.estimate.call_work import CallWork, call_work
+from relserve.estimate.call_work import PREFIX, CallWork, call_work
 from relserve.estimate.prefix_cache import PrefixLookup, cached_prompts, prefix_lookup
 from relserve.estimate.prompt_tokens import PromptTokenizer, prompt_tokenizer
 from relserve.estimate.snapshot import Background, QueuedRelQuery, background_of
@@ -184,15 +184,20 @@ def estimate_work(work: CallWork, *, engine, model_id: str, view: EngineView | N
     )
     if not work.stages:
         return CallEstimate(computed_prompt_tokens=0, idle_s=0.0, now_s=None if view.background is None else 0.0, **base)
-    chain = Chain("call", work.stages)
     held = cached_prompts(view.prefix_lookup, work.relqueries, m.limits.block_size, view.salt)
     base["engine_cached_tokens"] = held.tokens
+    # a prefix warm-up the engine holds already is skipped (Engine.warm_prefix)
+    kept = [stage for stage in work.stages
+            if not all(w.kind == PREFIX and all(tuple(ids) in held.whole for ids in w.prompt_ids) for w in stage)]
+    if not kept:
+        return CallEstimate(computed_prompt_tokens=0, idle_s=0.0, now_s=None if view.background is None else 0.0, **base)
+    chain = Chain("call", kept)
     try:
         alone = replay([chain], m, cached=held.blocks, salt=view.salt)
         now = replay([chain], m, view.background, held.blocks, view.salt) if view.background is not None else None
     except SimulationError as e:
         return CallEstimate(computed_prompt_tokens=work.prompt_tokens, idle_s=None, now_s=None, problem=str(e), **base)
-    stages = tuple((", ".join(w.kind for w in stage), end) for stage, end in zip(work.stages, alone.chains["call"].stage_ends))
+    stages = tuple((", ".join(w.kind for w in stage), end) for stage, end in zip(kept, alone.chains["call"].stage_ends))
     return CallEstimate(
         computed_prompt_tokens=alone.prefill_tokens - alone.cached_tokens,
         idle_s=alone.chains["call"].seconds,

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from relserve.block_hashes import BlockHash, block_hashes
+from relserve.engine.prefix_lookup import holds_whole_prompt
 from relserve.estimate.call_work import RelQueryWork
 
 #: per prompt (token ids), the leading tokens the engine's prefix cache holds now
@@ -29,6 +30,8 @@ class CachedPrompts:
     blocks: list[tuple[BlockHash, ...]] = field(default_factory=list)
     #: of the work's engine prompt tokens (each row's prompt once), those the cache holds
     tokens: int = 0
+    #: the prompts (ids) whose every block a lookup can find is cached (``holds_whole_prompt``)
+    whole: frozenset[tuple[int, ...]] = frozenset()
 
 
 def prefix_lookup(engine) -> PrefixLookup | None:
@@ -61,6 +64,7 @@ def cached_prompts(lookup: PrefixLookup | None, relqueries: Iterable[RelQueryWor
     if len(held) != len(prompts):
         raise ValueError(f"the engine answered {len(held)} cached prefixes for {len(prompts)} prompts")
     blocks = [block_hashes(p, block_size, salt)[: n // block_size] for p, n in zip(prompts, held) if n >= block_size]
+    whole = frozenset(p for p, n in zip(prompts, held) if holds_whole_prompt(n, len(p), block_size))
     tokens = 0
     for w in works:
         if not w.counted:
@@ -68,4 +72,4 @@ def cached_prompts(lookup: PrefixLookup | None, relqueries: Iterable[RelQueryWor
         for ids in w.prompt_ids:
             most = max((held[distinct[tuple(ids) + tuple(suffix)]] for suffix in w.suffixes), default=0)
             tokens += min(most, len(ids))
-    return CachedPrompts(blocks, tokens)
+    return CachedPrompts(blocks, tokens, whole)
