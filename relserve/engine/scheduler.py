@@ -143,8 +143,7 @@ class RelServeScheduler(Scheduler):
                 [r.request_id, r.status == RequestStatus.RUNNING, r.num_prompt_tokens, r.num_computed_tokens,
                  r.num_output_tokens, r.max_tokens]
                 for r in itertools.chain(self.running, self._all_waiting())
-            ], "step_gap_s": self._step_gap.seconds, "step_scale": self._step_scale.ratio,
-                "steps": self._step_seq}
+            ], "step_gap_s": self._step_gap.seconds, "step_scale": self._step_scale.ratio}
         if command == "reset_stats":
             p = self._policy
             p.dpu_seconds = p.aba_seconds = 0.0

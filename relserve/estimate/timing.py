@@ -84,7 +84,7 @@ SCALE_TOLERANCE = 0.05
 
 def with_measured_scale(cost: CostModel, scale: float | None) -> CostModel:
     """``cost`` with every term times ``scale``: the engine's recent busy steps took ``scale``
-    times what ``cost`` predicts for them (relserve/engine/scheduler.py, ``StepScale``). A preset
+    times what ``cost`` predicts for them (relserve/engine/step_measures.py, ``StepScale``). A preset
     fitted on another CPU, another dtype's calibration or a machine that others now share
     otherwise misstates every estimate by that factor. Unchanged within ``SCALE_TOLERANCE``."""
     if not isinstance(scale, (int, float)) or not scale > 0 or abs(scale - 1.0) <= SCALE_TOLERANCE:
