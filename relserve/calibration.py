@@ -22,12 +22,11 @@ from relserve.policy import PRESETS, CostModel, PolicySettings
 #: the step-cost model without a calibration (the default model on this project's CPUs), by the
 #: engine's dtype; any other dtype takes float32's
 DEFAULT_PRESETS: dict[str, str] = {"float32": "smollm2-135m-cpu", "bfloat16": "smollm2-135m-cpu-bf16"}
-DEFAULT_PRESET = DEFAULT_PRESETS["float32"]
 
 
 def default_preset(dtype: str) -> CostModel:
     """The preset an engine in ``dtype`` uses where `relserve calibrate` stored nothing."""
-    return PRESETS[DEFAULT_PRESETS.get(dtype, DEFAULT_PRESET)]
+    return PRESETS[DEFAULT_PRESETS.get(dtype, DEFAULT_PRESETS["float32"])]
 
 
 def machine_key() -> str:

@@ -182,14 +182,12 @@ def estimate_work(work: CallWork, *, engine, model_id: str, view: EngineView | N
         lengths_learned=work.lengths_learned, cost_model=m.cost_source, policy=m.policy, work=work,
         scored=work.scoring,
     )
-    if not work.stages:
-        return CallEstimate(computed_prompt_tokens=0, idle_s=0.0, now_s=None if view.background is None else 0.0, **base)
     held = cached_prompts(view.prefix_lookup, work.relqueries, m.limits.block_size, view.salt)
     base["engine_cached_tokens"] = held.tokens
     # a prefix warm-up the engine holds already is skipped (Engine.warm_prefix)
     kept = [stage for stage in work.stages
             if not all(w.kind == PREFIX and all(tuple(ids) in held.whole for ids in w.prompt_ids) for w in stage)]
-    if not kept:
+    if not kept:  # nothing to run (every row cached), or only a warm-up the engine holds
         return CallEstimate(computed_prompt_tokens=0, idle_s=0.0, now_s=None if view.background is None else 0.0, **base)
     chain = Chain("call", kept)
     try:

@@ -89,8 +89,7 @@ def with_measured_scale(cost: CostModel, scale: float | None) -> CostModel:
     otherwise misstates every estimate by that factor. Unchanged within ``SCALE_TOLERANCE``."""
     if not isinstance(scale, (int, float)) or not scale > 0 or abs(scale - 1.0) <= SCALE_TOLERANCE:
         return cost
-    terms = ("alpha_p", "beta_p", "alpha_d", "beta_d", "gamma_p", "gamma_d", "alpha_mp", "alpha_md", "beta_m")
-    update = {t: getattr(cost, t) * scale for t in terms if getattr(cost, t) is not None}
+    update = {term: value * scale for term, value in cost.model_dump().items() if isinstance(value, float)}
     return cost.model_copy(update={**update, "source": f"{cost.source}, times {scale:.2f} as this engine's steps measured"})
 
 
