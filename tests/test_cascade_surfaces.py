@@ -14,6 +14,7 @@ from server_fixtures import running_server
 
 import relserve.duckdb
 import relserve.polars
+from relserve import paths
 from relserve.cascade import embedding, policy
 from relserve.planner.cache import ResultCache
 from relserve.planner.cascade_runner import PROXY
@@ -160,6 +161,57 @@ def test_server_per_row_errors_and_raise(tmp_path):
     assert rows[far]["answered_by"] == PROXY and rows[far]["error"] is None and rows[far]["value"] == (far % 3 == 0)
     assert [r["index"] for r in rows if r["error"] is not None] == [bad]
     assert raised["status"] == "failed" and f"row {bad}" in raised["error"] and "row too long" in raised["error"]
+
+
+#: the prepared model of the home the run started with (read before a test moves RELSERVE_HOME):
+#: a budget's estimate counts the rows' tokens with its tokenizer
+PREPARED_MODELS = paths.models_dir()
+
+
+class SpendingRuleEngine(RuleEngine):
+    """The rule engine, spending each row's tokens (its prompt's words and one answer token) from
+    its relQuery's budget as the real engine does before it starts a row, and keeping the names
+    of the budgets each relQuery of rows spent from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spent = 0
+        self.budgets: list[list[str]] = []
+
+    def submit(self, rq):
+        if not str(rq.rel_id).startswith(("bootstrap-", "prior-", "answer-field-", "adaptive-")):
+            self.budgets.append([a.name for a in rq.budget.chain] if rq.budget is not None else [])
+        if rq.budget is not None:
+            for p in rq.render():
+                tokens = len(str(p).split()) + 1
+                assert rq.budget.reserve(tokens), "a row over the day: the test sets the day large enough"
+                rq.budget.settle(tokens, tokens)
+                self.spent += tokens
+        return super().submit(rq)
+
+
+def test_server_every_relquery_of_a_cascade_spends_from_the_tenants_day(tmp_path, monkeypatch):
+    # a tenant with a daily limit: the cascade's sample and remainder relQueries both spend from
+    # the day (they ran with no budget, so a cascade request was never counted against it)
+    home = tmp_path / "tenant-home"
+    home.mkdir()
+    (home / "models").symlink_to(PREPARED_MODELS)
+    monkeypatch.setenv("RELSERVE_HOME", str(home))
+    embedding.use_embedder(RuleEmbedder(informative=False))  # no threshold: the rest go to the LLM too
+    eng = SpendingRuleEngine()
+    key = "day-tenant-key"
+    headers = {"Authorization": f"Bearer {key}"}
+    tenants = {"tenants": {"t": {"key": key, "max_tokens_per_day": 10**7}}}
+    with running_server(eng, tenants=tenants, cache=False) as srv:
+        r = httpx.post(srv.url + "/v1/relqueries", json=body(cascade=0.95, max_tokens_total=10**6), headers=headers,
+                       timeout=60)
+        assert r.status_code == 201, r.text
+        out = httpx.get(srv.url + f"/v1/relqueries/{r.json()['id']}/result", params={"timeout": 120}, headers=headers,
+                        timeout=120).json()
+    assert out["status"] == "finished" and [len(p) for p in eng.submitted] == [SAMPLE, N - SAMPLE]
+    # each relQuery spent from the request's own budget, under the tenant's day
+    assert eng.budgets == [["request", "tenant t"]] * 2
+    assert out["stats"]["budget_tokens_spent"] == eng.spent > 0
 
 
 # -- DuckDB -------------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -134,8 +133,7 @@ def run_rows(
 
     def executor_for(some: PlannedRows) -> CallExecutor:
         # a cascade's relQueries run subsets of the plan's prompts: each pins its own shared prefix
-        prefix = os.path.commonprefix([min(some.prompts), max(some.prompts)]) if len(some.prompts) > 1 else ""
-        return CallExecutor(some, model_id=plan.model_id, prefix=prefix if pin_prefix else "",
+        return CallExecutor(some, model_id=plan.model_id, prefix=some.shared_prefix() if pin_prefix else "",
                             error_prefix=f"{call.function.name}: ", budget=allowance)
 
     cascade = cascade_policy.plan(plan.call, len(rows.prompts))

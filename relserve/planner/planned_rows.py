@@ -9,6 +9,7 @@ each plan's rows onto the request's rows.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -79,6 +80,13 @@ class PlannedRows:
             self.prompts.append(plan.prompts[p])
             self.targets.append(rows_of[p])
             self.values.append(values_of[p])
+
+    def shared_prefix(self) -> str:
+        """Text every prompt left to run starts with ("" for fewer than two): what an executor
+        warms in the engine's prefix cache before the rows."""
+        if len(self.prompts) < 2:
+            return ""
+        return os.path.commonprefix([min(self.prompts), max(self.prompts)])
 
     def spread(self) -> None:
         """Put the prompts in an order spread over the planned one (a fixed stride near n/1.618,

@@ -23,7 +23,7 @@ def batch_estimate(state: ServerState, tenant: Tenant, batch: PlannedRows) -> Ca
     """The estimate of a planned request (blocks: call it off the event loop)."""
     engine = state.engine_for(tenant)
     return estimate_call(batch.call, batch.prompts, engine=engine, model_id=state.engine.model_id, values=batch.values,
-                         namespace=state.namespace(tenant), tenant=tenant_key(state, tenant))
+                         namespace=state.namespace(tenant), tenant=tenant_key(state, tenant), prefix=batch.shared_prefix())
 
 
 def plan_estimate(state: ServerState, tenant: Tenant, batch: PlannedRows) -> dict[str, object] | None:

@@ -58,8 +58,11 @@ class Job:
         self.deadline_s = hints.deadline_s
         self.fail_fast = batch.call.options.on_error == OnError.RAISE
         self.received = time.monotonic()
-        # the model id is the engine's, known when the job runs
-        self.executor = CallExecutor(batch, model_id="", hints=hints, rel_id=self.id, received=self.received, budget=budget)
+        # the model id is the engine's, known when the job runs. The rows' shared prefix is warmed
+        # in the tenant's namespace before they run, as on the local surfaces (the engine skips
+        # a prefix its cache holds already)
+        self.executor = CallExecutor(batch, model_id="", hints=hints, rel_id=self.id, received=self.received, budget=budget,
+                                     prefix=batch.shared_prefix())
         self.created_at = time.time()
         self.finished_at: float | None = None
         self.status = RUNNING
@@ -186,9 +189,12 @@ class Job:
     async def _cascade_steps(self, engine: Backend, cascade: AnyCascade) -> None:
         b = self.batch
         rep = cascade.report
+        # every relQuery of the cascade spends from the job's budget and its tenant's day
+        budget = self.executor.budget
 
         def part(rows: PlannedRows, rel_id: str) -> CallExecutor:
-            return CallExecutor(rows, model_id=engine.model_id, hints=self.hints, rel_id=rel_id, received=self.received)
+            return CallExecutor(rows, model_id=engine.model_id, hints=self.hints, rel_id=rel_id, received=self.received,
+                                prefix=rows.shared_prefix(), budget=budget)
 
         stats = []
         t0 = time.perf_counter()
