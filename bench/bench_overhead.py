@@ -15,7 +15,9 @@ Before and after, side by side in one run (the same statements, alternating, med
   again for every row) against a validator made once per schema (``relserve/functions.py``);
 * with ``--surfaces local,local+warm`` on the real engine: a call's shared prefix warmed before
   every relQuery (``local+warm``, as before 7 Dec) against only where the engine's prefix cache
-  does not hold it already (``Engine.warm_prefix``).
+  does not hold it already (``Engine.warm_prefix``);
+* with ``--surfaces server-cold,server`` on the real engine: a server's jobs without a prefix
+  warm-up (``server-cold``, as before 8 Dec) against with it (``relserve/server/jobs.py``).
 
     .venv/bin/python bench/bench_overhead.py                       # about a minute
     .venv/bin/python bench/bench_overhead.py --statements 20 --rows 30
@@ -71,9 +73,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rows", type=int, default=12, help="rows each statement reads (the workload's mean is 33)")
     ap.add_argument("--engine", action="store_true", help="the real engine instead of the scripted double")
     ap.add_argument("--surfaces", default="local,server",
-                    help="local, server, local+warm (the prefix warmed before every relQuery)")
+                    help="local, server, local+warm (the prefix warmed before every relQuery), server-cold (a "
+                         "server whose jobs warm no prefix)")
     ap.add_argument("--out", type=Path, default=OUT / "overhead.json")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the server surface's process
+    ap.add_argument("--no-warm", action="store_true", help=argparse.SUPPRESS)  # ... with no prefix warm-up
     return ap.parse_args(argv)
 
 
@@ -105,9 +109,10 @@ def local_engine(real: bool) -> Iterator[dict]:
 
 
 @contextlib.contextmanager
-def served(real: bool) -> Iterator[dict]:
-    """A server (``create_app``) over the engine in a process of its own; yields ``server=URL``."""
-    cmd = [sys.executable, __file__, "--serve"] + (["--engine"] if real else [])
+def served(real: bool, warm: bool = True) -> Iterator[dict]:
+    """A server (``create_app``) over the engine in a process of its own; yields ``server=URL``
+    (``warm`` False: its jobs warm no prefix, as before 8 Dec)."""
+    cmd = [sys.executable, __file__, "--serve"] + (["--engine"] if real else []) + ([] if warm else ["--no-warm"])
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
     try:
         url = proc.stdout.readline().strip()
@@ -119,13 +124,15 @@ def served(real: bool) -> Iterator[dict]:
         proc.wait(timeout=120)
 
 
-def serve(real: bool) -> None:
+def serve(real: bool, warm: bool = True) -> None:
     """``--serve``: the server over the engine, its URL on stdout, until stdin closes."""
+    from relserve.planner.planned_rows import PlannedRows
     from relserve.server import ServerThread, create_app
 
     engine = make_engine(real)
+    cold = contextlib.nullcontext() if warm else mock.patch.object(PlannedRows, "shared_prefix", lambda self: "")
     try:
-        with ServerThread(create_app(engine, cache=False)) as srv:
+        with cold, ServerThread(create_app(engine, cache=False)) as srv:
             print(srv.url, flush=True)
             sys.stdin.read()
     finally:
@@ -221,7 +228,7 @@ def main() -> None:
     if not args.engine:  # label plans of its own (the real engine needs the home with its model)
         os.environ.setdefault("RELSERVE_HOME", tempfile.mkdtemp(prefix="relserve-overhead-"))
     if args.serve:
-        serve(args.engine)
+        serve(args.engine, warm=not args.no_warm)
         return
     from e2e.workload import DATASETS, load_statements, tables_sql
 
@@ -236,7 +243,8 @@ def main() -> None:
         # so HTTP does not share this process's GIL with DuckDB), the local one in this process
         always_warm = (mock.patch("relserve.engine.engine.holds_whole_prompt", lambda *_: False)
                        if surface == "local+warm" else contextlib.nullcontext())
-        with (served(args.engine) if surface == "server" else local_engine(args.engine)) as where, always_warm:
+        server = surface in ("server", "server-cold")
+        with (served(args.engine, warm=surface == "server") if server else local_engine(args.engine)) as where, always_warm:
             con = relserve.duckdb.connect(config={"threads": 1}, cache=False, progress=False, **where)
             con.execute(tables_sql(DATASETS))
             session = session_of(con.con)
