@@ -74,13 +74,16 @@ def main() -> None:
                     engine.reset_prefix_cache()
                     timings.clear()
                     t0 = time.perf_counter()
-                    run_call(make_call("llm_filter", task.template, method=method), columns, engine=engine, cache=False,
-                             progress=False)
+                    out = run_call(make_call("llm_filter", task.template, method=method), columns, engine=engine,
+                                   cache=False, progress=False)
                     total = time.perf_counter() - t0
                     first = sum(timings)
                     results.setdefault((method, n), []).append((first, total))
+                    s = out.engine_stats
                     print(f"rows {n:4d} trial {trial} {method:9s} first pass {first:6.2f}s  statement {total:6.2f}s "
-                          f"({n / total:5.1f} rows/s)", flush=True)
+                          f"({n / total:5.1f} rows/s); the rows' relQuery: {s.num_rows} rows, prompt tokens "
+                          f"{s.prompt_tokens:,} ({s.cached_tokens:,} from the prefix cache), {s.output_tokens:,} out, "
+                          f"core {s.core_s:.2f} s, latency {s.latency_s:.2f} s", flush=True)
     print("\n| rows | method | first pass (s, median) | statement (s, median) | rows/s |")
     print("|---|---|---|---|---|")
     for n in [int(r) for r in args.rows.split(",")]:
