@@ -182,6 +182,10 @@ class Engine(BackendBase):
     def __init__(self, model: str | None = None, policy: str | None = None, **options: object) -> None:
         check_not_bootstrapping()
         s = self._configure(model, policy, options)
+        if s.block_size % 32 and _on_cpu():
+            # (vLLM would fail in its worker process, naming its attention backend's rule)
+            raise ConfigError(f"block_size {s.block_size}: vLLM's CPU attention takes KV blocks of a multiple of 32 tokens "
+                              "(32, 64, ...); 16 works on a GPU only")
         #: the policies' settings: the user's, else the arranger settings tuned by `relserve
         #: calibrate` for this model and machine, else the defaults
         self.policy_settings: PolicySettings = (
