@@ -123,8 +123,8 @@ def call_work(
 ) -> CallWork:
     """The relQueries ``call`` sends for ``prompts`` (its distinct prompts to run, in planned
     order; ``values``: each one's placeholder values) on ``engine`` (None: one not started yet).
-    ``prefix``: the shared prefix the executor warms before the rows ("" : none; the server's
-    jobs warm none; ``labels``: the label method and plan the planner resolved, when it did)."""
+    ``prefix``: the shared prefix the executor warms before the rows ("" : none); ``labels``: the
+    label method and plan the planner resolved, when it did)."""
     plan = label_work(call, prompts, values, engine, model_id, namespace, labels)
     if not prompts:  # nothing runs (every row cached, or none can run): no first pass nor probe either
         return CallWork(plan.call, plan.method, plan.scoring)
