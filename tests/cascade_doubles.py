@@ -17,7 +17,7 @@ from relserve.engine.handle import RelQueryHandle
 from relserve.results import RelQueryResult, RelQueryStats, RowResult
 
 #: rel_id prefixes of the label machinery's own relQueries (not a call's rows)
-_AUX = ("bootstrap-", "prior-", "answer-field-", "adaptive-")
+LABEL_MACHINERY = ("bootstrap-", "prior-", "answer-field-", "adaptive-")
 
 
 def own_text(prompt: str) -> str:
@@ -60,7 +60,7 @@ class RuleEngine:
 
     def submit(self, rq) -> RelQueryHandle:
         prompts = [str(p) for p in rq.render()]
-        if not str(rq.rel_id).startswith(_AUX):
+        if not str(rq.rel_id).startswith(LABEL_MACHINERY):
             self.submitted.append(prompts)
             self.rel_ids.append(rq.rel_id)
         stop = threading.Event()
@@ -70,7 +70,7 @@ class RuleEngine:
             stop.set()
 
         handle = RelQueryHandle(rq.rel_id, len(prompts), rq.on_error, cancel)
-        held_after = None if self.hold is None or str(rq.rel_id).startswith(_AUX) else self.hold(str(rq.rel_id))
+        held_after = None if self.hold is None or str(rq.rel_id).startswith(LABEL_MACHINERY) else self.hold(str(rq.rel_id))
 
         def work():
             try:

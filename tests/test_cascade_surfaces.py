@@ -9,7 +9,7 @@ import duckdb
 import httpx
 import polars as pl
 import pytest
-from cascade_doubles import RuleEmbedder, RuleEngine, own_text, reviews
+from cascade_doubles import LABEL_MACHINERY, RuleEmbedder, RuleEngine, own_text, reviews
 from server_fixtures import running_server
 
 import relserve.duckdb
@@ -179,7 +179,7 @@ class SpendingRuleEngine(RuleEngine):
         self.budgets: list[list[str]] = []
 
     def submit(self, rq):
-        if not str(rq.rel_id).startswith(("bootstrap-", "prior-", "answer-field-", "adaptive-")):
+        if not str(rq.rel_id).startswith(LABEL_MACHINERY):
             self.budgets.append([a.name for a in rq.budget.chain] if rq.budget is not None else [])
         if rq.budget is not None:
             for p in rq.render():

@@ -35,6 +35,14 @@ from relserve.prompt_rendering import (
 from relserve.template import format_value
 
 
+def shared_prefix_of(prompts: Sequence[str]) -> str:
+    """Text every one of ``prompts`` starts with ("" for fewer than two): what an executor warms in
+    the engine's prefix cache before the rows."""
+    if len(prompts) < 2:
+        return ""
+    return os.path.commonprefix([min(prompts), max(prompts)])
+
+
 @dataclass
 class CallPlan:
     call: LLMCall
@@ -78,10 +86,7 @@ class CallPlan:
 
     def shared_prefix(self) -> str:
         """Text every prompt to run starts with (the template's static part, at least)."""
-        run = self.run_prompts
-        if len(run) < 2:
-            return ""
-        return os.path.commonprefix([min(run), max(run)])
+        return shared_prefix_of(self.run_prompts)
 
     def baseline_prompts(self) -> list[str]:
         """What would run without planning: every row, rendered as written, in input order."""

@@ -9,7 +9,6 @@ each plan's rows onto the request's rows.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -17,7 +16,7 @@ from relserve.functions import LLMCall
 from relserve.labels.interface import LabelScope
 from relserve.labels.resolution import LabelResolution
 from relserve.planner.cache import CacheView, ResultCache
-from relserve.planner.plan import CallPlan
+from relserve.planner.plan import CallPlan, shared_prefix_of
 from relserve.results import RowResult
 
 
@@ -82,11 +81,8 @@ class PlannedRows:
             self.values.append(values_of[p])
 
     def shared_prefix(self) -> str:
-        """Text every prompt left to run starts with ("" for fewer than two): what an executor
-        warms in the engine's prefix cache before the rows."""
-        if len(self.prompts) < 2:
-            return ""
-        return os.path.commonprefix([min(self.prompts), max(self.prompts)])
+        """Text every prompt left to run starts with (``shared_prefix_of``)."""
+        return shared_prefix_of(self.prompts)
 
     def spread(self) -> None:
         """Put the prompts in an order spread over the planned one (a fixed stride near n/1.618,
