@@ -46,6 +46,9 @@ PROMPT_SHAPES = ("chat", "chat_answer", "completion", "question_first")
 DEFAULT_PROMPT_SHAPE = "completion"
 #: the shapes whose prompt text ``ShapedRenderer`` lays out (no chat template, an answer field)
 SHAPED = ("completion", "question_first")
+#: the shapes that put the prompt behind the chat template: only their rows share a prefix
+#: warmed behind it (``Backend.warm_prefix``)
+CHAT_SHAPES = ("chat", "chat_answer")
 #: the answer field of the answer-field shapes; the label is scored after it and a space
 ANSWER_FIELD = "Answer:"
 #: the field that names the question in the ``question_first`` shape

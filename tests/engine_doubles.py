@@ -125,6 +125,7 @@ class ScriptedEngine:
     #: the relQueries themselves (options such as max_tokens and choices)
     relqueries: list[Any] = field(default_factory=list)
     warmed: list[str] = field(default_factory=list)
+    warmed_systems: list[str | None] = field(default_factory=list)
     #: calibration probes (content-free prompts of llm_filter / llm_classify), kept apart from
     #: ``submitted`` so tests count the relQueries of the rows
     probes: list[list[str]] = field(default_factory=list)
@@ -150,8 +151,9 @@ class ScriptedEngine:
     def prompt_token_ids(self, text: str) -> list[int]:
         return [1] + approximate_tokens(text) + [2]
 
-    def warm_prefix(self, text: str) -> None:
+    def warm_prefix(self, text: str = "", system: str | None = None) -> None:
         self.warmed.append(text)
+        self.warmed_systems.append(system)
         self._prefix_cache.admit(self.prompt_token_ids(text))
 
     def submit(self, rq: Any) -> _Handle:

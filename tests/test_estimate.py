@@ -297,3 +297,33 @@ def test_a_call_with_no_prompt_to_run_is_estimated_exactly_at_nothing(function, 
 
     work = call_work(make_call(function, "Is {t} a delivery problem?", **options), [], None, model_id="m")
     assert (work.exact, work.inexact, work.stages) == (True, [], [])
+
+
+@pytest.mark.parametrize("function, options, warms", [
+    ("llm_map", {"max_tokens": 4}, True),
+    ("llm_map", {"max_tokens": 4, "system": "You are terse."}, True),
+    ("llm_filter", {"method": "prior", "prompt_shape": "chat"}, True),
+    # the default scoring layout puts the row's values first, with no chat template in front
+    ("llm_filter", {"method": "prior"}, False),
+])
+def test_a_prefix_is_warmed_only_where_every_row_starts_with_it(function, options, warms):
+    """EXPLAIN replays the executor's warm-up of the rows' shared prefix: behind the chat template
+    with the call's system message, right before the rows, and only for rows laid out there."""
+    from relserve.estimate.call_work import PREFIX, ROWS, call_work
+    from relserve.estimate.prompt_tokens import prompt_tokenizer
+    from relserve.model import resolve_model
+    from relserve.prompt_rendering import render
+
+    head = "Read this customer note carefully and say whether the customer writes about a parcel that came late. Note: "
+    call = make_call(function, head + "{t}", **options)
+    values = [(f"parcel number {i} arrived",) for i in range(4)]
+    work = call_work(call, [render(call, v) for v in values], prompt_tokenizer(None, None), values=values,
+                     model_id=resolve_model(None).model_id, prefix=head)
+    kinds = [stage[0].kind for stage in work.stages]
+    assert kinds[-1] == ROWS and (PREFIX in kinds) is warms
+    if warms:
+        assert kinds[-2] == PREFIX
+        # the cache serves whole KV blocks (32 tokens): those of the warm-up are the rows' own
+        (warm,) = work.stages[-2][0].prompt_ids
+        whole = len(warm) // 32 * 32
+        assert whole >= 32 and all(ids[:whole] == warm[:whole] for ids in work.stages[-1][0].prompt_ids)

@@ -60,11 +60,31 @@ def test_sql_list_of_structs_puts_the_examples_in_the_shared_prefix_and_explain(
     assert len(rows) == 3
     (prompts,) = eng.submitted
     assert all(p.startswith(PREFIX) for p in prompts)
-    # the planner pins the examples once, before the rows
-    assert eng.warmed and eng.warmed[0].startswith(PREFIX)
+    # the default scoring layout has no chat template in front of the rows: a prefix warmed
+    # behind the template would fill KV blocks no row reads, so none is warmed
+    assert eng.warmed == []
     assert "few-shot examples              2" in text
     # the calibration probes carry the examples too: the prior is the prior with them
     assert all(p.startswith(PREFIX) for p in eng.probes[0])
+
+
+def test_a_call_behind_the_chat_template_warms_its_examples_once_before_the_rows():
+    eng = ScriptedEngine()
+    con = duckdb.connect()
+    q = (
+        "SELECT llm_filter('Is {review} positive?', review, llm_options(prompt_shape := 'chat', system := 'Be brief.', examples := "
+        "[{'review': 'loved it', 'answer': true}, {'review': 'hated it', 'answer': false}])) FROM t"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        relserve.duckdb.install(con, engine=eng, cache=ResultCache(Path(tmp) / "c.sqlite"), progress=False)
+        con.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('good film'), ('bad film'), ('okay')) v(review)")
+        assert len(relserve.duckdb.sql(con, q).fetchall()) == 3
+    (prompts,) = eng.submitted
+    assert all(p.startswith(PREFIX) for p in prompts)
+    # the rows' shared text, examples first, warmed once before the rows, behind their system message
+    (warmed,) = eng.warmed
+    assert warmed.startswith(PREFIX) and all(p.startswith(warmed) for p in prompts)
+    assert eng.warmed_systems == ["Be brief."]
 
 
 def test_examples_change_the_result_cache_key():

@@ -26,7 +26,7 @@ class Engine(FakeEngine):
 
     max_model_len = 2048
 
-    def warm_prefix(self, text: str) -> None:
+    def warm_prefix(self, text: str = "", system: str | None = None) -> None:
         pass
 
 

@@ -16,6 +16,7 @@ from relserve.estimate.label_work import Scored, label_work, scoring_asks, typic
 from relserve.estimate.prompt_tokens import PromptTokenizer, layout_of
 from relserve.functions import LLMCall
 from relserve.labels.resolution import LabelResolution
+from relserve.prompt_shapes import CHAT_SHAPES
 
 #: what each kind of relQuery is, as EXPLAIN names it
 ROWS, PREFIX = "rows", "prefix warm-up"
@@ -129,10 +130,6 @@ def call_work(
     if not prompts:  # nothing runs (every row cached, or none can run): no first pass nor probe either
         return CallWork(plan.call, plan.method, plan.scoring)
     work = CallWork(plan.call, plan.method, plan.scoring, exact=not plan.inexact, inexact=list(plan.inexact))
-    if prefix:
-        warm = _prefix_ids(tokens, prefix, block_size)
-        if warm:
-            work.stages.append([RelQueryWork(PREFIX, [warm], [()], [1], 1, counted=False)])
     key = plan.call.call_key()
     asks: dict[tuple, list[tuple[int, ...]]] = {}
 
@@ -146,6 +143,12 @@ def call_work(
 
     for stage in plan.before:
         work.stages.append([scored(q) for q in stage])
+    # the executor warms the prefix right before the rows, and only behind the chat template
+    rows_layout = plan.rows.layout if plan.rows is not None else layout_of(plan.call, plan.method)
+    if prefix and rows_layout.shape in CHAT_SHAPES and (plan.rows is None or plan.rows.texts):
+        warm = _prefix_ids(tokens, prefix, rows_layout.system, block_size)
+        if warm:
+            work.stages.append([RelQueryWork(PREFIX, [warm], [()], [1], 1, counted=False)])
     if plan.rows is not None:
         # (no texts: the first pass answered every row)
         rows_stage = [scored(plan.rows)] if plan.rows.texts else []
@@ -162,8 +165,8 @@ def call_work(
     return work
 
 
-def _prefix_ids(tokens: PromptTokenizer, prefix: str, block_size: int) -> list[int]:
-    """What ``Engine.warm_prefix(prefix)`` prefills (the executor gives no system message): the
-    chat template's head and the prefix, nothing when shorter than a KV block."""
-    ids = tokens.tokenizer(tokens.prompter(None).prefix_text(None) + prefix, add_special_tokens=False)["input_ids"]
+def _prefix_ids(tokens: PromptTokenizer, prefix: str, system: str | None, block_size: int) -> list[int]:
+    """What ``Engine.warm_prefix(prefix, system)`` prefills: the chat template's head and the
+    prefix, nothing when shorter than a KV block."""
+    ids = tokens.tokenizer(tokens.prompter(system).prefix_text(system) + prefix, add_special_tokens=False)["input_ids"]
     return ids if len(ids) >= block_size else []

@@ -24,6 +24,7 @@ from relserve.labels.interface import LabelContext, LabelRun
 from relserve.labels.methods import LabelResolution, start_run
 from relserve.planner.planned_rows import PlannedRows
 from relserve.progress import progress_bar
+from relserve.prompt_shapes import CHAT_SHAPES
 from relserve.relquery import RelQuery
 from relserve.results import RelQueryStats, RowResult
 
@@ -72,12 +73,6 @@ class CallExecutor:
     def submit(self, engine: Backend) -> RelQueryHandle:
         """Send the prompts as one relQuery; returns the engine's handle. Blocks (tokenizing, a
         label method's first pass or probes): a server calls it in a worker thread."""
-        if self.prefix:
-            # (under the shaped layouts the engine's prompts have no chat template in front,
-            # so these warmed blocks do not serve them; the rows share their prefix anyway)
-            # prefill the shared prefix once, before the rows, instead of in every row of the
-            # first batch (the engine skips prefixes shorter than one KV block)
-            engine.warm_prefix(self.prefix)
         # the call as the engine scores it: ``answer_field := 'auto'`` named (answer_fields.py);
         # the result cache keeps the call as planned, whose key says "auto"
         call = resolved(self.call, engine, self.model_id, self.resolution.memory)
@@ -104,6 +99,7 @@ class CallExecutor:
                 # labels): their scores are the rows'; the engine scores the others
                 return self._submit_rest(engine, prompts, options, request.scored, time.monotonic() - started)
         rq = RelQuery.from_prompts(prompts, **options, rel_id=self.rel_id, deadline_s=self._deadline_left())
+        self._warm(engine, rq)
         self.handle = engine.submit(rq)
         if self.labels is not None:
             try:
@@ -123,8 +119,17 @@ class CallExecutor:
             return self.handle
         rq = RelQuery.from_prompts([prompts[i] for i in rest], **options, rel_id=self.rel_id,
                                    deadline_s=self._deadline_left())
+        self._warm(engine, rq)
         self.handle = RelQueryHandle.joined(rel_id, ready, engine.submit(rq), rest, seconds)
         return self.handle
+
+    def _warm(self, engine: Backend, rq: RelQuery) -> None:
+        """Prefill the rows' shared prefix once, before them, instead of in every row of the
+        first batch (the engine skips prefixes shorter than a KV block or cached already). Only
+        prompts behind the chat template start with it: a scoring layout puts the row's values
+        first with no template in front, and warming those would fill blocks no row reads."""
+        if self.prefix and rq.prompt_shape in CHAT_SHAPES:
+            engine.warm_prefix(self.prefix, rq.system)
 
     def _deadline_left(self) -> float | None:
         # the engine counts from its own submission: take off the time spent before it
