@@ -1,7 +1,7 @@
 """A call's budget before it starts (relserve/budget.py): its estimate checked against
 its own budget, and the ``Allowance`` its relQueries spend from while they run (under the
-statement's or tenant's, ``parent``), charged at once with the label probes the engine runs for
-it outside its rows (answer-field and prior probes: their tokens are known exactly)."""
+statement's or tenant's, ``parent``): its rows, and every other relQuery it sends (first passes,
+answer-field and prior probes), each reserved before it runs."""
 
 from __future__ import annotations
 
@@ -11,9 +11,6 @@ from relserve.budget import Allowance, Budget, BudgetExceeded, refusal
 from relserve.errors import ConfigError
 from relserve.estimate.estimate import CallEstimate, estimate_call
 from relserve.functions import LLMCall
-
-#: relQueries of a call that are not its rows' and spend outside the rows' reservations
-UNGATED = ("answer-field probes", "prior probes")
 
 
 def checked(budget: Budget, what: str, estimate: CallEstimate) -> None:
@@ -44,15 +41,10 @@ def call_allowance(call: LLMCall, prompts: Sequence[str], engine, model_id: str,
         # only a statement's budget above it: held all the same, the label probes left uncounted
         return Allowance(name="call", parent=parent)
     checked(budget, call.function.name, estimate)
-    return allowance_for(budget, estimate, parent)
+    return allowance_for(budget, parent)
 
 
-def allowance_for(budget: Budget, estimate: CallEstimate, parent: Allowance | None, name: str = "call") -> Allowance:
-    """The allowance of a call of ``estimate`` under ``budget`` and ``parent`` (one of its own even
-    with no limit: it counts what the call spends), charged with the label probes its rows'
-    reservations do not cover."""
-    allowance = Allowance(budget.max_tokens_total, budget.max_seconds, name=name, parent=parent)
-    if estimate.work is not None:
-        probes = [w for w in estimate.work.relqueries if w.kind in UNGATED]
-        allowance.charge(sum(w.prompt_tokens + w.most_answer_tokens for w in probes), sum(w.prompt_tokens for w in probes))
-    return allowance
+def allowance_for(budget: Budget, parent: Allowance | None, name: str = "call") -> Allowance:
+    """The allowance of a call under ``budget`` and ``parent`` (one of its own even with no limit:
+    it counts what the call spends)."""
+    return Allowance(budget.max_tokens_total, budget.max_seconds, name=name, parent=parent)

@@ -23,6 +23,7 @@ import uuid
 from dataclasses import replace
 
 from relserve.backend.protocol import Backend
+from relserve.budget import Allowance
 from relserve.functions import LLMCall
 from relserve.label_names import LabelMethodName
 from relserve.labels.keys import namespace_of, template_key
@@ -86,10 +87,12 @@ def choose(masses: dict[str, float]) -> str:
     return max(masses, key=lambda name: (round(masses[name], 9), -CANDIDATES.index(name)))
 
 
-def field_for(call: LLMCall, engine: Backend, model_id: str, memory: LabelMemory | None = None) -> str:
+def field_for(call: LLMCall, engine: Backend, model_id: str, memory: LabelMemory | None = None,
+              budget: Allowance | None = None) -> str:
     """The answer field's name for ``call`` (``picks_field``): kept in ``memory`` for
     ``engine``'s namespace, or chosen now by one probe per candidate on ``engine``, all submitted
-    at once."""
+    at once, spending from the call's ``budget`` as its rows do (a probe it refuses leaves its
+    name out, and a choice made so is not kept)."""
     from relserve.relquery import RelQuery
 
     key = field_key(call, namespace_of(engine), model_id)
@@ -102,7 +105,7 @@ def field_for(call: LLMCall, engine: Backend, model_id: str, memory: LabelMemory
         name: engine.submit(RelQuery.from_prompts(
             [prompt], choices=list(call.choices or ()), score_labels=True, prompt_shape=call.prompt_shape,
             answer_field=answer_field_text(name), system=call.options.system, on_error="raise",
-            rel_id=f"{rel_id}-{k}"))
+            rel_id=f"{rel_id}-{k}", budget=budget))
         for k, name in enumerate(CANDIDATES)
     }
     masses = {}
@@ -122,9 +125,10 @@ def field_for(call: LLMCall, engine: Backend, model_id: str, memory: LabelMemory
     return name
 
 
-def resolved(call: LLMCall, engine: Backend, model_id: str, memory: LabelMemory | None = None) -> LLMCall:
-    """``call`` with ``answer_field := 'auto'`` replaced by the name chosen for it; other calls as
-    they are."""
+def resolved(call: LLMCall, engine: Backend, model_id: str, memory: LabelMemory | None = None,
+             budget: Allowance | None = None) -> LLMCall:
+    """``call`` with ``answer_field := 'auto'`` replaced by the name chosen for it (its probes
+    spending from ``budget``); other calls as they are."""
     if not picks_field(call) or call.label_method in (None, LabelMethodName.GENERATE):
         return call
-    return with_field(call, field_for(call, engine, model_id, memory))
+    return with_field(call, field_for(call, engine, model_id, memory, budget))

@@ -18,7 +18,9 @@ from dataclasses import replace
 from typing import Any
 
 from relserve.backend.protocol import Backend
+from relserve.budget import BUDGET_EXCEEDED, Allowance, BudgetExceeded
 from relserve.engine.handle import RelQueryHandle
+from relserve.errors import RowError
 from relserve.functions import LLMCall
 from relserve.label_names import SCORING_METHODS
 from relserve.labels.guesses import FEW_ROWS, AnswerSpread
@@ -53,15 +55,15 @@ def label_options(call: LLMCall, model_id: str, method: str | None) -> dict[str,
     return {"score_labels": True, "prompt_shape": call.prompt_shape, "answer_field": call.answer_field}
 
 
-def submit_probes(call: LLMCall, engine: Backend) -> RelQueryHandle:
-    """Send the content-free probes of ``call`` as their own small relQuery; ``prior_from`` reads
-    the result."""
+def submit_probes(call: LLMCall, engine: Backend, budget: Allowance | None = None) -> RelQueryHandle:
+    """Send the content-free probes of ``call`` as their own small relQuery, spending from the
+    call's ``budget`` as its rows do; ``prior_from`` reads the result."""
     from relserve.relquery import RelQuery
 
     rq = RelQuery.from_prompts(
         content_free_prompts(call), choices=list(call.choices or ()), score_labels=True,
         prompt_shape=call.prompt_shape, answer_field=call.answer_field, on_error="raise", rel_id=PROBE_PREFIX + uuid.uuid4().hex[:8],
-        system=call.options.system,
+        system=call.options.system, budget=budget,
     )
     return engine.submit(rq)
 
@@ -99,7 +101,16 @@ class PriorRun(LabelRun):
             # its answers were guesses of few rows (a call run a row at a time is told once)
             self.spread.earlier = FEW_ROWS
         else:
-            made = prior_plan(self.ctx.call, prior_from(self.ctx.call, submit_probes(self.ctx.call, self.ctx.engine)))
+            probes = submit_probes(self.ctx.call, self.ctx.engine, self.ctx.engine_options.get("budget"))
+            try:
+                prior = prior_from(self.ctx.call, probes)
+            except RowError as e:
+                if BUDGET_EXCEEDED not in str(e):
+                    raise
+                # no plan can be made, so no row can be decided: the statement is refused
+                raise BudgetExceeded(f"{self.ctx.call.function.name}: the content-free probes that calibrate its "
+                                     f"labels do not fit its budget ({e})") from None
+            made = prior_plan(self.ctx.call, prior)
             # (probes hold no row: a plan from them is kept whatever the relQuery's size)
             self.plan, self.plan_kept = self.ctx.offer_plan(made, MIN_PLAN_ROWS)
         return LabelRequest(list(self.ctx.prompts), self.options)

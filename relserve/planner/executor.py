@@ -75,7 +75,7 @@ class CallExecutor:
         label method's first pass or probes): a server calls it in a worker thread."""
         # the call as the engine scores it: ``answer_field := 'auto'`` named (answer_fields.py);
         # the result cache keeps the call as planned, whose key says "auto"
-        call = resolved(self.call, engine, self.model_id, self.resolution.memory)
+        call = resolved(self.call, engine, self.model_id, self.resolution.memory, self.budget)
         # on_error "null": each row's error comes back to the caller, who decides
         options = dict(**call.engine_options(), on_error="null", priority=self.hints.priority)
         if self.budget is not None:  # every relQuery of the call spends from it, a first pass too
@@ -127,9 +127,14 @@ class CallExecutor:
         """Prefill the rows' shared prefix once, before them, instead of in every row of the
         first batch (the engine skips prefixes shorter than a KV block or cached already). Only
         prompts behind the chat template start with it: a scoring layout puts the row's values
-        first with no template in front, and warming those would fill blocks no row reads."""
-        if self.prefix and rq.prompt_shape in CHAT_SHAPES:
-            engine.warm_prefix(self.prefix, rq.system)
+        first with no template in front, and warming those would fill blocks no row reads. Under
+        a token budget there is no warm-up: its tokens are in no row's reservation, so a call
+        whose budget is spent would still get its prefix prefilled."""
+        if not self.prefix or rq.prompt_shape not in CHAT_SHAPES:
+            return
+        if self.budget is not None and self.budget.left() is not None:
+            return
+        engine.warm_prefix(self.prefix, rq.system)
 
     def _deadline_left(self) -> float | None:
         # the engine counts from its own submission: take off the time spent before it

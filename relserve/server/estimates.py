@@ -48,4 +48,4 @@ def job_allowance(state: ServerState, tenant: Tenant, batch: PlannedRows,
     estimate = batch_estimate(state, tenant, batch)
     checked(budget, batch.call.function.name, estimate)
     day = state.day_budgets.check(tenant, estimate.most_tokens, budget.on_budget)
-    return allowance_for(budget, estimate, day, name="request"), estimate
+    return allowance_for(budget, day, name="request"), estimate
