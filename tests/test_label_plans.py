@@ -282,3 +282,31 @@ def test_the_command_line_lists_pins_and_forgets_the_kept_plans(tmp_path, monkey
     assert "forgot 0 label plans" in runner.invoke(app, ["plans", "forget"]).output
     assert "forgot 1 label plan" in runner.invoke(app, ["plans", "forget", "--pinned"]).output
     assert "no label plans kept" in runner.invoke(app, ["plans", "list"]).output
+
+
+@pytest.mark.parametrize("on_file", [True, False])
+def test_a_namespace_pins_at_most_max_pinned_plans_and_another_namespace_is_not_held_back(tmp_path, monkeypatch, on_file):
+    """Pinned plans are never evicted, so a tenant pinning plan after plan would grow the server's
+    file without bound (an audit, 7 Dec): a pin past ``MAX_PINNED`` is refused, naming the way out."""
+    from relserve.labels import memory as memory_module
+    from relserve.labels.memory import TooManyPinned
+
+    monkeypatch.setattr(memory_module, "MAX_PINNED", 3)
+    memory = LabelMemory(tmp_path / "plans.sqlite" if on_file else None)
+    plan = LabelPlan("adaptive", PlanRule.CALIBRATED, ("yes", "no"), boundary=1.0)
+    keys = [plan_key(make_call("llm_filter", f"Q{i}: is {{x}} about tea?"), "tenant-a", "m") for i in range(5)]
+    for key in keys[:3]:
+        assert memory.keep(key, plan, pin=True).pinned
+    refusal = r"cannot pin the label plan of llm_filter\('Q3: is \{x\} about tea\?'\): 3 plans are pinned here already"
+    with pytest.raises(TooManyPinned, match=refusal):
+        memory.keep(keys[3], plan, pin=True)
+    assert memory.plan(keys[3]) is None  # nothing kept
+    assert not memory.keep(keys[3], plan).pinned  # kept unpinned it is
+    with pytest.raises(TooManyPinned, match=refusal):
+        memory.pin(keys[3])
+    # another tenant's namespace has its own room
+    assert memory.keep(plan_key(make_call("llm_filter", "Q0: is {x} about tea?"), "tenant-b", "m"), plan, pin=True).pinned
+    memory.pin(keys[0], False)
+    assert memory.pin(keys[3]).pinned
+    assert sorted(s.key.template for s in memory.plans("tenant-a") if s.pinned) == [
+        "Q1: is {x} about tea?", "Q2: is {x} about tea?", "Q3: is {x} about tea?"]

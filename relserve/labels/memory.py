@@ -7,7 +7,8 @@ until refreshed. A relQuery asks the memory for its call's plan (``plan``), and 
 plan offers it (``keep``): the first plan kept for a key wins, so two processes that raced to
 make one answer their rows with the same plan. A pinned plan is never replaced nor evicted; the
 memory holds at most ``MAX_PLANS`` unpinned plans per namespace, the least recently used
-forgotten first.
+forgotten first, and at most ``MAX_PINNED`` pinned ones: a pin past that is refused, so a
+tenant cannot grow the server's file without bound.
 
 The file holds worked examples, which are rows of the table that made the plan: it is created
 readable by its owner only, and a namespace's plans are listed only to that namespace (the
@@ -29,6 +30,8 @@ from relserve.labels.plan import LabelPlan, PlanKey
 
 #: unpinned plans kept per namespace (the least recently used are forgotten past this)
 MAX_PLANS = 1024
+#: pinned plans kept per namespace (a pin past this is refused: unpin one first)
+MAX_PINNED = 1024
 #: plans kept in this process's memory in front of the file
 MEMO_PLANS = 4096
 
@@ -68,6 +71,10 @@ class StoredPlan:
 
 class PlanPinned(ConfigError):
     """A pinned plan cannot be refreshed."""
+
+
+class TooManyPinned(ConfigError):
+    """A namespace holds ``MAX_PINNED`` pinned plans already."""
 
 
 def _ns(namespace: str | None) -> str:
@@ -122,10 +129,13 @@ class LabelMemory:
                                      "unpin => true) in PostgreSQL, or `relserve plans pin --unpin`) before "
                                      "refreshing it")
                 if pin and not current.pinned:
+                    self._check_pin_room(key)
                     current = StoredPlan(current.key, current.plan, current.created, True)
                     self._write(current, now)
                 self._remember(k, current)
                 return current
+            if pin:
+                self._check_pin_room(key)
             stored = StoredPlan(key, plan, now, pin)
             self._write(stored, now)
             self._remember(k, stored)
@@ -139,6 +149,8 @@ class LabelMemory:
             current = self._read(key) if self._conn is not None else self._memo.get(k)
             if current is None:
                 return None
+            if pinned and not current.pinned:
+                self._check_pin_room(key)
             current = StoredPlan(current.key, current.plan, current.created, pinned)
             self._write(current, time.time())
             self._remember(k, current)
@@ -244,6 +256,17 @@ class LabelMemory:
         self._memo.move_to_end(k)
         while len(self._memo) > MEMO_PLANS:
             self._memo.popitem(last=False)
+
+    def _check_pin_room(self, key: PlanKey) -> None:
+        ns = _ns(key.namespace)
+        if self._conn is None:
+            held = sum(1 for k, v in self._memo.items() if k[0] == ns and v is not None and v.pinned)
+        else:
+            held = self._conn.execute("SELECT count(*) FROM plans WHERE namespace = ? AND pinned = 1", (ns,)).fetchone()[0]
+        if held >= MAX_PINNED:
+            raise TooManyPinned(f"cannot pin the label plan of {key.function}({key.template!r}): {held:,} plans are "
+                                f"pinned here already, the most kept (unpin some first: the call's label_plan option "
+                                "'unpin', or `relserve plans pin --unpin`)")
 
     def _evict(self, namespace: str | None) -> None:
         ns = _ns(namespace)
