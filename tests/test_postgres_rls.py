@@ -230,3 +230,27 @@ def test_without_security_quals_the_cheap_quals_stay_on_the_input_and_each_calls
     assert "Qual Order" not in plan, plan
     scan = plan[plan.index("Seq Scan on docs_open"):]
     assert "Filter: (mal.leak(body) AND (id > 1))" in scan, plan  # the planner's order: by cost
+
+
+@pytest.mark.parametrize("settings", [
+    {},
+    {"on_error": "raise"},
+    {"max_tokens_total": "1", "on_budget": "refuse"},
+], ids=["defaults", "on-error-raise", "budget-refuse"])
+def test_a_policys_call_fails_closed_and_silently_whatever_the_readers_settings(tables, settings):
+    """The llm policy's call fails for the two hidden rows (their tags are NULL). Mallory's own
+    ``relserve.*`` settings reach that call, but none of them may turn its failures into what
+    she can read: an error ending her statement ("row 2: ..."), a refusal carrying the estimate of
+    the rows it would run, or a NOTICE per failed row. A row the call cannot answer is hidden;
+    with a budget too small for any row, every row is (found by an audit, 7 Dec)."""
+    for batching in (True, False):
+        with connect(tables, "mallory") as db:
+            notices: list[str] = []
+            db.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+            db.execute(f"SET relserve.batch_calls = {'on' if batching else 'off'}")
+            for name, value in settings.items():
+                db.execute(f"SET relserve.{name} = '{value}'")
+            rows = db.execute("SELECT id FROM docs_llm ORDER BY id").fetchall()
+        expected = [] if "max_tokens_total" in settings else sorted(VISIBLE)
+        assert [r[0] for r in rows] == expected, (settings, batching, rows)
+        assert notices == [], (settings, batching, notices)

@@ -46,8 +46,10 @@ _scans: dict[str, Scan] = {}
 
 def _start(name: str, request: CallRequest, client: Client, template: str, rows: list) -> str:
     """Send ``rows`` as one relQuery and register its stream for polling; the scan's handle."""
-    # the server estimates each window when it starts: EXPLAIN ANALYZE shows it beside what it took
-    stream = AnswerStream(client, template, rows, replace(request.call, estimate=True), abandon_after_s=ABANDON_AFTER_S)
+    # the server estimates each window when it starts: EXPLAIN ANALYZE shows it beside what it
+    # took (not an isolated call's: its estimate would count rows the reader may not see)
+    call = request.call if request.call.isolated else replace(request.call, estimate=True)
+    stream = AnswerStream(client, template, rows, call, abandon_after_s=ABANDON_AFTER_S)
     return register(Scan(name, request, stream, len(rows)))
 
 
@@ -125,6 +127,16 @@ def scan_close(plpy: object, handle: str) -> str:
     return problem or ""
 
 
+def isolated(request: CallRequest) -> CallRequest:
+    """A security qual's call (issue 63): out of the tenant's caches, and failing closed and
+    silently whatever the reader's settings. Its rows are ones the reader may not see, so a row
+    it cannot answer (an error, a budget spent) is NULL, and the qual hides it, with no error,
+    no refusal before it starts and no estimate: each would name a hidden row's tokens or text.
+    (The C side gives no NOTICE for such a row either.)"""
+    call = replace(request.call, isolated=True, on_budget="partial", estimate=None)
+    return replace(request, call=call, on_error="null")
+
+
 def as_text(value: object) -> str | None:
     # the C side reads the answer with the column type's input function
     if isinstance(value, bool):
@@ -148,7 +160,7 @@ def batch_open(plpy: object, kind: str, template: str, spec: str | None, form: s
         labels_or_schema = json.loads(spec) if spec else None
         request = call_request(name, backend.settings(plpy), kind, labels_or_schema)
         if mode == "isolated":
-            request = replace(request, call=replace(request.call, isolated=True))
+            request = isolated(request)
         window = json.loads(rows)
         bound = [bind(name, template, value, None) if form == "args" else
                  bind(name, template, None, None if value is None else json.dumps(value)) for value in window]
