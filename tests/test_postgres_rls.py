@@ -246,7 +246,7 @@ def test_a_policys_call_fails_closed_and_silently_whatever_the_readers_settings(
     for batching in (True, False):
         with connect(tables, "mallory") as db:
             notices: list[str] = []
-            db.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+            db.add_notice_handler(lambda d, seen=notices: seen.append(d.message_primary or ""))
             db.execute(f"SET relserve.batch_calls = {'on' if batching else 'off'}")
             for name, value in settings.items():
                 db.execute(f"SET relserve.{name} = '{value}'")
