@@ -262,3 +262,61 @@ def test_a_policys_calls_over_hidden_rows_stay_out_of_the_readers_caches(notes, 
         own = f"a note of her own, batching {batching}"
         db.execute("SELECT llm_map('Say ok to {b}', %s)", [own])
         assert probe(db, own) == 1
+
+
+# ---------------------------------------------------------------- a view over a foreign table is its owner's
+
+
+@pytest.fixture
+def alices_view(roles, server):
+    """alice's foreign table (her key in her user mapping) and a view of hers over it that mallory
+    may read; alice's role default sets max_tokens, and her ceiling is 100 tokens."""
+    with connect(roles) as admin:
+        admin.execute(f"CREATE SERVER view_srv FOREIGN DATA WRAPPER relserve_fdw OPTIONS (url '{server.url}')")
+        admin.execute(f"CREATE USER MAPPING FOR alice SERVER view_srv OPTIONS (api_key '{ROLE_KEYS['alice']}')")
+        admin.execute("GRANT USAGE ON FOREIGN SERVER view_srv TO alice")
+        admin.execute("ALTER ROLE alice SET relserve.max_tokens = '7'")
+        admin.execute("INSERT INTO relserve.budget_limits (role, max_tokens_total, max_seconds) VALUES ('alice', 100, NULL)")
+    with connect(roles, "alice") as db:
+        db.execute("CREATE TABLE alice.notes (id int, body text)")
+        db.execute("INSERT INTO alice.notes VALUES (1, 'the parcel came late'), (2, 'all fine')")
+        db.execute("CREATE FOREIGN TABLE alice.note_tone (id int, body text, tone text) SERVER view_srv OPTIONS "
+                   "(source 'SELECT id, body FROM alice.notes', template 'Tone of this note? {body}', kind 'map')")
+        db.execute("CREATE VIEW alice.v_tone AS SELECT id, tone FROM alice.note_tone")
+        db.execute("GRANT USAGE ON SCHEMA alice TO mallory")
+        # (a foreign table's source runs with the reader's rights, as a view's functions do)
+        db.execute("GRANT SELECT ON alice.v_tone, alice.notes TO mallory")
+    yield
+    with connect(roles) as admin:
+        admin.execute("DROP VIEW alice.v_tone")
+        admin.execute("DROP FOREIGN TABLE alice.note_tone")
+        admin.execute("DROP TABLE alice.notes")
+        admin.execute("DROP USER MAPPING FOR alice SERVER view_srv")
+        admin.execute("DROP SERVER view_srv")
+        admin.execute("ALTER ROLE alice RESET relserve.max_tokens")
+        admin.execute("DELETE FROM relserve.budget_limits")
+
+
+def test_a_foreign_table_read_through_its_owners_view_is_the_owners_call(alices_view, roles, fake):
+    """The view reads alice's foreign table with alice's rights, so its calls go out with alice's
+    key (PostgreSQL's rule, as postgres_fdw's); they read alice's settings and ceiling too, not
+    those of the reader, who could otherwise spend alice's tenant past her ceiling with a system
+    message of her own (found by an audit, 7 Dec)."""
+    with connect(roles, "mallory") as db:
+        for name, value in STEERING.items():
+            db.execute(f"SET relserve.{name} = '{value}'")
+        db.execute("SET relserve.max_tokens_total = 9999999")
+        before = len(fake.submitted)
+        rows = db.execute("SELECT id, tone FROM alice.v_tone ORDER BY id").fetchall()
+        (rq,) = fake.submitted[before:]
+        assert [r[0] for r in rows] == [1, 2]
+        assert (rq.system, rq.max_tokens, rq.temperature, budget_of(rq)) == (None, 7, 0.0, (100, None))
+        assert "STOLEN" not in "".join(rq.render())
+        # her own calls keep her settings
+        db.execute("SELECT llm_map('Is {r} good?', 'tart')")
+        assert (fake.submitted[-1].system, fake.submitted[-1].max_tokens) == ("Answer as mallory says.", 5000)
+    with connect(roles, "alice") as db:  # alice reading her own table: her session, as always
+        db.execute("SET relserve.system = 'alice here'")
+        db.execute("SELECT id, tone FROM alice.note_tone").fetchall()
+        assert (fake.submitted[-1].system, fake.submitted[-1].max_tokens, budget_of(fake.submitted[-1])) == (
+            "alice here", 7, (100, None))

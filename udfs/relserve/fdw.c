@@ -229,6 +229,7 @@ typedef struct RsScanState
 	bool		raise_on_error; /* a row whose answer does not fit the column fails the statement */
 	char	   *url;
 	char	   *api_key;
+	Oid			as_user;		/* whose key and settings the calls are (a view's owner), or InvalidOid */
 	AttrNumber	output_attno;
 	bool		keep_answers;	/* a rescan replays them (EXEC_FLAG_REWIND) */
 
@@ -313,6 +314,8 @@ relserveBeginForeignScan(ForeignScanState *node, int eflags)
 							 quote_identifier(server->servername))));
 		st->url = pstrdup(url);
 		st->api_key = key ? pstrdup(key) : NULL;
+		/* read through a view: the key is its owner's, so are the settings and the ceiling */
+		st->as_user = userid != GetUserId() ? userid : InvalidOid;
 		rs_lookup(&st->open_fn, "_scan_open", 7, open_args, st->scan_cxt);
 		rs_lookup(&st->poll_fn, "_scan_poll", 2, poll_args, st->scan_cxt);
 		rs_lookup(&st->close_fn, "_scan_close", 1, close_args, st->scan_cxt);
@@ -477,8 +480,27 @@ rs_open_window(ForeignScanState *node, RsScanState *st)
 		fcinfo->args[i].isnull = args_null[i];
 	}
 	{
-		Datum		h = FunctionCallInvoke(fcinfo);
+		volatile Datum h = (Datum) 0;
+		Oid			save_userid;
+		int			save_sec_context;
 
+		/*
+		 * A scan that reads with another role's rights (a view's owner) sends that role's key: its
+		 * call reads that role's relserve.* settings and ceiling, as a SECURITY DEFINER
+		 * function's call does (relserve/postgres/definer.py), and not the reader's.
+		 */
+		GetUserIdAndSecContext(&save_userid, &save_sec_context);
+		if (OidIsValid(st->as_user))
+			SetUserIdAndSecContext(st->as_user, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+		PG_TRY();
+		{
+			h = FunctionCallInvoke(fcinfo);
+		}
+		PG_FINALLY();
+		{
+			SetUserIdAndSecContext(save_userid, save_sec_context);
+		}
+		PG_END_TRY();
 		if (fcinfo->isnull)
 			elog(ERROR, "relserve_fdw: relserve._scan_open returned NULL");
 		st->handle = MemoryContextStrdup(st->scan_cxt, TextDatumGetCString(h));
