@@ -22,7 +22,7 @@ import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from relserve import validation as check
 from relserve.call_key import call_key_of
@@ -30,6 +30,9 @@ from relserve.errors import ConfigError, RowError, TemplateError
 from relserve.label_names import PLAN_ACTIONS, LabelMethodName, cache_key_settings, checked_method, label_method
 from relserve.template import Template
 from relserve.validation import OnError
+
+if TYPE_CHECKING:
+    from relserve.json_schema_check import BoundedValidator
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -413,33 +416,24 @@ class LLMCall:
                 raise RowError(f"llm_extract answer is not valid JSON ({e.msg}): {text[:200]!r}") from None
             # the error jsonschema.validate would raise, without checking the schema itself again
             # for every row (make_call checked it; that check was most of an extract row's cost)
-            error = _schema_validator(self.schema_json).best_error(value)
+            from relserve.json_schema_check import SchemaTooCostly
+
+            try:
+                error = _schema_validator(self.schema_json).best_error(value)
+            except SchemaTooCostly as e:
+                raise RowError(f"llm_extract answer cannot be checked against the schema: {e}") from None
             if error is not None:
                 raise RowError(f"llm_extract answer does not match the schema: {error}") from None
             return json.dumps(value, ensure_ascii=False)
         raise AssertionError(kind)
 
 
-class _SchemaValidator:
-    """A checked JSON schema's validator, made once (``_schema_validator``)."""
-
-    def __init__(self, schema: Any) -> None:
-        import jsonschema
-
-        self._validator = jsonschema.validators.validator_for(schema)(schema)
-
-    def best_error(self, value: Any) -> str | None:
-        """The message ``jsonschema.validate`` would raise for ``value`` (None: it fits)."""
-        from jsonschema.exceptions import best_match
-
-        error = best_match(self._validator.iter_errors(value))
-        return None if error is None else error.message
-
-
 @functools.lru_cache(maxsize=256)
-def _schema_validator(schema_json: str) -> _SchemaValidator:
+def _schema_validator(schema_json: str) -> BoundedValidator:
     # the call's canonical schema text: the schema its rows were always checked against
-    return _SchemaValidator(json.loads(schema_json))
+    from relserve.json_schema_check import BoundedValidator
+
+    return BoundedValidator(json.loads(schema_json))
 
 
 def make_call(
@@ -567,10 +561,14 @@ def validate_schema(schema: object, who: str = "llm_extract") -> dict:
         raise ConfigError(f"{who}: the JSON schema must be a JSON object, got {type(schema).__name__}")
     import jsonschema
 
+    from relserve.json_schema_check import SchemaTooCostly, check_schema
+
     try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
+        check_schema(schema)
     except jsonschema.SchemaError as e:
         raise ConfigError(f"{who}: invalid JSON schema: {e.message}") from None
+    except SchemaTooCostly as e:
+        raise ConfigError(f"{who}: the JSON schema cannot be used: {e}") from None
     return schema
 
 
