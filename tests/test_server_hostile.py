@@ -423,3 +423,57 @@ def test_a_flooding_tenant_decodes_at_most_its_cap_beside_another_tenants_row(en
     assert max(s.held.get(fid, 0) for s in during) >= 8, "the flood's rows beyond its cap were never held"
     # before the small row came the flood decoded 12 or more rows a step (no cap alone)
     assert max(s.decoded.get(fid, 0) for s in steps) >= 12
+
+
+def test_an_open_server_on_loopback_answers_loopback_host_names_only():
+    """DNS rebinding (an audit, 7 Dec): a web page the user opens re-points a name of its own at
+    127.0.0.1, and its requests reach an open server with a ``Host`` of that name. ``relserve serve``
+    gives such a server loopback names (and the ``--public-url``'s) only."""
+    from relserve.server.app import open_host_names
+
+    hosts = open_host_names("https://sheets.example.org:8443/")
+    assert hosts == ["localhost", "127.0.0.1", "::1", "sheets.example.org"]
+    assert open_host_names(None) == ["localhost", "127.0.0.1", "::1"]
+    with running_server(FakeEngine(), allowed_hosts=hosts, cache=False) as srv:
+        port = srv.url.rsplit(":", 1)[1]
+        body = {"template": "hi {x}", "rows": [{"x": 1}]}
+        for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example"):
+            assert httpx.post(srv.url + "/v1/relqueries", json=body, headers={"Host": host}, timeout=30).status_code == 400
+            assert httpx.get(srv.url + "/v1/relqueries", headers={"Host": host}, timeout=30).status_code == 400
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "sheets.example.org"):
+            assert httpx.post(srv.url + "/v1/relqueries", json=body, headers={"Host": host}, timeout=30).status_code == 201
+
+
+@pytest.mark.parametrize(("options", "hosts"), [
+    ([], ["localhost", "127.0.0.1", "::1"]),
+    (["--public-url", "https://sheets.example.org"], ["localhost", "127.0.0.1", "::1", "sheets.example.org"]),
+    (["--host", "0.0.0.0", "--insecure-open"], None),  # opened on purpose: its clients are elsewhere
+    (["--tenants", "TENANTS"], None),  # keys guard it
+])
+def test_serve_gives_create_app_the_host_names_its_mode_allows(monkeypatch, tmp_path, options, hosts):
+    from typer.testing import CliRunner
+
+    import relserve
+    import relserve.server
+    from relserve.cli import app
+
+    class Built(Exception):
+        pass
+
+    seen: dict = {}
+
+    def create_app(engine, **kwargs):
+        seen.update(kwargs)
+        raise Built
+
+    class ClosableEngine(FakeEngine):
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(relserve, "Engine", lambda **kwargs: ClosableEngine())
+    monkeypatch.setattr(relserve.server, "create_app", create_app)
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text('[tenants.a]\nkey = "key-of-a"\n')
+    r = CliRunner().invoke(app, ["serve", *[str(tenants) if o == "TENANTS" else o for o in options]])
+    assert isinstance(r.exception, Built), r.output
+    assert seen["allowed_hosts"] == hosts

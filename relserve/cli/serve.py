@@ -64,6 +64,7 @@ def serve(
     from relserve import Engine
     from relserve.errors import ConfigError
     from relserve.server import Tenants, create_app
+    from relserve.server.app import open_host_names
     from relserve.server.runner import Server
 
     try:
@@ -95,8 +96,11 @@ def serve(
         engine = Engine(model=model, policy=policy)
     server = None
     try:
+        # an open server on loopback answers loopback names only (DNS rebinding); one opened
+        # on purpose (--insecure-open) answers any, as it must for its remote clients
+        hosts = open_host_names(public_url) if tenant_cfg.open and is_loopback(host) else None
         web = create_app(engine, tenants=tenant_cfg, cache=cache, public_url=public_url, cors_origins=cors_origin,
-                         cascade=cascade)
+                         cascade=cascade, allowed_hosts=hosts)
         scheme = "https" if ssl_certfile else "http"
         mode = "open (no API key needed)" if tenant_cfg.open else f"{len(tenant_cfg.names)} tenant(s)"
         typer.echo(f"relserve on {scheme}://{host}:{port}  [{mode}]  spreadsheet: {scheme}://{host}:{port}/sheet")

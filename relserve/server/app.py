@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -39,6 +40,7 @@ def create_app(
     cors_origins: list[str] | tuple[str, ...] = (),
     keep_finished_s: float = 600.0,
     cascade: float | None = None,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> FastAPI:
     """A server for ``engine`` (an ``Engine``; it is not closed when the app stops).
 
@@ -47,6 +49,8 @@ def create_app(
     ``ResultCache`` for another one, False/None for none. ``public_url``: the address clients
     use (written into the Office add-in manifest); by default the request's own. ``cascade``:
     the agreement target of a filter or classify call that names none (None: off; relserve/cascade/).
+    ``allowed_hosts``: the names a request's ``Host`` may carry (None: any; ``relserve serve`` gives
+    an open server on loopback only loopback names, ``open_host_names``).
     """
     log_redaction.install()
     tenant_cfg = Tenants.coerce(tenants)
@@ -79,6 +83,10 @@ def create_app(
         return (tenant.limits if tenant else tenant_cfg.default_limits).max_body_bytes
 
     app.add_middleware(BodyLimitMiddleware, limit_for=body_limit, on_reject=rejected)
+    if allowed_hosts is not None:
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
     if cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
@@ -88,3 +96,15 @@ def create_app(
     for module in (api_relqueries, api_estimates, api_cells, api_openai, api_meta, pages, api_operators, api_label_plans):
         app.include_router(module.router)
     return app
+
+
+def open_host_names(public_url: str | None = None) -> list[str]:
+    """The ``Host`` names an open server on loopback answers: loopback ones, and ``public_url``'s.
+    Without a key a server's only guard is that no other machine reaches it; a web page the user
+    opens could still re-point a name of its own at 127.0.0.1 (DNS rebinding) and submit work,
+    list jobs and read answers, with a ``Host`` of that name."""
+    from urllib.parse import urlsplit
+
+    names = ["localhost", "127.0.0.1", "::1"]
+    public = urlsplit(public_url).hostname if public_url else None
+    return names + ([public] if public and public not in names else [])

@@ -9,19 +9,28 @@ from __future__ import annotations
 
 import logging
 import re
+from urllib.parse import unquote_plus
 
 #: query parameters whose values are secrets
 SECRET_PARAMS = ("key", "api_key", "token")
-_SECRET = re.compile(r"(?i)([?&](?:" + "|".join(SECRET_PARAMS) + r")=)[^&#\s]*")
+#: a query parameter as the log writes it: its name as sent (perhaps percent-encoded) and value
+_PARAM = re.compile(r"([?&])([^=&#\s]+)=([^&#\s]*)")
 
 
 def redact(text: str) -> str:
-    """``text`` with the values of secret query parameters replaced by ``***``.
+    """``text`` with the values of secret query parameters replaced by ``***``, their names
+    compared as the server reads them (decoded: ``%6Bey`` is ``key``).
 
     >>> redact("/addin/manifest.xml?key=s3cret&x=1")
     '/addin/manifest.xml?key=***&x=1'
+    >>> redact("/addin/functions.js?%6B%65%79=s3cret")
+    '/addin/functions.js?%6B%65%79=***'
     """
-    return _SECRET.sub(r"\1***", text)
+    def hide(m: re.Match) -> str:
+        secret = unquote_plus(m.group(2)).lower() in SECRET_PARAMS
+        return f"{m.group(1)}{m.group(2)}={'***' if secret else m.group(3)}"
+
+    return _PARAM.sub(hide, text)
 
 
 class RedactSecrets(logging.Filter):
