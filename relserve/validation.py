@@ -71,9 +71,15 @@ def top_p(value: object) -> float:
     return float(value)
 
 
+#: the seeds the engine's sampler takes (a larger one failed its row with no message)
+SEEDS = (-(2**63), 2**64 - 1)
+
+
 def seed(value: object) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
         raise ConfigError(f"seed must be an integer, got {value!r}")
+    if value is not None and not SEEDS[0] <= value <= SEEDS[1]:
+        raise ConfigError(f"seed must be an integer from {SEEDS[0]} to {SEEDS[1]}, got {value}")
     return value
 
 

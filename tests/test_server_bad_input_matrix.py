@@ -32,6 +32,9 @@ BODY_CASES = [
     ("/v1/relqueries", RELQUERY, {"top_p": 0}, 422, "top_p: Input should be greater than 0"),
     ("/v1/relqueries", RELQUERY, {"max_tokens": 40000}, 422, "max_tokens: Input should be less than or equal to 32768"),
     ("/v1/relqueries", RELQUERY, {"seed": 1.5}, 422, "seed: Input should be a valid integer"),
+    # (2**64 failed its row in the engine's sampler with an empty message)
+    ("/v1/relqueries", RELQUERY, {"seed": 2**64}, 400,
+     "seed must be an integer from -9223372036854775808 to 18446744073709551615, got 18446744073709551616"),
     ("/v1/relqueries", RELQUERY, {"stream": "xml"}, 422, "stream: Input should be 'ndjson' or 'sse'"),
     ("/v1/relqueries", RELQUERY, {"isolated": "maybe"}, 422, "isolated: Input should be a valid boolean"),
     ("/v1/relqueries", RELQUERY, {"function": "summarize"}, 422, "function: Input should be 'map'"),
