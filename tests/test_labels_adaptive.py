@@ -31,35 +31,34 @@ from relserve.results import RelQueryResult, RowResult
 from relserve.template import Template
 
 
-@pytest.mark.parametrize(("template", "word", "contrast"), [
-    ("Is this news article about sports? {title}. {description}", "sports", "other"),
-    ("Is this SMS message spam? {text}", "spam", "other"),
-    ("Is this movie review positive? Review: {text}", "positive", "negative"),
-    ("Is the reviewer satisfied? Title: {title}. Review: {text}", "satisfied", "dissatisfied"),
-    ("Is this product an automotive product? Product: {name}", "automotive", "other"),
-    ("Is this a wheat beer? Review: {review}", "wheat", "other"),
-    ("Is this movie a horror film? Synopsis: {s}", "horror", "other"),
-    ("Is this customer happy with their {product}? Review: {review}", "happy", "unhappy"),
-    ("Review: {r}\nIs the review above about science fiction films?", "science fiction", "other"),
-    ("Is {name} a good product?", "good", "bad"),
-    ("Does this review mention a defect? {review}", "defect", "other"),
+@pytest.mark.parametrize(("template", "word", "contrast", "kind"), [
+    ("Is this news article about sports? {title}. {description}", "sports", "other", False),
+    ("Is this SMS message spam? {text}", "spam", "other", False),
+    ("Is this movie review positive? Review: {text}", "positive", "negative", False),
+    ("Is the reviewer satisfied? Title: {title}. Review: {text}", "satisfied", "dissatisfied", False),
+    ("Is this product an automotive product? Product: {name}", "automotive", "other", False),
+    ("Is this a wheat beer? Review: {review}", "wheat", "other", False),
+    ("Is this movie a horror film? Synopsis: {s}", "horror", "other", False),
+    ("Is this customer happy with their {product}? Review: {review}", "happy", "unhappy", False),
+    ("Review: {r}\nIs the review above about science fiction films?", "science fiction", "other", False),
+    ("Is {name} a good product?", "good", "bad", False),
+    ("Does this review mention a defect? {review}", "defect", "other", False),
     # a feeling comes before the object it is about
-    ("Is the customer disappointed with this purchase? {title}. {text}", "disappointed", "pleased"),
-    ("Is this review title enthusiastic about the product? {title}", "enthusiastic", "unenthusiastic"),
-    ("Is this product review helpful to other shoppers? {text}", "helpful", "unhelpful"),
-    ("Is the guest worried about the price? {review}", "worried", "other"),
+    ("Is the customer disappointed with this purchase? {title}. {text}", "disappointed", "pleased", False),
+    ("Is this review title enthusiastic about the product? {title}", "enthusiastic", "unenthusiastic", False),
+    ("Is this product review helpful to other shoppers? {text}", "helpful", "unhelpful", False),
+    ("Is the guest worried about the price? {review}", "worried", "other", False),
     # a preposition after a word that is no feeling leaves the object as the concept
-    ("Is this beer brewed with fruit? {review}", "fruit", "other"),
-    ("Is this headline about sports? {title}", "sports", "other"),
+    ("Is this beer brewed with fruit? {review}", "fruit", "other", False),
+    ("Is this headline about sports? {title}", "sports", "other", False),
     # every content word names what a row is: the question asks whether the row is that thing
-    ("Is this a review of a beer? Review: {review}", "beer", "other"),
-    ("Is this review about a beer? Review: {review}", "beer", "other"),
-    ("Is this a movie review? {text}", "movie", "other"),
-    ("Is this a beer? {text}", "beer", "other"),
+    ("Is this a review of a beer? Review: {review}", "beer", "other", True),
+    ("Is this review about a beer? Review: {review}", "beer", "other", True),
+    ("Is this a movie review? {text}", "movie", "other", True),
+    ("Is this a beer? {text}", "beer", "other", True),
 ])
-def test_the_concept_is_the_word_the_question_asks_about(template, word, contrast):
-    got = concept_of(Template.parse(template))
-    assert (got.word, got.contrast) == (word, contrast)
+def test_the_concept_is_the_word_the_question_asks_about(template, word, contrast, kind):
+    assert concept_of(Template.parse(template)) == Concept(word, contrast, names_a_kind=kind)
 
 
 def test_a_question_about_what_kind_a_row_is_takes_no_judgement_the_model_proposes():

@@ -22,10 +22,13 @@ class WarmingEngine(FakeEngine):
     def __init__(self) -> None:
         super().__init__()
         self.warmed: list[tuple[str, str | None]] = []
+        #: the system message each warm-up was behind
+        self.systems: list[str | None] = []
         self.salts: list[str | None] = []
 
     def warm_prefix(self, text: str = "", system: str | None = None, tenancy=None) -> int:
         self.warmed.append((text, tenancy.cache_salt if tenancy is not None else None))
+        self.systems.append(system)
         return len(text.split())
 
     def submit(self, rq, tenancy=None):
@@ -62,6 +65,15 @@ def test_a_job_warms_its_rows_shared_prefix_in_its_tenants_namespace_before_the_
     assert engine.warmed == [(shared, salt_a), (shared, salt_b)]
     # a one-row job has no prefix shared with another row: nothing to warm
     assert engine.salts == [salt_a, salt_b, salt_a]
+
+
+def test_a_job_warms_behind_its_own_system_message(tmp_path, monkeypatch):
+    monkeypatch.setenv("RELSERVE_HOME", str(tmp_path / "home"))
+    engine = WarmingEngine()
+    with running_server(engine, tenants=TENANTS, cache=False) as srv:
+        out = run(srv, "key-of-a", [{"note": n} for n in NOTES], system="Be brief.")
+    assert out["status"] == "finished"
+    assert engine.systems == ["Be brief."] and engine.warmed == [(TEMPLATE.split("{note}")[0], engine.salts[0])]
 
 
 def test_in_open_mode_the_warm_up_runs_in_the_shared_namespace(tmp_path, monkeypatch):

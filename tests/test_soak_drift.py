@@ -39,12 +39,25 @@ def test_the_same_latencies_in_both_windows_do_not_drift_though_their_p99_ratio_
     assert d.chance_ratio() == d.chance_ratio()  # seeded: a report reads the same twice
 
 
-def test_a_tail_that_moved_is_drift():
+def moved_tail(slow: int) -> Drift:
+    """60 requests a window; in the last one ``slow`` of them twice the baseline's 57th."""
     rng = random.Random(4)
     base = tuple(rng.lognormvariate(-0.5, 0.8) for _ in range(60))
     cut = sorted(base)[56]  # above the baseline's p95
-    last = tuple([rng.lognormvariate(-0.5, 0.8) for _ in range(50)] + [cut * 2] * 10)
-    d = Drift("cells", base, last)
-    assert d.slower >= 10
+    last = tuple([rng.lognormvariate(-0.5, 0.8) for _ in range(60 - slow)] + [cut * 2] * slow)
+    return Drift("cells", base, last)
+
+
+def test_a_tail_that_moved_is_drift():
+    d = moved_tail(10)
+    # the 10 put there and one of the others above the baseline's p95
+    assert d.slower == 11 and math.isclose(d.p_value, binomial_tail(60, 11, 0.05))
     assert d.p_value < 0.01 / 8
     assert d.drifted(8)
+
+
+def test_the_drift_threshold_is_shared_by_the_kinds_compared():
+    # p just under 0.01: drift when one kind is compared, not when eight are (0.01 / 8 each)
+    d = moved_tail(7)
+    assert 0.01 / 8 < d.p_value < 0.01
+    assert d.drifted(1) and not d.drifted(8)
