@@ -227,10 +227,14 @@ def test_metrics_scrapes_do_not_each_call_the_engine():
     assert len(calls) == 1  # one engine call for 20 scrapes within the refresh period
 
 
-def test_addin_files_carrying_a_key_are_not_stored_by_caches(server):
+def test_addin_files_carrying_a_key_are_not_stored_by_caches_nor_sent_as_a_referer(server):
     for name in ("functions.js", "manifest.xml", "functions.html", "functions.json"):
         r = httpx.get(f"{server.url}/addin/{name}?key={ALICE}")
         assert r.status_code == 200 and r.headers["cache-control"] == "no-store", name
+        # functions.html?key=... loads Microsoft's script: its address must not go there (an audit, 7 Dec)
+        assert r.headers["referrer-policy"] == "no-referrer", name
+    page = httpx.get(f"{server.url}/addin/functions.html?key={ALICE}").text
+    assert page.index('<meta name="referrer" content="no-referrer">') < page.index("appsforoffice.microsoft.com")
 
 
 def test_the_result_cache_file_is_private(tmp_path):

@@ -75,8 +75,9 @@ def _render_addin(name: str, request: Request, state: ServerState, key: str | No
     text = text.replace("__RELSERVE_KEY_QUERY__", f"?key={quote(key)}" if key else "")
     if name == "functions.js":
         text = text.replace('"__RELSERVE_API_KEY__"', json.dumps(key or ""))
-    # the files carry the caller's key: no cache (browser, proxy, Office) may keep a copy
-    headers = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+    # the files carry the caller's key: no cache (browser, proxy, Office) may keep a copy, and
+    # no page's address (functions.html?key=...) goes out as the Referer of the Office script
+    headers = {"Cache-Control": "no-store", "Pragma": "no-cache", "Referrer-Policy": "no-referrer"}
     if name == "manifest.xml":
         headers["Content-Disposition"] = 'attachment; filename="relserve-manifest.xml"'
     return Response(text, media_type=_TYPES[Path(name).suffix], headers=headers)
