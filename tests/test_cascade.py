@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from cascade_doubles import RuleEmbedder, reviews
 from engine_doubles import ScriptedEngine
+from waits import wait_until
 
 from relserve.cascade import binomial, embedding, policy, prefetch, proxy, threshold
 from relserve.errors import ConfigError, RowError
@@ -415,3 +416,43 @@ def test_each_cascade_module_imports_first_in_a_fresh_process(module):
 
     got = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120)
     assert got.returncode == 0, got.stderr[-2000:]
+
+
+@pytest.mark.parametrize("targets", [{"cascade": 0.95}, {"cascade_recall": 0.9}], ids=["agreement", "recall"])
+def test_a_cascade_whose_sample_answered_nothing_stops_embedding_its_rows(monkeypatch, targets):
+    """With no sample row answered (a spent budget refuses them all) no proxy is trained, so
+    the rows' vectors would be read by nobody: the background embedding stops then, instead of
+    embedding every row on the server's CPU while the LLM refuses the rest, request after
+    request (an audit, 7 Dec). The embedding's first chunk waits for the rest's relQuery, which
+    waits for the embedding to end or to take a second chunk."""
+    monkeypatch.setattr(prefetch, "OVERLAP", True)
+    started: list[prefetch.Prefetched] = []
+    start = prefetch.Prefetched.start
+    monkeypatch.setattr(prefetch.Prefetched, "start", lambda self: started.append(self) or start(self))
+    embedder = RuleEmbedder()
+
+    def refused(prompt, rq):
+        if len(eng.submitted) >= 2:  # the rest's relQuery, after the proxy gave up
+            wait_until(lambda: len(embedder.calls) >= 2 or not started[0]._thread.is_alive(),
+                       "the embedding to stop or go on", timeout=30)
+        raise RowError("budget exceeded: the request's max_tokens_total 10 is reached")
+
+    eng = ScriptedEngine(answer=refused)
+
+    class WaitingEmbedder(RuleEmbedder):
+        def embed(self, texts):
+            wait_until(lambda: len(eng.submitted) >= 2, "the rest's relQuery", timeout=30)
+            return embedder.embed(texts)
+
+    previous = embedding.use_embedder(WaitingEmbedder())
+    try:
+        call = make_call("llm_filter", "Is it worth it? Review: {r}", **targets)
+        out = run_call(call, [reviews(4000)], engine=eng, progress=False, cache=False)
+    finally:
+        embedding.use_embedder(previous)
+    assert out.cascade.fallback.startswith("too few")
+    assert out.errors == ["llm_filter: budget exceeded: the request's max_tokens_total 10 is reached"] * 4000
+    started[0]._thread.join(30)
+    # at most the chunk under way when the proxy gave up (none, if the thread had not begun one);
+    # before, every row: [1024, 1024, 1024, 928]
+    assert embedder.calls in ([], [1024]), embedder.calls

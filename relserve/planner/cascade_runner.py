@@ -157,6 +157,9 @@ class Cascade:
         if len(train) < 2 or not audit or not rest:
             self.choice = None
             rep.fallback = "too few sample rows answered to train and check a proxy"
+            # no proxy will read the rows' vectors: embedding the rest would be work for nothing
+            # (a refused sample, a spent budget: request after request)
+            stop_prefetch(self)
             return self._settle(None)
         t0 = time.perf_counter()
         known = train + audit

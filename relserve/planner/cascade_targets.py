@@ -107,6 +107,7 @@ class TargetCascade:
         rest = self.parts.rest
         if len(train) < 2 or not rest:
             rep.fallback = "too few training rows answered to train a proxy"
+            stop_prefetch(self)  # no proxy will read the rows' vectors
             return self._settle()
         texts = embedding.row_texts(self.rows.prompts)
         t0 = time.perf_counter()
