@@ -29,6 +29,7 @@ import polars as pl
 from relserve import settings
 from relserve.backend.protocol import Backend
 from relserve.binding import Binding
+from relserve.cell_values import polars_values
 from relserve.errors import ConfigError
 from relserve.functions import (
     LLM_CLASSIFY,
@@ -186,13 +187,13 @@ def _columns(call: LLMCall, series: pl.Series) -> list[object]:
         cols = binding.columns(fields=fields, described_as="the struct has fields")
         out = []
         for col in cols:
-            values = col.to_list()
+            values = polars_values(col)
             if struct_null is not None:  # a NULL struct makes every placeholder NULL
                 values = [None if gone else v for v, gone in zip(values, struct_null)]
             out.append(values)
         return out
     hint = f"use pl.struct(...) or df.llm.{call.function.kind}(...) to bind by column name"
-    return binding.columns(positional=[series.to_list()], hint=hint)
+    return binding.columns(positional=[polars_values(series)], hint=hint)
 
 
 def _batch_function(call: LLMCall, engine: Backend) -> Callable[[pl.Series], pl.Series]:

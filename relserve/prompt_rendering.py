@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from relserve.cell_values import Unreadable
 from relserve.errors import RowError
 from relserve.functions import LLMCall
 from relserve.prompt_shapes import SHAPED, ShapedRenderer
@@ -91,10 +92,13 @@ def render_with_fields(call: LLMCall, values: tuple, order: Sequence[int]) -> st
 
 
 def null_error(call: LLMCall, values: tuple) -> str | None:
-    """The error a row gets before running (a NULL placeholder value), or None."""
+    """The error a row gets before running (a NULL placeholder value, or one with no Python
+    value: relserve/cell_values.py), or None."""
     for name, v in zip(call.template.columns, values):
         if v is None:
             return f"{call.function.name}: placeholder {{{name}}} is NULL in this row"
+        if isinstance(v, Unreadable):
+            return f"{call.function.name}: placeholder {{{name}}} {v.why} in this row"
     return None
 
 

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from relserve.binding import Binding
+from relserve.cell_values import arrow_values
 from relserve.errors import ConfigError, TemplateError
 from relserve.functions import OPTION_NAMES, CallOptions, LLMCall, LLMFunction, make_call
 from relserve.template import Template
@@ -152,11 +153,11 @@ class _Binder:
             struct = value_arrays[0]
             fields = {struct.type.field(i).name: i for i in range(struct.type.num_fields)}
             picked = binding.columns(fields=fields, described_as="the struct argument has fields")
-            self.columns = [struct.field(i).to_pylist() for i in picked]
+            self.columns = [arrow_values(struct.field(i)) for i in picked]
             if struct.null_count:
                 self.struct_nulls = struct.is_null().to_pylist()
         else:
-            self.columns = [a.to_pylist() for a in binding.columns(positional=value_arrays, hint=STRUCT_HINT)]
+            self.columns = [arrow_values(a) for a in binding.columns(positional=value_arrays, hint=STRUCT_HINT)]
 
     def row(self, r: int) -> tuple:
         return tuple(col[r] for col in self.columns)

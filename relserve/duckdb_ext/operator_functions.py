@@ -17,6 +17,7 @@ import threading
 import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Generic, TypeVar
 
 import duckdb
@@ -88,10 +89,26 @@ def _column(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
 def _split_options(arrays: list[pa.Array]) -> tuple[list[pa.Array], list[dict | None] | None]:
     last = _column(arrays[-1]) if arrays else None
     if last is not None and pa.types.is_struct(last.type) and any(f.name == _MARKER for f in last.type):
-        opts = [None if o is None else {k: v for k, v in o.items() if k != _MARKER and v is not None}
+        # a SQL literal such as 0.7 arrives as DECIMAL: the options are plain numbers, as a row
+        # function's are (relserve/duckdb_ext/arguments.py)
+        opts = [None if o is None else {k: float(v) if isinstance(v, Decimal) else v
+                                        for k, v in o.items() if k != _MARKER and v is not None}
                 for o in last.to_pylist()]
         return arrays[:-1], opts
     return arrays, None
+
+
+def whole_k(k: object) -> int:
+    """``k`` as the positive whole number it must be (a SQL ``'3'`` or ``3.0`` too)."""
+    try:
+        number = float(k) if isinstance(k, (str, Decimal, float)) else k
+        if isinstance(number, float) and number.is_integer():
+            number = int(number)
+    except ValueError:
+        number = None
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise ConfigError(f"llm_topk: k must be a positive integer, got {k!r}")
+    return number
 
 
 def _group_key(group: Group) -> Hashable:
@@ -275,14 +292,18 @@ class TopKFunction(_Operator[TopKCall, list[str]]):
     def __call__(self, *arrays: pa.Array) -> pa.Array:
         values, options = self._arguments(arrays)
         templates = _column(values[0]).to_pylist()
-        lists = [v or [] for v in _column(values[1]).to_pylist()]
+        column = _column(values[1])
+        if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
+            raise ConfigError(
+                f"llm_topk: the values must be a list (list(column) on a plain connection), got {column.type}")
+        lists = [v or [] for v in column.to_pylist()]
         ks = _column(values[2]).to_pylist()
         return pa.array(self._answers(templates, options, lists, ks), pa.list_(pa.string()))
 
     def _spec(self, template: str | None, k: object, options: dict[str, object], rows: int) -> TopKCall | None:
         if template is None or k is None:
             return None
-        return topk_call(template, int(k), **options)
+        return topk_call(template, whole_k(k), **options)
 
     def _run(self, tc: TopKCall, groups: list[Group]) -> list[tuple[list[str] | None, str | None]]:
         results = []

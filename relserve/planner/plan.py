@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from relserve.errors import RowError
+from relserve.errors import ConfigError, RowError
 from relserve.functions import LLMCall
 from relserve.labels.bootstrap import shaped_for
 from relserve.labels.memory import LabelMemory
@@ -104,6 +104,15 @@ def rows_of(call: LLMCall, columns: Sequence[Sequence[object]]) -> list[tuple]:
     row tuples the planner works on."""
     if len(columns) != len(call.template.columns):
         raise ValueError(f"expected {len(call.template.columns)} value columns, got {len(columns)}")
+    fn, names = call.function.name, call.template.columns
+    for name, column in zip(names, columns):
+        if isinstance(column, (str, bytes)):  # zip would make a row of each character
+            raise ConfigError(f"{fn}: the values of {{{name}}} must be a list of values, one per row, got the "
+                              f"string {column[:40]!r}; a single row is [{column[:40]!r}]")
+    sizes = [len(column) for column in columns]
+    if len(set(sizes)) > 1:  # zip would drop the longer columns' last rows
+        raise ConfigError(f"{fn}: the value columns must have one value per row each, got "
+                          + ", ".join(f"{n:,} for {{{name}}}" for name, n in zip(names, sizes)))
     return list(zip(*columns))
 
 

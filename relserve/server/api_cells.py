@@ -35,8 +35,9 @@ def _cost(body: CellsRequest, tenant: Tenant) -> Cost:
     total = ZERO
     for cell in body.cells:
         if cell.template not in parsed:
-            t = check_template(cell.template, body.system, tenant, f"cell {cell.id}: template")
             try:
+                # (a template over the tenant's size limits is the request's 413, not the cell's)
+                t = check_template(cell.template, body.system, tenant, f"cell {cell.id}: template")
                 parsed[cell.template] = (t, body.call(cell.template))
             except (TemplateError, RowError):
                 parsed[cell.template] = None
