@@ -9,6 +9,7 @@ other rows run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,28 +28,26 @@ def arrow_values(array: Any) -> list[object]:
     """A pyarrow array's values (``to_pylist``), an ``Unreadable`` for each cell that has none."""
     import pyarrow as pa
 
-    errors = (*_READ_ERRORS, pa.ArrowException)
-    try:
-        return array.to_pylist()
-    except errors:
-        out: list[object] = []
-        for i in range(len(array)):
-            try:
-                out.append(array[i].as_py())
-            except errors as e:
-                out.append(Unreadable(f"holds a {array.type} value Python cannot read ({e})"))
-        return out
+    return _values(array.to_pylist, lambda i: array[i].as_py(), len(array), array.type,
+                   (*_READ_ERRORS, pa.ArrowException))
 
 
 def polars_values(series: Any) -> list[object]:
     """A polars Series' values (``to_list``), an ``Unreadable`` for each cell that has none."""
+    return _values(series.to_list, lambda i: series.slice(i, 1).to_list()[0], len(series), series.dtype,
+                   _READ_ERRORS)
+
+
+def _values(read_all: Callable[[], list], read_one: Callable[[int], object], n: int, dtype: object,
+            errors: tuple[type[BaseException], ...]) -> list[object]:
+    # the whole column at once; cell by cell only when a cell has no Python value
     try:
-        return series.to_list()
-    except _READ_ERRORS:
+        return read_all()
+    except errors:
         out: list[object] = []
-        for i in range(len(series)):
+        for i in range(n):
             try:
-                out.append(series.slice(i, 1).to_list()[0])
-            except _READ_ERRORS as e:
-                out.append(Unreadable(f"holds a {series.dtype} value Python cannot read ({e})"))
+                out.append(read_one(i))
+            except errors as e:
+                out.append(Unreadable(f"holds a {dtype} value Python cannot read ({e})"))
         return out

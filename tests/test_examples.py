@@ -45,11 +45,13 @@ def test_bad_examples_say_what_is_wrong():
                   examples=[{"review": "x", "answer": {"m": 1}}])
 
 
-def test_sql_list_of_structs_puts_the_examples_in_the_shared_prefix_and_explain():
+def filter_with_examples(options: str = "") -> tuple[ScriptedEngine, str, list]:
+    """A three-row llm_filter with two examples in SQL (and ``options`` besides): the engine,
+    EXPLAIN's text and the rows."""
     eng = ScriptedEngine()
     con = duckdb.connect()
     q = (
-        "SELECT llm_filter('Is {review} positive?', review, llm_options(examples := "
+        f"SELECT llm_filter('Is {{review}} positive?', review, llm_options({options}examples := "
         "[{'review': 'loved it', 'answer': true}, {'review': 'hated it', 'answer': false}])) FROM t"
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -57,6 +59,11 @@ def test_sql_list_of_structs_puts_the_examples_in_the_shared_prefix_and_explain(
         con.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('good film'), ('bad film'), ('okay')) v(review)")
         text = str(relserve.duckdb.explain(con, q))
         rows = relserve.duckdb.sql(con, q).fetchall()
+    return eng, text, rows
+
+
+def test_sql_list_of_structs_puts_the_examples_in_the_shared_prefix_and_explain():
+    eng, text, rows = filter_with_examples()
     assert len(rows) == 3
     (prompts,) = eng.submitted
     assert all(p.startswith(PREFIX) for p in prompts)
@@ -69,16 +76,8 @@ def test_sql_list_of_structs_puts_the_examples_in_the_shared_prefix_and_explain(
 
 
 def test_a_call_behind_the_chat_template_warms_its_examples_once_before_the_rows():
-    eng = ScriptedEngine()
-    con = duckdb.connect()
-    q = (
-        "SELECT llm_filter('Is {review} positive?', review, llm_options(prompt_shape := 'chat', system := 'Be brief.', examples := "
-        "[{'review': 'loved it', 'answer': true}, {'review': 'hated it', 'answer': false}])) FROM t"
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        relserve.duckdb.install(con, engine=eng, cache=ResultCache(Path(tmp) / "c.sqlite"), progress=False)
-        con.execute("CREATE TABLE t AS SELECT * FROM (VALUES ('good film'), ('bad film'), ('okay')) v(review)")
-        assert len(relserve.duckdb.sql(con, q).fetchall()) == 3
+    eng, _, rows = filter_with_examples("prompt_shape := 'chat', system := 'Be brief.', ")
+    assert len(rows) == 3
     (prompts,) = eng.submitted
     assert all(p.startswith(PREFIX) for p in prompts)
     # the rows' shared text, examples first, warmed once before the rows, behind their system message

@@ -19,7 +19,7 @@ is one group.
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -130,12 +130,16 @@ def _example(fn: LLMFunction) -> str:
     }[fn.kind]
 
 
+def option_values(options: Mapping[str, object]) -> dict[str, object]:
+    """``llm_options(...)``'s struct as the options it names: without its marker, and a SQL
+    literal such as 0.95, which arrives as DECIMAL, as a plain number."""
+    return {k: float(v) if isinstance(v, Decimal) else v for k, v in options.items() if k != OPTIONS_MARKER}
+
+
 def _make_call(fn: LLMFunction, template: str, spec: Any, options: Any, defaults: CallOptions) -> LLMCall:
     opts = defaults
     if options is not None:
-        # a SQL literal such as 0.95 arrives as DECIMAL: the options are plain numbers
-        given = {k: float(v) if isinstance(v, Decimal) else v for k, v in options.items() if k != OPTIONS_MARKER}
-        opts = defaults.updated(given)
+        opts = defaults.updated(option_values(options))
     if fn.kind == "classify":
         return make_call(fn, template, labels=spec, options=opts)
     if fn.kind == "extract":

@@ -24,7 +24,7 @@ import duckdb
 import pyarrow as pa
 
 from relserve.duckdb_ext import planned_sql
-from relserve.duckdb_ext.arguments import hashable_key
+from relserve.duckdb_ext.arguments import hashable_key, option_values
 from relserve.duckdb_ext.params import Params
 from relserve.duckdb_ext.script import read_script
 from relserve.duckdb_ext.statement import quiet_sqlglot
@@ -89,26 +89,28 @@ def _column(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
 def _split_options(arrays: list[pa.Array]) -> tuple[list[pa.Array], list[dict | None] | None]:
     last = _column(arrays[-1]) if arrays else None
     if last is not None and pa.types.is_struct(last.type) and any(f.name == _MARKER for f in last.type):
-        # a SQL literal such as 0.7 arrives as DECIMAL: the options are plain numbers, as a row
-        # function's are (relserve/duckdb_ext/arguments.py)
-        opts = [None if o is None else {k: float(v) if isinstance(v, Decimal) else v
-                                        for k, v in o.items() if k != _MARKER and v is not None}
+        opts = [None if o is None else {k: v for k, v in option_values(o).items() if v is not None}
                 for o in last.to_pylist()]
         return arrays[:-1], opts
     return arrays, None
 
 
-def whole_k(k: object) -> int:
-    """``k`` as the positive whole number it must be (a SQL ``'3'`` or ``3.0`` too)."""
+def _whole(value: object) -> object:
+    """A whole number as SQL may hand it over ('3', 3.0, DECIMAL 3) as an int; any other value as
+    it is, for the operator's own check to refuse by name."""
     try:
-        number = float(k) if isinstance(k, (str, Decimal, float)) else k
-        if isinstance(number, float) and number.is_integer():
-            number = int(number)
-    except ValueError:
-        number = None
-    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
-        raise ConfigError(f"llm_topk: k must be a positive integer, got {k!r}")
-    return number
+        number = Decimal(str(value))
+    except ArithmeticError:
+        return value
+    return int(number) if number.is_finite() and number == number.to_integral_value() else value
+
+
+def _list_column(array: pa.Array | pa.ChunkedArray, who: str) -> pa.Array:
+    """An operator's values argument, which must be a list per group."""
+    column = _column(array)
+    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
+        raise ConfigError(f"{who}: the values must be a list (list(column) on a plain connection), got {column.type}")
+    return column
 
 
 def _group_key(group: Group) -> Hashable:
@@ -257,11 +259,7 @@ class ReduceFunction(_Operator[ReduceCall, str]):
     def __call__(self, *arrays: pa.Array) -> pa.Array:
         values, options = self._arguments(arrays)
         templates = _column(values[0]).to_pylist()
-        lists = _column(values[1])
-        if not pa.types.is_list(lists.type) and not pa.types.is_large_list(lists.type):
-            raise ConfigError(
-                f"llm_reduce: the values must be a list (list(column) on a plain connection), got {lists.type}"
-            )
+        lists = _list_column(values[1], self.name)
         return pa.array(self._answers(templates, options, lists.to_pylist()), pa.string())
 
     def _spec(self, template: str | None, extra: object, options: dict[str, object], rows: int) -> ReduceCall | None:
@@ -292,18 +290,14 @@ class TopKFunction(_Operator[TopKCall, list[str]]):
     def __call__(self, *arrays: pa.Array) -> pa.Array:
         values, options = self._arguments(arrays)
         templates = _column(values[0]).to_pylist()
-        column = _column(values[1])
-        if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
-            raise ConfigError(
-                f"llm_topk: the values must be a list (list(column) on a plain connection), got {column.type}")
-        lists = [v or [] for v in column.to_pylist()]
+        lists = [v or [] for v in _list_column(values[1], self.name).to_pylist()]
         ks = _column(values[2]).to_pylist()
         return pa.array(self._answers(templates, options, lists, ks), pa.list_(pa.string()))
 
     def _spec(self, template: str | None, k: object, options: dict[str, object], rows: int) -> TopKCall | None:
         if template is None or k is None:
             return None
-        return topk_call(template, whole_k(k), **options)
+        return topk_call(template, _whole(k), **options)
 
     def _run(self, tc: TopKCall, groups: list[Group]) -> list[tuple[list[str] | None, str | None]]:
         results = []
