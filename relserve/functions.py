@@ -531,6 +531,10 @@ def validate_labels(labels: object, who: str = "llm_classify") -> tuple[str, ...
     """Labels must be a non-empty list of distinct, non-empty strings."""
     if labels is None:
         raise ConfigError(f"{who} needs labels: a non-empty list of strings, e.g. ['positive', 'negative']")
+    if isinstance(labels, (set, frozenset)):
+        # a set's order changes from one process to the next, and the labels' order is in every
+        # prompt and cache key: the same row would get another prompt in another process
+        raise ConfigError(f"{who} labels must be a list, not a set (a set has no fixed order); got {sorted(labels)!r}")
     if isinstance(labels, (str, bytes)) or not isinstance(labels, (Sequence, tuple)) and not _is_array_like(labels):
         raise ConfigError(f"{who} labels must be a non-empty list of strings, got {labels!r}")
     items = list(labels)
@@ -545,6 +549,14 @@ def validate_labels(labels: object, who: str = "llm_classify") -> tuple[str, ...
     dupes = sorted({x for x in items if items.count(x) > 1})
     if dupes:
         raise ConfigError(f"{who} labels must be distinct; repeated: {dupes!r}")
+    # an answer is matched to a label after trimming spaces and ignoring case, so two labels that
+    # differ only there cannot both be answered
+    folded: dict[str, str] = {}
+    for x in items:
+        other = folded.setdefault(x.strip().lower(), x)
+        if other != x:
+            raise ConfigError(f"{who} labels must differ by more than case or surrounding spaces; "
+                              f"{other!r} and {x!r} read the same")
     return tuple(items)
 
 

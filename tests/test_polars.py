@@ -105,6 +105,10 @@ def test_unknown_column_is_an_error_before_running(df, engine):
 def test_bad_labels_schema_and_options_fail_when_the_expression_is_built(engine):
     with pytest.raises(ConfigError, match="non-empty list of strings"):
         pl.col("review").llm.classify("Kind {review}", "positive")
+    with pytest.raises(ConfigError, match=r"labels must be a list, not a set \(a set has no fixed order\); got \['down', 'up'\]"):
+        pl.col("review").llm.classify("Kind {review}", {"up", "down"})
+    with pytest.raises(ConfigError, match=r"labels must differ by more than case or surrounding spaces; 'Up' and 'up' read"):
+        pl.col("review").llm.classify("Kind {review}", ["Up", "down", "up"])
     with pytest.raises(ConfigError, match="invalid JSON schema"):
         pl.col("review").llm.extract("Facts {review}", {"type": "nonsense"})
     with pytest.raises(ConfigError, match="on_error"):

@@ -42,6 +42,8 @@ BODY_CASES = [
     ("/v1/relqueries", CLASSIFY, {"labels": []}, 400, "llm_classify labels must be a non-empty list of strings"),
     ("/v1/relqueries", CLASSIFY, {"labels": ["yes", "yes"]}, 400, "llm_classify labels must be distinct; repeated: ['yes']"),
     ("/v1/relqueries", CLASSIFY, {"labels": ["yes", " "]}, 400, "llm_classify labels must be non-empty strings"),
+    ("/v1/relqueries", CLASSIFY, {"labels": ["Pos", "neg", "pos "]}, 400,
+     "llm_classify labels must differ by more than case or surrounding spaces; 'Pos' and 'pos ' read the same"),
     ("/v1/relqueries/plan", RELQUERY, {"max_seconds": -1}, 422, "max_seconds: Input should be greater than 0"),
     ("/v1/relqueries/plan", RELQUERY, {"estimate": "maybe"}, 422, "estimate: Input should be a valid boolean"),
     ("/v1/relqueries/tokens", RELQUERY, {"temperature": -1}, 422, "temperature: Input should be greater than or equal to 0"),
