@@ -101,8 +101,8 @@ def test_a_bad_batch_window_is_refused_by_the_batch_node_too(cluster, fake):
             r'relserve.batch_window must be a whole number of rows from 1 to 10000, got "0"')
 
 
-def test_a_bad_order_quals_is_refused_by_the_batch_node_when_it_plans(cluster, fake):
-    # the node reads the setting while planning a WHERE of llm quals (udfs/relserve/batch_plan.c)
+def test_a_bad_order_quals_is_refused_by_the_batch_node_when_it_runs(cluster, fake):
+    # the node reads the setting when a WHERE of llm quals starts to run (udfs/relserve/batch_scan.c)
     where = "SELECT id FROM reviews WHERE llm_filter('Good? {r}', review) AND llm_filter('Long? {r}', review)"
     refused(cluster, fake, ["SET relserve.order_quals = 'sometimes'", where], BAD_PARAMETER,
             r'relserve.order_quals must be a boolean \(on or off\), got "sometimes"')

@@ -253,7 +253,8 @@ def spread_sample(n: int, want: int = SAMPLE_ROWS) -> set[int]:
 def test_the_llm_quals_of_a_where_run_cheapest_first_each_over_the_rows_the_earlier_kept(server, cluster):
     """``WHERE broad AND narrow``: the narrow qual runs first whichever is written first, the broad
     one only over the rows it kept, the same rows either way; the sample that measured them is not
-    sent again; with relserve.order_quals off they run as written, after the same sample."""
+    sent again; with relserve.order_quals off they run as written, after the same sample, also in a
+    prepared statement planned while it was on."""
     ids = list(range(1, SAID_ROWS + 1))
     both = "SELECT id FROM said WHERE {} AND {} ORDER BY id"
     with connect_uncached(cluster) as db:
@@ -275,13 +276,23 @@ def test_the_llm_quals_of_a_where_run_cheapest_first_each_over_the_rows_the_earl
             rows = [i for (i,) in db.execute(sql).fetchall()]
             jobs = sorted(new_jobs(server, before), key=lambda j: j.created)
             runs[name] = rows, [j.progress.total for j in jobs]
+        # a prepared statement keeps its plan across a SET: the setting is the one in force when
+        # it runs (planned here under on, run under on, then off)
+        db.execute(f"PREPARE both_quals AS {both.format(BROAD, NARROW)}")
+        for name, order in (("prepared, run under on", "on"), ("prepared, run under off", "off")):
+            db.execute(f"SET relserve.order_quals = {order}")
+            before = jobs_of(server)
+            rows = [i for (i,) in db.execute("EXECUTE both_quals").fetchall()]
+            jobs = sorted(new_jobs(server, before), key=lambda j: j.created)
+            runs[name] = rows, [j.progress.total for j in jobs]
         db.execute("SET relserve.order_quals = on")
         analyzed = "\n".join(r for (r,) in db.execute(f"EXPLAIN (ANALYZE, COSTS OFF) {both.format(BROAD, NARROW)}"))
     assert all(rows == sorted(narrow) for rows, _ in runs.values()), runs
     # each qual answers the sample (a label plan, if its call has none, made from the same rows
     # whatever the order), then the narrow one the rest of the window, then the broad one the rows
     # the narrow one kept that it has not answered; as written, the broad one first
-    for name, last in (("broad written first", narrow), ("narrow written first", narrow), ("as written", broad)):
+    for name, last in (("broad written first", narrow), ("narrow written first", narrow), ("as written", broad),
+                       ("prepared, run under on", narrow), ("prepared, run under off", broad)):
         sizes = runs[name][1]
         assert sorted(sizes[:2]) == [SAMPLE_ROWS] * 2 and sizes[2:] == [SAID_ROWS - SAMPLE_ROWS, len(last - sample)], (name, sizes)
     assert ("Order of LLM Quals: batches 2, 1 in this order, cheapest per row removed first; "

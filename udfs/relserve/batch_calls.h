@@ -14,9 +14,9 @@
 #include "nodes/primnodes.h"
 
 #define RS_DEFAULT_BATCH_WINDOW 2000
-#define RS_PRIV_HEAD 7				/* custom_private's fields before the call sites: batches, qual order, row bound,
-								 * each batch's stage, whether each is a label qual, order_quals, what
-								 * set the row bound */
+#define RS_PRIV_HEAD 6				/* custom_private's fields before the call sites: batches, qual order, row bound,
+								 * each batch's stage, whether each is a label qual, what set the row
+								 * bound */
 #define RS_FIELDS_PER_SITE 7		/* custom_private's fields per call site (batch_plan.c writes them) */
 #define RS_FIRST_BOUNDED_WINDOW 64	/* under a LIMIT: the first window's rows (a label plan's sample), doubling after */
 #define RS_MAX_ROW_BOUND 1000000	/* a LIMIT above this keeps the full windows */

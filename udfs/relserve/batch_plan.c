@@ -309,7 +309,6 @@ rs_batch_plan(Plan *plan, RsPlanning *planning, List *rtable)
 					  makeInteger(0));	/* the row bound: a LIMIT above sets it (rs_bound_batch) */
 	priv = lappend(priv, groups);
 	priv = lappend(priv, labels);
-	priv = lappend(priv, makeBoolean(rs_setting_bool("order_quals", true)));
 	priv = lappend(priv, makeString(pstrdup("")));	/* what set the row bound: "a LIMIT", "an EXISTS" */
 	k = 0;
 	foreach(lc, rw.sites)
@@ -377,7 +376,7 @@ rs_bound_child(Plan *child, int64 bound, const char *by)
 		List	   *priv = ((CustomScan *) child)->custom_private;
 
 		lthird(priv) = makeInteger((int) bound);
-		list_nth_cell(priv, 6)->ptr_value = makeString(pstrdup(by));
+		list_nth_cell(priv, 5)->ptr_value = makeString(pstrdup(by));
 	}
 }
 

@@ -139,8 +139,12 @@ rs_begin(CustomScanState *node, EState *estate, int eflags)
 	st->nbatches = intVal(linitial(priv));
 	st->qual_order = strVal(lsecond(priv));
 	st->row_bound = intVal(lthird(priv));
-	st->order_quals = boolVal(list_nth(priv, 5));
-	st->bound_by = strVal(list_nth(priv, 6));
+	/*
+	 * read when the statement runs, not when it is planned: a prepared statement (psycopg prepares
+	 * one it has run five times) keeps its plan across a SET relserve.order_quals
+	 */
+	st->order_quals = rs_setting_bool("order_quals", true);
+	st->bound_by = strVal(list_nth(priv, 5));
 	st->nsites = (list_length(priv) - RS_PRIV_HEAD) / RS_FIELDS_PER_SITE;
 	st->sites = palloc0(sizeof(RsExecSite) * st->nsites);
 	st->ninputs = list_length(cscan->custom_scan_tlist) - st->nsites;
