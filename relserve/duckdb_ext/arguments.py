@@ -243,10 +243,27 @@ def _rows_by_call(size: int, templates: list, specs: list | None, options: list 
     yield from combos.values()
 
 
+class _NaN:
+    """Float NaN in a key: NaN equals nothing, itself included, so a row holding it would never
+    be found again (the planner's next pass would ask it again, and never settle)."""
+
+    def __repr__(self) -> str:
+        return "NaN"
+
+
+_NAN = _NaN()
+
+
 def hashable_key(value: object) -> Hashable:
-    """``value`` as a dict key: itself, or its JSON text when it holds a list or a struct (dict)."""
+    """``value`` (a row's values, a spec, options) as a dict key that equal values share: itself,
+    with float NaN as one marker (not the string 'nan'), or its JSON text when it holds a list or a
+    struct (dict), where NaN is the token NaN."""
     try:
         hash(value)
-        return value
     except TypeError:
         return json.dumps(value, sort_keys=True, default=str)
+    if isinstance(value, tuple):
+        if any(isinstance(v, float) and v != v for v in value):
+            return tuple(_NAN if isinstance(v, float) and v != v else v for v in value)
+        return value
+    return _NAN if isinstance(value, float) and value != value else value
