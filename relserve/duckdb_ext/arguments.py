@@ -157,14 +157,43 @@ class _Binder:
             struct = value_arrays[0]
             fields = {struct.type.field(i).name: i for i in range(struct.type.num_fields)}
             picked = binding.columns(fields=fields, described_as="the struct argument has fields")
-            self.columns = [arrow_values(struct.field(i)) for i in picked]
+            arrays = [struct.field(i) for i in picked]
             if struct.null_count:
                 self.struct_nulls = struct.is_null().to_pylist()
         else:
-            self.columns = [arrow_values(a) for a in binding.columns(positional=value_arrays, hint=STRUCT_HINT)]
+            arrays = binding.columns(positional=value_arrays, hint=STRUCT_HINT)
+        for name, array in zip(template.columns, arrays):
+            _check_not_opaque(fn, name, array.type)
+        self.columns = [arrow_values(a) for a in arrays]
 
     def row(self, r: int) -> tuple:
         return tuple(col[r] for col in self.columns)
+
+
+def _check_not_opaque(fn: LLMFunction, name: str, arrow_type: pa.DataType) -> None:
+    """Refuse a placeholder whose values DuckDB hands over as bytes only it can read (Arrow's
+    opaque type: BIGNUM, where relserve cannot cast it to VARCHAR first: a plain connection, or
+    inside a list or a struct)."""
+    opaque = _opaque_type_name(arrow_type)
+    if opaque is not None:
+        held = "is" if _is_opaque(arrow_type) else "holds values of"
+        raise ConfigError(f"{fn.name}: placeholder {{{name}}} {held} DuckDB's {opaque.upper()}, which reaches Python "
+                          "as opaque bytes; cast it to VARCHAR")
+
+
+def _is_opaque(arrow_type: pa.DataType) -> bool:
+    return getattr(arrow_type, "extension_name", None) == "arrow.opaque"
+
+
+def _opaque_type_name(arrow_type: pa.DataType) -> str | None:
+    """The name DuckDB gives an opaque type in ``arrow_type`` (at any depth), or None."""
+    if _is_opaque(arrow_type):
+        return str(getattr(arrow_type, "type_name", "") or "opaque")
+    for i in range(arrow_type.num_fields):
+        name = _opaque_type_name(arrow_type.field(i).type)
+        if name is not None:
+            return name
+    return None
 
 
 STRUCT_HINT = (
@@ -243,10 +272,27 @@ def _rows_by_call(size: int, templates: list, specs: list | None, options: list 
     yield from combos.values()
 
 
+class _NaN:
+    """Float NaN in a key: NaN equals nothing, itself included, so a row holding it would never
+    be found again (the planner's next pass would ask it again, and never settle)."""
+
+    def __repr__(self) -> str:
+        return "NaN"
+
+
+_NAN = _NaN()
+
+
 def hashable_key(value: object) -> Hashable:
-    """``value`` as a dict key: itself, or its JSON text when it holds a list or a struct (dict)."""
+    """``value`` (a row's values, a spec, options) as a dict key that equal values share: itself,
+    with float NaN as one marker (not the string 'nan'), or its JSON text when it holds a list or a
+    struct (dict), where NaN is the token NaN."""
     try:
         hash(value)
-        return value
     except TypeError:
         return json.dumps(value, sort_keys=True, default=str)
+    if isinstance(value, tuple):
+        if any(isinstance(v, float) and v != v for v in value):
+            return tuple(_NAN if isinstance(v, float) and v != v else v for v in value)
+        return value
+    return _NAN if isinstance(value, float) and value != value else value

@@ -38,7 +38,15 @@ from relserve.duckdb_ext.params import Params
 from relserve.duckdb_ext.session import Session
 from relserve.duckdb_ext.statement import CallSite, Statement
 from relserve.duckdb_ext.trace import StatementTrace, call_trace
-from relserve.duckdb_ext.udf import answer_chunk, create_function, return_type, settle_chunk_errors, to_arrow
+from relserve.duckdb_ext.udf import (
+    answer_chunk,
+    create_site_function,
+    remove_site_function,
+    return_type,
+    settle_chunk_errors,
+    to_arrow,
+    with_texts,
+)
 from relserve.errors import RowError
 from relserve.estimate import selectivity
 from relserve.functions import LLMCall, LLMFunction
@@ -74,6 +82,9 @@ class SiteState:
     failure: BaseException | None = None
     #: the statement's trace, which each relQuery this site sends is added to
     trace: StatementTrace | None = None
+    #: whether DuckDB calls this site through its macro, which adds the arguments' texts
+    #: (``udf.create_site_function``)
+    texts: bool = False
 
     @property
     def function(self) -> LLMFunction:
@@ -81,7 +92,7 @@ class SiteState:
 
     def __call__(self, *arrays: pa.Array) -> pa.Array:
         try:
-            return self._answer(arrays)
+            return self._answer(with_texts(arrays) if self.texts else arrays)
         except Exception as e:
             self.failure = e
             raise
@@ -282,15 +293,12 @@ class PlannedStatement:
 
     def __enter__(self) -> PlannedStatement:
         for name, state in zip(self.names, self.states):
-            create_function(self.con, name, state, return_type(state.function))
+            state.texts = create_site_function(self.con, name, state, return_type(state.function), state.site.arity)
         return self
 
     def __exit__(self, *exc: object) -> None:
         for name in self.names:
-            try:
-                self.con.remove_function(name)
-            except duckdb.Error:
-                pass
+            remove_site_function(self.con, name)
 
     def collect(self, params: Params = None) -> pa.Table | None:
         return self.fetch(self.statement.collection_sql(self.names, self.placed), params)

@@ -31,6 +31,10 @@ _PHASE = {"joins": 0, "where": 1, "group": 2, "having": 3, "qualify": 4, "expres
 _ROW_SHAPING = {"joins", "where", "group", "having", "qualify"}
 # sqlglot renamed some args over versions (from -> from_, with -> with_); accept both
 _SOURCE_CLAUSES = ("from", "from_", "joins", "with", "with_", "laterals")
+#: arguments DuckDB may not count as one positional argument each: an expansion to several
+#: (``*COLUMNS(*)``) or a named one (``x := 1``); a sqlglot without one of these classes parses
+#: no such thing
+_NOT_COUNTED = tuple(getattr(exp, name) for name in ("Star", "Columns", "PropertyEQ", "Kwarg") if hasattr(exp, name))
 
 
 @dataclass
@@ -44,6 +48,13 @@ class CallSite:
     #: the call's SQL text, for EXPLAIN and error messages
     text: str
     depends_on: frozenset[int] = frozenset()
+
+    @property
+    def arity(self) -> int | None:
+        """How many arguments DuckDB passes the call (None: not known before DuckDB binds the
+        statement, as with ``*COLUMNS(*)``)."""
+        args = self.node.expressions
+        return None if any(isinstance(a, _NOT_COUNTED) for a in args) else len(args)
 
 
 @dataclass

@@ -49,6 +49,49 @@ def create_function(con: duckdb.DuckDBPyConnection, name: str, udf: Any, returns
     )
 
 
+#: DuckDB types (as ``typeof`` names them) whose Arrow form is not the value: UHUGEINT from 2**127
+#: wraps negative, BIT and BIGNUM (once named VARINT) arrive as bytes, INTERVAL as
+#: MonthDayNano(...), TIME WITH TIME ZONE without its offset, GEOMETRY and VARIANT as their binary
+#: encodings. A planned site gets such an argument as DuckDB writes it (``v::VARCHAR``).
+AS_TEXT_TYPES = ("UHUGEINT", "BIT", "BIGNUM", "VARINT", "INTERVAL", "TIME WITH TIME ZONE", "GEOMETRY", "VARIANT")
+
+
+def create_site_function(con: duckdb.DuckDBPyConnection, name: str, udf: Any, returns: str, arity: int | None) -> bool:
+    """Register a planned call site's ``udf`` as ``name`` taking ``arity`` arguments: a macro that
+    passes ``udf`` each argument, or NULL where its type is one of ``AS_TEXT_TYPES``, then each
+    one's text where its type is one of those, or NULL. ``typeof`` is a constant once DuckDB binds
+    the statement, so each CASE is folded to one side and an argument is evaluated once.
+    ``with_texts`` puts the texts in place. Returns whether it did: with ``arity`` None (see
+    ``CallSite.arity``) ``udf`` is ``name`` itself, and gets the arguments as Arrow gives them."""
+    if arity is None:
+        create_function(con, name, udf, returns)
+        return False
+    create_function(con, f"{name}_values", udf, returns)
+    params = [f"relserve_arg{i}" for i in range(arity)]
+    as_text = "typeof({}) IN (" + ", ".join(f"'{t}'" for t in AS_TEXT_TYPES) + ")"
+    values = [f"CASE WHEN {as_text.format(p)} THEN NULL ELSE {p} END" for p in params]
+    texts = [f"CASE WHEN {as_text.format(p)} THEN CAST({p} AS VARCHAR) END" for p in params]
+    con.execute(f"CREATE OR REPLACE TEMP MACRO {name}({', '.join(params)}) AS {name}_values({', '.join(values + texts)})")
+    return True
+
+
+def remove_site_function(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Undo ``create_site_function`` (either form)."""
+    for drop in (lambda: con.execute(f"DROP MACRO IF EXISTS temp.main.{name}"),
+                 lambda: con.remove_function(f"{name}_values"), lambda: con.remove_function(name)):
+        try:
+            drop()
+        except duckdb.Error:
+            pass
+
+
+def with_texts(arrays: tuple[pa.Array, ...]) -> tuple[pa.Array, ...]:
+    """A site macro's arguments (``create_site_function``): each argument, or its text where the
+    macro gave one (an argument whose values are all NULL stays as it is, NULL either way)."""
+    n = len(arrays) // 2
+    return tuple(text if text.null_count < len(text) else value for value, text in zip(arrays[:n], arrays[n:]))
+
+
 def to_arrow(fn: LLMFunction, values: list[Any]) -> pa.Array:
     return pa.array(values, type=pa.float64() if fn is LLM_SCORE else _ARROW_TYPES[fn.kind])
 

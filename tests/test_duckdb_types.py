@@ -1,0 +1,178 @@
+"""A DuckDB value reaches the prompt as DuckDB writes it, on the planned path and on a plain
+connection, and a row holding NaN is known again in the planner's next pass (found by an audit of
+the surfaces; each test but the guards failed before its fix).
+
+* DuckDB's Arrow export is not the value for some types (UHUGEINT from 2**127 wrapped negative,
+  BIT and BIGNUM arrived as bytes, INTERVAL as MonthDayNano(...), TIMETZ without its offset), and
+  those prompts were sent without an error. A planned site now gets such an argument as DuckDB's
+  own text (``v::VARCHAR``); an INTERVAL inside a STRUCT or a LIST, and any INTERVAL on a plain
+  connection, is written as DuckDB writes it; a BIGNUM on a plain connection is refused, naming
+  the function, the placeholder and the type.
+* NaN equals nothing, so the planner's key of a row holding it never found the row again: every
+  collection pass asked it anew, and the statement ran to its pass limit."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import duckdb
+import pytest
+from engine_doubles import ScriptedEngine
+
+import relserve.duckdb
+from relserve.duckdb_ext.arguments import hashable_key
+from relserve.duckdb_ext.connections import session_of
+from relserve.planner.cache import ResultCache
+
+
+def connect(engine: ScriptedEngine, **kw):
+    return relserve.duckdb.connect(engine=engine, progress=False, **{"cache": False, **kw})
+
+
+def prompts_of(expr: str, *, planned: bool = True) -> list[str]:
+    eng = ScriptedEngine()
+    con = connect(eng)
+    (con if planned else con.con).sql(f"SELECT llm_map('Describe {{v}}', {expr})").fetchall()
+    return [p for rq in eng.submitted for p in rq]
+
+
+@pytest.mark.parametrize(("expr", "shown"), [
+    ("340282366920938463463374607431768211455::UHUGEINT", "340282366920938463463374607431768211455"),
+    ("'101'::BIT", "101"),
+    ("123456789012345678901234567890123456789012345::VARINT", "123456789012345678901234567890123456789012345"),
+    ("INTERVAL 3 DAY", "3 days"),
+    ("'12:00:00+02'::TIMETZ", "12:00:00+02"),
+], ids=["UHUGEINT", "BIT", "VARINT", "INTERVAL", "TIMETZ"])
+def test_a_planned_value_duckdb_exports_otherwise_is_sent_as_duckdb_writes_it(expr, shown):
+    assert prompts_of(expr) == [f"Describe {shown}"]
+
+
+@pytest.mark.parametrize(("type_name", "literal", "shown"), [
+    ("GEOMETRY", "'POINT(1 2)'", "POINT (1 2)"),
+    ("VARIANT", "42", "42"),
+])
+def test_a_planned_geometry_or_variant_is_sent_as_duckdb_writes_it(type_name, literal, shown):
+    try:
+        duckdb.sql(f"SELECT {literal}::{type_name}").fetchall()
+    except duckdb.Error:
+        pytest.skip(f"this DuckDB has no {type_name} type")
+    assert prompts_of(f"{literal}::{type_name}") == [f"Describe {shown}"]
+
+
+def test_a_planned_column_of_such_values_keeps_its_nulls_and_its_other_arguments():
+    eng = ScriptedEngine()
+    con = connect(eng)
+    con.execute("CREATE TABLE t AS SELECT * FROM (VALUES (1, 340282366920938463463374607431768211455::UHUGEINT, "
+                "'12:00:00+02'::TIMETZ), (2, NULL, '23:59:59-05:30'::TIMETZ), (3, 7::UHUGEINT, NULL)) v(i, u, z)")
+    rows = con.sql("SELECT i, llm_map('{i}: {u} at {z}', i, u, z) AS a FROM t ORDER BY i").fetchall()
+    assert eng.submitted == [["1: 340282366920938463463374607431768211455 at 12:00:00+02"]]
+    assert [r[1] is None for r in rows] == [False, True, True]
+    assert sorted(r[3] for r in con.errors().fetchall()) == ["llm_map: placeholder {u} is NULL in this row",
+                                                             "llm_map: placeholder {z} is NULL in this row"]
+
+
+def test_a_planned_interval_in_a_struct_or_a_list_is_written_as_duckdb_writes_it():
+    assert prompts_of("{'v': INTERVAL 3 DAY}") == ["Describe 3 days"]
+    assert prompts_of("[INTERVAL 3 DAY, INTERVAL 1 MONTH]") == ['Describe ["3 days", "1 month"]']
+
+
+INTERVALS = ["INTERVAL 0 DAY", "INTERVAL 1 DAY", "INTERVAL 1 MONTH", "INTERVAL 14 MONTH", "INTERVAL 24 MONTH",
+             "INTERVAL (-1) YEAR", "INTERVAL (-13) MONTH", "INTERVAL (-2) DAY", "INTERVAL 90 MINUTE", "-INTERVAL 90 MINUTE",
+             "INTERVAL 1 MICROSECOND", "INTERVAL 1500 MILLISECOND", "INTERVAL 123 HOUR",
+             "INTERVAL 1 YEAR + INTERVAL 2 MONTH + INTERVAL 3 DAY + INTERVAL 14706789 MILLISECOND",
+             "INTERVAL 1 DAY - INTERVAL 1 SECOND"]
+
+
+@pytest.mark.parametrize("planned", [True, False], ids=["relserve.duckdb.sql", "plain connection"])
+def test_intervals_in_a_list_read_as_duckdb_writes_each_one(planned):
+    con = duckdb.connect()
+    texts = [con.sql(f"SELECT ({iv})::VARCHAR").fetchall()[0][0] for iv in INTERVALS]
+    assert prompts_of(f"[{', '.join(INTERVALS)}]", planned=planned) == [f"Describe {json.dumps(texts)}"]
+
+
+def test_an_interval_on_a_plain_connection_is_written_as_duckdb_writes_it():
+    assert prompts_of("INTERVAL 3 DAY", planned=False) == ["Describe 3 days"]
+
+
+def test_a_bignum_on_a_plain_connection_is_refused_naming_the_placeholder_and_the_type():
+    eng = ScriptedEngine()
+    con = connect(eng)
+    with pytest.raises(duckdb.Error, match=r"llm_map: placeholder \{v\} is DuckDB's BIGNUM, which reaches Python "
+                                           r"as opaque bytes; cast it to VARCHAR"):
+        con.con.sql("SELECT llm_map('Describe {v}', 12345678901234567890123::VARINT)").fetchall()
+    assert eng.submitted == []
+
+
+@pytest.mark.parametrize("planned", [True, False], ids=["relserve.duckdb.sql", "plain connection"])
+@pytest.mark.parametrize(("expr", "shown"), [
+    ("'ab'::BLOB", "ab"),
+    ("{'v': {'a': 1, 'b': 'x'}}", '{"a": 1, "b": "x"}'),
+    ("[[1], [2, 3]]", "[[1], [2, 3]]"),
+    ("[1, 2]::INTEGER[2]", "[1, 2]"),
+    ("123.456::DECIMAL(38,3)", "123.456"),
+    ("(-170141183460469231731687303715884105728)::HUGEINT", "-170141183460469231731687303715884105728"),
+    ("'nan'::DOUBLE", "nan"),
+    ("'-inf'::DOUBLE", "-inf"),
+    ("'00000000-0000-0000-0000-000000000001'::UUID", "00000000-0000-0000-0000-000000000001"),
+    ("'x'::ENUM('x', 'y')", "x"),
+    ("1::UNION(a INTEGER, b VARCHAR)", "1"),
+    ("'2020-01-02 03:04:05+00'::TIMESTAMPTZ", "2020-01-02 03:04:05+00:00"),
+    ("'2020-01-02 03:04:05.123456'::TIMESTAMP_NS", "2020-01-02 03:04:05.123456"),
+    ("'0001-01-01'::DATE", "0001-01-01"),
+    ("'12:00:00'::TIME", "12:00:00"),
+    ("1::UHUGEINT", "1"),
+    ("1.5::DOUBLE", "1.5"),
+    ("true", "True"),
+])
+def test_the_types_that_were_right_are_sent_as_before(expr, shown, planned):
+    # a guard, not a reproduction: these prompts are the ones sent before the fix
+    assert prompts_of(expr, planned=planned) == [f"Describe {shown}"]
+
+
+def test_a_call_whose_arguments_duckdb_counts_and_its_site_functions_go_after_the_statement():
+    # guards of the site's macro: *COLUMNS(*) gives DuckDB's own count of arguments (the site
+    # then takes them as Arrow gives them), and a statement leaves no function of its sites
+    eng = ScriptedEngine()
+    con = connect(eng)
+    con.execute("CREATE TABLE t AS SELECT 'x' AS a, 1 AS b")
+    assert con.sql("SELECT llm_map('{a} and {b}', *COLUMNS(*)) FROM t").fetchall() == [("answer to: x and 1",)]
+    assert con.sql("SELECT llm_map('{a} or {b}', a, b) FROM t").fetchall() == [("answer to: x or 1",)]
+    assert con.con.sql("SELECT function_name FROM duckdb_functions() WHERE function_name LIKE 'llm_site%'").fetchall() == []
+
+
+def test_the_result_cache_tells_a_large_uhugeint_from_minus_one(tmp_path):
+    cache = ResultCache(tmp_path / "cache.sqlite")
+    eng = ScriptedEngine(answer=lambda prompt, rq: f"about {prompt}")
+    con = connect(eng, cache=cache)
+    con.sql("SELECT llm_map('Describe {v}', -1)").fetchall()
+    (answer,) = con.sql("SELECT llm_map('Describe {v}', 340282366920938463463374607431768211455::UHUGEINT)").fetchall()[0]
+    assert eng.submitted == [["Describe -1"], ["Describe 340282366920938463463374607431768211455"]]
+    assert answer == "about Describe 340282366920938463463374607431768211455"
+
+
+def test_nan_rows_are_asked_once_and_the_statement_settles():
+    eng = ScriptedEngine()
+    con = connect(eng)
+    con.execute("CREATE TABLE t AS SELECT i, CASE WHEN i % 2 = 0 THEN 'nan'::DOUBLE ELSE i END AS v FROM range(100) r(i)")
+    rows = con.sql("SELECT i, llm_map('Describe {v}', v) FROM t ORDER BY i").fetchall()
+    assert [len(p) for p in eng.submitted] == [51]
+    assert eng.submitted[0].count("Describe nan") == 1
+    # one pass records the rows, the second finds every row known (none left for a third)
+    assert session_of(con.con).last_run.passes == 2
+    assert rows[:2] == [(0, "answer to: Describe nan"), (1, "answer to: Describe 1")]
+
+
+def test_hashable_key_finds_nan_again_and_keeps_other_values_apart():
+    nan_a, nan_b = float("nan"), float("nan")
+    assert nan_a is not nan_b
+    assert hashable_key(("x", nan_a)) == hashable_key(("x", nan_b))
+    assert hash(hashable_key(("x", nan_a))) == hash(hashable_key(("x", nan_b)))
+    assert hashable_key(nan_a) == hashable_key(nan_b)
+    assert hashable_key(("x", nan_a)) != hashable_key(("x", "nan"))
+    assert hashable_key(("x", nan_a)) != hashable_key(("x", math.inf))
+    assert hashable_key((-0.0,)) == hashable_key((0.0,))  # both are written "0"
+    assert hashable_key(([nan_a], 1)) == hashable_key(([nan_b], 1))
+    assert hashable_key(([nan_a], 1)) != hashable_key((["nan"], 1))
+    assert hashable_key(({"a": nan_a},)) == hashable_key(({"a": nan_b},))
+    assert hashable_key(("x", 1)) == ("x", 1)  # rows without NaN keep themselves as their key
