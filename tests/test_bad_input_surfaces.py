@@ -2,7 +2,7 @@
 the others (found by an audit of the surfaces, 7 Dec; each test failed before its fix):
 
 * a spreadsheet cell with a malformed template failed the whole recalculation (400, no cell
-  named) instead of its own cell;
+  named) instead of its own cell; one with a NULL value failed alone but without naming itself;
 * ``llm_reduce`` / ``llm_topk`` refused ``llm_options(temperature := 0.7)``: DuckDB hands the
   literal over as DECIMAL;
 * ``llm_topk`` on a plain connection over a text column ranked each string's characters, and a
@@ -53,6 +53,19 @@ def test_a_cell_with_a_malformed_template_fails_alone_naming_itself(bad, why):
     assert (cells["B2"]["error"], cells["B2"]["text"]) == (None, "echo: Is Great film positive?")
     assert cells["B3"]["value"] is None and cells["B3"]["error"].startswith("cell B3: ")
     assert why in cells["B3"]["error"], cells["B3"]["error"]
+
+
+def test_a_cell_with_a_null_value_names_itself_as_a_cell_with_a_bad_formula_does():
+    body = {"cells": [{"id": "B2", "template": "Is {A} positive?", "args": ["Great film"]},
+                      {"id": "B3", "template": "Is {A} positive?", "args": [None]},
+                      {"id": "B4", "template": "Is {A} good?", "values": {"A": None}}], "stream": False}
+    with running_server(FakeEngine(), cache=False) as srv:
+        r = httpx.post(srv.url + "/v1/cells", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    cells = {c["id"]: c for c in r.json()["cells"]}
+    assert (cells["B2"]["error"], cells["B2"]["text"]) == (None, "echo: Is Great film positive?")
+    assert cells["B3"]["error"] == "cell B3: llm_map: placeholder {A} is NULL in this row"
+    assert cells["B4"]["error"] == "cell B4: llm_map: placeholder {A} is NULL in this row"
 
 
 @pytest.mark.parametrize("planned", [True, False], ids=["relserve.duckdb.sql", "plain connection"])
