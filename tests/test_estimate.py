@@ -316,6 +316,9 @@ def test_a_call_with_no_prompt_to_run_is_estimated_exactly_at_nothing(function, 
     ("llm_filter", {"method": "prior", "prompt_shape": "chat"}, True),
     # the default scoring layout puts the row's values first, with no chat template in front
     ("llm_filter", {"method": "prior"}, False),
+    # under a token budget the executor warms nothing (its tokens would be in no row's reservation)
+    ("llm_map", {"max_tokens": 4, "max_tokens_total": 100_000}, False),
+    ("llm_filter", {"method": "prior", "prompt_shape": "chat", "max_tokens_total": 100_000}, False),
 ])
 def test_a_prefix_is_warmed_only_where_every_row_starts_with_it(function, options, warms):
     """EXPLAIN replays the executor's warm-up of the rows' shared prefix: behind the chat template
