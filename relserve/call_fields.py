@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
-from relserve.functions import OPTION_NAMES, LLMCall
+from relserve.functions import LABEL_OPTIONS, OPTION_NAMES, LLMCall, takes_option
 
 #: call options a request carries (the server serves one model, so ``model`` is not sent)
 SENT_OPTION_NAMES: tuple[str, ...] = tuple(n for n in OPTION_NAMES if n != "model")
@@ -77,6 +77,11 @@ class CallFields:
             options["on_budget"] = None
         if options["label_plan"] == "auto":  # the default: not sent
             options["label_plan"] = None
+        # a connection's default the function ignores (method on llm_map) is not sent: the server
+        # would refuse it as the call's own
+        for name in LABEL_OPTIONS:
+            if not takes_option(call.function, name):
+                options[name] = None
         options["max_tokens"] = call.max_tokens  # the function's own default resolved
         options["on_error"] = on_error if on_error is not None else o.on_error
         kind = call.function.kind

@@ -454,6 +454,9 @@ def make_call(
             "same prompt; name the column(s) to use, e.g. 'Is {review} positive?'"
         )
     opts = (options or CallOptions()).updated(settings)
+    # the call's own options only (a bad value is named first): ``options`` holds defaults (a
+    # connection's), which hold for every function
+    check_given_options(fn, settings)
     checked_labels = validate_labels(labels) if fn.kind == "classify" else None
     if fn.kind != "classify" and labels is not None:
         raise ConfigError(f"{fn.name} takes no labels")
@@ -470,6 +473,31 @@ def make_call(
     if opts.examples:
         call = replace(call, options=replace(opts, examples=_checked_examples(call, opts.examples)))
     return call
+
+
+#: the options only a function that picks a label reads (llm_filter, llm_score, llm_classify, and
+#: the operators built on them), with what each decides; another function would ignore them
+LABEL_OPTIONS: dict[str, str] = {
+    "method": "how the label is picked",
+    "label_plan": "what the call does with its label plan",
+    "prompt_shape": "how a request that scores the labels is laid out",
+    "answer_field": "the field the label is scored after",
+    "cascade": "a proxy answers the rows whose label it is sure of",
+}
+
+
+def takes_option(fn: LLMFunction, name: str) -> bool:
+    """Whether ``fn`` reads the option ``name``: every function reads every option but the label ones."""
+    return name not in LABEL_OPTIONS or fn.kind in ("filter", "classify")
+
+
+def check_given_options(fn: LLMFunction, given: Mapping[str, object], who: str | None = None) -> None:
+    """Refuse a label option a call names (not None) for a function that would ignore it; ``who``
+    names the operator built on ``fn``. Only the call's own options: a default (a connection's, a
+    session's, a server's) is for every function and applies where it can."""
+    for name, what in LABEL_OPTIONS.items():
+        if given.get(name) is not None and not takes_option(fn, name):
+            raise ConfigError(f"{name} applies to llm_filter and llm_classify ({what}), not to {who or fn.name}")
 
 
 def _check_cascade_targets(fn: LLMFunction, opts: CallOptions) -> None:

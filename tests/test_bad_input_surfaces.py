@@ -2,7 +2,7 @@
 the others (found by an audit of the surfaces, 7 Dec; each test failed before its fix):
 
 * a spreadsheet cell with a malformed template failed the whole recalculation (400, no cell
-  named) instead of its own cell;
+  named) instead of its own cell; one with a NULL value failed alone but without naming itself;
 * ``llm_reduce`` / ``llm_topk`` refused ``llm_options(temperature := 0.7)``: DuckDB hands the
   literal over as DECIMAL;
 * ``llm_topk`` on a plain connection over a text column ranked each string's characters, and a
@@ -10,10 +10,17 @@ the others (found by an audit of the surfaces, 7 Dec; each test failed before it
 * a DuckDB ``'infinity'`` timestamp or a polars date past the year 9999 lost every row of the
   statement with a bare OverflowError;
 * ``run_call`` cut value columns of different lengths to the shortest, and read a string as a
-  column of characters."""
+  column of characters;
+* ``method``, ``label_plan``, ``prompt_shape``, ``answer_field`` and ``cascade``, which only a
+  call that picks a label reads, were taken and ignored on ``llm_map``, ``llm_extract``,
+  ``llm_reduce`` and the server's map (a connection's, session's or server's default of them
+  still holds for the calls that read it)."""
 
 from __future__ import annotations
 
+import re
+
+import duckdb
 import httpx
 import polars as pl
 import pytest
@@ -46,6 +53,19 @@ def test_a_cell_with_a_malformed_template_fails_alone_naming_itself(bad, why):
     assert (cells["B2"]["error"], cells["B2"]["text"]) == (None, "echo: Is Great film positive?")
     assert cells["B3"]["value"] is None and cells["B3"]["error"].startswith("cell B3: ")
     assert why in cells["B3"]["error"], cells["B3"]["error"]
+
+
+def test_a_cell_with_a_null_value_names_itself_as_a_cell_with_a_bad_formula_does():
+    body = {"cells": [{"id": "B2", "template": "Is {A} positive?", "args": ["Great film"]},
+                      {"id": "B3", "template": "Is {A} positive?", "args": [None]},
+                      {"id": "B4", "template": "Is {A} good?", "values": {"A": None}}], "stream": False}
+    with running_server(FakeEngine(), cache=False) as srv:
+        r = httpx.post(srv.url + "/v1/cells", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    cells = {c["id"]: c for c in r.json()["cells"]}
+    assert (cells["B2"]["error"], cells["B2"]["text"]) == (None, "echo: Is Great film positive?")
+    assert cells["B3"]["error"] == "cell B3: llm_map: placeholder {A} is NULL in this row"
+    assert cells["B4"]["error"] == "cell B4: llm_map: placeholder {A} is NULL in this row"
 
 
 @pytest.mark.parametrize("planned", [True, False], ids=["relserve.duckdb.sql", "plain connection"])
@@ -109,3 +129,82 @@ def test_run_call_refuses_columns_it_would_cut_or_split():
     with pytest.raises(ConfigError, match=r"llm_map: the values of \{a\} must be a list of values, one per row, "
                                           r"got the string 'abc'; a single row is \['abc'\]"):
         run_call(make_call("llm_map", "A {a}"), ["abc"], engine=ScriptedEngine(), cache=False, progress=False)
+
+
+#: each label option a call may name (relserve.functions.LABEL_OPTIONS) with a valid value, and
+#: the refusal's text up to the function it names
+LABEL_OPTIONS_GIVEN = {
+    "method": ("'score'", r"method applies to llm_filter and llm_classify \(how the label is picked\)"),
+    "prompt_shape": ("'completion'", r"prompt_shape applies to llm_filter and llm_classify \(how a request that "
+                                     r"scores the labels is laid out\)"),
+    "label_plan": ("'refresh'", r"label_plan applies to llm_filter and llm_classify \(what the call does with its "
+                                r"label plan\)"),
+    "answer_field": ("'Sentiment'", r"answer_field applies to llm_filter and llm_classify \(the field the label is "
+                                    r"scored after\)"),
+    "cascade": ("0.9", r"cascade applies to llm_filter and llm_classify \(a proxy answers the rows whose label it is "
+                       r"sure of\)"),
+}
+
+
+@pytest.mark.parametrize("option", list(LABEL_OPTIONS_GIVEN))
+@pytest.mark.parametrize(("call", "who"), [
+    ("llm_map('Say {a}', {values}", "llm_map"),
+    ("llm_extract('Facts in {a}', '{\"type\": \"object\"}', {values}", "llm_extract"),
+    ("llm_reduce('Sum up:\n{a}', {values}", "llm_reduce"),
+], ids=["llm_map", "llm_extract", "llm_reduce"])
+@pytest.mark.parametrize("planned", [True, False], ids=["relserve.duckdb.sql", "plain connection"])
+def test_a_label_option_a_call_without_labels_names_is_refused_before_anything_runs(option, call, who, planned):
+    eng = ScriptedEngine()
+    # the connection's own defaults of the same options are not the call's: they still run
+    con = relserve.duckdb.connect(engine=eng, progress=False, cache=False, method="score", prompt_shape="completion",
+                                  answer_field="Sentiment", cascade=0.9)
+    con.execute("CREATE TABLE t AS SELECT 'x' AS a")
+    sql = con if planned else con.con
+    values = "list(a)" if who == "llm_reduce" and not planned else "a"
+    head = call.replace("{values}", values)
+    assert sql.sql(f"SELECT {head}) FROM t").fetchall()[0][0] is not None
+    asked = len(eng.relqueries)
+    value, why = LABEL_OPTIONS_GIVEN[option]
+    with pytest.raises(ConfigError if planned else duckdb.Error, match=f"{why}, not to {who}$"):
+        sql.sql(f"SELECT {head}, llm_options({option} := {value})) FROM t").fetchall()
+    assert len(eng.relqueries) == asked
+
+
+def test_polars_reduce_refuses_a_label_option_naming_itself():
+    why = LABEL_OPTIONS_GIVEN["method"][1]
+    frame = pl.DataFrame({"g": [1, 1], "a": ["x", "y"]})
+    with pytest.raises(ConfigError, match=f"^{why}, not to llm_reduce$"):
+        pl.col("a").llm.reduce("Sum up:\n{a}", method="score")
+    with pytest.raises(ConfigError, match=f"^{why}, not to llm_reduce$"):
+        frame.llm.reduce("Sum up:\n{a}", by="g", method="score", engine=ScriptedEngine())
+    with pytest.raises(ConfigError, match=f"^{LABEL_OPTIONS_GIVEN['prompt_shape'][1]}, not to llm_reduce$"):
+        pl.col("a").llm.reduce_list("Sum up:\n{a}", prompt_shape="completion")
+    # map and extract have no such keyword at all; a filter's is its own
+    with pytest.raises(TypeError, match="method"):
+        pl.col("a").llm.map("Say {a}", method="score")
+    assert frame.llm.filter("Is {a} good?", method="score", engine=ScriptedEngine()).columns == ["g", "a"]
+
+
+def test_the_server_refuses_a_label_option_of_a_map_and_gives_its_default_cascade_to_label_calls_only():
+    rows = [{"x": "a"}]
+    with running_server(FakeEngine(), cascade=0.9, cache=False) as srv:
+        def post(path, body):
+            return httpx.post(srv.url + path, json=body, timeout=30)
+
+        r = post("/v1/relqueries", {"template": "Say {x}", "rows": rows, "method": "score"})
+        assert r.status_code == 400 and re.fullmatch(f"{LABEL_OPTIONS_GIVEN['method'][1]}, not to llm_map",
+                                                     r.json()["error"]["message"]), r.text
+        r = post("/v1/relqueries/plan", {"function": "extract", "json_schema": {"type": "object"}, "template": "Say {x}",
+                                         "rows": rows, "cascade": 0.9})
+        assert r.status_code == 400 and r.json()["error"]["message"].endswith("not to llm_extract"), r.text
+        r = post("/v1/cells", {"cells": [{"id": "B2", "template": "Say {A}", "args": ["a"]}], "stream": False,
+                               "label_plan": "refresh"})
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith("label_plan applies to llm_filter"), r.text
+        # the server's default cascade: a map's plan has none, a filter's has it
+        r = post("/v1/relqueries/plan", {"template": "Say {x}", "rows": rows})
+        assert r.status_code == 200 and "cascade" not in r.json(), r.text
+        assert post("/v1/relqueries/plan", {"function": "filter", "template": "Is {x} good?", "rows": rows}).json()[
+            "cascade"]["target"] == 0.9
+        # a DuckDB connection's defaults are not sent with its maps (the server would refuse them)
+        remote = relserve.duckdb.connect(server=srv.url, method="score", cascade=0.9, cache=False, progress=False)
+        assert remote.sql("SELECT llm_map('Say {x}', 'a')").fetchall() == [("echo: Say a",)]

@@ -19,7 +19,7 @@ from waits import wait_until
 
 from relserve.cascade import binomial, embedding, policy, prefetch, proxy, threshold
 from relserve.errors import ConfigError, RowError
-from relserve.functions import make_call
+from relserve.functions import CallOptions, make_call
 from relserve.labels.memory import forget_all
 from relserve.planner.cascade_runner import PROXY, split
 from relserve.planner.plan_and_run import run_call
@@ -201,7 +201,8 @@ def test_plan_says_when_and_why_not():
     assert policy.plan(make_call("llm_filter", "Is {x} good?"), 50_000).skipped == "off"
     small = policy.plan(on, policy.MIN_ROWS - 1)
     assert not small.applies and "where a proxy pays" in small.skipped
-    assert "free text" in policy.plan(make_call("llm_map", "Say {x}", cascade=0.9), 50_000).skipped
+    # a map's own cascade is refused (make_call); a connection's default reaches it, and is skipped
+    assert "free text" in policy.plan(make_call("llm_map", "Say {x}", options=CallOptions(cascade=0.9)), 50_000).skipped
     assert "sampled" in policy.plan(make_call("llm_filter", "Is {x} good?", cascade=0.9, temperature=0.7), 50_000).skipped
     big = policy.plan(on, 20_000)
     # 3% of 20,000 is 600 training rows (the most taken), 4% is 800 audit rows (within 600-1,000)

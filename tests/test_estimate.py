@@ -227,6 +227,17 @@ def test_llm_count_tokens_without_values_names_itself_and_whose_prompt_it_counts
         con.sql("SELECT llm_count_tokens('llm_classify', 'Tone: {review}') FROM r").fetchall()
 
 
+def test_llm_count_tokens_names_a_function_it_does_not_know():
+    con = duckdb.connect()
+    relserve.duckdb.install(con)
+    con.execute("CREATE TABLE r AS SELECT 'Great film' AS review")
+    with pytest.raises(duckdb.Error, match=r"ConfigError: llm_count_tokens: unknown function 'llm_bogus'; expected one "
+                                           r"of llm_map, llm_filter, llm_classify, llm_extract, llm_score$"):
+        con.sql("SELECT llm_count_tokens('LLM_Bogus', 'x {review}', review) FROM r").fetchall()
+    # a template that happens to start with llm_ is still a template
+    assert con.sql("SELECT llm_count_tokens('llm_ {review}', review) FROM r").fetchall()[0][0] is not None
+
+
 def test_a_statements_estimate_replays_a_site_after_the_filter_it_waits_for(monkeypatch):
     from relserve.backend import registry
 
@@ -305,6 +316,9 @@ def test_a_call_with_no_prompt_to_run_is_estimated_exactly_at_nothing(function, 
     ("llm_filter", {"method": "prior", "prompt_shape": "chat"}, True),
     # the default scoring layout puts the row's values first, with no chat template in front
     ("llm_filter", {"method": "prior"}, False),
+    # under a token budget the executor warms nothing (its tokens would be in no row's reservation)
+    ("llm_map", {"max_tokens": 4, "max_tokens_total": 100_000}, False),
+    ("llm_filter", {"method": "prior", "prompt_shape": "chat", "max_tokens_total": 100_000}, False),
 ])
 def test_a_prefix_is_warmed_only_where_every_row_starts_with_it(function, options, warms):
     """EXPLAIN replays the executor's warm-up of the rows' shared prefix: behind the chat template

@@ -71,6 +71,21 @@ def test_call_options_come_from_the_settings_overridden_by_the_call():
         call_request("llm_extract", s, "extract", "{", None)
 
 
+def test_a_label_option_of_a_call_without_labels_is_refused_and_a_sessions_is_not_sent():
+    s = Settings({"max_tokens": 8, "method": "score", "cascade": 0.9})
+    assert call_request("llm_map", s, "map").options == {"function": "map", "max_tokens": 8, "on_error": "null"}
+    assert call_request("llm_filter", s, "filter").options == {
+        "function": "filter", "max_tokens": 8, "method": "score", "cascade": 0.9, "on_error": "null"}
+    with pytest.raises(PgError) as e:
+        call_request("llm_map_query", s, "map", None, {"prompt_shape": "completion"})
+    assert (e.value.message, e.value.sqlstate) == (
+        "llm_map_query: option prompt_shape applies to llm_filter and llm_classify (how a request that scores the "
+        "labels is laid out), not to llm_map", "22023")
+    with pytest.raises(PgError, match=r"^llm_extract_query: option label_plan applies to llm_filter and "
+                                      r"llm_classify \(what the call does with its label plan\), not to llm_extract$"):
+        call_request("llm_extract_query", s, "extract", {"type": "object"}, {"label_plan": "refresh"})
+
+
 def test_a_key_is_sent_only_to_the_server_it_was_stored_for():
     rows = [{"api_key": "k1", "url": "http://a:1"}, {"api_key": "k2", "url": "http://b:2/"}]
     assert key_for(rows, "http://b:2") == "k2"

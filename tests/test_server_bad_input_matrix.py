@@ -75,6 +75,8 @@ BODY_CASES = [
      "response_format: invalid JSON schema: 5 is not valid"),
     ("/v1/chat/completions", CHAT, {"deadline_s": 0}, 422, "deadline_s: Input should be greater than 0"),
     ("/v1/chat/completions", CHAT, {"messages": []}, 422, "messages: List should have at least 1 item"),
+    ("/v1/completions", COMPLETION, {"prompt": []}, 422,
+     "prompt: an empty list holds no prompt: send a string or a list of at least one string"),
     ("/v1/completions", COMPLETION, {"max_tokens": 0}, 422, "max_tokens: Input should be greater than or equal to 1"),
     ("/v1/completions", COMPLETION, {"priority": -5000}, 422, "priority: Input should be greater than or equal to -1000"),
 ]

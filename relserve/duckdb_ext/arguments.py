@@ -137,14 +137,14 @@ def option_values(options: Mapping[str, object]) -> dict[str, object]:
 
 
 def _make_call(fn: LLMFunction, template: str, spec: Any, options: Any, defaults: CallOptions) -> LLMCall:
-    opts = defaults
-    if options is not None:
-        opts = defaults.updated(option_values(options))
+    # llm_options(...) apart from the connection's defaults: make_call refuses an option the
+    # function would ignore when the call names it, not when the connection does
+    given = option_values(options) if options is not None else {}
     if fn.kind == "classify":
-        return make_call(fn, template, labels=spec, options=opts)
+        return make_call(fn, template, labels=spec, options=defaults, **given)
     if fn.kind == "extract":
-        return make_call(fn, template, json_schema=spec, options=opts)
-    return make_call(fn, template, options=opts)
+        return make_call(fn, template, json_schema=spec, options=defaults, **given)
+    return make_call(fn, template, options=defaults, **given)
 
 
 class _Binder:

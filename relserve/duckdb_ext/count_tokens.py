@@ -15,6 +15,8 @@ A row that cannot run (a NULL placeholder value) counts NULL and is logged like 
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 
 from relserve.call_fields import CallFields, jsonable_row
@@ -22,7 +24,7 @@ from relserve.duckdb_ext.arguments import decode_chunk
 from relserve.duckdb_ext.remote import HttpRunner
 from relserve.duckdb_ext.session import LocalRunner, Session
 from relserve.duckdb_ext.udf import settle_chunk_errors
-from relserve.errors import RelServeError
+from relserve.errors import ConfigError, RelServeError
 from relserve.estimate.prompt_tokens import count_row_tokens, prompt_tokenizer
 from relserve.functions import FUNCTIONS, LLM_MAP, LLMCall, LLMFunction
 from relserve.planner.engine_ref import EngineRef
@@ -70,6 +72,11 @@ def _function_of(arrays: list[pa.Array]) -> tuple[LLMFunction, list[pa.Array]]:
     if len(arrays) > 1 and (pa.types.is_string(arrays[0].type) or pa.types.is_large_string(arrays[0].type)):
         first = arrays[0]
         names = {v.lower() for v in first.to_pylist() if isinstance(v, str)}
-        if len(names) == 1 and (name := names.pop()) in FUNCTIONS:
-            return FUNCTIONS[name], arrays[1:]
+        if len(names) == 1:
+            name = names.pop()
+            if name in FUNCTIONS:
+                return FUNCTIONS[name], arrays[1:]
+            if re.fullmatch(r"llm_\w+", name):
+                # not a template (it has no placeholder): it names a function relserve does not have
+                raise ConfigError(f"{NAME}: unknown function {name!r}; expected one of {', '.join(FUNCTIONS)}")
     return LLM_MAP, arrays

@@ -143,9 +143,11 @@ def call_work(
 
     for stage in plan.before:
         work.stages.append([scored(q) for q in stage])
-    # the executor warms the prefix right before the rows, and only behind the chat template
+    # the executor warms the prefix right before the rows, only behind the chat template, and not
+    # under a token budget (CallExecutor._warm: the warm-up's tokens are in no row's reservation)
     rows_layout = plan.rows.layout if plan.rows is not None else layout_of(plan.call, plan.method)
-    if prefix and rows_layout.shape in CHAT_SHAPES and (plan.rows is None or plan.rows.texts):
+    budgeted = plan.call.options.max_tokens_total is not None
+    if prefix and not budgeted and rows_layout.shape in CHAT_SHAPES and (plan.rows is None or plan.rows.texts):
         warm = _prefix_ids(tokens, prefix, rows_layout.system, block_size)
         if warm:
             work.stages.append([RelQueryWork(PREFIX, [warm], [()], [1], 1, counted=False)])

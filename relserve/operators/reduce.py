@@ -22,7 +22,7 @@ from typing import Any
 from relserve.backend.protocol import Backend
 from relserve.budget import Allowance, Budget
 from relserve.errors import ConfigError, RowError
-from relserve.functions import LLM_EXTRACT, LLM_MAP, LLMCall, make_call
+from relserve.functions import LLM_EXTRACT, LLM_MAP, LLMCall, check_given_options, make_call
 from relserve.operators.budget import TokenCounter, context_of, item_budget, placeholders
 from relserve.operators.packing import TooLong, estimate_levels, fold, pack
 from relserve.operators.spending import OperatorWork, operator_allowance, relquery_work, without_budget
@@ -63,6 +63,7 @@ def reduce_call(
     schema, and a tree's partial answers are that JSON, folded as text at the next level."""
     if "reorder_fields" in options and options["reorder_fields"]:
         raise ConfigError(f"{WHO} takes no reorder_fields: its prompt has one placeholder")
+    check_given_options(LLM_MAP, options, WHO)  # here, naming llm_reduce, not the llm_map it runs
     placeholders(template, WHO, 1, "Summarize these reviews:\n{review}")
     if json_schema is not None:
         try:

@@ -59,10 +59,11 @@ class PlannedRows:
     def fail(self, row: int, message: str) -> None:
         self.ready.append(RowResult(row, error=message))
 
-    def add(self, plan: CallPlan, out_rows: Sequence[int]) -> None:
-        """``plan``'s rows; ``out_rows[i]`` is its row i's index in the request."""
+    def add(self, plan: CallPlan, out_rows: Sequence[int], names: Sequence[str] | None = None) -> None:
+        """``plan``'s rows; ``out_rows[i]`` is its row i's index in the request, and ``names[i]``
+        what an error of that row calls it ("cell B3"; None: nothing)."""
         for i, message in plan.row_errors.items():
-            self.fail(out_rows[i], message)
+            self.fail(out_rows[i], f"{names[i]}: {message}" if names is not None else message)
         self.cached_warning = self.cached_warning or plan.cached_warning
         self.labels = self.labels or plan.labels
         rows_of: dict[int, list[int]] = {}

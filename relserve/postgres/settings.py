@@ -17,7 +17,14 @@ from typing import Any
 from relserve.call_fields import CallFields
 from relserve.client import DEFAULT_URL
 from relserve.errors import ConfigError
-from relserve.functions import OPTION_NAMES, validate_labels, validate_schema
+from relserve.functions import (
+    FUNCTIONS,
+    OPTION_NAMES,
+    check_given_options,
+    takes_option,
+    validate_labels,
+    validate_schema,
+)
 from relserve.postgres.budgets import within_ceilings
 from relserve.postgres.errors import INSUFFICIENT_PRIVILEGE, INVALID_AUTHORIZATION, PgError
 from relserve.postgres.setting_values import typed
@@ -128,6 +135,11 @@ def call_request(name: str, settings: Settings, function: str, spec: object = No
         if function != "filter" and merged.values.get(option) is not None:
             raise PgError(f"{name}: option {option} applies to llm_filter only (the recall or precision of the rows "
                           f"it keeps)")
+    fn = FUNCTIONS[f"llm_{function}"]
+    try:
+        check_given_options(fn, given)  # the call's own; a session's setting applies where it can
+    except ConfigError as e:
+        raise PgError(f"{name}: option {e}") from None
     options: dict[str, object] = {"function": function}
     # the labels and the schema are checked here, by relserve's rules, so that a bad one names
     # itself before anything is sent
@@ -141,7 +153,7 @@ def call_request(name: str, settings: Settings, function: str, spec: object = No
             options["json_schema"] = validate_schema(spec, name)
     except ConfigError as e:
         raise PgError(str(e)) from None
-    options.update(merged.call_options())
+    options.update({k: v for k, v in merged.call_options().items() if takes_option(fn, k)})
     if options.get("label_plan") == "auto":  # the default: not sent, as DuckDB's calls leave it out
         del options["label_plan"]
     # row errors come back per row; what a failed row does is applied here

@@ -37,14 +37,15 @@ class _Builder:
         self.batch = PlannedRows(call, total, self.cache)
         self._added = False
 
-    def add(self, call: LLMCall, rows: Sequence[tuple], out_rows: Sequence[int]) -> None:
-        """Plan ``call`` over row tuples; ``out_rows[i]`` is row i's index in the request."""
+    def add(self, call: LLMCall, rows: Sequence[tuple], out_rows: Sequence[int], names: Sequence[str] | None = None) -> None:
+        """Plan ``call`` over row tuples; ``out_rows[i]`` is row i's index in the request, ``names[i]``
+        what its errors call it (``PlannedRows.add``)."""
         plan = plan_rows(call, rows, model_id=self.model_id, cache=self.cache, optimize=True, namespace=self.namespace,
                          memory=self.memory)
         if not self._added:  # the first part's call runs the relQuery (cells: the first template)
             # the planned call: the prompt shape its rows were rendered in
             self.batch.call, self._added = plan.call, True
-        self.batch.add(plan, out_rows)
+        self.batch.add(plan, out_rows, names)
 
 
 def plan_relquery(req: RelQueryRequest, model_id: str, cache: Cache | None, namespace: str | None = None,
@@ -92,5 +93,6 @@ def plan_cells(req: CellsRequest, model_id: str, cache: Cache | None, namespace:
             b.batch.fail(i, f"cell {cell.id}: {e}")
     for call, rows, values in groups.values():
         if rows:
-            b.add(call, values, rows)
+            # a cell that cannot run (a NULL value) names itself, as one whose formula is wrong does
+            b.add(call, values, rows, [f"cell {req.cells[i].id}" for i in rows])
     return b.batch

@@ -227,6 +227,14 @@ class _OpenAIBase(Body):
 class CompletionRequest(_OpenAIBase):
     prompt: str | list[str]
 
+    @field_validator("prompt")
+    @classmethod
+    def _some_prompt(cls, value: str | list[str]) -> str | list[str]:
+        # "" is a prompt (the model answers it); [] is none, and would get a reply of no choices
+        if isinstance(value, list) and not value:
+            raise ValueError("an empty list holds no prompt: send a string or a list of at least one string")
+        return value
+
     @property
     def prompts(self) -> list[str]:
         return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)

@@ -9,6 +9,7 @@ from typing import TypeVar
 from fastapi import Header, Request
 
 from relserve.backend.protocol import Backend
+from relserve.functions import FUNCTIONS, takes_option
 from relserve.labels.keys import namespace_of
 from relserve.labels.memory import LabelMemory, process_memory
 from relserve.planner.cache import CacheView, ResultCache
@@ -47,8 +48,9 @@ class ServerState:
     cascade: float | None = None
 
     def with_defaults(self, body: B) -> B:
-        """``body`` with the server's defaults for the options it leaves unset (a copy)."""
-        if body.cascade is None and self.cascade is not None:
+        """``body`` with the server's defaults for the options it leaves unset (a copy), each
+        only where the body's function reads it (a map's call refuses a cascade it is given)."""
+        if body.cascade is None and self.cascade is not None and takes_option(FUNCTIONS[f"llm_{body.function}"], "cascade"):
             return body.model_copy(update={"cascade": self.cascade})
         return body
 
