@@ -14,25 +14,29 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from relserve.errors import RowError, TemplateError
+from relserve.functions import LLMCall
 from relserve.replies import CellAnswer, StreamStart
 from relserve.results import RowResult
 from relserve.server.api_relqueries import start_job
 from relserve.server.batches import plan_cells
-from relserve.server.budget import ZERO, Cost, call_max_tokens, check_template, values_cost
+from relserve.server.budget import ZERO, Cost, call_max_tokens, check_template, values_cost, with_first_pass
 from relserve.server.schemas import CellsRequest
 from relserve.server.state import ServerState, current_tenant, get_state
 from relserve.server.streaming import job_stream
 from relserve.server.tenants import Tenant
 from relserve.server.waiting import wait_or_cancel
+from relserve.template import Template
 
 router = APIRouter(prefix="/v1", tags=["spreadsheet"])
 
 
 def _cost(body: CellsRequest, tenant: Tenant) -> Cost:
-    """The cells' size from lengths (a cell whose formula is wrong costs nothing: it fails alone)."""
+    """The cells' size from lengths (a cell whose formula is wrong costs nothing: it fails alone),
+    and their label path's first pass."""
     max_tokens = call_max_tokens(body.call("{value}"))
-    parsed: dict[str, object] = {}
+    parsed: dict[str, tuple[Template, LLMCall] | None] = {}
     total = ZERO
+    first: LLMCall | None = None
     for cell in body.cells:
         if cell.template not in parsed:
             try:
@@ -43,9 +47,12 @@ def _cost(body: CellsRequest, tenant: Tenant) -> Cost:
                 parsed[cell.template] = None
         entry = parsed[cell.template]
         if entry is not None:
-            t, call = entry  # type: ignore[misc]
+            t, call = entry
+            first = call if first is None else first
             total = total + values_cost(t, call, cell.values if cell.values is not None else cell.args, max_tokens)
-    return total
+    # every cell is a prompt of one relQuery, which runs one label path: its first template's
+    # call's (batches.plan_cells), not one first pass per cell
+    return with_first_pass(total, first) if first is not None else total
 
 
 @router.post("/cells", summary="Evaluate the LLM cells of one recalculation as one relQuery")

@@ -136,7 +136,12 @@ def _instruction_chars(call: object) -> int:
 
 
 def rows_cost(parsed: Template, call: object, rows: Sequence[Mapping[str, object]], max_tokens: int) -> Cost:
-    """``template`` over ``rows`` (by name), computed from lengths."""
+    """``template`` over ``rows`` (by name), computed from lengths, with a label call's first pass."""
+    return with_first_pass(rows_size(parsed, call, rows, max_tokens), call)
+
+
+def rows_size(parsed: Template, call: object, rows: Sequence[Mapping[str, object]], max_tokens: int) -> Cost:
+    """``template`` over ``rows`` (by name), computed from lengths: the prompts alone."""
     static = _static_chars(parsed, call)
     counts: dict[str, int] = {}
     for name in parsed.fields:
@@ -147,7 +152,7 @@ def rows_cost(parsed: Template, call: object, rows: Sequence[Mapping[str, object
         get = row.get
         for name, n in counts.items():
             chars += n * _value_len(get(name), as_json)
-    return with_first_pass(Cost.of(len(rows), chars, max_tokens), call)
+    return Cost.of(len(rows), chars, max_tokens)
 
 
 def prompts_cost(prompts: Iterable[str | None], call: object, max_tokens: int) -> Cost:
@@ -184,11 +189,12 @@ def with_first_pass(cost: Cost, call: object) -> Cost:
 
 
 def values_cost(parsed: Template, call: object, values: Sequence[object], max_tokens: int) -> Cost:
-    """One spreadsheet cell: ``values`` bound by position (or a mapping by name)."""
+    """One spreadsheet cell: ``values`` bound by position (or a mapping by name). Its prompt
+    alone: the cells of a request share one first pass (``with_first_pass`` of them all)."""
     if isinstance(values, Mapping):
-        return rows_cost(parsed, call, [values], max_tokens)
+        return rows_size(parsed, call, [values], max_tokens)
     by_name = dict(zip(parsed.columns, values))
-    return rows_cost(parsed, call, [by_name], max_tokens)
+    return rows_size(parsed, call, [by_name], max_tokens)
 
 
 def check_request(cost: Cost, tenant: Tenant) -> None:
