@@ -239,8 +239,8 @@ def test_a_bootstrap_first_pass_counts_against_the_tenants_rows_in_flight(tmp_pa
     assert first_pass_rows(make_call("llm_filter", "Is {x} ok?", method="score"), 100) == 0
     assert first_pass_rows(make_call("llm_classify", "{x}", labels=["a", "b"], examples=[{"x": "1", "answer": "a"}]), 100) == 0
     assert first_pass_rows(make_call("llm_map", "Say {x}"), 100) == 0
-    cost = prompts_cost(["p" * 30] * 100, make_call("llm_filter", "{x}", method="score"), 1)
-    boot = prompts_cost(["p" * 30] * 100, make_call("llm_filter", "{x}", method="bootstrap"), 1)
+    cost = prompts_cost(["p" * 30] * 100, make_call("llm_filter", "{x}", method="score"), 1, None)
+    boot = prompts_cost(["p" * 30] * 100, make_call("llm_filter", "{x}", method="bootstrap"), 1, None)
     # the first pass sends 32 of the prompts again: rows and tokens, no new text to render
     assert (boot.rows, boot.chars, boot.tokens, boot.first_pass) == (132, cost.chars, cost.tokens + -(-cost.tokens * 32 // 100), 32)
     assert boot.describe_rows() == "100 rows, and 32 first-pass scoring requests"
