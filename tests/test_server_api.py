@@ -227,18 +227,20 @@ def test_a_bootstrap_first_pass_counts_against_the_tenants_rows_in_flight(tmp_pa
     assert first_pass_rows(make_call("llm_classify", "Is {x} ok?", labels=["a", "b"], method="bootstrap"), 100) == 16
     assert first_pass_rows(boot_filter, 15) == 3  # runs as prior: its three content-free probes
     # adaptive: the model's concept (one request), a spread sample of 24 rows, 8 of them in each
-    # layout (the question, and four row-alone ones when the question names a concept), the other
-    # 16 in the two best, and the three content-free rows (the plan's sample of rows is their answers)
+    # layout (the question, four row-alone ones when the question names a concept, and two on the
+    # concept the model may propose beside it), the other 16 in the two best, and the three
+    # content-free rows (the plan's sample of rows is their answers)
     assert first_pass_rows(make_call("llm_filter", "Is this review about sports? {x}", method="adaptive"), 100) == \
-        1 + 8 * 5 + 16 * 2 + 3
+        1 + 8 * 7 + 16 * 2 + 3
     assert first_pass_rows(make_call("llm_filter", "Is this review about sports? {x}", method="adaptive"), 10) == \
-        1 + 8 * 5 + 2 * 2 + 3
-    assert first_pass_rows(make_call("llm_filter", "Keep {x}?", method="adaptive"), 100) == 1 + 24 + 3
+        1 + 8 * 7 + 2 * 2 + 3
+    # a question the lexicon cannot read: four row-alone layouts on the concept the model may propose
+    assert first_pass_rows(make_call("llm_filter", "Keep {x}?", method="adaptive"), 100) == 1 + 8 * 5 + 16 * 2 + 3
     assert first_pass_rows(make_call("llm_filter", "Is {x} ok?", method="score"), 100) == 0
     assert first_pass_rows(make_call("llm_classify", "{x}", labels=["a", "b"], examples=[{"x": "1", "answer": "a"}]), 100) == 0
     assert first_pass_rows(make_call("llm_map", "Say {x}"), 100) == 0
-    cost = prompts_cost(["p" * 30] * 100, make_call("llm_filter", "{x}", method="score"), 1)
-    boot = prompts_cost(["p" * 30] * 100, make_call("llm_filter", "{x}", method="bootstrap"), 1)
+    cost = prompts_cost(["p" * 30] * 100, make_call("llm_filter", "{x}", method="score"), 1, None)
+    boot = prompts_cost(["p" * 30] * 100, make_call("llm_filter", "{x}", method="bootstrap"), 1, None)
     # the first pass sends 32 of the prompts again: rows and tokens, no new text to render
     assert (boot.rows, boot.chars, boot.tokens, boot.first_pass) == (132, cost.chars, cost.tokens + -(-cost.tokens * 32 // 100), 32)
     assert boot.describe_rows() == "100 rows, and 32 first-pass scoring requests"
@@ -250,11 +252,11 @@ def test_a_bootstrap_first_pass_counts_against_the_tenants_rows_in_flight(tmp_pa
         assert r.status_code == 429
         assert _error(r).startswith("tenant 'carol' would have 42 rows in flight (0 running + 42 new); the limit is 40")
         # the default (adaptive) asks the model for the question's concept, scores 8 of the 21
-        # rows in five layouts first ("ok" against "other"), the other 13 in two, and three
-        # content-free rows: 21 + 1 + 40 + 26 + 3
+        # rows in seven layouts first (the question, four on "ok" against "other", two on a concept
+        # the model may propose), the other 13 in two, and three content-free rows: 21 + 1 + 56 + 26 + 3
         r = _post(srv, "/v1/relqueries", {**body, "method": None}, key="carol-secret-key")
         assert r.status_code == 429
-        assert _error(r).startswith("tenant 'carol' would have 91 rows in flight (0 running + 91 new)")
+        assert _error(r).startswith("tenant 'carol' would have 107 rows in flight (0 running + 107 new)")
         carol = BoundedClient(srv.url, api_key="carol-secret-key")
         # each accepted job is waited for, so the next one starts with nothing in flight
         for accepted in ({**body, "method": "score"}, {**body, "rows": body["rows"][:20]}):

@@ -96,11 +96,16 @@ class LabelTrie:
         if end_id is not None:
             seqs = [[s + (end_id,) if s in prefixes else s for s in forms] for forms in seqs]
         # where each spelling parts from every other label's: its shortest prefix that no
-        # spelling of another label starts with (its whole length when there is none)
-        splits = []
+        # spelling of another label starts with (its whole length when there is none). Each
+        # prefix's owner is found in one pass (-1: several labels'), so a server can count a
+        # large label set's requests before it runs (relserve/server/budget.py)
+        owner: dict[tuple[int, ...], int] = {}
         for i, forms in enumerate(seqs):
-            others = {o[:k] for j, other in enumerate(seqs) if j != i for o in other for k in range(1, len(o) + 1)}
-            splits.append(tuple(next((k for k in range(1, len(s) + 1) if s[:k] not in others), len(s)) for s in forms))
+            for s in forms:
+                for k in range(1, len(s) + 1):
+                    owner[s[:k]] = i if owner.get(s[:k], i) == i else -1
+        splits = [tuple(next((k for k in range(1, len(s) + 1) if owner[s[:k]] == i), len(s)) for s in forms)
+                  for i, forms in enumerate(seqs)]
         return cls(
             tuple(labels),
             tuple(tuple(forms) for forms in seqs),

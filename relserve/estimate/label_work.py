@@ -189,6 +189,24 @@ def scoring_asks(labels: Sequence[str], shape: str, tokenizer, engine=None) -> l
     return asks(trie, MAX_LOGPROBS)
 
 
+def scoring_requests(call: LLMCall, rows: int, tokenizer, engine=None, values: Sequence[tuple] | None = None) -> int:
+    """At most how many one-token requests score one prompt of ``call``'s relQuery of ``rows``
+    prompts, its first pass's prompts included (``scoring_asks`` of every label set the label path
+    may score on: the call's labels in its layout, and an adaptive call's candidate layouts and
+    concept proposal; ``values``: the rows' values, whose column labels a layout may score on);
+    1 when the prompts are decoded. A layout on the words the model proposes for a filter's
+    concept (known only once it runs: two short labels) is not counted."""
+    labels = resolve(call, rows, memory=None, namespace=None, model_id="")
+    if not labels.scoring or labels.method is None:
+        return 1
+    sets = {(tuple(call.choices or ()), layout_of(call, labels.method.value).shape)}
+    if labels.lays_out:  # scored in the completion layout, after their own answer fields
+        sets |= {(layout.labels, "completion") for layout in layouts_for(call, values)}
+        if call.function.kind == "filter" and proposal_prompt(call.template) is not None:
+            sets.add((tuple(proposal_words(call.template)), "completion"))
+    return max(len(scoring_asks(s, shape, tokenizer, engine)) for s, shape in sets if s)
+
+
 def typical_answer_tokens(call: LLMCall, tokenizer) -> float:
     """A constrained decode's answer length before any is measured: a label's tokens, and the end
     token after it (the grammar allows nothing else), averaged over the labels."""
@@ -199,4 +217,4 @@ def typical_answer_tokens(call: LLMCall, tokenizer) -> float:
     return min(float(call.max_tokens), statistics.fmean(lengths))
 
 
-__all__ = ["LabelWork", "Scored", "label_work", "scoring_asks", "typical_answer_tokens"]
+__all__ = ["LabelWork", "Scored", "label_work", "scoring_asks", "scoring_requests", "typical_answer_tokens"]

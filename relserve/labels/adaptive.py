@@ -67,10 +67,17 @@ FIRST_PASS_PREFIX = "adaptive-"
 def first_pass_size(call: LLMCall, rows: int) -> int:
     """At most how many scoring requests a plan's first pass over ``rows`` rows sends before the
     rows (the boundary's sample is rows of the relQuery, scored once)."""
-    layouts, sampled = len(layouts_for(call)), min(rows, SAMPLE_ROWS)
+    proposal = call.function.kind == "filter" and proposal_prompt(call.template) is not None
+    # the layouts of a concept the model proposes (or of a question about a row's own value) are
+    # known only once it runs: counted as if there were some
+    layouts = len(layouts_for(call, proposed=_ANY_CONCEPT if proposal else None))
+    sampled = min(rows, SAMPLE_ROWS)
     first = min(sampled, FIRST_STAGE_ROWS)
-    proposal = 1 if call.function.kind == "filter" and proposal_prompt(call.template) is not None else 0
-    return proposal + first * layouts + (sampled - first) * min(layouts, FINALISTS) + len(CONTENT_FREE)
+    return int(proposal) + first * layouts + (sampled - first) * min(layouts, FINALISTS) + len(CONTENT_FREE)
+
+
+#: stands for whatever concept the model may propose (its words are no lexicon concept's)
+_ANY_CONCEPT = Concept("", "")
 
 
 @dataclass(frozen=True)

@@ -13,26 +13,31 @@ from functools import partial
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
+from relserve.backend.protocol import Backend
 from relserve.errors import RowError, TemplateError
+from relserve.functions import LLMCall
 from relserve.replies import CellAnswer, StreamStart
 from relserve.results import RowResult
 from relserve.server.api_relqueries import start_job
 from relserve.server.batches import plan_cells
-from relserve.server.budget import ZERO, Cost, call_max_tokens, check_template, values_cost
+from relserve.server.budget import ZERO, Cost, call_max_tokens, check_template, label_cost, values_cost
 from relserve.server.schemas import CellsRequest
 from relserve.server.state import ServerState, current_tenant, get_state
 from relserve.server.streaming import job_stream
 from relserve.server.tenants import Tenant
 from relserve.server.waiting import wait_or_cancel
+from relserve.template import Template
 
 router = APIRouter(prefix="/v1", tags=["spreadsheet"])
 
 
-def _cost(body: CellsRequest, tenant: Tenant) -> Cost:
-    """The cells' size from lengths (a cell whose formula is wrong costs nothing: it fails alone)."""
+def _cost(body: CellsRequest, tenant: Tenant, engine: Backend) -> Cost:
+    """The cells' size from lengths (a cell whose formula is wrong costs nothing: it fails alone),
+    and what their label path sends on ``engine``."""
     max_tokens = call_max_tokens(body.call("{value}"))
-    parsed: dict[str, object] = {}
+    parsed: dict[str, tuple[Template, LLMCall] | None] = {}
     total = ZERO
+    first: LLMCall | None = None
     for cell in body.cells:
         if cell.template not in parsed:
             try:
@@ -43,9 +48,12 @@ def _cost(body: CellsRequest, tenant: Tenant) -> Cost:
                 parsed[cell.template] = None
         entry = parsed[cell.template]
         if entry is not None:
-            t, call = entry  # type: ignore[misc]
+            t, call = entry
+            first = call if first is None else first
             total = total + values_cost(t, call, cell.values if cell.values is not None else cell.args, max_tokens)
-    return total
+    # every cell is a prompt of one relQuery, which runs one label path: its first template's
+    # call's (batches.plan_cells), not one first pass per cell
+    return label_cost(total, first, max_tokens, engine) if first is not None else total
 
 
 @router.post("/cells", summary="Evaluate the LLM cells of one recalculation as one relQuery")
@@ -58,7 +66,7 @@ async def cells(
     body = state.with_defaults(body)
     state.check_size(len(body.cells), tenant, "cells")
     state.check_priority(body.priority, tenant)
-    cost = await run_in_threadpool(_cost, body, tenant)
+    cost = await run_in_threadpool(_cost, body, tenant, state.engine)
     job, batch = await start_job(state, tenant, cost, partial(plan_cells, body), "cells", body.hints())
     ids = [c.id for c in body.cells]
 

@@ -64,7 +64,7 @@ async def _start(state: ServerState, tenant: Tenant, body: _OpenAIBase, prompts:
     fields = CallBody(**{name: getattr(body, name) for name in shared}, **call)
     check_template("{prompt}", fields.system, tenant, "system message")
     spec = fields.call("{prompt}")
-    cost = prompts_cost(prompts, spec, call_max_tokens(spec))
+    cost = prompts_cost(prompts, spec, call_max_tokens(spec), state.engine)
     job, _ = await start_job(state, tenant, cost, partial(plan_prompts, fields, prompts), kind, fields.hints())
     return job
 

@@ -25,7 +25,7 @@ from relserve.budget import Allowance
 from relserve.errors import ConfigError
 from relserve.operators.reduce import reduce_call, run_reduce
 from relserve.operators.topk import run_topk, topk_call
-from relserve.server.budget import Cost, check_template, rows_cost
+from relserve.server.budget import Cost, check_template, rows_size
 from relserve.server.schemas_operators import ReduceRequest, TopKRequest
 from relserve.server.state import ServerState, current_tenant, get_state
 from relserve.server.tenants import Tenant
@@ -51,7 +51,7 @@ def _topk_cost(body: TopKRequest, tenant: Tenant, state: ServerState) -> Cost:
     state.check_size(len(body.values), tenant, "values")
     parsed = check_template(body.template, body.system, tenant)
     rows = [{n: v for n in parsed.fields} for v in body.values]
-    first = rows_cost(parsed, None, rows, 2)
+    first = rows_size(parsed, None, rows, 2)
     pool = min(len(body.values), body.pool or 2 * body.k)
     longest = max((len(v) if isinstance(v, str) else len(str(v)) for v in body.values if v is not None), default=0)
     return first + Cost.of(pool * (pool - 1), pool * (pool - 1) * (2 * longest + 64), 2)

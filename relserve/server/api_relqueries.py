@@ -17,7 +17,7 @@ from relserve.replies import CascadeOutlook, JobDescription, JobList, RelQueryPl
 from relserve.server.batches import plan_relquery
 from relserve.server.budget import Cost, call_max_tokens, check_template, prompts_cost, rows_cost
 from relserve.server.estimates import job_allowance, plan_estimate
-from relserve.server.jobs import Job, json_safe
+from relserve.server.jobs import Job, engine_cost, json_safe
 from relserve.server.schemas import RelQueryRequest
 from relserve.server.state import ServerState, current_tenant, get_state
 from relserve.server.streaming import NDJSON, SSE, job_stream
@@ -61,7 +61,9 @@ async def start_job(
                                         memory=state.label_memory(tenant))
         # issue 47: the request's budget and its tenant's day, checked against its estimate
         budget, est = (await run_in_threadpool(job_allowance, state, tenant, batch, estimate)) if batch.prompts else (None, None)
-        job = Job(batch, tenant.name, kind, hints, state.tenancy(tenant), budget=budget, estimate=est)
+        # (a label call's requests are counted on the engine's label trie, which may take a while to build)
+        cost = await run_in_threadpool(engine_cost, batch, state.engine)
+        job = Job(batch, tenant.name, kind, hints, state.tenancy(tenant), budget=budget, estimate=est, cost=cost)
         state.launch(job, tenant, reservation)
         return job, batch
     finally:
@@ -76,10 +78,10 @@ def request_cost(body: RelQueryRequest, tenant: Tenant, state: ServerState) -> C
     if body.prompts is not None:
         check_template("{prompt}", body.system, tenant)
         call = body.call("{prompt}")
-        return prompts_cost(body.prompts, call, call_max_tokens(call))
+        return prompts_cost(body.prompts, call, call_max_tokens(call), state.engine)
     parsed = check_template(body.template or "", body.system, tenant)
     call = body.call(body.template or "")
-    return rows_cost(parsed, call, body.rows or [], call_max_tokens(call))
+    return rows_cost(parsed, call, body.rows or [], call_max_tokens(call), state.engine)
 
 
 @router.post("", status_code=201, summary="Submit a relQuery (optionally streaming its rows back)")

@@ -6,7 +6,9 @@ amount of text (``"{a}" * 20000`` with a 5 MB value). ``Cost`` is computed from 
 placeholder occurrence, the length of the value it gets), in time linear in the body, and is
 checked against the tenant's limits before the planner renders anything. The same figures
 (engine rows and tokens: estimated prompt tokens plus the most answer tokens each row may
-produce) count against the tenant while a request is planned and while it runs.
+produce) count against the tenant while a request is planned and while it runs. A filter's or a
+classify's rows count what its label path sends besides them (``label_cost``): a first pass, and
+one engine request per label-trie node a scored prompt reads, counted on the engine's own trie.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class Cost:
     tokens: int
     #: of ``rows``, the prompts a ``bootstrap`` first pass scores a second time (no new text)
     first_pass: int = 0
+    #: of ``rows``, the requests that score a prompt's labels beyond its first (one per
+    #: label-trie node read: relserve/engine/label_scoring.asks)
+    scoring: int = 0
 
     @classmethod
     def of(cls, rows: int, chars: int, max_tokens: int) -> Cost:
@@ -51,16 +56,26 @@ class Cost:
 
     def __add__(self, other: Cost) -> Cost:
         return Cost(self.rows + other.rows, self.chars + other.chars, self.tokens + other.tokens,
-                    self.first_pass + other.first_pass)
+                    self.first_pass + other.first_pass, self.scoring + other.scoring)
 
     @property
     def own_rows(self) -> int:
         """The request's own rows, without the first pass's second scoring of some of them."""
-        return self.rows - self.first_pass
+        return self.rows - self.first_pass - self.scoring
+
+    @property
+    def per_prompt(self) -> int:
+        """The engine requests each prompt sends (its scoring requests; 1 when decoded)."""
+        prompts = self.rows - self.scoring
+        return self.rows // prompts if prompts else 1
 
     def describe_rows(self) -> str:
-        """"100 rows", or "100 rows, and 32 first-pass scoring requests"."""
-        return f"{self.own_rows} rows" + (f", and {self.first_pass} first-pass scoring requests" if self.first_pass else "")
+        """"100 rows", or "100 rows, and 32 first-pass scoring requests", and the requests that
+        score each prompt's labels when there are several."""
+        out = f"{self.own_rows} rows" + (f", and {self.first_pass} first-pass scoring requests" if self.first_pass else "")
+        if self.scoring:
+            out += f", each prompt scored by {self.per_prompt} requests (its labels' trie)"
+        return out
 
 
 ZERO = Cost(0, 0, 0)
@@ -135,8 +150,15 @@ def _instruction_chars(call: object) -> int:
         return 0
 
 
-def rows_cost(parsed: Template, call: object, rows: Sequence[Mapping[str, object]], max_tokens: int) -> Cost:
-    """``template`` over ``rows`` (by name), computed from lengths."""
+def rows_cost(parsed: Template, call: object, rows: Sequence[Mapping[str, object]], max_tokens: int,
+              engine: object) -> Cost:
+    """``template`` over ``rows`` (by name), computed from lengths, with what its label path sends
+    on ``engine`` (``label_cost``)."""
+    return label_cost(rows_size(parsed, call, rows, max_tokens), call, max_tokens, engine)
+
+
+def rows_size(parsed: Template, call: object, rows: Sequence[Mapping[str, object]], max_tokens: int) -> Cost:
+    """``template`` over ``rows`` (by name), computed from lengths: the prompts alone."""
     static = _static_chars(parsed, call)
     counts: dict[str, int] = {}
     for name in parsed.fields:
@@ -147,17 +169,18 @@ def rows_cost(parsed: Template, call: object, rows: Sequence[Mapping[str, object
         get = row.get
         for name, n in counts.items():
             chars += n * _value_len(get(name), as_json)
-    return with_first_pass(Cost.of(len(rows), chars, max_tokens), call)
+    return Cost.of(len(rows), chars, max_tokens)
 
 
-def prompts_cost(prompts: Iterable[str | None], call: object, max_tokens: int) -> Cost:
-    """Already-rendered prompts (plus the system message each carries)."""
+def prompts_cost(prompts: Iterable[str | None], call: object, max_tokens: int, engine: object) -> Cost:
+    """Already-rendered prompts (plus the system message each carries), with what the label
+    path sends on ``engine`` (``label_cost``)."""
     system = len(getattr(getattr(call, "options", None), "system", None) or "") + _instruction_chars(call)
     n = chars = 0
     for p in prompts:
         n += 1
         chars += len(p or "") + system
-    return with_first_pass(Cost.of(n, chars, max_tokens), call)
+    return label_cost(Cost.of(n, chars, max_tokens), call, max_tokens, engine)
 
 
 def first_pass_rows(call: object, rows: int) -> int:
@@ -183,12 +206,71 @@ def with_first_pass(cost: Cost, call: object) -> Cost:
     return cost + Cost(k, 0, -(-cost.tokens * k // cost.rows), k)
 
 
+def label_cost(cost: Cost, call: object, max_tokens: int, engine: object,
+               values: Sequence[tuple] | None = None) -> Cost:
+    """``cost``, one relQuery's prompts of ``call``, plus what its label path sends besides them:
+    a first pass (``with_first_pass``), and when a scored prompt reads several label-trie nodes
+    on ``engine``, one request per node (``values``: the prompts' values, whose column labels a
+    filter's layout may score on)."""
+    per = prompt_requests(call, cost.rows, engine, values)
+    cost = with_first_pass(cost, call)
+    if per <= 1:
+        return cost
+    prompts = cost.rows
+    # each request answers one token (the engine's budget counts a scored row as its prompt
+    # plus its requests); a prompt keeps max_tokens when that is more, as before
+    extra_tokens = prompts * max(0, per - max_tokens)
+    return Cost(prompts * per, cost.chars, cost.tokens + extra_tokens, cost.first_pass, prompts * (per - 1))
+
+
+def prompt_requests(call: object, prompts: int, engine: object, values: Sequence[tuple] | None = None) -> int:
+    """The engine requests one prompt of ``call``'s relQuery of ``prompts`` prompts sends: one per
+    label-trie node its scoring reads, on ``engine``'s trie (relserve/estimate/label_work.py
+    ``scoring_requests``); 1 for a call without labels."""
+    if call is None or getattr(call, "choices", None) is None or not prompts:
+        return 1
+    from relserve.estimate.label_work import scoring_requests
+
+    return scoring_requests(call, prompts, _tokenizer(engine), engine, values)
+
+
+class _ByteTokens:
+    """A tokenizer of one token per byte, for a server that cannot load its model's: a label has
+    no fewer bytes than tokens, so its requests are counted on the long side."""
+
+    eos_token_id = None
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        data = text.encode()
+        if data[:1] == b" " and len(data) > 1:
+            # a leading space folds into the first token, as in BPE tokenizers (" yes", " no"):
+            # else every label after an answer field would share a node
+            return {"input_ids": [256 + data[1], *data[2:]]}
+        return {"input_ids": list(data)}
+
+
+def _tokenizer(engine: object) -> object:
+    """The tokenizer ``engine`` builds its label tries with: its own, else the default model's
+    (a backend that shows none), else bytes."""
+    tokenizer = getattr(engine, "tokenizer", None)
+    if tokenizer is not None:
+        return tokenizer
+    from relserve.errors import ConfigError
+    from relserve.estimate.prompt_tokens import prompt_tokenizer
+
+    try:
+        return prompt_tokenizer(None, None).tokenizer
+    except ConfigError:
+        return _ByteTokens()
+
+
 def values_cost(parsed: Template, call: object, values: Sequence[object], max_tokens: int) -> Cost:
-    """One spreadsheet cell: ``values`` bound by position (or a mapping by name)."""
+    """One spreadsheet cell: ``values`` bound by position (or a mapping by name). Its prompt
+    alone: the cells of a request share one label path (``label_cost`` of them all)."""
     if isinstance(values, Mapping):
-        return rows_cost(parsed, call, [values], max_tokens)
+        return rows_size(parsed, call, [values], max_tokens)
     by_name = dict(zip(parsed.columns, values))
-    return rows_cost(parsed, call, [by_name], max_tokens)
+    return rows_size(parsed, call, [by_name], max_tokens)
 
 
 def check_request(cost: Cost, tenant: Tenant) -> None:
@@ -203,7 +285,8 @@ def check_request(cost: Cost, tenant: Tenant) -> None:
     if cost.tokens > lim.max_tokens_in_flight:
         raise RequestTooLarge(
             f"request too large: {cost.tokens} tokens (prompts, estimated at {CHARS_PER_TOKEN} characters per "
-            f"token, plus max_tokens per row, {cost.describe_rows()}); the limit max_tokens_in_flight is "
+            f"token, plus max_tokens per row{', or a token per scoring request when more' if cost.scoring else ''}, "
+            f"{cost.describe_rows()}); the limit max_tokens_in_flight is "
             f"{lim.max_tokens_in_flight}. Send fewer rows or a smaller max_tokens.",
         )
 

@@ -30,7 +30,7 @@ from relserve.planner.planned_rows import PlannedRows
 from relserve.policy.types import Tenancy
 from relserve.replies import JobDescription, JobProgress
 from relserve.results import RelQueryStats, RowResult
-from relserve.server.budget import Cost, LimitExceeded, call_max_tokens, with_first_pass
+from relserve.server.budget import Cost, LimitExceeded, call_max_tokens, label_cost
 from relserve.server.tenant_engine import engine_for_tenant
 from relserve.validation import OnError
 
@@ -48,6 +48,8 @@ class Job:
         tenancy: Tenancy | None = None,
         budget: Allowance | None = None,
         estimate: CallEstimate | None = None,
+        *,
+        cost: Cost,
     ) -> None:
         self.id = uuid.uuid4().hex[:16]
         self.batch = batch
@@ -71,7 +73,8 @@ class Job:
         self.order: list[int] = []
         self.engine_total = len(batch.prompts)
         #: the engine rows' size (rows, prompt characters, tokens): what counts against the tenant
-        self.cost = _engine_cost(batch)
+        #: (``engine_cost``)
+        self.cost = cost
         #: who runs it in the engine (prefix-cache salt, share); None: no tenancy (open mode)
         self.tenancy = tenancy
         #: its estimate when it started (issue 47), shown beside what it took
@@ -101,8 +104,9 @@ class Job:
 
     @property
     def engine_pending(self) -> int:
-        # a bootstrap first pass (cost.rows over engine_total) counts until the job ends
-        return 0 if self.done else self.cost.rows - self.engine_done
+        # a bootstrap first pass (cost.rows over engine_total) counts until the job ends; a row
+        # that finished frees each of its scoring requests
+        return 0 if self.done else max(0, self.cost.rows - self.engine_done * self.cost.per_prompt)
 
     @property
     def tokens_pending(self) -> int:
@@ -370,10 +374,18 @@ class Job:
         return json_safe(self.description().to_json())  # type: ignore[return-value]
 
 
-def _engine_cost(batch: PlannedRows) -> Cost:
+def engine_cost(batch: PlannedRows, engine: Backend) -> Cost:
+    """What ``batch``'s job counts against its tenant: its engine rows, and what their label path
+    sends besides them on ``engine`` (``label_cost``). May build a label trie: call it off the
+    event loop."""
     system = len(getattr(batch.call.options, "system", None) or "")
     chars = sum(len(p) + system for p in batch.prompts)
-    return with_first_pass(Cost.of(len(batch.prompts), chars, call_max_tokens(batch.call)), batch.call)
+    max_tokens = call_max_tokens(batch.call)
+    # (the values a filter's layout may take labels from; not when cells of other templates
+    # are among them, whose values do not line up with the call's columns)
+    columns = len(batch.call.template.columns)
+    values = batch.values if all(len(v) == columns for v in batch.values) else None
+    return label_cost(Cost.of(len(batch.prompts), chars, max_tokens), batch.call, max_tokens, engine, values)
 
 
 def json_safe(value: object) -> object:
