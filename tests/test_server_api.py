@@ -337,7 +337,7 @@ def test_on_error_raise_fails_the_relquery_at_the_first_bad_row(server):
     assert res.rows[0].error is not None  # the engine was never asked
 
 
-def test_cells_batch_is_one_relquery_per_template_and_repeats_come_from_the_cache(server, fake):
+def test_map_cells_of_several_templates_are_one_relquery_and_repeats_come_from_the_cache(server, fake):
     c = BoundedClient(server.url, api_key=ALICE)
     cells = [
         {"id": "B2", "template": "Rate {A} now", "args": ["cell one"]},
@@ -349,9 +349,9 @@ def test_cells_batch_is_one_relquery_per_template_and_repeats_come_from_the_cach
     ]
     before = len(fake.submitted)
     first = c.cells(cells)
-    # one relQuery per template (each its own call), in the order the templates first appear
+    # one relQuery: maps are decided by no label plan, so a sheet's columns batch together
     assert [sorted(rq.prompts) for rq in fake.submitted[before:]] == [
-        ["Rate cell one now", "Rate cell two now"], ["Compare cell one and 3 now"], ["Name by name now"]]
+        ["Compare cell one and 3 now", "Name by name now", "Rate cell one now", "Rate cell two now"]]
     assert first["B2"].value == first["B4"].value == "echo: Rate cell one now"
     assert first["C2"].value == "echo: Compare cell one and 3 now"
     assert first["C3"].error == ("cell C3: the template has 2 placeholder(s) ({A}, {B}) but 1 value(s) were given; "
@@ -359,7 +359,7 @@ def test_cells_batch_is_one_relquery_per_template_and_repeats_come_from_the_cach
     assert first["C4"].value == "echo: Name by name now"
     assert not any(cell.cached for cell in first.values())
     again = c.cells(cells)
-    assert len(fake.submitted) == before + 3  # nothing new ran
+    assert len(fake.submitted) == before + 1  # nothing new ran
     assert {k: v.cached for k, v in again.items()} == {"B2": True, "B3": True, "B4": True, "C2": True, "C3": False, "C4": True}
     assert {k: v.value for k, v in again.items()} == {k: v.value for k, v in first.items()}
 

@@ -101,15 +101,26 @@ class PlannedRows:
         self.parts.append(CallPart(plan.call, start, len(self.prompts), plan.labels, plan.cached_warning))
 
     def by_call(self) -> list[PlannedRows]:
-        """The prompts left to run, one ``PlannedRows`` per call they were planned with (each runs
-        as its own relQuery, with its own label plan and first pass, as if it were alone; its
-        targets are still the request's rows); ``[self]`` when they are one call's. The answers
-        known before the engine runs stay here."""
-        if len(self.parts) <= 1:
+        """The prompts left to run, one ``PlannedRows`` per call with labels they were planned with
+        (each runs as its own relQuery, with its own label plan and first pass, as if it were
+        alone; its targets are still the request's rows), and the prompts of every call without
+        labels together, first (they are decided by no plan, and a sheet's columns of different
+        maps are one batch for the engine, as before); ``[self]`` when no part needs its own
+        relQuery. The answers known before the engine runs stay here."""
+        free = [p for p in self.parts if p.call.choices is None]
+        labelled = [p for p in self.parts if p.call.choices is not None]
+        if len(labelled) + (1 if free else 0) <= 1:
             return [self]
-        return [PlannedRows(p.call, self.total, self.cache, [], self.prompts[p.start:p.end], self.targets[p.start:p.end],
-                            self.values[p.start:p.end], cached_warning=p.cached_warning, labels=p.labels)
-                for p in self.parts]
+        groups = ([free] if free else []) + [[p] for p in labelled]
+        out = []
+        for group in groups:
+            first = group[0]
+            spans = [range(p.start, p.end) for p in group]
+            out.append(PlannedRows(first.call, self.total, self.cache, [],
+                                   [self.prompts[i] for r in spans for i in r], [self.targets[i] for r in spans for i in r],
+                                   [self.values[i] for r in spans for i in r], cached_warning=first.cached_warning,
+                                   labels=first.labels))
+        return out
 
     def shared_prefix(self) -> str:
         """Text every prompt left to run starts with (``shared_prefix_of``)."""
