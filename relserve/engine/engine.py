@@ -636,7 +636,8 @@ class Engine(BackendBase):
 
     def label_trie(self, labels: tuple[str, ...], space: str = "") -> LabelTrie:
         """The requests that score ``labels`` on this engine's tokenizer (``space``: what comes
-        before a label, " " after an answer field), built once per label set."""
+        before a label, " " after an answer field), built once per label set and kept for the
+        label sets used last (label_rows.MAX_LABEL_TRIES)."""
         return self._tries.get(labels, space)
 
     def _cancel(self, rel_id: str) -> None:

@@ -10,6 +10,8 @@ after the call's prior."""
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
@@ -39,24 +41,54 @@ class ScoredRelQuery(Protocol):
 Generate = Callable[[object, object, str], AsyncIterator]
 
 
-class LabelTries:
-    """The requests that score a label set on one tokenizer, built once per label set."""
+#: label tries an engine keeps, the least recently used dropped first. A call reads a few label
+#: sets (its labels with and without an answer field's space; an adaptive call's layouts and
+#: concept too), so this holds those of many more calls than run at once: a normal workload
+#: never rebuilds one, and a tenant sending ever new label sets (the server builds a trie to
+#: book a request, even one it then refuses) replaces old tries instead of growing the memory.
+MAX_LABEL_TRIES = 256
 
-    def __init__(self, tokenizer) -> None:
+_Key = tuple[tuple[str, ...], str]
+
+
+class LabelTries:
+    """The requests that score a label set on one tokenizer, built once per label set and kept
+    for the ``limit`` label sets used last."""
+
+    def __init__(self, tokenizer, limit: int = MAX_LABEL_TRIES) -> None:
         self.tokenizer = tokenizer
-        self._tries: dict[tuple[tuple[str, ...], str], LabelTrie] = {}
+        self.limit = limit
+        self._tries: OrderedDict[_Key, LabelTrie] = OrderedDict()
+        # the engine's scheduler and the server's booking (worker threads) read it at once
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._tries)
+
+    def __contains__(self, key: _Key) -> bool:
+        """Whether the trie of ``(labels, space)`` is kept (without using it)."""
+        return key in self._tries
 
     def get(self, labels: tuple[str, ...], space: str = "") -> LabelTrie:
         """The trie of ``labels`` (``space``: what comes before a label, " " after an answer field)."""
-        trie = self._tries.get((labels, space))
-        if trie is None:
-            # after an answer field the label follows a space (" yes"), which BPE tokenizers
-            # fold into the label's first token
-            encode = lambda text: self.tokenizer(space + text, add_special_tokens=False)["input_ids"]  # noqa: E731
-            # (a capitalised spelling of several tokens costs a request per inner node)
-            trie = self._tries[(labels, space)] = LabelTrie.build(labels, encode, self.tokenizer.eos_token_id,
-                                                                  free_forms_only=FREE_FORMS_ONLY and space == " ")
-        return trie
+        key = (labels, space)
+        with self._lock:
+            trie = self._tries.get(key)
+            if trie is not None:
+                self._tries.move_to_end(key)
+                return trie
+        # after an answer field the label follows a space (" yes"), which BPE tokenizers
+        # fold into the label's first token
+        encode = lambda text: self.tokenizer(space + text, add_special_tokens=False)["input_ids"]  # noqa: E731
+        # (a capitalised spelling of several tokens costs a request per inner node; built outside
+        # the lock, so a large label set does not hold up the others)
+        trie = LabelTrie.build(labels, encode, self.tokenizer.eos_token_id, free_forms_only=FREE_FORMS_ONLY and space == " ")
+        with self._lock:
+            self._tries[key] = self._tries.get(key, trie)
+            self._tries.move_to_end(key)
+            while len(self._tries) > self.limit:
+                self._tries.popitem(last=False)
+            return self._tries[key]
 
 
 async def score_row(generate: Generate, running: ScoredRelQuery, index: int, ids: list[int], trie: LabelTrie,

@@ -1,7 +1,8 @@
 """/v1/cells: the formula cells of one spreadsheet recalculation, answered per cell.
 
-All cells of a request become ONE relQuery (different templates included); a prompt repeated
-in the batch runs once, and a prompt answered before comes from the result cache (the
+The cells of a request become ONE relQuery per template (each with its own label plan, as if its
+cells were recalculated alone; the templates' relQueries run one after the other); a prompt
+repeated in the batch runs once, and a prompt answered before comes from the result cache (the
 planner's persistent ``ResultCache``, shared with DuckDB and polars calls). Cache hits are sent
 first, then the other cells as their rows finish.
 """
@@ -33,11 +34,10 @@ router = APIRouter(prefix="/v1", tags=["spreadsheet"])
 
 def _cost(body: CellsRequest, tenant: Tenant, engine: Backend) -> Cost:
     """The cells' size from lengths (a cell whose formula is wrong costs nothing: it fails alone),
-    and what their label path sends on ``engine``."""
+    and what each template's label path sends on ``engine``."""
     max_tokens = call_max_tokens(body.call("{value}"))
     parsed: dict[str, tuple[Template, LLMCall] | None] = {}
-    total = ZERO
-    first: LLMCall | None = None
+    sizes: dict[str, tuple[LLMCall, Cost]] = {}
     for cell in body.cells:
         if cell.template not in parsed:
             try:
@@ -49,14 +49,14 @@ def _cost(body: CellsRequest, tenant: Tenant, engine: Backend) -> Cost:
         entry = parsed[cell.template]
         if entry is not None:
             t, call = entry
-            first = call if first is None else first
-            total = total + values_cost(t, call, cell.values if cell.values is not None else cell.args, max_tokens)
-    # every cell is a prompt of one relQuery, which runs one label path: its first template's
-    # call's (batches.plan_cells), not one first pass per cell
-    return label_cost(total, first, max_tokens, engine) if first is not None else total
+            size = values_cost(t, call, cell.values if cell.values is not None else cell.args, max_tokens)
+            sizes[cell.template] = (call, sizes.get(cell.template, (call, ZERO))[1] + size)
+    # each template's cells are one relQuery, which runs one label path (batches.plan_cells), not
+    # one first pass per cell
+    return sum((label_cost(size, call, max_tokens, engine) for call, size in sizes.values()), ZERO)
 
 
-@router.post("/cells", summary="Evaluate the LLM cells of one recalculation as one relQuery")
+@router.post("/cells", summary="Evaluate the LLM cells of one recalculation (one relQuery per template)")
 async def cells(
     body: CellsRequest,
     request: Request,

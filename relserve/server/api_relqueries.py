@@ -17,7 +17,7 @@ from relserve.replies import CascadeOutlook, JobDescription, JobList, RelQueryPl
 from relserve.server.batches import plan_relquery
 from relserve.server.budget import Cost, call_max_tokens, check_template, prompts_cost, rows_cost
 from relserve.server.estimates import job_allowance, plan_estimate
-from relserve.server.jobs import Job, engine_cost, json_safe
+from relserve.server.jobs import Job, engine_costs, json_safe
 from relserve.server.schemas import RelQueryRequest
 from relserve.server.state import ServerState, current_tenant, get_state
 from relserve.server.streaming import NDJSON, SSE, job_stream
@@ -62,8 +62,8 @@ async def start_job(
         # issue 47: the request's budget and its tenant's day, checked against its estimate
         budget, est = (await run_in_threadpool(job_allowance, state, tenant, batch, estimate)) if batch.prompts else (None, None)
         # (a label call's requests are counted on the engine's label trie, which may take a while to build)
-        cost = await run_in_threadpool(engine_cost, batch, state.engine)
-        job = Job(batch, tenant.name, kind, hints, state.tenancy(tenant), budget=budget, estimate=est, cost=cost)
+        costs = await run_in_threadpool(engine_costs, batch, state.engine)
+        job = Job(batch, tenant.name, kind, hints, state.tenancy(tenant), budget=budget, estimate=est, costs=costs)
         state.launch(job, tenant, reservation)
         return job, batch
     finally:

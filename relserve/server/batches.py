@@ -1,5 +1,6 @@
 """From a request to ``PlannedRows``: the answers known before the engine runs (result-cache hits,
-rows that cannot run) and the distinct prompts left for ONE engine relQuery.
+rows that cannot run) and the distinct prompts left for ONE engine relQuery per call (spreadsheet
+cells of several templates: one per template, ``PlannedRows.by_call``).
 
 The planner does the work (``plan_rows``: deduplication, result-cache lookup, prefix-sharing
 order), so a prompt sent here gets the same text, cache key and answer as the same call made
@@ -42,7 +43,7 @@ class _Builder:
         what its errors call it (``PlannedRows.add``)."""
         plan = plan_rows(call, rows, model_id=self.model_id, cache=self.cache, optimize=True, namespace=self.namespace,
                          memory=self.memory)
-        if not self._added:  # the first part's call runs the relQuery (cells: the first template)
+        if not self._added:  # the request's settings (every part shares them) are read from the first
             # the planned call: the prompt shape its rows were rendered in
             self.batch.call, self._added = plan.call, True
         self.batch.add(plan, out_rows, names)
@@ -74,7 +75,9 @@ def plan_prompts(req: CallBody, prompts: Sequence[str | None], model_id: str, ca
 
 def plan_cells(req: CellsRequest, model_id: str, cache: Cache | None, namespace: str | None = None,
                memory: LabelMemory | None = None) -> PlannedRows:
-    """Cells may carry different templates; all of them go into one relQuery.
+    """Cells may carry different templates: each template's cells are planned as their own call,
+    and run as their own relQuery with their own label plan (``PlannedRows.by_call``), so a
+    cell's answer does not depend on the other templates' cells in its recalculation.
 
     A cell whose formula is wrong (bad template, wrong number of values) gets its own error,
     as a spreadsheet shows ``#VALUE!`` in one cell and computes the others.

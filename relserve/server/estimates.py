@@ -7,7 +7,8 @@ from __future__ import annotations
 from relserve.budget import Allowance, Budget
 from relserve.errors import ConfigError
 from relserve.estimate.budgeted import allowance_for, checked
-from relserve.estimate.estimate import CallEstimate, estimate_call
+from relserve.estimate.call_work import CallWork
+from relserve.estimate.estimate import CallEstimate, estimate_call, estimate_work
 from relserve.planner.planned_rows import PlannedRows
 from relserve.server.state import ServerState
 from relserve.server.tenants import Tenant
@@ -20,10 +21,21 @@ def tenant_key(state: ServerState, tenant: Tenant) -> str:
 
 
 def batch_estimate(state: ServerState, tenant: Tenant, batch: PlannedRows) -> CallEstimate:
-    """The estimate of a planned request (blocks: call it off the event loop)."""
+    """The estimate of a planned request (blocks: call it off the event loop): each call's part,
+    one after the other, as its job runs them (``PlannedRows.by_call``)."""
     engine = state.engine_for(tenant)
-    return estimate_call(batch.call, batch.prompts, engine=engine, model_id=state.engine.model_id, values=batch.values,
-                         namespace=state.namespace(tenant), tenant=tenant_key(state, tenant), prefix=batch.shared_prefix())
+    estimates = [estimate_call(part.call, part.prompts, engine=engine, model_id=state.engine.model_id, values=part.values,
+                               namespace=state.namespace(tenant), tenant=tenant_key(state, tenant),
+                               prefix=part.shared_prefix())
+                 for part in batch.by_call()]
+    if len(estimates) == 1:
+        return estimates[0]
+    works = [e.work for e in estimates if e.work is not None]
+    first = works[0]
+    work = CallWork(first.call, first.method, any(w.scoring for w in works), [s for w in works for s in w.stages],
+                    all(w.exact for w in works), [why for w in works for why in w.inexact],
+                    all(w.lengths_learned for w in works))
+    return estimate_work(work, engine=engine, model_id=state.engine.model_id)
 
 
 def plan_estimate(state: ServerState, tenant: Tenant, batch: PlannedRows) -> dict[str, object] | None:

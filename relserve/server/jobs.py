@@ -1,5 +1,6 @@
 """Server-side relQueries ("jobs"): one per request, owned by a tenant, run as ONE engine
-relQuery, with their rows fanned back out to the request's rows as they finish.
+relQuery per call (spreadsheet cells of several templates: one per template, one after the
+other), with their rows fanned back out to the request's rows as they finish.
 
 Everything here runs on the server's event loop, except ``Engine.submit`` (tokenizing) and the
 result-cache write, which go to a worker thread.
@@ -11,7 +12,7 @@ import asyncio
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 
 from starlette.concurrency import run_in_threadpool
@@ -30,7 +31,7 @@ from relserve.planner.planned_rows import PlannedRows
 from relserve.policy.types import Tenancy
 from relserve.replies import JobDescription, JobProgress
 from relserve.results import RelQueryStats, RowResult
-from relserve.server.budget import Cost, LimitExceeded, call_max_tokens, label_cost
+from relserve.server.budget import ZERO, Cost, LimitExceeded, call_max_tokens, label_cost
 from relserve.server.tenant_engine import engine_for_tenant
 from relserve.validation import OnError
 
@@ -49,7 +50,7 @@ class Job:
         budget: Allowance | None = None,
         estimate: CallEstimate | None = None,
         *,
-        cost: Cost,
+        costs: Sequence[Cost],
     ) -> None:
         self.id = uuid.uuid4().hex[:16]
         self.batch = batch
@@ -60,11 +61,19 @@ class Job:
         self.deadline_s = hints.deadline_s
         self.fail_fast = batch.call.options.on_error == OnError.RAISE
         self.received = time.monotonic()
+        #: the prompts of each call of the request, each run as its own relQuery with its own
+        #: label path (one part unless cells of several templates)
+        self.parts = batch.by_call()
         # the model id is the engine's, known when the job runs. The rows' shared prefix is warmed
         # in the tenant's namespace before they run, as on the local surfaces (the engine skips
         # a prefix its cache holds already)
-        self.executor = CallExecutor(batch, model_id="", hints=hints, rel_id=self.id, received=self.received, budget=budget,
-                                     prefix=batch.shared_prefix())
+        self.executors = [CallExecutor(part, model_id="", hints=hints, rel_id=self.id if k == 0 else f"{self.id}-{k}",
+                                       received=self.received, budget=budget, prefix=part.shared_prefix())
+                          for k, part in enumerate(self.parts)]
+        #: the executor running now (a cascade's runs several), the last one once the job ended
+        self.executor = self.executors[0]
+        #: per part, the last executor that ran it (what the job's stats describe)
+        self._ran: list[CallExecutor] = []
         self.created_at = time.time()
         self.finished_at: float | None = None
         self.status = RUNNING
@@ -72,9 +81,14 @@ class Job:
         self.rows: list[RowResult | None] = [None] * batch.total
         self.order: list[int] = []
         self.engine_total = len(batch.prompts)
-        #: the engine rows' size (rows, prompt characters, tokens): what counts against the tenant
-        #: (``engine_cost``)
-        self.cost = cost
+        #: per part, its engine rows' size (rows, prompt characters, tokens): what counts against
+        #: the tenant (``engine_costs``)
+        self.costs = list(costs)
+        if len(self.costs) != len(self.parts):
+            raise ValueError(f"{len(self.costs)} costs for {len(self.parts)} parts")
+        #: per part, its engine rows finished, and the part running now
+        self._part_done = [0] * len(self.parts)
+        self._part = 0
         #: who runs it in the engine (prefix-cache salt, share); None: no tenancy (open mode)
         self.tenancy = tenancy
         #: its estimate when it started (issue 47), shown beside what it took
@@ -86,9 +100,13 @@ class Job:
         #: fail-fast: the first row error, which fails the whole job
         self._failure: str | None = None
         self._changed = asyncio.Condition()
-        #: a model cascade (``cascade`` option, relserve/cascade/): its plan, and once it runs, itself
-        self.cascade_plan = cascade_policy.plan(batch.call, len(batch.prompts))
+        #: a model cascade (``cascade`` option, relserve/cascade/): its plan per part (the first's
+        #: is described), and once one runs, itself
+        self.cascade_plans = [cascade_policy.plan(part.call, len(part.prompts)) for part in self.parts]
+        self.cascade_plan = self.cascade_plans[0]
         self.cascade: AnyCascade | None = None
+        #: the engine statistics of every relQuery run so far (merged into ``engine_stats``)
+        self._stats: list[RelQueryStats | None] = []
         #: executors whose answers are in the result cache already (a cascade runs two)
         self._cache_written: list[CallExecutor] = []
 
@@ -103,16 +121,24 @@ class Job:
         return self.status != RUNNING
 
     @property
+    def cost(self) -> Cost:
+        """The job's size: its parts' summed."""
+        return sum(self.costs, ZERO)
+
+    def _pending(self) -> list[int]:
+        # per part: a bootstrap first pass (cost.rows over its prompts) counts until the job
+        # ends; a row that finished frees each of its scoring requests (its own call's count)
+        return [max(0, c.rows - done * c.per_prompt) for c, done in zip(self.costs, self._part_done)]
+
+    @property
     def engine_pending(self) -> int:
-        # a bootstrap first pass (cost.rows over engine_total) counts until the job ends; a row
-        # that finished frees each of its scoring requests
-        return 0 if self.done else max(0, self.cost.rows - self.engine_done * self.cost.per_prompt)
+        return 0 if self.done else sum(self._pending())
 
     @property
     def tokens_pending(self) -> int:
-        if self.done or not self.cost.rows:
+        if self.done:
             return 0
-        return -(-self.cost.tokens * self.engine_pending // self.cost.rows)
+        return sum(-(-c.tokens * n // c.rows) for c, n in zip(self.costs, self._pending()) if c.rows)
 
     @property
     def latency_s(self) -> float:
@@ -139,26 +165,35 @@ class Job:
     # ------------------------------------------------------------------ running
 
     async def run(self, engine: Backend, on_finish: Callable[[Job], None]) -> None:
-        """Drive the job to its end: ready rows first, then the engine's rows as they finish."""
+        """Drive the job to its end: ready rows first, then the engine's rows as they finish, one
+        part (call) after the other."""
         b = self.batch
-        ex = self.executor
-        ex.model_id = engine.model_id
+        for ex in self.executors:
+            ex.model_id = engine.model_id
         try:
             for row in sorted(b.ready, key=lambda r: r.index):
                 self._put(row)
                 if row.error is not None:
                     self._row_failed(row.index, row.error)
             await self._notify()
-            if b.prompts and self._cancel_reason is None:
-                if self.cascade_plan.applies:
-                    await self._run_cascade(engine)
+            for k, (part, ex, plan) in enumerate(zip(self.parts, self.executors, self.cascade_plans)):
+                if self._cancel_reason is not None:
+                    break
+                if not part.prompts:
+                    continue
+                self._part, self.executor = k, ex
+                if plan.applies:
+                    await self._run_cascade(part, plan, engine)
                 else:
-                    self.engine_stats = await self._run_relquery(ex, engine)
+                    self._stats.append(await self._run_relquery(ex, engine))
+                    self.engine_stats = merged_stats(self._stats)
+                self._ran.append(self.executor)
             self._close(CANCELLED if self._cancel_reason else FINISHED)
         except Exception as e:  # an engine failure fails this job, never the server
             self._close(FAILED, f"{type(e).__name__}: {e}")
         finally:
-            await self._write_cache(self.executor)
+            for ex in (*self.executors, self.executor):
+                await self._write_cache(ex)
             await self._notify()
             on_finish(self)
 
@@ -177,21 +212,19 @@ class Job:
         result = await self.handle
         return result.stats
 
-    async def _run_cascade(self, engine: Backend) -> None:
-        """The cascade's steps (relserve/planner/cascade_runner.py, cascade_targets.py): the sample's
-        relQuery, the proxy (off the event loop), a recall / precision cascade's audit relQuery,
-        the proxy's rows, then the remainder's relQuery."""
-        b = self.batch
-        cascade = self.cascade = make_cascade(b, self.cascade_plan, seed=b.call.options.seed or 0)
+    async def _run_cascade(self, b: PlannedRows, plan: cascade_policy.CascadePlan, engine: Backend) -> None:
+        """The cascade's steps over one part ``b`` (relserve/planner/cascade_runner.py,
+        cascade_targets.py): the sample's relQuery, the proxy (off the event loop), a recall /
+        precision cascade's audit relQuery, the proxy's rows, then the remainder's relQuery."""
+        cascade = self.cascade = make_cascade(b, plan, seed=b.call.options.seed or 0)
         if prefetch.OVERLAP:
             cascade.start_prefetch()
         try:
-            await self._cascade_steps(engine, cascade)
+            await self._cascade_steps(engine, b, cascade)
         finally:
             cascade.stop_prefetch()
 
-    async def _cascade_steps(self, engine: Backend, cascade: AnyCascade) -> None:
-        b = self.batch
+    async def _cascade_steps(self, engine: Backend, b: PlannedRows, cascade: AnyCascade) -> None:
         rep = cascade.report
         # every relQuery of the cascade spends from the job's budget and its tenant's day
         budget = self.executor.budget
@@ -200,9 +233,10 @@ class Job:
             return CallExecutor(rows, model_id=engine.model_id, hints=self.hints, rel_id=rel_id, received=self.received,
                                 prefix=rows.shared_prefix(), budget=budget)
 
-        stats = []
+        stats = self._stats
+        rel_id = self.executors[self._part].rel_id or self.id
         t0 = time.perf_counter()
-        first = part(cascade.sample(), self.id)
+        first = part(cascade.sample(), rel_id)
         try:
             stats.append(await self._run_relquery(first, engine, record=cascade.record))
         finally:
@@ -217,7 +251,7 @@ class Job:
         audit = cascade.audit()
         if audit is not None and audit.prompts:
             t1 = time.perf_counter()
-            checking = part(audit, f"{self.id}-audit")
+            checking = part(audit, f"{rel_id}-audit")
             try:
                 stats.append(await self._run_relquery(checking, engine, record=cascade.record))
             finally:
@@ -239,7 +273,7 @@ class Job:
         if rest.prompts:
             t2 = time.perf_counter()
             try:
-                stats.append(await self._run_relquery(part(rest, f"{self.id}-rest"), engine))
+                stats.append(await self._run_relquery(part(rest, f"{rel_id}-rest"), engine))
             finally:
                 self.engine_stats = merged_stats(stats)
             rep.remainder_s = time.perf_counter() - t2
@@ -256,6 +290,7 @@ class Job:
 
     def _engine_row(self, er: RowResult) -> list[RowResult]:
         self.engine_done += 1
+        self._part_done[self._part] += 1
         if er.error == "cancelled" and self._cancel_reason:
             er = replace(er, error=self._cancel_reason)
         rows = self.executor.answer(er)
@@ -332,15 +367,17 @@ class Job:
             out.policy = s.policy
         if self.deadline_s is not None and self.done:
             out.deadline_met = self.latency_s <= self.deadline_s
-        ex = self.executor
+        # the first part's label path is described (the only one, unless cells of several templates)
+        ex = self._ran[0] if self._ran else self.executor
         if ex is not None and ex.label_report is not None:
             # EXPLAIN ANALYZE of the label method: the layout chosen, the estimated prior
             out.labels = describe_labels(ex.label_report)
         if ex is not None and ex.first_pass_s is not None:
             out.first_pass_s = round(ex.first_pass_s, 4)
-        if ex is not None and ex.warning is not None:
+        warning = next((e.warning for e in self._ran if e.warning is not None), None) if self._ran else ex.warning
+        if warning is not None:
             # the answers are close to guesses: the client (a PostgreSQL NOTICE, a sheet) says so
-            out.warning = ex.warning
+            out.warning = warning
         if self.cascade_plan.on:
             # EXPLAIN ANALYZE of the cascade: whether it applied, and what it did
             p = self.cascade_plan
@@ -374,18 +411,19 @@ class Job:
         return json_safe(self.description().to_json())  # type: ignore[return-value]
 
 
-def engine_cost(batch: PlannedRows, engine: Backend) -> Cost:
-    """What ``batch``'s job counts against its tenant: its engine rows, and what their label path
-    sends besides them on ``engine`` (``label_cost``). May build a label trie: call it off the
-    event loop."""
-    system = len(getattr(batch.call.options, "system", None) or "")
-    chars = sum(len(p) + system for p in batch.prompts)
-    max_tokens = call_max_tokens(batch.call)
-    # (the values a filter's layout may take labels from; not when cells of other templates
-    # are among them, whose values do not line up with the call's columns)
-    columns = len(batch.call.template.columns)
-    values = batch.values if all(len(v) == columns for v in batch.values) else None
-    return label_cost(Cost.of(len(batch.prompts), chars, max_tokens), batch.call, max_tokens, engine, values)
+def engine_costs(batch: PlannedRows, engine: Backend) -> list[Cost]:
+    """What ``batch``'s job counts against its tenant, per part (``PlannedRows.by_call``): its
+    engine rows, and what their label path sends besides them on ``engine`` (``label_cost``).
+    May build a label trie: call it off the event loop."""
+    return [_part_cost(part, engine) for part in batch.by_call()]
+
+
+def _part_cost(part: PlannedRows, engine: Backend) -> Cost:
+    system = len(getattr(part.call.options, "system", None) or "")
+    chars = sum(len(p) + system for p in part.prompts)
+    max_tokens = call_max_tokens(part.call)
+    # (the values a filter's layout may take labels from: one call's, so they line up with its columns)
+    return label_cost(Cost.of(len(part.prompts), chars, max_tokens), part.call, max_tokens, engine, part.values)
 
 
 def json_safe(value: object) -> object:

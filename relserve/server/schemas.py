@@ -185,7 +185,7 @@ class Cell(Body):
 
 
 class CellsRequest(CallBody):
-    """The formula cells of one recalculation: run as one relQuery, answered per cell."""
+    """The formula cells of one recalculation: one relQuery per template, answered per cell."""
 
     cells: list[Cell] = Field(min_length=1)
     #: NDJSON lines as cells finish (true), or one JSON answer at the end (false)
