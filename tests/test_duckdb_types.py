@@ -9,7 +9,12 @@ the surfaces; each test but the guards failed before its fix).
   connection, is written as DuckDB writes it; a BIGNUM on a plain connection is refused, naming
   the function, the placeholder and the type.
 * NaN equals nothing, so the planner's key of a row holding it never found the row again: every
-  collection pass asked it anew, and the statement ran to its pass limit."""
+  collection pass asked it anew, and the statement ran to its pass limit.
+* The planned path's result was its last pass read back from Arrow, so a statement's own columns
+  came back other than DuckDB returns them (a large UHUGEINT as Decimal('-1'), a TIMETZ without
+  its offset, a BIT as bytes, a HUGEINT as DECIMAL, an ENUM, a UUID or a JSON as VARCHAR, and so
+  inside a LIST, a STRUCT, a MAP or a UNION). The last pass is now held by DuckDB itself
+  (``relation.materialize()``); the tests compare with plain DuckDB's result of the statement."""
 
 from __future__ import annotations
 
@@ -176,3 +181,109 @@ def test_hashable_key_finds_nan_again_and_keeps_other_values_apart():
     assert hashable_key(([nan_a], 1)) != hashable_key((["nan"], 1))
     assert hashable_key(({"a": nan_a},)) == hashable_key(({"a": nan_b},))
     assert hashable_key(("x", 1)) == ("x", 1)  # rows without NaN keep themselves as their key
+
+
+# -- the statement's own result -----------------------------------------------------------------
+
+#: columns whose DuckDB value or type did not survive the planned path's trip through Arrow (the
+#: result was DuckDB's Arrow export read back: a large UHUGEINT as Decimal('-1'), a TIMETZ without
+#: its offset, a BIT as bytes, a HUGEINT as DECIMAL(38,0), an ENUM, a UUID or a JSON as VARCHAR),
+#: alone and inside a LIST, a STRUCT, a MAP and a UNION
+RESULT_COLUMNS = {
+    "UHUGEINT": "340282366920938463463374607431768211455::UHUGEINT",
+    "TIMETZ": "'12:00:00+02'::TIMETZ",
+    "BIT": "'101'::BIT",
+    "HUGEINT": "170141183460469231731687303715884105727::HUGEINT",
+    "ENUM": "'x'::ENUM('x', 'y')",
+    "UUID": "'00000000-0000-0000-0000-000000000001'::UUID",
+    "JSON": "'{\"a\": 1}'::JSON",
+    "LIST": "[340282366920938463463374607431768211455::UHUGEINT, NULL]",
+    "STRUCT": "{'t': '23:59:59-05:30'::TIMETZ, 'b': '0110'::BIT}",
+    "MAP": "MAP {'k': '12:00:00+02'::TIMETZ}",
+    "UNION": "'101'::BIT::UNION(b BIT, s VARCHAR)",
+}
+
+
+def duckdb_result(sql: str, setup: str = "") -> duckdb.DuckDBPyRelation:
+    """``sql`` on plain DuckDB (no relserve): what the planned path must return."""
+    con = duckdb.connect()
+    if setup:
+        con.execute(setup)
+    return con.sql(sql).materialize()
+
+
+def same_result(got: duckdb.DuckDBPyRelation, want: duckdb.DuckDBPyRelation) -> None:
+    """The same rows, column names and DuckDB types, as ``fetchall``, ``typeof`` and Arrow read them."""
+    assert got.fetchall() == want.fetchall()
+    assert got.columns == want.columns
+    assert [str(t) for t in got.types] == [str(t) for t in want.types]
+    typeof = ", ".join(f'typeof("{c}")' for c in want.columns)
+    assert got.query("r", f"SELECT {typeof} FROM r").fetchall() == want.query("r", f"SELECT {typeof} FROM r").fetchall()
+    assert got.to_arrow_table() == want.to_arrow_table()
+
+
+def fill(statement: str, **parts: str) -> str:
+    """``statement`` with each ``<name>`` replaced by ``parts[name]``."""
+    for name, text in parts.items():
+        statement = statement.replace(f"<{name}>", text)
+    return statement
+
+
+def about(prompt: str, rq) -> str:
+    return "yes" if getattr(rq, "choices", None) else f"about {prompt}"
+
+
+@pytest.mark.parametrize("expr", RESULT_COLUMNS.values(), ids=RESULT_COLUMNS.keys())
+def test_a_planned_statement_returns_each_column_as_duckdb_does(expr):
+    eng = ScriptedEngine(answer=about)
+    con = connect(eng)
+    statement = f"SELECT {expr} AS c, typeof(c) AS t, <map> AS m"
+    got = con.sql(fill(statement, map="llm_map('Describe {a}', 'x')"))
+    same_result(got, duckdb_result(fill(statement, map="'about Describe x'")))
+    assert eng.submitted == [["Describe x"]]  # read again and again, the rows are not asked again
+
+
+TABLE = ("CREATE TABLE s AS SELECT * FROM (VALUES (1, 340282366920938463463374607431768211455::UHUGEINT, "
+         "'12:00:00+02'::TIMETZ, '101'::BIT), (2, NULL, NULL, NULL)) v(i, u, z, b)")
+#: each call of the statements below, and what the engine double answers it with, in plain SQL
+CALLS = {"map": "llm_map('Describe {u}', u)", "filter": "llm_filter('Is {i} fine?', i)",
+         "reduce": "llm_reduce('Sum up {i}', i)"}
+ANSWERS = {"map": "'about Describe ' || u", "filter": "true", "reduce": "'about Sum up - ' || any_value(i)"}
+
+
+@pytest.mark.parametrize("statement", [
+    # settled in a collection pass, whose rows are the result
+    "SELECT i, u, z, b, <map> AS m FROM s ORDER BY i",
+    # a LIMIT's filter, which stops early
+    "SELECT i, u, z, b FROM s WHERE <filter> LIMIT 1",
+    # a data-changing statement's own rows, from its final pass
+    "INSERT INTO s SELECT i + 10, u, z, b FROM s WHERE <filter> RETURNING *, <map> AS m",
+    # llm_reduce's path, grouped by such columns
+    "SELECT u, z, b, <reduce> AS r FROM s GROUP BY ALL ORDER BY u NULLS LAST",
+], ids=["collected", "limit", "insert returning", "llm_reduce"])
+def test_every_planned_path_returns_such_columns_as_duckdb_does(statement):
+    con = connect(ScriptedEngine(answer=about))
+    con.execute(TABLE)
+    same_result(con.sql(fill(statement, **CALLS)), duckdb_result(fill(statement, **ANSWERS), TABLE))
+
+
+def test_a_planned_statement_with_parameters_returns_such_columns_as_duckdb_does():
+    con = connect(ScriptedEngine(answer=about))
+    con.execute(TABLE)
+    statement = "SELECT u, z, b, <map> AS m FROM s WHERE i = ?"
+    got = con.sql(fill(statement, map="llm_map('Describe {a}', ?)"), params=["x", 1])
+    assert session_of(con.con).last_run is not None  # (planned)
+    want = duckdb.connect()
+    want.execute(TABLE)
+    same_result(got, want.sql(fill(statement, map="'about Describe ' || ?"), params=["x", 1]).materialize())
+
+
+def test_create_table_and_insert_through_the_planned_path_keep_the_types():
+    # a guard, not a reproduction: these statements ran in DuckDB itself before the fix too
+    con = connect(ScriptedEngine(answer=about))
+    con.execute(TABLE)
+    con.sql(fill("CREATE TABLE t AS SELECT i, u, z, b, <map> AS m FROM s", **CALLS))
+    con.sql(fill("INSERT INTO t SELECT i + 10, u, z, b, <map> FROM s", **CALLS))
+    want = duckdb_result(fill("SELECT i, u, z, b, <map> AS m FROM s UNION ALL SELECT i + 10, u, z, b, <map> FROM s "
+                              "ORDER BY i", **ANSWERS), TABLE)
+    same_result(con.sql("SELECT * FROM t ORDER BY i"), want)

@@ -371,7 +371,7 @@ def run_sql(con: duckdb.DuckDBPyConnection, query: str, params: Params = None) -
             f.mode = "collect"
         rel = planned_sql.sql(con, read_script(text), params)
         if rel is not None:
-            rel.to_arrow_table()
+            rel.materialize()
         for f in functions:
             f.flush()
             f.mode = "answer"
@@ -382,8 +382,9 @@ def run_sql(con: duckdb.DuckDBPyConnection, query: str, params: Params = None) -
         with session.lock:
             session.failures.extendleft(reversed(failed))
         # materialized now, once: a lazy relation would run the functions again at every
-        # fetch (outside these passes), and their errors would surface later, wrapped by DuckDB
-        return con.from_arrow(rel.to_arrow_table()) if rel is not None else None
+        # fetch (outside these passes), and their errors would surface later, wrapped by DuckDB;
+        # held by DuckDB, not passed through Arrow, whose form of some types is not the value
+        return rel.materialize() if rel is not None else None
     except duckdb.Error:
         err, _last_error.value = _last_error.value, None
         if err is not None:
