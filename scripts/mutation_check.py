@@ -222,8 +222,8 @@ MUTANTS: list[Mutant] = [
            "a LIMIT (or an EXISTS) over an ORDER BY stops its filter early (its first passing rows are not its "
            "answer)"),
     Mutant("duckdb-limit-enough", "relserve/duckdb_ext/planned.py",
-           "return table is not None and table.num_rows >= needed",
-           "return table is not None and table.num_rows > needed",
+           "return table is not None and len(table) >= needed",
+           "return table is not None and len(table) > needed",
            ("tests/test_duckdb_limit.py",),
            "a LIMIT k statement keeps asking once k rows pass (it stops only at k + 1)"),
     Mutant("polars-limit-enough", "relserve/polars.py",

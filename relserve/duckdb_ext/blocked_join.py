@@ -302,10 +302,9 @@ def run_sql(con: duckdb.DuckDBPyConnection, query: str, params: Params = None) -
         with session.lock:
             session.failures.clear()
         blocking = BlockingSession(session, blocks)
-        table, run = run_planned(con, blocking, statement, params)
+        result, run = run_planned(con, blocking, statement, params)
         run.blocking = list(blocking.reports.values())
         session.last_run = run
-        result = con.from_arrow(table) if table is not None else None
     return result
 
 

@@ -7,7 +7,10 @@ one call sees every group of the chunk and each level of a reduction is ONE relQ
 them. On a plain connection users write the ``list()`` form; ``relserve.duckdb.sql`` (and
 ``explain``) also accept the aggregate form ``llm_reduce(template, value)`` and rewrite it to
 ``llm_reduce(template, ARRAY_AGG(value))`` (``rewrite``); an argument that is already an aggregate
-(``list(v ORDER BY t)``) is left as written, so users can order a group's values.
+(``list(v ORDER BY t)``) is left as written, so users can order a group's values. There a list
+aggregate is also passed through ``relserve_prompt_values(...)`` (``values_macro_sql``), so a
+value whose Arrow form is not the value reaches the prompt as DuckDB writes it, as a row
+function's argument does (``udf.AS_TEXT_TYPES``).
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ from typing import Generic, TypeVar
 import duckdb
 import pyarrow as pa
 
+from relserve.cell_values import Unreadable, arrow_values
 from relserve.duckdb_ext import planned_sql
-from relserve.duckdb_ext.arguments import hashable_key, option_values
+from relserve.duckdb_ext.arguments import _is_opaque, _opaque_type_name, hashable_key, option_values
 from relserve.duckdb_ext.params import Params
 from relserve.duckdb_ext.script import read_script
 from relserve.duckdb_ext.statement import quiet_sqlglot
-from relserve.duckdb_ext.udf import create_function
+from relserve.duckdb_ext.udf import as_text_test, create_function
 from relserve.errors import ConfigError, RelServeError
 from relserve.functions import FUNCTIONS
 from relserve.operators.reduce import ReduceCall, ReduceExplain, explain_reduce, reduce_call, run_reduce
@@ -39,6 +43,10 @@ OPERATORS = ("llm_reduce", "llm_topk")
 #: the options a reduction or top-k takes from the connection's defaults
 _DEFAULT_KEYS = ("model", "max_tokens", "system", "on_error")
 _MARKER = "__llm_options__"
+#: the macro ``rewrite`` passes a group's values through, and the fields of each value it gives:
+#: the value, or NULL where its type is one of ``udf.AS_TEXT_TYPES``; then its text there, or NULL
+VALUES_MACRO = "relserve_prompt_values"
+_VALUE, _TEXT = "relserve_value", "relserve_text"
 
 #: what makes rows share one operator run: template, options (sorted items), and k for top-k
 CallKey = tuple[str | None, tuple[tuple[str, object], ...], object]
@@ -75,6 +83,9 @@ def rewrite(query: str) -> str:
             args = node.expressions
             if len(args) >= 2 and not isinstance(args[1], exp.AggFunc):
                 args[1].replace(exp.ArrayAgg(this=args[1].copy()))
+                args = node.expressions
+            if len(args) >= 2 and isinstance(args[1], exp.ArrayAgg):
+                args[1].replace(exp.Anonymous(this=VALUES_MACRO, expressions=[args[1].copy()]))
         out.append(tree.sql(dialect="duckdb"))
     return ";\n".join(out)
 
@@ -105,12 +116,43 @@ def _whole(value: object) -> object:
     return int(number) if number.is_finite() and number == number.to_integral_value() else value
 
 
+def values_macro_sql() -> str:
+    """The macro ``rewrite`` passes a group's list through: each value beside its text where its
+    type is one of ``udf.AS_TEXT_TYPES`` (``_group_values`` takes the text there)."""
+    test = as_text_test("x")
+    return (f"CREATE OR REPLACE TEMP MACRO {VALUES_MACRO}(l) AS list_transform(l, lambda x: "
+            f"{{'{_VALUE}': CASE WHEN {test} THEN NULL ELSE x END, '{_TEXT}': CASE WHEN {test} THEN CAST(x AS VARCHAR) END}})")
+
+
 def _list_column(array: pa.Array | pa.ChunkedArray, who: str) -> pa.Array:
     """An operator's values argument, which must be a list per group."""
     column = _column(array)
     if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
         raise ConfigError(f"{who}: the values must be a list (list(column) on a plain connection), got {column.type}")
     return column
+
+
+def _group_values(array: pa.Array | pa.ChunkedArray, who: str) -> list[Group]:
+    """Each group's values as the row functions read theirs: an interval at any depth as DuckDB
+    writes it (``arrow_values``), a value ``VALUES_MACRO`` gave a text as that text; values that
+    reach Python as opaque bytes (a BIGNUM in ``list(v)``, or inside a STRUCT) are refused."""
+    column = _list_column(array, who)
+    element = column.type.value_type
+    wrapped = pa.types.is_struct(element) and sorted(f.name for f in element) == sorted((_VALUE, _TEXT))
+    inner = element.field(_VALUE).type if wrapped else element
+    opaque = _opaque_type_name(inner)
+    if opaque is not None and not (wrapped and _is_opaque(inner)):  # (wrapped: that value is its text)
+        held = "are" if _is_opaque(inner) else "hold values of"
+        raise ConfigError(f"{who}: the values {held} DuckDB's {opaque.upper()}, which reaches Python as opaque "
+                          "bytes; cast them to VARCHAR")
+    groups = arrow_values(column)
+    for group in groups:
+        if isinstance(group, Unreadable):
+            raise ConfigError(f"{who}: a group's values {group.why}")
+    if not wrapped:
+        return groups
+    return [None if g is None else [None if v is None else v[_TEXT] if v[_TEXT] is not None else v[_VALUE] for v in g]
+            for g in groups]
 
 
 def _group_key(group: Group) -> Hashable:
@@ -259,8 +301,7 @@ class ReduceFunction(_Operator[ReduceCall, str]):
     def __call__(self, *arrays: pa.Array) -> pa.Array:
         values, options = self._arguments(arrays)
         templates = _column(values[0]).to_pylist()
-        lists = _list_column(values[1], self.name)
-        return pa.array(self._answers(templates, options, lists.to_pylist()), pa.string())
+        return pa.array(self._answers(templates, options, _group_values(values[1], self.name)), pa.string())
 
     def _spec(self, template: str | None, extra: object, options: dict[str, object], rows: int) -> ReduceCall | None:
         if template is None:
@@ -290,7 +331,7 @@ class TopKFunction(_Operator[TopKCall, list[str]]):
     def __call__(self, *arrays: pa.Array) -> pa.Array:
         values, options = self._arguments(arrays)
         templates = _column(values[0]).to_pylist()
-        lists = [v or [] for v in _list_column(values[1], self.name).to_pylist()]
+        lists = [v or [] for v in _group_values(values[1], self.name)]
         ks = _column(values[2]).to_pylist()
         return pa.array(self._answers(templates, options, lists, ks), pa.list_(pa.string()))
 
@@ -325,6 +366,7 @@ def install(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         ("llm_topk", functions[1], "VARCHAR[]"),
     ):
         create_function(con, name, _raising(udf), returns, replace=True)
+    con.execute(values_macro_sql())
     return con
 
 
@@ -371,7 +413,7 @@ def run_sql(con: duckdb.DuckDBPyConnection, query: str, params: Params = None) -
             f.mode = "collect"
         rel = planned_sql.sql(con, read_script(text), params)
         if rel is not None:
-            rel.to_arrow_table()
+            rel.materialize()
         for f in functions:
             f.flush()
             f.mode = "answer"
@@ -382,8 +424,9 @@ def run_sql(con: duckdb.DuckDBPyConnection, query: str, params: Params = None) -
         with session.lock:
             session.failures.extendleft(reversed(failed))
         # materialized now, once: a lazy relation would run the functions again at every
-        # fetch (outside these passes), and their errors would surface later, wrapped by DuckDB
-        return con.from_arrow(rel.to_arrow_table()) if rel is not None else None
+        # fetch (outside these passes), and their errors would surface later, wrapped by DuckDB;
+        # held by DuckDB, not passed through Arrow, whose form of some types is not the value
+        return rel.materialize() if rel is not None else None
     except duckdb.Error:
         err, _last_error.value = _last_error.value, None
         if err is not None:

@@ -300,11 +300,11 @@ class PlannedStatement:
         for name in self.names:
             remove_site_function(self.con, name)
 
-    def collect(self, params: Params = None) -> pa.Table | None:
+    def collect(self, params: Params = None) -> duckdb.DuckDBPyRelation | None:
         return self.fetch(self.statement.collection_sql(self.names, self.placed), params)
 
-    def fetch(self, sql: str, params: Params = None) -> pa.Table | None:
-        """Run ``sql``; an error a site raised surfaces as itself, not wrapped by DuckDB."""
+    def fetch(self, sql: str, params: Params = None) -> duckdb.DuckDBPyRelation | None:
+        """Run ``sql`` (``_fetch``); an error a site raised surfaces as itself, not wrapped by DuckDB."""
         try:
             return _fetch(self.con, sql, params)
         except duckdb.Error:
@@ -313,13 +313,13 @@ class PlannedStatement:
                     raise state.failure from None
             raise
 
-    def rows_for_limit(self, collected: pa.Table, params: Params = None) -> int:
+    def rows_for_limit(self, collected: duckdb.DuckDBPyRelation, params: Params = None) -> int:
         """The rows that count towards the statement's ``rows_needed``: those it collected, or
         those of its EXISTS subquery (run now)."""
         if self.statement.exists_query is None:
-            return collected.num_rows
+            return len(collected)
         table = self.fetch(self.statement.limit_check_sql(self.names, self.placed), params)
-        return 0 if table is None else table.num_rows
+        return 0 if table is None else len(table)
 
     def ready_sites(self) -> list[SiteState]:
         """Sites with unknown rows whose upstream sites have none (all of them if none qualify)."""
@@ -328,10 +328,14 @@ class PlannedStatement:
         return ready or [s for s in self.states if s.site.index in pending]
 
 
-def _fetch(con: duckdb.DuckDBPyConnection, sql: str, params: Params) -> pa.Table | None:
-    """Run ``sql``; the rows of a query, None for other statements."""
+def _fetch(con: duckdb.DuckDBPyConnection, sql: str, params: Params) -> duckdb.DuckDBPyRelation | None:
+    """Run ``sql`` now; the rows it returns, held by DuckDB in its own types (None if it returns
+    none). Held, not passed through Arrow: DuckDB's Arrow export is not the value for some types
+    (a UHUGEINT from 2**127 comes back negative, a TIMETZ without its offset, a BIT as bytes, an
+    ENUM as VARCHAR), and the last pass's rows are the user's result. Run once: the site
+    functions are gone when the user reads them."""
     relation = con.sql(sql, params=params) if params is not None else con.sql(sql)
-    return relation.to_arrow_table() if relation is not None else None
+    return relation.materialize() if relation is not None else None
 
 
 def run_planned(
@@ -341,11 +345,11 @@ def run_planned(
     params: Params = None,
     *,
     max_passes: int | None = None,
-) -> tuple[pa.Table | None, StatementRun]:
+) -> tuple[duckdb.DuckDBPyRelation | None, StatementRun]:
     """Run a statement with one relQuery per call site; returns (its result, run record).
 
-    The result is what DuckDB gives for the statement: its rows, or for a data-changing
-    statement the count DuckDB reports (None if DuckDB gives nothing).
+    The result is what DuckDB gives for the statement, held (``_fetch``): its rows, or for a
+    data-changing statement what DuckDB reports (None if DuckDB gives nothing).
     """
     t0 = time.perf_counter()
     needed = statement.rows_needed
@@ -475,7 +479,7 @@ def _run_limited(planned: PlannedStatement, ready: list[SiteState], needed: int,
         t0 = time.perf_counter()
         table = planned.fetch(planned.statement.limit_check_sql(planned.names, planned.placed), params)
         checks.append(time.perf_counter() - t0)
-        return table is not None and table.num_rows >= needed
+        return table is not None and len(table) >= needed
 
     for state in ready:
         state.run_pending(enough if state.mode == "limit" else None)

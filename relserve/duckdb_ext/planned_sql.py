@@ -37,10 +37,9 @@ def sql(con: duckdb.DuckDBPyConnection, script: Script, params: Params = None) -
             text = parsed.text
             result = con.sql(text, params=params) if params is not None else con.sql(text)
             continue
-        table, run = run_planned(con, session, statement, params)
+        result, run = run_planned(con, session, statement, params)
         _read_share(run, script)
         session.last_run = run
-        result = con.from_arrow(table) if table is not None else None
     return result
 
 

@@ -56,6 +56,11 @@ def create_function(con: duckdb.DuckDBPyConnection, name: str, udf: Any, returns
 AS_TEXT_TYPES = ("UHUGEINT", "BIT", "BIGNUM", "VARINT", "INTERVAL", "TIME WITH TIME ZONE", "GEOMETRY", "VARIANT")
 
 
+def as_text_test(arg: str) -> str:
+    """SQL that is true when ``arg``'s type is one of ``AS_TEXT_TYPES`` (a constant once bound)."""
+    return f"typeof({arg}) IN (" + ", ".join(f"'{t}'" for t in AS_TEXT_TYPES) + ")"
+
+
 def create_site_function(con: duckdb.DuckDBPyConnection, name: str, udf: Any, returns: str, arity: int | None) -> bool:
     """Register a planned call site's ``udf`` as ``name`` taking ``arity`` arguments: a macro that
     passes ``udf`` each argument, or NULL where its type is one of ``AS_TEXT_TYPES``, then each
@@ -68,9 +73,8 @@ def create_site_function(con: duckdb.DuckDBPyConnection, name: str, udf: Any, re
         return False
     create_function(con, f"{name}_values", udf, returns)
     params = [f"relserve_arg{i}" for i in range(arity)]
-    as_text = "typeof({}) IN (" + ", ".join(f"'{t}'" for t in AS_TEXT_TYPES) + ")"
-    values = [f"CASE WHEN {as_text.format(p)} THEN NULL ELSE {p} END" for p in params]
-    texts = [f"CASE WHEN {as_text.format(p)} THEN CAST({p} AS VARCHAR) END" for p in params]
+    values = [f"CASE WHEN {as_text_test(p)} THEN NULL ELSE {p} END" for p in params]
+    texts = [f"CASE WHEN {as_text_test(p)} THEN CAST({p} AS VARCHAR) END" for p in params]
     con.execute(f"CREATE OR REPLACE TEMP MACRO {name}({', '.join(params)}) AS {name}_values({', '.join(values + texts)})")
     return True
 
