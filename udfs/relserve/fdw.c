@@ -284,8 +284,29 @@ relserveBeginForeignScan(ForeignScanState *node, int eflags)
 	st->window_rows = intVal(list_nth(priv, RS_WINDOW_ROWS));
 	on_error = strVal(list_nth(priv, RS_ON_ERROR));
 	if (on_error[0] == '\0')
-		on_error = GetConfigOption("relserve.on_error", true, false);
-	st->raise_on_error = on_error != NULL && pg_strcasecmp(on_error, "raise") == 0;
+	{
+		/*
+		 * the setting as the scan's calls read it: read through a view, its owner's (a value the
+		 * reader chose is not read there: settings.c), as _scan_open reads the others
+		 */
+		RangeTblEntry *rte = exec_rt_fetch(fsplan->scan.scanrelid, estate);
+		Oid			save_userid;
+		int			save_sec_context;
+
+		GetUserIdAndSecContext(&save_userid, &save_sec_context);
+		if (OidIsValid(rte->checkAsUser) && rte->checkAsUser != save_userid)
+			SetUserIdAndSecContext(rte->checkAsUser, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+		PG_TRY();
+		{
+			on_error = pstrdup(rs_setting("on_error"));
+		}
+		PG_FINALLY();
+		{
+			SetUserIdAndSecContext(save_userid, save_sec_context);
+		}
+		PG_END_TRY();
+	}
+	st->raise_on_error = pg_strcasecmp(on_error, "raise") == 0;
 	st->output_attno = rs_output_attno(rel, GetForeignTable(RelationGetRelid(rel))->options);
 	st->keep_answers = (eflags & EXEC_FLAG_REWIND) != 0;
 

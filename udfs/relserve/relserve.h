@@ -6,7 +6,8 @@
 
 #include "fmgr.h"
 
-/* settings.c: define the relserve.* settings; a setting's text ("" when unset) */
+/* settings.c: define the relserve.* settings; a setting's text ("" when unset), as the current call reads it
+ * (inside a SECURITY DEFINER function, a value the caller chose is not read: the definer's default instead) */
 extern void rs_settings_init(void);
 extern const char *rs_setting(const char *name);
 extern bool rs_setting_bool(const char *name, bool dflt);

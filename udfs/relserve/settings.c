@@ -15,11 +15,20 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/xact.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/pg_db_role_setting.h"
+#include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/guc_tables.h"
+#include "utils/rel.h"
 
 #include "relserve.h"
 
@@ -173,12 +182,95 @@ rs_settings_init(void)
 	MarkGUCPrefixReserved("relserve");
 }
 
+/* the role whose value a setting holds (see the top of the file): InvalidOid for nobody's */
+static Oid
+rs_chooser(const char *full_name)
+{
+	struct config_generic **vars = get_guc_variables();
+	int			n = GetNumConfigOptions();
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (strcmp(vars[i]->name, full_name) == 0)
+			return vars[i]->extra ? ((RsChosenBy *) vars[i]->extra)->role : InvalidOid;
+	return InvalidOid;
+}
+
+/*
+ * The current user's default for a setting, as a session of it would start with it: ALTER ROLE
+ * ... IN DATABASE, else ALTER ROLE, else ALTER DATABASE, else ALTER ROLE ALL (as
+ * relserve/postgres/definer.py reads pg_db_role_setting); "" for none.
+ */
+static const char *
+rs_definer_default(const char *full_name)
+{
+	Oid			keys[4][2] = {{MyDatabaseId, GetUserId()}, {InvalidOid, GetUserId()},
+	{MyDatabaseId, InvalidOid}, {InvalidOid, InvalidOid}};
+	size_t		len = strlen(full_name);
+	char	   *found = NULL;
+	Relation	rel = table_open(DbRoleSettingRelationId, AccessShareLock);
+	int			k;
+
+	for (k = 0; k < 4 && found == NULL; k++)
+	{
+		ScanKeyData key[2];
+		SysScanDesc scan;
+		HeapTuple	tup;
+
+		ScanKeyInit(&key[0], Anum_pg_db_role_setting_setdatabase, BTEqualStrategyNumber, F_OIDEQ,
+					ObjectIdGetDatum(keys[k][0]));
+		ScanKeyInit(&key[1], Anum_pg_db_role_setting_setrole, BTEqualStrategyNumber, F_OIDEQ,
+					ObjectIdGetDatum(keys[k][1]));
+		scan = systable_beginscan(rel, DbRoleSettingDatidRolidIndexId, true, NULL, 2, key);
+		while (found == NULL && HeapTupleIsValid(tup = systable_getnext(scan)))
+		{
+			bool		isnull;
+			Datum		d = heap_getattr(tup, Anum_pg_db_role_setting_setconfig, RelationGetDescr(rel), &isnull);
+			Datum	   *items;
+			bool	   *nulls;
+			int			n,
+						i;
+
+			if (isnull)
+				continue;
+			deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT, &items, &nulls, &n);
+			for (i = 0; i < n && found == NULL; i++)
+			{
+				char	   *item = nulls[i] ? NULL : TextDatumGetCString(items[i]);
+
+				if (item && strncmp(item, full_name, len) == 0 && item[len] == '=')
+					found = pstrdup(item + len + 1);
+			}
+		}
+		systable_endscan(scan);
+	}
+	table_close(rel, AccessShareLock);
+	return found ? found : "";
+}
+
+/*
+ * A call setting's text ("" when unset), as the current call reads it: inside a SECURITY DEFINER
+ * function (the current user is not the session's role, nor the role of its SET ROLE) a value
+ * another role chose is not read, and the definer's default takes its place, as the Python side
+ * does for the settings it reads (relserve/postgres/definer.py): a caller must not steer how a
+ * definer's calls run (whether they are batched, their windows, the order of their quals).
+ */
 const char *
 rs_setting(const char *name)
 {
-	const char *v = GetConfigOption(psprintf("relserve.%s", name), true, false);
+	const char *full_name = psprintf("relserve.%s", name);
+	const char *v = GetConfigOption(full_name, true, false);
+	Oid			outer = OidIsValid(GetCurrentRoleId()) ? GetCurrentRoleId() : GetSessionUserId();
+	Oid			chooser;
 
-	return v ? v : "";
+	if (v == NULL)
+		return "";
+	if (GetUserId() == outer || !IsTransactionState())
+		return v;
+	chooser = rs_chooser(full_name);
+	if (!OidIsValid(chooser) || chooser == GetUserId())
+		return v;
+	return rs_definer_default(full_name);
 }
 
 /* a boolean setting (on / off), ``dflt`` when unset; a bad value is an error naming the setting */
