@@ -23,6 +23,32 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # engine process the tests start inherits it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+
+def _own_home() -> None:
+    """The run's own relserve home (``RELSERVE_HOME``), so that no test reads or writes the user's
+    result cache or label plans: a test whose statements were answered from a cache an earlier
+    run (or the user's work) left would see no prompt reach its engine. The converted model and
+    the calibrations are the user's home's, linked: converting the model again costs a minute per
+    worker, and the calibrations are this machine's. A test that needs a home of its own sets
+    ``RELSERVE_HOME`` itself."""
+    import atexit
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from relserve import paths
+
+    real = paths.home()
+    own = Path(tempfile.mkdtemp(prefix="relserve-tests-home-"))
+    for name in ("models", "calibrations"):
+        (real / name).mkdir(parents=True, exist_ok=True)
+        (own / name).symlink_to(real / name, target_is_directory=True)
+    os.environ["RELSERVE_HOME"] = str(own)
+    atexit.register(shutil.rmtree, own, ignore_errors=True)  # (the links go, not what they point to)
+
+
+_own_home()
+
 from relserve.policy import PolicySettings  # noqa: E402  (plain Python: no engine is imported)
 
 #: The test engine's limits: small enough that a 60-row relQuery runs in several waves. It runs

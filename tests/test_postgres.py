@@ -66,7 +66,10 @@ class PgCluster:
         args = [str(c) for c in cmd]
         if self.as_root:
             args = ["runuser", "-u", "postgres", "--", *args]
-        out = subprocess.run(args, capture_output=True, text=True, cwd=self.root, timeout=300)  # pg_ctl -w: its own 60 s
+        # (the server's PL/Python keeps its own OS user's relserve home, not the test run's, which
+        # only the run's user may enter: conftest._own_home)
+        env = {k: v for k, v in os.environ.items() if k != "RELSERVE_HOME"}
+        out = subprocess.run(args, capture_output=True, text=True, cwd=self.root, timeout=300, env=env)  # pg_ctl -w: its own 60 s
         if out.returncode != 0:
             log = self.root / "server.log"
             tail = log.read_text()[-2000:] if log.exists() else ""

@@ -54,7 +54,13 @@ def shell_here(script: str) -> str:
 
 def run_shell(script: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-euo", "pipefail", "-c", shell_here(script)], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, cwd=cwd or tempfile.gettempdir())
+                          env={**_dba_environment(), **(env or {})}, cwd=cwd or tempfile.gettempdir())
+
+
+def _dba_environment() -> dict[str, str]:
+    """The DBA's environment: the test run's own relserve home is not theirs (conftest._own_home;
+    only the run's user may enter it, and the postgres user runs some of the commands)."""
+    return {k: v for k, v in os.environ.items() if k != "RELSERVE_HOME"}
 
 
 def python_path_of(check_script: str, python: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
