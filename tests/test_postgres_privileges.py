@@ -320,3 +320,101 @@ def test_a_foreign_table_read_through_its_owners_view_is_the_owners_call(alices_
         db.execute("SELECT id, tone FROM alice.note_tone").fetchall()
         assert (fake.submitted[-1].system, fake.submitted[-1].max_tokens, budget_of(fake.submitted[-1])) == (
             "alice here", 7, (100, None))
+
+
+# ---------------------------------------------------------------- a view's source is read in its owner's search_path
+
+
+TONE = "Tone of this review? {review}"
+ALICES = ["I loved every minute of it.", "Boring and far too long."]  # public.reviews, ids 1 and 2
+MALLORYS = ["mallory's first row", "mallory's second row"]
+
+
+@pytest.fixture
+def unqualified_source(roles, server):
+    """alice's foreign table whose source names ``reviews`` unqualified (public.reviews, the
+    template's), a view of hers over it that mallory may read, and mallory's own schema (named
+    ``mallory``: her "$user") with a ``reviews`` of her own, and a foreign table of hers with the
+    same source on her own key."""
+    with connect(roles) as admin:
+        admin.execute(f"CREATE SERVER path_srv FOREIGN DATA WRAPPER relserve_fdw OPTIONS (url '{server.url}')")
+        admin.execute(f"CREATE USER MAPPING FOR alice SERVER path_srv OPTIONS (api_key '{ROLE_KEYS['alice']}')")
+        admin.execute(f"CREATE USER MAPPING FOR mallory SERVER path_srv OPTIONS (api_key '{MALLORY_KEY}')")
+        admin.execute("GRANT USAGE ON FOREIGN SERVER path_srv TO alice, mallory")
+        admin.execute("CREATE SCHEMA mallory AUTHORIZATION mallory")
+    source = "SELECT id, review FROM reviews WHERE id <= 2"
+    with connect(roles, "alice") as db:
+        db.execute(f"CREATE FOREIGN TABLE alice.review_tone (id int, review text, tone text) SERVER path_srv OPTIONS "
+                   f"(source '{source}', template '{TONE}', kind 'map')")
+        db.execute("CREATE VIEW alice.v_review_tone AS SELECT id, review, tone FROM alice.review_tone")
+        db.execute("GRANT USAGE ON SCHEMA alice TO mallory")
+        db.execute("GRANT SELECT ON alice.v_review_tone TO mallory")
+    with connect(roles, "mallory") as db:
+        db.execute("CREATE TABLE mallory.reviews (id int, review text)")
+        db.execute("INSERT INTO mallory.reviews VALUES (1, %s), (2, %s)", MALLORYS)
+        db.execute(f"CREATE FOREIGN TABLE mallory.my_tone (id int, review text, tone text) SERVER path_srv OPTIONS "
+                   f"(source '{source}', template '{TONE}', kind 'map')")
+    yield
+    with connect(roles) as admin:
+        admin.execute("DROP VIEW alice.v_review_tone")
+        admin.execute("DROP FOREIGN TABLE alice.review_tone")
+        admin.execute("DROP SCHEMA mallory CASCADE")
+        admin.execute("DROP USER MAPPING FOR alice SERVER path_srv")
+        admin.execute("DROP USER MAPPING FOR mallory SERVER path_srv")
+        admin.execute("DROP SERVER path_srv")
+        admin.execute("ALTER ROLE alice RESET search_path")
+
+
+def tones(rows: list) -> list[tuple]:
+    """(id, review, whether the answer is the echo of that review's prompt)."""
+    return [(i, review, tone is not None and review in tone) for i, review, tone in rows]
+
+
+def test_a_views_source_is_read_in_its_owners_search_path_not_the_readers(unqualified_source, roles, fake):
+    """Through alice's view, the foreign table's source ``FROM reviews`` is read in alice's
+    search_path (her role's default, else the server's "$user", public with "$user" = alice, and
+    pg_temp last), as the names of a view's own SQL are bound by its owner: mallory, with a
+    ``reviews`` of her own first in her path (or her "$user" schema, or a temporary table), must
+    not have alice's key answer her rows (found by an audit, 7 Dec). Before, the source was
+    parsed in mallory's search_path and alice's tenant answered mallory's rows."""
+    want = [(1, ALICES[0], True), (2, ALICES[1], True)]
+    with connect(roles, "mallory") as db:
+        db.execute("SET search_path = mallory, public")
+        before = len(fake.submitted)
+        rows = db.execute("SELECT id, review, tone FROM alice.v_review_tone ORDER BY id").fetchall()
+        (rq,) = fake.submitted[before:]
+        assert sorted(rq.render()) == sorted(TONE.format(review=r) for r in ALICES)
+        assert fake.tenancies[before].tenant == "alice"
+        assert tones(rows) == want
+        # her default path ("$user", public: her schema first) is not alice's "$user" either
+        db.execute("RESET search_path")
+        assert tones(db.execute("SELECT id, review, tone FROM alice.v_review_tone ORDER BY id").fetchall()) == want
+        # nor does a temporary table of hers come first (pg_temp is searched last)
+        db.execute("CREATE TEMP TABLE reviews (id int, review text)")
+        db.execute("INSERT INTO reviews VALUES (1, %s), (2, %s)", MALLORYS)
+        assert tones(db.execute("SELECT id, review, tone FROM alice.v_review_tone ORDER BY id").fetchall()) == want
+        # her search_path is hers again after the scan
+        assert db.execute("SHOW search_path").fetchone()[0] == '"$user", public'
+    # alice's role default search_path is the one her view's source is read in
+    with connect(roles) as admin:  # (a default that names mallory's schema, to tell it apart)
+        admin.execute("ALTER ROLE alice SET search_path = mallory, public")
+    with connect(roles, "mallory") as db:
+        db.execute("SET search_path = public")
+        assert tones(db.execute("SELECT id, review, tone FROM alice.v_review_tone ORDER BY id").fetchall()) == [
+            (1, MALLORYS[0], True), (2, MALLORYS[1], True)]
+
+
+def test_a_foreign_table_read_directly_reads_its_source_in_the_readers_search_path(unqualified_source, roles, fake):
+    """Read directly (no other role's view), a foreign table's source is the reader's query and is
+    read in the reader's search_path, as before."""
+    with connect(roles, "mallory") as db:
+        db.execute("SET search_path = mallory, public")
+        before = len(fake.submitted)
+        rows = db.execute("SELECT id, review, tone FROM my_tone ORDER BY id").fetchall()
+        (rq,) = fake.submitted[before:]
+        assert sorted(rq.render()) == sorted(TONE.format(review=r) for r in MALLORYS)
+        assert fake.tenancies[before].tenant == "mallory"
+        assert tones(rows) == [(1, MALLORYS[0], True), (2, MALLORYS[1], True)]
+        db.execute("SET search_path = public, mallory")
+        assert tones(db.execute("SELECT id, review, tone FROM mallory.my_tone ORDER BY id").fetchall()) == [
+            (1, ALICES[0], True), (2, ALICES[1], True)]

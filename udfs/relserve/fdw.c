@@ -43,12 +43,14 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/guc.h"
+#include "utils/guc_tables.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
+#include "utils/varlena.h"
 
 #include "fdw.h"
 #include "poll_events.h"
@@ -230,6 +232,7 @@ typedef struct RsScanState
 	char	   *url;
 	char	   *api_key;
 	Oid			as_user;		/* whose key and settings the calls are (a view's owner), or InvalidOid */
+	char	   *source_path;	/* with as_user: the search_path the source is read in (rs_owner_path) */
 	AttrNumber	output_attno;
 	bool		keep_answers;	/* a rescan replays them (EXEC_FLAG_REWIND) */
 
@@ -259,6 +262,58 @@ typedef struct RsScanState
 	double		stats[RS_NSTATS];
 	bool		have_stats[RS_NSTATS];
 } RsScanState;
+
+/*
+ * The search_path a scan read through another role's view reads its source in: that role's
+ * default in this database (pg_db_role_setting: ALTER ROLE ... IN DATABASE, ALTER ROLE, ALTER
+ * DATABASE, ALTER ROLE ALL), else the server's built-in value; never the session's, which the
+ * reader sets. "$user" is the owner (the source still runs as the reader, whose name it would
+ * be), and pg_temp goes last unless the owner's value places it: otherwise the reader's
+ * temporary schema, searched first, would lend the source a table of the reader's.
+ */
+static char *
+rs_owner_path(Oid owner)
+{
+	const char *value = rs_role_default(owner, "search_path");
+	char	   *raw;
+	List	   *names;
+	ListCell   *lc;
+	StringInfoData path;
+	bool		has_temp = false;
+
+	if (value == NULL)
+	{
+		struct config_generic **vars = get_guc_variables();
+		int			n = GetNumConfigOptions();
+		int			i;
+
+		for (i = 0; i < n && value == NULL; i++)
+			if (vars[i]->vartype == PGC_STRING && strcmp(vars[i]->name, "search_path") == 0)
+				value = ((struct config_string *) vars[i])->boot_val;
+		if (value == NULL)
+			value = "\"$user\", public";
+	}
+	raw = pstrdup(value);
+	if (!SplitIdentifierString(raw, ',', &names))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("relserve_fdw: the default search_path of role \"%s\" is not a list of names: %s",
+						GetUserNameFromId(owner, false), value)));
+	initStringInfo(&path);
+	foreach(lc, names)
+	{
+		const char *name = lfirst(lc);
+
+		if (strcmp(name, "$user") == 0)
+			name = GetUserNameFromId(owner, false);
+		else if (strcmp(name, "pg_temp") == 0)
+			has_temp = true;
+		appendStringInfo(&path, "%s%s", path.len ? ", " : "", quote_identifier(name));
+	}
+	if (!has_temp)
+		appendStringInfo(&path, "%spg_temp", path.len ? ", " : "");
+	return path.data;
+}
 
 static void
 relserveBeginForeignScan(ForeignScanState *node, int eflags)
@@ -337,6 +392,9 @@ relserveBeginForeignScan(ForeignScanState *node, int eflags)
 		st->api_key = key ? pstrdup(key) : NULL;
 		/* read through a view: the key is its owner's, so are the settings and the ceiling */
 		st->as_user = userid != GetUserId() ? userid : InvalidOid;
+		/* and its source is read in that role's search_path: the reader's must not pick its tables */
+		if (OidIsValid(st->as_user))
+			st->source_path = MemoryContextStrdup(st->scan_cxt, rs_owner_path(st->as_user));
 		rs_lookup(&st->open_fn, "_scan_open", 7, open_args, st->scan_cxt);
 		rs_lookup(&st->poll_fn, "_scan_poll", 2, poll_args, st->scan_cxt);
 		rs_lookup(&st->close_fn, "_scan_close", 1, close_args, st->scan_cxt);
@@ -391,6 +449,7 @@ rs_open_window(ForeignScanState *node, RsScanState *st)
 				i;
 	Datum		args[7];
 	bool		args_null[7] = {false, st->api_key == NULL, false, false, st->spec == NULL, false, false};
+	int			save_nestlevel = -1;
 	LOCAL_FCINFO(fcinfo, 7);
 
 	if (st->source_done)
@@ -401,6 +460,20 @@ rs_open_window(ForeignScanState *node, RsScanState *st)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "relserve_fdw: SPI_connect failed");
+
+	/*
+	 * Read through another role's view: the source is parsed (and its rows fetched) in the
+	 * owner's search_path, as a function's SET search_path clause applies (fmgr_security_definer);
+	 * an error on the way unwinds it with the (sub)transaction. The names of a view's own SQL
+	 * are bound when it is made; a reader must not be able to put a "reviews" of their own first
+	 * in their path and have the owner's key answer their rows.
+	 */
+	if (st->source_path != NULL)
+	{
+		save_nestlevel = NewGUCNestLevel();
+		(void) set_config_option("search_path", st->source_path, PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	}
 	if (st->portal == NULL)
 	{
 		/* one statement, run as the caller: a cursor refuses several */
@@ -414,6 +487,8 @@ rs_open_window(ForeignScanState *node, RsScanState *st)
 				 errhint("Run the statement again.")));
 	SPI_cursor_fetch(portal, true, st->window_rows);
 	n = SPI_processed;
+	if (save_nestlevel >= 0)
+		AtEOXact_GUC(true, save_nestlevel);
 
 	old = MemoryContextSwitchTo(st->window_cxt);
 	if (st->source_cols == NULL && n > 0)

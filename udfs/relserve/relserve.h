@@ -11,6 +11,8 @@
 extern void rs_settings_init(void);
 extern const char *rs_setting(const char *name);
 extern bool rs_setting_bool(const char *name, bool dflt);
+/* a role's default for any setting in this database (pg_db_role_setting, as a session of it starts), NULL for none */
+extern const char *rs_role_default(Oid role, const char *full_name);
 /* the names of the call settings (and of the call options of a foreign table), NULL-terminated */
 extern const char *const rs_setting_names[];
 

@@ -197,14 +197,14 @@ rs_chooser(const char *full_name)
 }
 
 /*
- * The current user's default for a setting, as a session of it would start with it: ALTER ROLE
- * ... IN DATABASE, else ALTER ROLE, else ALTER DATABASE, else ALTER ROLE ALL (as
- * relserve/postgres/definer.py reads pg_db_role_setting); "" for none.
+ * A role's default for a setting (any setting: "search_path" too), as a session of it would start
+ * with it in this database: ALTER ROLE ... IN DATABASE, else ALTER ROLE, else ALTER DATABASE, else
+ * ALTER ROLE ALL (as relserve/postgres/definer.py reads pg_db_role_setting); NULL for none.
  */
-static const char *
-rs_definer_default(const char *full_name)
+const char *
+rs_role_default(Oid role, const char *full_name)
 {
-	Oid			keys[4][2] = {{MyDatabaseId, GetUserId()}, {InvalidOid, GetUserId()},
+	Oid			keys[4][2] = {{MyDatabaseId, role}, {InvalidOid, role},
 	{MyDatabaseId, InvalidOid}, {InvalidOid, InvalidOid}};
 	size_t		len = strlen(full_name);
 	char	   *found = NULL;
@@ -245,6 +245,15 @@ rs_definer_default(const char *full_name)
 		systable_endscan(scan);
 	}
 	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/* the current user's default for a setting (rs_role_default), "" for none */
+static const char *
+rs_definer_default(const char *full_name)
+{
+	const char *found = rs_role_default(GetUserId(), full_name);
+
 	return found ? found : "";
 }
 
