@@ -310,7 +310,10 @@ class ReduceFunction(_Operator[ReduceCall, str]):
         return reduce_call(template, **options)
 
     def _run(self, rc: ReduceCall, groups: list[Group]) -> list[tuple[str | None, str | None]]:
-        outcome = run_reduce(rc, groups, engine=self.session.engine, progress=self.session.progress)
+        # the connection's result cache (connect(cache=False): none), as its row functions use it
+        cache = getattr(self.session.runner, "cache", None)
+        outcome = run_reduce(rc, groups, engine=self.session.engine, progress=self.session.progress,
+                             cache=True if cache is None else cache)
         self._record(rc.call.template.source, [(_shown(g), e) for g, e in zip(groups, outcome.errors)])
         return list(zip(outcome.values, outcome.errors))
 
