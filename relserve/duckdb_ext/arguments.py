@@ -174,25 +174,23 @@ def _check_not_opaque(fn: LLMFunction, name: str, arrow_type: pa.DataType) -> No
     """Refuse a placeholder whose values DuckDB hands over as bytes only it can read (Arrow's
     opaque type: BIGNUM, where relserve cannot cast it to VARCHAR first: a plain connection, or
     inside a list or a struct)."""
-    opaque = _opaque_type_name(arrow_type)
-    if opaque is not None:
-        held = "is" if _is_opaque(arrow_type) else "holds values of"
+    found = opaque_type(arrow_type)
+    if found is not None:
+        opaque, whole = found
+        held = "is" if whole else "holds values of"
         raise ConfigError(f"{fn.name}: placeholder {{{name}}} {held} DuckDB's {opaque.upper()}, which reaches Python "
                           "as opaque bytes; cast it to VARCHAR")
 
 
-def _is_opaque(arrow_type: pa.DataType) -> bool:
-    return getattr(arrow_type, "extension_name", None) == "arrow.opaque"
-
-
-def _opaque_type_name(arrow_type: pa.DataType) -> str | None:
-    """The name DuckDB gives an opaque type in ``arrow_type`` (at any depth), or None."""
-    if _is_opaque(arrow_type):
-        return str(getattr(arrow_type, "type_name", "") or "opaque")
+def opaque_type(arrow_type: pa.DataType) -> tuple[str, bool] | None:
+    """The name DuckDB gives an opaque type (Arrow's ``arrow.opaque``) in ``arrow_type``, at any
+    depth, and whether ``arrow_type`` is that type itself rather than holding it; None if none."""
+    if getattr(arrow_type, "extension_name", None) == "arrow.opaque":
+        return str(getattr(arrow_type, "type_name", "") or "opaque"), True
     for i in range(arrow_type.num_fields):
-        name = _opaque_type_name(arrow_type.field(i).type)
-        if name is not None:
-            return name
+        found = opaque_type(arrow_type.field(i).type)
+        if found is not None:
+            return found[0], False
     return None
 
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from relserve.cell_values import Unreadable, arrow_values
 from relserve.duckdb_ext import planned_sql
-from relserve.duckdb_ext.arguments import _is_opaque, _opaque_type_name, hashable_key, option_values
+from relserve.duckdb_ext.arguments import hashable_key, opaque_type, option_values
 from relserve.duckdb_ext.params import Params
 from relserve.duckdb_ext.script import read_script
 from relserve.duckdb_ext.statement import quiet_sqlglot
@@ -140,9 +140,10 @@ def _group_values(array: pa.Array | pa.ChunkedArray, who: str) -> list[Group]:
     element = column.type.value_type
     wrapped = pa.types.is_struct(element) and sorted(f.name for f in element) == sorted((_VALUE, _TEXT))
     inner = element.field(_VALUE).type if wrapped else element
-    opaque = _opaque_type_name(inner)
-    if opaque is not None and not (wrapped and _is_opaque(inner)):  # (wrapped: that value is its text)
-        held = "are" if _is_opaque(inner) else "hold values of"
+    found = opaque_type(inner)
+    if found is not None and not (wrapped and found[1]):  # (wrapped: that value is its text)
+        opaque, whole = found
+        held = "are" if whole else "hold values of"
         raise ConfigError(f"{who}: the values {held} DuckDB's {opaque.upper()}, which reaches Python as opaque "
                           "bytes; cast them to VARCHAR")
     groups = arrow_values(column)
